@@ -1,0 +1,77 @@
+/* sampler.h — logits → next token: penalties, temperature, top-k, top-p,
+ * min-p, and a reproducible random stream.
+ *
+ * The random number used for output position i is a pure function of
+ * (seed, i, stream), so a sampled run is reproducible whatever the batching
+ * and whether or not speculation is on. An sd_sampler holds scratch buffers
+ * only; it is not thread-safe, use one per thread. */
+#ifndef SD_SAMPLER_H
+#define SD_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+/* Per-request sampling settings. Neutral values switch a stage off. */
+typedef struct sd_sampling {
+    float temperature;        /* 0 = greedy (argmax; lowest id wins a tie) */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off; (0, 1] */
+    float min_p;              /* 0 = off; [0, 1] */
+    float repetition_penalty; /* 1 = off; > 0. HF rule over prompt + output */
+    float presence_penalty;   /* 0 = off; OpenAI rule over output tokens */
+    float frequency_penalty;  /* 0 = off; OpenAI rule over output tokens */
+    uint64_t seed;
+} sd_sampling;
+
+typedef struct sd_tokprob {
+    int32_t token;
+    float prob;
+} sd_tokprob;
+
+/* Neutral settings: greedy, every filter off, seed 0. */
+sd_sampling sd_sampling_default(void);
+
+/* Checks ranges; SD_ERR_ARG with a message naming the field. */
+sd_status sd_sampling_validate(const sd_sampling *s, char *err, size_t errlen);
+
+/* Uniform double in [0, 1) from (seed, position, stream); a pure function. */
+double sd_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream);
+
+typedef struct sd_sampler sd_sampler;
+
+/* Scratch for a vocabulary of `vocab` entries; NULL on allocation failure. */
+sd_sampler *sd_sampler_new(int vocab);
+void sd_sampler_free(sd_sampler *sp);
+
+/* Applies repetition (HF: divide positive / multiply negative logits of every
+ * token seen in prompt or output), then presence / frequency penalties
+ * (OpenAI: logit -= presence*[count>0] + frequency*count over output tokens)
+ * to logits in place. */
+void sd_sampler_apply_penalties(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
+                                const int32_t *prompt, size_t n_prompt, const int32_t *output,
+                                size_t n_output);
+
+/* The filtered distribution of already-penalised logits: softmax(logits/T),
+ * then top-k, top-p, min-p (in that order, as HF's warpers), renormalised.
+ * Writes up to cap entries sorted by probability descending (ties: lower id
+ * first) and returns how many there are. Requires temperature > 0. */
+size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits,
+                               int vocab, sd_tokprob *out, size_t cap);
+
+/* Draws from a sparse distribution with uniform u in [0,1): the first entry
+ * whose cumulative probability exceeds u * total. */
+int32_t sd_sample_sparse(const sd_tokprob *dist, size_t n, double u);
+
+/* Argmax of logits; lowest id on ties. */
+int32_t sd_argmax(const float *logits, int vocab);
+
+/* Full chain for one output position: penalties (in place on logits), then
+ * argmax when temperature == 0, else a draw from the filtered distribution
+ * with u = sd_rng_uniform(seed, position, 0). */
+int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
+                          const int32_t *prompt, size_t n_prompt, const int32_t *output,
+                          size_t n_output, uint64_t position);
+
+#endif

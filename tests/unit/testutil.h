@@ -1,0 +1,23 @@
+/* testutil.h — helpers shared by the Check suites: fixture paths and a
+ * standard main(). Fixture locations come from the environment that CTest
+ * sets (SD_FIXTURES, SD_FIXTURES_BIN, SD_MODELS). */
+#ifndef SD_TESTUTIL_H
+#define SD_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+
+/* Writes "<$SD_FIXTURES>/<rel>" into buf and returns buf. */
+const char *tu_fixture(char *buf, size_t n, const char *rel);
+/* Same for the unpacked fixtures in the build tree ($SD_FIXTURES_BIN). */
+const char *tu_fixture_bin(char *buf, size_t n, const char *rel);
+/* Same for the demo models ($SD_MODELS). */
+const char *tu_model(char *buf, size_t n, const char *rel);
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer; NULL on error. */
+char *tu_read_file(const char *path, size_t *len);
+
+/* Runs one suite with CK_NORMAL output; returns the process exit code. */
+int tu_run_suite(Suite *s);
+
+#endif
