@@ -56,15 +56,27 @@ void sd_sampler_apply_penalties(sd_sampler *sp, const sd_sampling *s, float *log
 /* The filtered distribution of already-penalised logits: softmax(logits/T),
  * then top-k, top-p, min-p (in that order, as HF's warpers), renormalised.
  * Writes up to cap entries sorted by probability descending (ties: lower id
- * first) and returns how many there are. Requires temperature > 0. */
+ * first) and returns how many there are. Requires temperature > 0.
+ * Details: the return value is the number written; when more than cap
+ * tokens survive the filters, the cap most probable are written and
+ * renormalised among themselves (pass cap >= vocab for the exact
+ * distribution). Tokens whose probability is 0 (-inf logits) are left out;
+ * temperature <= 0 gives the one-hot argmax; 0 means no token has positive
+ * probability (all logits -inf/NaN) or vocab exceeds the sampler's vocab. */
 size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits,
                                int vocab, sd_tokprob *out, size_t cap);
 
 /* Draws from a sparse distribution with uniform u in [0,1): the first entry
- * whose cumulative probability exceeds u * total. */
+ * whose cumulative probability exceeds u * total. Returns -1 when no entry
+ * has positive probability. */
 int32_t sd_sample_sparse(const sd_tokprob *dist, size_t n, double u);
 
-/* Argmax of logits; lowest id on ties. */
+/* Probability of token in a sparse distribution; 0 when absent. The
+ * verifier's rejection rule reads p(d) and q(d) with it. */
+float sd_sparse_prob(const sd_tokprob *dist, size_t n, int32_t token);
+
+/* Argmax of logits; lowest id on ties; NaNs never win. -1 when vocab <= 0
+ * or every logit is NaN. */
 int32_t sd_argmax(const float *logits, int vocab);
 
 /* Full chain for one output position: penalties (in place on logits), then

@@ -1,0 +1,306 @@
+/* main.c — specd-bench: load-test client for OpenAI-compatible servers
+ * (specd, vLLM, llama.cpp server). Parses the command line into an
+ * sd_bench_config, loads prompts, runs the load (runner.c), then reports
+ * (report.c, plot.c). See README.md in this folder.
+ *
+ * Exit status: 0 at least one measured request succeeded; 1 none did (all
+ * failed or cancelled) or the run could not proceed; 2 usage error (bad
+ * option, no bound, unreadable dataset); 3 the --json file could not be
+ * written. A failing --plot is only a warning. */
+#include <curl/curl.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "http.h"
+#include "plot.h"
+#include "report.h"
+#include "runner.h"
+
+enum { EXIT_NONE_OK = 1, EXIT_USAGE = 2, EXIT_JSON = 3 };
+
+typedef struct {
+    sd_bench_config cfg;
+    const char *dataset, *json_path, *plot_path;
+    bool strict_dataset;
+    char *model_owned;   /* model found through /v1/models */
+} options;
+
+static void usage(FILE *f)
+{
+    fputs("usage: specd-bench --url URL (--num-prompts N | --duration S) [options]\n"
+          "  --url URL             server base URL (default http://127.0.0.1:8000)\n"
+          "  --api-key K           send Authorization: Bearer K\n"
+          "  --model M             model name (default: first id of GET /v1/models)\n"
+          "  --endpoint E          completions (default) or chat\n"
+          "  --concurrency N       requests in flight (default 1; with a rate: a cap)\n"
+          "  --request-rate R      Poisson arrivals, R requests/s\n"
+          "  --num-prompts N       measured requests (a bound)\n"
+          "  --duration S          stop issuing after S seconds (a bound)\n"
+          "  --grace S             cancel in-flight requests at duration + S (default 5)\n"
+          "  --warmup N            requests sent first, not measured (default 0)\n"
+          "  --max-tokens N        max_tokens per request (default 128; 0: not sent)\n"
+          "  --temperature T       sampling temperature (default: not sent)\n"
+          "  --seed S              sent as \"seed\"; also seeds arrivals/prompt order\n"
+          "  --stream|--no-stream  streaming responses (default on)\n"
+          "  --ignore-eos          send \"ignore_eos\": true (vLLM/specd)\n"
+          "  --dataset FILE        JSONL with \"prompt\" or \"messages\" per line\n"
+          "  --strict-dataset      fail on the first bad dataset line (default: skip)\n"
+          "  --extra-body JSON     object merged into every request body\n"
+          "  --timeout S           per-request timeout (default 300)\n"
+          "  --json FILE           write config, per-request records and summary\n"
+          "  --plot FILE.png       latency CDFs and tokens/s over time (gnuplot)\n"
+          "  --quiet               no progress output\n",
+          f);
+}
+
+static int parse_num(const char *opt, const char *s, double lo, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v) || v < lo) {
+        fprintf(stderr, "specd-bench: %s: bad value '%s' (need a number >= %g)\n", opt, s, lo);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo) {
+        fprintf(stderr, "specd-bench: %s: bad value '%s' (need an integer >= %ld)\n", opt, s, lo);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static const struct option long_opts[] = {
+    {"url", 1, 0, 'u'},          {"api-key", 1, 0, 'k'},     {"model", 1, 0, 'm'},
+    {"endpoint", 1, 0, 'e'},     {"concurrency", 1, 0, 'c'}, {"request-rate", 1, 0, 'r'},
+    {"num-prompts", 1, 0, 'n'},  {"max-tokens", 1, 0, 't'},  {"temperature", 1, 0, 'T'},
+    {"seed", 1, 0, 's'},         {"stream", 0, 0, 'S'},      {"no-stream", 0, 0, 'N'},
+    {"ignore-eos", 0, 0, 'i'},   {"dataset", 1, 0, 'd'},     {"strict-dataset", 0, 0, 'X'},
+    {"warmup", 1, 0, 'w'},       {"duration", 1, 0, 'D'},    {"grace", 1, 0, 'g'},
+    {"timeout", 1, 0, 'o'},      {"json", 1, 0, 'j'},        {"plot", 1, 0, 'p'},
+    {"extra-body", 1, 0, 'x'},   {"quiet", 0, 0, 'q'},       {"help", 0, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+static int parse_extra_body(options *o, const char *s)
+{
+    json_error_t je;
+    json_t *v = json_loads(s, 0, &je);
+    if (!json_is_object(v)) {
+        fprintf(stderr, "specd-bench: --extra-body: need a JSON object (%s)\n",
+                v ? "got another JSON type" : je.text);
+        json_decref(v);
+        return -1;
+    }
+    json_decref(o->cfg.extra_body);
+    o->cfg.extra_body = v;
+    return 0;
+}
+
+/* Applies one option; returns 0, -1 on a bad value, 1 for --help. */
+static int apply_opt(options *o, int c, const char *a)
+{
+    sd_bench_config *cfg = &o->cfg;
+    long l;
+    double d;
+    switch (c) {
+    case 'u': cfg->url = a; return 0;
+    case 'k': cfg->api_key = a; return 0;
+    case 'm': cfg->model = a; return 0;
+    case 'e':
+        if (strcmp(a, "completions") && strcmp(a, "chat")) {
+            fprintf(stderr, "specd-bench: --endpoint: 'completions' or 'chat', not '%s'\n", a);
+            return -1;
+        }
+        cfg->endpoint = strcmp(a, "chat") == 0 ? SD_EP_CHAT : SD_EP_COMPLETIONS;
+        return 0;
+    case 'c': if (parse_int("--concurrency", a, 1, &l)) return -1; cfg->concurrency = (int)(l > 4096 ? 4096 : l); return 0;
+    case 'r': if (parse_num("--request-rate", a, 0, &d)) return -1; cfg->request_rate = d; return 0;
+    case 'n': if (parse_int("--num-prompts", a, 1, &l)) return -1; cfg->num_prompts = l; return 0;
+    case 't': return parse_int("--max-tokens", a, 0, &cfg->max_tokens);
+    case 'T': cfg->has_temperature = true; return parse_num("--temperature", a, 0, &cfg->temperature);
+    case 's': if (parse_int("--seed", a, 0, &l)) return -1; cfg->has_seed = true; cfg->seed = (uint64_t)l; return 0;
+    case 'S': cfg->stream = true; return 0;
+    case 'N': cfg->stream = false; return 0;
+    case 'i': cfg->ignore_eos = true; return 0;
+    case 'd': o->dataset = a; return 0;
+    case 'X': o->strict_dataset = true; return 0;
+    case 'w': return parse_int("--warmup", a, 0, &cfg->warmup);
+    case 'D': return parse_num("--duration", a, 0, &cfg->duration);
+    case 'g': return parse_num("--grace", a, 0, &cfg->grace);
+    case 'o': if (parse_num("--timeout", a, 0.001, &d)) return -1; cfg->timeout = d; return 0;
+    case 'j': o->json_path = a; return 0;
+    case 'p': o->plot_path = a; return 0;
+    case 'x': return parse_extra_body(o, a);
+    case 'q': cfg->quiet = true; return 0;
+    case 'h': return 1;
+    default: return -1;
+    }
+}
+
+/* Returns 0 to run, 1 for --help, -1 on a usage error (message printed). */
+static int parse_args(options *o, int argc, char **argv)
+{
+    sd_bench_config *cfg = &o->cfg;
+    cfg->url = "http://127.0.0.1:8000";
+    cfg->max_tokens = 128;
+    cfg->stream = true;
+    cfg->grace = 5.0;
+    cfg->timeout = 300.0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        int rc = apply_opt(o, c, optarg);
+        if (rc != 0)
+            return rc;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "specd-bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (cfg->num_prompts <= 0 && cfg->duration <= 0) {
+        fprintf(stderr, "specd-bench: refusing to run without a bound: give --num-prompts N "
+                        "and/or --duration SECONDS\n");
+        return -1;
+    }
+    if (strncmp(cfg->url, "http://", 7) && strncmp(cfg->url, "https://", 8)) {
+        fprintf(stderr, "specd-bench: --url must start with http:// or https://\n");
+        return -1;
+    }
+    if (cfg->concurrency == 0 && cfg->request_rate <= 0)
+        cfg->concurrency = 1;
+    cfg->progress_tty = isatty(STDERR_FILENO);
+    return 0;
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    sd_runner_interrupt();
+}
+
+static void resolve_model(options *o)
+{
+    sd_bench_config *cfg = &o->cfg;
+    if (cfg->model)
+        return;
+    char err[512] = "";
+    double tmo = cfg->timeout < 10.0 ? cfg->timeout : 10.0;
+    o->model_owned = sd_http_first_model(cfg->url, cfg->api_key, tmo, err, sizeof err);
+    cfg->model = o->model_owned;
+    if (!cfg->model)
+        fprintf(stderr, "specd-bench: warning: could not list models (%s); requests are sent "
+                        "without \"model\"\n", err);
+    else if (!cfg->quiet)
+        fprintf(stderr, "specd-bench: model %s (from /v1/models)\n", cfg->model);
+}
+
+/* Returns the specd_spec_* lines of GET /metrics (malloc'd) or NULL. */
+static char *fetch_spec_metrics(const sd_bench_config *cfg)
+{
+    char url[2048], err[256], *body = NULL;
+    long status = 0;
+    if (sd_http_url(url, sizeof url, cfg->url, "/metrics") != SD_OK)
+        return NULL;
+    if (sd_http_get(url, cfg->api_key, 5.0, &body, &status, err, sizeof err) != SD_OK)
+        return NULL;
+    char *lines = status == 200 ? sd_report_spec_metrics(body) : NULL;
+    free(body);
+    return lines;
+}
+
+/* Reports a finished run; returns the exit status. */
+static int report(const options *o, const sd_bench_result *res)
+{
+    const sd_bench_config *cfg = &o->cfg;
+    sd_report_summary s;
+    char err[512] = "";
+    if (sd_report_summarize(res, &s) != SD_OK) {
+        fprintf(stderr, "specd-bench: out of memory summarizing\n");
+        return EXIT_NONE_OK;
+    }
+    char *spec = fetch_spec_metrics(cfg);
+    sd_report_print(stdout, cfg, res, &s, spec);
+    fflush(stdout);
+    int rc = s.completed > 0 ? 0 : EXIT_NONE_OK;
+    if (o->json_path && sd_report_write_json(o->json_path, cfg, res, &s, spec, err, sizeof err)) {
+        fprintf(stderr, "specd-bench: --json: %s\n", err);
+        rc = EXIT_JSON;
+    }
+    if (o->plot_path) {
+        if (sd_plot_write(o->plot_path, res, err, sizeof err) != SD_OK)
+            fprintf(stderr, "specd-bench: warning: --plot: %s\n", err);
+        else if (!cfg->quiet)
+            fprintf(stderr, "specd-bench: plot written to %s\n", o->plot_path);
+    }
+    free(spec);
+    return rc;
+}
+
+static sd_dataset *load_dataset(const options *o)
+{
+    sd_dataset *ds = NULL;
+    char err[512] = "";
+    if (!o->dataset) {
+        if (sd_dataset_builtin(&ds) != SD_OK)
+            fprintf(stderr, "specd-bench: out of memory\n");
+        return ds;
+    }
+    if (sd_dataset_load(o->dataset, o->strict_dataset, stderr, &ds, err, sizeof err) != SD_OK)
+        fprintf(stderr, "specd-bench: --dataset: %s\n", err);
+    return ds;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {0};
+    int prc = parse_args(&o, argc, argv);
+    if (prc != 0) {
+        if (prc > 0)
+            usage(stdout);
+        else
+            fprintf(stderr, "specd-bench: see --help for the options\n");
+        json_decref(o.cfg.extra_body);
+        return prc > 0 ? 0 : EXIT_USAGE;
+    }
+    sd_dataset *ds = load_dataset(&o);
+    if (!ds) {
+        json_decref(o.cfg.extra_body);
+        return EXIT_USAGE;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "specd-bench: curl_global_init failed\n");
+        sd_dataset_free(ds);
+        return EXIT_NONE_OK;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_sigint);
+    resolve_model(&o);
+    sd_bench_result res = {0};
+    char err[512] = "";
+    int rc;
+    if (sd_runner_run(&o.cfg, ds, &res, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench: %s\n", err);
+        rc = EXIT_NONE_OK;
+    } else {
+        rc = report(&o, &res);
+    }
+    sd_bench_result_clear(&res);
+    sd_dataset_free(ds);
+    free(o.model_owned);
+    json_decref(o.cfg.extra_body);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,423 @@
+/* model.c — Llama / Qwen2 / Qwen3 forward pass over a backend (see model.h).
+ *
+ * Numerics follow Hugging Face transformers: RMSNorm in f32
+ * (x * rsqrt(mean(x²) + eps) * w), rotate-half RoPE with inv_freq computed in
+ * f32 (llama3 scaling applied to inv_freq), Qwen3 q/k RMSNorm per head before
+ * RoPE, Qwen2 q/k/v biases, SwiGLU MLP, tied or separate LM head.
+ *
+ * Ownership: the model owns its weights' backend copies, the mapped
+ * checkpoint, the KV storage + pool and all scratch buffers. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+typedef struct layer_w {
+    sd_weight in_norm, post_norm;
+    sd_weight wq, wk, wv, wo;
+    sd_weight bq, bk, bv, bo;   /* rows == 0 when absent */
+    sd_weight q_norm, k_norm;   /* qwen3 */
+    sd_weight gate, up, down;
+} layer_w;
+
+/* Activation scratch in backend memory, sized for cap rows. */
+typedef struct scratch {
+    int cap;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *head_in, *logits;
+    float *cos, *sin;
+    int32_t *ids, *slots;
+} scratch;
+
+struct sd_model {
+    sd_model_config cfg;
+    sd_backend *be;
+    sd_st *st;
+    sd_weight embed, final_norm, lm_head;
+    const sd_weight *head; /* &lm_head or &embed when tied */
+    layer_w *layers;
+    float *inv_freq;       /* [head_dim/2], host */
+    int act_bf16;          /* bf16 activation emulation (see backend.h) */
+    size_t weight_bytes;
+    /* KV */
+    sd_kv_layer *kv;
+    sd_kv_pool *pool;
+    int block_size;
+    /* scratch */
+    scratch s;
+    int32_t *h_ids, *h_slots, *h_rows;
+    float *h_cos, *h_sin;
+    sd_attn_seq *aseqs;
+    int cap_seqs;
+};
+
+/* ------------------------------------------------------------ loading */
+
+static sd_status load_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w,
+                        char *err, size_t errlen)
+{
+    const sd_st_tensor *t;
+    int64_t shape[2] = {d0, d1};
+    sd_status st = sd_st_get(m->st, name, ndim, shape, &t, err, errlen);
+    if (st != SD_OK) return st;
+    st = m->be->ops->upload(m->be, t, w, err, errlen);
+    if (st == SD_OK) m->weight_bytes += t->nbytes;
+    return st;
+}
+
+static sd_status load_layer(sd_model *m, int i, char *err, size_t errlen)
+{
+    const sd_model_config *c = &m->cfg;
+    layer_w *L = &m->layers[i];
+    int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    char n[160];
+    sd_status st = SD_OK;
+#define LW(field, suffix, nd, a, b)                                                    \
+    do {                                                                               \
+        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                        \
+        if ((st = load_w(m, n, nd, a, b, &L->field, err, errlen)) != SD_OK) return st; \
+    } while (0)
+    LW(in_norm, "input_layernorm.weight", 1, C, 0);
+    LW(post_norm, "post_attention_layernorm.weight", 1, C, 0);
+    LW(wq, "self_attn.q_proj.weight", 2, qd, C);
+    LW(wk, "self_attn.k_proj.weight", 2, kvd, C);
+    LW(wv, "self_attn.v_proj.weight", 2, kvd, C);
+    LW(wo, "self_attn.o_proj.weight", 2, C, qd);
+    if (c->qkv_bias) {
+        LW(bq, "self_attn.q_proj.bias", 1, qd, 0);
+        LW(bk, "self_attn.k_proj.bias", 1, kvd, 0);
+        LW(bv, "self_attn.v_proj.bias", 1, kvd, 0);
+    }
+    if (c->o_bias) LW(bo, "self_attn.o_proj.bias", 1, C, 0);
+    if (c->qk_norm) {
+        LW(q_norm, "self_attn.q_norm.weight", 1, hd, 0);
+        LW(k_norm, "self_attn.k_norm.weight", 1, hd, 0);
+    }
+    LW(gate, "mlp.gate_proj.weight", 2, F, C);
+    LW(up, "mlp.up_proj.weight", 2, F, C);
+    LW(down, "mlp.down_proj.weight", 2, C, F);
+#undef LW
+    if (c->mlp_bias)
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", c->model_type);
+    return SD_OK;
+}
+
+/* inv_freq exactly as transformers computes it in float32. */
+static void compute_inv_freq(const sd_model_config *c, float *inv)
+{
+    int hd = c->head_dim, half = hd / 2;
+    float base = (float)c->rope_theta;
+    for (int i = 0; i < half; i++) {
+        float e = (float)(2 * i) / (float)hd;
+        inv[i] = 1.0f / powf(base, e);
+    }
+    if (c->rope_type != SD_ROPE_LLAMA3) return;
+    float factor = (float)c->rope_factor, lo = (float)c->rope_low_freq_factor;
+    float hi = (float)c->rope_high_freq_factor, old = (float)c->rope_orig_max_position;
+    float lo_wl = old / lo, hi_wl = old / hi;
+    for (int i = 0; i < half; i++) {
+        float f = inv[i];
+        float wl = (float)(2.0 * M_PI) / f;
+        float scaled = wl > lo_wl ? f / factor : f;
+        if (!(wl < hi_wl) && !(wl > lo_wl)) {
+            float smooth = (old / wl - lo) / (hi - lo);
+            scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+        }
+        inv[i] = scaled;
+    }
+}
+
+static sd_status load_weights(sd_model *m, char *err, size_t errlen)
+{
+    const sd_model_config *c = &m->cfg;
+    sd_status st = load_w(m, "model.embed_tokens.weight", 2, c->vocab_size, c->hidden_size, &m->embed, err, errlen);
+    if (st != SD_OK) return st;
+    /* only one embedding row is read per token */
+    m->weight_bytes -= (size_t)c->vocab_size * c->hidden_size * (m->embed.dtype == SD_DTYPE_BF16 ? 2 : 4);
+    for (int i = 0; i < c->n_layers && st == SD_OK; i++) st = load_layer(m, i, err, errlen);
+    if (st == SD_OK) st = load_w(m, "model.norm.weight", 1, c->hidden_size, 0, &m->final_norm, err, errlen);
+    if (st != SD_OK) return st;
+    if (c->tie_embeddings && !sd_st_find(m->st, "lm_head.weight")) {
+        m->head = &m->embed;
+        m->weight_bytes += (size_t)c->vocab_size * c->hidden_size * (m->embed.dtype == SD_DTYPE_BF16 ? 2 : 4);
+        return SD_OK;
+    }
+    st = load_w(m, "lm_head.weight", 2, c->vocab_size, c->hidden_size, &m->lm_head, err, errlen);
+    m->head = &m->lm_head;
+    return st;
+}
+
+sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sd_model *m = calloc(1, sizeof *m);
+    if (!m) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    m->be = be;
+    sd_status st = sd_config_load_dir(dir, &m->cfg, err, errlen);
+    if (st == SD_OK && (m->cfg.head_dim % 2 != 0 || m->cfg.head_dim > 512))
+        st = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "head_dim %d is not supported", m->cfg.head_dim);
+    if (st == SD_OK) st = sd_st_open_dir(dir, &m->st, err, errlen);
+    if (st == SD_OK) {
+        m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+        m->inv_freq = calloc((size_t)m->cfg.head_dim / 2, sizeof(float));
+        if (!m->layers || !m->inv_freq) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    }
+    if (st == SD_OK) st = load_weights(m, err, errlen);
+    if (st != SD_OK) {
+        sd_model_free(m);
+        return st;
+    }
+    compute_inv_freq(&m->cfg, m->inv_freq);
+    m->act_bf16 = strcmp(m->cfg.torch_dtype, "bfloat16") == 0;
+    *out = m;
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------ teardown */
+
+static void release_w(sd_model *m, sd_weight *w)
+{
+    if (w->data) m->be->ops->release(m->be, w);
+}
+
+static void free_scratch(sd_model *m)
+{
+    scratch *s = &m->s;
+    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->head_in, s->logits,
+                     s->cos, s->sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
+    m->be->ops->free(m->be, s->ids);
+    m->be->ops->free(m->be, s->slots);
+    memset(s, 0, sizeof *s);
+    free(m->h_ids);
+    free(m->h_slots);
+    free(m->h_rows);
+    free(m->h_cos);
+    free(m->h_sin);
+    m->h_ids = m->h_slots = m->h_rows = NULL;
+    m->h_cos = m->h_sin = NULL;
+}
+
+static void free_kv(sd_model *m)
+{
+    if (m->kv) {
+        for (int i = 0; i < m->cfg.n_layers; i++) {
+            m->be->ops->free(m->be, m->kv[i].k);
+            m->be->ops->free(m->be, m->kv[i].v);
+        }
+    }
+    free(m->kv);
+    m->kv = NULL;
+    sd_kv_pool_free(m->pool);
+    m->pool = NULL;
+}
+
+void sd_model_free(sd_model *m)
+{
+    if (!m) return;
+    if (m->layers) {
+        for (int i = 0; i < m->cfg.n_layers; i++) {
+            layer_w *L = &m->layers[i];
+            sd_weight *ws[] = {&L->in_norm, &L->post_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
+                               &L->bv, &L->bo, &L->q_norm, &L->k_norm, &L->gate, &L->up, &L->down};
+            for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) release_w(m, ws[j]);
+        }
+    }
+    release_w(m, &m->embed);
+    release_w(m, &m->final_norm);
+    release_w(m, &m->lm_head);
+    free_kv(m);
+    free_scratch(m);
+    free(m->aseqs);
+    free(m->layers);
+    free(m->inv_freq);
+    sd_st_free(m->st);
+    free(m);
+}
+
+/* ------------------------------------------------------------ accessors */
+
+const sd_model_config *sd_model_cfg(const sd_model *m) { return &m->cfg; }
+sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
+size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
+int sd_model_act_bf16(const sd_model *m) { return m->act_bf16; }
+void sd_model_set_act_bf16(sd_model *m, int on) { m->act_bf16 = on != 0; }
+sd_kv_pool *sd_model_kv_pool(const sd_model *m) { return m->pool; }
+
+size_t sd_model_kv_bytes_per_position(const sd_model *m)
+{
+    return (size_t)m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim * sizeof(float);
+}
+
+sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err, size_t errlen)
+{
+    free_kv(m);
+    if (n_blocks <= 0 || block_size <= 0)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "KV pool needs a positive block count and size");
+    size_t per_layer = (size_t)n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim * sizeof(float);
+    m->kv = calloc((size_t)m->cfg.n_layers, sizeof *m->kv);
+    m->pool = sd_kv_pool_new(n_blocks, block_size);
+    if (!m->kv || !m->pool) goto nomem;
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        m->kv[i].k = m->be->ops->alloc(m->be, per_layer);
+        m->kv[i].v = m->be->ops->alloc(m->be, per_layer);
+        if (!m->kv[i].k || !m->kv[i].v) goto nomem;
+    }
+    m->block_size = block_size;
+    return SD_OK;
+nomem:
+    free_kv(m);
+    return sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot allocate a KV pool of %d blocks x %d positions (%.1f MiB)",
+                     n_blocks, block_size, (double)per_layer * 2 * m->cfg.n_layers / (1 << 20));
+}
+
+/* ------------------------------------------------------------ scratch */
+
+static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs)
+{
+    if (n_seqs > m->cap_seqs) {
+        sd_attn_seq *a = realloc(m->aseqs, (size_t)n_seqs * sizeof *a);
+        if (!a) return SD_ERR_NOMEM;
+        m->aseqs = a;
+        m->cap_seqs = n_seqs;
+    }
+    if (rows <= m->s.cap) return SD_OK;
+    free_scratch(m);
+    const sd_model_config *c = &m->cfg;
+    size_t R = (size_t)rows, C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+    size_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, big = qd > C ? qd : C;
+    sd_backend *be = m->be;
+    scratch *s = &m->s;
+#define A(p, n) ((p) = be->ops->alloc(be, (n) * sizeof *(p)))
+    int ok = A(s->x, R * C) && A(s->xn, R * C) && A(s->q, R * qd) && A(s->k, R * kvd) && A(s->v, R * kvd) &&
+             A(s->att, R * big) && A(s->o, R * C) && A(s->gate, R * F) && A(s->up, R * F) &&
+             A(s->head_in, R * C) && A(s->logits, R * (size_t)c->vocab_size) && A(s->cos, R * hd / 2) &&
+             A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R);
+#undef A
+    m->h_ids = malloc(R * sizeof(int32_t));
+    m->h_slots = malloc(R * sizeof(int32_t));
+    m->h_rows = malloc(R * sizeof(int32_t));
+    m->h_cos = malloc(R * hd / 2 * sizeof(float));
+    m->h_sin = malloc(R * hd / 2 * sizeof(float));
+    if (!ok || !m->h_ids || !m->h_slots || !m->h_rows || !m->h_cos || !m->h_sin) {
+        free_scratch(m);
+        return SD_ERR_NOMEM;
+    }
+    s->cap = rows;
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------ forward */
+
+/* Checks the batch and fills host-side ids, slots, RoPE tables and the
+ * attention descriptors. Returns the number of logits rows via *n_out. */
+static sd_status prepare_batch(sd_model *m, const sd_batch_seq *seqs, int n_seqs, int *n_out, char *err,
+                               size_t errlen)
+{
+    const sd_model_config *c = &m->cfg;
+    int half = c->head_dim / 2, row = 0, nl = 0;
+    for (int si = 0; si < n_seqs; si++) {
+        const sd_batch_seq *b = &seqs[si];
+        if (b->n < 1 || b->pos0 < 0 || b->n_logits < 0 || b->n_logits > b->n || !b->kv)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: bad span (n=%d, pos0=%d, n_logits=%d)", si,
+                             b->n, b->pos0, b->n_logits);
+        if (b->pos0 + b->n > c->max_position)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: position %d beyond the context of %d", si,
+                             b->pos0 + b->n - 1, c->max_position);
+        if (b->pos0 + b->n > b->kv->n_blocks * m->block_size)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: KV blocks cover %d positions, span needs %d",
+                             si, b->kv->n_blocks * m->block_size, b->pos0 + b->n);
+        m->aseqs[si] = (sd_attn_seq){row, b->n, b->pos0, b->kv->blocks};
+        for (int t = 0; t < b->n; t++, row++) {
+            int32_t id = b->tokens[t];
+            if (id < 0 || id >= c->vocab_size)
+                return sd_seterr(err, errlen, SD_ERR_ARG, "token id %d out of range [0, %d)", id, c->vocab_size);
+            int pos = b->pos0 + t;
+            m->h_ids[row] = id;
+            m->h_slots[row] = sd_kv_slot(b->kv, m->block_size, pos);
+            for (int i = 0; i < half; i++) {
+                float f = (float)pos * m->inv_freq[i];
+                float cs = cosf(f), sn = sinf(f);
+                m->h_cos[(size_t)row * half + i] = m->act_bf16 ? sd_round_bf16(cs) : cs;
+                m->h_sin[(size_t)row * half + i] = m->act_bf16 ? sd_round_bf16(sn) : sn;
+            }
+            if (t >= b->n - b->n_logits) m->h_rows[nl++] = row;
+        }
+    }
+    *n_out = nl;
+    return SD_OK;
+}
+
+static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
+{
+    const sd_model_config *c = &m->cfg;
+    const sd_backend_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    const layer_w *L = &m->layers[li];
+    scratch *s = &m->s;
+    int hd = c->head_dim, C = c->hidden_size, kvd = c->n_kv_heads * hd;
+    int b16 = m->act_bf16;
+    op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16);
+    op->matmul(be, s->q, s->xn, &L->wq, L->bq.data ? &L->bq : NULL, T, b16);
+    op->matmul(be, s->k, s->xn, &L->wk, L->bk.data ? &L->bk : NULL, T, b16);
+    op->matmul(be, s->v, s->xn, &L->wv, L->bv.data ? &L->bv : NULL, T, b16);
+    if (c->qk_norm) {
+        op->rmsnorm(be, s->q, s->q, &L->q_norm, T * c->n_heads, hd, c->rms_eps, b16);
+        op->rmsnorm(be, s->k, s->k, &L->k_norm, T * c->n_kv_heads, hd, c->rms_eps, b16);
+    }
+    op->rope(be, s->q, s->cos, s->sin, T, c->n_heads, hd, b16);
+    op->rope(be, s->k, s->cos, s->sin, T, c->n_kv_heads, hd, b16);
+    op->kv_write(be, &m->kv[li], s->k, s->v, s->slots, T, kvd);
+    sd_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
+    sd_status st = op->attention(be, s->att, s->q, &m->kv[li], m->aseqs, n_seqs, &shape);
+    if (st != SD_OK) return st;
+    op->matmul(be, s->o, s->att, &L->wo, L->bo.data ? &L->bo : NULL, T, b16);
+    op->add(be, s->x, s->o, (size_t)T * C, b16);
+    op->rmsnorm(be, s->xn, s->x, &L->post_norm, T, C, c->rms_eps, b16);
+    op->matmul(be, s->gate, s->xn, &L->gate, NULL, T, b16);
+    op->matmul(be, s->up, s->xn, &L->up, NULL, T, b16);
+    op->silu_mul(be, s->gate, s->gate, s->up, (size_t)T * c->intermediate_size, b16);
+    op->matmul(be, s->o, s->gate, &L->down, NULL, T, b16);
+    op->add(be, s->x, s->o, (size_t)T * C, b16);
+    return SD_OK;
+}
+
+sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
+                           size_t errlen)
+{
+    const sd_model_config *c = &m->cfg;
+    const sd_backend_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    if (!m->pool) return sd_seterr(err, errlen, SD_ERR_STATE, "forward before sd_model_kv_init");
+    if (n_seqs <= 0) return sd_seterr(err, errlen, SD_ERR_ARG, "empty batch");
+    long rows = 0;
+    for (int i = 0; i < n_seqs; i++) rows += seqs[i].n > 0 ? seqs[i].n : 0;
+    if (rows <= 0 || rows > (1 << 20)) return sd_seterr(err, errlen, SD_ERR_ARG, "bad batch size %ld", rows);
+    if (ensure_scratch(m, (int)rows, n_seqs) != SD_OK)
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory for a batch of %ld rows", rows);
+    int T = (int)rows, n_out = 0, half = c->head_dim / 2, C = c->hidden_size;
+    sd_status st = prepare_batch(m, seqs, n_seqs, &n_out, err, errlen);
+    if (st != SD_OK) return st;
+    scratch *s = &m->s;
+    op->to_backend(be, s->ids, m->h_ids, (size_t)T * sizeof(int32_t));
+    op->to_backend(be, s->slots, m->h_slots, (size_t)T * sizeof(int32_t));
+    op->to_backend(be, s->cos, m->h_cos, (size_t)T * half * sizeof(float));
+    op->to_backend(be, s->sin, m->h_sin, (size_t)T * half * sizeof(float));
+    op->embed(be, s->x, &m->embed, s->ids, T);
+    for (int li = 0; li < c->n_layers; li++) {
+        st = layer_forward(m, li, T, n_seqs);
+        if (st != SD_OK) return sd_seterr(err, errlen, st, "layer %d: %s", li, sd_status_str(st));
+    }
+    if (n_out == 0) return SD_OK;
+    for (int r = 0; r < n_out; r++)
+        op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, 1, C,
+                    c->rms_eps, m->act_bf16);
+    op->matmul(be, s->logits, s->head_in, m->head, NULL, n_out, m->act_bf16);
+    op->to_host(be, logits, s->logits, (size_t)n_out * c->vocab_size * sizeof(float));
+    op->sync(be);
+    return SD_OK;
+}

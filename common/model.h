@@ -1,0 +1,71 @@
+/* model.h — a Llama / Qwen2 / Qwen3 causal LM over a compute backend.
+ *
+ * sd_model_load reads DIR/config.json and the safetensors weights, uploads
+ * them to the backend and keeps the checkpoint mapped. sd_model_kv_init
+ * allocates the paged KV storage and its block pool. sd_model_forward runs
+ * ONE pass over a batch of sequences, each contributing a span of tokens
+ * (a prompt chunk, a single decode token, or a K+1 verify span) at its own
+ * positions, reading and writing K/V through each sequence's block table.
+ *
+ * Threading: one thread owns a model (the backend may use more inside). */
+#ifndef SD_MODEL_H
+#define SD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "kv_pool.h"
+#include "model_config.h"
+#include "status.h"
+
+typedef struct sd_model sd_model;
+
+/* One sequence's part of a forward batch. */
+typedef struct sd_batch_seq {
+    const int32_t *tokens;  /* [n] token ids of the span */
+    int n;                  /* span length, >= 1 */
+    int pos0;               /* position of tokens[0]; positions pos0..pos0+n-1 */
+    const sd_kv_seq *kv;    /* blocks covering at least pos0 + n positions */
+    int n_logits;           /* logits wanted for the last n_logits rows (0..n) */
+} sd_batch_seq;
+
+/* Loads the model in dir onto be (which the model borrows; it must outlive
+ * the model). Errors (unreadable / unsupported config, missing or mis-shaped
+ * tensor, bad file) come back as a status and a message. */
+sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *err, size_t errlen);
+
+/* Frees the model, its KV storage and pool; NULL is a no-op. */
+void sd_model_free(sd_model *m);
+
+const sd_model_config *sd_model_cfg(const sd_model *m);
+sd_backend *sd_model_backend(const sd_model *m);
+
+/* bf16 activation emulation (backend.h): on by default when config.json's
+ * dtype is bfloat16, as transformers runs such a checkpoint. */
+int sd_model_act_bf16(const sd_model *m);
+void sd_model_set_act_bf16(sd_model *m, int on);
+
+/* Bytes of weights one decode step reads (every matrix once; the LM head;
+ * norms), for roofline reports. */
+size_t sd_model_weight_bytes(const sd_model *m);
+
+/* Allocates KV storage for n_blocks blocks of block_size positions (all
+ * layers) and the matching pool. Replaces earlier storage (no sequence may
+ * be live). SD_ERR_NOMEM on failure. */
+sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err, size_t errlen);
+
+/* The pool created by sd_model_kv_init (NULL before). */
+sd_kv_pool *sd_model_kv_pool(const sd_model *m);
+
+/* Bytes of KV storage one position takes (all layers, K and V). */
+size_t sd_model_kv_bytes_per_position(const sd_model *m);
+
+/* Runs one forward pass over seqs[0..n_seqs). Writes the wanted logits as
+ * float32 rows [sum of n_logits, vocab] into logits (host memory), sequences
+ * in order. Token ids out of range, positions beyond max_position or the
+ * block table, are SD_ERR_ARG with a message; nothing is written then. */
+sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
+                           size_t errlen);
+
+#endif

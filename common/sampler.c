@@ -1,0 +1,590 @@
+/* sampler.c — logits → next token (see sampler.h).
+ *
+ * Role: the one sampler chain of specd, shared by plain decoding, by the
+ * drafter (which reports its filtered distribution as a sparse list) and by
+ * the verifier's match / rejection rules. Everything here is deterministic:
+ * the softmax is summed in index order in double, every sort uses the total
+ * order (probability descending, id ascending), and the random number of an
+ * output position is a pure function of (seed, position, stream).
+ *
+ * Ownership: an sd_sampler owns its scratch buffers (sized for its vocab at
+ * creation, so no call below allocates). Callers own logits and outputs.
+ * Threading: an sd_sampler is not thread-safe; the free functions are. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A candidate token during filtering: unnormalised weight exp((l-max)/T). */
+typedef struct cand {
+    double w;
+    int32_t id;
+} cand;
+
+struct sd_sampler {
+    int vocab;
+    int *counts;      /* (vocab) zero between calls; only touched entries reset */
+    cand *cands;      /* (vocab) candidates of the current distribution */
+    cand *tmp;        /* (vocab) radix-sort buffer */
+    sd_tokprob *dist; /* (vocab) the filtered distribution sd_sampler_sample draws from */
+};
+
+/* ---- settings --------------------------------------------------------- */
+
+sd_sampling sd_sampling_default(void)
+{
+    sd_sampling s;
+    memset(&s, 0, sizeof s);
+    s.temperature = 0.0f;
+    s.top_k = 0;
+    s.top_p = 1.0f;
+    s.min_p = 0.0f;
+    s.repetition_penalty = 1.0f;
+    s.presence_penalty = 0.0f;
+    s.frequency_penalty = 0.0f;
+    s.seed = 0;
+    return s;
+}
+
+sd_status sd_sampling_validate(const sd_sampling *s, char *err, size_t errlen)
+{
+    if (!s)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "sampling settings missing");
+    /* Comparisons are written so that NaN fails every range check. */
+    if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "temperature must be finite and >= 0");
+    if (s->top_k < 0)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "top_k must be >= 0");
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "top_p must be in (0, 1]");
+    if (!(s->min_p >= 0.0f && s->min_p <= 1.0f))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "min_p must be in [0, 1]");
+    if (!(s->repetition_penalty > 0.0f) || !isfinite(s->repetition_penalty))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "repetition_penalty must be finite and > 0");
+    if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "presence_penalty must be in [-2, 2]");
+    if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "frequency_penalty must be in [-2, 2]");
+    return SD_OK;
+}
+
+/* ---- random stream ------------------------------------------------------ */
+
+/* The splitmix64 finaliser (Stafford's "Mix13" constants): a bijection on
+ * 64-bit words with full avalanche (every input bit flips each output bit
+ * with probability ~1/2). */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Construction: a counter-based generator. Each input word is first mixed on
+ * its own (offset by a distinct odd constant so that 0 is not a fixed point
+ * and the three words live in different "lanes"), then absorbed into the
+ * state with xor and mixed again:
+ *   h = mix64(seed + C0)
+ *   h = mix64(h ^ mix64(position + C1))
+ *   h = mix64(h ^ mix64(stream + C2))
+ * The top 53 bits of h scaled by 2^-53 give a double in [0, 1) with every
+ * value a multiple of 2^-53. No state is kept, so any position can be drawn
+ * in any order and a draw never depends on batching or speculation. */
+double sd_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream)
+{
+    uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ULL);
+    h = mix64(h ^ mix64(position + 0xD1B54A32D192ED03ULL));
+    h = mix64(h ^ mix64((uint64_t)stream + 0x8CB92BA72F3D8DD7ULL));
+    return (double)(h >> 11) * 0x1.0p-53;
+}
+
+/* ---- lifetime ----------------------------------------------------------- */
+
+sd_sampler *sd_sampler_new(int vocab)
+{
+    if (vocab <= 0)
+        return NULL;
+    sd_sampler *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return NULL;
+    sp->vocab = vocab;
+    sp->counts = calloc((size_t)vocab, sizeof *sp->counts);
+    sp->cands = malloc((size_t)vocab * sizeof *sp->cands);
+    sp->tmp = malloc((size_t)vocab * sizeof *sp->tmp);
+    sp->dist = malloc((size_t)vocab * sizeof *sp->dist);
+    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist) {
+        sd_sampler_free(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+void sd_sampler_free(sd_sampler *sp)
+{
+    if (!sp)
+        return;
+    free(sp->counts);
+    free(sp->cands);
+    free(sp->tmp);
+    free(sp->dist);
+    free(sp);
+}
+
+/* ---- penalties ---------------------------------------------------------- */
+
+/* HF RepetitionPenaltyLogitsProcessor over the distinct tokens of toks:
+ * counts[] marks tokens already penalised (set to 1), so each is hit once.
+ * The caller clears the marks. */
+static void repetition_mark(int *counts, float *logits, int nv, const int32_t *toks, size_t n,
+                            float r)
+{
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = toks[i];
+        if (t < 0 || t >= nv || counts[t])
+            continue;
+        counts[t] = 1;
+        logits[t] = logits[t] > 0.0f ? logits[t] / r : logits[t] * r;
+    }
+}
+
+static void clear_marks(int *counts, int nv, const int32_t *toks, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] >= 0 && toks[i] < nv)
+            counts[toks[i]] = 0;
+}
+
+/* Tokens outside [0, min(vocab, sampler vocab)) are ignored. The scratch
+ * count array is zero on entry and on exit; only touched entries are reset. */
+void sd_sampler_apply_penalties(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
+                                const int32_t *prompt, size_t n_prompt, const int32_t *output,
+                                size_t n_output)
+{
+    if (!sp || !s || !logits || vocab <= 0)
+        return;
+    int nv = vocab < sp->vocab ? vocab : sp->vocab;
+    int *counts = sp->counts;
+    if (!prompt)
+        n_prompt = 0;
+    if (!output)
+        n_output = 0;
+
+    float r = s->repetition_penalty;
+    if (r != 1.0f && r > 0.0f) {
+        repetition_mark(counts, logits, nv, prompt, n_prompt, r);
+        repetition_mark(counts, logits, nv, output, n_output, r);
+        clear_marks(counts, nv, prompt, n_prompt);
+        clear_marks(counts, nv, output, n_output);
+    }
+
+    float pres = s->presence_penalty, freq = s->frequency_penalty;
+    if (pres == 0.0f && freq == 0.0f)
+        return;
+    for (size_t i = 0; i < n_output; i++)
+        if (output[i] >= 0 && output[i] < nv)
+            counts[output[i]]++;
+    /* The first occurrence applies the whole penalty and resets the count,
+     * so each distinct token is penalised once and the scratch ends clean. */
+    for (size_t i = 0; i < n_output; i++) {
+        int32_t t = output[i];
+        if (t < 0 || t >= nv || counts[t] == 0)
+            continue;
+        logits[t] -= freq * (float)counts[t] + pres;
+        counts[t] = 0;
+    }
+}
+
+/* ---- ordering helpers ------------------------------------------------- */
+
+/* The total order of every list here: weight descending, then id ascending. */
+static int cand_before(const cand *a, const cand *b)
+{
+    return a->w > b->w || (a->w == b->w && a->id < b->id);
+}
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const cand *a = pa, *b = pb;
+    if (cand_before(a, b))
+        return -1;
+    if (cand_before(b, a))
+        return 1;
+    return 0;
+}
+
+static void cand_swap(cand *a, cand *b)
+{
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Rearranges c[0..n) so that c[0..k) holds the k first candidates of the
+ * total order (in no particular order). Quickselect with a median-of-three
+ * pivot; after a generous number of rounds it falls back to sorting the
+ * remaining range, so the worst case stays O(n log n). Deterministic. */
+static void cand_select(cand *c, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n; /* the k-th boundary lies in [lo, hi) */
+    int rounds = 0;
+    while (hi - lo > 16 && k > lo && k < hi) {
+        if (++rounds > 64)
+            break;
+        size_t mid = lo + (hi - lo) / 2;
+        if (cand_before(&c[mid], &c[lo]))
+            cand_swap(&c[mid], &c[lo]);
+        if (cand_before(&c[hi - 1], &c[lo]))
+            cand_swap(&c[hi - 1], &c[lo]);
+        if (cand_before(&c[hi - 1], &c[mid]))
+            cand_swap(&c[hi - 1], &c[mid]);
+        cand pivot = c[mid];
+        /* Lomuto-style: everything strictly before the pivot goes left. */
+        cand_swap(&c[mid], &c[hi - 1]);
+        size_t store = lo;
+        for (size_t i = lo; i < hi - 1; i++)
+            if (cand_before(&c[i], &pivot))
+                cand_swap(&c[i], &c[store++]);
+        cand_swap(&c[store], &c[hi - 1]); /* pivot at its final place */
+        if (store == k || store + 1 == k)
+            return;
+        if (k < store)
+            hi = store;
+        else
+            lo = store + 1;
+    }
+    if (k > lo && k < hi)
+        qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
+}
+
+/* Large lists are sorted with a stable LSD radix sort (11-bit digits): first
+ * by id (skipped when already in id order, as the softmax emits them), then
+ * by the bits of w, which for w > 0 order like the values; ~bits makes the
+ * order descending. A 150k-entry sort costs a few passes instead of the
+ * ~50 ms of qsort, which matters: top_p = 1 with no top_k is OpenAI's
+ * default and needs the whole vocabulary sorted every token. */
+enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, RADIX_MIN = 2048 };
+
+static uint64_t cand_key(const cand *c)
+{
+    uint64_t b;
+    memcpy(&b, &c->w, sizeof b);
+    return ~b;
+}
+
+/* One stable counting-sort pass on the digit at shift (of the id when
+ * by_id, else of the key) from src into dst. Returns 0, without moving
+ * anything, when every entry has the same digit. */
+static int radix_pass(const cand *src, cand *dst, size_t n, int shift, int by_id)
+{
+    size_t cnt[RADIX] = {0};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = by_id ? (uint64_t)(uint32_t)src[i].id : cand_key(&src[i]);
+        cnt[(k >> shift) & (RADIX - 1)]++;
+    }
+    size_t sum = 0;
+    for (int b = 0; b < RADIX; b++) {
+        if (cnt[b] == n)
+            return 0;
+        size_t c = cnt[b];
+        cnt[b] = sum;
+        sum += c;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = by_id ? (uint64_t)(uint32_t)src[i].id : cand_key(&src[i]);
+        dst[cnt[(k >> shift) & (RADIX - 1)]++] = src[i];
+    }
+    return 1;
+}
+
+/* Sorts c[0..n) in the total order; tmp has room for n entries. */
+static void cand_sort(cand *c, cand *tmp, size_t n)
+{
+    if (n < RADIX_MIN) {
+        qsort(c, n, sizeof *c, cand_cmp);
+        return;
+    }
+    cand *a = c, *b = tmp;
+    int32_t max_id = 0, in_order = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].id > max_id)
+            max_id = c[i].id;
+        if (i > 0 && c[i].id < c[i - 1].id)
+            in_order = 0;
+    }
+    for (int sh = 0; !in_order && sh < 32 && ((uint32_t)max_id >> sh) != 0; sh += RADIX_BITS) {
+        if (radix_pass(a, b, n, sh, 1)) {
+            cand *t = a;
+            a = b;
+            b = t;
+        }
+    }
+    for (int sh = 0; sh < 64; sh += RADIX_BITS) {
+        if (radix_pass(a, b, n, sh, 0)) {
+            cand *t = a;
+            a = b;
+            b = t;
+        }
+    }
+    if (a != c)
+        memcpy(c, a, n * sizeof *c);
+}
+
+/* Moves the candidates of c[lo..n) with w >= t to c[lo..ret); returns ret. */
+static size_t cand_partition_ge(cand *c, size_t lo, size_t n, double t)
+{
+    size_t store = lo;
+    for (size_t i = lo; i < n; i++)
+        if (c[i].w >= t)
+            cand_swap(&c[i], &c[store++]);
+    return store;
+}
+
+/* ---- distribution ------------------------------------------------------- */
+
+/* Writes every token with exp((l - max)/T) > 0 into c in id order; sets
+ * *wmax and *total (summed in id order). NaN logits are skipped; a +inf
+ * logit takes all the mass (shared with other +inf logits). */
+static size_t softmax_cands(cand *c, const float *logits, int vocab, double temp, double *wmax,
+                            double *total)
+{
+    double mx = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    *wmax = 0.0;
+    *total = 0.0;
+    if (mx == -INFINITY)
+        return 0;
+    size_t n = 0;
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) {
+        double l = logits[i];
+        if (isnan(l) || l == -INFINITY)
+            continue;
+        double w = l == mx ? 1.0 : exp((l - mx) / temp);
+        if (w > 0.0) {
+            c[n].w = w;
+            c[n].id = i;
+            n++;
+            sum += w;
+        }
+    }
+    *wmax = 1.0;
+    *total = sum;
+    return n;
+}
+
+/* Top-p without top-k: the smallest prefix of the sorted list whose
+ * cumulative weight reaches target (at least 1 entry), capped at the
+ * candidates with w >= floor_w (min-p removes the rest anyway). To avoid a
+ * full sort it sorts in bands: candidates with w >= wmax*2^-10 first, then
+ * the next band, and so on; each band lies wholly below the previous one,
+ * so the concatenation is the sorted order and the cumulative sum is the
+ * same as over a full sort. Returns the prefix length; c[0..ret) sorted. */
+static size_t topp_banded(cand *c, cand *tmp, size_t n, double target, double wmax,
+                          double floor_w)
+{
+    size_t done = 0;
+    double cum = 0.0;
+    double t = wmax;
+    for (int round = 0; done < n; round++) {
+        t = round < 8 ? t * 0x1.0p-10 : 0.0;
+        if (t < floor_w)
+            t = floor_w;
+        size_t m = t > 0.0 ? cand_partition_ge(c, done, n, t) : n;
+        cand_sort(c + done, tmp, m - done);
+        for (size_t i = done; i < m; i++) {
+            if (i > 0 && cum >= target)
+                return i;
+            cum += c[i].w;
+        }
+        done = m;
+        if (t == floor_w)
+            break; /* everything left is below the min-p floor */
+    }
+    return done;
+}
+
+/* Rounding to float can make neighbours with different double weights
+ * equal; restore "ties: lower id first" within each run of equal probs
+ * (runs are short, so insertion sort). */
+static void order_float_ties(sd_tokprob *d, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i + 1;
+        while (j < n && d[j].prob == d[i].prob)
+            j++;
+        for (size_t a = i + 1; a < j; a++) {
+            sd_tokprob x = d[a];
+            size_t b = a;
+            for (; b > i && d[b - 1].token > x.token; b--)
+                d[b] = d[b - 1];
+            d[b] = x;
+        }
+        i = j;
+    }
+}
+
+/* Writes c[0..n) (sorted) as probabilities renormalised over the entries
+ * written (at most cap); stops at the first entry whose float prob is 0. */
+static size_t write_dist(const cand *c, size_t n, sd_tokprob *out, size_t cap)
+{
+    size_t m = n < cap ? n : cap;
+    double sum = 0.0;
+    for (size_t i = 0; i < m; i++)
+        sum += c[i].w;
+    size_t k = 0;
+    for (size_t i = 0; i < m; i++) {
+        float p = (float)(c[i].w / sum);
+        if (!(p > 0.0f))
+            break;
+        out[k].token = c[i].id;
+        out[k].prob = p;
+        k++;
+    }
+    order_float_ties(out, k);
+    return k;
+}
+
+/* Extensions beyond sampler.h's wording, relied on by callers:
+ * - returns the number of entries written. When the filtered distribution
+ *   has more than cap entries, the cap most probable are written and
+ *   renormalised among themselves, so out[0..ret) is always a proper
+ *   distribution (what the drafter samples from is what it reports).
+ *   Pass cap >= vocab for the exact filtered distribution.
+ * - temperature <= 0 (or NaN) gives the one-hot distribution of the argmax.
+ * - returns 0 when no token has positive probability (all logits -inf or
+ *   NaN), when vocab exceeds the sampler's vocab, or on NULL arguments. */
+size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits,
+                               int vocab, sd_tokprob *out, size_t cap)
+{
+    if (!sp || !s || !logits || !out || cap == 0 || vocab <= 0 || vocab > sp->vocab)
+        return 0;
+    if (!(s->temperature > 0.0f)) {
+        int32_t a = sd_argmax(logits, vocab);
+        if (a < 0)
+            return 0;
+        out[0].token = a;
+        out[0].prob = 1.0f;
+        return 1;
+    }
+    cand *c = sp->cands;
+    double wmax, total;
+    size_t n = softmax_cands(c, logits, vocab, s->temperature, &wmax, &total);
+    if (n == 0)
+        return 0;
+    double floor_w = s->min_p > 0.0f ? (double)s->min_p * wmax : 0.0;
+    size_t sorted = 0;
+    if (s->top_k > 0 && (size_t)s->top_k < n) {
+        cand_select(c, n, (size_t)s->top_k);
+        n = (size_t)s->top_k;
+        cand_sort(c, sp->tmp, n);
+        sorted = n;
+        total = 0.0;
+        for (size_t i = 0; i < n; i++)
+            total += c[i].w;
+    }
+    if (s->top_p < 1.0f) {
+        double target = (double)s->top_p * total;
+        if (sorted == n) {
+            double cum = 0.0;
+            size_t i = 0;
+            for (; i < n; i++) {
+                if (i > 0 && cum >= target)
+                    break;
+                cum += c[i].w;
+            }
+            n = i;
+        } else {
+            n = topp_banded(c, sp->tmp, n, target, wmax, floor_w);
+        }
+    } else if (sorted < n) {
+        if (floor_w > 0.0)
+            n = cand_partition_ge(c, 0, n, floor_w);
+        cand_sort(c, sp->tmp, n);
+    }
+    while (n > 1 && c[n - 1].w < floor_w) /* min-p: a sorted suffix */
+        n--;
+    return write_dist(c, n, out, cap);
+}
+
+/* ---- drawing ------------------------------------------------------------ */
+
+/* Returns -1 when n == 0 or no entry has positive probability. Non-positive
+ * and NaN probabilities count as 0. */
+int32_t sd_sample_sparse(const sd_tokprob *dist, size_t n, double u)
+{
+    if (!dist || n == 0)
+        return -1;
+    double total = 0.0;
+    int32_t last = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (dist[i].prob > 0.0f) {
+            total += dist[i].prob;
+            last = dist[i].token;
+        }
+    }
+    if (last < 0)
+        return -1;
+    double target = u * total;
+    double cum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(dist[i].prob > 0.0f))
+            continue;
+        cum += dist[i].prob;
+        if (cum > target)
+            return dist[i].token;
+    }
+    return last; /* rounding left cum <= target: take the last live entry */
+}
+
+float sd_sparse_prob(const sd_tokprob *dist, size_t n, int32_t token)
+{
+    if (!dist)
+        return 0.0f;
+    for (size_t i = 0; i < n; i++)
+        if (dist[i].token == token)
+            return dist[i].prob;
+    return 0.0f;
+}
+
+/* NaNs never win; all -inf gives 0 (lowest id of the tie). Returns -1 when
+ * vocab <= 0 or every logit is NaN. */
+int32_t sd_argmax(const float *logits, int vocab)
+{
+    if (!logits || vocab <= 0)
+        return -1;
+    int32_t best = -1;
+    float bv = 0.0f;
+    for (int i = 0; i < vocab; i++) {
+        float l = logits[i];
+        if (isnan(l))
+            continue;
+        if (best < 0 || l > bv) {
+            best = i;
+            bv = l;
+        }
+    }
+    return best;
+}
+
+/* Returns -1 on NULL arguments, vocab <= 0 or vocab > the sampler's vocab,
+ * or when every logit is NaN. A sampled step whose logits leave no token
+ * with positive probability (all -inf) falls back to sd_argmax. */
+int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
+                          const int32_t *prompt, size_t n_prompt, const int32_t *output,
+                          size_t n_output, uint64_t position)
+{
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
+        return -1;
+    sd_sampler_apply_penalties(sp, s, logits, vocab, prompt, n_prompt, output, n_output);
+    if (!(s->temperature > 0.0f))
+        return sd_argmax(logits, vocab);
+    size_t n = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
+    if (n == 0)
+        return sd_argmax(logits, vocab);
+    return sd_sample_sparse(sp->dist, n, sd_rng_uniform(s->seed, position, 0));
+}

@@ -1,0 +1,135 @@
+/* backend.h — the compute backend interface (a vtable, as ggml-backend).
+ *
+ * The model forward pass (common/model.c) is written once against these ops;
+ * kernels/cpu/ implements them with threads + SIMD, kernels/cuda/ on NVIDIA
+ * GPUs. All activation pointers are backend memory (host memory for the CPU
+ * backend, device memory for CUDA) obtained from ops->alloc.
+ *
+ * Batch invariance contract (CPU): every op computes each output element with
+ * a reduction order that depends only on that element's own inputs, never on
+ * how many rows / tokens / requests are processed together. Greedy
+ * speculative decoding relies on it to be bit-exact.
+ *
+ * Shapes use T = rows (tokens) in the call, C = hidden size, and row-major
+ * storage. A weight matrix is [N, K] (out features, in features) as in
+ * Hugging Face checkpoints; matmul computes y[t, n] = sum_k x[t, k] * W[n, k]. */
+#ifndef SD_BACKEND_H
+#define SD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "safetensors.h"
+#include "status.h"
+
+typedef struct sd_backend sd_backend;
+
+/* A weight tensor resident where the backend computes. */
+typedef struct sd_weight {
+    sd_dtype dtype;   /* storage type (CPU: F32 or BF16; F16 converted at upload) */
+    int rows;         /* N (1 for vectors) */
+    int cols;         /* K */
+    const void *data; /* backend memory or a host mmap (CPU) */
+    void *owned;      /* non-NULL when the backend allocated the storage */
+} sd_weight;
+
+/* Paged KV storage of one layer: K and V each [n_blocks, block_size, n_kv, hd]. */
+typedef struct sd_kv_layer {
+    float *k;
+    float *v;
+} sd_kv_layer;
+
+/* One sequence's slice of a batched attention call. Rows [row0, row0+n) of
+ * q / out belong to it; its queries sit at positions pos0 .. pos0+n-1 and
+ * attend causally to positions 0 .. own position, read through block_table. */
+typedef struct sd_attn_seq {
+    int row0;
+    int n;
+    int pos0;
+    const int32_t *block_table; /* backend-visible block ids */
+} sd_attn_seq;
+
+typedef struct sd_attn_shape {
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int block_size;
+    float scale;      /* 1/sqrt(head_dim) */
+    int bf16;         /* round as PyTorch's bf16 CPU attention (see SD_BF16 below) */
+} sd_attn_shape;
+
+/* bf16 activation emulation. When a checkpoint's dtype is bfloat16,
+ * transformers (and vLLM) keep activations in bf16: every op's result is
+ * rounded to bf16 (round-to-nearest-even) while reductions accumulate in f32.
+ * Ops taking a `bf16` flag reproduce those rounding points so greedy output
+ * matches the reference exactly; with bf16 == 0 everything stays f32. */
+
+typedef struct sd_backend_ops {
+    const char *name;
+    /* memory */
+    void *(*alloc)(sd_backend *be, size_t bytes);           /* zeroed; NULL on failure */
+    void (*free)(sd_backend *be, void *p);
+    /* Makes w usable by the backend from a checkpoint tensor (CPU: borrow
+     * F32/BF16 mmap data, convert F16 to F32). */
+    sd_status (*upload)(sd_backend *be, const sd_st_tensor *t, sd_weight *w, char *err, size_t errlen);
+    void (*release)(sd_backend *be, sd_weight *w);
+    /* copies between host and backend memory */
+    void (*to_backend)(sd_backend *be, void *dst, const void *src, size_t bytes);
+    void (*to_host)(sd_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* y[T, N] = x[T, K] · W[N, K]^T (+ bias[N] when bias != NULL), rounded
+     * to bf16 when bf16 */
+    void (*matmul)(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
+                   int bf16);
+    /* y[T, D] = x * rsqrt(mean(x^2) + eps) * w, per row of D (y may equal x);
+     * bf16: w * bf16(x * rsqrt(...)) rounded again */
+    void (*rmsnorm)(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
+                    int bf16);
+    /* y[T, C] = E[ids[t], :] */
+    void (*embed)(sd_backend *be, float *y, const sd_weight *E, const int32_t *ids, int T);
+    /* In place rotate-half RoPE on x[T, nh, hd]; cos/sin are [T, hd/2]
+     * (already rounded by the caller in bf16 mode); bf16: each product and
+     * the sum rounded. */
+    void (*rope)(sd_backend *be, float *x, const float *cos, const float *sin, int T, int nh, int hd, int bf16);
+    /* Writes k/v rows [T, n_kv*hd] into the paged cache at slots[t]
+     * (slot = block * block_size + offset). */
+    void (*kv_write)(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
+                     int T, int kv_dim);
+    /* out[T, nh*hd] = causal softmax(q k^T * scale) v over the paged cache.
+     * SD_ERR_NOMEM when scratch for the longest sequence cannot be had. */
+    sd_status (*attention)(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
+                      const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape);
+    /* out[n] = silu(gate[n]) * up[n]; bf16: silu rounded, product rounded */
+    void (*silu_mul)(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16);
+    /* y[n] += x[n]; bf16: rounded */
+    void (*add)(sd_backend *be, float *y, const float *x, size_t n, int bf16);
+    /* Waits for queued work (no-op on CPU). */
+    void (*sync)(sd_backend *be);
+    void (*destroy)(sd_backend *be);
+} sd_backend_ops;
+
+struct sd_backend {
+    const sd_backend_ops *ops;
+    void *impl;
+};
+
+/* Rounds f32 to the nearest bf16 (ties to even), returned as f32. */
+static inline float sd_round_bf16(float f)
+{
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return f; /* NaN */
+    v.u = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) & 0xffff0000u;
+    return v.f;
+}
+
+/* Creates the CPU backend with n_threads worker threads (0 = all cores).
+ * Returns NULL on allocation failure. Free with sd_backend_free. */
+sd_backend *sd_backend_cpu_new(int n_threads);
+
+/* Destroys a backend; NULL is a no-op. */
+void sd_backend_free(sd_backend *be);
+
+/* Number of threads the CPU backend runs (for reports). */
+int sd_backend_cpu_threads(const sd_backend *be);
+
+#endif

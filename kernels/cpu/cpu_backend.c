@@ -1,0 +1,374 @@
+/* cpu_backend.c — the CPU implementation of backend.h.
+ *
+ * Work is split across the thread pool by output rows/columns or by
+ * (token, head) pairs — never inside a reduction — so every op is
+ * batch-invariant (see cpu_dot.h for the dot-product order). Weights of F32 /
+ * BF16 checkpoints are used in place from the mmap; F16 and all 1-D tensors
+ * are converted to F32 copies at upload. */
+#include <math.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_dot.h"
+#include "threadpool.h"
+
+typedef struct cpu_impl {
+    sd_pool *pool;
+    float *attn_scratch;   /* [n_threads][scratch_len] attention scores */
+    size_t scratch_len;
+} cpu_impl;
+
+static cpu_impl *impl_of(sd_backend *be)
+{
+    return be->impl;
+}
+
+/* ------------------------------------------------------------- memory */
+
+static void *cpu_alloc(sd_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(sd_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static sd_status cpu_upload(sd_backend *be, const sd_st_tensor *t, sd_weight *w, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    int64_t rows = t->ndim >= 2 ? t->shape[0] : 1;
+    int64_t cols = t->ndim >= 2 ? t->shape[1] : (t->ndim == 1 ? t->shape[0] : 1);
+    if (t->ndim > 2 || rows > INT32_MAX || cols > INT32_MAX)
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "tensor %s: expected a 1-D or 2-D weight", t->name);
+    w->rows = (int)rows;
+    w->cols = (int)cols;
+    if (t->ndim == 2 && (t->dtype == SD_DTYPE_F32 || t->dtype == SD_DTYPE_BF16)) {
+        w->dtype = t->dtype;
+        w->data = t->data;
+        return SD_OK;
+    }
+    size_t n = (size_t)rows * (size_t)cols;
+    float *f = cpu_alloc(be, n * sizeof(float));
+    if (!f) return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: out of memory", t->name);
+    sd_convert_to_f32(t->dtype, t->data, f, n);
+    w->dtype = SD_DTYPE_F32;
+    w->data = f;
+    w->owned = f;
+    return SD_OK;
+}
+
+static void cpu_release(sd_backend *be, sd_weight *w)
+{
+    cpu_free(be, w->owned);
+    memset(w, 0, sizeof *w);
+}
+
+static void cpu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
+/* ------------------------------------------------------------- matmul */
+
+typedef struct mm_ctx {
+    float *y;
+    const float *x;
+    const sd_weight *w;
+    const sd_weight *bias;
+    int T;
+    int bf16;
+} mm_ctx;
+
+static void mm_rows(const mm_ctx *c, int n0, int n1)
+{
+    const sd_weight *w = c->w;
+    int K = w->cols, N = w->rows;
+    if (c->T == 1) {
+        if (w->dtype == SD_DTYPE_BF16)
+            sd_dot_rows_bf16(c->y + n0, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
+        else
+            sd_dot_rows_f32(c->y + n0, (const float *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
+        return;
+    }
+    for (int n = n0; n < n1; n++) {
+        if (w->dtype == SD_DTYPE_BF16)
+            sd_dot_tokens_bf16(c->y + n, N, (const uint16_t *)w->data + (size_t)n * K, c->x, K, K, c->T);
+        else
+            sd_dot_tokens_f32(c->y + n, N, (const float *)w->data + (size_t)n * K, c->x, K, K, c->T);
+    }
+}
+
+static void mm_task(void *ctx, int i, int n)
+{
+    const mm_ctx *c = ctx;
+    int lo, hi;
+    sd_split_range(c->w->rows, 16, i, n, &lo, &hi);
+    if (lo >= hi) return;
+    mm_rows(c, lo, hi);
+    const float *b = c->bias ? c->bias->data : NULL;
+    if (!b && !c->bf16) return;
+    for (int t = 0; t < c->T; t++) {
+        float *yr = c->y + (size_t)t * c->w->rows;
+        for (int j = lo; j < hi; j++) {
+            float v = b ? yr[j] + b[j] : yr[j];
+            yr[j] = c->bf16 ? sd_round_bf16(v) : v;
+        }
+    }
+}
+
+static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
+                       int bf16)
+{
+    mm_ctx c = {y, x, w, bias, T, bf16};
+    sd_pool_run(impl_of(be)->pool, mm_task, &c);
+}
+
+/* ------------------------------------------------------ elementwise ops */
+
+static void cpu_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
+                        int bf16)
+{
+    (void)be;
+    const float *g = w->data;
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D;
+        float *yr = y + (size_t)t * D;
+        float ss = sd_dot_f32(xr, xr, D);
+        float inv = 1.0f / sqrtf(ss / (float)D + eps);
+        if (bf16)
+            for (int d = 0; d < D; d++) yr[d] = sd_round_bf16(g[d] * sd_round_bf16(xr[d] * inv));
+        else
+            for (int d = 0; d < D; d++) yr[d] = (xr[d] * inv) * g[d];
+    }
+}
+
+static void cpu_embed(sd_backend *be, float *y, const sd_weight *E, const int32_t *ids, int T)
+{
+    (void)be;
+    int C = E->cols;
+    for (int t = 0; t < T; t++) {
+        float *yr = y + (size_t)t * C;
+        if (E->dtype == SD_DTYPE_BF16) {
+            const uint16_t *row = (const uint16_t *)E->data + (size_t)ids[t] * C;
+            for (int d = 0; d < C; d++) yr[d] = sd_bf16_to_f32(row[d]);
+        } else {
+            memcpy(yr, (const float *)E->data + (size_t)ids[t] * C, (size_t)C * sizeof(float));
+        }
+    }
+}
+
+static void cpu_rope(sd_backend *be, float *x, const float *cs, const float *sn, int T, int nh, int hd, int bf16)
+{
+    (void)be;
+    int half = hd / 2;
+    for (int t = 0; t < T; t++) {
+        const float *c = cs + (size_t)t * half, *s = sn + (size_t)t * half;
+        for (int h = 0; h < nh; h++) {
+            float *v = x + ((size_t)t * nh + h) * hd;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                if (bf16) {
+                    v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
+                    v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
+                } else {
+                    v[i] = a * c[i] - b * s[i];
+                    v[i + half] = b * c[i] + a * s[i];
+                }
+            }
+        }
+    }
+}
+
+static void cpu_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
+                         int T, int kv_dim)
+{
+    (void)be;
+    for (int t = 0; t < T; t++) {
+        size_t off = (size_t)slots[t] * kv_dim;
+        memcpy(kv->k + off, k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        memcpy(kv->v + off, v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+    }
+}
+
+static void cpu_silu_mul(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        if (bf16)
+            out[i] = sd_round_bf16(sd_round_bf16(g / (1.0f + expf(-g))) * up[i]);
+        else
+            out[i] = (g / (1.0f + expf(-g))) * up[i];
+    }
+}
+
+static void cpu_add(sd_backend *be, float *y, const float *x, size_t n, int bf16)
+{
+    (void)be;
+    if (bf16)
+        for (size_t i = 0; i < n; i++) y[i] = sd_round_bf16(y[i] + x[i]);
+    else
+        for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void cpu_sync(sd_backend *be)
+{
+    (void)be;
+}
+
+/* ----------------------------------------------------------- attention */
+
+typedef struct attn_ctx {
+    float *out;
+    const float *q;
+    const sd_kv_layer *kv;
+    const sd_attn_seq *seqs;
+    int n_seqs;
+    const sd_attn_shape *sh;
+    int total_rows;
+    cpu_impl *impl;
+} attn_ctx;
+
+/* One query row of one head: scores over positions 0..pos in ascending order,
+ * softmax, then the probability-weighted sum of V rows, also ascending. */
+static void attn_one(const attn_ctx *c, const sd_attn_seq *s, int row, int h, float *sc)
+{
+    const sd_attn_shape *sh = c->sh;
+    int hd = sh->head_dim, kvd = sh->n_kv_heads * hd;
+    int g = h / (sh->n_heads / sh->n_kv_heads);
+    int pos = s->pos0 + (row - s->row0);
+    const float *q = c->q + ((size_t)row * sh->n_heads + h) * hd;
+    float mx = -INFINITY;
+    for (int j = 0; j <= pos; j++) {
+        size_t slot = (size_t)s->block_table[j / sh->block_size] * sh->block_size + j % sh->block_size;
+        sc[j] = sd_dot_f32(q, c->kv->k + slot * kvd + (size_t)g * hd, hd) * sh->scale;
+        if (sc[j] > mx) mx = sc[j];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j <= pos; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    float inv = 1.0f / sum;
+    float *o = c->out + ((size_t)row * sh->n_heads + h) * hd;
+    for (int d = 0; d < hd; d++) o[d] = 0.0f;
+    for (int j = 0; j <= pos; j++) {
+        size_t slot = (size_t)s->block_table[j / sh->block_size] * sh->block_size + j % sh->block_size;
+        const float *v = c->kv->v + slot * kvd + (size_t)g * hd;
+        /* bf16: PyTorch rounds the unnormalised weights, divides at the end */
+        float p = sh->bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
+        for (int d = 0; d < hd; d++) o[d] += p * v[d];
+    }
+    if (sh->bf16)
+        for (int d = 0; d < hd; d++) o[d] = sd_round_bf16(o[d] / sum);
+}
+
+static void attn_task(void *ctx, int i, int n)
+{
+    const attn_ctx *c = ctx;
+    int nh = c->sh->n_heads;
+    int lo, hi;
+    sd_split_range(c->total_rows * nh, 1, i, n, &lo, &hi);
+    float *sc = c->impl->attn_scratch + (size_t)i * c->impl->scratch_len;
+    int si = 0;
+    for (int w = lo; w < hi; w++) {
+        int row = w / nh, h = w % nh;
+        while (row >= c->seqs[si].row0 + c->seqs[si].n) si++;
+        attn_one(c, &c->seqs[si], row, h, sc);
+    }
+}
+
+static int grow_scratch(cpu_impl *impl, size_t need)
+{
+    if (need <= impl->scratch_len) return 0;
+    size_t len = need + 1024;
+    float *p = realloc(impl->attn_scratch, len * sizeof(float) * (size_t)sd_pool_size(impl->pool));
+    if (!p) return -1;
+    impl->attn_scratch = p;
+    impl->scratch_len = len;
+    return 0;
+}
+
+static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
+                          const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape)
+{
+    cpu_impl *impl = impl_of(be);
+    int rows = 0, max_pos = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        rows += seqs[s].n;
+        if (seqs[s].pos0 + seqs[s].n > max_pos) max_pos = seqs[s].pos0 + seqs[s].n;
+    }
+    if (grow_scratch(impl, (size_t)max_pos) != 0) return SD_ERR_NOMEM;
+    attn_ctx c = {out, q, kv, seqs, n_seqs, shape, rows, impl};
+    sd_pool_run(impl->pool, attn_task, &c);
+    return SD_OK;
+}
+
+static void cpu_destroy(sd_backend *be)
+{
+    cpu_impl *impl = impl_of(be);
+    sd_pool_free(impl->pool);
+    free(impl->attn_scratch);
+    free(impl);
+    free(be);
+}
+
+static const sd_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .release = cpu_release,
+    .to_backend = cpu_copy,
+    .to_host = cpu_copy,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .embed = cpu_embed,
+    .rope = cpu_rope,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .add = cpu_add,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+};
+
+sd_backend *sd_backend_cpu_new(int n_threads)
+{
+    sd_cpu_dot_init();
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    sd_backend *be = calloc(1, sizeof *be);
+    cpu_impl *impl = calloc(1, sizeof *impl);
+    if (!be || !impl) goto fail;
+    impl->pool = sd_pool_new(n_threads);
+    if (!impl->pool || grow_scratch(impl, 4096) != 0) goto fail;
+    be->ops = &cpu_ops;
+    be->impl = impl;
+    return be;
+fail:
+    if (impl) {
+        sd_pool_free(impl->pool);
+        free(impl->attn_scratch);
+    }
+    free(impl);
+    free(be);
+    return NULL;
+}
+
+int sd_backend_cpu_threads(const sd_backend *be)
+{
+    return sd_pool_size(((const cpu_impl *)be->impl)->pool);
+}

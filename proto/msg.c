@@ -1,0 +1,262 @@
+/* msg.c — see msg.h. Envelopes are packed into a malloc'd buffer and sent as
+ * one frame (after the identity frame on ROUTER sockets); received payloads
+ * are unpacked by protobuf-c with the default allocator and then validated. */
+#include "msg.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+static int sock_is_router(void *sock)
+{
+    int type = 0;
+    size_t sz = sizeof type;
+    if (zmq_getsockopt(sock, ZMQ_TYPE, &type, &sz) != 0) return 0;
+    return type == ZMQ_ROUTER;
+}
+
+sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *env, char *err,
+                      size_t errlen)
+{
+    if (!sock || !env) return sd_seterr(err, errlen, SD_ERR_ARG, "msg: null socket or envelope");
+    if (env->body_case == SPECD__ENVELOPE__BODY__NOT_SET)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "msg: envelope has no body");
+    int router = sock_is_router(sock);
+    if (router && (!id || id->len == 0))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "msg: ROUTER socket needs a peer identity");
+    size_t n = specd__envelope__get_packed_size(env);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) return sd_seterr(err, errlen, SD_ERR_NOMEM, "msg: out of memory (%zu bytes)", n);
+    specd__envelope__pack(env, buf);
+    if (router && zmq_send(sock, id->data, id->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        int e = errno;
+        free(buf);
+        return sd_seterr(err, errlen, e == EAGAIN || e == EHOSTUNREACH ? SD_ERR_NOSPACE : SD_ERR_IO,
+                         "msg: send identity: %s", zmq_strerror(e));
+    }
+    int rc = zmq_send(sock, buf, n, ZMQ_DONTWAIT);
+    int e = errno;
+    free(buf);
+    if (rc < 0)
+        return sd_seterr(err, errlen, e == EAGAIN || e == EHOSTUNREACH ? SD_ERR_NOSPACE : SD_ERR_IO,
+                         "msg: send %s: %s", sd_msg_kind(env), zmq_strerror(e));
+    return SD_OK;
+}
+
+/* Reads and discards the remaining frames of a multipart message. */
+static void drain_frames(void *sock)
+{
+    int more = 1;
+    size_t sz = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, sock, 0);
+        zmq_msg_close(&m);
+        sz = sizeof more;
+    }
+}
+
+static int has_more(void *sock)
+{
+    int more = 0;
+    size_t sz = sizeof more;
+    return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
+}
+
+/* Receives the first frame; maps errno to a status. */
+static sd_status recv_frame(void *sock, zmq_msg_t *m, int flags, char *err, size_t errlen)
+{
+    zmq_msg_init(m);
+    if (zmq_msg_recv(m, sock, flags) >= 0) return SD_OK;
+    int e = errno;
+    zmq_msg_close(m);
+    if (e == EAGAIN || e == EINTR) return SD_ERR_TIMEOUT;
+    return sd_seterr(err, errlen, SD_ERR_IO, "msg: recv: %s", zmq_strerror(e));
+}
+
+sd_status sd_msg_recv(void *sock, sd_msg_id *id, Specd__Envelope **out, int flags, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    if (id) id->len = 0;
+    int zflags = (flags & SD_MSG_DONTWAIT) ? ZMQ_DONTWAIT : 0;
+    zmq_msg_t m;
+    sd_status st = recv_frame(sock, &m, zflags, err, errlen);
+    if (st != SD_OK) return st;
+    if (sock_is_router(sock)) {
+        size_t n = zmq_msg_size(&m);
+        if (id && n <= sizeof id->data) {
+            if (n) memcpy(id->data, zmq_msg_data(&m), n);
+            id->len = n;
+        }
+        zmq_msg_close(&m);
+        if (!has_more(sock)) return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: identity frame without payload");
+        st = recv_frame(sock, &m, 0, err, errlen);
+        if (st != SD_OK) return st == SD_ERR_TIMEOUT ? SD_ERR_IO : st;
+    }
+    if (has_more(sock)) {
+        zmq_msg_close(&m);
+        drain_frames(sock);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: unexpected extra frames");
+    }
+    st = sd_msg_decode(zmq_msg_data(&m), zmq_msg_size(&m), out, err, errlen);
+    zmq_msg_close(&m);
+    return st;
+}
+
+sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    if (len == 0) return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: empty frame");
+    if (len > SD_MSG_MAX_BYTES)
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: frame of %zu bytes exceeds %u", len,
+                         SD_MSG_MAX_BYTES);
+    Specd__Envelope *env = specd__envelope__unpack(NULL, len, buf);
+    if (!env)
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: %zu bytes do not unpack as an Envelope", len);
+    sd_status st = sd_msg_validate(env, err, errlen);
+    if (st != SD_OK) {
+        specd__envelope__free_unpacked(env, NULL);
+        return st;
+    }
+    *out = env;
+    return SD_OK;
+}
+
+void sd_msg_free(Specd__Envelope *env)
+{
+    if (env) specd__envelope__free_unpacked(env, NULL);
+}
+
+/* ------------------------------------------------------------ validation */
+
+#define BAD(...) sd_seterr(err, errlen, SD_ERR_FORMAT, __VA_ARGS__)
+
+static sd_status check_ids(const char *what, const int32_t *ids, size_t n, size_t cap, char *err,
+                           size_t errlen)
+{
+    if (n > cap) return BAD("msg: %s has %zu entries (max %zu)", what, n, cap);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0) return BAD("msg: %s[%zu] = %d is negative", what, i, (int)ids[i]);
+    return SD_OK;
+}
+
+static sd_status check_str(const char *what, const char *s, char *err, size_t errlen)
+{
+    if (s && strlen(s) > SD_MSG_MAX_STRING) return BAD("msg: %s longer than %u bytes", what, SD_MSG_MAX_STRING);
+    return SD_OK;
+}
+
+static sd_status check_stats(const Specd__Stats *s, char *err, size_t errlen)
+{
+    if (s && s->n_accepted_at > SD_MSG_MAX_POSITIONS)
+        return BAD("msg: stats.accepted_at has %zu entries (max %u)", s->n_accepted_at, SD_MSG_MAX_POSITIONS);
+    return SD_OK;
+}
+
+static sd_status check_submit(const Specd__Submit *m, char *err, size_t errlen)
+{
+    if (m->request_id == 0) return BAD("msg: submit.request_id is 0");
+    sd_status st = check_ids("submit.prompt_ids", m->prompt_ids, m->n_prompt_ids, SD_MSG_MAX_TOKENS, err, errlen);
+    if (st == SD_OK) st = check_ids("submit.stop_ids", m->stop_ids, m->n_stop_ids, SD_MSG_MAX_TOKENS, err, errlen);
+    if (st == SD_OK && m->spec && m->spec->num_draft > SD_MSG_MAX_POSITIONS)
+        return BAD("msg: submit.spec.num_draft = %u (max %u)", m->spec->num_draft, SD_MSG_MAX_POSITIONS);
+    return st;
+}
+
+static sd_status check_token_event(const Specd__TokenEvent *m, char *err, size_t errlen)
+{
+    sd_status st = check_ids("token_event.tokens", m->tokens, m->n_tokens, SD_MSG_MAX_TOKENS, err, errlen);
+    if (st == SD_OK && m->stats && m->stats->n_accepted_at > SD_MSG_MAX_POSITIONS)
+        return BAD("msg: token_event.stats.accepted_at too long (%zu)", m->stats->n_accepted_at);
+    return st;
+}
+
+static sd_status check_draft_batch(const Specd__DraftBatch *m, char *err, size_t errlen)
+{
+    if (m->n_items > SD_MSG_MAX_ITEMS) return BAD("msg: draft_batch has %zu items", m->n_items);
+    for (size_t i = 0; i < m->n_items; i++) {
+        const Specd__DraftItem *it = m->items[i];
+        if (!it) return BAD("msg: draft_batch.items[%zu] missing", i);
+        if (it->num_draft > SD_MSG_MAX_POSITIONS) return BAD("msg: draft_batch.items[%zu].num_draft = %u", i, it->num_draft);
+        sd_status st = check_ids("draft_batch.items.new_tokens", it->new_tokens, it->n_new_tokens,
+                                 SD_MSG_MAX_TOKENS, err, errlen);
+        if (st != SD_OK) return st;
+    }
+    return SD_OK;
+}
+
+static sd_status check_draft_reply(const Specd__DraftReply *m, char *err, size_t errlen)
+{
+    if (m->n_results > SD_MSG_MAX_ITEMS) return BAD("msg: draft_reply has %zu results", m->n_results);
+    for (size_t i = 0; i < m->n_results; i++) {
+        const Specd__DraftResult *r = m->results[i];
+        if (!r) return BAD("msg: draft_reply.results[%zu] missing", i);
+        sd_status st = check_ids("draft_reply.results.tokens", r->tokens, r->n_tokens, SD_MSG_MAX_POSITIONS, err, errlen);
+        if (st != SD_OK) return st;
+        if (r->n_q > r->n_tokens) return BAD("msg: draft_reply.results[%zu] has more q than tokens", i);
+        for (size_t j = 0; j < r->n_q; j++) {
+            if (!r->q[j]) return BAD("msg: draft_reply.results[%zu].q[%zu] missing", i, j);
+            if (r->q[j]->n_q > SD_MSG_MAX_PROBS) return BAD("msg: draft_reply q list too long (%zu)", r->q[j]->n_q);
+            for (size_t k = 0; k < r->q[j]->n_q; k++)
+                if (!r->q[j]->q[k] || r->q[j]->q[k]->token < 0) return BAD("msg: draft_reply q entry invalid");
+        }
+    }
+    return SD_OK;
+}
+
+sd_status sd_msg_validate(const Specd__Envelope *env, char *err, size_t errlen)
+{
+    switch (env->body_case) {
+    case SPECD__ENVELOPE__BODY_SUBMIT: return check_submit(env->submit, err, errlen);
+    case SPECD__ENVELOPE__BODY_CANCEL: return SD_OK;
+    case SPECD__ENVELOPE__BODY_TOKEN_EVENT: return check_token_event(env->token_event, err, errlen);
+    case SPECD__ENVELOPE__BODY_ERROR: {
+        sd_status st = check_str("error.code", env->error->code, err, errlen);
+        return st == SD_OK ? check_str("error.message", env->error->message, err, errlen) : st;
+    }
+    case SPECD__ENVELOPE__BODY_DRAFT_OPEN:
+        return check_ids("draft_open.context", env->draft_open->context, env->draft_open->n_context,
+                         SD_MSG_MAX_TOKENS, err, errlen);
+    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE: return SD_OK;
+    case SPECD__ENVELOPE__BODY_DRAFT_BATCH: return check_draft_batch(env->draft_batch, err, errlen);
+    case SPECD__ENVELOPE__BODY_DRAFT_REPLY: return check_draft_reply(env->draft_reply, err, errlen);
+    case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: return SD_OK;
+    case SPECD__ENVELOPE__BODY_HEALTH_REPLY: {
+        const Specd__HealthReply *h = env->health_reply;
+        sd_status st = check_str("health_reply.role", h->role, err, errlen);
+        if (st == SD_OK) st = check_str("health_reply.model", h->model, err, errlen);
+        return st == SD_OK ? check_stats(h->stats, err, errlen) : st;
+    }
+    default: return BAD("msg: envelope has no (known) body");
+    }
+}
+
+const char *sd_msg_kind(const Specd__Envelope *env)
+{
+    if (!env) return "null";
+    switch (env->body_case) {
+    case SPECD__ENVELOPE__BODY_SUBMIT: return "submit";
+    case SPECD__ENVELOPE__BODY_CANCEL: return "cancel";
+    case SPECD__ENVELOPE__BODY_TOKEN_EVENT: return "token_event";
+    case SPECD__ENVELOPE__BODY_ERROR: return "error";
+    case SPECD__ENVELOPE__BODY_DRAFT_OPEN: return "draft_open";
+    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE: return "draft_close";
+    case SPECD__ENVELOPE__BODY_DRAFT_BATCH: return "draft_batch";
+    case SPECD__ENVELOPE__BODY_DRAFT_REPLY: return "draft_reply";
+    case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: return "health_request";
+    case SPECD__ENVELOPE__BODY_HEALTH_REPLY: return "health_reply";
+    default: return "unknown";
+    }
+}
+
+int sd_msg_readable(void *sock)
+{
+    int events = 0;
+    size_t sz = sizeof events;
+    if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &sz) != 0) return 0;
+    return (events & ZMQ_POLLIN) != 0;
+}

@@ -1,0 +1,621 @@
+/* gen.c — one generation request's life in the router:
+ *
+ *   validate (http_api) → tokenize (chat template / prompt / ids) → admit
+ *   (bounded queue, 429 when full, 503 when every lane is down) → submit to
+ *   the least-loaded UP lane → TokenEvents: incremental detokenisation, stop
+ *   strings, SSE chunks or accumulated text → final response with usage and
+ *   speculation stats.
+ *
+ * Ending paths, all through gen_end(): normal finish, stop string (Cancel sent
+ * to the verifier), error event / lane down (503), timeout (Cancel, 504),
+ * client disconnect (Cancel; the detached evhttp request is released).
+ * Everything runs on the event-loop thread. */
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <errno.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "log.h"
+#include "server_int.h"
+
+#define INVALID "invalid_request_error"
+
+/* ------------------------------------------------------------ bookkeeping */
+
+static void gen_link(sd_server *s, gen *g)
+{
+    g->next = s->live;
+    if (s->live) s->live->prev = g;
+    s->live = g;
+}
+
+static void gen_unlink(sd_server *s, gen *g)
+{
+    if (g->prev) g->prev->next = g->next;
+    else s->live = g->next;
+    if (g->next) g->next->prev = g->prev;
+    g->prev = g->next = NULL;
+}
+
+static void queue_remove(sd_server *s, gen *g)
+{
+    gen **pp = &s->qhead, *prev = NULL;
+    while (*pp && *pp != g) {
+        prev = *pp;
+        pp = &(*pp)->qnext;
+    }
+    if (!*pp) return;
+    *pp = g->qnext;
+    if (s->qtail == g) s->qtail = prev;
+    g->qnext = NULL;
+    s->nqueued--;
+    s->metrics.queued = s->nqueued;
+}
+
+static gen *gen_find(sd_server *s, uint64_t id)
+{
+    for (gen *g = s->live; g; g = g->next)
+        if (g->id == id) return g;
+    return NULL;
+}
+
+static void gen_free(gen *g)
+{
+    if (!g) return;
+    if (g->timer) event_free(g->timer);
+    if (g->watch) event_free(g->watch);
+    sd_api_req_clear(&g->p);
+    free(g->prompt);
+    sd_tok_stream_free(g->dec);
+    sd_stop_free(g->stop);
+    if (g->text) evbuffer_free(g->text);
+    free(g);
+}
+
+static void send_cancel(gen *g)
+{
+    if (g->state != GEN_RUNNING || g->lane < 0) return;
+    Specd__Cancel c = SPECD__CANCEL__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    c.request_id = g->id;
+    env.body_case = SPECD__ENVELOPE__BODY_CANCEL;
+    env.cancel = &c;
+    char err[256];
+    if (sd_lanes_send(g->srv->lanes, g->lane, &env, err, sizeof err) != SD_OK)
+        SD_WARN("request %llu: cancel not sent: %s", (unsigned long long)g->id, err);
+}
+
+/* Detaches g from the server: queue, lane accounting, list, close callback. */
+static void gen_detach(gen *g)
+{
+    sd_server *s = g->srv;
+    if (g->state == GEN_QUEUED) queue_remove(s, g);
+    if (g->state == GEN_RUNNING) {
+        sd_lanes_add_inflight(s->lanes, g->lane, -1);
+        s->metrics.active--;
+    }
+    gen_unlink(s, g);
+    if (g->watch) event_del(g->watch);
+    if (g->http && !g->detached) {
+        struct evhttp_connection *c = evhttp_request_get_connection(g->http);
+        if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    }
+}
+
+static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *spec)
+{
+    spec->steps = g->steps;
+    spec->draft_tokens = g->draft_tokens;
+    spec->accepted_tokens = g->accepted_tokens;
+    spec->accepted_at = g->accepted_at;
+    spec->n_accepted_at = g->n_accepted_at;
+    sd_api_result r = {g->cid, g->srv->o.model_name, (long long)g->created, finish,
+                       (unsigned)g->n_prompt, g->completion_tokens, spec};
+    return r;
+}
+
+static void send_sse(gen *g, char *event)
+{
+    if (!event) return;
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add(b, event, strlen(event));
+        evhttp_send_reply_chunk(g->http, b);
+        evbuffer_free(b);
+    }
+    free(event);
+}
+
+/* Ends the request: error (e != NULL) or finish reason. Frees g. */
+static void gen_end(gen *g, const char *finish, const sd_api_err *e)
+{
+    sd_server *s = g->srv;
+    gen_detach(g);
+    int status = e ? e->status : 200;
+    if (g->client_gone) {
+        status = 499;
+        if (g->stream_started) evhttp_send_reply_end(g->http); /* frees the detached request */
+        else evhttp_send_reply(g->http, 499, "Client Closed Request", NULL);
+    } else if (g->stream_started) {
+        sd_api_spec spec;
+        sd_api_result r = gen_result(g, finish, &spec);
+        if (e) {
+            char *j = sd_api_error_json(e);
+            size_t n = j ? strlen(j) + 9 : 0;
+            char *ev = j ? malloc(n) : NULL;
+            if (ev) snprintf(ev, n, "data: %s\n\n", j);
+            free(j);
+            send_sse(g, ev);
+        } else {
+            send_sse(g, sd_api_chunk_sse(g->p.kind, &r, "", 0, false, g->p.include_usage));
+            if (g->p.include_usage) send_sse(g, sd_api_usage_sse(g->p.kind, &r));
+        }
+        send_sse(g, strdup("data: [DONE]\n\n"));
+        evhttp_send_reply_end(g->http);
+    } else if (e) {
+        srv_reply_error(s, g->http, e);
+        status = 0; /* counted by srv_reply_error */
+    } else {
+        sd_api_spec spec;
+        sd_api_result r = gen_result(g, finish, &spec);
+        char *body = sd_api_response_json(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1),
+                                          evbuffer_get_length(g->text));
+        struct evbuffer *b = evbuffer_new();
+        if (body && b) evbuffer_add(b, body, strlen(body));
+        evhttp_add_header(evhttp_request_get_output_headers(g->http), "Content-Type", "application/json");
+        evhttp_send_reply(g->http, 200, "OK", b);
+        if (b) evbuffer_free(b);
+        free(body);
+    }
+    if (status) sd_metrics_count_status(&s->metrics, status);
+    if (!e) sd_metrics_observe(&s->metrics, (unsigned)g->n_prompt, g->completion_tokens, sd_now() - g->t0);
+    gen_free(g);
+    gen_drain_queue(s);
+}
+
+static void gen_fail(gen *g, int status, const char *type, const char *code, const char *fmt_msg)
+{
+    sd_api_err e;
+    sd_api_fail(&e, status, type, NULL, code, "%s", fmt_msg);
+    gen_end(g, NULL, &e);
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+static void on_client_close(struct evhttp_connection *c, void *arg)
+{
+    (void)c;
+    gen *g = arg;
+    SD_INFO("request %llu: client disconnected; cancelling", (unsigned long long)g->id);
+    g->client_gone = true;
+    g->detached = true;
+    send_cancel(g);
+    gen_end(g, NULL, NULL);
+}
+
+/* libevent 2.1 does not read from a connection while its request is being
+ * answered, so a client that hangs up before any byte is written would go
+ * unnoticed: watch the socket for EOF ourselves. */
+static void on_client_readable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    gen *g = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    event_del(g->watch);
+    if (n > 0) return; /* the client pipelined more data: not a hang-up */
+    SD_INFO("request %llu: client hung up; cancelling", (unsigned long long)g->id);
+    g->client_gone = true;
+    send_cancel(g);
+    gen_end(g, NULL, NULL);
+}
+
+static void watch_client(gen *g)
+{
+    struct evhttp_connection *c = evhttp_request_get_connection(g->http);
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0) return;
+    g->watch = event_new(g->srv->base, fd, EV_READ | EV_PERSIST, on_client_readable, g);
+    if (g->watch) event_add(g->watch, NULL);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    gen *g = arg;
+    SD_WARN("request %llu: timed out", (unsigned long long)g->id);
+    send_cancel(g);
+    gen_fail(g, g->state == GEN_QUEUED ? 503 : 504, "server_error", "timeout",
+             g->state == GEN_QUEUED ? "Timed out waiting for a free verifier lane" : "The request timed out");
+}
+
+/* ------------------------------------------------------------ submit */
+
+/* Checks prompt + max_tokens against ctx and fixes g->max_tokens. */
+static sd_status fit_context(gen *g, uint32_t ctx, sd_api_err *e)
+{
+    const char *pp = g->p.kind == SD_API_CHAT ? "messages" : "prompt";
+    if (g->n_prompt >= ctx)
+        return sd_api_fail(e, 400, INVALID, pp, "context_length_exceeded",
+                           "This model's maximum context length is %u tokens, but the prompt has %zu tokens",
+                           ctx, g->n_prompt);
+    unsigned room = ctx - (unsigned)g->n_prompt;
+    if (g->p.max_tokens < 0) {
+        unsigned d = (unsigned)g->srv->o.default_max_tokens;
+        g->max_tokens = d < room ? d : room;
+        return SD_OK;
+    }
+    if ((unsigned)g->p.max_tokens > room)
+        return sd_api_fail(e, 400, INVALID, "max_tokens", "context_length_exceeded",
+                           "This model's maximum context length is %u tokens. However, you requested %zu tokens "
+                           "(%zu in the %s, %d for max_tokens). Please reduce the length of the %s or max_tokens",
+                           ctx, g->n_prompt + (size_t)g->p.max_tokens, g->n_prompt, pp, g->p.max_tokens, pp);
+    g->max_tokens = (unsigned)g->p.max_tokens;
+    return SD_OK;
+}
+
+static sd_status submit(gen *g, int lane, char *err, size_t errlen)
+{
+    Specd__SamplingParams sp = SPECD__SAMPLING_PARAMS__INIT;
+    Specd__SpecParams spec = SPECD__SPEC_PARAMS__INIT;
+    Specd__Submit sub = SPECD__SUBMIT__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    const sd_sampling *sa = &g->p.sampling;
+    sp.temperature = sa->temperature;
+    sp.top_k = sa->top_k;
+    sp.top_p = sa->top_p;
+    sp.min_p = sa->min_p;
+    sp.repetition_penalty = sa->repetition_penalty;
+    sp.presence_penalty = sa->presence_penalty;
+    sp.frequency_penalty = sa->frequency_penalty;
+    sp.seed = sa->seed;
+    spec.enabled = g->p.spec_enabled;
+    spec.num_draft = g->p.num_draft;
+    spec.verify = (Specd__VerifyMode)g->p.verify;
+    sub.request_id = g->id;
+    sub.prompt_ids = g->prompt;
+    sub.n_prompt_ids = g->n_prompt;
+    sub.sampling = &sp;
+    sub.max_tokens = g->max_tokens;
+    sub.stop_ids = g->p.stop_ids;
+    sub.n_stop_ids = g->p.n_stop_ids;
+    sub.ignore_eos = g->p.ignore_eos;
+    sub.spec = &spec;
+    env.body_case = SPECD__ENVELOPE__BODY_SUBMIT;
+    env.submit = &sub;
+    return sd_lanes_send(g->srv->lanes, lane, &env, err, errlen);
+}
+
+static void start_stream(gen *g)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(g->http);
+    evhttp_add_header(h, "Content-Type", "text/event-stream");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    evhttp_send_reply_start(g->http, 200, "OK");
+    g->stream_started = true;
+    if (g->p.kind == SD_API_CHAT) {
+        sd_api_spec spec;
+        sd_api_result r = gen_result(g, NULL, &spec);
+        send_sse(g, sd_api_chunk_sse(g->p.kind, &r, "", 0, true, g->p.include_usage));
+    }
+}
+
+/* Sends g to lane. On failure ends g (error reply) and returns false. */
+static bool gen_dispatch(gen *g, int lane)
+{
+    sd_server *s = g->srv;
+    sd_api_err e;
+    const sd_lane_info *in = sd_lanes_info(s->lanes, lane);
+    if (fit_context(g, in->max_context, &e) != SD_OK) {
+        gen_end(g, NULL, &e);
+        return false;
+    }
+    char err[256];
+    if (g->state == GEN_QUEUED) queue_remove(s, g);
+    if (submit(g, lane, err, sizeof err) != SD_OK) {
+        SD_WARN("request %llu: submit to %s failed: %s", (unsigned long long)g->id, in->endpoint, err);
+        g->state = GEN_RUNNING;
+        g->lane = -1;
+        s->metrics.active++;
+        gen_fail(g, 503, "server_error", "lane_unavailable", "The verifier lane is not reachable; retry later");
+        return false;
+    }
+    g->state = GEN_RUNNING;
+    g->lane = lane;
+    sd_lanes_add_inflight(s->lanes, lane, 1);
+    s->metrics.active++;
+    SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, g->n_prompt,
+             g->max_tokens, in->endpoint);
+    if (g->p.stream) start_stream(g);
+    return true;
+}
+
+void gen_drain_queue(sd_server *s)
+{
+    int lane;
+    if (s->stopping) return;
+    while (s->qhead && (lane = sd_lanes_pick(s->lanes)) >= 0) gen_dispatch(s->qhead, lane);
+}
+
+/* ------------------------------------------------------------ token events */
+
+/* Appends decoded text to the output (after stop matching). Returns true when
+ * a stop string matched. */
+static bool gen_text(gen *g, const char *t, size_t n)
+{
+    const char *out;
+    size_t outlen;
+    bool hit = sd_stop_feed(g->stop, t, n, &out, &outlen);
+    if (outlen) evbuffer_add(g->text, out, outlen);
+    return hit;
+}
+
+static void flush_chunk(gen *g)
+{
+    size_t n = evbuffer_get_length(g->text);
+    if (!g->stream_started || n == 0) return;
+    sd_api_spec spec;
+    sd_api_result r = gen_result(g, NULL, &spec);
+    send_sse(g, sd_api_chunk_sse(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false,
+                                 g->p.include_usage));
+    evbuffer_drain(g->text, n);
+}
+
+static void take_stats(gen *g, const Specd__SpecStats *st)
+{
+    if (!st) return;
+    g->steps = st->steps;
+    g->draft_tokens = st->draft_tokens;
+    g->accepted_tokens = st->accepted_tokens;
+    g->n_accepted_at = st->n_accepted_at < 64 ? st->n_accepted_at : 64;
+    if (g->n_accepted_at) memcpy(g->accepted_at, st->accepted_at, g->n_accepted_at * sizeof *g->accepted_at);
+}
+
+static void on_tokens(gen *g, const Specd__TokenEvent *ev)
+{
+    bool hit = false;
+    take_stats(g, ev->stats);
+    for (size_t i = 0; i < ev->n_tokens && !hit; i++) {
+        const char *t;
+        size_t n;
+        g->completion_tokens++;
+        if (sd_tok_stream_push(g->dec, ev->tokens[i], &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
+    }
+    if (hit) {
+        send_cancel(g);
+        flush_chunk(g);
+        gen_end(g, "stop", NULL);
+        return;
+    }
+    if (ev->finish == SPECD__FINISH_REASON__FINISH_NONE) {
+        flush_chunk(g);
+        return;
+    }
+    const char *t;
+    size_t n;
+    if (sd_tok_stream_flush(g->dec, &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
+    if (!hit) {
+        sd_stop_flush(g->stop, &t, &n);
+        if (n) evbuffer_add(g->text, t, n);
+    }
+    flush_chunk(g);
+    switch (ev->finish) {
+    case SPECD__FINISH_REASON__FINISH_STOP: gen_end(g, "stop", NULL); break;
+    case SPECD__FINISH_REASON__FINISH_LENGTH: gen_end(g, hit ? "stop" : "length", NULL); break;
+    default: gen_fail(g, 503, "server_error", "cancelled", "The verifier ended the request early"); break;
+    }
+}
+
+static int error_status(const char *code)
+{
+    if (code && (!strcmp(code, "bad_request") || !strcmp(code, "context_length_exceeded"))) return 400;
+    return 503;
+}
+
+void gen_on_event(void *ud, int lane, const Specd__Envelope *env)
+{
+    sd_server *s = ud;
+    uint64_t id = env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT ? env->token_event->request_id
+                                                                      : env->error->request_id;
+    gen *g = gen_find(s, id);
+    if (!g || g->lane != lane) {
+        if (env->body_case == SPECD__ENVELOPE__BODY_ERROR) {
+            SD_WARN("verifier error (request %llu): %s: %s", (unsigned long long)id, env->error->code, env->error->message);
+        } else if (env->token_event->finish == SPECD__FINISH_REASON__FINISH_NONE) {
+            /* Nobody waits for it (cancelled, failed over, router restarted): stop it. */
+            Specd__Cancel c = SPECD__CANCEL__INIT;
+            Specd__Envelope cenv = SPECD__ENVELOPE__INIT;
+            char err[256];
+            c.request_id = id;
+            cenv.body_case = SPECD__ENVELOPE__BODY_CANCEL;
+            cenv.cancel = &c;
+            SD_DEBUG("tokens for unknown request %llu: cancelling it", (unsigned long long)id);
+            if (sd_lanes_send(s->lanes, lane, &cenv, err, sizeof err) != SD_OK) SD_DEBUG("%s", err);
+        }
+        return;
+    }
+    if (env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT) {
+        on_tokens(g, env->token_event);
+        return;
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "verifier: %s", env->error->message ? env->error->message : "error");
+    int st = error_status(env->error->code);
+    gen_fail(g, st, st == 400 ? INVALID : "server_error", env->error->code, msg);
+}
+
+void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
+{
+    sd_server *s = ud;
+    if (st == SD_LANE_DOWN) {
+        /* Failing a request may dispatch or end others: rescan from the head. */
+        for (gen *g = s->live; g;) {
+            if (g->state == GEN_RUNNING && g->lane == lane) {
+                gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
+                g = s->live;
+            } else {
+                g = g->next;
+            }
+        }
+        if (sd_lanes_all_down(s->lanes))
+            while (s->qhead) gen_fail(s->qhead, 503, "server_error", "no_healthy_lane", "No verifier lane is available; retry later");
+    }
+    gen_drain_queue(s);
+}
+
+void gen_fail_all(sd_server *s, int status, const char *msg)
+{
+    s->stopping = true;
+    while (s->live) gen_fail(s->live, status, "server_error", "shutdown", msg);
+}
+
+/* ------------------------------------------------------------ admission */
+
+/* Fills g->prompt from the request: chat template, prompt text or ids. */
+static sd_status tokenize(sd_server *s, gen *g, sd_api_err *e)
+{
+    char err[256] = "";
+    const char *pp = g->p.kind == SD_API_CHAT ? "messages" : "prompt";
+    if (g->p.prompt_ids) {
+        for (size_t i = 0; i < g->p.n_prompt_ids; i++)
+            if (g->p.prompt_ids[i] >= s->vocab)
+                return sd_api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' token id %d at index %zu is out of "
+                                   "range (vocabulary size %d)", (int)g->p.prompt_ids[i], i, s->vocab);
+        g->prompt = g->p.prompt_ids;
+        g->n_prompt = g->p.n_prompt_ids;
+        g->p.prompt_ids = NULL;
+        return SD_OK;
+    }
+    char *text = g->p.prompt;
+    bool add_special = true;
+    if (g->p.kind == SD_API_CHAT) {
+        if (sd_chat_render(s->chat, g->p.messages, g->p.n_messages, &text, err, sizeof err) != SD_OK)
+            return sd_api_fail(e, 400, INVALID, "messages", NULL, "%s", err);
+        add_special = sd_chat_add_special(s->chat);
+    }
+    sd_status st = sd_tok_encode(s->tok, text, strlen(text), add_special, &g->prompt, &g->n_prompt, err, sizeof err);
+    if (text != g->p.prompt) free(text);
+    if (st != SD_OK) return sd_api_fail(e, 400, INVALID, pp, NULL, "'%s' could not be tokenized: %s", pp, err);
+    if (g->n_prompt == 0) return sd_api_fail(e, 400, INVALID, pp, NULL, "'%s' must not be empty", pp);
+    return SD_OK;
+}
+
+static sd_status check_request(sd_server *s, gen *g, sd_api_err *e)
+{
+    if (g->p.model && strcmp(g->p.model, s->o.model_name))
+        return sd_api_fail(e, 400, INVALID, "model", "model_not_found",
+                           "The model '%s' does not exist; this server serves '%s'", g->p.model, s->o.model_name);
+    for (size_t i = 0; i < g->p.n_stop_ids; i++)
+        if (g->p.stop_ids[i] >= s->vocab)
+            return sd_api_fail(e, 400, INVALID, "stop_token_ids", NULL, "'stop_token_ids' id %d is out of range "
+                               "(vocabulary size %d)", (int)g->p.stop_ids[i], s->vocab);
+    sd_status st = tokenize(s, g, e);
+    uint32_t ctx = 0;
+    if (st == SD_OK && sd_lanes_any_up(s->lanes, &ctx) && ctx) st = fit_context(g, ctx, e);
+    return st;
+}
+
+static gen *gen_new(sd_server *s, struct evhttp_request *req)
+{
+    gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->srv = s;
+    g->http = req;
+    g->lane = -1;
+    g->id = s->next_id++;
+    g->created = time(NULL);
+    g->t0 = sd_now();
+    g->text = evbuffer_new();
+    if (!g->text) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* Creates the per-request machinery once the request is valid. */
+static sd_status gen_prepare(sd_server *s, gen *g, sd_api_err *e)
+{
+    snprintf(g->cid, sizeof g->cid, "%s-%016llx", g->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)(g->id * 0x9E3779B97F4A7C15ULL));
+    if (!g->p.seed_set) g->p.sampling.seed = g->id * 0xD1B54A32D192ED03ULL ^ (uint64_t)g->t0;
+    g->dec = sd_tok_stream_new(s->tok, true);
+    g->stop = sd_stop_new((const char *const *)g->p.stop, g->p.n_stop);
+    if (s->o.request_timeout_s > 0) g->timer = evtimer_new(s->base, on_timeout, g);
+    if (!g->dec || !g->stop || (s->o.request_timeout_s > 0 && !g->timer))
+        return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (g->timer) {
+        double t = s->o.request_timeout_s;
+        struct timeval tv = {(time_t)t, (suseconds_t)((t - (double)(time_t)t) * 1e6)};
+        evtimer_add(g->timer, &tv);
+    }
+    return SD_OK;
+}
+
+/* Admits a valid request: dispatch now, queue, or refuse (429 / 503). */
+static void gen_admit(sd_server *s, gen *g)
+{
+    sd_api_err e;
+    if (sd_lanes_all_down(s->lanes)) {
+        sd_api_fail(&e, 503, "server_error", NULL, "no_healthy_lane", "No verifier lane is available; retry later");
+        srv_reply_error(s, g->http, &e);
+        gen_free(g);
+        return;
+    }
+    int lane = s->qhead ? -1 : sd_lanes_pick(s->lanes);
+    if (lane < 0 && s->nqueued >= s->o.max_queue) {
+        sd_api_fail(&e, 429, "rate_limit_error", NULL, "overloaded",
+                    "The server is overloaded (%d requests waiting); retry later", s->nqueued);
+        srv_reply_error(s, g->http, &e);
+        gen_free(g);
+        return;
+    }
+    gen_link(s, g);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(g->http), on_client_close, g);
+    watch_client(g);
+    if (lane >= 0) {
+        gen_dispatch(g, lane);
+        return;
+    }
+    g->state = GEN_QUEUED;
+    if (s->qtail) s->qtail->qnext = g;
+    else s->qhead = g;
+    s->qtail = g;
+    s->nqueued++;
+    s->metrics.queued = s->nqueued;
+}
+
+void gen_handle(sd_server *s, struct evhttp_request *req, sd_api_kind kind)
+{
+    sd_api_err e;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    if (len > s->o.max_body) {
+        sd_api_fail(&e, 413, INVALID, NULL, "request_too_large",
+                    "The request body of %zu bytes exceeds the limit of %zu bytes", len, s->o.max_body);
+        srv_reply_error(s, req, &e);
+        return;
+    }
+    gen *g = gen_new(s, req);
+    if (!g) {
+        sd_api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        srv_reply_error(s, req, &e);
+        return;
+    }
+    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    if (sd_api_parse(kind, body, len, &g->p, &e) != SD_OK || check_request(s, g, &e) != SD_OK ||
+        gen_prepare(s, g, &e) != SD_OK) {
+        srv_reply_error(s, req, &e);
+        gen_free(g);
+        return;
+    }
+    gen_admit(s, g);
+}

@@ -1,0 +1,472 @@
+/* http_api.c — see http_api.h. One small getter per JSON type keeps the
+ * per-field checks uniform: each returns SD_OK when the field is absent or
+ * null (leaving the default), SD_ERR_ARG with *e filled when it has the wrong
+ * type or range. */
+#include "http_api.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INVALID "invalid_request_error"
+
+sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *param,
+                      const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type ? type : INVALID);
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return SD_ERR_ARG;
+}
+
+#define BADF(field, ...) sd_api_fail(e, 400, INVALID, field, NULL, __VA_ARGS__)
+
+/* ------------------------------------------------------------ typed getters */
+
+static json_t *field(json_t *o, const char *name)
+{
+    json_t *v = json_object_get(o, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+static sd_status get_bool(json_t *o, const char *name, bool *out, sd_api_err *e)
+{
+    json_t *v = field(o, name);
+    if (!v) return SD_OK;
+    if (!json_is_boolean(v)) return BADF(name, "'%s' must be a boolean", name);
+    *out = json_is_true(v);
+    return SD_OK;
+}
+
+/* Integers; an integral real (e.g. 16.0) is accepted as well. */
+static sd_status get_int(json_t *o, const char *name, long long lo, long long hi, long long *out,
+                         bool *given, sd_api_err *e)
+{
+    json_t *v = field(o, name);
+    if (given) *given = false;
+    if (!v) return SD_OK;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+               fabs(json_real_value(v)) < 9e15) {
+        x = (long long)json_real_value(v);
+    } else {
+        return BADF(name, "'%s' must be an integer", name);
+    }
+    if (x < lo || x > hi) return BADF(name, "'%s' must be between %lld and %lld, got %lld", name, lo, hi, x);
+    *out = x;
+    if (given) *given = true;
+    return SD_OK;
+}
+
+static sd_status get_num(json_t *o, const char *name, double lo, double hi, float *out, sd_api_err *e)
+{
+    json_t *v = field(o, name);
+    if (!v) return SD_OK;
+    if (!json_is_number(v)) return BADF(name, "'%s' must be a number", name);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return BADF(name, "'%s' must be between %g and %g, got %g", name, lo, hi, x);
+    *out = (float)x;
+    return SD_OK;
+}
+
+static sd_status dup_str(const char *s, char **out, const char *name, sd_api_err *e)
+{
+    *out = strdup(s);
+    if (!*out) return sd_api_fail(e, 500, "server_error", name, NULL, "out of memory");
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------ fields */
+
+static sd_status parse_prompt_ids(json_t *arr, sd_api_req *r, sd_api_err *e)
+{
+    size_t n = json_array_size(arr);
+    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
+    if (!r->prompt_ids) return sd_api_fail(e, 500, "server_error", "prompt", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return BADF("prompt", "'prompt' token ids must be non-negative integers (element %zu)", i);
+        r->prompt_ids[i] = (int32_t)json_integer_value(v);
+    }
+    r->n_prompt_ids = n;
+    return SD_OK;
+}
+
+/* prompt: a string, an array of token ids, or an array holding one string or
+ * one id array (a batch of one). Batches of more are refused. */
+static sd_status parse_prompt(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *p = field(o, "prompt");
+    if (!p) return BADF("prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) return dup_str(json_string_value(p), &r->prompt, "prompt", e);
+    if (!json_is_array(p))
+        return BADF("prompt", "'prompt' must be a string or an array of token ids");
+    if (json_array_size(p) == 0) return BADF("prompt", "'prompt' must not be empty");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_string(first) || json_is_array(first))
+        return BADF("prompt", "'prompt' with several prompts (batch) is not supported; send one per request");
+    return parse_prompt_ids(p, r, e);
+}
+
+/* content: a string, null, or an array of {"type": "text", "text": ...}. */
+static sd_status parse_content(json_t *c, size_t i, char **out, sd_api_err *e)
+{
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (!c || json_is_null(c)) return dup_str("", out, param, e);
+    if (json_is_string(c)) return dup_str(json_string_value(c), out, param, e);
+    if (!json_is_array(c)) return BADF(param, "'%s' must be a string or an array of text parts", param);
+    size_t total = 1, k;
+    json_t *part;
+    json_array_foreach(c, k, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        json_t *text = json_object_get(part, "text");
+        if (!type || strcmp(type, "text") || !json_is_string(text))
+            return BADF(param, "'%s' parts must be {\"type\": \"text\", \"text\": string} (part %zu)", param, k);
+        total += json_string_length(text);
+    }
+    *out = malloc(total);
+    if (!*out) return sd_api_fail(e, 500, "server_error", param, NULL, "out of memory");
+    (*out)[0] = '\0';
+    json_array_foreach(c, k, part) strcat(*out, json_string_value(json_object_get(part, "text")));
+    return SD_OK;
+}
+
+static sd_status parse_messages(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
+    json_t *m = field(o, "messages");
+    if (!m) return BADF("messages", "'messages' is required");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return BADF("messages", "'messages' must be a non-empty array");
+    size_t n = json_array_size(m);
+    r->messages = calloc(n, sizeof *r->messages);
+    if (!r->messages) return sd_api_fail(e, 500, "server_error", "messages", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(m, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!json_is_object(msg)) return BADF(param, "'messages[%zu]' must be an object", i);
+        const char *role = json_string_value(json_object_get(msg, "role"));
+        bool known = false;
+        for (size_t k = 0; role && k < sizeof roles / sizeof *roles; k++) known |= !strcmp(role, roles[k]);
+        if (!known) return BADF(param, "'%s' must be one of system, user, assistant, tool", param);
+        if (!strcmp(role, "developer")) role = "system";
+        r->n_messages = i + 1;
+        sd_status st = dup_str(role, (char **)&r->messages[i].role, param, e);
+        if (st == SD_OK) st = parse_content(json_object_get(msg, "content"), i, (char **)&r->messages[i].content, e);
+        if (st != SD_OK) return st;
+    }
+    return SD_OK;
+}
+
+static sd_status parse_stop(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *s = field(o, "stop");
+    if (!s) return SD_OK;
+    if (json_is_string(s)) {
+        if (json_string_length(s) == 0) return SD_OK;
+        if (json_string_length(s) > SD_API_MAX_STOP_LEN) return BADF("stop", "'stop' strings are limited to %d bytes", SD_API_MAX_STOP_LEN);
+        r->n_stop = 1;
+        return dup_str(json_string_value(s), &r->stop[0], "stop", e);
+    }
+    if (!json_is_array(s)) return BADF("stop", "'stop' must be a string or an array of strings");
+    if (json_array_size(s) > SD_API_MAX_STOP) return BADF("stop", "'stop' accepts at most %d strings", SD_API_MAX_STOP);
+    size_t i;
+    json_t *v;
+    json_array_foreach(s, i, v) {
+        if (!json_is_string(v)) return BADF("stop", "'stop' must be a string or an array of strings");
+        if (json_string_length(v) == 0) continue;
+        if (json_string_length(v) > SD_API_MAX_STOP_LEN) return BADF("stop", "'stop' strings are limited to %d bytes", SD_API_MAX_STOP_LEN);
+        sd_status st = dup_str(json_string_value(v), &r->stop[r->n_stop], "stop", e);
+        if (st != SD_OK) return st;
+        r->n_stop++;
+    }
+    return SD_OK;
+}
+
+static sd_status parse_stop_ids(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *s = field(o, "stop_token_ids");
+    if (!s) return SD_OK;
+    if (!json_is_array(s) || json_array_size(s) > SD_API_MAX_STOP)
+        return BADF("stop_token_ids", "'stop_token_ids' must be an array of at most %d token ids", SD_API_MAX_STOP);
+    size_t i;
+    json_t *v;
+    json_array_foreach(s, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return BADF("stop_token_ids", "'stop_token_ids' must hold non-negative integers");
+        r->stop_ids[r->n_stop_ids++] = (int32_t)json_integer_value(v);
+    }
+    return SD_OK;
+}
+
+static sd_status parse_spec(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    static const char *const modes[] = {"auto", "greedy", "match", "rejection"};
+    json_t *s = field(o, "speculative");
+    if (!s) return SD_OK;
+    if (json_is_boolean(s)) {
+        r->spec_enabled = json_is_true(s);
+        return SD_OK;
+    }
+    if (!json_is_object(s)) return BADF("speculative", "'speculative' must be an object or a boolean");
+    json_t *en = field(s, "enabled");
+    if (en && !json_is_boolean(en)) return BADF("speculative.enabled", "'speculative.enabled' must be a boolean");
+    if (en) r->spec_enabled = json_is_true(en);
+    long long k = 0;
+    bool given = false;
+    sd_status st = get_int(s, "num_draft", 0, SD_API_MAX_NUM_DRAFT, &k, &given, e);
+    if (st != SD_OK) {
+        snprintf(e->param, sizeof e->param, "speculative.num_draft");
+        return st;
+    }
+    if (given) r->num_draft = (unsigned)k;
+    json_t *v = field(s, "verify");
+    if (!v) return SD_OK;
+    for (int i = 0; json_is_string(v) && i < 4; i++)
+        if (!strcmp(json_string_value(v), modes[i])) {
+            r->verify = (sd_api_verify)i;
+            return SD_OK;
+        }
+    return BADF("speculative.verify", "'speculative.verify' must be one of auto, greedy, match, rejection");
+}
+
+static sd_status parse_stream(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    sd_status st = get_bool(o, "stream", &r->stream, e);
+    json_t *so = field(o, "stream_options");
+    if (st != SD_OK || !so) return st;
+    if (!json_is_object(so)) return BADF("stream_options", "'stream_options' must be an object");
+    if (!r->stream) return BADF("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    st = get_bool(so, "include_usage", &r->include_usage, e);
+    if (st != SD_OK) snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+    return st;
+}
+
+/* Features of the OpenAI API specd does not implement: refused, not ignored. */
+static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    long long n = 1;
+    sd_status st = get_int(o, "n", 1, 128, &n, NULL, e);
+    if (st != SD_OK) return st;
+    if (n != 1) return BADF("n", "'n' must be 1: several choices per request are not supported");
+    st = get_int(o, "best_of", 1, 128, &n, NULL, e);
+    if (st == SD_OK && n != 1) return BADF("best_of", "'best_of' must be 1: not supported");
+    bool b = false;
+    if (st == SD_OK) st = get_bool(o, "echo", &b, e);
+    if (st == SD_OK && b) return BADF("echo", "'echo' is not supported");
+    json_t *lp = field(o, "logprobs");
+    if (st == SD_OK && lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
+        return BADF("logprobs", "'logprobs' is not supported");
+    (void)r;
+    return st;
+}
+
+static sd_status parse_sampling(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    sd_sampling *s = &r->sampling;
+    long long k = 0, seed = 0;
+    sd_status st = get_num(o, "temperature", 0.0, 2.0, &s->temperature, e);
+    if (st == SD_OK) st = get_num(o, "top_p", 0.0, 1.0, &s->top_p, e);
+    if (st == SD_OK && s->top_p <= 0.0f) return BADF("top_p", "'top_p' must be in (0, 1], got %g", s->top_p);
+    if (st == SD_OK) st = get_int(o, "top_k", -1, 1 << 30, &k, NULL, e);
+    if (st == SD_OK) s->top_k = k < 0 ? 0 : (int)k;
+    if (st == SD_OK) st = get_num(o, "min_p", 0.0, 1.0, &s->min_p, e);
+    if (st == SD_OK) st = get_num(o, "presence_penalty", -2.0, 2.0, &s->presence_penalty, e);
+    if (st == SD_OK) st = get_num(o, "frequency_penalty", -2.0, 2.0, &s->frequency_penalty, e);
+    if (st == SD_OK) st = get_num(o, "repetition_penalty", 1e-6, 100.0, &s->repetition_penalty, e);
+    if (st == SD_OK) st = get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &r->seed_set, e);
+    if (st == SD_OK) s->seed = (uint64_t)seed;
+    if (st != SD_OK) return st;
+    char msg[256] = "";
+    if (sd_sampling_validate(s, msg, sizeof msg) != SD_OK) {
+        static const char *const names[] = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                                            "presence_penalty", "frequency_penalty", "seed"};
+        const char *param = NULL;
+        for (size_t i = 0; i < sizeof names / sizeof *names && !param; i++)
+            if (strstr(msg, names[i])) param = names[i];
+        return BADF(param, "%s", msg);
+    }
+    return SD_OK;
+}
+
+static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api_err *e)
+{
+    json_t *model = field(o, "model");
+    if (model && !json_is_string(model)) return BADF("model", "'model' must be a string");
+    sd_status st = model ? dup_str(json_string_value(model), &r->model, "model", e) : SD_OK;
+    if (st == SD_OK) st = kind == SD_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
+    long long mt = -1;
+    if (st == SD_OK) st = get_int(o, "max_tokens", 1, INT32_MAX, &mt, NULL, e);
+    if (st == SD_OK && kind == SD_API_CHAT && mt < 0)
+        st = get_int(o, "max_completion_tokens", 1, INT32_MAX, &mt, NULL, e);
+    r->max_tokens = (int)mt;
+    if (st == SD_OK) st = parse_sampling(o, r, e);
+    if (st == SD_OK) st = parse_stop(o, r, e);
+    if (st == SD_OK) st = parse_stop_ids(o, r, e);
+    if (st == SD_OK) st = parse_stream(o, r, e);
+    if (st == SD_OK) st = get_bool(o, "ignore_eos", &r->ignore_eos, e);
+    if (st == SD_OK) st = parse_spec(o, r, e);
+    if (st == SD_OK) st = parse_unsupported(o, r, e);
+    return st;
+}
+
+sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_req *r, sd_api_err *e)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->sampling = sd_sampling_default();
+    r->sampling.temperature = 1.0f;
+    r->spec_enabled = true;
+    json_error_t jerr;
+    json_t *o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o)
+        return BADF(NULL, "We could not parse the JSON body of your request: %s (line %d, column %d)",
+                    jerr.text, jerr.line, jerr.column);
+    sd_status st = json_is_object(o) ? parse_fields(o, kind, r, e)
+                                     : BADF(NULL, "The request body must be a JSON object");
+    json_decref(o);
+    if (st != SD_OK) sd_api_req_clear(r);
+    return st;
+}
+
+void sd_api_req_clear(sd_api_req *r)
+{
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_messages; i++) {
+        free((char *)r->messages[i].role);
+        free((char *)r->messages[i].content);
+    }
+    free(r->messages);
+    for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    sd_api_kind kind = r->kind;
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+}
+
+/* ------------------------------------------------------------ responses */
+
+/* A JSON string of len bytes; the decoder only emits valid UTF-8, anything
+ * else would be a bug upstream and is replaced rather than sent broken. */
+static json_t *text_json(const char *text, size_t len)
+{
+    json_t *t = json_stringn(text ? text : "", text ? len : 0);
+    return t ? t : json_string("\xef\xbf\xbd");
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s && s[0] ? json_string(s) : json_null();
+}
+
+char *sd_api_error_json(const sd_api_err *e)
+{
+    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type", e->type,
+                          "param", str_or_null(e->param), "code", str_or_null(e->code));
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
+    json_decref(o);
+    return s;
+}
+
+json_t *sd_api_spec_json(const sd_api_spec *s)
+{
+    sd_api_spec z = {0};
+    if (!s) s = &z;
+    json_t *pos = json_array();
+    for (size_t i = 0; i < s->n_accepted_at; i++) json_array_append_new(pos, json_integer((json_int_t)s->accepted_at[i]));
+    double mean = s->steps ? (double)s->accepted_tokens / (double)s->steps : 0.0;
+    double rate = s->draft_tokens ? (double)s->accepted_tokens / (double)s->draft_tokens : 0.0;
+    return json_pack("{s:I, s:I, s:I, s:f, s:f, s:o}", "steps", (json_int_t)s->steps, "draft_tokens",
+                     (json_int_t)s->draft_tokens, "accepted_tokens", (json_int_t)s->accepted_tokens,
+                     "mean_accepted_per_step", mean, "acceptance_rate", rate, "accepted_per_position", pos);
+}
+
+static json_t *usage_json(const sd_api_result *res)
+{
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (int)res->prompt_tokens, "completion_tokens",
+                     (int)res->completion_tokens, "total_tokens", (int)(res->prompt_tokens + res->completion_tokens));
+}
+
+static json_t *head_json(const sd_api_result *res, const char *object)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", res->id, "object", object, "created",
+                     (json_int_t)res->created, "model", res->model);
+}
+
+char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const char *text, size_t len)
+{
+    bool chat = kind == SD_API_CHAT;
+    json_t *o = head_json(res, chat ? "chat.completion" : "text_completion");
+    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason", str_or_null(res->finish));
+    json_t *t = text_json(text, len);
+    if (chat)
+        json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", t));
+    else
+        json_object_set_new(choice, "text", t);
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_object_set_new(o, "usage", usage_json(res));
+    json_object_set_new(o, "speculative", sd_api_spec_json(res->spec));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8));
+    json_decref(o);
+    return s;
+}
+
+/* Wraps a JSON object as "data: …\n\n" and releases it. */
+static char *sse_wrap(json_t *o)
+{
+    char *j = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8));
+    json_decref(o);
+    if (!j) return NULL;
+    size_t n = strlen(j) + 9;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "data: %s\n\n", j);
+    free(j);
+    return s;
+}
+
+char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *text, size_t len,
+                       bool first, bool with_usage_null)
+{
+    bool chat = kind == SD_API_CHAT;
+    json_t *o = head_json(res, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason", str_or_null(res->finish));
+    if (chat) {
+        json_t *delta = json_object();
+        if (first) json_object_set_new(delta, "role", json_string("assistant"));
+        if (len || (first && !res->finish)) json_object_set_new(delta, "content", text_json(text, len));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", text_json(text, len));
+    }
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    if (res->finish) json_object_set_new(o, "speculative", sd_api_spec_json(res->spec));
+    if (with_usage_null) json_object_set_new(o, "usage", json_null());
+    return sse_wrap(o);
+}
+
+char *sd_api_usage_sse(sd_api_kind kind, const sd_api_result *res)
+{
+    json_t *o = head_json(res, kind == SD_API_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_json(res));
+    json_object_set_new(o, "speculative", sd_api_spec_json(res->spec));
+    return sse_wrap(o);
+}

@@ -1,0 +1,254 @@
+/* lanes.c — see lanes.h. */
+#include "lanes.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "log.h"
+
+typedef struct lane {
+    sd_lane_info info;
+    char *endpoint;
+    void *sock;
+    struct event *ev;
+    uint64_t nonce_sent, nonce_acked;
+    int index;
+    struct sd_lanes *owner;
+} lane;
+
+struct sd_lanes {
+    struct event_base *base;
+    lane *lanes;
+    size_t n;
+    sd_lanes_opts opts;
+    sd_lane_cbs cbs;
+    struct event *timer;
+};
+
+static void set_state(sd_lanes *l, lane *ln, sd_lane_state st)
+{
+    if (ln->info.state == st) return;
+    ln->info.state = st;
+    if (st == SD_LANE_UP) SD_INFO("lane %s is up (model %s, max_context %u)", ln->endpoint, ln->info.model, ln->info.max_context);
+    if (st == SD_LANE_DOWN) SD_WARN("lane %s is down (%d health requests unanswered)", ln->endpoint, ln->info.missed);
+    if (l->cbs.on_state) l->cbs.on_state(l->cbs.ud, ln->index, st);
+}
+
+static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
+{
+    if (h->nonce > ln->nonce_sent) return; /* not ours */
+    ln->nonce_acked = h->nonce;
+    ln->info.missed = 0;
+    ln->info.max_context = h->max_context;
+    ln->info.vocab_size = h->vocab_size;
+    snprintf(ln->info.model, sizeof ln->info.model, "%s", h->model ? h->model : "");
+    const Specd__Stats *s = h->stats;
+    if (s) {
+        ln->info.active = s->active_requests;
+        ln->info.queued = s->queued_requests;
+        ln->info.kv_total = s->kv_blocks_total;
+        ln->info.kv_free = s->kv_blocks_free;
+        ln->info.steps = s->steps;
+        ln->info.draft_tokens = s->draft_tokens;
+        ln->info.accepted_tokens = s->accepted_tokens;
+        ln->info.tokens_generated = s->tokens_generated;
+        ln->info.drafter_up = s->drafter_up;
+        size_t n = s->n_accepted_at < 64 ? s->n_accepted_at : 64;
+        if (n) memcpy(ln->info.accepted_at, s->accepted_at, n * sizeof *s->accepted_at);
+        ln->info.n_accepted_at = n;
+    }
+    if (h->max_context > 0) set_state(l, ln, SD_LANE_UP);
+}
+
+static void dispatch(sd_lanes *l, lane *ln, Specd__Envelope *env)
+{
+    switch (env->body_case) {
+    case SPECD__ENVELOPE__BODY_HEALTH_REPLY: on_health_reply(l, ln, env->health_reply); break;
+    case SPECD__ENVELOPE__BODY_TOKEN_EVENT:
+    case SPECD__ENVELOPE__BODY_ERROR:
+        if (l->cbs.on_event) l->cbs.on_event(l->cbs.ud, ln->index, env);
+        break;
+    default: SD_WARN("lane %s: unexpected %s message dropped", ln->endpoint, sd_msg_kind(env)); break;
+    }
+}
+
+/* ZMQ_FD fired (or was activated after a send): drain until EAGAIN. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lane *ln = arg;
+    sd_lanes *l = ln->owner;
+    for (int i = 0; i < 100000; i++) {
+        Specd__Envelope *env = NULL;
+        char err[256];
+        sd_status st = sd_msg_recv(ln->sock, NULL, &env, SD_MSG_DONTWAIT, err, sizeof err);
+        if (st == SD_ERR_TIMEOUT) break;
+        if (st == SD_ERR_FORMAT) {
+            SD_WARN("lane %s: dropped malformed message: %s", ln->endpoint, err);
+            continue;
+        }
+        if (st != SD_OK) {
+            SD_ERROR("lane %s: %s", ln->endpoint, err);
+            break;
+        }
+        dispatch(l, ln, env);
+        sd_msg_free(env);
+    }
+}
+
+static void send_health(sd_lanes *l, lane *ln)
+{
+    Specd__HealthRequest hr = SPECD__HEALTH_REQUEST__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    hr.nonce = ++ln->nonce_sent;
+    env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REQUEST;
+    env.health_request = &hr;
+    char err[256];
+    if (sd_lanes_send(l, ln->index, &env, err, sizeof err) != SD_OK)
+        SD_DEBUG("lane %s: health request not sent: %s", ln->endpoint, err);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sd_lanes *l = arg;
+    for (size_t i = 0; i < l->n; i++) {
+        lane *ln = &l->lanes[i];
+        if (ln->nonce_sent > ln->nonce_acked) {
+            ln->info.missed++;
+            if (ln->info.missed >= l->opts.max_missed) set_state(l, ln, SD_LANE_DOWN);
+        }
+        send_health(l, ln);
+    }
+}
+
+static sd_status lane_open(sd_lanes *l, void *zctx, lane *ln, char *err, size_t errlen)
+{
+    ln->sock = zmq_socket(zctx, ZMQ_DEALER);
+    int one = 1, zero = 0;
+    if (!ln->sock || zmq_setsockopt(ln->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0 ||
+        zmq_setsockopt(ln->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_connect(ln->sock, ln->endpoint) != 0)
+        return sd_seterr(err, errlen, SD_ERR_IO, "lane %s: %s", ln->endpoint, zmq_strerror(zmq_errno()));
+    int fd = -1;
+    size_t sz = sizeof fd;
+    if (zmq_getsockopt(ln->sock, ZMQ_FD, &fd, &sz) != 0)
+        return sd_seterr(err, errlen, SD_ERR_IO, "lane %s: ZMQ_FD: %s", ln->endpoint, zmq_strerror(zmq_errno()));
+    ln->ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_readable, ln);
+    if (!ln->ev || event_add(ln->ev, NULL) != 0)
+        return sd_seterr(err, errlen, SD_ERR_IO, "lane %s: cannot watch its socket", ln->endpoint);
+    return SD_OK;
+}
+
+sd_status sd_lanes_new(struct event_base *base, void *zctx, const char *const *endpoints, size_t n,
+                       const sd_lanes_opts *opts, sd_lane_cbs cbs, sd_lanes **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (n == 0) return sd_seterr(err, errlen, SD_ERR_ARG, "no verifier endpoint given");
+    sd_lanes *l = calloc(1, sizeof *l);
+    if (!l || !(l->lanes = calloc(n, sizeof *l->lanes))) {
+        free(l);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    }
+    l->base = base;
+    l->n = n;
+    l->cbs = cbs;
+    l->opts.health_interval_ms = opts && opts->health_interval_ms > 0 ? opts->health_interval_ms : 1000;
+    l->opts.max_missed = opts && opts->max_missed > 0 ? opts->max_missed : 3;
+    l->opts.capacity = opts && opts->capacity > 0 ? opts->capacity : 64;
+    sd_status st = SD_OK;
+    for (size_t i = 0; i < n && st == SD_OK; i++) {
+        lane *ln = &l->lanes[i];
+        ln->index = (int)i;
+        ln->owner = l;
+        ln->endpoint = strdup(endpoints[i]);
+        ln->info.endpoint = ln->endpoint;
+        st = ln->endpoint ? lane_open(l, zctx, ln, err, errlen) : SD_ERR_NOMEM;
+    }
+    struct timeval tv = {l->opts.health_interval_ms / 1000, (l->opts.health_interval_ms % 1000) * 1000};
+    if (st == SD_OK && (!(l->timer = event_new(base, -1, EV_PERSIST, on_tick, l)) || event_add(l->timer, &tv) != 0))
+        st = sd_seterr(err, errlen, SD_ERR_IO, "cannot start the health timer");
+    if (st != SD_OK) {
+        sd_lanes_free(l);
+        return st;
+    }
+    for (size_t i = 0; i < n; i++) send_health(l, &l->lanes[i]);
+    *out = l;
+    return SD_OK;
+}
+
+void sd_lanes_free(sd_lanes *l)
+{
+    if (!l) return;
+    if (l->timer) event_free(l->timer);
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->lanes[i].ev) event_free(l->lanes[i].ev);
+        if (l->lanes[i].sock) zmq_close(l->lanes[i].sock);
+        free(l->lanes[i].endpoint);
+    }
+    free(l->lanes);
+    free(l);
+}
+
+size_t sd_lanes_count(const sd_lanes *l)
+{
+    return l->n;
+}
+
+const sd_lane_info *sd_lanes_info(const sd_lanes *l, int i)
+{
+    return (i >= 0 && (size_t)i < l->n) ? &l->lanes[i].info : NULL;
+}
+
+int sd_lanes_pick(const sd_lanes *l)
+{
+    int best = -1;
+    for (size_t i = 0; i < l->n; i++) {
+        const sd_lane_info *in = &l->lanes[i].info;
+        if (in->state != SD_LANE_UP || in->inflight >= l->opts.capacity) continue;
+        if (best < 0 || in->inflight < l->lanes[best].info.inflight) best = (int)i;
+    }
+    return best;
+}
+
+bool sd_lanes_any_up(const sd_lanes *l, uint32_t *max_context)
+{
+    bool up = false;
+    uint32_t ctx = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const sd_lane_info *in = &l->lanes[i].info;
+        if (in->state != SD_LANE_UP) continue;
+        up = true;
+        if (in->max_context && (ctx == 0 || in->max_context < ctx)) ctx = in->max_context;
+    }
+    if (max_context) *max_context = ctx;
+    return up;
+}
+
+bool sd_lanes_all_down(const sd_lanes *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->lanes[i].info.state != SD_LANE_DOWN) return false;
+    return true;
+}
+
+sd_status sd_lanes_send(sd_lanes *l, int i, const Specd__Envelope *env, char *err, size_t errlen)
+{
+    if (i < 0 || (size_t)i >= l->n) return sd_seterr(err, errlen, SD_ERR_ARG, "no lane %d", i);
+    lane *ln = &l->lanes[i];
+    sd_status st = sd_msg_send(ln->sock, NULL, env, err, errlen);
+    if (sd_msg_readable(ln->sock)) event_active(ln->ev, EV_READ, 0);
+    return st;
+}
+
+void sd_lanes_add_inflight(sd_lanes *l, int i, int delta)
+{
+    if (i >= 0 && (size_t)i < l->n) {
+        l->lanes[i].info.inflight += delta;
+        if (l->lanes[i].info.inflight < 0) l->lanes[i].info.inflight = 0;
+    }
+}

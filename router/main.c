@@ -1,0 +1,103 @@
+/* main.c — specd-router: command-line options → sd_server_opts → run.
+ *
+ *   specd-router --verifier tcp://127.0.0.1:5555 [--verifier ENDPOINT ...]
+ *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME
+ *                [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+ *                [--max-queue 256] [--max-body 1048576] [--request-timeout 600]
+ *                [--lane-capacity 64] [--health-interval-ms 1000]
+ *                [--health-misses 3] [--chat-template chatml|llama3|llama2|plain]
+ *                [--default-max-tokens 256] [--log-level info] */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+
+#define MAX_LANES 64
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: specd-router --verifier ENDPOINT [--verifier ENDPOINT ...] --tokenizer FILE\n"
+            "                    --model-name NAME [--tokenizer-config FILE] [--host H] [--port P]\n"
+            "                    [--api-key KEY] [--max-queue N] [--max-body BYTES]\n"
+            "                    [--request-timeout S] [--lane-capacity N] [--health-interval-ms MS]\n"
+            "                    [--health-misses N] [--chat-template chatml|llama3|llama2|plain]\n"
+            "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
+}
+
+/* Parses a non-negative integer option; exits with usage on junk. */
+static long long num_arg(const char *name, const char *v)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x < 0) {
+        fprintf(stderr, "specd-router: --%s wants a non-negative integer, got '%s'\n", name, v);
+        exit(2);
+    }
+    return x;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'}, {"verifier", 1, 0, 'v'}, {"tokenizer", 1, 0, 't'},
+        {"tokenizer-config", 1, 0, 'c'}, {"model-name", 1, 0, 'm'}, {"api-key", 1, 0, 'k'},
+        {"max-queue", 1, 0, 'q'}, {"max-body", 1, 0, 'b'}, {"request-timeout", 1, 0, 'T'},
+        {"lane-capacity", 1, 0, 'C'}, {"health-interval-ms", 1, 0, 'H'}, {"health-misses", 1, 0, 'M'},
+        {"chat-template", 1, 0, 'x'}, {"default-max-tokens", 1, 0, 'D'}, {"log-level", 1, 0, 'l'},
+        {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
+    const char *lanes[MAX_LANES];
+    sd_server_opts o = {0};
+    o.port = 8000;
+    o.max_queue = 256;
+    o.request_timeout_s = 600;
+    o.verifiers = lanes;
+    const char *level = "info";
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h': o.host = optarg; break;
+        case 'p': o.port = (int)num_arg("port", optarg); break;
+        case 'v':
+            if (o.n_verifiers == MAX_LANES) {
+                fprintf(stderr, "specd-router: at most %d --verifier lanes\n", MAX_LANES);
+                return 2;
+            }
+            lanes[o.n_verifiers++] = optarg;
+            break;
+        case 't': o.tokenizer = optarg; break;
+        case 'c': o.tokenizer_config = optarg; break;
+        case 'm': o.model_name = optarg; break;
+        case 'k': o.api_key = optarg; break;
+        case 'q': o.max_queue = (int)num_arg("max-queue", optarg); break;
+        case 'b': o.max_body = (size_t)num_arg("max-body", optarg); break;
+        case 'T': o.request_timeout_s = (double)num_arg("request-timeout", optarg); break;
+        case 'C': o.lane_capacity = (int)num_arg("lane-capacity", optarg); break;
+        case 'H': o.health_interval_ms = (int)num_arg("health-interval-ms", optarg); break;
+        case 'M': o.max_missed = (int)num_arg("health-misses", optarg); break;
+        case 'x': o.chat_template = optarg; break;
+        case 'D': o.default_max_tokens = (int)num_arg("default-max-tokens", optarg); break;
+        case 'l': level = optarg; break;
+        case 'U': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || !o.n_verifiers || !o.tokenizer || !o.model_name) {
+        usage(stderr);
+        return 2;
+    }
+    if (o.api_key && !o.api_key[0]) o.api_key = NULL;
+    sd_log_init("router", sd_log_parse_level(level));
+    sd_server *s = NULL;
+    char err[512];
+    if (sd_server_new(&o, &s, err, sizeof err) != SD_OK) {
+        SD_ERROR("%s", err);
+        return 1;
+    }
+    int rc = sd_server_run(s);
+    sd_server_free(s);
+    return rc;
+}

@@ -1,0 +1,109 @@
+/* metrics.c — see metrics.h. Rendering appends to an open_memstream. */
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const double BUCKETS[SD_METRICS_NBUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+
+void sd_metrics_count_status(sd_metrics *m, int status)
+{
+    if (status >= 100 && status < 600) m->by_status[status]++;
+}
+
+void sd_metrics_observe(sd_metrics *m, unsigned prompt_tokens, unsigned completion_tokens, double seconds)
+{
+    m->prompt_tokens += prompt_tokens;
+    m->generation_tokens += completion_tokens;
+    m->latency_count++;
+    m->latency_sum += seconds;
+    for (int i = 0; i < SD_METRICS_NBUCKETS; i++)
+        if (seconds <= BUCKETS[i]) {
+            m->latency_buckets[i]++;
+            break;
+        }
+}
+
+static void header(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_router(FILE *f, const sd_metrics *m)
+{
+    header(f, "specd_http_requests_total", "counter", "HTTP requests answered, by status code.");
+    for (int s = 100; s < 600; s++)
+        if (m->by_status[s]) fprintf(f, "specd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)m->by_status[s]);
+    header(f, "specd_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
+    fprintf(f, "specd_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    header(f, "specd_generation_tokens_total", "counter", "Generated tokens of finished requests.");
+    fprintf(f, "specd_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
+    header(f, "specd_request_duration_seconds", "histogram", "End-to-end generation latency.");
+    uint64_t cum = 0;
+    for (int i = 0; i < SD_METRICS_NBUCKETS; i++) {
+        cum += m->latency_buckets[i];
+        fprintf(f, "specd_request_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[i], (unsigned long long)cum);
+    }
+    fprintf(f, "specd_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->latency_count);
+    fprintf(f, "specd_request_duration_seconds_sum %.6f\n", m->latency_sum);
+    fprintf(f, "specd_request_duration_seconds_count %llu\n", (unsigned long long)m->latency_count);
+    header(f, "specd_requests_active", "gauge", "Requests running on a lane.");
+    fprintf(f, "specd_requests_active %d\n", m->active);
+    header(f, "specd_requests_queued", "gauge", "Requests waiting in the router for a lane.");
+    fprintf(f, "specd_requests_queued %d\n", m->queued);
+}
+
+static void lane_gauge(FILE *f, const sd_lanes *l, const char *name, const char *help, int which)
+{
+    header(f, name, "gauge", help);
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        long long v = which == 0 ? in->state == SD_LANE_UP : which == 1 ? in->inflight
+                    : which == 2 ? (long long)in->kv_total : (long long)in->kv_free;
+        fprintf(f, "%s{lane=\"%s\"} %lld\n", name, in->endpoint, v);
+    }
+}
+
+static void render_lanes(FILE *f, const sd_lanes *l)
+{
+    lane_gauge(f, l, "specd_lane_up", "1 when the lane's verifier answers health checks.", 0);
+    lane_gauge(f, l, "specd_lane_inflight", "Requests routed to the lane and not finished.", 1);
+    lane_gauge(f, l, "specd_kv_blocks_total", "KV pool blocks of the lane's verifier.", 2);
+    lane_gauge(f, l, "specd_kv_blocks_free", "Free KV pool blocks of the lane's verifier.", 3);
+    uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
+    size_t npos = 0;
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        steps += in->steps;
+        drafted += in->draft_tokens;
+        accepted += in->accepted_tokens;
+        for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];
+        if (in->n_accepted_at > npos) npos = in->n_accepted_at;
+    }
+    header(f, "specd_spec_steps_total", "counter", "Verify steps run (summed over lanes).");
+    fprintf(f, "specd_spec_steps_total %llu\n", (unsigned long long)steps);
+    header(f, "specd_spec_draft_tokens_total", "counter", "Draft tokens proposed (summed over lanes).");
+    fprintf(f, "specd_spec_draft_tokens_total %llu\n", (unsigned long long)drafted);
+    header(f, "specd_spec_accepted_tokens_total", "counter", "Draft tokens accepted (summed over lanes).");
+    fprintf(f, "specd_spec_accepted_tokens_total %llu\n", (unsigned long long)accepted);
+    header(f, "specd_spec_accepted_per_position", "counter", "Steps whose draft token at position pos was accepted.");
+    for (size_t k = 0; k < npos; k++)
+        fprintf(f, "specd_spec_accepted_per_position{pos=\"%zu\"} %llu\n", k + 1, (unsigned long long)pos[k]);
+    header(f, "specd_spec_acceptance_rate", "gauge", "Accepted / drafted tokens since start.");
+    fprintf(f, "specd_spec_acceptance_rate %.6f\n", drafted ? (double)accepted / (double)drafted : 0.0);
+}
+
+char *sd_metrics_render(const sd_metrics *m, const sd_lanes *lanes)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    render_router(f, m);
+    if (lanes) render_lanes(f, lanes);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

@@ -1,0 +1,45 @@
+/* metrics.h — the router's Prometheus text exposition (GET /metrics).
+ *
+ * The router counts HTTP requests by status, prompt / generated tokens and
+ * request latency itself; speculative counters and KV gauges come from the
+ * lanes' last Stats (HealthReply) and are summed over lanes. Names:
+ *   specd_http_requests_total{code}        counter
+ *   specd_prompt_tokens_total              counter
+ *   specd_generation_tokens_total          counter
+ *   specd_request_duration_seconds         histogram (le buckets, _sum, _count)
+ *   specd_requests_active / _queued        gauges (router view)
+ *   specd_lane_up{lane}, specd_lane_inflight{lane}
+ *   specd_kv_blocks_total{lane}, specd_kv_blocks_free{lane}
+ *   specd_spec_steps_total, specd_spec_draft_tokens_total,
+ *   specd_spec_accepted_tokens_total, specd_spec_accepted_per_position{pos}
+ *   specd_spec_acceptance_rate             gauge (accepted / drafted)
+ * Single-threaded (the event loop's thread). */
+#ifndef SD_METRICS_H
+#define SD_METRICS_H
+
+#include <stdint.h>
+
+#include "lanes.h"
+
+#define SD_METRICS_NBUCKETS 12
+
+typedef struct sd_metrics {
+    uint64_t by_status[600];   /* HTTP status → count */
+    uint64_t prompt_tokens, generation_tokens;
+    uint64_t latency_buckets[SD_METRICS_NBUCKETS]; /* cumulative at render */
+    uint64_t latency_count;
+    double latency_sum;
+    int active, queued;
+} sd_metrics;
+
+/* Counts one finished HTTP request (any endpoint). */
+void sd_metrics_count_status(sd_metrics *m, int status);
+
+/* Records a finished generation: tokens and end-to-end seconds. */
+void sd_metrics_observe(sd_metrics *m, unsigned prompt_tokens, unsigned completion_tokens, double seconds);
+
+/* Renders the exposition text; malloc'd, caller frees; NULL on OOM.
+ * lanes may be NULL (no lane metrics). */
+char *sd_metrics_render(const sd_metrics *m, const sd_lanes *lanes);
+
+#endif

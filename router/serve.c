@@ -1,0 +1,357 @@
+/* serve.c — `specd serve`: the one-command supervisor.
+ *
+ *   specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H]
+ *               [--port P] [--api-key K] [--threads N] [--num-draft K]
+ *               [--device cpu]
+ *
+ * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
+ * when neither --draft nor --ngram is given) and specd-router — found next to
+ * this binary (/proc/self/exe) — as three child processes talking over ipc://
+ * sockets in a private temporary directory. It prints the URL once the
+ * router's /health answers 200 (the verifier is up), restarts a crashed drafter with exponential backoff
+ * (the verifier decodes without drafts meanwhile), and when the verifier or
+ * the router dies, or on SIGINT / SIGTERM, stops everything: SIGTERM to the
+ * children, a grace period, then SIGKILL. Exit status: 0 after a signal,
+ * 1 when a child it cannot do without died, 2 on usage errors.
+ *
+ * Children run in their own process group (a terminal's Ctrl-C reaches only
+ * the supervisor, which stops them in order) and get SIGTERM if the
+ * supervisor itself dies (PR_SET_PDEATHSIG). Single-threaded; signals are
+ * taken synchronously with sigtimedwait. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GRACE_S 5.0
+#define MAX_ARGS 40
+
+typedef struct child {
+    const char *name;
+    char *argv[MAX_ARGS];
+    int argc;
+    pid_t pid;
+    double started;
+    double backoff; /* drafter restart delay, seconds */
+    double restart_at;
+} child;
+
+typedef struct serve_opts {
+    const char *target, *draft, *host, *api_key, *threads, *num_draft, *device;
+    bool ngram, no_spec;
+    int port;
+} serve_opts;
+
+static char g_model[256]; /* basename of --target: the served model id */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void add_arg(child *c, const char *a)
+{
+    if (c->argc < MAX_ARGS - 1) {
+        c->argv[c->argc++] = strdup(a);
+        c->argv[c->argc] = NULL;
+    }
+}
+
+static void add_opt(child *c, const char *flag, const char *value)
+{
+    if (!value) return;
+    add_arg(c, flag);
+    add_arg(c, value);
+}
+
+/* Forks and execs c; the child gets default signal handling back. */
+static int spawn(child *c)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        execv(c->argv[0], c->argv);
+        fprintf(stderr, "specd: cannot run %s: %s\n", c->argv[0], strerror(errno));
+        _exit(127);
+    }
+    c->pid = pid;
+    c->started = now_s();
+    return 0;
+}
+
+/* Directory holding this executable. */
+static int self_dir(char *buf, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+    if (len <= 0) return -1;
+    buf[len] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = '\0';
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
+               "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n");
+}
+
+static int parse_opts(int argc, char **argv, serve_opts *o)
+{
+    static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"ngram", 0, 0, 'n'},
+                                       {"no-spec", 0, 0, 'N'}, {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'},
+                                       {"api-key", 1, 0, 'k'}, {"threads", 1, 0, 'j'}, {"num-draft", 1, 0, 'K'},
+                                       {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 't': o->target = optarg; break;
+        case 'd': o->draft = optarg; break;
+        case 'n': o->ngram = true; break;
+        case 'N': o->no_spec = true; break;
+        case 'h': o->host = optarg; break;
+        case 'p': o->port = atoi(optarg); break;
+        case 'k': o->api_key = optarg; break;
+        case 'j': o->threads = optarg; break;
+        case 'K': o->num_draft = optarg; break;
+        case 'D': o->device = optarg; break;
+        case 'U': usage(stdout); exit(0);
+        default: return -1;
+        }
+    }
+    if (!o->target || optind < argc || (o->draft && o->ngram) || (o->no_spec && (o->draft || o->ngram)) ||
+        o->port <= 0 || o->port > 65535)
+        return -1;
+    if (!o->no_spec && !o->draft) o->ngram = true;
+    return 0;
+}
+
+/* Fills the three command lines. dir: binaries; tmp: socket directory. */
+static void build_children(const serve_opts *o, const char *dir, const char *tmp, child *ver, child *dra, child *rt)
+{
+    char path[PATH_MAX + 32], vep[PATH_MAX + 16], dep[PATH_MAX + 16], tok[PATH_MAX], cfg[PATH_MAX], port[16];
+    snprintf(vep, sizeof vep, "ipc://%s/verifier.sock", tmp);
+    snprintf(dep, sizeof dep, "ipc://%s/drafter.sock", tmp);
+    snprintf(path, sizeof path, "%s/specd-verifier", dir);
+    add_arg(ver, path);
+    add_opt(ver, "--model", o->target);
+    add_opt(ver, "--listen", vep);
+    if (!o->no_spec) add_opt(ver, "--drafter", dep);
+    add_opt(ver, "--num-draft", o->num_draft);
+    add_opt(ver, "--threads", o->threads);
+    add_opt(ver, "--device", o->device);
+    snprintf(path, sizeof path, "%s/specd-drafter", dir);
+    add_arg(dra, path);
+    add_opt(dra, "--listen", dep);
+    if (o->draft) add_opt(dra, "--model", o->draft);
+    else add_arg(dra, "--ngram");
+    add_opt(dra, "--threads", o->threads);
+    snprintf(path, sizeof path, "%s/specd-router", dir);
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", o->target);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", o->target);
+    snprintf(port, sizeof port, "%d", o->port);
+    add_arg(rt, path);
+    add_opt(rt, "--host", o->host);
+    add_opt(rt, "--port", port);
+    add_opt(rt, "--verifier", vep);
+    add_opt(rt, "--tokenizer", tok);
+    if (access(cfg, R_OK) == 0) add_opt(rt, "--tokenizer-config", cfg);
+    char name[PATH_MAX];
+    snprintf(name, sizeof name, "%s", o->target);
+    size_t n = strlen(name);
+    while (n > 1 && name[n - 1] == '/') name[--n] = '\0';
+    snprintf(g_model, sizeof g_model, "%s", basename(name));
+    add_opt(rt, "--model-name", g_model);
+    add_opt(rt, "--api-key", o->api_key);
+}
+
+/* SIGTERM to every live child, wait up to GRACE_S, then SIGKILL. */
+static void stop_all(child **cs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (cs[i]->pid > 0) kill(cs[i]->pid, SIGTERM);
+    double deadline = now_s() + GRACE_S;
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < n; i++) {
+            if (cs[i]->pid <= 0) continue;
+            if (waitpid(cs[i]->pid, NULL, WNOHANG) == cs[i]->pid) cs[i]->pid = 0;
+            else live++;
+        }
+        if (!live) return;
+        if (now_s() > deadline) break;
+        usleep(50000);
+    }
+    for (int i = 0; i < n; i++)
+        if (cs[i]->pid > 0) {
+            fprintf(stderr, "specd: %s did not stop; killing it\n", cs[i]->name);
+            kill(cs[i]->pid, SIGKILL);
+            waitpid(cs[i]->pid, NULL, 0);
+            cs[i]->pid = 0;
+        }
+}
+
+/* True when GET /health on the router answers 200 (a lane is up). */
+static bool router_healthy(const char *host, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    struct timeval tv = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    static const char req[] = "GET /health HTTP/1.0\r\n\r\n";
+    char buf[64] = "";
+    bool ok = inet_pton(AF_INET, strcmp(host, "0.0.0.0") ? host : "127.0.0.1", &a.sin_addr) == 1 &&
+              connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && write(fd, req, sizeof req - 1) == sizeof req - 1 &&
+              read(fd, buf, sizeof buf - 1) > 12 && !strncmp(buf + 8, " 200", 4);
+    close(fd);
+    return ok;
+}
+
+static void describe_exit(const child *c, int status)
+{
+    if (WIFEXITED(status)) fprintf(stderr, "specd: %s exited with status %d\n", c->name, WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) fprintf(stderr, "specd: %s killed by signal %d\n", c->name, WTERMSIG(status));
+}
+
+/* Reaps exited children. Returns 1 when a vital child died, else 0. */
+static int reap(child **cs, int n, child *dra)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < n; i++) {
+            if (cs[i]->pid != pid) continue;
+            cs[i]->pid = 0;
+            describe_exit(cs[i], status);
+            if (cs[i] != dra) return 1;
+            double ran = now_s() - dra->started;
+            dra->backoff = ran > 30 ? 0.5 : (dra->backoff ? dra->backoff * 2 : 0.5);
+            if (dra->backoff > 10) dra->backoff = 10;
+            dra->restart_at = now_s() + dra->backoff;
+            fprintf(stderr, "specd: restarting the drafter in %.1f s\n", dra->backoff);
+        }
+    }
+    return 0;
+}
+
+/* The supervision loop; returns the process exit status. */
+static int supervise(const serve_opts *o, child **cs, int n, child *dra)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGCHLD);
+    bool announced = false, printed = false, warned = false;
+    double t0 = now_s(), last_probe = 0;
+    for (;;) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        int sig = sigtimedwait(&set, NULL, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "\nspecd: stopping\n");
+            stop_all(cs, n);
+            return 0;
+        }
+        if (reap(cs, n, dra)) {
+            stop_all(cs, n);
+            return 1;
+        }
+        if (dra && dra->pid == 0 && dra->restart_at && now_s() >= dra->restart_at) {
+            dra->restart_at = 0;
+            if (spawn(dra) != 0) fprintf(stderr, "specd: cannot restart the drafter: %s\n", strerror(errno));
+        }
+        if (!announced && now_s() - last_probe > 0.25) {
+            last_probe = now_s();
+            announced = router_healthy(o->host, o->port);
+        }
+        if (announced && !printed) {
+            printed = true;
+            printf("specd: serving %s at http://%s:%d\n", g_model, o->host, o->port);
+            fflush(stdout);
+        }
+        if (!announced && !warned && now_s() - t0 > 120) {
+            fprintf(stderr, "specd: still waiting for the verifier to answer (router on port %d)\n", o->port);
+            warned = true;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "serve")) {
+        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            usage(stdout);
+            return 0;
+        }
+        usage(stderr);
+        return 2;
+    }
+    serve_opts o;
+    if (parse_opts(argc - 1, argv + 1, &o) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    char dir[PATH_MAX], tmp[] = "/tmp/specd-XXXXXX";
+    if (self_dir(dir, sizeof dir) != 0 || !mkdtemp(tmp)) {
+        fprintf(stderr, "specd: cannot set up: %s\n", strerror(errno));
+        return 1;
+    }
+    chmod(tmp, 0700);
+    child ver = {.name = "verifier"}, dra = {.name = "drafter"}, rt = {.name = "router"};
+    build_children(&o, dir, tmp, &ver, &dra, &rt);
+    child *cs[3];
+    int n = 0;
+    cs[n++] = &ver;
+    if (!o.no_spec) cs[n++] = &dra;
+    cs[n++] = &rt;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (spawn(cs[i]) != 0) {
+            fprintf(stderr, "specd: cannot start the %s: %s\n", cs[i]->name, strerror(errno));
+            rc = 1;
+        }
+    rc = rc ? (stop_all(cs, n), 1) : supervise(&o, cs, n, o.no_spec ? NULL : &dra);
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/verifier.sock", tmp);
+    unlink(sock);
+    snprintf(sock, sizeof sock, "%s/drafter.sock", tmp);
+    unlink(sock);
+    rmdir(tmp);
+    for (int i = 0; i < 3; i++) {
+        child *c = i == 0 ? &ver : i == 1 ? &dra : &rt;
+        for (int k = 0; k < c->argc; k++) free(c->argv[k]);
+    }
+    return rc;
+}

@@ -1,0 +1,285 @@
+/* server.c — the router's HTTP front: start-up (tokenizer, chat family,
+ * lanes, listening socket), routing, API-key check, the small endpoints
+ * (/health, /v1/models, /metrics) and error replies. Generation endpoints are
+ * in gen.c. One event base; signals end the loop. */
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "log.h"
+#include "server_int.h"
+
+double sd_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void reply_json(sd_server *s, struct evhttp_request *req, int status, const char *reason, const char *body)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b && body) evbuffer_add(b, body, strlen(body));
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    evhttp_send_reply(req, status, reason, b);
+    if (b) evbuffer_free(b);
+    sd_metrics_count_status(&s->metrics, status);
+}
+
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+    }
+}
+
+void srv_reply_error(sd_server *s, struct evhttp_request *req, const sd_api_err *e)
+{
+    if (e->status == 429 || e->status == 503)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    char *body = sd_api_error_json(e);
+    reply_json(s, req, e->status, reason_of(e->status), body ? body : "{}");
+    free(body);
+}
+
+/* Constant-time comparison of the bearer token with the configured key. */
+static bool authorized(const sd_server *s, struct evhttp_request *req)
+{
+    if (!s->o.api_key) return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t a = strlen(h), b = strlen(s->o.api_key);
+    unsigned char diff = a != b;
+    for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)(h[i] ^ s->o.api_key[i]);
+    return diff == 0;
+}
+
+static void handle_health(sd_server *s, struct evhttp_request *req)
+{
+    uint32_t ctx = 0;
+    bool up = sd_lanes_any_up(s->lanes, &ctx);
+    json_t *lanes = json_array();
+    static const char *const names[] = {"starting", "up", "down"};
+    for (size_t i = 0; i < sd_lanes_count(s->lanes); i++) {
+        const sd_lane_info *in = sd_lanes_info(s->lanes, (int)i);
+        json_array_append_new(lanes, json_pack("{s:s, s:s, s:i, s:b}", "endpoint", in->endpoint, "state",
+                                               names[in->state], "inflight", in->inflight, "drafter_up",
+                                               in->drafter_up));
+    }
+    json_t *o = json_pack("{s:s, s:o}", "status", up ? "ok" : "unavailable", "lanes", lanes);
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!up) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    reply_json(s, req, up ? 200 : 503, up ? "OK" : "Service Unavailable", body);
+    free(body);
+}
+
+static void handle_models(sd_server *s, struct evhttp_request *req)
+{
+    uint32_t ctx = 0;
+    sd_lanes_any_up(s->lanes, &ctx);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->o.model_name, "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "specd");
+    if (ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
+    json_t *o = json_pack("{s:s, s:[o]}", "object", "list", "data", m);
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    reply_json(s, req, 200, "OK", body);
+    free(body);
+}
+
+static void handle_metrics(sd_server *s, struct evhttp_request *req)
+{
+    char *text = sd_metrics_render(&s->metrics, s->lanes);
+    struct evbuffer *b = evbuffer_new();
+    if (b && text) evbuffer_add(b, text, strlen(text));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", b);
+    if (b) evbuffer_free(b);
+    free(text);
+    sd_metrics_count_status(&s->metrics, 200);
+}
+
+/* Every request lands here: route on path + method. */
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    sd_server *s = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    char path[256];
+    size_t n = strcspn(uri, "?#");
+    snprintf(path, sizeof path, "%.*s", (int)(n < sizeof path - 1 ? n : sizeof path - 1), uri);
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    bool post = m == EVHTTP_REQ_POST, get = m == EVHTTP_REQ_GET;
+    sd_api_err e;
+    bool is_v1 = !strncmp(path, "/v1/", 4);
+    if (is_v1 && !authorized(s, req)) {
+        sd_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                    "Missing or incorrect API key: send 'Authorization: Bearer <key>'");
+        srv_reply_error(s, req, &e);
+        return;
+    }
+    if (!strcmp(path, "/v1/completions") && post) gen_handle(s, req, SD_API_COMPLETION);
+    else if (!strcmp(path, "/v1/chat/completions") && post) gen_handle(s, req, SD_API_CHAT);
+    else if (!strcmp(path, "/v1/models") && get) handle_models(s, req);
+    else if (!strcmp(path, "/health") && get) handle_health(s, req);
+    else if (!strcmp(path, "/metrics") && get) handle_metrics(s, req);
+    else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") ||
+             !strcmp(path, "/v1/models") || !strcmp(path, "/health") || !strcmp(path, "/metrics")) {
+        sd_api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "Method not allowed on %s", path);
+        srv_reply_error(s, req, &e);
+    } else {
+        sd_api_fail(&e, 404, "invalid_request_error", NULL, "not_found", "No route for %s", path);
+        srv_reply_error(s, req, &e);
+    }
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    sd_server *s = arg;
+    SD_INFO("signal %d: shutting down", (int)sig);
+    event_base_loopexit(s->base, NULL);
+}
+
+static sd_status load_tokenizer(sd_server *s, char *err, size_t errlen)
+{
+    sd_status st = sd_tok_load(s->o.tokenizer, &s->tok, err, errlen);
+    if (st != SD_OK) return st;
+    s->vocab = sd_tok_vocab_size(s->tok);
+    char *cfg = NULL;
+    if (s->o.tokenizer_config) {
+        FILE *f = fopen(s->o.tokenizer_config, "rb");
+        if (!f) return sd_seterr(err, errlen, SD_ERR_IO, "cannot open %s", s->o.tokenizer_config);
+        size_t cap = 1 << 20, len = 0;
+        cfg = malloc(cap);
+        while (cfg && (len += fread(cfg + len, 1, cap - 1 - len, f)) == cap - 1) {
+            char *p = realloc(cfg, cap *= 2);
+            if (!p) break;
+            cfg = p;
+        }
+        fclose(f);
+        if (cfg) cfg[len] = '\0';
+    }
+    s->chat = sd_chat_detect(s->tok, cfg);
+    free(cfg);
+    if (s->o.chat_template && sd_chat_family_parse(s->o.chat_template, &s->chat) != SD_OK)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "unknown chat template '%s' (chatml, llama3, llama2, plain)",
+                         s->o.chat_template);
+    SD_INFO("tokenizer %s: %d ids, chat format %s", s->o.tokenizer, s->vocab, sd_chat_family_name(s->chat));
+    return SD_OK;
+}
+
+static sd_status open_http(sd_server *s, char *err, size_t errlen)
+{
+    s->http = evhttp_new(s->base);
+    if (!s->http) return sd_seterr(err, errlen, SD_ERR_NOMEM, "evhttp_new failed");
+    /* libevent's own limit is a backstop (it answers with a bare 413); up to
+     * it, gen.c answers over-limit bodies with an OpenAI-shaped 413. */
+    size_t hard = s->o.max_body * 4 > s->o.max_body + (1 << 20) ? s->o.max_body * 4 : s->o.max_body + (1 << 20);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)hard);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
+    evhttp_set_gencb(s->http, on_request, s);
+    /* libevent's connection timeout (50 s by default) must not cut a long
+     * non-streaming generation short; --request-timeout bounds requests. */
+    int t = s->o.request_timeout_s > 0 ? (int)s->o.request_timeout_s + 5 : 3600;
+    evhttp_set_timeout(s->http, t);
+    s->bound = evhttp_bind_socket_with_handle(s->http, s->o.host, (ev_uint16_t)s->o.port);
+    if (!s->bound) return sd_seterr(err, errlen, SD_ERR_IO, "cannot listen on %s:%d", s->o.host, s->o.port);
+    struct sockaddr_storage ss;
+    ev_socklen_t sl = sizeof ss;
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(s->bound);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    return SD_OK;
+}
+
+static void apply_defaults(sd_server_opts *o)
+{
+    if (!o->host) o->host = "127.0.0.1";
+    if (o->max_queue < 0) o->max_queue = 256;
+    if (!o->max_body) o->max_body = 1 << 20;
+    if (o->lane_capacity <= 0) o->lane_capacity = 64;
+    if (o->default_max_tokens <= 0) o->default_max_tokens = 256;
+}
+
+sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sd_server *s = calloc(1, sizeof *s);
+    if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    s->o = *opts;
+    apply_defaults(&s->o);
+    s->started = time(NULL);
+    s->next_id = ((uint64_t)s->started << 20) | 1;
+    signal(SIGPIPE, SIG_IGN);
+    sd_status st = load_tokenizer(s, err, errlen);
+    if (st == SD_OK && (!(s->base = event_base_new()) || !(s->zctx = zmq_ctx_new())))
+        st = sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot create the event base / ZeroMQ context");
+    if (st == SD_OK) {
+        sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity};
+        sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};
+        st = sd_lanes_new(s->base, s->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err, errlen);
+    }
+    if (st == SD_OK) st = open_http(s, err, errlen);
+    if (st == SD_OK) {
+        s->sigint = evsignal_new(s->base, SIGINT, on_signal, s);
+        s->sigterm = evsignal_new(s->base, SIGTERM, on_signal, s);
+        if (!s->sigint || !s->sigterm || evsignal_add(s->sigint, NULL) || evsignal_add(s->sigterm, NULL))
+            st = sd_seterr(err, errlen, SD_ERR_IO, "cannot install signal handlers");
+    }
+    if (st != SD_OK) {
+        sd_server_free(s);
+        return st;
+    }
+    *out = s;
+    return SD_OK;
+}
+
+int sd_server_run(sd_server *s)
+{
+    SD_INFO("serving %s at http://%s:%d (%zu lane%s)", s->o.model_name, s->o.host, s->port,
+            s->o.n_verifiers, s->o.n_verifiers == 1 ? "" : "s");
+    event_base_dispatch(s->base);
+    gen_fail_all(s, 503, "The server is shutting down");
+    return 0;
+}
+
+int sd_server_port(const sd_server *s)
+{
+    return s->port;
+}
+
+void sd_server_free(sd_server *s)
+{
+    if (!s) return;
+    if (s->live) gen_fail_all(s, 503, "The server is shutting down");
+    if (s->sigint) event_free(s->sigint);
+    if (s->sigterm) event_free(s->sigterm);
+    if (s->http) evhttp_free(s->http);
+    sd_lanes_free(s->lanes);
+    if (s->zctx) zmq_ctx_term(s->zctx);
+    if (s->base) event_base_free(s->base);
+    sd_tok_free(s->tok);
+    free(s);
+}

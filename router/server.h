@@ -1,0 +1,51 @@
+/* server.h — the specd-router process: an OpenAI-compatible HTTP server
+ * (libevent evhttp) in front of one or more verifier lanes (ZeroMQ).
+ *
+ * One event base on the calling thread runs everything: HTTP parsing,
+ * tokenisation and incremental detokenisation, stop strings, SSE, the lane
+ * sockets and the health timer. Requests are validated, tokenized, queued
+ * (bounded) until a lane can take them, submitted to the least-loaded healthy
+ * lane, streamed back as TokenEvents arrive, and cancelled on the verifier
+ * when the client goes away, a stop string matches or the request times out. */
+#ifndef SD_SERVER_H
+#define SD_SERVER_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+typedef struct sd_server_opts {
+    const char *host;                /* default 127.0.0.1 */
+    int port;                        /* default 8000; 0 = any free port */
+    const char *const *verifiers;    /* lane endpoints */
+    size_t n_verifiers;
+    const char *tokenizer;           /* tokenizer.json */
+    const char *tokenizer_config;    /* tokenizer_config.json or NULL */
+    const char *chat_template;       /* family override ("chatml", ...) or NULL */
+    const char *model_name;          /* the served model id */
+    const char *api_key;             /* NULL: no auth */
+    int max_queue;                   /* waiting requests; default 256 */
+    size_t max_body;                 /* bytes; default 1 MiB */
+    double request_timeout_s;        /* 0 = none (default 600) */
+    int lane_capacity;               /* in-flight per lane; default 64 */
+    int health_interval_ms;          /* default 1000 */
+    int max_missed;                  /* default 3 */
+    int default_max_tokens;          /* default 256 */
+} sd_server_opts;
+
+typedef struct sd_server sd_server;
+
+/* Loads the tokenizer, opens the lanes and binds the HTTP socket.
+ * SD_ERR_* with a message on failure. *out owned by the caller. */
+sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, size_t errlen);
+
+/* Runs the event loop until SIGINT / SIGTERM; returns 0. */
+int sd_server_run(sd_server *s);
+
+/* The bound HTTP port (useful with port 0). */
+int sd_server_port(const sd_server *s);
+
+/* Frees everything; NULL is a no-op. */
+void sd_server_free(sd_server *s);
+
+#endif

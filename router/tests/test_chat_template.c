@@ -1,0 +1,139 @@
+/* test_chat_template.c — exact rendered strings per family, detection from
+ * tokenizer_config.json and from the tokenizer fixtures (chat_template.c). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+#include "testutil.h"
+
+static const sd_chat_msg CONV[] = {
+    {"system", "You are terse."},
+    {"user", "Hi!"},
+    {"assistant", " Hello. "},
+    {"user", "2+2?"},
+};
+
+static void expect(sd_chat_family f, const sd_chat_msg *m, size_t n, const char *want)
+{
+    char *out = NULL, err[128];
+    ck_assert_int_eq(sd_chat_render(f, m, n, &out, err, sizeof err), SD_OK);
+    ck_assert_str_eq(out, want);
+    free(out);
+}
+
+START_TEST(chatml)
+{
+    expect(SD_CHAT_CHATML, CONV, 4,
+           "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+           "<|im_start|>assistant\n Hello. <|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+}
+END_TEST
+
+START_TEST(llama3)
+{
+    expect(SD_CHAT_LLAMA3, CONV, 4,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+END_TEST
+
+START_TEST(llama2)
+{
+    expect(SD_CHAT_LLAMA2, CONV, 4,
+           "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi! [/INST] Hello. </s><s>[INST] 2+2? [/INST]");
+    expect(SD_CHAT_LLAMA2, CONV + 1, 1, "<s>[INST] Hi! [/INST]");
+}
+END_TEST
+
+START_TEST(llama2_rejects_tool_role)
+{
+    sd_chat_msg m[] = {{"user", "a"}, {"tool", "b"}};
+    char *out = NULL, err[128];
+    ck_assert_int_eq(sd_chat_render(SD_CHAT_LLAMA2, m, 2, &out, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "messages[1].role"));
+}
+END_TEST
+
+START_TEST(plain)
+{
+    expect(SD_CHAT_PLAIN, CONV, 4, "You are terse.\n\nHi!\n\n Hello. \n\n2+2?");
+    ck_assert(sd_chat_add_special(SD_CHAT_PLAIN));
+    ck_assert(!sd_chat_add_special(SD_CHAT_CHATML));
+}
+END_TEST
+
+START_TEST(detect_from_config_text)
+{
+    ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": \"{{'<|im_start|>' + m}}\"}"), SD_CHAT_CHATML);
+    ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": \"<|start_header_id|>\"}"), SD_CHAT_LLAMA3);
+    ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": \"[INST] x [/INST]\"}"), SD_CHAT_LLAMA2);
+    ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": [{\"name\": \"default\", \"template\": \"<|im_start|>\"}]}"),
+                     SD_CHAT_CHATML);
+    ck_assert_int_eq(sd_chat_detect(NULL, "{}"), SD_CHAT_PLAIN);
+    ck_assert_int_eq(sd_chat_detect(NULL, "not json"), SD_CHAT_PLAIN);
+    ck_assert_int_eq(sd_chat_detect(NULL, NULL), SD_CHAT_PLAIN);
+}
+END_TEST
+
+static sd_chat_family detect_fixture(const char *name, bool with_config)
+{
+    char p[1024], c[1024], rel[256], err[256];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
+    sd_tok *tok = NULL;
+    if (sd_tok_load(tu_fixture_bin(p, sizeof p, rel), &tok, err, sizeof err) != SD_OK) return (sd_chat_family)-1;
+    char *cfg = NULL;
+    if (with_config) {
+        snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", name);
+        cfg = tu_read_file(tu_fixture(c, sizeof c, rel), NULL);
+    }
+    sd_chat_family f = sd_chat_detect(tok, cfg);
+    free(cfg);
+    sd_tok_free(tok);
+    return f;
+}
+
+START_TEST(detect_from_fixtures)
+{
+    ck_assert_int_eq(detect_fixture("qwen3", false), SD_CHAT_CHATML);
+    ck_assert_int_eq(detect_fixture("qwen3", true), SD_CHAT_CHATML);
+    ck_assert_int_eq(detect_fixture("llama3", false), SD_CHAT_LLAMA3);
+    ck_assert_int_eq(detect_fixture("llama3", true), SD_CHAT_LLAMA3);
+    ck_assert_int_eq(detect_fixture("llama2", true), SD_CHAT_LLAMA2);
+    char p[1024], err[256];
+    sd_tok *tok = NULL;
+    ck_assert_int_eq(sd_tok_load(tu_model(p, sizeof p, "tinycode-16m/tokenizer.json"), &tok, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_chat_detect(tok, NULL), SD_CHAT_PLAIN);
+    sd_tok_free(tok);
+}
+END_TEST
+
+START_TEST(family_names)
+{
+    sd_chat_family f;
+    ck_assert_int_eq(sd_chat_family_parse("llama3", &f), SD_OK);
+    ck_assert_int_eq(f, SD_CHAT_LLAMA3);
+    ck_assert_int_eq(sd_chat_family_parse("jinja", &f), SD_ERR_ARG);
+    ck_assert_str_eq(sd_chat_family_name(SD_CHAT_CHATML), "chatml");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("chat_template");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, chatml);
+    tcase_add_test(tc, llama3);
+    tcase_add_test(tc, llama2);
+    tcase_add_test(tc, llama2_rejects_tool_role);
+    tcase_add_test(tc, plain);
+    tcase_add_test(tc, detect_from_config_text);
+    tcase_add_test(tc, detect_from_fixtures);
+    tcase_add_test(tc, family_names);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

@@ -1,0 +1,294 @@
+/* test_http_api.c — request parsing / validation (every bad input → status,
+ * type, param, message) and the JSON / SSE response shapes (http_api.c). */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_api.h"
+#include "testutil.h"
+
+typedef struct {
+    sd_api_kind kind;
+    const char *body;
+    const char *param; /* NULL: param must be null */
+    const char *msg;   /* substring of the message */
+} bad_case;
+
+static const bad_case BAD[] = {
+    {SD_API_COMPLETION, "{\"prompt\": ", NULL, "could not parse the JSON"},
+    {SD_API_COMPLETION, "[1,2]", NULL, "must be a JSON object"},
+    {SD_API_COMPLETION, "", NULL, "could not parse"},
+    {SD_API_COMPLETION, "{}", "prompt", "'prompt' is required"},
+    {SD_API_COMPLETION, "{\"prompt\": 5}", "prompt", "string or an array"},
+    {SD_API_COMPLETION, "{\"prompt\": []}", "prompt", "must not be empty"},
+    {SD_API_COMPLETION, "{\"prompt\": [1, -2]}", "prompt", "non-negative"},
+    {SD_API_COMPLETION, "{\"prompt\": [1, \"a\"]}", "prompt", "non-negative integers"},
+    {SD_API_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt", "batch"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"model\": 3}", "model", "'model' must be a string"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": 0}", "max_tokens", "between 1"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": \"5\"}", "max_tokens", "integer"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": 1.5}", "max_tokens", "integer"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"temperature\": -1}", "temperature", "between 0 and 2"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"temperature\": \"hot\"}", "temperature", "number"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"top_p\": 0}", "top_p", "(0, 1]"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"top_p\": 1.5}", "top_p", "between"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"top_k\": -5}", "top_k", "between -1"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"min_p\": 2}", "min_p", "between 0 and 1"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"presence_penalty\": 3}", "presence_penalty", "between -2 and 2"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"frequency_penalty\": -3}", "frequency_penalty", "between"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"repetition_penalty\": 0}", "repetition_penalty", "between"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"seed\": \"s\"}", "seed", "integer"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop\": 5}", "stop", "string or an array"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", 1]}", "stop", "string or an array"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+                        "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "stop", "at most 16"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream", "boolean"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options", "only allowed when"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}", "stream_options", "object"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
+     "stream_options.include_usage", "boolean"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"ignore_eos\": 1}", "ignore_eos", "boolean"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": 2}", "n", "'n' must be 1"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": \"2\"}", "n", "integer"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo", "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 5}", "logprobs", "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": 3}", "speculative", "object"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"enabled\": \"no\"}}", "speculative.enabled", "boolean"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"num_draft\": 99}}", "speculative.num_draft", "between 0 and 64"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"verify\": \"maybe\"}}", "speculative.verify", "one of"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop_token_ids\": [-1]}", "stop_token_ids", "non-negative"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"prompt\": \"y\"}", NULL, "duplicate"},
+    {SD_API_CHAT, "{}", "messages", "'messages' is required"},
+    {SD_API_CHAT, "{\"messages\": []}", "messages", "non-empty array"},
+    {SD_API_CHAT, "{\"messages\": \"hi\"}", "messages", "non-empty array"},
+    {SD_API_CHAT, "{\"messages\": [5]}", "messages[0].role", "must be an object"},
+    {SD_API_CHAT, "{\"messages\": [{\"content\": \"a\"}]}", "messages[0].role", "must be one of"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"a\"}]}", "messages[0].role", "must be one of"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "messages[0].content", "string or an array"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+     "messages[0].content", "parts must be"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_completion_tokens\": 0}",
+     "max_completion_tokens", "between 1"},
+};
+
+START_TEST(bad_inputs)
+{
+    const bad_case *c = &BAD[_i];
+    sd_api_req r;
+    sd_api_err e;
+    sd_status st = sd_api_parse(c->kind, c->body, strlen(c->body), &r, &e);
+    ck_assert_msg(st == SD_ERR_ARG, "case %d (%s) was accepted", _i, c->body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.type, "invalid_request_error");
+    ck_assert_msg(!strcmp(e.param, c->param ? c->param : ""), "case %d: param '%s', want '%s'", _i, e.param,
+                  c->param ? c->param : "");
+    ck_assert_msg(strstr(e.message, c->msg) != NULL, "case %d: message '%s' lacks '%s'", _i, e.message, c->msg);
+    char *j = sd_api_error_json(&e);
+    json_t *o = json_loads(j, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    json_t *err = json_object_get(o, "error");
+    ck_assert(json_is_string(json_object_get(err, "message")));
+    ck_assert(json_is_string(json_object_get(err, "type")));
+    ck_assert(c->param ? json_is_string(json_object_get(err, "param")) : json_is_null(json_object_get(err, "param")));
+    ck_assert_ptr_nonnull(json_object_get(err, "code"));
+    json_decref(o);
+    free(j);
+}
+END_TEST
+
+START_TEST(full_completion_request)
+{
+    const char *b = "{\"model\": \"m\", \"prompt\": \"hello\", \"max_tokens\": 7, \"temperature\": 0.5, \"top_p\": 0.9,"
+                    "\"top_k\": 40, \"min_p\": 0.05, \"presence_penalty\": 0.1, \"frequency_penalty\": 0.2,"
+                    "\"repetition_penalty\": 1.1, \"seed\": 42, \"stop\": [\"a\", \"\", \"bc\"], \"stream\": true,"
+                    "\"stream_options\": {\"include_usage\": true}, \"ignore_eos\": true, \"user\": \"x\","
+                    "\"speculative\": {\"enabled\": false, \"num_draft\": 3, \"verify\": \"rejection\"},"
+                    "\"stop_token_ids\": [5, 6], \"n\": 1, \"logprobs\": null}";
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_str_eq(r.model, "m");
+    ck_assert_str_eq(r.prompt, "hello");
+    ck_assert_int_eq(r.max_tokens, 7);
+    ck_assert_float_eq_tol(r.sampling.temperature, 0.5, 1e-6);
+    ck_assert_int_eq(r.sampling.top_k, 40);
+    ck_assert_float_eq_tol(r.sampling.repetition_penalty, 1.1, 1e-6);
+    ck_assert(r.seed_set && r.sampling.seed == 42);
+    ck_assert_uint_eq(r.n_stop, 2);
+    ck_assert_str_eq(r.stop[1], "bc");
+    ck_assert(r.stream && r.include_usage && r.ignore_eos);
+    ck_assert(!r.spec_enabled);
+    ck_assert_uint_eq(r.num_draft, 3);
+    ck_assert_int_eq(r.verify, SD_API_VERIFY_REJECTION);
+    ck_assert_uint_eq(r.n_stop_ids, 2);
+    sd_api_req_clear(&r);
+}
+END_TEST
+
+START_TEST(defaults_and_prompt_forms)
+{
+    sd_api_req r;
+    sd_api_err e;
+    const char *b = "{\"prompt\": [[1, 2, 3]], \"top_k\": -1, \"stop\": \"x\", \"max_tokens\": 16.0}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_uint_eq(r.n_prompt_ids, 3);
+    ck_assert_int_eq(r.prompt_ids[2], 3);
+    ck_assert_int_eq(r.sampling.top_k, 0);
+    ck_assert_int_eq(r.max_tokens, 16);
+    ck_assert_float_eq(r.sampling.temperature, 1.0);
+    ck_assert(r.spec_enabled && !r.seed_set && !r.stream);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": [\"one\"], \"max_tokens\": null, \"speculative\": false}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_str_eq(r.prompt, "one");
+    ck_assert_int_eq(r.max_tokens, -1);
+    ck_assert(!r.spec_enabled);
+    sd_api_req_clear(&r);
+}
+END_TEST
+
+START_TEST(chat_messages)
+{
+    const char *b = "{\"messages\": [{\"role\": \"developer\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": "
+                    "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}, "
+                    "{\"role\": \"assistant\", \"content\": null}], \"max_completion_tokens\": 9}";
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_uint_eq(r.n_messages, 3);
+    ck_assert_str_eq(r.messages[0].role, "system");
+    ck_assert_str_eq(r.messages[1].content, "ab");
+    ck_assert_str_eq(r.messages[2].content, "");
+    ck_assert_int_eq(r.max_tokens, 9);
+    sd_api_req_clear(&r);
+}
+END_TEST
+
+static json_t *load(char *s)
+{
+    json_t *o = json_loads(s, 0, NULL);
+    free(s);
+    ck_assert_ptr_nonnull(o);
+    return o;
+}
+
+static json_t *load_sse(char *s)
+{
+    ck_assert(!strncmp(s, "data: ", 6));
+    size_t n = strlen(s);
+    ck_assert(n > 8 && s[n - 1] == '\n' && s[n - 2] == '\n');
+    json_t *o = json_loads(s + 6, JSON_DISABLE_EOF_CHECK, NULL);
+    free(s);
+    ck_assert_ptr_nonnull(o);
+    return o;
+}
+
+static const uint64_t AT[] = {5, 3};
+static const sd_api_spec SPEC = {10, 40, 8, AT, 2};
+
+START_TEST(completion_response_shape)
+{
+    sd_api_result res = {"cmpl-1", "tiny", 1700000000, "length", 3, 4, &SPEC};
+    json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, "a\"b", 3));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "id")), "cmpl-1");
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "created")), 1700000000);
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "a\"b");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), 0);
+    json_t *u = json_object_get(o, "usage");
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "total_tokens")), 7);
+    json_t *sp = json_object_get(o, "speculative");
+    ck_assert_int_eq(json_integer_value(json_object_get(sp, "steps")), 10);
+    ck_assert_float_eq_tol(json_real_value(json_object_get(sp, "mean_accepted_per_step")), 0.8, 1e-9);
+    ck_assert_float_eq_tol(json_real_value(json_object_get(sp, "acceptance_rate")), 0.2, 1e-9);
+    ck_assert_int_eq(json_array_size(json_object_get(sp, "accepted_per_position")), 2);
+    json_decref(o);
+}
+END_TEST
+
+START_TEST(chat_response_shape)
+{
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL};
+    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, "hi", 2));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
+    json_t *m = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    ck_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
+    ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "hi");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "speculative"), "steps")), 0);
+    json_decref(o);
+}
+END_TEST
+
+START_TEST(sse_chunk_shapes)
+{
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC};
+    json_t *o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, true, true));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "delta"), "role")), "assistant");
+    ck_assert(json_is_null(json_object_get(c, "finish_reason")));
+    ck_assert(json_is_null(json_object_get(o, "usage")) && json_object_get(o, "usage"));
+    json_decref(o);
+
+    o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "tok", 3, false, false));
+    c = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "delta"), "content")), "tok");
+    ck_assert_ptr_null(json_object_get(json_object_get(c, "delta"), "role"));
+    ck_assert_ptr_null(json_object_get(o, "usage"));
+    json_decref(o);
+
+    res.finish = "stop";
+    o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, false, false));
+    c = json_array_get(json_object_get(o, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    ck_assert_int_eq(json_object_size(json_object_get(c, "delta")), 0);
+    ck_assert_ptr_nonnull(json_object_get(o, "speculative"));
+    json_decref(o);
+
+    o = load_sse(sd_api_chunk_sse(SD_API_COMPLETION, &res, "x", 1, false, false));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text")), "x");
+    json_decref(o);
+
+    res.completion_tokens = 4;
+    o = load_sse(sd_api_usage_sse(SD_API_COMPLETION, &res));
+    ck_assert_int_eq(json_array_size(json_object_get(o, "choices")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 4);
+    json_decref(o);
+}
+END_TEST
+
+START_TEST(error_json_shape)
+{
+    sd_api_err e;
+    sd_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key", "bad key");
+    json_t *o = load(sd_api_error_json(&e));
+    json_t *err = json_object_get(o, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "message")), "bad key");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "code")), "invalid_api_key");
+    ck_assert(json_is_null(json_object_get(err, "param")));
+    json_decref(o);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("http_api");
+    TCase *tc = tcase_create("parse");
+    tcase_add_loop_test(tc, bad_inputs, 0, (int)(sizeof BAD / sizeof *BAD));
+    tcase_add_test(tc, full_completion_request);
+    tcase_add_test(tc, defaults_and_prompt_forms);
+    tcase_add_test(tc, chat_messages);
+    suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("responses");
+    tcase_add_test(tr, completion_response_shape);
+    tcase_add_test(tr, chat_response_shape);
+    tcase_add_test(tr, sse_chunk_shapes);
+    tcase_add_test(tr, error_json_shape);
+    suite_add_tcase(s, tr);
+    return tu_run_suite(s);
+}

@@ -1,0 +1,274 @@
+/* test_model.c — the CPU forward pass against Hugging Face transformers.
+ *
+ * Golden data: tests/fixtures/models/<name>/{reference.json, ref_logits.f32},
+ * computed by transformers 5.17 on CPU from the same checkpoints (see
+ * tests/fixtures/REFERENCE.md). Checks: logits of one pass over input_ids
+ * (max |diff| <= 1e-4 for F32 checkpoints; for the BF16 one, whose reference
+ * ran in bf16 end to end, <= 0.05 absolute), greedy continuation equal to
+ * greedy_output, and batch invariance: logits bit-identical whether the
+ * sequence is computed in one pass, one token at a time, or in odd spans
+ * batched together with another sequence. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "model.h"
+#include "sampler.h"
+#include "testutil.h"
+
+typedef struct ref_case {
+    int32_t *input;
+    int n_input;
+    int32_t *gprompt;
+    int n_gprompt;
+    int32_t *gout;
+    int n_gout;
+    float *logits; /* [n_input, vocab] */
+    int vocab;
+} ref_case;
+
+static int32_t *json_ids(json_t *arr, int *n)
+{
+    *n = (int)json_array_size(arr);
+    int32_t *ids = malloc((size_t)*n * sizeof *ids);
+    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return ids;
+}
+
+static void load_ref(const char *name, ref_case *rc)
+{
+    char path[512], rel[256];
+    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
+    json_error_t je;
+    json_t *root = json_load_file(tu_fixture(path, sizeof path, rel), 0, &je);
+    ck_assert_msg(root != NULL, "cannot read %s: %s", path, je.text);
+    rc->input = json_ids(json_object_get(root, "input_ids"), &rc->n_input);
+    rc->gprompt = json_ids(json_object_get(root, "greedy_prompt"), &rc->n_gprompt);
+    rc->gout = json_ids(json_object_get(root, "greedy_output"), &rc->n_gout);
+    rc->vocab = (int)json_integer_value(json_array_get(json_object_get(root, "logits_shape"), 1));
+    json_decref(root);
+    snprintf(rel, sizeof rel, "models/%s/ref_logits.f32", name);
+    size_t len;
+    rc->logits = (float *)tu_read_file(tu_fixture(path, sizeof path, rel), &len);
+    ck_assert_ptr_nonnull(rc->logits);
+    ck_assert_uint_eq(len, (size_t)rc->n_input * rc->vocab * sizeof(float));
+}
+
+static void free_ref(ref_case *rc)
+{
+    free(rc->input);
+    free(rc->gprompt);
+    free(rc->gout);
+    free(rc->logits);
+}
+
+static sd_model *open_model(const char *name, sd_backend *be, int positions)
+{
+    char path[512], rel[256], err[512];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    sd_model *m = NULL;
+    sd_status st = sd_model_load(tu_fixture(path, sizeof path, rel), be, &m, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "load %s: %s", name, err);
+    st = sd_model_kv_init(m, (positions + 15) / 16 * 3, 16, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "kv: %s", err);
+    return m;
+}
+
+/* One forward pass of n tokens starting at pos0 on seq, all logits out. */
+static void fwd(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out)
+{
+    char err[512];
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    ck_assert_int_eq(sd_kv_reserve(pool, seq, n), SD_OK);
+    sd_batch_seq b = {ids, n, pos0, seq, n};
+    sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "forward: %s", err);
+    sd_kv_commit(pool, seq, n);
+}
+
+static void check_logits(const char *name, double tol)
+{
+    ref_case rc;
+    load_ref(name, &rc);
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = open_model(name, be, rc.n_input);
+    float *out = malloc((size_t)rc.n_input * rc.vocab * sizeof(float));
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    fwd(m, &seq, rc.input, rc.n_input, 0, out);
+    double maxd = 0;
+    for (size_t i = 0; i < (size_t)rc.n_input * rc.vocab; i++) {
+        double d = fabs((double)out[i] - rc.logits[i]);
+        if (d > maxd) maxd = d;
+    }
+    fprintf(stderr, "%s: max |logit - ref| = %.3g (tolerance %.3g)\n", name, maxd, tol);
+    ck_assert_msg(maxd <= tol, "%s: max diff %g > %g", name, maxd, tol);
+    sd_kv_seq_release(sd_model_kv_pool(m), &seq);
+    ck_assert_int_eq(sd_kv_pool_free_count(sd_model_kv_pool(m)), sd_kv_pool_total(sd_model_kv_pool(m)));
+    free(out);
+    sd_model_free(m);
+    sd_backend_free(be);
+    free_ref(&rc);
+}
+
+static void check_greedy(const char *name)
+{
+    ref_case rc;
+    load_ref(name, &rc);
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = open_model(name, be, rc.n_gprompt + rc.n_gout);
+    float *out = malloc((size_t)rc.n_gprompt * rc.vocab * sizeof(float));
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    fwd(m, &seq, rc.gprompt, rc.n_gprompt, 0, out);
+    int32_t tok = sd_argmax(out + (size_t)(rc.n_gprompt - 1) * rc.vocab, rc.vocab);
+    for (int i = 0; i < rc.n_gout; i++) {
+        ck_assert_msg(tok == rc.gout[i], "%s: greedy token %d is %d, reference %d", name, i, tok, rc.gout[i]);
+        fwd(m, &seq, &tok, 1, rc.n_gprompt + i, out);
+        tok = sd_argmax(out, rc.vocab);
+    }
+    sd_kv_seq_release(sd_model_kv_pool(m), &seq);
+    free(out);
+    sd_model_free(m);
+    sd_backend_free(be);
+    free_ref(&rc);
+}
+
+START_TEST(logits_qwen3) { check_logits("qwen3-tiny", 1e-4); }
+END_TEST
+START_TEST(logits_qwen2) { check_logits("qwen2-tiny", 1e-4); }
+END_TEST
+START_TEST(logits_llama3) { check_logits("llama3-tiny", 1e-4); }
+END_TEST
+START_TEST(logits_qwen3_bf16_sharded) { check_logits("qwen3-tiny-bf16-sharded", 0.05); }
+END_TEST
+START_TEST(greedy_qwen3) { check_greedy("qwen3-tiny"); }
+END_TEST
+START_TEST(greedy_qwen2) { check_greedy("qwen2-tiny"); }
+END_TEST
+START_TEST(greedy_llama3) { check_greedy("llama3-tiny"); }
+END_TEST
+START_TEST(greedy_qwen3_bf16_sharded) { check_greedy("qwen3-tiny-bf16-sharded"); }
+END_TEST
+
+/* Logits of `ids` computed three ways must be bit-identical. Way C runs
+ * uneven spans in a batch with a second, unrelated sequence. */
+static void check_invariance(sd_model *m, const int32_t *ids, int n)
+{
+    int V = sd_model_cfg(m)->vocab_size;
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    float *a = malloc((size_t)n * V * sizeof(float)), *b = malloc((size_t)n * V * sizeof(float));
+    float *c = malloc((size_t)2 * n * V * sizeof(float));
+    sd_kv_seq s1, s2;
+    sd_kv_seq_init(&s1);
+    fwd(m, &s1, ids, n, 0, a);
+    sd_kv_seq_release(pool, &s1);
+    for (int i = 0; i < n; i++) fwd(m, &s1, ids + i, 1, i, b + (size_t)i * V);
+    sd_kv_seq_release(pool, &s1);
+    ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0, "one pass != token by token");
+    /* spans of 1, 2, 3, ... together with a second sequence (reversed ids) */
+    int32_t *other = malloc((size_t)n * sizeof *other);
+    for (int i = 0; i < n; i++) other[i] = ids[n - 1 - i];
+    sd_kv_seq_init(&s1);
+    sd_kv_seq_init(&s2);
+    int p = 0, span = 1;
+    char err[256];
+    while (p < n) {
+        int k = span < n - p ? span : n - p;
+        ck_assert_int_eq(sd_kv_reserve(pool, &s1, k), SD_OK);
+        ck_assert_int_eq(sd_kv_reserve(pool, &s2, k), SD_OK);
+        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k}, {ids + p, k, p, &s1, k}};
+        ck_assert_int_eq(sd_model_forward(m, bs, 2, c, err, sizeof err), SD_OK);
+        ck_assert_msg(memcmp(c + (size_t)k * V, a + (size_t)p * V, (size_t)k * V * sizeof(float)) == 0,
+                      "span [%d, %d) batched differs from one pass", p, p + k);
+        sd_kv_commit(pool, &s1, k);
+        sd_kv_commit(pool, &s2, k);
+        p += k;
+        span = span % 7 + 2;
+    }
+    sd_kv_seq_release(pool, &s1);
+    sd_kv_seq_release(pool, &s2);
+    ck_assert_int_eq(sd_kv_pool_free_count(pool), sd_kv_pool_total(pool));
+    free(other);
+    free(a);
+    free(b);
+    free(c);
+}
+
+START_TEST(batch_invariance_f32)
+{
+    ref_case rc;
+    load_ref("qwen3-tiny", &rc);
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = open_model("qwen3-tiny", be, 2 * 80);
+    check_invariance(m, rc.input, 80);
+    sd_model_free(m);
+    sd_backend_free(be);
+    free_ref(&rc);
+}
+END_TEST
+
+START_TEST(batch_invariance_demo_bf16)
+{
+    char path[512], err[512];
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = NULL;
+    ck_assert_int_eq(sd_model_load(tu_model(path, sizeof path, "tinycode-16m"), be, &m, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_model_kv_init(m, 32, 16, err, sizeof err), SD_OK);
+    int32_t ids[60];
+    for (int i = 0; i < 60; i++) ids[i] = (int32_t)((i * 2654435761u) % 8192);
+    check_invariance(m, ids, 60);
+    sd_model_free(m);
+    sd_backend_free(be);
+}
+END_TEST
+
+START_TEST(bad_batches_rejected)
+{
+    sd_backend *be = sd_backend_cpu_new(1);
+    sd_model *m = open_model("qwen3-tiny", be, 32);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    sd_kv_seq s;
+    sd_kv_seq_init(&s);
+    ck_assert_int_eq(sd_kv_reserve(pool, &s, 4), SD_OK);
+    float out[4 * 512];
+    char err[256] = "";
+    int32_t bad[4] = {1, 2, 512, 3};
+    sd_batch_seq b = {bad, 4, 0, &s, 1};
+    ck_assert_int_eq(sd_model_forward(m, &b, 1, out, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "512"));
+    int32_t ok[4] = {1, 2, 3, 4};
+    sd_batch_seq beyond = {ok, 4, 14, &s, 1}; /* reserved 16 positions, needs 18 */
+    ck_assert_int_eq(sd_model_forward(m, &beyond, 1, out, err, sizeof err), SD_ERR_ARG);
+    sd_kv_seq_release(pool, &s);
+    sd_model_free(m);
+    m = NULL;
+    ck_assert_int_ne(sd_model_load("/nonexistent/model", be, &m, err, sizeof err), SD_OK);
+    ck_assert_ptr_null(m);
+    ck_assert(strlen(err) > 0);
+    sd_backend_free(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("reference");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, logits_qwen3);
+    tcase_add_test(tc, logits_qwen2);
+    tcase_add_test(tc, logits_llama3);
+    tcase_add_test(tc, logits_qwen3_bf16_sharded);
+    tcase_add_test(tc, greedy_qwen3);
+    tcase_add_test(tc, greedy_qwen2);
+    tcase_add_test(tc, greedy_llama3);
+    tcase_add_test(tc, greedy_qwen3_bf16_sharded);
+    tcase_add_test(tc, batch_invariance_f32);
+    tcase_add_test(tc, batch_invariance_demo_bf16);
+    tcase_add_test(tc, bad_batches_rejected);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

@@ -1,0 +1,363 @@
+/* generate.c — specd-generate: load a checkpoint, generate text on the CPU.
+ *
+ *   specd-generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N]
+ *                  [--temperature T] [--top-k K] [--top-p P] [--min-p P]
+ *                  [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X]
+ *                  [--seed S] [--ignore-eos] [--threads N] [--json] [--dump-logits FILE]
+ *
+ * Streams text to stdout (UTF-8 safe). With --json, stdout holds only one
+ * JSON object on one line. --dump-logits runs one forward pass over the
+ * prompt and writes float32 [n_tokens, vocab] little-endian logits. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+typedef struct gen_opts {
+    const char *model_dir;
+    const char *prompt;
+    const char *prompt_ids;
+    const char *dump_logits;
+    int max_tokens;
+    int threads;
+    bool ignore_eos;
+    bool json;
+    sd_sampling sampling;
+} gen_opts;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: specd-generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N]\n"
+            "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
+            "       [--presence-penalty X] [--frequency-penalty X] [--seed S] [--ignore-eos]\n"
+            "       [--threads N] [--json] [--dump-logits FILE]\n");
+}
+
+static int parse_num(const char *s, const char *name, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "specd-generate: bad value for %s: '%s'\n", name, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, gen_opts *o)
+{
+    static const struct option lo[] = {
+        {"model", 1, 0, 'm'},       {"prompt", 1, 0, 'p'},      {"prompt-ids", 1, 0, 'i'},
+        {"max-tokens", 1, 0, 'n'},  {"temperature", 1, 0, 't'}, {"top-k", 1, 0, 'k'},
+        {"top-p", 1, 0, 'P'},       {"min-p", 1, 0, 'M'},       {"repetition-penalty", 1, 0, 'r'},
+        {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
+        {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
+        {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->max_tokens = 128;
+    o->sampling = sd_sampling_default();
+    int c;
+    double v;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model_dir = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'i': o->prompt_ids = optarg; break;
+        case 'd': o->dump_logits = optarg; break;
+        case 'E': o->ignore_eos = true; break;
+        case 'j': o->json = true; break;
+        case 'n': if (parse_num(optarg, "--max-tokens", 0, 1e9, &v)) return -1; o->max_tokens = (int)v; break;
+        case 'T': if (parse_num(optarg, "--threads", 0, 1024, &v)) return -1; o->threads = (int)v; break;
+        case 't': if (parse_num(optarg, "--temperature", 0, 1e6, &v)) return -1; o->sampling.temperature = (float)v; break;
+        case 'k': if (parse_num(optarg, "--top-k", 0, 1e9, &v)) return -1; o->sampling.top_k = (int)v; break;
+        case 'P': if (parse_num(optarg, "--top-p", -1e9, 1e9, &v)) return -1; o->sampling.top_p = (float)v; break;
+        case 'M': if (parse_num(optarg, "--min-p", -1e9, 1e9, &v)) return -1; o->sampling.min_p = (float)v; break;
+        case 'r': if (parse_num(optarg, "--repetition-penalty", -1e9, 1e9, &v)) return -1; o->sampling.repetition_penalty = (float)v; break;
+        case 'e': if (parse_num(optarg, "--presence-penalty", -1e9, 1e9, &v)) return -1; o->sampling.presence_penalty = (float)v; break;
+        case 'f': if (parse_num(optarg, "--frequency-penalty", -1e9, 1e9, &v)) return -1; o->sampling.frequency_penalty = (float)v; break;
+        case 's': if (parse_num(optarg, "--seed", 0, 1.8e19, &v)) return -1; o->sampling.seed = (uint64_t)v; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (!o->model_dir || (!o->prompt && !o->prompt_ids) || (o->prompt && o->prompt_ids)) {
+        fprintf(stderr, "specd-generate: need --model and exactly one of --prompt / --prompt-ids\n");
+        usage(stderr);
+        return -1;
+    }
+    char err[256];
+    if (sd_sampling_validate(&o->sampling, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parses "1,2,3" into a malloc'd array. */
+static int parse_ids(const char *s, int32_t **ids, size_t *n)
+{
+    size_t cap = 16, k = 0;
+    int32_t *a = malloc(cap * sizeof *a);
+    const char *p = s;
+    while (a && *p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX) break;
+        if (k == cap) {
+            int32_t *b = realloc(a, (cap *= 2) * sizeof *a);
+            if (!b) break;
+            a = b;
+        }
+        a[k++] = (int32_t)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) break;
+    }
+    if (!a || *p || k == 0) {
+        free(a);
+        fprintf(stderr, "specd-generate: --prompt-ids must be a comma-separated list of token ids\n");
+        return -1;
+    }
+    *ids = a;
+    *n = k;
+    return 0;
+}
+
+static int dump_logits(sd_model *m, const int32_t *ids, size_t n, const char *path)
+{
+    const sd_model_config *c = sd_model_cfg(m);
+    char err[256];
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    float *logits = malloc(n * (size_t)c->vocab_size * sizeof(float));
+    int rc = -1;
+    if (!logits) goto out;
+    if (sd_kv_reserve(sd_model_kv_pool(m), &seq, (int)n) != SD_OK) {
+        fprintf(stderr, "specd-generate: prompt does not fit the KV pool\n");
+        goto out;
+    }
+    sd_batch_seq b = {ids, (int)n, 0, &seq, (int)n};
+    if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        goto out;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(logits, sizeof(float), n * (size_t)c->vocab_size, f) != n * (size_t)c->vocab_size) {
+        fprintf(stderr, "specd-generate: cannot write %s: %s\n", path, strerror(errno));
+        if (f) fclose(f);
+        goto out;
+    }
+    rc = fclose(f) == 0 ? 0 : -1;
+out:
+    sd_kv_seq_release(sd_model_kv_pool(m), &seq);
+    free(logits);
+    return rc;
+}
+
+typedef struct gen_result {
+    int32_t *tokens;
+    size_t n;
+    const char *finish;
+    double prefill_s, decode_s;
+} gen_result;
+
+/* Emits a token's text on stdout (streaming mode) as it becomes final. */
+static void stream_token(sd_tok_stream *ts, int32_t id)
+{
+    const char *piece;
+    size_t len;
+    if (ts && sd_tok_stream_push(ts, id, &piece, &len) == SD_OK && len) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+}
+
+/* Plain decoding: prefill, then one forward pass per token. */
+static int run_plain(sd_model *m, const gen_opts *o, const int32_t *prompt, size_t np, sd_tok_stream *ts,
+                     gen_result *res)
+{
+    const sd_model_config *c = sd_model_cfg(m);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    sd_sampler *sp = sd_sampler_new(c->vocab_size);
+    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
+    res->tokens = malloc(((size_t)o->max_tokens + 1) * sizeof(int32_t));
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    char err[256];
+    int rc = -1;
+    if (!sp || !logits || !res->tokens) goto out;
+    res->finish = "length";
+    double t0 = now_s();
+    const int32_t *span = prompt;
+    int n = (int)np, pos = 0;
+    while (res->n < (size_t)o->max_tokens) {
+        if (sd_kv_reserve(pool, &seq, n) != SD_OK) {
+            fprintf(stderr, "specd-generate: context full (KV pool)\n");
+            break;
+        }
+        sd_batch_seq b = {span, n, pos, &seq, 1};
+        if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) {
+            fprintf(stderr, "specd-generate: %s\n", err);
+            goto out;
+        }
+        sd_kv_commit(pool, &seq, n);
+        pos += n;
+        if (res->n == 0) res->prefill_s = now_s() - t0;
+        int32_t tok = sd_sampler_sample(sp, &o->sampling, logits, c->vocab_size, prompt, np, res->tokens, res->n,
+                                        res->n);
+        res->tokens[res->n++] = tok;
+        stream_token(ts, tok);
+        if (!o->ignore_eos && sd_config_is_eos(c, tok)) {
+            res->finish = "stop";
+            break;
+        }
+        if (pos + 1 > c->max_position) break;
+        span = &res->tokens[res->n - 1];
+        n = 1;
+    }
+    res->decode_s = now_s() - t0 - res->prefill_s;
+    rc = 0;
+out:
+    sd_kv_seq_release(pool, &seq);
+    sd_sampler_free(sp);
+    free(logits);
+    return rc;
+}
+
+static void print_json(const gen_opts *o, const sd_tok *tok, size_t np, const gen_result *r)
+{
+    (void)o;
+    json_t *obj = json_object();
+    json_t *arr = json_array();
+    for (size_t i = 0; i < r->n; i++) json_array_append_new(arr, json_integer(r->tokens[i]));
+    char *text = NULL;
+    size_t tl = 0;
+    char err[128];
+    if (tok) sd_tok_decode(tok, r->tokens, r->n, true, &text, &tl, err, sizeof err);
+    json_object_set_new(obj, "prompt_tokens", json_integer((json_int_t)np));
+    json_object_set_new(obj, "completion_tokens", json_integer((json_int_t)r->n));
+    json_object_set_new(obj, "tokens", arr);
+    json_object_set_new(obj, "text", json_stringn(text ? text : "", text ? tl : 0));
+    json_object_set_new(obj, "finish_reason", json_string(r->finish));
+    double tps = r->n > 1 && r->decode_s > 0 ? (double)(r->n - 1) / r->decode_s : 0.0;
+    json_object_set_new(obj, "tokens_per_second", json_real(tps));
+    json_object_set_new(obj, "prefill_seconds", json_real(r->prefill_s));
+    json_object_set_new(obj, "decode_seconds", json_real(r->decode_s));
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (s) printf("%s\n", s);
+    free(s);
+    free(text);
+    json_decref(obj);
+}
+
+static sd_tok *load_tokenizer(const char *dir, bool required)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    sd_tok *tok = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (required) fprintf(stderr, "specd-generate: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    fclose(f);
+    if (sd_tok_load(path, &tok, err, sizeof err) != SD_OK) fprintf(stderr, "specd-generate: %s\n", err);
+    return tok;
+}
+
+static int prompt_ids(const gen_opts *o, const sd_tok *tok, int32_t **ids, size_t *n)
+{
+    if (o->prompt_ids) return parse_ids(o->prompt_ids, ids, n);
+    char err[512];
+    if (sd_tok_encode(tok, o->prompt, strlen(o->prompt), true, ids, n, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        return -1;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "specd-generate: the prompt encodes to no tokens\n");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    gen_opts o;
+    if (parse_args(argc, argv, &o) != 0) return 2;
+    char err[512];
+    int rc = 1;
+    int32_t *ids = NULL;
+    size_t np = 0;
+    gen_result res = {0};
+    sd_model *m = NULL;
+    sd_tok_stream *ts = NULL;
+    sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
+    sd_backend *be = sd_backend_cpu_new(o.threads);
+    if ((o.prompt && !tok) || !be) goto out;
+    if (prompt_ids(&o, tok, &ids, &np) != 0) goto out;
+    if (sd_model_load(o.model_dir, be, &m, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        goto out;
+    }
+    const sd_model_config *c = sd_model_cfg(m);
+    for (size_t i = 0; i < np; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size) {
+            fprintf(stderr, "specd-generate: prompt token id %d out of range [0, %d)\n", ids[i], c->vocab_size);
+            goto out;
+        }
+    if ((long)np + 1 > c->max_position) {
+        fprintf(stderr, "specd-generate: prompt of %zu tokens exceeds the context of %d\n", np, c->max_position);
+        goto out;
+    }
+    long positions = (long)np + o.max_tokens + 64;
+    if (positions > c->max_position + 64) positions = c->max_position + 64;
+    if (sd_model_kv_init(m, (int)((positions + 15) / 16), 16, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        goto out;
+    }
+    if (o.dump_logits) {
+        rc = dump_logits(m, ids, np, o.dump_logits) == 0 ? 0 : 1;
+        goto out;
+    }
+    if (!o.json && tok) ts = sd_tok_stream_new(tok, true);
+    if (run_plain(m, &o, ids, np, ts, &res) != 0) goto out;
+    if (ts) {
+        const char *piece;
+        size_t len;
+        if (sd_tok_stream_flush(ts, &piece, &len) == SD_OK && len) fwrite(piece, 1, len, stdout);
+        printf("\n");
+    }
+    if (o.json) print_json(&o, tok, np, &res);
+    else
+        fprintf(stderr, "specd-generate: %zu prompt + %zu generated tokens, %.1f tokens/s\n", np, res.n,
+                res.n > 1 && res.decode_s > 0 ? (double)(res.n - 1) / res.decode_s : 0.0);
+    rc = 0;
+out:
+    free(res.tokens);
+    free(ids);
+    sd_tok_stream_free(ts);
+    sd_model_free(m);
+    sd_backend_free(be);
+    sd_tok_free(tok);
+    return rc;
+}
