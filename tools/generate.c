@@ -18,7 +18,10 @@
 #include <time.h>
 
 #include "backend.h"
+#include "draft.h"
+#include "engine.h"
 #include "model.h"
+#include "ngram.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -29,6 +32,10 @@ typedef struct gen_opts {
     const char *dump_logits;
     int max_tokens;
     int threads;
+    const char *draft_dir;
+    bool ngram;
+    int num_draft;
+    int verify;          /* sd_verify_mode or SD_VERIFY_AUTO */
     bool ignore_eos;
     bool json;
     sd_sampling sampling;
@@ -47,7 +54,8 @@ static void usage(FILE *f)
             "usage: specd-generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N]\n"
             "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
             "       [--presence-penalty X] [--frequency-penalty X] [--seed S] [--ignore-eos]\n"
-            "       [--threads N] [--json] [--dump-logits FILE]\n");
+            "       [--threads N] [--json] [--dump-logits FILE]\n"
+            "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n");
 }
 
 static int parse_num(const char *s, const char *name, double lo, double hi, double *out)
@@ -71,9 +79,13 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"top-p", 1, 0, 'P'},       {"min-p", 1, 0, 'M'},       {"repetition-penalty", 1, 0, 'r'},
         {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
         {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
-        {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+        {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
+        {"ngram", 0, 0, 'G'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
+    o->num_draft = 5;
+    o->verify = SD_VERIFY_AUTO;
     o->sampling = sd_sampling_default();
     int c;
     double v;
@@ -95,6 +107,18 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'e': if (parse_num(optarg, "--presence-penalty", -1e9, 1e9, &v)) return -1; o->sampling.presence_penalty = (float)v; break;
         case 'f': if (parse_num(optarg, "--frequency-penalty", -1e9, 1e9, &v)) return -1; o->sampling.frequency_penalty = (float)v; break;
         case 's': if (parse_num(optarg, "--seed", 0, 1.8e19, &v)) return -1; o->sampling.seed = (uint64_t)v; break;
+        case 'D': o->draft_dir = optarg; break;
+        case 'G': o->ngram = true; break;
+        case 'K': if (parse_num(optarg, "--num-draft", 0, SD_MAX_DRAFT, &v)) return -1; o->num_draft = (int)v; break;
+        case 'V':
+            if (!strcmp(optarg, "greedy")) o->verify = SD_VERIFY_GREEDY;
+            else if (!strcmp(optarg, "match")) o->verify = SD_VERIFY_MATCH;
+            else if (!strcmp(optarg, "rejection")) o->verify = SD_VERIFY_REJECTION;
+            else {
+                fprintf(stderr, "specd-generate: --verify must be greedy, match or rejection\n");
+                return -1;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -102,6 +126,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     if (!o->model_dir || (!o->prompt && !o->prompt_ids) || (o->prompt && o->prompt_ids)) {
         fprintf(stderr, "specd-generate: need --model and exactly one of --prompt / --prompt-ids\n");
         usage(stderr);
+        return -1;
+    }
+    if (o->draft_dir && o->ngram) {
+        fprintf(stderr, "specd-generate: --draft and --ngram are exclusive\n");
         return -1;
     }
     char err[256];
@@ -179,6 +207,7 @@ typedef struct gen_result {
     size_t n;
     const char *finish;
     double prefill_s, decode_s;
+    sd_spec_stats stats;
 } gen_result;
 
 /* Emits a token's text on stdout (streaming mode) as it becomes final. */
@@ -192,56 +221,69 @@ static void stream_token(sd_tok_stream *ts, int32_t id)
     }
 }
 
-/* Plain decoding: prefill, then one forward pass per token. */
-static int run_plain(sd_model *m, const gen_opts *o, const int32_t *prompt, size_t np, sd_tok_stream *ts,
-                     gen_result *res)
+static const char *finish_name(sd_finish f)
 {
-    const sd_model_config *c = sd_model_cfg(m);
-    sd_kv_pool *pool = sd_model_kv_pool(m);
-    sd_sampler *sp = sd_sampler_new(c->vocab_size);
-    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
-    res->tokens = malloc(((size_t)o->max_tokens + 1) * sizeof(int32_t));
-    sd_kv_seq seq;
-    sd_kv_seq_init(&seq);
+    switch (f) {
+    case SD_FINISH_STOP: return "stop";
+    case SD_FINISH_LENGTH: return "length";
+    case SD_FINISH_CANCELLED: return "cancelled";
+    case SD_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+/* Asks the proposer for this step's drafts (none while prefilling). */
+static void propose(sd_proposer *pr, const sd_engine *e, const sd_req *r, sd_proposal *prop)
+{
+    memset(prop, 0, sizeof *prop);
+    int k = sd_req_draft_budget(e, r);
+    if (!pr || k == 0) return;
+    bool want_q = r->p.sampling.temperature > 0 &&
+                  (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
+    sd_propose_item it = {r->id, r->tokens, r->n_tokens, k, &r->p.sampling, want_q,
+                          (uint64_t)sd_req_n_output(r)};
     char err[256];
-    int rc = -1;
-    if (!sp || !logits || !res->tokens) goto out;
-    res->finish = "length";
+    if (pr->ops->propose(pr, &it, 1, prop, err, sizeof err) != SD_OK) prop->n = 0;
+}
+
+/* Generation through the engine: plain when pr is NULL, else speculative. */
+static int run_engine(sd_engine *e, sd_proposer *pr, const gen_opts *o, const int32_t *prompt, size_t np,
+                      sd_tok_stream *ts, gen_result *res)
+{
+    sd_req_params p = sd_req_params_default();
+    p.sampling = o->sampling;
+    p.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
+    p.ignore_eos = o->ignore_eos;
+    p.speculate = pr != NULL;
+    p.num_draft = o->num_draft;
+    p.verify = o->verify;
+    sd_req *r = NULL;
+    char err[256];
+    if (sd_req_new(e, 1, prompt, (int)np, &p, &r, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        return -1;
+    }
     double t0 = now_s();
-    const int32_t *span = prompt;
-    int n = (int)np, pos = 0;
-    while (res->n < (size_t)o->max_tokens) {
-        if (sd_kv_reserve(pool, &seq, n) != SD_OK) {
-            fprintf(stderr, "specd-generate: context full (KV pool)\n");
-            break;
-        }
-        sd_batch_seq b = {span, n, pos, &seq, 1};
-        if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) {
+    sd_proposal prop;
+    while (r->finish == SD_FINISH_NONE) {
+        propose(pr, e, r, &prop);
+        if (sd_engine_step(e, &r, 1, &prop, err, sizeof err) != SD_OK) {
             fprintf(stderr, "specd-generate: %s\n", err);
-            goto out;
-        }
-        sd_kv_commit(pool, &seq, n);
-        pos += n;
-        if (res->n == 0) res->prefill_s = now_s() - t0;
-        int32_t tok = sd_sampler_sample(sp, &o->sampling, logits, c->vocab_size, prompt, np, res->tokens, res->n,
-                                        res->n);
-        res->tokens[res->n++] = tok;
-        stream_token(ts, tok);
-        if (!o->ignore_eos && sd_config_is_eos(c, tok)) {
-            res->finish = "stop";
             break;
         }
-        if (pos + 1 > c->max_position) break;
-        span = &res->tokens[res->n - 1];
-        n = 1;
+        for (int i = r->n_tokens - r->n_new; i < r->n_tokens; i++) stream_token(ts, r->tokens[i]);
+        if (res->prefill_s == 0 && sd_req_n_output(r) > 0) res->prefill_s = now_s() - t0;
     }
     res->decode_s = now_s() - t0 - res->prefill_s;
-    rc = 0;
-out:
-    sd_kv_seq_release(pool, &seq);
-    sd_sampler_free(sp);
-    free(logits);
-    return rc;
+    if (r->finish == SD_FINISH_ERROR) fprintf(stderr, "specd-generate: %s\n", r->error);
+    res->n = (size_t)sd_req_n_output(r);
+    res->tokens = malloc((res->n + 1) * sizeof(int32_t));
+    if (res->tokens) memcpy(res->tokens, sd_req_output(r), res->n * sizeof(int32_t));
+    res->finish = finish_name(r->finish);
+    res->stats = r->stats;
+    if (pr) pr->ops->release(pr, r->id);
+    sd_req_free(e, r);
+    return res->tokens ? 0 : -1;
 }
 
 static void print_json(const gen_opts *o, const sd_tok *tok, size_t np, const gen_result *r)
@@ -263,6 +305,14 @@ static void print_json(const gen_opts *o, const sd_tok *tok, size_t np, const ge
     json_object_set_new(obj, "tokens_per_second", json_real(tps));
     json_object_set_new(obj, "prefill_seconds", json_real(r->prefill_s));
     json_object_set_new(obj, "decode_seconds", json_real(r->decode_s));
+    const sd_spec_stats *st = &r->stats;
+    json_object_set_new(obj, "steps", json_integer((json_int_t)st->steps));
+    json_object_set_new(obj, "draft_tokens", json_integer((json_int_t)st->draft_tokens));
+    json_object_set_new(obj, "accepted_tokens", json_integer((json_int_t)st->accepted_tokens));
+    json_object_set_new(obj, "mean_accepted_per_step",
+                        json_real(st->steps ? (double)st->accepted_tokens / (double)st->steps : 0.0));
+    json_object_set_new(obj, "tokens_per_step",
+                        json_real(st->steps ? (double)(st->accepted_tokens + st->steps) / (double)st->steps : 0.0));
     char *s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
     if (s) printf("%s\n", s);
     free(s);
@@ -300,6 +350,24 @@ static int prompt_ids(const gen_opts *o, const sd_tok *tok, int32_t **ids, size_
     return 0;
 }
 
+/* Creates the proposer the options ask for (none: *out stays NULL). */
+static int make_proposer(const gen_opts *o, sd_backend *be, int max_context, sd_proposer **out)
+{
+    char err[512];
+    sd_status st = SD_OK;
+    if (o->ngram) {
+        st = sd_ngram_new(1, 4, out, err, sizeof err);
+    } else if (o->draft_dir) {
+        st = sd_draft_check_tokenizer(o->model_dir, o->draft_dir, err, sizeof err);
+        if (st == SD_OK) {
+            sd_draft_opts d = {.be = be, .max_seqs = 1, .max_context = max_context, .block_size = 16};
+            st = sd_draft_new(o->draft_dir, &d, out, err, sizeof err);
+        }
+    }
+    if (st != SD_OK) fprintf(stderr, "specd-generate: %s\n", err);
+    return st == SD_OK ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     gen_opts o;
@@ -311,6 +379,8 @@ int main(int argc, char **argv)
     gen_result res = {0};
     sd_model *m = NULL;
     sd_tok_stream *ts = NULL;
+    sd_engine *eng = NULL;
+    sd_proposer *pr = NULL;
     sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
     sd_backend *be = sd_backend_cpu_new(o.threads);
     if ((o.prompt && !tok) || !be) goto out;
@@ -339,8 +409,11 @@ int main(int argc, char **argv)
         rc = dump_logits(m, ids, np, o.dump_logits) == 0 ? 0 : 1;
         goto out;
     }
+    if (make_proposer(&o, be, (int)positions, &pr) != 0) goto out;
+    eng = sd_engine_new(m, NULL);
+    if (!eng) goto out;
     if (!o.json && tok) ts = sd_tok_stream_new(tok, true);
-    if (run_plain(m, &o, ids, np, ts, &res) != 0) goto out;
+    if (run_engine(eng, pr, &o, ids, np, ts, &res) != 0) goto out;
     if (ts) {
         const char *piece;
         size_t len;
@@ -356,6 +429,8 @@ out:
     free(res.tokens);
     free(ids);
     sd_tok_stream_free(ts);
+    sd_engine_free(eng);
+    sd_proposer_free(pr);
     sd_model_free(m);
     sd_backend_free(be);
     sd_tok_free(tok);

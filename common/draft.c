@@ -1,0 +1,436 @@
+/* draft.c — see draft.h.
+ *
+ * State: one draft_seq per live seq_id in a small table searched linearly
+ * (a propose batch holds tens of sequences; a forward pass costs far more
+ * than the scan). Mirror invariant between calls: kv.len == n_cached and
+ * kv.reserved == 0; cached[0..n_cached) are the tokens whose K/V the mirror
+ * holds at positions 0..n_cached-1.
+ *
+ * A propose call: prepare (sync each mirror to the common prefix, reserve
+ * the positions it will write), pass 1 (the missing context of every item),
+ * passes 2..k (one draft token per item), finish (commit what was written,
+ * record cached, publish q). The last draft token's K/V is never computed. */
+#include "draft.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_config.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "verify.h"
+
+typedef struct draft_seq {
+    uint64_t id;
+    bool live;
+    uint64_t stamp;     /* call in which an item last used it (duplicate guard) */
+    sd_kv_seq kv;       /* the KV mirror */
+    int32_t *cached;    /* [cap] tokens whose K/V the mirror holds */
+    int n_cached;
+    int cap;
+} draft_seq;
+
+/* Per-item state of one propose call. */
+typedef struct item_state {
+    int seq;            /* index into seqs */
+    int common;         /* mirror prefix kept; context[common..] is fed */
+    int kk;             /* drafts wanted after clamping */
+    bool active;
+    bool sampled;       /* draw from q instead of argmax */
+    size_t qoff[SD_MAX_DRAFT]; /* q of draft t: arena[qoff[t] .. +nq[t]) */
+} item_state;
+
+typedef struct draft_impl {
+    sd_model *m;
+    sd_backend *be;
+    bool own_be;
+    int vocab;          /* model vocab (logits row length) */
+    int vlimit;         /* ids drafted are < vlimit */
+    int max_pos;
+    draft_seq *seqs;
+    int n_seqs;
+    int cap_seqs;
+    uint64_t stamp;
+    item_state *st;     /* [cap_items] */
+    sd_batch_seq *batch;/* [cap_items] */
+    int *rows;          /* [cap_items] item of each batch row */
+    float *logits;      /* [cap_items, vocab] */
+    int cap_items;
+    sd_sampler *sp;
+    sd_tokprob *dist;   /* [vocab] scratch distribution */
+    sd_tokprob *arena;  /* q entries of the last call */
+    size_t arena_len;
+    size_t arena_cap;
+} draft_impl;
+
+static const sd_proposer_ops draft_ops;
+
+sd_draft_opts sd_draft_opts_default(void)
+{
+    sd_draft_opts o = {.be = NULL, .n_threads = 0, .max_seqs = 16, .max_context = 0, .block_size = 16,
+                       .vocab_limit = 0};
+    return o;
+}
+
+/* ---- sequence table ------------------------------------------------------ */
+
+/* Index of seq_id's state, created when absent; -1 on allocation failure. */
+static int seq_get(draft_impl *d, uint64_t id, bool create)
+{
+    int free_slot = -1;
+    for (int i = 0; i < d->n_seqs; i++) {
+        if (d->seqs[i].live && d->seqs[i].id == id) return i;
+        if (!d->seqs[i].live && free_slot < 0) free_slot = i;
+    }
+    if (!create) return -1;
+    if (free_slot < 0) {
+        if (d->n_seqs == d->cap_seqs) {
+            int cap = d->cap_seqs ? d->cap_seqs * 2 : 16;
+            draft_seq *s = realloc(d->seqs, (size_t)cap * sizeof *s);
+            if (!s) return -1;
+            d->seqs = s;
+            d->cap_seqs = cap;
+        }
+        free_slot = d->n_seqs++;
+        memset(&d->seqs[free_slot], 0, sizeof d->seqs[free_slot]);
+        sd_kv_seq_init(&d->seqs[free_slot].kv);
+    }
+    draft_seq *s = &d->seqs[free_slot];
+    s->id = id;
+    s->live = true;
+    s->n_cached = 0;
+    s->stamp = 0;
+    return free_slot;
+}
+
+static bool seq_fit(draft_seq *s, int n)
+{
+    if (n <= s->cap) return true;
+    int cap = s->cap ? s->cap : 256;
+    while (cap < n) cap *= 2;
+    int32_t *c = realloc(s->cached, (size_t)cap * sizeof *c);
+    if (!c) return false;
+    s->cached = c;
+    s->cap = cap;
+    return true;
+}
+
+/* Rolls s's mirror back to its first len positions. */
+static void seq_truncate(draft_impl *d, draft_seq *s, int len)
+{
+    sd_kv_truncate(sd_model_kv_pool(d->m), &s->kv, len);
+    if (s->n_cached > len) s->n_cached = len;
+}
+
+/* ---- per-call buffers ------------------------------------------------------ */
+
+static bool fit_items(draft_impl *d, int n)
+{
+    if (n <= d->cap_items) return true;
+    item_state *st = realloc(d->st, (size_t)n * sizeof *st);
+    if (st) d->st = st;
+    sd_batch_seq *b = realloc(d->batch, (size_t)n * sizeof *b);
+    if (b) d->batch = b;
+    int *r = realloc(d->rows, (size_t)n * sizeof *r);
+    if (r) d->rows = r;
+    float *l = realloc(d->logits, (size_t)n * (size_t)d->vocab * sizeof *l);
+    if (l) d->logits = l;
+    if (!st || !b || !r || !l) return false;
+    d->cap_items = n;
+    return true;
+}
+
+/* Appends nq entries to the q arena; returns their offset or SIZE_MAX. */
+static size_t arena_push(draft_impl *d, const sd_tokprob *e, size_t nq)
+{
+    if (d->arena_len + nq > d->arena_cap) {
+        size_t cap = d->arena_cap ? d->arena_cap : 1024;
+        while (cap < d->arena_len + nq) cap *= 2;
+        sd_tokprob *a = realloc(d->arena, cap * sizeof *a);
+        if (!a) return SIZE_MAX;
+        d->arena = a;
+        d->arena_cap = cap;
+    }
+    size_t off = d->arena_len;
+    memcpy(d->arena + off, e, nq * sizeof *e);
+    d->arena_len += nq;
+    return off;
+}
+
+/* ---- propose ------------------------------------------------------------- */
+
+/* Syncs item i's mirror with its context and reserves the positions this
+ * call writes. Leaves st->active false when the item gets no draft. */
+static void prepare_item(draft_impl *d, const sd_propose_item *it, item_state *st)
+{
+    st->active = false;
+    int nc = it->n_context;
+    int kk = it->k < SD_MAX_DRAFT ? it->k : SD_MAX_DRAFT;
+    if (kk <= 0 || nc < 1 || !it->context || nc > d->max_pos) return;
+    if (kk > d->max_pos - nc + 1) kk = d->max_pos - nc + 1;
+    int si = seq_get(d, it->seq_id, true);
+    if (si < 0) return;
+    draft_seq *s = &d->seqs[si];
+    if (s->stamp == d->stamp) return; /* the same seq_id twice in one batch */
+    s->stamp = d->stamp;
+    int common = 0;
+    while (common < s->n_cached && common < nc - 1 && s->cached[common] == it->context[common]) common++;
+    for (int t = common; t < nc; t++)
+        if (it->context[t] < 0 || it->context[t] >= d->vocab) return;
+    seq_truncate(d, s, common);
+    if (!seq_fit(s, nc + kk)) return;
+    if (sd_kv_reserve(sd_model_kv_pool(d->m), &s->kv, nc - common + kk - 1) != SD_OK) return;
+    st->seq = si;
+    st->common = common;
+    st->kk = kk;
+    st->sampled = it->want_q && it->sampling && it->sampling->temperature > 0;
+    st->active = true;
+}
+
+/* Chooses draft token t of item it from its logits row; records its q.
+ * Returns false when no token can be drawn (or q cannot be stored). */
+static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st, const float *row, int t,
+                       sd_proposal *o)
+{
+    int32_t tok;
+    size_t nq = 1;
+    const sd_tokprob *q = NULL;
+    if (st->sampled) {
+        nq = sd_sampler_distribution(d->sp, it->sampling, row, d->vlimit, d->dist, (size_t)d->vlimit);
+        if (nq == 0) return false;
+        double u = sd_rng_uniform(it->sampling->seed, it->out_pos + (uint64_t)t, SD_RNG_STREAM_DRAFT);
+        tok = sd_sample_sparse(d->dist, nq, u);
+        q = d->dist;
+    } else {
+        tok = sd_argmax(row, d->vlimit);
+    }
+    if (tok < 0) return false;
+    if (it->want_q) {
+        sd_tokprob one = {tok, 1.0f};
+        size_t off = arena_push(d, q ? q : &one, nq);
+        if (off == SIZE_MAX) return false;
+        st->qoff[t] = off;
+        o->nq[t] = nq;
+    }
+    o->tokens[t] = tok;
+    o->n = t + 1;
+    return true;
+}
+
+/* Runs draft pass t (0 = the context pass) over every item still drafting. */
+static sd_status run_pass(draft_impl *d, const sd_propose_item *items, int n, sd_proposal *out, int t,
+                          char *err, size_t errlen)
+{
+    int nb = 0;
+    for (int i = 0; i < n; i++) {
+        item_state *st = &d->st[i];
+        if (!st->active || st->kk <= t || out[i].n != t) continue;
+        const sd_propose_item *it = &items[i];
+        sd_batch_seq *b = &d->batch[nb];
+        if (t == 0) {
+            b->tokens = it->context + st->common;
+            b->n = it->n_context - st->common;
+            b->pos0 = st->common;
+        } else {
+            b->tokens = &out[i].tokens[t - 1];
+            b->n = 1;
+            b->pos0 = it->n_context + t - 1;
+        }
+        b->kv = &d->seqs[st->seq].kv;
+        b->n_logits = 1;
+        d->rows[nb++] = i;
+    }
+    if (nb == 0) return SD_OK;
+    sd_status rc = sd_model_forward(d->m, d->batch, nb, d->logits, err, errlen);
+    if (rc != SD_OK) return rc;
+    for (int r = 0; r < nb; r++) {
+        int i = d->rows[r];
+        pick_token(d, &items[i], &d->st[i], d->logits + (size_t)r * (size_t)d->vocab, t, &out[i]);
+    }
+    return SD_OK;
+}
+
+/* Commits what each item wrote, records its cached tokens, publishes q.
+ * On failure (rc != SD_OK) every item is rolled back to its common prefix. */
+static void finish_items(draft_impl *d, const sd_propose_item *items, int n, sd_proposal *out, sd_status rc)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(d->m);
+    for (int i = 0; i < n; i++) {
+        item_state *st = &d->st[i];
+        if (!st->active) continue;
+        draft_seq *s = &d->seqs[st->seq];
+        if (rc != SD_OK || out[i].n == 0) {
+            out[i].n = 0;
+            seq_truncate(d, s, st->common);
+            continue;
+        }
+        const sd_propose_item *it = &items[i];
+        int nc = it->n_context;
+        sd_kv_commit(pool, &s->kv, nc - st->common + out[i].n - 1);
+        memcpy(s->cached + st->common, it->context + st->common, (size_t)(nc - st->common) * sizeof(int32_t));
+        memcpy(s->cached + nc, out[i].tokens, (size_t)(out[i].n - 1) * sizeof(int32_t));
+        s->n_cached = nc + out[i].n - 1;
+        if (!it->want_q) continue;
+        for (int t = 0; t < out[i].n; t++) out[i].q[t] = d->arena + st->qoff[t];
+    }
+}
+
+static sd_status draft_propose(sd_proposer *p, const sd_propose_item *items, int n, sd_proposal *out,
+                               char *err, size_t errlen)
+{
+    draft_impl *d = p->impl;
+    for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
+    if (n <= 0) return SD_OK;
+    if (!fit_items(d, n)) return sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: out of memory for %d items", n);
+    d->stamp++;
+    d->arena_len = 0;
+    int kmax = 0;
+    for (int i = 0; i < n; i++) {
+        prepare_item(d, &items[i], &d->st[i]);
+        if (d->st[i].active && d->st[i].kk > kmax) kmax = d->st[i].kk;
+    }
+    sd_status rc = SD_OK;
+    for (int t = 0; t < kmax && rc == SD_OK; t++) rc = run_pass(d, items, n, out, t, err, errlen);
+    finish_items(d, items, n, out, rc);
+    return rc;
+}
+
+static void draft_release(sd_proposer *p, uint64_t seq_id)
+{
+    draft_impl *d = p->impl;
+    int si = seq_get(d, seq_id, false);
+    if (si < 0) return;
+    draft_seq *s = &d->seqs[si];
+    sd_kv_seq_release(sd_model_kv_pool(d->m), &s->kv);
+    s->live = false;
+    s->n_cached = 0;
+}
+
+static void draft_destroy(sd_proposer *p)
+{
+    draft_impl *d = p->impl;
+    if (d) {
+        for (int i = 0; i < d->n_seqs; i++) {
+            if (d->m) sd_kv_seq_release(sd_model_kv_pool(d->m), &d->seqs[i].kv);
+            free(d->seqs[i].cached);
+        }
+        free(d->seqs);
+        free(d->st);
+        free(d->batch);
+        free(d->rows);
+        free(d->logits);
+        free(d->dist);
+        free(d->arena);
+        sd_sampler_free(d->sp);
+        sd_model_free(d->m);
+        if (d->own_be) sd_backend_free(d->be);
+        free(d);
+    }
+    free(p);
+}
+
+static const sd_proposer_ops draft_ops = {
+    .name = "draft",
+    .propose = draft_propose,
+    .release = draft_release,
+    .destroy = draft_destroy,
+};
+
+/* ---- construction ---------------------------------------------------------- */
+
+/* Loads the model and sizes its pool; d->be is set. */
+static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts *o, char *err, size_t errlen)
+{
+    sd_status rc = sd_model_load(dir, d->be, &d->m, err, errlen);
+    if (rc != SD_OK) return rc;
+    const sd_model_config *cfg = sd_model_cfg(d->m);
+    d->vocab = cfg->vocab_size;
+    d->max_pos = cfg->max_position;
+    d->vlimit = o->vocab_limit > 0 && o->vocab_limit < d->vocab ? o->vocab_limit : d->vocab;
+    int max_ctx = o->max_context > 0 ? o->max_context : (d->max_pos < 4096 ? d->max_pos : 4096);
+    long per_seq = (max_ctx + SD_MAX_DRAFT + 1 + o->block_size - 1) / o->block_size;
+    long blocks = per_seq * o->max_seqs;
+    if (blocks > 0x7fffffffL)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "draft: KV pool of %ld blocks is too big", blocks);
+    rc = sd_model_kv_init(d->m, (int)blocks, o->block_size, err, errlen);
+    if (rc != SD_OK) return rc;
+    d->sp = sd_sampler_new(d->vocab);
+    d->dist = malloc((size_t)d->vocab * sizeof *d->dist);
+    if (!d->sp || !d->dist) return sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: out of memory");
+    return SD_OK;
+}
+
+sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_proposer **out, char *err,
+                       size_t errlen)
+{
+    *out = NULL;
+    sd_draft_opts o = opts ? *opts : sd_draft_opts_default();
+    if (o.max_seqs <= 0 || o.block_size <= 0 || o.max_context < 0 || o.n_threads < 0)
+        return sd_seterr(err, errlen, SD_ERR_ARG,
+                         "draft: bad options (max_seqs %d, block_size %d, max_context %d, n_threads %d)",
+                         o.max_seqs, o.block_size, o.max_context, o.n_threads);
+    sd_proposer *p = calloc(1, sizeof *p);
+    draft_impl *d = calloc(1, sizeof *d);
+    if (!p || !d) {
+        free(p);
+        free(d);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: out of memory");
+    }
+    p->ops = &draft_ops;
+    p->impl = d;
+    d->be = o.be;
+    if (!d->be) {
+        d->be = sd_backend_cpu_new(o.n_threads);
+        d->own_be = true;
+    }
+    sd_status rc = d->be ? draft_load(d, model_dir, &o, err, errlen)
+                         : sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: cannot create the CPU backend");
+    if (rc != SD_OK) {
+        draft_destroy(p);
+        return rc;
+    }
+    *out = p;
+    return SD_OK;
+}
+
+const sd_model *sd_draft_model(const sd_proposer *p)
+{
+    if (!p || p->ops != &draft_ops) return NULL;
+    return ((const draft_impl *)p->impl)->m;
+}
+
+/* ---- tokenizer compatibility ---------------------------------------------- */
+
+static sd_status load_tok(const char *dir, sd_tok **tok, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return sd_tok_load(path, tok, err, errlen);
+}
+
+sd_status sd_draft_check_tokenizer(const char *target_dir, const char *draft_dir, char *err, size_t errlen)
+{
+    sd_tok *tt = NULL, *dt = NULL;
+    sd_model_config tc, dc;
+    sd_status rc = load_tok(target_dir, &tt, err, errlen);
+    if (rc == SD_OK) rc = load_tok(draft_dir, &dt, err, errlen);
+    if (rc == SD_OK) rc = sd_config_load_dir(target_dir, &tc, err, errlen);
+    if (rc == SD_OK) rc = sd_config_load_dir(draft_dir, &dc, err, errlen);
+    if (rc == SD_OK && sd_tok_fingerprint(tt) != sd_tok_fingerprint(dt))
+        rc = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
+                       "drafter tokenizer (%s) differs from the target's (%s): speculative decoding needs "
+                       "the same vocabulary", draft_dir, target_dir);
+    if (rc == SD_OK) {
+        int need = sd_tok_vocab_size(tt);
+        if (dc.vocab_size < need || tc.vocab_size < need)
+            rc = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
+                           "vocab_size of the drafter (%d, %s) and the target (%d, %s) must cover all %d "
+                           "tokenizer ids", dc.vocab_size, draft_dir, tc.vocab_size, target_dir, need);
+    }
+    sd_tok_free(tt);
+    sd_tok_free(dt);
+    return rc;
+}

@@ -1,0 +1,291 @@
+/* engine.c — batched verify step, accept, commit / rollback (see engine.h). */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sd_engine {
+    sd_model *m;
+    sd_engine_opts opts;
+    sd_verifier *ver;
+    float *logits;          /* [cap_rows, vocab] */
+    int cap_rows;
+    sd_batch_seq *batch;    /* per step */
+    int *slot;              /* batch index -> request index */
+    int *span_k;            /* drafts used per request this step (-1: not in batch) */
+    int cap;
+    int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
+};
+
+sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
+{
+    sd_engine *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->m = m;
+    e->opts.prefill_chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 256;
+    e->ver = sd_verifier_new(sd_model_cfg(m)->vocab_size);
+    if (!e->ver) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void sd_engine_free(sd_engine *e)
+{
+    if (!e) return;
+    sd_verifier_free(e->ver);
+    free(e->logits);
+    free(e->batch);
+    free(e->slot);
+    free(e->span_k);
+    free(e->spans);
+    free(e);
+}
+
+sd_model *sd_engine_model(const sd_engine *e) { return e->m; }
+
+sd_req_params sd_req_params_default(void)
+{
+    sd_req_params p;
+    memset(&p, 0, sizeof p);
+    p.sampling = sd_sampling_default();
+    p.max_tokens = 256;
+    p.verify = SD_VERIFY_AUTO;
+    return p;
+}
+
+sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+                     const sd_req_params *p, sd_req **out, char *err, size_t errlen)
+{
+    const sd_model_config *c = sd_model_cfg(e->m);
+    *out = NULL;
+    if (n_prompt < 1) return sd_seterr(err, errlen, SD_ERR_ARG, "the prompt is empty");
+    if (n_prompt + 1 > c->max_position)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "prompt of %d tokens does not fit the context of %d", n_prompt,
+                         c->max_position);
+    if (p->max_tokens < 1) return sd_seterr(err, errlen, SD_ERR_ARG, "max_tokens must be at least 1");
+    if (p->num_draft < 0 || p->num_draft > SD_MAX_DRAFT)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "num_draft must be in [0, %d]", SD_MAX_DRAFT);
+    if (p->n_stop < 0 || p->n_stop > SD_MAX_STOP_IDS)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "at most %d stop ids", SD_MAX_STOP_IDS);
+    if (p->verify < SD_VERIFY_AUTO || p->verify > SD_VERIFY_REJECTION)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "unknown verify mode %d", p->verify);
+    sd_status st = sd_sampling_validate(&p->sampling, err, errlen);
+    if (st != SD_OK) return st;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "prompt token %d (id %d) is out of range [0, %d)", i,
+                             prompt[i], c->vocab_size);
+    sd_req *r = calloc(1, sizeof *r);
+    long cap = (long)n_prompt + p->max_tokens;
+    if (cap > (long)c->max_position + 1) cap = (long)c->max_position + 1;
+    if (r) r->tokens = malloc((size_t)cap * sizeof(int32_t));
+    if (!r || !r->tokens) {
+        if (r) free(r);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    }
+    memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
+    r->id = id;
+    r->n_prompt = r->n_tokens = n_prompt;
+    r->p = *p;
+    sd_kv_seq_init(&r->kv);
+    *out = r;
+    return SD_OK;
+}
+
+void sd_req_free(sd_engine *e, sd_req *r)
+{
+    if (!r) return;
+    sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
+    free(r->tokens);
+    free(r);
+}
+
+void sd_req_cancel(sd_engine *e, sd_req *r)
+{
+    if (r->finish == SD_FINISH_NONE) r->finish = SD_FINISH_CANCELLED;
+    sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
+}
+
+bool sd_engine_can_admit(const sd_engine *e, const sd_req *r)
+{
+    return sd_kv_can_admit(sd_model_kv_pool(e->m), r->n_prompt + 1);
+}
+
+/* Token capacity of the request: prompt + max_tokens, capped by the context. */
+static int req_capacity(const sd_engine *e, const sd_req *r)
+{
+    long cap = (long)r->n_prompt + r->p.max_tokens;
+    long ctx = sd_model_cfg(e->m)->max_position;
+    return (int)(cap < ctx ? cap : ctx);
+}
+
+int sd_req_draft_budget(const sd_engine *e, const sd_req *r)
+{
+    if (r->finish != SD_FINISH_NONE || sd_req_prefilling(r) || !r->p.speculate) return 0;
+    int room = req_capacity(e, r) - r->n_tokens - 1; /* the last committed token takes the bonus slot */
+    int k = r->p.num_draft;
+    if (k > room) k = room;
+    return k > 0 ? k : 0;
+}
+
+sd_verify_mode sd_req_verify_mode(const sd_req *r, bool have_q)
+{
+    if (r->p.sampling.temperature <= 0.0f) return SD_VERIFY_GREEDY;
+    if (r->p.verify == SD_VERIFY_REJECTION && have_q) return SD_VERIFY_REJECTION;
+    if (r->p.verify == SD_VERIFY_AUTO && have_q) return SD_VERIFY_REJECTION;
+    return SD_VERIFY_MATCH; /* greedy at T > 0 means "exact": match */
+}
+
+/* ---------------------------------------------------------------- step */
+
+static sd_status grow(sd_engine *e, int n, int rows)
+{
+    int V = sd_model_cfg(e->m)->vocab_size;
+    if (n > e->cap) {
+        sd_batch_seq *b = realloc(e->batch, (size_t)n * sizeof *b);
+        if (b) e->batch = b;
+        int *s = realloc(e->slot, (size_t)n * sizeof *s);
+        if (s) e->slot = s;
+        int *k = realloc(e->span_k, (size_t)n * sizeof *k);
+        if (k) e->span_k = k;
+        int32_t *sp = realloc(e->spans, (size_t)n * (SD_MAX_DRAFT + 1) * sizeof *sp);
+        if (sp) e->spans = sp;
+        if (!b || !s || !k || !sp) return SD_ERR_NOMEM;
+        e->cap = n;
+    }
+    if (rows > e->cap_rows) {
+        float *l = realloc(e->logits, (size_t)rows * V * sizeof(float));
+        if (!l) return SD_ERR_NOMEM;
+        e->logits = l;
+        e->cap_rows = rows;
+    }
+    return SD_OK;
+}
+
+static void fail_req(sd_engine *e, sd_req *r, const char *msg)
+{
+    r->finish = SD_FINISH_ERROR;
+    snprintf(r->error, sizeof r->error, "%s", msg);
+    sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
+}
+
+/* Adds request r to the batch: a prompt chunk or a verify span with up to
+ * `k` drafts. Returns the number of logits rows it needs, or -1 if it could
+ * not get KV (then it is failed). */
+static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(e->m);
+    sd_batch_seq *b = &e->batch[bi];
+    if (sd_req_prefilling(r)) {
+        int chunk = r->n_prompt - r->n_prefilled;
+        if (chunk > e->opts.prefill_chunk) chunk = e->opts.prefill_chunk;
+        if (sd_kv_reserve(pool, &r->kv, chunk) != SD_OK) {
+            fail_req(e, r, "KV pool exhausted");
+            return -1;
+        }
+        int last = r->n_prefilled + chunk == r->n_prompt;
+        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, last};
+        e->span_k[bi] = -1;
+        return last;
+    }
+    int k = d ? d->n : 0, budget = sd_req_draft_budget(e, r);
+    if (k > budget) k = budget;
+    if (k > 0 && sd_kv_reserve(pool, &r->kv, k + 1) != SD_OK) k = 0; /* no room for drafts: plain step */
+    if (k == 0 && sd_kv_reserve(pool, &r->kv, 1) != SD_OK) {
+        fail_req(e, r, "KV pool exhausted");
+        return -1;
+    }
+    int32_t *span = e->spans + (size_t)bi * (SD_MAX_DRAFT + 1);
+    span[0] = r->tokens[r->n_tokens - 1];
+    for (int i = 0; i < k; i++) span[1 + i] = d->tokens[i];
+    *b = (sd_batch_seq){span, k + 1, r->n_tokens - 1, &r->kv, k + 1};
+    e->span_k[bi] = k;
+    return k + 1;
+}
+
+/* Appends committed tokens, applying stop conditions. */
+static void append_tokens(sd_engine *e, sd_req *r, const int32_t *toks, int n)
+{
+    const sd_model_config *c = sd_model_cfg(e->m);
+    int cap = req_capacity(e, r);
+    for (int i = 0; i < n && r->finish == SD_FINISH_NONE; i++) {
+        int32_t t = toks[i];
+        r->tokens[r->n_tokens++] = t;
+        r->n_new++;
+        bool stop = !r->p.ignore_eos && sd_config_is_eos(c, t);
+        for (int j = 0; j < r->p.n_stop && !stop; j++) stop = r->p.stop_ids[j] == t;
+        if (stop) r->finish = SD_FINISH_STOP;
+        else if (r->n_tokens >= cap) r->finish = SD_FINISH_LENGTH;
+    }
+    if (r->finish != SD_FINISH_NONE) sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
+}
+
+/* Accept + commit for one request after the forward pass. */
+static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, float *logits)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(e->m);
+    const sd_batch_seq *b = &e->batch[bi];
+    int k = e->span_k[bi];
+    if (k < 0) { /* prompt chunk */
+        sd_kv_commit(pool, &r->kv, b->n);
+        r->n_prefilled += b->n;
+        if (b->n_logits == 0) return SD_OK;
+        k = 0;
+    }
+    bool have_q = k > 0 && d && d->q[0] != NULL;
+    sd_verify_in in = {
+        .logits = logits, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
+        .draft = k > 0 ? b->tokens + 1 : NULL, .q = have_q ? d->q : NULL, .nq = have_q ? d->nq : NULL,
+        .sampling = &r->p.sampling, .prompt = r->tokens, .n_prompt = (size_t)r->n_prompt,
+        .output = r->tokens + r->n_prompt, .n_output = (size_t)sd_req_n_output(r),
+        .out_pos = (uint64_t)sd_req_n_output(r), .mode = sd_req_verify_mode(r, have_q),
+    };
+    int32_t out[SD_MAX_DRAFT + 1];
+    int c = sd_verify(e->ver, &in, out);
+    if (c < 1) {
+        fail_req(e, r, "verification failed");
+        return SD_OK;
+    }
+    if (e->span_k[bi] >= 0) { /* a decode step: the span's KV up to the accepted drafts stays */
+        sd_kv_commit(pool, &r->kv, c);
+        r->stats.steps++;
+        r->stats.draft_tokens += (uint64_t)k;
+        r->stats.accepted_tokens += (uint64_t)(c - 1);
+        for (int i = 0; i < c - 1; i++) r->stats.accepted_at[i]++;
+    }
+    append_tokens(e, r, out, c);
+    return SD_OK;
+}
+
+sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err,
+                         size_t errlen)
+{
+    int rows = 0, nb = 0;
+    for (int i = 0; i < n; i++)
+        if (reqs[i]->finish == SD_FINISH_NONE) rows += sd_req_prefilling(reqs[i]) ? 1 : SD_MAX_DRAFT + 1;
+    if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        sd_req *r = reqs[i];
+        r->n_new = 0;
+        if (r->finish != SD_FINISH_NONE) continue;
+        if (plan_req(e, r, nb, drafts ? &drafts[i] : NULL) < 0) continue;
+        e->slot[nb++] = i;
+    }
+    if (nb == 0) return SD_OK;
+    sd_status st = sd_model_forward(e->m, e->batch, nb, e->logits, err, errlen);
+    if (st != SD_OK) {
+        for (int j = 0; j < nb; j++) fail_req(e, reqs[e->slot[j]], "forward pass failed");
+        return st;
+    }
+    int V = sd_model_cfg(e->m)->vocab_size;
+    float *row = e->logits;
+    for (int j = 0; j < nb; j++) {
+        int i = e->slot[j];
+        finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, row);
+        row += (size_t)e->batch[j].n_logits * V;
+    }
+    return SD_OK;
+}

@@ -1,0 +1,121 @@
+/* engine.h — the verifier's side of the speculative transaction, in-process.
+ *
+ * An sd_req is one generation request: prompt + committed output tokens, its
+ * target KV sequence, sampling / stop settings and speculation statistics.
+ * sd_engine_step runs ONE batched target forward pass over a set of requests:
+ * a prompt chunk for requests still prefilling, and for decoding requests the
+ * verify span [last committed token, d1..dK] with the drafts supplied by the
+ * caller (any proposer, any process). It then applies the accept rule
+ * (verify.h), commits the accepted prefix's KV, releases the rest, appends
+ * the committed tokens and applies stop conditions (EOS, stop ids,
+ * max_tokens, context). Invariant while decoding: kv.len == n_tokens - 1
+ * (the last committed token's KV is computed by the next span).
+ *
+ * Ownership: the engine borrows the model; requests are created and freed by
+ * the caller (sd_req_free releases their KV). One thread owns an engine. */
+#ifndef SD_ENGINE_H
+#define SD_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "proposer.h"
+#include "sampler.h"
+#include "status.h"
+#include "verify.h"
+
+typedef enum {
+    SD_FINISH_NONE = 0,
+    SD_FINISH_STOP = 1,      /* EOS or a stop id */
+    SD_FINISH_LENGTH = 2,    /* max_tokens or the context is full */
+    SD_FINISH_CANCELLED = 3,
+    SD_FINISH_ERROR = 4,     /* e.g. KV pool exhausted */
+} sd_finish;
+
+#define SD_VERIFY_AUTO (-1)
+#define SD_MAX_STOP_IDS 16
+
+typedef struct sd_req_params {
+    sd_sampling sampling;
+    int max_tokens;                  /* >= 1 */
+    int32_t stop_ids[SD_MAX_STOP_IDS];
+    int n_stop;
+    bool ignore_eos;
+    bool speculate;                  /* accept drafts for this request */
+    int num_draft;                   /* K, 0..SD_MAX_DRAFT */
+    int verify;                      /* sd_verify_mode or SD_VERIFY_AUTO */
+} sd_req_params;
+
+typedef struct sd_spec_stats {
+    uint64_t steps;                  /* decode steps (forward passes with a verify span) */
+    uint64_t draft_tokens;           /* drafts offered to the verifier */
+    uint64_t accepted_tokens;        /* drafts accepted */
+    uint64_t accepted_at[SD_MAX_DRAFT]; /* accepted_at[i]: steps that accepted draft i+1 */
+} sd_spec_stats;
+
+typedef struct sd_req {
+    uint64_t id;
+    int32_t *tokens;     /* prompt followed by output; capacity n_prompt + max_tokens */
+    int n_prompt;
+    int n_tokens;
+    int n_prefilled;     /* prompt positions whose KV is computed */
+    sd_kv_seq kv;
+    sd_req_params p;
+    sd_finish finish;
+    char error[160];     /* set with SD_FINISH_ERROR */
+    int n_new;           /* tokens committed by the last step */
+    sd_spec_stats stats;
+} sd_req;
+
+typedef struct sd_engine_opts {
+    int prefill_chunk;   /* max prompt tokens per request per step (default 256) */
+} sd_engine_opts;
+
+typedef struct sd_engine sd_engine;
+
+/* Creates an engine over m (borrowed; its KV pool must be initialised).
+ * opts may be NULL for defaults. NULL on allocation failure. */
+sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts);
+void sd_engine_free(sd_engine *e);
+sd_model *sd_engine_model(const sd_engine *e);
+
+/* Default request parameters: greedy, 256 tokens, no speculation. */
+sd_req_params sd_req_params_default(void);
+
+/* Creates a request (copies the prompt). Validates ids, sampling, sizes and
+ * the context (n_prompt + 1 <= max_position). Does not touch the KV pool.
+ * Errors: SD_ERR_ARG with a message naming the problem. */
+sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+                     const sd_req_params *p, sd_req **out, char *err, size_t errlen);
+
+/* Releases the request's KV and frees it; NULL is a no-op. */
+void sd_req_free(sd_engine *e, sd_req *r);
+
+/* Marks a request cancelled and releases its KV immediately. */
+void sd_req_cancel(sd_engine *e, sd_req *r);
+
+/* Admission: true when the pool can hold the request's prompt (+1) now. */
+bool sd_engine_can_admit(const sd_engine *e, const sd_req *r);
+
+/* Output view. */
+static inline const int32_t *sd_req_output(const sd_req *r) { return r->tokens + r->n_prompt; }
+static inline int sd_req_n_output(const sd_req *r) { return r->n_tokens - r->n_prompt; }
+static inline bool sd_req_prefilling(const sd_req *r) { return r->n_prefilled < r->n_prompt; }
+
+/* How many drafts the request can use this step (0 while prefilling, when
+ * speculation is off, or near max_tokens / the context end). */
+int sd_req_draft_budget(const sd_engine *e, const sd_req *r);
+
+/* The verify mode the request uses with a proposal that has / lacks q. */
+sd_verify_mode sd_req_verify_mode(const sd_req *r, bool have_q);
+
+/* Runs one step over reqs[0..n) (finished ones are skipped). drafts may be
+ * NULL (no speculation) or hold one proposal per request (n == 0 for none).
+ * Each request's n_new / finish are updated. A per-request failure (KV
+ * exhausted) finishes that request with SD_FINISH_ERROR and leaves the others
+ * untouched; the return value is SD_OK unless the step as a whole failed. */
+sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err,
+                         size_t errlen);
+
+#endif

@@ -1,0 +1,303 @@
+/* verify.c — the accept rules of the speculative transaction (see verify.h).
+ *
+ * Role: turns the target's K+1 logits rows of a verify span and the K draft
+ * tokens into the 1..K+1 tokens to commit. Every rule is built from the one
+ * sampler chain of sampler.c, so a speculative step decides exactly as plain
+ * decoding would (greedy, match) or draws from exactly the same distribution
+ * (rejection):
+ *   - row i is penalised with history = output + d_0..d_{i-1}, the tokens
+ *     plain decoding would have generated before that position;
+ *   - row i's random numbers are keyed by output position out_pos + i;
+ *   - rows are examined lazily: once a draft is rejected the rows after it
+ *     are neither penalised nor read.
+ *
+ * Ownership: an sd_verifier owns its scratch (a sampler, a dense array, a
+ * sparse distribution buffer and the penalty-history buffer). Only the
+ * history buffer can grow (when output + drafts exceed its capacity); no
+ * other call allocates. Callers own logits, drafts, q and out.
+ * Threading: an sd_verifier is not thread-safe; use one per thread. */
+#include "verify.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proposer.h"
+
+struct sd_verifier {
+    int vocab;
+    sd_sampler *sp;
+    double *dense;    /* (vocab) p, then p - q; all zero between rows */
+    sd_tokprob *p;    /* (vocab) the exact filtered target distribution of a row */
+    int32_t *hist;    /* (hist_cap) output + drafts: the penalty history */
+    size_t hist_cap;
+};
+
+sd_verifier *sd_verifier_new(int vocab)
+{
+    if (vocab <= 0)
+        return NULL;
+    sd_verifier *v = calloc(1, sizeof *v);
+    if (!v)
+        return NULL;
+    v->vocab = vocab;
+    v->sp = sd_sampler_new(vocab);
+    v->dense = calloc((size_t)vocab, sizeof *v->dense);
+    v->p = malloc((size_t)vocab * sizeof *v->p);
+    v->hist_cap = 4096;
+    v->hist = malloc(v->hist_cap * sizeof *v->hist);
+    if (!v->sp || !v->dense || !v->p || !v->hist) {
+        sd_verifier_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+void sd_verifier_free(sd_verifier *v)
+{
+    if (!v)
+        return;
+    sd_sampler_free(v->sp);
+    free(v->dense);
+    free(v->p);
+    free(v->hist);
+    free(v);
+}
+
+/* ---- input checks and history ------------------------------------------ */
+
+static int penalties_on(const sd_sampling *s)
+{
+    return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f ||
+           s->frequency_penalty != 0.0f;
+}
+
+/* Temperature 0 (or NaN) is greedy whatever the requested mode. */
+static int is_greedy(const sd_verify_in *in)
+{
+    return in->mode == SD_VERIFY_GREEDY || !(in->sampling->temperature > 0.0f);
+}
+
+/* SD_OK when the input is usable by the rule it selects. */
+static sd_status check_input(const sd_verifier *v, const sd_verify_in *in, const int32_t *out)
+{
+    if (!v || !in || !out || !in->logits || !in->sampling)
+        return SD_ERR_ARG;
+    if (in->vocab <= 0 || in->vocab > v->vocab)
+        return SD_ERR_ARG;
+    if (in->k < 0 || in->k > SD_MAX_DRAFT || (in->k > 0 && !in->draft))
+        return SD_ERR_ARG;
+    if (in->mode != SD_VERIFY_GREEDY && in->mode != SD_VERIFY_MATCH &&
+        in->mode != SD_VERIFY_REJECTION)
+        return SD_ERR_ARG;
+    if ((in->n_output > 0 && !in->output) || (in->n_prompt > 0 && !in->prompt))
+        return SD_ERR_ARG;
+    if (in->mode == SD_VERIFY_REJECTION && !is_greedy(in) && in->k > 0) {
+        if (!in->q || !in->nq)
+            return SD_ERR_ARG;
+        for (int i = 0; i < in->k; i++)
+            if (!in->q[i] && in->nq[i] > 0)
+                return SD_ERR_ARG;
+    }
+    return SD_OK;
+}
+
+/* Fills v->hist with output then the k drafts, so that row i's history is
+ * hist[0 .. n_output + i). Grows the buffer when needed. When no penalty is
+ * on, the history is never read and nothing is copied. */
+static sd_status build_history(sd_verifier *v, const sd_verify_in *in)
+{
+    if (!penalties_on(in->sampling))
+        return SD_OK;
+    size_t need = in->n_output + (size_t)in->k;
+    if (need > v->hist_cap) {
+        size_t cap = v->hist_cap;
+        while (cap < need)
+            cap *= 2;
+        int32_t *h = realloc(v->hist, cap * sizeof *h);
+        if (!h)
+            return SD_ERR_NOMEM;
+        v->hist = h;
+        v->hist_cap = cap;
+    }
+    if (in->n_output > 0)
+        memcpy(v->hist, in->output, in->n_output * sizeof *v->hist);
+    if (in->k > 0)
+        memcpy(v->hist + in->n_output, in->draft, (size_t)in->k * sizeof *v->hist);
+    return SD_OK;
+}
+
+static const int32_t *row_hist(const sd_verifier *v, const sd_verify_in *in)
+{
+    return penalties_on(in->sampling) ? v->hist : NULL;
+}
+
+static size_t row_nhist(const sd_verify_in *in, int i)
+{
+    return penalties_on(in->sampling) ? in->n_output + (size_t)i : 0;
+}
+
+/* ---- greedy and match ---------------------------------------------------- */
+
+/* The token plain decoding would emit for row i (penalties applied in place):
+ * the argmax when greedy, else the full chain with the stream-0 number of
+ * position out_pos + i. -1 when the row has no token (every logit NaN). */
+static int32_t plain_token(sd_verifier *v, const sd_verify_in *in, int i, int greedy)
+{
+    float *row = in->logits + (size_t)i * (size_t)in->vocab;
+    if (greedy) {
+        sd_sampler_apply_penalties(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
+                                   row_hist(v, in), row_nhist(in, i));
+        return sd_argmax(row, in->vocab);
+    }
+    /* sd_sampler_sample applies the penalties itself. */
+    return sd_sampler_sample(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
+                             row_hist(v, in), row_nhist(in, i), in->out_pos + (uint64_t)i);
+}
+
+/* Greedy and match share one loop: keep d_i while it equals the token plain
+ * decoding would emit at row i; commit that token at the first mismatch, or
+ * as the bonus after k accepts. */
+static int verify_plain(sd_verifier *v, const sd_verify_in *in, int32_t *out, int greedy)
+{
+    for (int i = 0; i <= in->k; i++) {
+        int32_t x = plain_token(v, in, i, greedy);
+        if (x < 0)
+            return SD_ERR_ARG;
+        out[i] = x;
+        if (i == in->k || x != in->draft[i])
+            return i + 1;
+    }
+    return SD_ERR_ARG; /* unreachable: the loop returns at i == k */
+}
+
+/* ---- rejection ------------------------------------------------------------ */
+
+/* Penalises row i and writes its exact filtered distribution p to v->p and
+ * v->dense. A row with no positive probability (all -inf) falls back to the
+ * one-hot argmax, as sd_sampler_sample does. Returns the entry count, 0 when
+ * the row has no token at all (every logit NaN). */
+static size_t target_dist(sd_verifier *v, const sd_verify_in *in, int i)
+{
+    float *row = in->logits + (size_t)i * (size_t)in->vocab;
+    sd_sampler_apply_penalties(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
+                               row_hist(v, in), row_nhist(in, i));
+    size_t np = sd_sampler_distribution(v->sp, in->sampling, row, in->vocab, v->p,
+                                        (size_t)in->vocab);
+    if (np == 0) {
+        int32_t a = sd_argmax(row, in->vocab);
+        if (a < 0)
+            return 0;
+        v->p[0].token = a;
+        v->p[0].prob = 1.0f;
+        np = 1;
+    }
+    for (size_t j = 0; j < np; j++)
+        v->dense[v->p[j].token] = v->p[j].prob;
+    return np;
+}
+
+/* Draws from normalise(max(0, p - q)) with uniform u; the mass is summed in
+ * double, in p's order (probability descending, id ascending). When the
+ * residual has no mass (q covers p everywhere, e.g. p == q exactly) it draws
+ * from p instead. Leaves v->dense all zero. */
+static int32_t residual_draw(sd_verifier *v, size_t np, const sd_tokprob *q, size_t nq,
+                             int vocab, double u)
+{
+    double *dense = v->dense;
+    for (size_t j = 0; j < nq; j++)
+        if (q[j].token >= 0 && q[j].token < vocab && q[j].prob > 0.0f)
+            dense[q[j].token] -= q[j].prob;
+    double total = 0.0;
+    for (size_t j = 0; j < np; j++)
+        if (dense[v->p[j].token] > 0.0)
+            total += dense[v->p[j].token];
+    int32_t x = -1;
+    if (total > 0.0) {
+        double target = u * total, cum = 0.0;
+        for (size_t j = 0; j < np && x < 0; j++) {
+            double r = dense[v->p[j].token];
+            if (r <= 0.0)
+                continue;
+            cum += r;
+            if (cum > target)
+                x = v->p[j].token;
+        }
+        for (size_t j = np; x < 0 && j-- > 0;) /* rounding: take the last live entry */
+            if (dense[v->p[j].token] > 0.0)
+                x = v->p[j].token;
+    } else {
+        x = sd_sample_sparse(v->p, np, u);
+    }
+    for (size_t j = 0; j < nq; j++)
+        if (q[j].token >= 0 && q[j].token < vocab)
+            dense[q[j].token] = 0.0;
+    for (size_t j = 0; j < np; j++)
+        dense[v->p[j].token] = 0.0;
+    return x;
+}
+
+static void clear_dense(sd_verifier *v, size_t np)
+{
+    for (size_t j = 0; j < np; j++)
+        v->dense[v->p[j].token] = 0.0;
+}
+
+/* Leviathan et al. / Chen et al. 2023: keep d_i with probability
+ * min(1, p_i(d_i) / q_i(d_i)) (u < p/q with the ACCEPT stream; q(d) == 0 is
+ * a malformed proposal and rejects); on a reject commit a draw from the
+ * residual (RESIDUAL stream); after k accepts draw the bonus from p_k with
+ * the SAMPLE stream, exactly as plain decoding draws. */
+static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out)
+{
+    uint64_t seed = in->sampling->seed;
+    for (int i = 0; i <= in->k; i++) {
+        uint64_t pos = in->out_pos + (uint64_t)i;
+        size_t np = target_dist(v, in, i);
+        if (np == 0)
+            return SD_ERR_ARG;
+        if (i == in->k) {
+            out[i] = sd_sample_sparse(v->p, np, sd_rng_uniform(seed, pos, SD_RNG_STREAM_SAMPLE));
+            clear_dense(v, np);
+            return i + 1;
+        }
+        int32_t d = in->draft[i];
+        const sd_tokprob *q = in->q[i];
+        size_t nq = q ? in->nq[i] : 0;
+        double pd = d >= 0 && d < in->vocab ? v->dense[d] : 0.0;
+        double qd = sd_sparse_prob(q, nq, d);
+        double u = sd_rng_uniform(seed, pos, SD_RNG_STREAM_ACCEPT);
+        if (qd > 0.0 && u < pd / qd) {
+            out[i] = d;
+            clear_dense(v, np);
+            continue;
+        }
+        out[i] = residual_draw(v, np, q, nq, in->vocab,
+                               sd_rng_uniform(seed, pos, SD_RNG_STREAM_RESIDUAL));
+        return i + 1;
+    }
+    return SD_ERR_ARG; /* unreachable: the loop returns at i == k */
+}
+
+/* ---- entry point ------------------------------------------------------------ */
+
+/* Errors: SD_ERR_ARG for NULL pointers, vocab outside (0, verifier vocab],
+ * k outside [0, SD_MAX_DRAFT], an unknown mode, rejection (temperature > 0)
+ * with q or nq missing, or a row whose logits are all NaN; SD_ERR_NOMEM when
+ * the history buffer cannot grow. Draft tokens outside the vocabulary are not
+ * an error: they are simply never accepted. Only rows up to the first
+ * rejected draft are penalised in place; later rows are left untouched. */
+int sd_verify(sd_verifier *v, const sd_verify_in *in, int32_t *out)
+{
+    sd_status st = check_input(v, in, out);
+    if (st != SD_OK)
+        return st;
+    st = build_history(v, in);
+    if (st != SD_OK)
+        return st;
+    if (is_greedy(in))
+        return verify_plain(v, in, out, 1);
+    if (in->mode == SD_VERIFY_MATCH)
+        return verify_plain(v, in, out, 0);
+    return verify_rejection(v, in, out);
+}

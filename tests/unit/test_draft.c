@@ -1,0 +1,382 @@
+/* test_draft.c — the draft-model proposer on the demo drafter tinycode-3m.
+ *
+ * Checks: greedy drafts equal plain greedy decoding with the same model
+ * (token by token through sd_model_forward; the CPU backend is batch
+ * invariant, so bit-exact); the KV mirror re-synchronises after a partial
+ * accept exactly as a fresh proposer would; a batch of contexts equals the
+ * same contexts proposed one by one; sampled drafts are reproducible from
+ * the seed and come with valid q; KV exhaustion and an over-long context
+ * give no draft without disturbing other items; pool accounting returns to
+ * full after release; the tokenizer compatibility check. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "draft.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "testutil.h"
+
+static const char *TEXTS[] = {
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "import os\nimport sys\n\nfor line in open(sys.argv[1]):\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n",
+};
+
+static const char *drafter_dir(char *buf, size_t n) { return tu_model(buf, n, "tinycode-3m"); }
+
+/* Encodes TEXTS[i] with the drafter's tokenizer; *n receives the length. */
+static int32_t *encode(int i, int *n)
+{
+    char dir[512], path[600], err[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", drafter_dir(dir, sizeof dir));
+    sd_tok *tok = NULL;
+    ck_assert_msg(sd_tok_load(path, &tok, err, sizeof err) == SD_OK, "tokenizer: %s", err);
+    int32_t *ids = NULL;
+    size_t len = 0;
+    ck_assert(sd_tok_encode(tok, TEXTS[i], strlen(TEXTS[i]), false, &ids, &len, err, sizeof err) == SD_OK);
+    sd_tok_free(tok);
+    ck_assert_uint_gt(len, 4);
+    *n = (int)len;
+    return ids;
+}
+
+static sd_proposer *make(int max_seqs, int max_context)
+{
+    char dir[512], err[512];
+    sd_draft_opts o = sd_draft_opts_default();
+    o.n_threads = 2;
+    o.max_seqs = max_seqs;
+    o.max_context = max_context;
+    sd_proposer *p = NULL;
+    sd_status st = sd_draft_new(drafter_dir(dir, sizeof dir), &o, &p, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "draft_new: %s", err);
+    ck_assert_ptr_nonnull(sd_draft_model(p));
+    return p;
+}
+
+static void propose1(sd_proposer *p, uint64_t id, const int32_t *ctx, int n, int k, sd_proposal *out)
+{
+    sd_propose_item it = {.seq_id = id, .context = ctx, .n_context = n, .k = k};
+    char err[512];
+    sd_status st = p->ops->propose(p, &it, 1, out, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "propose: %s", err);
+}
+
+static void pool_full(sd_proposer *p)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(sd_draft_model(p));
+    ck_assert_int_eq(sd_kv_pool_free_count(pool), sd_kv_pool_total(pool));
+}
+
+/* Plain greedy decoding of k tokens after ctx with a separately loaded model. */
+static void plain_greedy(const int32_t *ctx, int n, int k, int32_t *out)
+{
+    char dir[512], err[512];
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = NULL;
+    ck_assert_msg(sd_model_load(drafter_dir(dir, sizeof dir), be, &m, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert(sd_model_kv_init(m, (n + k + 15) / 16 + 1, 16, err, sizeof err) == SD_OK);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    int vocab = sd_model_cfg(m)->vocab_size;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    int32_t tok = -1;
+    for (int pos = 0; pos < n + k - 1; pos++) {
+        int32_t in = pos < n ? ctx[pos] : tok;
+        ck_assert_int_eq(sd_kv_reserve(pool, &seq, 1), SD_OK);
+        sd_batch_seq b = {&in, 1, pos, &seq, 1};
+        ck_assert_msg(sd_model_forward(m, &b, 1, logits, err, sizeof err) == SD_OK, "%s", err);
+        sd_kv_commit(pool, &seq, 1);
+        if (pos >= n - 1) out[pos - (n - 1)] = tok = sd_argmax(logits, vocab);
+    }
+    sd_kv_seq_release(pool, &seq);
+    free(logits);
+    sd_model_free(m);
+    sd_backend_free(be);
+}
+
+START_TEST(greedy_equals_plain)
+{
+    int n;
+    int32_t *ctx = encode(0, &n);
+    sd_proposer *p = make(2, 256);
+    sd_proposal out;
+    propose1(p, 7, ctx, n, 8, &out);
+    ck_assert_int_eq(out.n, 8);
+    int32_t ref[8];
+    plain_greedy(ctx, n, 8, ref);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(out.tokens[i] == ref[i], "draft %d: %d vs plain %d", i, out.tokens[i], ref[i]);
+    for (int i = 0; i < 8; i++) ck_assert_ptr_null(out.q[i]);
+    p->ops->release(p, 7);
+    pool_full(p);
+    sd_proposer_free(p);
+    free(ctx);
+}
+END_TEST
+
+/* ctx2 = ctx + first `acc` drafts + a token different from draft acc. */
+static int32_t *partial_accept(const int32_t *ctx, int n, const sd_proposal *d, int acc, int *n2)
+{
+    int32_t *c = malloc((size_t)(n + acc + 1) * sizeof *c);
+    memcpy(c, ctx, (size_t)n * sizeof *c);
+    memcpy(c + n, d->tokens, (size_t)acc * sizeof *c);
+    c[n + acc] = (d->tokens[acc] + 1) % 4096;
+    *n2 = n + acc + 1;
+    return c;
+}
+
+static void same_as_fresh(sd_proposer *p, uint64_t id, const int32_t *ctx, int n, int k)
+{
+    sd_proposal a, b;
+    propose1(p, id, ctx, n, k, &a);
+    sd_proposer *fresh = make(1, 256);
+    propose1(fresh, 1, ctx, n, k, &b);
+    ck_assert_int_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++) ck_assert_int_eq(a.tokens[i], b.tokens[i]);
+    fresh->ops->release(fresh, 1);
+    pool_full(fresh);
+    sd_proposer_free(fresh);
+}
+
+START_TEST(resync_after_partial_accept)
+{
+    int n;
+    int32_t *ctx = encode(1, &n);
+    sd_proposer *p = make(2, 256);
+    sd_proposal d;
+    propose1(p, 3, ctx, n, 6, &d);
+    ck_assert_int_eq(d.n, 6);
+    int n2;
+    int32_t *ctx2 = partial_accept(ctx, n, &d, 2, &n2);
+    same_as_fresh(p, 3, ctx2, n2, 6);
+    /* full accept plus a bonus token */
+    sd_proposal d2;
+    propose1(p, 3, ctx2, n2, 4, &d2);
+    int32_t *ctx3 = malloc((size_t)(n2 + 5) * sizeof *ctx3);
+    memcpy(ctx3, ctx2, (size_t)n2 * sizeof *ctx3);
+    memcpy(ctx3 + n2, d2.tokens, 4 * sizeof *ctx3);
+    ctx3[n2 + 4] = 17;
+    same_as_fresh(p, 3, ctx3, n2 + 5, 5);
+    /* nothing accepted, and a context that went backwards (a restart) */
+    same_as_fresh(p, 3, ctx, n, 5);
+    same_as_fresh(p, 3, ctx, n - 3, 5);
+    same_as_fresh(p, 3, ctx2, n2, 1);
+    p->ops->release(p, 3);
+    pool_full(p);
+    sd_proposer_free(p);
+    free(ctx);
+    free(ctx2);
+    free(ctx3);
+}
+END_TEST
+
+START_TEST(batch_equals_single)
+{
+    int n[3], k[3] = {5, 8, 3};
+    int32_t *ctx[3];
+    for (int i = 0; i < 3; i++) ctx[i] = encode(i, &n[i]);
+    sd_proposer *p = make(4, 256);
+    sd_propose_item it[3];
+    for (int i = 0; i < 3; i++)
+        it[i] = (sd_propose_item){
+            .seq_id = 100 + (uint64_t)i, .context = ctx[i], .n_context = n[i], .k = k[i]};
+    sd_proposal out[3], one;
+    char err[512];
+    ck_assert_msg(p->ops->propose(p, it, 3, out, err, sizeof err) == SD_OK, "%s", err);
+    sd_proposer *q = make(4, 256);
+    for (int i = 0; i < 3; i++) {
+        propose1(q, (uint64_t)i, ctx[i], n[i], k[i], &one);
+        ck_assert_int_eq(out[i].n, k[i]);
+        ck_assert_int_eq(one.n, k[i]);
+        for (int t = 0; t < k[i]; t++) ck_assert_int_eq(out[i].tokens[t], one.tokens[t]);
+    }
+    /* a second batched round, each item having accepted one draft */
+    int32_t *c2[3];
+    for (int i = 0; i < 3; i++) {
+        int m;
+        c2[i] = partial_accept(ctx[i], n[i], &out[i], 1, &m);
+        it[i].context = c2[i];
+        it[i].n_context = m;
+    }
+    ck_assert_msg(p->ops->propose(p, it, 3, out, err, sizeof err) == SD_OK, "%s", err);
+    for (int i = 0; i < 3; i++) {
+        propose1(q, (uint64_t)i, c2[i], it[i].n_context, k[i], &one);
+        ck_assert_int_eq(out[i].n, one.n);
+        for (int t = 0; t < one.n; t++) ck_assert_int_eq(out[i].tokens[t], one.tokens[t]);
+    }
+    for (int i = 0; i < 3; i++) {
+        p->ops->release(p, 100 + (uint64_t)i);
+        q->ops->release(q, (uint64_t)i);
+        free(ctx[i]);
+        free(c2[i]);
+    }
+    p->ops->release(p, 999); /* unknown id: no-op */
+    pool_full(p);
+    pool_full(q);
+    sd_proposer_free(p);
+    sd_proposer_free(q);
+}
+END_TEST
+
+static void sampled(sd_proposer *p, const int32_t *ctx, int n, const sd_sampling *s, sd_proposal *out)
+{
+    sd_propose_item it = {.seq_id = 5, .context = ctx, .n_context = n, .k = 6, .sampling = s, .want_q = true,
+                          .out_pos = 11};
+    char err[512];
+    ck_assert_msg(p->ops->propose(p, &it, 1, out, err, sizeof err) == SD_OK, "%s", err);
+}
+
+START_TEST(sampled_reproducible_with_q)
+{
+    int n;
+    int32_t *ctx = encode(2, &n);
+    sd_sampling s = sd_sampling_default();
+    s.temperature = 0.9f;
+    s.top_k = 50;
+    s.top_p = 0.95f;
+    s.seed = 1234;
+    sd_proposer *p = make(2, 256), *q = make(2, 256);
+    sd_proposal a, b;
+    sampled(p, ctx, n, &s, &a);
+    sampled(q, ctx, n, &s, &b);
+    ck_assert_int_eq(a.n, 6);
+    ck_assert_int_eq(b.n, 6);
+    for (int t = 0; t < 6; t++) {
+        ck_assert_int_eq(a.tokens[t], b.tokens[t]);
+        ck_assert_ptr_nonnull(a.q[t]);
+        ck_assert(a.nq[t] >= 1 && a.nq[t] <= 50);
+        double sum = 0;
+        for (size_t j = 0; j < a.nq[t]; j++) {
+            ck_assert(a.q[t][j].prob >= 0);
+            sum += a.q[t][j].prob;
+        }
+        ck_assert_msg(sum > 0.999 && sum < 1.001, "q %d sums to %f", t, sum);
+        ck_assert(sd_sparse_prob(a.q[t], a.nq[t], a.tokens[t]) > 0);
+    }
+    /* greedy with want_q: one-hot q */
+    sd_sampling g = sd_sampling_default();
+    sampled(p, ctx, n, &g, &a);
+    ck_assert_int_eq(a.n, 6);
+    for (int t = 0; t < 6; t++) {
+        ck_assert_uint_eq(a.nq[t], 1);
+        ck_assert_int_eq(a.q[t][0].token, a.tokens[t]);
+    }
+    p->ops->release(p, 5);
+    q->ops->release(q, 5);
+    pool_full(p);
+    pool_full(q);
+    sd_proposer_free(p);
+    sd_proposer_free(q);
+    free(ctx);
+}
+END_TEST
+
+START_TEST(kv_exhaustion_and_limits)
+{
+    /* 1 seq x ceil((32 + 17) / 16) = 4 blocks = 64 positions */
+    sd_proposer *p = make(1, 32);
+    int n;
+    int32_t *small = encode(0, &n);
+    int32_t big[100], huge_n = 5000;
+    int32_t *huge = calloc((size_t)huge_n, sizeof *huge);
+    for (int i = 0; i < 100; i++) big[i] = small[i % n];
+    sd_propose_item it[3] = {
+        {.seq_id = 1, .context = big, .n_context = 100, .k = 4},
+        {.seq_id = 2, .context = small, .n_context = n, .k = 4},
+        {.seq_id = 3, .context = huge, .n_context = huge_n, .k = 4},
+    };
+    sd_proposal out[3], ref;
+    char err[512];
+    ck_assert_msg(p->ops->propose(p, it, 3, out, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert_int_eq(out[0].n, 0);
+    ck_assert_int_eq(out[2].n, 0);
+    ck_assert_int_eq(out[1].n, 4);
+    sd_proposer *q = make(1, 256);
+    propose1(q, 1, small, n, 4, &ref);
+    for (int t = 0; t < 4; t++) ck_assert_int_eq(out[1].tokens[t], ref.tokens[t]);
+    /* a duplicate seq id in one batch drafts once */
+    it[0] = it[1];
+    ck_assert_msg(p->ops->propose(p, it, 2, out, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert_int_eq(out[0].n, 4);
+    ck_assert_int_eq(out[1].n, 0);
+    for (int id = 1; id <= 3; id++) p->ops->release(p, (uint64_t)id);
+    q->ops->release(q, 1);
+    pool_full(p);
+    pool_full(q);
+    sd_proposer_free(p);
+    sd_proposer_free(q);
+    free(small);
+    free(huge);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t len;
+    char *buf = tu_read_file(from, &len);
+    ck_assert_ptr_nonnull(buf);
+    FILE *f = fopen(to, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    free(buf);
+}
+
+START_TEST(tokenizer_check)
+{
+    char t[512], d[512], err[512] = "";
+    tu_model(t, sizeof t, "tinycode-16m");
+    drafter_dir(d, sizeof d);
+    ck_assert_msg(sd_draft_check_tokenizer(t, d, err, sizeof err) == SD_OK, "%s", err);
+    char tmp[] = "/tmp/sd_draft_tokXXXXXX", src[600], dst[600], q3[512];
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(src, sizeof src, "%s/config.json", d);
+    snprintf(dst, sizeof dst, "%s/config.json", tmp);
+    copy_file(src, dst);
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", tmp);
+    copy_file(tu_fixture_bin(q3, sizeof q3, "tokenizers/qwen3/tokenizer.json"), dst);
+    sd_status st = sd_draft_check_tokenizer(t, tmp, err, sizeof err);
+    ck_assert_int_eq(st, SD_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "differs from the target") != NULL, "message: %s", err);
+    ck_assert_int_ne(sd_draft_check_tokenizer(t, "/nonexistent/dir", err, sizeof err), SD_OK);
+    unlink(dst);
+    snprintf(dst, sizeof dst, "%s/config.json", tmp);
+    unlink(dst);
+    rmdir(tmp);
+}
+END_TEST
+
+START_TEST(bad_options)
+{
+    char dir[512], err[512] = "";
+    sd_draft_opts o = sd_draft_opts_default();
+    o.max_seqs = 0;
+    sd_proposer *p = (sd_proposer *)1;
+    ck_assert_int_eq(sd_draft_new(drafter_dir(dir, sizeof dir), &o, &p, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(p);
+    ck_assert_int_ne(sd_draft_new("/nonexistent/model", NULL, &p, err, sizeof err), SD_OK);
+    ck_assert_ptr_null(p);
+    ck_assert_ptr_null(sd_draft_model(NULL));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("draft");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, greedy_equals_plain);
+    tcase_add_test(tc, resync_after_partial_accept);
+    tcase_add_test(tc, batch_equals_single);
+    tcase_add_test(tc, sampled_reproducible_with_q);
+    tcase_add_test(tc, kv_exhaustion_and_limits);
+    tcase_add_test(tc, tokenizer_check);
+    tcase_add_test(tc, bad_options);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

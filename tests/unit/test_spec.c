@@ -1,0 +1,425 @@
+/* test_spec.c — speculative decoding is exact (issue: in-process core).
+ *
+ * Greedy speculative output == plain greedy output token for token: the demo
+ * pair over 20 code prompts x 256 tokens, the n-gram proposer over the same
+ * prompts, and the reference models with themselves as drafter (which must
+ * also reproduce the transformers greedy_output). Sampled "match"
+ * verification == plain sampled decoding for the same seed, over several
+ * seeds and sampler settings. Several requests stepped together give the
+ * same outputs as alone. The KV pool is back to full after every run.
+ * (The distributional exactness of rejection sampling is test_verify's.) */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "draft.h"
+#include "engine.h"
+#include "ngram.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+static const char *PROMPTS[20] = {
+    "def fibonacci(n):",
+    "import numpy as np\n\ndef normalize(x):",
+    "class LinkedList:\n    def __init__(self):",
+    "def read_json(path):\n    with open(path) as f:",
+    "for i in range(10):\n    print(",
+    "import os\nimport sys\n\n\ndef main():",
+    "def quicksort(arr):\n    if len(arr) <= 1:",
+    "class Config(object):\n    \"\"\"Configuration for the model.\"\"\"\n",
+    "    def forward(self, x):\n        x = self.conv1(x)",
+    "try:\n    import torch\nexcept ImportError:",
+    "def test_addition():\n    assert",
+    "@property\ndef shape(self):\n    return",
+    "from typing import List, Optional\n\n",
+    "def parse_args():\n    parser = argparse.ArgumentParser(",
+    "if __name__ == \"__main__\":\n",
+    "    raise ValueError(\"",
+    "def __repr__(self):\n    return f\"",
+    "x = np.zeros((3, 4))\ny =",
+    "# Copyright 2020 The TensorFlow Authors. All Rights Reserved.\n",
+    "def _check_input(self, value):\n        if not isinstance(value,",
+};
+
+typedef struct fixture {
+    sd_backend *be;
+    sd_model *target;
+    sd_engine *eng;
+    sd_tok *tok;
+} fixture;
+
+static void open_fixture(fixture *f, const char *dir, int positions)
+{
+    char err[512];
+    f->be = sd_backend_cpu_new(2);
+    ck_assert_ptr_nonnull(f->be);
+    ck_assert_msg(sd_model_load(dir, f->be, &f->target, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert_int_eq(sd_model_kv_init(f->target, 4 * ((positions + 15) / 16 + 2), 16, err, sizeof err), SD_OK);
+    f->eng = sd_engine_new(f->target, NULL);
+    ck_assert_ptr_nonnull(f->eng);
+    f->tok = NULL;
+}
+
+static void close_fixture(fixture *f)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(f->target);
+    ck_assert_int_eq(sd_kv_pool_free_count(pool), sd_kv_pool_total(pool));
+    sd_engine_free(f->eng);
+    sd_model_free(f->target);
+    sd_backend_free(f->be);
+    sd_tok_free(f->tok);
+}
+
+/* Steps the requests together until all finish, proposing with pr. */
+static void run_reqs(fixture *f, sd_proposer *pr, sd_req **reqs, int n)
+{
+    sd_proposal props[8];
+    sd_propose_item items[8];
+    char err[256];
+    for (;;) {
+        int live = 0, ni = 0, map[8];
+        for (int i = 0; i < n; i++) {
+            memset(&props[i], 0, sizeof props[i]);
+            if (reqs[i]->finish != SD_FINISH_NONE) continue;
+            live++;
+            int k = sd_req_draft_budget(f->eng, reqs[i]);
+            if (!pr || k == 0) continue;
+            const sd_req *r = reqs[i];
+            bool want_q = r->p.sampling.temperature > 0 && r->p.verify != SD_VERIFY_MATCH;
+            items[ni] = (sd_propose_item){r->id, r->tokens, r->n_tokens, k, &r->p.sampling, want_q,
+                                          (uint64_t)sd_req_n_output(r)};
+            map[ni++] = i;
+        }
+        if (!live) break;
+        if (ni) {
+            sd_proposal out[8];
+            ck_assert_int_eq(pr->ops->propose(pr, items, ni, out, err, sizeof err), SD_OK);
+            for (int j = 0; j < ni; j++) props[map[j]] = out[j];
+        }
+        ck_assert_msg(sd_engine_step(f->eng, reqs, n, props, err, sizeof err) == SD_OK, "%s", err);
+    }
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(reqs[i]->finish != SD_FINISH_ERROR, "request failed: %s", reqs[i]->error);
+        if (pr) pr->ops->release(pr, reqs[i]->id);
+    }
+}
+
+/* Generates from one prompt; returns the malloc'd output (n_out tokens). */
+static int32_t *gen(fixture *f, sd_proposer *pr, const int32_t *ids, int n, const sd_req_params *p, int *n_out,
+                    sd_spec_stats *stats)
+{
+    sd_req *r;
+    char err[256];
+    ck_assert_msg(sd_req_new(f->eng, 7, ids, n, p, &r, err, sizeof err) == SD_OK, "%s", err);
+    run_reqs(f, pr, &r, 1);
+    *n_out = sd_req_n_output(r);
+    int32_t *out = malloc((size_t)*n_out * sizeof *out);
+    memcpy(out, sd_req_output(r), (size_t)*n_out * sizeof *out);
+    if (stats) *stats = r->stats;
+    sd_req_free(f->eng, r);
+    return out;
+}
+
+static int32_t *encode(fixture *f, const char *text, int *n)
+{
+    int32_t *ids;
+    size_t len;
+    char err[256];
+    ck_assert_int_eq(sd_tok_encode(f->tok, text, strlen(text), true, &ids, &len, err, sizeof err), SD_OK);
+    *n = (int)len;
+    return ids;
+}
+
+static void open_demo(fixture *f)
+{
+    char dir[512], tp[600], err[256];
+    tu_model(dir, sizeof dir, "tinycode-16m");
+    open_fixture(f, dir, 512);
+    snprintf(tp, sizeof tp, "%s/tokenizer.json", dir);
+    ck_assert_int_eq(sd_tok_load(tp, &f->tok, err, sizeof err), SD_OK);
+}
+
+static sd_proposer *demo_drafter(fixture *f, int max_seqs)
+{
+    char dir[512], err[512];
+    sd_proposer *pr = NULL;
+    sd_draft_opts o = {.be = f->be, .max_seqs = max_seqs, .max_context = 512, .block_size = 16};
+    ck_assert_msg(sd_draft_new(tu_model(dir, sizeof dir, "tinycode-3m"), &o, &pr, err, sizeof err) == SD_OK, "%s",
+                  err);
+    return pr;
+}
+
+/* Plain vs speculative over the 20 prompts with proposer pr. */
+static void greedy_equal_over_prompts(fixture *f, sd_proposer *pr, int n_tokens, double *tokens_per_step)
+{
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = n_tokens;
+    p.ignore_eos = true;
+    sd_spec_stats total = {0};
+    for (int i = 0; i < 20; i++) {
+        int n, na, nb;
+        int32_t *ids = encode(f, PROMPTS[i], &n);
+        p.speculate = false;
+        int32_t *a = gen(f, NULL, ids, n, &p, &na, NULL);
+        p.speculate = true;
+        p.num_draft = 5;
+        sd_spec_stats st;
+        int32_t *b = gen(f, pr, ids, n, &p, &nb, &st);
+        ck_assert_int_eq(na, n_tokens);
+        ck_assert_int_eq(nb, n_tokens);
+        for (int j = 0; j < na; j++)
+            ck_assert_msg(a[j] == b[j], "prompt %d: token %d differs (plain %d, speculative %d)", i, j, a[j], b[j]);
+        total.steps += st.steps;
+        total.accepted_tokens += st.accepted_tokens;
+        free(a);
+        free(b);
+        free(ids);
+    }
+    *tokens_per_step = (double)(total.accepted_tokens + total.steps) / (double)total.steps;
+}
+
+START_TEST(greedy_demo_pair_20x256)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    double tps;
+    greedy_equal_over_prompts(&f, pr, 256, &tps);
+    fprintf(stderr, "demo pair: %.2f committed tokens per verify step\n", tps);
+    ck_assert(tps > 1.5); /* the drafter really agrees with its target */
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+START_TEST(greedy_ngram_20x256)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr;
+    char err[256];
+    ck_assert_int_eq(sd_ngram_new(1, 4, &pr, err, sizeof err), SD_OK);
+    double tps;
+    greedy_equal_over_prompts(&f, pr, 256, &tps);
+    fprintf(stderr, "n-gram: %.2f committed tokens per verify step\n", tps);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+/* Reference model drafting for itself: every draft is accepted, and the
+ * output is transformers' greedy_output. */
+static void self_draft(const char *name)
+{
+    char dir[512], rel[256], err[512];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    tu_fixture(dir, sizeof dir, rel);
+    fixture f;
+    open_fixture(&f, dir, 128);
+    sd_proposer *pr;
+    sd_draft_opts o = {.n_threads = 1, .max_seqs = 1, .max_context = 128, .block_size = 16};
+    ck_assert_msg(sd_draft_new(dir, &o, &pr, err, sizeof err) == SD_OK, "%s", err);
+    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
+    json_t *root = json_load_file(tu_fixture(dir, sizeof dir, rel), 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    json_t *jp = json_object_get(root, "greedy_prompt"), *jo = json_object_get(root, "greedy_output");
+    int np = (int)json_array_size(jp), no = (int)json_array_size(jo);
+    int32_t prompt[64];
+    for (int i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(jp, (size_t)i));
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = no;
+    p.ignore_eos = true;
+    p.speculate = true;
+    p.num_draft = 4;
+    int n;
+    sd_spec_stats st;
+    int32_t *out = gen(&f, pr, prompt, np, &p, &n, &st);
+    ck_assert_int_eq(n, no);
+    for (int i = 0; i < no; i++)
+        ck_assert_msg(out[i] == json_integer_value(json_array_get(jo, (size_t)i)), "%s: token %d", name, i);
+    ck_assert_uint_eq(st.accepted_tokens, st.draft_tokens); /* a model always agrees with itself */
+    free(out);
+    json_decref(root);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+
+START_TEST(self_draft_reference_models)
+{
+    self_draft("qwen3-tiny");
+    self_draft("qwen2-tiny");
+    self_draft("llama3-tiny");
+    self_draft("qwen3-tiny-bf16-sharded");
+}
+END_TEST
+
+START_TEST(sampled_match_equals_plain)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    struct { float t; int k; float p, minp, rep, pres; } cfg[4] = {
+        {0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f},
+        {1.0f, 40, 1.0f, 0.0f, 1.0f, 0.0f},
+        {0.7f, 0, 1.0f, 0.05f, 1.2f, 0.0f},
+        {0.9f, 20, 0.9f, 0.0f, 1.1f, 0.5f},
+    };
+    for (int c = 0; c < 4; c++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            int n, na, nb;
+            int32_t *ids = encode(&f, PROMPTS[(c * 3 + seed) % 20], &n);
+            sd_req_params p = sd_req_params_default();
+            p.max_tokens = 96;
+            p.ignore_eos = true;
+            p.sampling.temperature = cfg[c].t;
+            p.sampling.top_k = cfg[c].k;
+            p.sampling.top_p = cfg[c].p;
+            p.sampling.min_p = cfg[c].minp;
+            p.sampling.repetition_penalty = cfg[c].rep;
+            p.sampling.presence_penalty = cfg[c].pres;
+            p.sampling.seed = seed;
+            int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
+            p.speculate = true;
+            p.num_draft = 4;
+            p.verify = SD_VERIFY_MATCH;
+            int32_t *b = gen(&f, pr, ids, n, &p, &nb, NULL);
+            ck_assert_int_eq(na, nb);
+            for (int j = 0; j < na; j++)
+                ck_assert_msg(a[j] == b[j], "config %d seed %d: token %d differs", c, (int)seed, j);
+            free(a);
+            free(b);
+            free(ids);
+        }
+    }
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+/* Four requests with different settings stepped together (batched verify and
+ * batched drafting) produce exactly what each produces alone. */
+START_TEST(batched_requests_equal_single)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 4);
+    sd_req *reqs[4];
+    int32_t *alone[4];
+    int nalone[4];
+    char err[256];
+    for (int i = 0; i < 4; i++) {
+        int n;
+        int32_t *ids = encode(&f, PROMPTS[i + 4], &n);
+        sd_req_params p = sd_req_params_default();
+        p.max_tokens = 64 + 16 * i;
+        p.ignore_eos = true;
+        p.speculate = i != 3;
+        p.num_draft = 2 + i;
+        p.sampling.temperature = i == 1 ? 0.8f : 0.0f;
+        p.sampling.seed = 11;
+        p.verify = i == 1 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
+        alone[i] = gen(&f, pr, ids, n, &p, &nalone[i], NULL);
+        ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(100 + i), ids, n, &p, &reqs[i], err, sizeof err), SD_OK);
+        free(ids);
+    }
+    run_reqs(&f, pr, reqs, 4);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(sd_req_n_output(reqs[i]), nalone[i]);
+        ck_assert_mem_eq(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t));
+        sd_req_free(f.eng, reqs[i]);
+        free(alone[i]);
+    }
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+/* Rejection mode runs end to end with the drafter's q and accepts drafts;
+ * its distributional exactness is proven in test_verify. */
+START_TEST(rejection_mode_runs)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    int n, no;
+    int32_t *ids = encode(&f, PROMPTS[0], &n);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 128;
+    p.ignore_eos = true;
+    p.sampling.temperature = 0.8f;
+    p.sampling.top_p = 0.95f;
+    p.sampling.seed = 5;
+    p.speculate = true;
+    p.num_draft = 5;
+    sd_spec_stats st;
+    int32_t *out = gen(&f, pr, ids, n, &p, &no, &st);
+    ck_assert_int_eq(no, 128);
+    ck_assert(st.accepted_tokens > 0);
+    fprintf(stderr, "rejection: %.2f committed tokens per step\n",
+            (double)(st.accepted_tokens + st.steps) / (double)st.steps);
+    free(out);
+    free(ids);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+/* Stop conditions and a tiny KV pool: failure stays with one request. */
+START_TEST(stops_and_exhaustion)
+{
+    fixture f;
+    open_demo(&f);
+    int n, no;
+    int32_t *ids = encode(&f, PROMPTS[0], &n);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 40;
+    p.ignore_eos = true;
+    int32_t *ref = gen(&f, NULL, ids, n, &p, &no, NULL);
+    p.stop_ids[0] = ref[10];
+    p.n_stop = 1;
+    int32_t *cut = gen(&f, NULL, ids, n, &p, &no, NULL);
+    int first = 0;
+    while (ref[first] != ref[10]) first++;
+    ck_assert_int_eq(no, first + 1);
+    free(cut);
+    char err[256];
+    sd_req *a, *b;
+    p.n_stop = 0;
+    p.max_tokens = 4000;
+    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &a, err, sizeof err), SD_OK);
+    p.max_tokens = 8;
+    ck_assert_int_eq(sd_req_new(f.eng, 2, ids, n, &p, &b, err, sizeof err), SD_OK);
+    sd_req *both[2] = {a, b};
+    while (b->finish == SD_FINISH_NONE || a->finish == SD_FINISH_NONE)
+        ck_assert_int_eq(sd_engine_step(f.eng, both, 2, NULL, err, sizeof err), SD_OK);
+    ck_assert_int_eq(b->finish, SD_FINISH_LENGTH);
+    ck_assert_int_eq(sd_req_n_output(b), 8);
+    ck_assert_msg(a->finish == SD_FINISH_ERROR || a->finish == SD_FINISH_LENGTH, "a finished %d", a->finish);
+    sd_req_free(f.eng, a);
+    sd_req_free(f.eng, b);
+    p.sampling.top_p = 0.0f; /* invalid: rejected with a message naming it */
+    ck_assert_int_eq(sd_req_new(f.eng, 3, ids, n, &p, &a, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "top_p"));
+    free(ref);
+    free(ids);
+    close_fixture(&f);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("spec");
+    TCase *tc = tcase_create("exact");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, greedy_demo_pair_20x256);
+    tcase_add_test(tc, greedy_ngram_20x256);
+    tcase_add_test(tc, self_draft_reference_models);
+    tcase_add_test(tc, sampled_match_equals_plain);
+    tcase_add_test(tc, batched_requests_equal_single);
+    tcase_add_test(tc, rejection_mode_runs);
+    tcase_add_test(tc, stops_and_exhaustion);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
