@@ -289,3 +289,48 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
     }
     return SD_OK;
 }
+
+/* ---------------------------------------------------------------- driver */
+
+bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *it)
+{
+    int k = sd_req_draft_budget(e, r);
+    if (k == 0) return false;
+    bool want_q = r->p.sampling.temperature > 0 && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
+    *it = (sd_propose_item){r->id, r->tokens, r->n_tokens, k, &r->p.sampling, want_q, (uint64_t)sd_req_n_output(r)};
+    return true;
+}
+
+/* Asks pr for drafts for every request that takes them this step. */
+static void propose_all(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_proposal *props)
+{
+    sd_propose_item items[64];
+    sd_proposal out[64];
+    int map[64], ni = 0;
+    memset(props, 0, (size_t)n * sizeof *props);
+    for (int i = 0; pr && i < n; i++)
+        if (reqs[i]->finish == SD_FINISH_NONE && sd_req_propose_item(e, reqs[i], &items[ni])) map[ni++] = i;
+    if (ni == 0) return;
+    char err[256];
+    if (pr->ops->propose(pr, items, ni, out, err, sizeof err) != SD_OK) return; /* no drafts: slower, never wrong */
+    for (int j = 0; j < ni; j++) props[map[j]] = out[j];
+}
+
+sd_status sd_engine_run(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_step_cb cb, void *ctx,
+                        char *err, size_t errlen)
+{
+    if (n < 1 || n > 64) return sd_seterr(err, errlen, SD_ERR_ARG, "sd_engine_run takes 1..64 requests");
+    sd_proposal props[64];
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < n; i++) live += reqs[i]->finish == SD_FINISH_NONE;
+        if (!live) break;
+        propose_all(e, pr, reqs, n, props);
+        sd_status st = sd_engine_step(e, reqs, n, props, err, errlen);
+        if (st != SD_OK) return st;
+        for (int i = 0; cb && i < n; i++)
+            if (reqs[i]->n_new > 0 || reqs[i]->finish != SD_FINISH_NONE) cb(ctx, reqs[i]);
+    }
+    for (int i = 0; pr && i < n; i++) pr->ops->release(pr, reqs[i]->id);
+    return SD_OK;
+}

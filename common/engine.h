@@ -118,4 +118,18 @@ sd_verify_mode sd_req_verify_mode(const sd_req *r, bool have_q);
 sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err,
                          size_t errlen);
 
+/* Fills *it with r's draft request for this step (the whole committed
+ * context, the draft budget, q wanted when sampling with auto / rejection
+ * verification). Returns false when r takes no drafts this step. */
+bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *it);
+
+/* Called after every step of sd_engine_run for each request with new tokens. */
+typedef void (*sd_step_cb)(void *ctx, const sd_req *r);
+
+/* Steps reqs[0..n) together until all have finished, drafting with pr (NULL:
+ * plain decoding) before each step; n <= 64. A proposer failure only costs
+ * that step its drafts. Returns SD_OK, or the error of a failed step. */
+sd_status sd_engine_run(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_step_cb cb, void *ctx,
+                        char *err, size_t errlen);
+
 #endif

@@ -232,18 +232,18 @@ static const char *finish_name(sd_finish f)
     }
 }
 
-/* Asks the proposer for this step's drafts (none while prefilling). */
-static void propose(sd_proposer *pr, const sd_engine *e, const sd_req *r, sd_proposal *prop)
+typedef struct stream_ctx {
+    sd_tok_stream *ts;
+    gen_result *res;
+    double t0;
+} stream_ctx;
+
+/* Per-step callback: streams the new tokens, notes when prefill ended. */
+static void on_step(void *p, const sd_req *r)
 {
-    memset(prop, 0, sizeof *prop);
-    int k = sd_req_draft_budget(e, r);
-    if (!pr || k == 0) return;
-    bool want_q = r->p.sampling.temperature > 0 &&
-                  (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
-    sd_propose_item it = {r->id, r->tokens, r->n_tokens, k, &r->p.sampling, want_q,
-                          (uint64_t)sd_req_n_output(r)};
-    char err[256];
-    if (pr->ops->propose(pr, &it, 1, prop, err, sizeof err) != SD_OK) prop->n = 0;
+    stream_ctx *c = p;
+    for (int i = r->n_tokens - r->n_new; i < r->n_tokens; i++) stream_token(c->ts, r->tokens[i]);
+    if (c->res->prefill_s == 0 && sd_req_n_output(r) > 0) c->res->prefill_s = now_s() - c->t0;
 }
 
 /* Generation through the engine: plain when pr is NULL, else speculative. */
@@ -263,25 +263,16 @@ static int run_engine(sd_engine *e, sd_proposer *pr, const gen_opts *o, const in
         fprintf(stderr, "specd-generate: %s\n", err);
         return -1;
     }
-    double t0 = now_s();
-    sd_proposal prop;
-    while (r->finish == SD_FINISH_NONE) {
-        propose(pr, e, r, &prop);
-        if (sd_engine_step(e, &r, 1, &prop, err, sizeof err) != SD_OK) {
-            fprintf(stderr, "specd-generate: %s\n", err);
-            break;
-        }
-        for (int i = r->n_tokens - r->n_new; i < r->n_tokens; i++) stream_token(ts, r->tokens[i]);
-        if (res->prefill_s == 0 && sd_req_n_output(r) > 0) res->prefill_s = now_s() - t0;
-    }
-    res->decode_s = now_s() - t0 - res->prefill_s;
+    stream_ctx sc = {ts, res, now_s()};
+    if (sd_engine_run(e, pr, &r, 1, on_step, &sc, err, sizeof err) != SD_OK)
+        fprintf(stderr, "specd-generate: %s\n", err);
+    res->decode_s = now_s() - sc.t0 - res->prefill_s;
     if (r->finish == SD_FINISH_ERROR) fprintf(stderr, "specd-generate: %s\n", r->error);
     res->n = (size_t)sd_req_n_output(r);
     res->tokens = malloc((res->n + 1) * sizeof(int32_t));
     if (res->tokens) memcpy(res->tokens, sd_req_output(r), res->n * sizeof(int32_t));
     res->finish = finish_name(r->finish);
     res->stats = r->stats;
-    if (pr) pr->ops->release(pr, r->id);
     sd_req_free(e, r);
     return res->tokens ? 0 : -1;
 }

@@ -135,21 +135,78 @@ static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight
 
 /* ------------------------------------------------------ elementwise ops */
 
+/* Elementwise ops run in parallel over contiguous ranges of rows or
+ * elements; each element's arithmetic is independent of the split. */
+typedef struct ew_ctx {
+    int kind;                 /* 0 rmsnorm, 1 silu_mul, 2 add */
+    float *y;
+    const float *x, *x2;
+    const float *g;
+    int T, D, bf16;
+    float eps;
+    size_t n;
+} ew_ctx;
+
+static void rmsnorm_rows(const ew_ctx *c, int t0, int t1)
+{
+    int D = c->D;
+    for (int t = t0; t < t1; t++) {
+        const float *xr = c->x + (size_t)t * D;
+        float *yr = c->y + (size_t)t * D;
+        float ss = sd_dot_f32(xr, xr, D);
+        float inv = 1.0f / sqrtf(ss / (float)D + c->eps);
+        if (c->bf16)
+            for (int d = 0; d < D; d++) yr[d] = sd_round_bf16(c->g[d] * sd_round_bf16(xr[d] * inv));
+        else
+            for (int d = 0; d < D; d++) yr[d] = (xr[d] * inv) * c->g[d];
+    }
+}
+
+static void silu_range(const ew_ctx *c, size_t i0, size_t i1)
+{
+    for (size_t i = i0; i < i1; i++) {
+        float g = c->x[i];
+        float s = g / (1.0f + expf(-g));
+        c->y[i] = c->bf16 ? sd_round_bf16(sd_round_bf16(s) * c->x2[i]) : s * c->x2[i];
+    }
+}
+
+static void add_range(const ew_ctx *c, size_t i0, size_t i1)
+{
+    if (c->bf16)
+        for (size_t i = i0; i < i1; i++) c->y[i] = sd_round_bf16(c->y[i] + c->x[i]);
+    else
+        for (size_t i = i0; i < i1; i++) c->y[i] += c->x[i];
+}
+
+static void ew_task(void *ctx, int i, int n)
+{
+    const ew_ctx *c = ctx;
+    int lo, hi;
+    if (c->kind == 0) {
+        sd_split_range(c->T, 1, i, n, &lo, &hi);
+        rmsnorm_rows(c, lo, hi);
+        return;
+    }
+    size_t per = (c->n + (size_t)n - 1) / (size_t)n, i0 = per * (size_t)i, i1 = i0 + per;
+    if (i1 > c->n) i1 = c->n;
+    if (i0 >= i1) return;
+    if (c->kind == 1) silu_range(c, i0, i1);
+    else add_range(c, i0, i1);
+}
+
+/* Runs small jobs inline: waking the pool costs more than it saves. */
+static void ew_run(sd_backend *be, ew_ctx *c, size_t work)
+{
+    if (work < 4096) ew_task(c, 0, 1);
+    else sd_pool_run(impl_of(be)->pool, ew_task, c);
+}
+
 static void cpu_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
                         int bf16)
 {
-    (void)be;
-    const float *g = w->data;
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * D;
-        float *yr = y + (size_t)t * D;
-        float ss = sd_dot_f32(xr, xr, D);
-        float inv = 1.0f / sqrtf(ss / (float)D + eps);
-        if (bf16)
-            for (int d = 0; d < D; d++) yr[d] = sd_round_bf16(g[d] * sd_round_bf16(xr[d] * inv));
-        else
-            for (int d = 0; d < D; d++) yr[d] = (xr[d] * inv) * g[d];
-    }
+    ew_ctx c = {.kind = 0, .y = y, .x = x, .g = w->data, .T = T, .D = D, .bf16 = bf16, .eps = eps};
+    ew_run(be, &c, (size_t)T * D);
 }
 
 static void cpu_embed(sd_backend *be, float *y, const sd_weight *E, const int32_t *ids, int T)
@@ -202,23 +259,14 @@ static void cpu_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const 
 
 static void cpu_silu_mul(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16)
 {
-    (void)be;
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        if (bf16)
-            out[i] = sd_round_bf16(sd_round_bf16(g / (1.0f + expf(-g))) * up[i]);
-        else
-            out[i] = (g / (1.0f + expf(-g))) * up[i];
-    }
+    ew_ctx c = {.kind = 1, .y = out, .x = gate, .x2 = up, .bf16 = bf16, .n = n};
+    ew_run(be, &c, n * 8);
 }
 
 static void cpu_add(sd_backend *be, float *y, const float *x, size_t n, int bf16)
 {
-    (void)be;
-    if (bf16)
-        for (size_t i = 0; i < n; i++) y[i] = sd_round_bf16(y[i] + x[i]);
-    else
-        for (size_t i = 0; i < n; i++) y[i] += x[i];
+    ew_ctx c = {.kind = 2, .y = y, .x = x, .bf16 = bf16, .n = n};
+    ew_run(be, &c, n);
 }
 
 static void cpu_sync(sd_backend *be)
@@ -239,38 +287,16 @@ typedef struct attn_ctx {
     cpu_impl *impl;
 } attn_ctx;
 
-/* One query row of one head: scores over positions 0..pos in ascending order,
- * softmax, then the probability-weighted sum of V rows, also ascending. */
+/* One query row of one head (see sd_attn_row). */
 static void attn_one(const attn_ctx *c, const sd_attn_seq *s, int row, int h, float *sc)
 {
     const sd_attn_shape *sh = c->sh;
     int hd = sh->head_dim, kvd = sh->n_kv_heads * hd;
     int g = h / (sh->n_heads / sh->n_kv_heads);
     int pos = s->pos0 + (row - s->row0);
-    const float *q = c->q + ((size_t)row * sh->n_heads + h) * hd;
-    float mx = -INFINITY;
-    for (int j = 0; j <= pos; j++) {
-        size_t slot = (size_t)s->block_table[j / sh->block_size] * sh->block_size + j % sh->block_size;
-        sc[j] = sd_dot_f32(q, c->kv->k + slot * kvd + (size_t)g * hd, hd) * sh->scale;
-        if (sc[j] > mx) mx = sc[j];
-    }
-    float sum = 0.0f;
-    for (int j = 0; j <= pos; j++) {
-        sc[j] = expf(sc[j] - mx);
-        sum += sc[j];
-    }
-    float inv = 1.0f / sum;
-    float *o = c->out + ((size_t)row * sh->n_heads + h) * hd;
-    for (int d = 0; d < hd; d++) o[d] = 0.0f;
-    for (int j = 0; j <= pos; j++) {
-        size_t slot = (size_t)s->block_table[j / sh->block_size] * sh->block_size + j % sh->block_size;
-        const float *v = c->kv->v + slot * kvd + (size_t)g * hd;
-        /* bf16: PyTorch rounds the unnormalised weights, divides at the end */
-        float p = sh->bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
-        for (int d = 0; d < hd; d++) o[d] += p * v[d];
-    }
-    if (sh->bf16)
-        for (int d = 0; d < hd; d++) o[d] = sd_round_bf16(o[d] / sum);
+    size_t off = ((size_t)row * sh->n_heads + h) * hd;
+    sd_attn_row(c->out + off, c->q + off, c->kv->k + (size_t)g * hd, c->kv->v + (size_t)g * hd, (size_t)kvd,
+                s->block_table, sh->block_size, pos + 1, hd, sh->scale, sh->bf16, sc);
 }
 
 static void attn_task(void *ctx, int i, int n)

@@ -8,7 +8,10 @@
 #include "cpu_dot.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
+
+#include "backend.h"
 
 static bool g_avx2;
 static bool g_inited;
@@ -224,4 +227,68 @@ float sd_dot_f32(const float *a, const float *b, int K)
     float r;
     sd_dot_rows_f32(&r, a, b, K, 1);
     return r;
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* Position j's slot in the paged cache. */
+static inline size_t attn_slot(const int32_t *blocks, int bs, int j)
+{
+    return (size_t)blocks[j / bs] * bs + j % bs;
+}
+
+/* Softmax over sc[0..n) in place (ascending order); returns the f32 sum of
+ * the unnormalised weights (bf16 mode divides by it at the end). */
+static float softmax_inplace(float *sc, int n)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++)
+        if (sc[j] > mx) mx = sc[j];
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    return sum;
+}
+
+static void attn_row_scalar(float *out, const float *q, const float *k, const float *v, size_t stride,
+                            const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
+{
+    for (int j = 0; j < n; j++) sc[j] = dot_scalar_f32(q, k + attn_slot(blocks, bs, j) * stride, hd) * scale;
+    float sum = softmax_inplace(sc, n), inv = 1.0f / sum;
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float *vr = v + attn_slot(blocks, bs, j) * stride;
+        float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
+        for (int d = 0; d < hd; d++) out[d] += p * vr[d];
+    }
+    if (bf16)
+        for (int d = 0; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
+}
+
+SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, const float *v, size_t stride,
+                                  const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
+{
+    for (int j = 0; j < n; j++) sc[j] = dot1_f32(q, k + attn_slot(blocks, bs, j) * stride, hd) * scale;
+    float sum = softmax_inplace(sc, n), inv = 1.0f / sum;
+    int hd8 = hd & ~7;
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float *vr = v + attn_slot(blocks, bs, j) * stride;
+        float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
+        __m256 pv = _mm256_set1_ps(p);
+        for (int d = 0; d < hd8; d += 8)
+            _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + d), _mm256_loadu_ps(out + d)));
+        for (int d = hd8; d < hd; d++) out[d] += p * vr[d];
+    }
+    if (bf16)
+        for (int d = 0; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
+}
+
+void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
+                 int block_size, int n, int hd, float scale, int bf16, float *scratch)
+{
+    if (g_avx2) attn_row_avx2(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+    else attn_row_scalar(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
 }

@@ -28,6 +28,15 @@ void sd_dot_tokens_bf16(float *y, int ldy, const uint16_t *w, const float *x, in
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
 
+/* One query row of one head over n cached positions (0..n-1, ascending):
+ * out[hd] = softmax(q·k_j * scale) · v_j, K/V rows at k/v + slot(j) * stride
+ * where slot(j) = blocks[j / block_size] * block_size + j % block_size.
+ * bf16: PyTorch's bf16 CPU attention rounding (unnormalised weights rounded,
+ * one division at the end). scratch holds n floats. The order of every sum
+ * is fixed by j and d alone, so the result does not depend on the batch. */
+void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
+                 int block_size, int n, int hd, float scale, int bf16, float *scratch);
+
 /* Exact bf16 -> f32. */
 static inline float sd_bf16_to_f32(uint16_t h)
 {

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#define SD_SPIN_LIMIT 200000
+#define SD_SPIN_LIMIT 20000 /* ~1 ms: long enough for back-to-back ops, short enough not to starve a co-located worker process */
 
 struct sd_pool {
     int n;

@@ -19,29 +19,10 @@
 #include "ngram.h"
 #include "testutil.h"
 #include "tokenizer.h"
+#include "../../bench/code_prompts.h"
 
-static const char *PROMPTS[20] = {
-    "def fibonacci(n):",
-    "import numpy as np\n\ndef normalize(x):",
-    "class LinkedList:\n    def __init__(self):",
-    "def read_json(path):\n    with open(path) as f:",
-    "for i in range(10):\n    print(",
-    "import os\nimport sys\n\n\ndef main():",
-    "def quicksort(arr):\n    if len(arr) <= 1:",
-    "class Config(object):\n    \"\"\"Configuration for the model.\"\"\"\n",
-    "    def forward(self, x):\n        x = self.conv1(x)",
-    "try:\n    import torch\nexcept ImportError:",
-    "def test_addition():\n    assert",
-    "@property\ndef shape(self):\n    return",
-    "from typing import List, Optional\n\n",
-    "def parse_args():\n    parser = argparse.ArgumentParser(",
-    "if __name__ == \"__main__\":\n",
-    "    raise ValueError(\"",
-    "def __repr__(self):\n    return f\"",
-    "x = np.zeros((3, 4))\ny =",
-    "# Copyright 2020 The TensorFlow Authors. All Rights Reserved.\n",
-    "def _check_input(self, value):\n        if not isinstance(value,",
-};
+#define PROMPTS SD_CODE_PROMPTS
+
 
 typedef struct fixture {
     sd_backend *be;
@@ -75,35 +56,9 @@ static void close_fixture(fixture *f)
 /* Steps the requests together until all finish, proposing with pr. */
 static void run_reqs(fixture *f, sd_proposer *pr, sd_req **reqs, int n)
 {
-    sd_proposal props[8];
-    sd_propose_item items[8];
     char err[256];
-    for (;;) {
-        int live = 0, ni = 0, map[8];
-        for (int i = 0; i < n; i++) {
-            memset(&props[i], 0, sizeof props[i]);
-            if (reqs[i]->finish != SD_FINISH_NONE) continue;
-            live++;
-            int k = sd_req_draft_budget(f->eng, reqs[i]);
-            if (!pr || k == 0) continue;
-            const sd_req *r = reqs[i];
-            bool want_q = r->p.sampling.temperature > 0 && r->p.verify != SD_VERIFY_MATCH;
-            items[ni] = (sd_propose_item){r->id, r->tokens, r->n_tokens, k, &r->p.sampling, want_q,
-                                          (uint64_t)sd_req_n_output(r)};
-            map[ni++] = i;
-        }
-        if (!live) break;
-        if (ni) {
-            sd_proposal out[8];
-            ck_assert_int_eq(pr->ops->propose(pr, items, ni, out, err, sizeof err), SD_OK);
-            for (int j = 0; j < ni; j++) props[map[j]] = out[j];
-        }
-        ck_assert_msg(sd_engine_step(f->eng, reqs, n, props, err, sizeof err) == SD_OK, "%s", err);
-    }
-    for (int i = 0; i < n; i++) {
-        ck_assert_msg(reqs[i]->finish != SD_FINISH_ERROR, "request failed: %s", reqs[i]->error);
-        if (pr) pr->ops->release(pr, reqs[i]->id);
-    }
+    ck_assert_msg(sd_engine_run(f->eng, pr, reqs, n, NULL, NULL, err, sizeof err) == SD_OK, "%s", err);
+    for (int i = 0; i < n; i++) ck_assert_msg(reqs[i]->finish != SD_FINISH_ERROR, "request failed: %s", reqs[i]->error);
 }
 
 /* Generates from one prompt; returns the malloc'd output (n_out tokens). */

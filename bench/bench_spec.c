@@ -1,0 +1,186 @@
+/* bench_spec.c — specd-bench-spec: speculative vs plain decoding, one run.
+ *
+ *   specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N]
+ *                    [--num-draft K] [--threads N]
+ *
+ * Generates from the same code prompts, in the same process, plainly and
+ * speculatively (draft model, then n-gram), at temperature 0 and 0.8
+ * (top-p 0.95; rejection verification), and prints tokens/s of each, the
+ * speedup over plain decoding at the same temperature, and the mean committed
+ * tokens per verify step. EOS is not a stop (every run generates the same
+ * number of tokens). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "code_prompts.h"
+#include "draft.h"
+#include "engine.h"
+#include "ngram.h"
+#include "tokenizer.h"
+
+typedef struct bench_opts {
+    const char *target, *draft;
+    int prompts, tokens, num_draft, threads;
+} bench_opts;
+
+typedef struct run_result {
+    double seconds;
+    long tokens;
+    sd_spec_stats stats;
+} run_result;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Generates o->tokens tokens from each prompt, one request at a time. */
+static int run(sd_engine *e, sd_proposer *pr, const bench_opts *o, int32_t **ids, const int *n_ids, float temp,
+               run_result *res)
+{
+    memset(res, 0, sizeof *res);
+    char err[256];
+    for (int i = 0; i < o->prompts; i++) {
+        sd_req_params p = sd_req_params_default();
+        p.max_tokens = o->tokens;
+        p.ignore_eos = true;
+        p.sampling.temperature = temp;
+        p.sampling.top_p = temp > 0 ? 0.95f : 1.0f;
+        p.sampling.seed = (uint64_t)i + 1;
+        p.speculate = pr != NULL;
+        p.num_draft = o->num_draft;
+        sd_req *r;
+        if (sd_req_new(e, (uint64_t)i + 1, ids[i], n_ids[i], &p, &r, err, sizeof err) != SD_OK) goto fail;
+        double t0 = now_s();
+        sd_status st = sd_engine_run(e, pr, &r, 1, NULL, NULL, err, sizeof err);
+        res->seconds += now_s() - t0;
+        res->tokens += sd_req_n_output(r);
+        res->stats.steps += r->stats.steps;
+        res->stats.accepted_tokens += r->stats.accepted_tokens;
+        res->stats.draft_tokens += r->stats.draft_tokens;
+        sd_req_free(e, r);
+        if (st != SD_OK) goto fail;
+    }
+    return 0;
+fail:
+    fprintf(stderr, "specd-bench-spec: %s\n", err);
+    return -1;
+}
+
+static void print_row(const char *name, float temp, const run_result *r, const run_result *plain)
+{
+    double tps = r->tokens / r->seconds;
+    double per_step = r->stats.steps ? (double)(r->stats.accepted_tokens + r->stats.steps) / r->stats.steps : 1.0;
+    printf("%-22s %5.1f %8ld %9.2f %9.1f %8.2fx %12.2f\n", name, temp, r->tokens, r->seconds, tps,
+           tps / (plain->tokens / plain->seconds), per_step);
+}
+
+static int parse(int argc, char **argv, bench_opts *o)
+{
+    static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"prompts", 1, 0, 'p'},
+                                       {"tokens", 1, 0, 'n'}, {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 'j'},
+                                       {0, 0, 0, 0}};
+    *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, 5, 0};
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 't': o->target = optarg; break;
+        case 'd': o->draft = optarg; break;
+        case 'p': o->prompts = atoi(optarg); break;
+        case 'n': o->tokens = atoi(optarg); break;
+        case 'k': o->num_draft = atoi(optarg); break;
+        case 'j': o->threads = atoi(optarg); break;
+        default:
+            fprintf(stderr, "usage: specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N] "
+                            "[--num-draft K] [--threads N]\n");
+            return -1;
+        }
+    }
+    if (o->prompts < 1 || o->prompts > SD_N_CODE_PROMPTS || o->tokens < 1 || o->num_draft < 1 ||
+        o->num_draft > SD_MAX_DRAFT) {
+        fprintf(stderr, "specd-bench-spec: --prompts 1..%d, --tokens >= 1, --num-draft 1..%d\n", SD_N_CODE_PROMPTS,
+                SD_MAX_DRAFT);
+        return -1;
+    }
+    return 0;
+}
+
+/* Encodes the prompts with the target's tokenizer. */
+static int encode_prompts(const bench_opts *o, int32_t **ids, int *n_ids)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/tokenizer.json", o->target);
+    sd_tok *tok = NULL;
+    if (sd_tok_load(path, &tok, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-spec: %s\n", err);
+        return -1;
+    }
+    for (int i = 0; i < o->prompts; i++) {
+        size_t n;
+        const char *p = SD_CODE_PROMPTS[i];
+        if (sd_tok_encode(tok, p, strlen(p), true, &ids[i], &n, err, sizeof err) != SD_OK) {
+            sd_tok_free(tok);
+            return -1;
+        }
+        n_ids[i] = (int)n;
+    }
+    sd_tok_free(tok);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o;
+    if (parse(argc, argv, &o) != 0) return 2;
+    char err[512];
+    int32_t *ids[SD_N_CODE_PROMPTS] = {0};
+    int n_ids[SD_N_CODE_PROMPTS];
+    sd_backend *be = sd_backend_cpu_new(o.threads);
+    sd_model *m = NULL;
+    sd_proposer *draft = NULL, *ngram = NULL;
+    sd_engine *e = NULL;
+    int rc = 1;
+    sd_draft_opts dopt = {.be = be, .max_seqs = 1, .max_context = 512 + o.tokens, .block_size = 16};
+    if (!be || encode_prompts(&o, ids, n_ids) != 0) goto out;
+    if (sd_model_load(o.target, be, &m, err, sizeof err) != SD_OK ||
+        sd_model_kv_init(m, (512 + o.tokens) / 16 + 4, 16, err, sizeof err) != SD_OK ||
+        sd_draft_check_tokenizer(o.target, o.draft, err, sizeof err) != SD_OK ||
+        sd_draft_new(o.draft, &dopt, &draft, err, sizeof err) != SD_OK ||
+        sd_ngram_new(1, 4, &ngram, err, sizeof err) != SD_OK || !(e = sd_engine_new(m, NULL))) {
+        fprintf(stderr, "specd-bench-spec: %s\n", err);
+        goto out;
+    }
+    printf("target %s, drafter %s, %d prompts x %d tokens, K = %d, %d threads\n", o.target, o.draft, o.prompts,
+           o.tokens, o.num_draft, sd_backend_cpu_threads(be));
+    printf("%-22s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup",
+           "tokens/step");
+    run_result warm; /* touches every weight page and the KV pool first */
+    bench_opts w = o;
+    w.prompts = 2;
+    if (run(e, draft, &w, ids, n_ids, 0.0f, &warm) || run(e, NULL, &w, ids, n_ids, 0.0f, &warm)) goto out;
+    const float temps[2] = {0.0f, 0.8f};
+    for (int t = 0; t < 2; t++) {
+        run_result plain, dr, ng;
+        if (run(e, NULL, &o, ids, n_ids, temps[t], &plain) || run(e, draft, &o, ids, n_ids, temps[t], &dr) ||
+            run(e, ngram, &o, ids, n_ids, temps[t], &ng))
+            goto out;
+        print_row("plain", temps[t], &plain, &plain);
+        print_row("draft model", temps[t], &dr, &plain);
+        print_row("n-gram", temps[t], &ng, &plain);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < SD_N_CODE_PROMPTS; i++) free(ids[i]);
+    sd_engine_free(e);
+    sd_proposer_free(draft);
+    sd_proposer_free(ngram);
+    sd_model_free(m);
+    sd_backend_free(be);
+    return rc;
+}
