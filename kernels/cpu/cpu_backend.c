@@ -27,13 +27,13 @@ static cpu_impl *impl_of(sd_backend *be)
 
 /* ------------------------------------------------------------- memory */
 
+/* calloc: large blocks come from fresh zero pages, so a big KV pool costs
+ * no start-up time or resident memory until it is used. Kernels use
+ * unaligned loads, so malloc's 16-byte alignment is enough. */
 static void *cpu_alloc(sd_backend *be, size_t bytes)
 {
     (void)be;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-    memset(p, 0, bytes);
-    return p;
+    return calloc(1, bytes ? bytes : 1);
 }
 
 static void cpu_free(sd_backend *be, void *p)
@@ -100,12 +100,10 @@ static void mm_rows(const mm_ctx *c, int n0, int n1)
             sd_dot_rows_f32(c->y + n0, (const float *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
         return;
     }
-    for (int n = n0; n < n1; n++) {
-        if (w->dtype == SD_DTYPE_BF16)
-            sd_dot_tokens_bf16(c->y + n, N, (const uint16_t *)w->data + (size_t)n * K, c->x, K, K, c->T);
-        else
-            sd_dot_tokens_f32(c->y + n, N, (const float *)w->data + (size_t)n * K, c->x, K, K, c->T);
-    }
+    if (w->dtype == SD_DTYPE_BF16)
+        sd_dot_tile_bf16(c->y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
+    else
+        sd_dot_tile_f32(c->y + n0, N, (const float *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
 }
 
 static void mm_task(void *ctx, int i, int n)

@@ -1,10 +1,10 @@
 /* cpu_dot.c — canonical-order dot products (see cpu_dot.h).
  *
- * The AVX2 kernels keep, for every output element, two 8-lane accumulators
- * a0/a1 fed alternately by 8-element chunks (c even → a0, odd → a1), i.e. the
- * chunk stream 0,1,2,... of x and w. The scalar fallback emulates the same
- * lane structure so results agree with the AVX2 path up to FMA rounding only
- * on machines that lack AVX2 (where it is then the single path used). */
+ * The AVX2 kernels keep, for every output element, one 8-lane accumulator
+ * fed the 8-element chunks of w and x in index order, reduce it with a fixed
+ * tree (lanes l and l+4, then (0+2)+(1+3)) and add the scalar tail in order.
+ * The scalar fallback emulates the same lane structure; it is the single path
+ * on machines without AVX2+FMA. */
 #include "cpu_dot.h"
 
 #include <immintrin.h>
@@ -34,12 +34,10 @@ const char *sd_cpu_dot_isa(void)
 
 static float dot_scalar_f32(const float *w, const float *x, int K)
 {
-    float a[2][8] = {{0}};
+    float s[8] = {0};
     int nc = K / 8, k = 0;
     for (int c = 0; c < nc; c++, k += 8)
-        for (int l = 0; l < 8; l++) a[c & 1][l] += w[k + l] * x[k + l];
-    float s[8];
-    for (int l = 0; l < 8; l++) s[l] = a[0][l] + a[1][l];
+        for (int l = 0; l < 8; l++) s[l] += w[k + l] * x[k + l];
     float v[4];
     for (int l = 0; l < 4; l++) v[l] = s[l] + s[l + 4];
     float r = (v[0] + v[2]) + (v[1] + v[3]);
@@ -49,12 +47,10 @@ static float dot_scalar_f32(const float *w, const float *x, int K)
 
 static float dot_scalar_bf16(const uint16_t *w, const float *x, int K)
 {
-    float a[2][8] = {{0}};
+    float s[8] = {0};
     int nc = K / 8, k = 0;
     for (int c = 0; c < nc; c++, k += 8)
-        for (int l = 0; l < 8; l++) a[c & 1][l] += sd_bf16_to_f32(w[k + l]) * x[k + l];
-    float s[8];
-    for (int l = 0; l < 8; l++) s[l] = a[0][l] + a[1][l];
+        for (int l = 0; l < 8; l++) s[l] += sd_bf16_to_f32(w[k + l]) * x[k + l];
     float v[4];
     for (int l = 0; l < 4; l++) v[l] = s[l] + s[l + 4];
     float r = (v[0] + v[2]) + (v[1] + v[3]);
@@ -72,16 +68,6 @@ SD_AVX2 static inline __m256 load_bf16(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* The fixed horizontal tree: lanes (l, l+4) first, then (0,2)+(1,3). */
-SD_AVX2 static inline float hsum(__m256 a0, __m256 a1)
-{
-    __m256 s = _mm256_add_ps(a0, a1);
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    __m128 h = _mm_add_ps(v, _mm_movehl_ps(v, v));        /* (v0+v2, v1+v3) */
-    __m128 r = _mm_add_ss(h, _mm_shuffle_ps(h, h, 0x55)); /* (v0+v2)+(v1+v3) */
-    return _mm_cvtss_f32(r);
-}
-
 /* Tail shared by every AVX2 kernel: scalar products past the last 8-chunk. */
 __attribute__((always_inline)) static inline float tail_f32(float r, const float *w, const float *x, int k, int K)
 {
@@ -95,94 +81,137 @@ __attribute__((always_inline)) static inline float tail_bf16(float r, const uint
     return r;
 }
 
-/* Four independent canonical dot products (w_i · x_i), kept in registers:
- * the 16-element loop feeds chunk 2j to a0 and chunk 2j+1 to a1, a last lone
- * 8-chunk goes to a0 — exactly the canonical chunk order. */
-#define SD_DOT4(NAME, WT, LOAD, TAIL)                                                             \
-    SD_AVX2 __attribute__((always_inline)) static inline void NAME(                               \
-        float *r, const WT *w0, const WT *w1, const WT *w2, const WT *w3, const float *x0,        \
-        const float *x1, const float *x2, const float *x3, int K)                                 \
-    {                                                                                             \
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                        \
-        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                        \
-        int k = 0;                                                                                \
-        for (; k + 16 <= K; k += 16) {                                                            \
-            a00 = _mm256_fmadd_ps(LOAD(w0 + k), _mm256_loadu_ps(x0 + k), a00);                    \
-            a01 = _mm256_fmadd_ps(LOAD(w0 + k + 8), _mm256_loadu_ps(x0 + k + 8), a01);            \
-            a10 = _mm256_fmadd_ps(LOAD(w1 + k), _mm256_loadu_ps(x1 + k), a10);                    \
-            a11 = _mm256_fmadd_ps(LOAD(w1 + k + 8), _mm256_loadu_ps(x1 + k + 8), a11);            \
-            a20 = _mm256_fmadd_ps(LOAD(w2 + k), _mm256_loadu_ps(x2 + k), a20);                    \
-            a21 = _mm256_fmadd_ps(LOAD(w2 + k + 8), _mm256_loadu_ps(x2 + k + 8), a21);            \
-            a30 = _mm256_fmadd_ps(LOAD(w3 + k), _mm256_loadu_ps(x3 + k), a30);                    \
-            a31 = _mm256_fmadd_ps(LOAD(w3 + k + 8), _mm256_loadu_ps(x3 + k + 8), a31);            \
-        }                                                                                         \
-        if (k + 8 <= K) {                                                                         \
-            a00 = _mm256_fmadd_ps(LOAD(w0 + k), _mm256_loadu_ps(x0 + k), a00);                    \
-            a10 = _mm256_fmadd_ps(LOAD(w1 + k), _mm256_loadu_ps(x1 + k), a10);                    \
-            a20 = _mm256_fmadd_ps(LOAD(w2 + k), _mm256_loadu_ps(x2 + k), a20);                    \
-            a30 = _mm256_fmadd_ps(LOAD(w3 + k), _mm256_loadu_ps(x3 + k), a30);                    \
-            k += 8;                                                                               \
-        }                                                                                         \
-        r[0] = TAIL(hsum(a00, a01), w0, x0, k, K);                                                \
-        r[1] = TAIL(hsum(a10, a11), w1, x1, k, K);                                                \
-        r[2] = TAIL(hsum(a20, a21), w2, x2, k, K);                                                \
-        r[3] = TAIL(hsum(a30, a31), w3, x3, k, K);                                                \
-    }
+/* The canonical order in registers: ONE 8-lane accumulator per output,
+ * fed 8-element chunks in index order, then hsum1's fixed tree, then the
+ * scalar tail. Tiles below compute several outputs at once (sharing weight
+ * conversions and x loads) but each output sees exactly this sequence. */
+SD_AVX2 __attribute__((always_inline)) static inline float hsum1(__m256 s)
+{
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 h = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 0x55)));
+}
+
+#define SD_FMA(acc, wv, xp) acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp), acc)
 
 /* One canonical dot product. */
 #define SD_DOT1(NAME, WT, LOAD, TAIL)                                                             \
     SD_AVX2 __attribute__((always_inline)) static inline float NAME(const WT *w, const float *x,  \
                                                                     int K)                        \
     {                                                                                             \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                 \
+        __m256 a = _mm256_setzero_ps();                                                           \
         int k = 0;                                                                                \
-        for (; k + 16 <= K; k += 16) {                                                            \
-            a0 = _mm256_fmadd_ps(LOAD(w + k), _mm256_loadu_ps(x + k), a0);                        \
-            a1 = _mm256_fmadd_ps(LOAD(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);                \
-        }                                                                                         \
-        if (k + 8 <= K) {                                                                         \
-            a0 = _mm256_fmadd_ps(LOAD(w + k), _mm256_loadu_ps(x + k), a0);                        \
-            k += 8;                                                                               \
-        }                                                                                         \
-        return TAIL(hsum(a0, a1), w, x, k, K);                                                    \
+        for (; k + 8 <= K; k += 8) SD_FMA(a, LOAD(w + k), x + k);                                 \
+        return TAIL(hsum1(a), w, x, k, K);                                                        \
     }
 
-SD_DOT4(dot4_f32, float, _mm256_loadu_ps, tail_f32)
-SD_DOT4(dot4_bf16, uint16_t, load_bf16, tail_bf16)
+/* Eight weight rows x one token (decode): eight independent FMA chains. */
+#define SD_ROWS8(NAME, WT, LOAD, TAIL)                                                            \
+    SD_AVX2 static inline void NAME(float *y, const WT *w, const float *x, int K)                 \
+    {                                                                                             \
+        const WT *w0 = w, *w1 = w + K, *w2 = w + 2 * (size_t)K, *w3 = w + 3 * (size_t)K;          \
+        const WT *w4 = w + 4 * (size_t)K, *w5 = w + 5 * (size_t)K, *w6 = w + 6 * (size_t)K;       \
+        const WT *w7 = w + 7 * (size_t)K;                                                         \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,    \
+               a7 = a0;                                                                           \
+        int k = 0;                                                                                \
+        for (; k + 8 <= K; k += 8) {                                                              \
+            __m256 xv = _mm256_loadu_ps(x + k);                                                   \
+            a0 = _mm256_fmadd_ps(LOAD(w0 + k), xv, a0);                                           \
+            a1 = _mm256_fmadd_ps(LOAD(w1 + k), xv, a1);                                           \
+            a2 = _mm256_fmadd_ps(LOAD(w2 + k), xv, a2);                                           \
+            a3 = _mm256_fmadd_ps(LOAD(w3 + k), xv, a3);                                           \
+            a4 = _mm256_fmadd_ps(LOAD(w4 + k), xv, a4);                                           \
+            a5 = _mm256_fmadd_ps(LOAD(w5 + k), xv, a5);                                           \
+            a6 = _mm256_fmadd_ps(LOAD(w6 + k), xv, a6);                                           \
+            a7 = _mm256_fmadd_ps(LOAD(w7 + k), xv, a7);                                           \
+        }                                                                                         \
+        y[0] = TAIL(hsum1(a0), w0, x, k, K);                                                      \
+        y[1] = TAIL(hsum1(a1), w1, x, k, K);                                                      \
+        y[2] = TAIL(hsum1(a2), w2, x, k, K);                                                      \
+        y[3] = TAIL(hsum1(a3), w3, x, k, K);                                                      \
+        y[4] = TAIL(hsum1(a4), w4, x, k, K);                                                      \
+        y[5] = TAIL(hsum1(a5), w5, x, k, K);                                                      \
+        y[6] = TAIL(hsum1(a6), w6, x, k, K);                                                      \
+        y[7] = TAIL(hsum1(a7), w7, x, k, K);                                                      \
+    }
+
+/* Two weight rows x four tokens: y[t * ldy + r], 8 accumulators, each weight
+ * chunk converted once for four tokens and each x chunk loaded once for two
+ * rows. */
+#define SD_TILE24(NAME, WT, LOAD, TAIL)                                                           \
+    SD_AVX2 static inline void NAME(float *y, int ldy, const WT *w0, const WT *w1, const float *x, \
+                                    int ldx, int K)                                               \
+    {                                                                                             \
+        const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * (size_t)ldx, *x3 = x + 3 * (size_t)ldx; \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                        \
+        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                        \
+        int k = 0;                                                                                \
+        for (; k + 8 <= K; k += 8) {                                                              \
+            __m256 wa = LOAD(w0 + k), wb = LOAD(w1 + k), xv = _mm256_loadu_ps(x0 + k);           \
+            a00 = _mm256_fmadd_ps(wa, xv, a00);                                                   \
+            a10 = _mm256_fmadd_ps(wb, xv, a10);                                                   \
+            xv = _mm256_loadu_ps(x1 + k);                                                         \
+            a01 = _mm256_fmadd_ps(wa, xv, a01);                                                   \
+            a11 = _mm256_fmadd_ps(wb, xv, a11);                                                   \
+            xv = _mm256_loadu_ps(x2 + k);                                                         \
+            a02 = _mm256_fmadd_ps(wa, xv, a02);                                                   \
+            a12 = _mm256_fmadd_ps(wb, xv, a12);                                                   \
+            xv = _mm256_loadu_ps(x3 + k);                                                         \
+            a03 = _mm256_fmadd_ps(wa, xv, a03);                                                   \
+            a13 = _mm256_fmadd_ps(wb, xv, a13);                                                   \
+        }                                                                                         \
+        y[0] = TAIL(hsum1(a00), w0, x0, k, K);                                                    \
+        y[1] = TAIL(hsum1(a10), w1, x0, k, K);                                                    \
+        y[ldy] = TAIL(hsum1(a01), w0, x1, k, K);                                                  \
+        y[ldy + 1] = TAIL(hsum1(a11), w1, x1, k, K);                                              \
+        y[2 * (size_t)ldy] = TAIL(hsum1(a02), w0, x2, k, K);                                      \
+        y[2 * (size_t)ldy + 1] = TAIL(hsum1(a12), w1, x2, k, K);                                  \
+        y[3 * (size_t)ldy] = TAIL(hsum1(a03), w0, x3, k, K);                                      \
+        y[3 * (size_t)ldy + 1] = TAIL(hsum1(a13), w1, x3, k, K);                                  \
+    }
+
 SD_DOT1(dot1_f32, float, _mm256_loadu_ps, tail_f32)
 SD_DOT1(dot1_bf16, uint16_t, load_bf16, tail_bf16)
+SD_ROWS8(rows8_f32, float, _mm256_loadu_ps, tail_f32)
+SD_ROWS8(rows8_bf16, uint16_t, load_bf16, tail_bf16)
+SD_TILE24(tile24_f32, float, _mm256_loadu_ps, tail_f32)
+SD_TILE24(tile24_bf16, uint16_t, load_bf16, tail_bf16)
 
-/* R rows x 1 token, four rows at a time. */
-#define SD_DOT_ROWS(NAME, WT, DOT4, DOT1)                                                         \
+/* R rows x 1 token. */
+#define SD_DOT_ROWS(NAME, WT, ROWS8, DOT1)                                                        \
     SD_AVX2 static void NAME(float *y, const WT *w, const float *x, int K, int R)                 \
     {                                                                                             \
         int r = 0;                                                                                \
-        for (; r + 4 <= R; r += 4) {                                                              \
-            const WT *wr = w + (size_t)r * K;                                                     \
-            DOT4(y + r, wr, wr + K, wr + 2 * (size_t)K, wr + 3 * (size_t)K, x, x, x, x, K);       \
-        }                                                                                         \
+        for (; r + 8 <= R; r += 8) ROWS8(y + r, w + (size_t)r * K, x, K);                         \
         for (; r < R; r++) y[r] = DOT1(w + (size_t)r * K, x, K);                                  \
     }
 
-/* 1 weight row x U tokens, four tokens at a time. */
-#define SD_DOT_TOKENS(NAME, WT, DOT4, DOT1)                                                       \
+/* R rows x U tokens: y[t * ldy + r] = dot(w_r, x_t). 2x4 tiles, then edges. */
+#define SD_DOT_TILE(NAME, WT, TILE24, DOT1)                                                       \
     SD_AVX2 static void NAME(float *y, int ldy, const WT *w, const float *x, int ldx, int K,      \
-                             int U)                                                               \
+                             int R, int U)                                                        \
     {                                                                                             \
-        int t = 0;                                                                                \
-        for (; t + 4 <= U; t += 4) {                                                              \
-            const float *xt = x + (size_t)t * ldx;                                                \
-            float r[4];                                                                           \
-            DOT4(r, w, w, w, w, xt, xt + ldx, xt + 2 * (size_t)ldx, xt + 3 * (size_t)ldx, K);     \
-            for (int j = 0; j < 4; j++) y[(size_t)(t + j) * ldy] = r[j];                          \
+        int r = 0;                                                                                \
+        for (; r + 2 <= R; r += 2) {                                                              \
+            const WT *w0 = w + (size_t)r * K, *w1 = w0 + K;                                       \
+            int t = 0;                                                                            \
+            for (; t + 4 <= U; t += 4)                                                            \
+                TILE24(y + (size_t)t * ldy + r, ldy, w0, w1, x + (size_t)t * ldx, ldx, K);        \
+            for (; t < U; t++) {                                                                  \
+                y[(size_t)t * ldy + r] = DOT1(w0, x + (size_t)t * ldx, K);                        \
+                y[(size_t)t * ldy + r + 1] = DOT1(w1, x + (size_t)t * ldx, K);                    \
+            }                                                                                     \
         }                                                                                         \
-        for (; t < U; t++) y[(size_t)t * ldy] = DOT1(w, x + (size_t)t * ldx, K);                  \
+        for (; r < R; r++)                                                                        \
+            for (int t = 0; t < U; t++)                                                           \
+                y[(size_t)t * ldy + r] = DOT1(w + (size_t)r * K, x + (size_t)t * ldx, K);         \
     }
 
-SD_DOT_TOKENS(tokens_f32_avx2, float, dot4_f32, dot1_f32)
-SD_DOT_TOKENS(tokens_bf16_avx2, uint16_t, dot4_bf16, dot1_bf16)
-SD_DOT_ROWS(rows_f32_avx2, float, dot4_f32, dot1_f32)
-SD_DOT_ROWS(rows_bf16_avx2, uint16_t, dot4_bf16, dot1_bf16)
+SD_DOT_ROWS(rows_f32_avx2, float, rows8_f32, dot1_f32)
+SD_DOT_ROWS(rows_bf16_avx2, uint16_t, rows8_bf16, dot1_bf16)
+SD_DOT_TILE(tile_f32_avx2, float, tile24_f32, dot1_f32)
+SD_DOT_TILE(tile_bf16_avx2, uint16_t, tile24_bf16, dot1_bf16)
 
 /* ----------------------------------------------------------- dispatch */
 
@@ -204,22 +233,26 @@ void sd_dot_rows_bf16(float *y, const uint16_t *w, const float *x, int K, int R)
     for (int r = 0; r < R; r++) y[r] = dot_scalar_bf16(w + (size_t)r * K, x, K);
 }
 
-void sd_dot_tokens_f32(float *y, int ldy, const float *w, const float *x, int ldx, int K, int U)
+void sd_dot_tile_f32(float *y, int ldy, const float *w, const float *x, int ldx, int K, int R, int U)
 {
     if (g_avx2) {
-        tokens_f32_avx2(y, ldy, w, x, ldx, K, U);
+        tile_f32_avx2(y, ldy, w, x, ldx, K, R, U);
         return;
     }
-    for (int t = 0; t < U; t++) y[(size_t)t * ldy] = dot_scalar_f32(w, x + (size_t)t * ldx, K);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < U; t++)
+            y[(size_t)t * ldy + r] = dot_scalar_f32(w + (size_t)r * K, x + (size_t)t * ldx, K);
 }
 
-void sd_dot_tokens_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int U)
+void sd_dot_tile_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int R, int U)
 {
     if (g_avx2) {
-        tokens_bf16_avx2(y, ldy, w, x, ldx, K, U);
+        tile_bf16_avx2(y, ldy, w, x, ldx, K, R, U);
         return;
     }
-    for (int t = 0; t < U; t++) y[(size_t)t * ldy] = dot_scalar_bf16(w, x + (size_t)t * ldx, K);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < U; t++)
+            y[(size_t)t * ldy + r] = dot_scalar_bf16(w + (size_t)r * K, x + (size_t)t * ldx, K);
 }
 
 float sd_dot_f32(const float *a, const float *b, int K)

@@ -1,12 +1,11 @@
 /* cpu_dot.h — canonical dot products for the CPU backend.
  *
  * Batch invariance lives here: every dot product of length K is summed in
- * one canonical order (two 8-lane accumulators over 16-element chunks, an
- * optional last 8-chunk into the first, a fixed horizontal tree, then the
- * scalar tail in index order). The tiled variants below (several rows or
- * several tokens at once, for bandwidth) compute each output element with
- * exactly that sequence of operations, so a row's result never depends on
- * the tile it was computed in. */
+ * one canonical order (one 8-lane accumulator over 8-element chunks in index
+ * order, a fixed horizontal tree, then the scalar tail in index order). The
+ * tiled variants (8 rows for one token; 2 rows x 4 tokens for spans) compute
+ * each output element with exactly that sequence of operations, so a row's
+ * result never depends on the tile or batch it was computed in. */
 #ifndef SD_CPU_DOT_H
 #define SD_CPU_DOT_H
 
@@ -22,9 +21,10 @@ const char *sd_cpu_dot_isa(void);
 void sd_dot_rows_f32(float *y, const float *w, const float *x, int K, int R);
 /* Same for bf16 weights (upcast exactly). */
 void sd_dot_rows_bf16(float *y, const uint16_t *w, const float *x, int K, int R);
-/* y[t*ldy] = dot(w, x + t*ldx, K) for t in [0, U): one weight row, U tokens. */
-void sd_dot_tokens_f32(float *y, int ldy, const float *w, const float *x, int ldx, int K, int U);
-void sd_dot_tokens_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int U);
+/* y[t*ldy + r] = dot(w + r*K, x + t*ldx, K) for r < R, t < U: R weight rows
+ * against U tokens. */
+void sd_dot_tile_f32(float *y, int ldy, const float *w, const float *x, int ldx, int K, int R, int U);
+void sd_dot_tile_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int R, int U);
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
 

@@ -3,11 +3,13 @@
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
-#define SD_SPIN_LIMIT 20000 /* ~1 ms: long enough for back-to-back ops, short enough not to starve a co-located worker process */
+#define SD_SPIN_PAUSES 2000 /* pause-spins before yielding the core */
+#define SD_SPIN_LIMIT 20000 /* then sleep on the condition variable */
 
 struct sd_pool {
     int n;
@@ -28,12 +30,21 @@ typedef struct worker_arg {
     unsigned gen0;
 } worker_arg;
 
+/* Spins briefly, then yields the core: when other processes compete for the
+ * CPUs (verifier and drafter on one machine), a thread that only spins would
+ * hold the core its peer needs to finish. */
+static inline void backoff(int spin)
+{
+    if (spin < SD_SPIN_PAUSES) _mm_pause();
+    else sched_yield();
+}
+
 static unsigned wait_for_gen(sd_pool *p, unsigned seen)
 {
     for (int spin = 0; spin < SD_SPIN_LIMIT; spin++) {
         unsigned g = atomic_load(&p->gen);
         if (g != seen) return g;
-        _mm_pause();
+        backoff(spin);
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleeping, 1);
@@ -106,7 +117,7 @@ void sd_pool_run(sd_pool *p, sd_pool_fn fn, void *ctx)
     atomic_fetch_add(&p->gen, 1);
     wake_sleepers(p);
     fn(ctx, 0, p->n);
-    while (atomic_load(&p->done) < p->n - 1) _mm_pause();
+    for (int spin = 0; atomic_load(&p->done) < p->n - 1; spin++) backoff(spin);
 }
 
 int sd_pool_size(const sd_pool *p)

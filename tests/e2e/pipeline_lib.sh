@@ -13,6 +13,7 @@ WORK=$(mktemp -d)
 FAILS=0
 SERVE_PIDS=()
 SERVE_PID=""
+SERVE_LOG=/dev/null
 PORT=""
 URL=""
 
@@ -47,7 +48,13 @@ serve_start() {
     local i
     for i in $(seq 600); do
       if ! kill -0 "$SERVE_PID" 2>/dev/null; then break; fi
-      if [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then return 0; fi
+      if [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then
+        SERVE_LOG=$log
+        case " $* " in *" --no-spec "*) return 0 ;; esac
+        wait_drafter 1 && return 0
+        echo "# the drafter did not start in 60 s; log:"; sed 's/^/#   /' "$log" | tail -n 30
+        return 1
+      fi
       sleep 0.1
     done
     if kill -0 "$SERVE_PID" 2>/dev/null; then
@@ -56,6 +63,18 @@ serve_start() {
       return 1
     fi
     echo "# specd serve exited early (try $try); log:"; sed 's/^/#   /' "$log" | tail -n 20
+  done
+  return 1
+}
+
+# wait_drafter N: waits (60 s) until the current server's log shows the
+# drafter's N-th start ("drafting with"), then 1.5 s more so that the
+# verifier's link (probing every 500 ms while the drafter is down) sees it.
+wait_drafter() {
+  local i
+  for i in $(seq 600); do
+    if [ "$(grep -c 'drafter info: drafting with' "$SERVE_LOG" 2>/dev/null)" -ge "$1" ]; then sleep 1.5; return 0; fi
+    sleep 0.1
   done
   return 1
 }

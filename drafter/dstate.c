@@ -1,0 +1,132 @@
+/* dstate.c — the drafter's per-request state table (see dstate.h).
+ *
+ * A flat array of max_seqs slots searched linearly: the table is small
+ * (default 64) and a draft batch touches each of its requests once, so a hash
+ * would buy nothing measurable next to a forward pass. */
+#include "dstate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct sd_dstate {
+    sd_dreq *slots;
+    int n_slots;
+    uint64_t clock; /* LRU clock: bumped on every open/advance */
+};
+
+sd_dstate *sd_dstate_new(int max_seqs)
+{
+    if (max_seqs < 1) return NULL;
+    sd_dstate *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->slots = calloc((size_t)max_seqs, sizeof *t->slots);
+    if (!t->slots) {
+        free(t);
+        return NULL;
+    }
+    t->n_slots = max_seqs;
+    return t;
+}
+
+void sd_dstate_free(sd_dstate *t)
+{
+    if (!t) return;
+    for (int i = 0; i < t->n_slots; i++) free(t->slots[i].ctx);
+    free(t->slots);
+    free(t);
+}
+
+sd_dreq *sd_dstate_get(sd_dstate *t, uint64_t id)
+{
+    for (int i = 0; i < t->n_slots; i++)
+        if (t->slots[i].used && t->slots[i].id == id) return &t->slots[i];
+    return NULL;
+}
+
+int sd_dstate_count(const sd_dstate *t)
+{
+    int n = 0;
+    for (int i = 0; i < t->n_slots; i++) n += t->slots[i].used;
+    return n;
+}
+
+static void forget(sd_dreq *r)
+{
+    free(r->ctx);
+    memset(r, 0, sizeof *r);
+}
+
+/* Grows r->ctx to hold at least need tokens. */
+static sd_status reserve(sd_dreq *r, size_t need)
+{
+    if (need <= r->cap) return SD_OK;
+    size_t cap = r->cap ? r->cap : 64;
+    while (cap < need) cap *= 2;
+    int32_t *p = realloc(r->ctx, cap * sizeof *p);
+    if (!p) return SD_ERR_NOMEM;
+    r->ctx = p;
+    r->cap = cap;
+    return SD_OK;
+}
+
+/* A free slot, or the least recently used one (evicted, reported). */
+static sd_dreq *take_slot(sd_dstate *t, bool *did_evict, uint64_t *evicted)
+{
+    sd_dreq *lru = NULL;
+    for (int i = 0; i < t->n_slots; i++) {
+        sd_dreq *r = &t->slots[i];
+        if (!r->used) return r;
+        if (!lru || r->last_used < lru->last_used) lru = r;
+    }
+    if (did_evict) *did_evict = true;
+    if (evicted) *evicted = lru->id;
+    forget(lru);
+    return lru;
+}
+
+sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n_ctx,
+                         const sd_sampling *sampling, bool *did_evict, uint64_t *evicted)
+{
+    if (did_evict) *did_evict = false;
+    sd_dreq *r = sd_dstate_get(t, id);
+    if (!r) {
+        r = take_slot(t, did_evict, evicted);
+        r->id = id;
+        r->used = true;
+    }
+    r->n_ctx = 0;
+    if (reserve(r, n_ctx ? n_ctx : 1) != SD_OK) {
+        forget(r);
+        return SD_ERR_NOMEM;
+    }
+    if (n_ctx) memcpy(r->ctx, ctx, n_ctx * sizeof *ctx);
+    r->n_ctx = n_ctx;
+    r->sampling = sampling ? *sampling : sd_sampling_default();
+    r->last_used = ++t->clock;
+    return SD_OK;
+}
+
+bool sd_dstate_close(sd_dstate *t, uint64_t id)
+{
+    sd_dreq *r = sd_dstate_get(t, id);
+    if (!r) return false;
+    forget(r);
+    return true;
+}
+
+sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, const int32_t *new_tokens,
+                            size_t n_new, sd_dreq **out)
+{
+    *out = NULL;
+    sd_dreq *r = sd_dstate_get(t, id);
+    if (!r || (uint64_t)r->n_ctx + (uint64_t)n_new != committed_len) return SD_ERR_STATE;
+    if (reserve(r, r->n_ctx + n_new) != SD_OK) {
+        forget(r);
+        return SD_ERR_NOMEM;
+    }
+    if (n_new) memcpy(r->ctx + r->n_ctx, new_tokens, n_new * sizeof *new_tokens);
+    r->n_ctx += n_new;
+    r->last_used = ++t->clock;
+    *out = r;
+    return SD_OK;
+}

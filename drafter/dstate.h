@@ -1,0 +1,72 @@
+/* dstate.h — the drafter's per-request state table.
+ *
+ * For every request the verifier has opened, the drafter keeps the committed
+ * tokens it knows (`ctx`) and the request's sampling settings. The verifier is
+ * the source of truth: each DraftItem says how long the committed sequence is
+ * after the tokens it carries, and when that does not add up (or the request
+ * is unknown) the drafter answers need_open and the verifier re-sends the
+ * whole context with DraftOpen. Forgetting a request is therefore always
+ * safe, which is what bounds the table: opening a request when all max_seqs
+ * slots are taken evicts the least recently used one.
+ *
+ * Pure bookkeeping (no model, no sockets), so it is unit-tested on its own
+ * (drafter/tests/test_dstate.c). Not thread-safe: one owner thread. */
+#ifndef SD_DSTATE_H
+#define SD_DSTATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sampler.h"
+#include "status.h"
+
+/* One request's state. Owned by the table; pointers into it stay valid until
+ * the next open / close / advance of the same table. */
+typedef struct sd_dreq {
+    uint64_t id;
+    int32_t *ctx;          /* committed tokens known to the drafter */
+    size_t n_ctx, cap;
+    sd_sampling sampling;
+    uint64_t last_used;    /* LRU clock value of the last open/advance */
+    bool used;
+} sd_dreq;
+
+typedef struct sd_dstate sd_dstate;
+
+/* A table for at most max_seqs requests (>= 1). NULL on allocation failure
+ * or max_seqs < 1. Free with sd_dstate_free. */
+sd_dstate *sd_dstate_new(int max_seqs);
+
+/* Frees the table and every request's context; NULL is a no-op. */
+void sd_dstate_free(sd_dstate *t);
+
+/* Opens (or re-opens) request id with its full committed context (copied)
+ * and sampling settings (copied). When the table is full and id is new, the
+ * least recently used request is evicted first: its id is written to
+ * *evicted (may be NULL) and the function returns true in *did_evict (may be
+ * NULL) so the caller can release that request's proposer state.
+ * Returns SD_OK, or SD_ERR_NOMEM (the table is unchanged except that an
+ * eviction may already have happened and is reported). */
+sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n_ctx,
+                         const sd_sampling *sampling, bool *did_evict, uint64_t *evicted);
+
+/* Forgets request id. Returns true when it was known. */
+bool sd_dstate_close(sd_dstate *t, uint64_t id);
+
+/* Advances request id by the committed tokens it has not seen:
+ * when id is known and n_ctx + n_new == committed_len, appends new_tokens,
+ * marks it most recently used and returns SD_OK with *out set to the
+ * request (borrowed). Otherwise returns SD_ERR_STATE (the caller answers
+ * need_open; the request is left unchanged) or SD_ERR_NOMEM (likewise, the
+ * request is forgotten so that it will be re-opened). */
+sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, const int32_t *new_tokens,
+                            size_t n_new, sd_dreq **out);
+
+/* The request id, or NULL when unknown. Does not touch the LRU order. */
+sd_dreq *sd_dstate_get(sd_dstate *t, uint64_t id);
+
+/* Number of requests held. */
+int sd_dstate_count(const sd_dstate *t);
+
+#endif

@@ -1,0 +1,488 @@
+/* main.c — specd-drafter: the drafter process.
+ *
+ *   specd-drafter [--listen tcp://127.0.0.1:5556] (--model DIR | --ngram)
+ *                 [--ngram-min 1] [--ngram-max 4] [--threads 1] [--max-seqs 64]
+ *                 [--max-context N] [--device cpu] [--log-level info]
+ *
+ * Binds a ZeroMQ ROUTER socket and serves the verifier's draft protocol
+ * (proto/specd.proto, drafter/README.md): DraftOpen / DraftClose keep the
+ * per-request state table (dstate.h), each DraftBatch becomes ONE batched
+ * propose call over every valid item (a draft model, draft.h, or the n-gram
+ * proposer, ngram.h), answered with a DraftReply in item order to the
+ * sender. HealthRequest gets a HealthReply. Malformed or unexpected messages
+ * are logged at debug level and dropped.
+ *
+ * Single-threaded: this thread owns the socket, the proposer, its model and
+ * KV pool. SIGINT / SIGTERM end the loop; the process exits 0. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "draft.h"
+#include "dstate.h"
+#include "log.h"
+#include "model.h"
+#include "model_config.h"
+#include "msg.h"
+#include "ngram.h"
+
+#define DEFAULT_MAX_CONTEXT_CAP 4096
+
+typedef struct drafter_opts {
+    const char *listen, *model, *device, *log_level;
+    bool ngram;
+    int ngram_min, ngram_max, threads, max_seqs, max_context;
+} drafter_opts;
+
+/* Everything the serving loop owns. */
+typedef struct drafter {
+    void *sock;
+    sd_proposer *prop;
+    sd_dstate *table;
+    char model_name[256];
+    int max_context, vocab;
+    /* per-batch scratch, grown on demand */
+    sd_propose_item *items;
+    sd_proposal *props;
+    int *item_of;        /* DraftItem index -> propose item index, -1 none */
+    int *need_open;      /* per DraftItem */
+    size_t cap;
+} drafter;
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
+               "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu]\n"
+               "                     [--log-level debug|info|warn|error]\n");
+}
+
+/* Parses a positive int option; -1 on error (message printed). */
+static int parse_int(const char *s, const char *name, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "specd-drafter: %s must be an integer in [%d, %d], got '%s'\n", name, lo, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* Fills o from argv. Returns 0, 1 for --help, -1 on a usage error. */
+static int parse_opts(int argc, char **argv, drafter_opts *o)
+{
+    static const struct option lo[] = {
+        {"listen", 1, 0, 'l'},    {"model", 1, 0, 'm'},     {"ngram", 0, 0, 'n'},     {"ngram-min", 1, 0, 'a'},
+        {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
+        {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+    *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
+                        .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
+                        .max_seqs = 64, .max_context = 0};
+    int c, rc = 0;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1 && rc == 0) {
+        switch (c) {
+        case 'l': o->listen = optarg; break;
+        case 'm': o->model = optarg; break;
+        case 'n': o->ngram = true; break;
+        case 'a': rc = parse_int(optarg, "--ngram-min", 1, SD_NGRAM_MAX_N, &o->ngram_min); break;
+        case 'b': rc = parse_int(optarg, "--ngram-max", 1, SD_NGRAM_MAX_N, &o->ngram_max); break;
+        case 't': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
+        case 's': rc = parse_int(optarg, "--max-seqs", 1, 65536, &o->max_seqs); break;
+        case 'c': rc = parse_int(optarg, "--max-context", 1, 1 << 24, &o->max_context); break;
+        case 'd': o->device = optarg; break;
+        case 'L': o->log_level = optarg; break;
+        case 'h': return 1;
+        default: return -1;
+        }
+    }
+    if (rc) return -1;
+    if (optind < argc) {
+        fprintf(stderr, "specd-drafter: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!!o->model == o->ngram) {
+        fprintf(stderr, "specd-drafter: give exactly one of --model DIR and --ngram\n");
+        return -1;
+    }
+    if (o->ngram_min > o->ngram_max) {
+        fprintf(stderr, "specd-drafter: --ngram-min must not exceed --ngram-max\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Creates the proposer of o in d. Returns 0, or -1 with an error logged. */
+static int make_proposer(drafter *d, const drafter_opts *o)
+{
+    char err[512] = "";
+    if (o->ngram) {
+        if (sd_ngram_new(o->ngram_min, o->ngram_max, &d->prop, err, sizeof err) != SD_OK) goto fail;
+        snprintf(d->model_name, sizeof d->model_name, "ngram");
+        return 0;
+    }
+    sd_model_config cfg;
+    if (sd_config_load_dir(o->model, &cfg, err, sizeof err) != SD_OK) goto fail;
+    sd_draft_opts dopts = sd_draft_opts_default();
+    dopts.n_threads = o->threads;
+    dopts.max_seqs = o->max_seqs;
+    dopts.max_context = o->max_context ? o->max_context
+                                       : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position
+                                                                                      : DEFAULT_MAX_CONTEXT_CAP);
+    if (sd_draft_new(o->model, &dopts, &d->prop, err, sizeof err) != SD_OK) goto fail;
+    d->max_context = dopts.max_context;
+    d->vocab = cfg.vocab_size;
+    char name[PATH_MAX];
+    snprintf(name, sizeof name, "%s", o->model);
+    size_t n = strlen(name);
+    while (n > 1 && name[n - 1] == '/') name[--n] = '\0';
+    snprintf(d->model_name, sizeof d->model_name, "%s", basename(name));
+    return 0;
+fail:
+    SD_ERROR("cannot create the proposer: %s", err);
+    return -1;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+static void send_env(drafter *d, const sd_msg_id *peer, Specd__Envelope *env)
+{
+    char err[256];
+    sd_status st = sd_msg_send(d->sock, peer, env, err, sizeof err);
+    if (st != SD_OK) SD_WARN("cannot send %s: %s", sd_msg_kind(env), err);
+}
+
+static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequest *h)
+{
+    Specd__Stats st = SPECD__STATS__INIT;
+    Specd__HealthReply r = SPECD__HEALTH_REPLY__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    st.active_requests = (uint32_t)sd_dstate_count(d->table);
+    r.nonce = h->nonce;
+    r.role = "drafter";
+    r.model = d->model_name;
+    r.stats = &st;
+    r.max_context = (uint32_t)d->max_context;
+    r.vocab_size = (uint32_t)d->vocab;
+    env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
+    env.health_reply = &r;
+    send_env(d, peer, &env);
+}
+
+/* ---- request state ------------------------------------------------------- */
+
+/* proto3 SamplingParams -> sd_sampling: unset top_p / repetition_penalty
+ * (0) mean "off"; settings that do not validate fall back to greedy. */
+static sd_sampling sampling_from_proto(const Specd__SamplingParams *p)
+{
+    sd_sampling s = sd_sampling_default();
+    if (!p) return s;
+    s.temperature = p->temperature;
+    s.top_k = p->top_k;
+    s.top_p = p->top_p == 0.0f ? 1.0f : p->top_p;
+    s.min_p = p->min_p;
+    s.repetition_penalty = p->repetition_penalty == 0.0f ? 1.0f : p->repetition_penalty;
+    s.presence_penalty = p->presence_penalty;
+    s.frequency_penalty = p->frequency_penalty;
+    s.seed = p->seed;
+    char err[128];
+    if (sd_sampling_validate(&s, err, sizeof err) != SD_OK) {
+        SD_DEBUG("sampling settings rejected (%s): drafting greedily", err);
+        s = sd_sampling_default();
+        s.seed = p->seed;
+    }
+    return s;
+}
+
+static void on_open(drafter *d, const Specd__DraftOpen *m)
+{
+    sd_sampling s = sampling_from_proto(m->sampling);
+    bool evicted = false;
+    uint64_t ev = 0;
+    if (sd_dstate_open(d->table, m->request_id, m->context, m->n_context, &s, &evicted, &ev) != SD_OK)
+        SD_WARN("request %llu: out of memory opening it", (unsigned long long)m->request_id);
+    if (evicted) {
+        SD_DEBUG("request %llu evicted (table full)", (unsigned long long)ev);
+        d->prop->ops->release(d->prop, ev);
+    }
+    /* the context may differ from what the proposer saw: it re-syncs itself */
+    SD_DEBUG("open request %llu (%zu tokens)", (unsigned long long)m->request_id, m->n_context);
+}
+
+static void on_close(drafter *d, const Specd__DraftClose *m)
+{
+    sd_dstate_close(d->table, m->request_id);
+    d->prop->ops->release(d->prop, m->request_id);
+    SD_DEBUG("close request %llu", (unsigned long long)m->request_id);
+}
+
+/* ---- draft batches -------------------------------------------------------- */
+
+/* Grows the per-batch scratch to n items. Returns 0 or -1. */
+static int fit_batch(drafter *d, size_t n)
+{
+    if (n <= d->cap) return 0;
+    size_t cap = d->cap ? d->cap : 16;
+    while (cap < n) cap *= 2;
+    sd_propose_item *it = realloc(d->items, cap * sizeof *it);
+    if (it) d->items = it;
+    sd_proposal *pr = realloc(d->props, cap * sizeof *pr);
+    if (pr) d->props = pr;
+    int *io = realloc(d->item_of, cap * sizeof *io);
+    if (io) d->item_of = io;
+    int *no = realloc(d->need_open, cap * sizeof *no);
+    if (no) d->need_open = no;
+    if (!it || !pr || !io || !no) return -1;
+    d->cap = cap;
+    return 0;
+}
+
+/* True when request id appears among the first i items of b. */
+static bool seen_before(const Specd__DraftBatch *b, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (b->items[j]->request_id == b->items[i]->request_id) return true;
+    return false;
+}
+
+/* Advances the state of every item and fills the propose items. Returns how
+ * many propose items there are; item_of / need_open describe each DraftItem.
+ * A request repeated within one batch drafts once (later copies get an
+ * empty result): the proposer keys its state by request id. */
+static int collect_items(drafter *d, const Specd__DraftBatch *b)
+{
+    int n = 0;
+    for (size_t i = 0; i < b->n_items; i++) {
+        const Specd__DraftItem *it = b->items[i];
+        d->item_of[i] = -1;
+        d->need_open[i] = 0;
+        if (seen_before(b, i)) continue;
+        sd_dreq *r;
+        if (sd_dstate_advance(d->table, it->request_id, it->committed_len, it->new_tokens, it->n_new_tokens,
+                              &r) != SD_OK) {
+            d->need_open[i] = 1;
+            continue;
+        }
+        int k = it->num_draft < SD_MAX_DRAFT ? (int)it->num_draft : SD_MAX_DRAFT;
+        if (r->n_ctx == 0 || r->n_ctx > INT_MAX || k == 0) continue;
+        d->items[n] = (sd_propose_item){.seq_id = r->id, .context = r->ctx, .n_context = (int)r->n_ctx,
+                                        .k = k, .sampling = &r->sampling, .want_q = it->sample,
+                                        .out_pos = it->output_pos};
+        d->item_of[i] = n++;
+    }
+    return n;
+}
+
+/* Sends the DraftReply for b: results in item order, q per token when the
+ * item asked for it (a proposer without q gives the one-hot {token: 1}). */
+static void send_reply(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
+{
+    size_t n = b->n_items, nprop = 0, nprob = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d->item_of[i] < 0 || !b->items[i]->sample) continue;
+        const sd_proposal *p = &d->props[d->item_of[i]];
+        nprop += (size_t)p->n;
+        for (int t = 0; t < p->n; t++) nprob += p->q[t] ? p->nq[t] : 1;
+    }
+    Specd__DraftResult *res = calloc(n ? n : 1, sizeof *res);
+    Specd__DraftResult **resp = calloc(n ? n : 1, sizeof *resp);
+    Specd__Proposal *pb = calloc(nprop ? nprop : 1, sizeof *pb);
+    Specd__Proposal **pp = calloc(nprop ? nprop : 1, sizeof *pp);
+    Specd__TokenProb *tb = calloc(nprob ? nprob : 1, sizeof *tb);
+    Specd__TokenProb **tp = calloc(nprob ? nprob : 1, sizeof *tp);
+    if (!res || !resp || !pb || !pp || !tb || !tp) {
+        SD_ERROR("out of memory building the reply to step %llu", (unsigned long long)b->step);
+        goto out;
+    }
+    size_t ip = 0, it = 0;
+    for (size_t i = 0; i < n; i++) {
+        Specd__DraftResult *r = &res[i];
+        specd__draft_result__init(r);
+        resp[i] = r;
+        r->request_id = b->items[i]->request_id;
+        r->need_open = d->need_open[i];
+        if (d->item_of[i] < 0) continue;
+        sd_proposal *p = &d->props[d->item_of[i]];
+        r->n_tokens = (size_t)p->n;
+        r->tokens = p->tokens;
+        if (!b->items[i]->sample || p->n == 0) continue;
+        r->n_q = (size_t)p->n;
+        r->q = &pp[ip];
+        for (int t = 0; t < p->n; t++, ip++) {
+            specd__proposal__init(&pb[ip]);
+            pp[ip] = &pb[ip];
+            size_t nq = p->q[t] ? p->nq[t] : 1;
+            pb[ip].n_q = nq;
+            pb[ip].q = &tp[it];
+            for (size_t j = 0; j < nq; j++, it++) {
+                specd__token_prob__init(&tb[it]);
+                tb[it].token = p->q[t] ? p->q[t][j].token : p->tokens[t];
+                tb[it].prob = p->q[t] ? p->q[t][j].prob : 1.0f;
+                tp[it] = &tb[it];
+            }
+        }
+    }
+    Specd__DraftReply rep = SPECD__DRAFT_REPLY__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    rep.step = b->step;
+    rep.n_results = n;
+    rep.results = resp;
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_REPLY;
+    env.draft_reply = &rep;
+    send_env(d, peer, &env);
+out:
+    free(res);
+    free(resp);
+    free(pb);
+    free(pp);
+    free(tb);
+    free(tp);
+}
+
+/* One DraftBatch: advance every item, ONE batched propose, one reply. */
+static void on_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
+{
+    if (fit_batch(d, b->n_items ? b->n_items : 1) != 0) {
+        SD_ERROR("out of memory for a batch of %zu items; dropped", b->n_items);
+        return;
+    }
+    int n = collect_items(d, b);
+    for (int i = 0; i < n; i++) d->props[i].n = 0;
+    if (n > 0) {
+        char err[256] = "";
+        sd_status st = d->prop->ops->propose(d->prop, d->items, n, d->props, err, sizeof err);
+        if (st != SD_OK) {
+            SD_WARN("propose failed for step %llu: %s (answering without drafts)", (unsigned long long)b->step,
+                    err);
+            for (int i = 0; i < n; i++) d->props[i].n = 0;
+        }
+    }
+    send_reply(d, peer, b);
+}
+
+/* ---- main loop ----------------------------------------------------------- */
+
+static void dispatch(drafter *d, const sd_msg_id *peer, const Specd__Envelope *env)
+{
+    switch (env->body_case) {
+    case SPECD__ENVELOPE__BODY_DRAFT_OPEN: on_open(d, env->draft_open); break;
+    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE: on_close(d, env->draft_close); break;
+    case SPECD__ENVELOPE__BODY_DRAFT_BATCH: on_batch(d, peer, env->draft_batch); break;
+    case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: on_health(d, peer, env->health_request); break;
+    default: SD_DEBUG("dropping unexpected %s message", sd_msg_kind(env)); break;
+    }
+}
+
+/* Serves until a signal arrives. Returns 0, or 1 on a socket error. */
+static int serve(drafter *d)
+{
+    while (!g_stop) {
+        zmq_pollitem_t pi = {.socket = d->sock, .events = ZMQ_POLLIN};
+        int n = zmq_poll(&pi, 1, 500);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            SD_ERROR("poll failed: %s", zmq_strerror(errno));
+            return 1;
+        }
+        while (!g_stop) {
+            sd_msg_id peer;
+            Specd__Envelope *env = NULL;
+            char err[256] = "";
+            sd_status st = sd_msg_recv(d->sock, &peer, &env, SD_MSG_DONTWAIT, err, sizeof err);
+            if (st == SD_ERR_TIMEOUT) break;
+            if (st == SD_ERR_FORMAT) {
+                SD_DEBUG("dropping malformed message: %s", err);
+                continue;
+            }
+            if (st != SD_OK) {
+                SD_ERROR("receive failed: %s", err);
+                return 1;
+            }
+            dispatch(d, &peer, env);
+            sd_msg_free(env);
+        }
+    }
+    return 0;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Binds the ROUTER socket. Returns 0 or -1 (logged). */
+static int open_socket(drafter *d, void *zctx, const char *endpoint)
+{
+    d->sock = zmq_socket(zctx, ZMQ_ROUTER);
+    int zero = 0, hwm = 10000;
+    if (!d->sock) return -1;
+    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(d->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (zmq_bind(d->sock, endpoint) != 0) {
+        SD_ERROR("cannot bind %s: %s", endpoint, zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    drafter_opts o;
+    int prc = parse_opts(argc, argv, &o);
+    if (prc) {
+        usage(prc > 0 ? stdout : stderr);
+        return prc > 0 ? 0 : 2;
+    }
+    sd_log_init("drafter", sd_log_parse_level(o.log_level));
+    if (strcmp(o.device, "cpu") != 0) {
+        fprintf(stderr, "specd-drafter: --device %s is not supported: the drafter runs on the CPU only "
+                        "(use --device cpu)\n", o.device);
+        return 2;
+    }
+    install_signals();
+    drafter d = {0};
+    d.table = sd_dstate_new(o.max_seqs);
+    if (!d.table || make_proposer(&d, &o) != 0) {
+        sd_dstate_free(d.table);
+        return 1;
+    }
+    void *zctx = zmq_ctx_new();
+    int rc = 1;
+    if (zctx && open_socket(&d, zctx, o.listen) == 0) {
+        SD_INFO("drafting with %s (%d threads, %d sequences) on %s", d.model_name, o.threads, o.max_seqs, o.listen);
+        rc = serve(&d);
+        SD_INFO("stopping");
+    }
+    if (d.sock) zmq_close(d.sock);
+    if (zctx) zmq_ctx_term(zctx);
+    sd_proposer_free(d.prop);
+    sd_dstate_free(d.table);
+    free(d.items);
+    free(d.props);
+    free(d.item_of);
+    free(d.need_open);
+    return rc;
+}

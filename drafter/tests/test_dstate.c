@@ -1,0 +1,150 @@
+/* test_dstate.c — the drafter's request-state table (drafter/dstate.h):
+ * open / re-open, the need_open cases (unknown request, length mismatch),
+ * appending committed tokens, close, and least-recently-used eviction. */
+#include <stdlib.h>
+
+#include "dstate.h"
+#include "testutil.h"
+
+START_TEST(test_open_and_advance)
+{
+    sd_dstate *t = sd_dstate_new(4);
+    ck_assert_ptr_nonnull(t);
+    int32_t ctx[] = {5, 6, 7};
+    sd_sampling s = sd_sampling_default();
+    s.temperature = 0.5f;
+    s.seed = 9;
+    ck_assert_int_eq(sd_dstate_open(t, 42, ctx, 3, &s, NULL, NULL), SD_OK);
+    ck_assert_int_eq(sd_dstate_count(t), 1);
+    sd_dreq *r;
+    int32_t more[] = {8, 9};
+    ck_assert_int_eq(sd_dstate_advance(t, 42, 5, more, 2, &r), SD_OK);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->n_ctx, 5);
+    int32_t want[] = {5, 6, 7, 8, 9};
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(r->ctx[i], want[i]);
+    ck_assert_float_eq(r->sampling.temperature, 0.5f);
+    ck_assert_uint_eq(r->sampling.seed, 9);
+    /* no new tokens, same length: still valid */
+    ck_assert_int_eq(sd_dstate_advance(t, 42, 5, NULL, 0, &r), SD_OK);
+    ck_assert_uint_eq(r->n_ctx, 5);
+    sd_dstate_free(t);
+}
+END_TEST
+
+START_TEST(test_need_open_cases)
+{
+    sd_dstate *t = sd_dstate_new(4);
+    sd_dreq *r;
+    int32_t ctx[] = {1, 2, 3}, one[] = {4};
+    /* unknown request */
+    ck_assert_int_eq(sd_dstate_advance(t, 7, 1, one, 1, &r), SD_ERR_STATE);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(sd_dstate_open(t, 7, ctx, 3, NULL, NULL, NULL), SD_OK);
+    /* committed_len too long (drafter missed tokens), too short (rolled back) */
+    ck_assert_int_eq(sd_dstate_advance(t, 7, 5, one, 1, &r), SD_ERR_STATE);
+    ck_assert_int_eq(sd_dstate_advance(t, 7, 3, one, 1, &r), SD_ERR_STATE);
+    ck_assert_int_eq(sd_dstate_advance(t, 7, 2, NULL, 0, &r), SD_ERR_STATE);
+    /* the request is unchanged by the failures */
+    ck_assert_uint_eq(sd_dstate_get(t, 7)->n_ctx, 3);
+    ck_assert_int_eq(sd_dstate_advance(t, 7, 4, one, 1, &r), SD_OK);
+    /* re-open resets the context */
+    int32_t ctx2[] = {9};
+    ck_assert_int_eq(sd_dstate_open(t, 7, ctx2, 1, NULL, NULL, NULL), SD_OK);
+    ck_assert_int_eq(sd_dstate_count(t), 1);
+    ck_assert_uint_eq(sd_dstate_get(t, 7)->n_ctx, 1);
+    ck_assert_int_eq(sd_dstate_get(t, 7)->ctx[0], 9);
+    /* closed: unknown again */
+    ck_assert(sd_dstate_close(t, 7));
+    ck_assert(!sd_dstate_close(t, 7));
+    ck_assert_int_eq(sd_dstate_advance(t, 7, 1, NULL, 0, &r), SD_ERR_STATE);
+    ck_assert_int_eq(sd_dstate_count(t), 0);
+    sd_dstate_free(t);
+}
+END_TEST
+
+START_TEST(test_long_append)
+{
+    sd_dstate *t = sd_dstate_new(1);
+    int32_t tok = 1;
+    ck_assert_int_eq(sd_dstate_open(t, 1, &tok, 1, NULL, NULL, NULL), SD_OK);
+    sd_dreq *r = NULL;
+    for (int i = 2; i <= 5000; i++) {
+        tok = i;
+        ck_assert_int_eq(sd_dstate_advance(t, 1, (uint64_t)i, &tok, 1, &r), SD_OK);
+    }
+    ck_assert_uint_eq(r->n_ctx, 5000);
+    for (int i = 0; i < 5000; i++) ck_assert_int_eq(r->ctx[i], i + 1);
+    sd_dstate_free(t);
+}
+END_TEST
+
+START_TEST(test_lru_eviction)
+{
+    sd_dstate *t = sd_dstate_new(3);
+    int32_t c = 1;
+    bool ev;
+    uint64_t evid = 0;
+    sd_dreq *r;
+    for (uint64_t id = 1; id <= 3; id++) {
+        ck_assert_int_eq(sd_dstate_open(t, id, &c, 1, NULL, &ev, &evid), SD_OK);
+        ck_assert(!ev);
+    }
+    /* touch 1, so 2 is the least recently used */
+    ck_assert_int_eq(sd_dstate_advance(t, 1, 1, NULL, 0, &r), SD_OK);
+    ck_assert_int_eq(sd_dstate_open(t, 4, &c, 1, NULL, &ev, &evid), SD_OK);
+    ck_assert(ev);
+    ck_assert_uint_eq(evid, 2);
+    ck_assert_int_eq(sd_dstate_count(t), 3);
+    ck_assert_ptr_null(sd_dstate_get(t, 2));
+    /* the evicted request answers need_open, the others are intact */
+    ck_assert_int_eq(sd_dstate_advance(t, 2, 1, NULL, 0, &r), SD_ERR_STATE);
+    ck_assert_int_eq(sd_dstate_advance(t, 3, 1, NULL, 0, &r), SD_OK);
+    /* re-opening a known request never evicts */
+    ck_assert_int_eq(sd_dstate_open(t, 1, &c, 1, NULL, &ev, &evid), SD_OK);
+    ck_assert(!ev);
+    /* now 4 is the oldest */
+    ck_assert_int_eq(sd_dstate_open(t, 5, &c, 1, NULL, &ev, &evid), SD_OK);
+    ck_assert(ev);
+    ck_assert_uint_eq(evid, 4);
+    /* after a close there is room again: no eviction */
+    ck_assert(sd_dstate_close(t, 3));
+    ck_assert_int_eq(sd_dstate_open(t, 6, &c, 1, NULL, &ev, &evid), SD_OK);
+    ck_assert(!ev);
+    sd_dstate_free(t);
+}
+END_TEST
+
+START_TEST(test_bad_args)
+{
+    ck_assert_ptr_null(sd_dstate_new(0));
+    sd_dstate_free(NULL);
+    sd_dstate *t = sd_dstate_new(2);
+    /* empty context is allowed (nothing to draft from yet) */
+    ck_assert_int_eq(sd_dstate_open(t, 1, NULL, 0, NULL, NULL, NULL), SD_OK);
+    sd_dreq *r;
+    int32_t x = 3;
+    ck_assert_int_eq(sd_dstate_advance(t, 1, 1, &x, 1, &r), SD_OK);
+    ck_assert_uint_eq(r->n_ctx, 1);
+    ck_assert_float_eq(r->sampling.temperature, 0.0f);
+    sd_dstate_free(t);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("dstate");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_open_and_advance);
+    tcase_add_test(tc, test_need_open_cases);
+    tcase_add_test(tc, test_long_append);
+    tcase_add_test(tc, test_lru_eviction);
+    tcase_add_test(tc, test_bad_args);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run_suite(suite());
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_pipeline_faults.sh — the pipeline survives faults without wrong output
+# or leaked KV blocks.
+#   (a) SIGKILL of the drafter mid-stream: 4 concurrent greedy streams
+#       (128 tokens, ignore_eos) all finish with exactly the single-request
+#       text, and the `specd serve` supervisor restarts the drafter;
+#   (b) a client that disconnects mid-stream (curl --max-time 1 on a
+#       2000-token request): afterwards specd_kv_blocks_free == _total;
+#   (c) bad input against the real pipeline: malformed JSON → 400, prompt +
+#       max_tokens beyond the context → 400 naming max_tokens/prompt,
+#       temperature -1 → 400 naming temperature, wrong API key → 401, and a
+#       good request still succeeds afterwards.
+# Env: SD_BIN, SD_MODELS (set by CTest).
+. "$(dirname "$0")/pipeline_lib.sh"
+
+KEY=e2e-key
+AUTH=(-H "Authorization: Bearer $KEY")
+PROMPTS=("def quicksort(arr):" "for i in range(10):" "# read a file line by line
+with open(" "struct node {")
+
+if ! serve_start --draft "$DRAFT" --api-key "$KEY"; then fail "specd serve came up"; finish; fi
+ok "specd serve came up on port $PORT"
+
+# ---- (a) drafter killed mid-stream ------------------------------------------
+for i in "${!PROMPTS[@]}"; do
+  st=$(post /v1/completions "$(body "${PROMPTS[$i]}" 128 0)" "$WORK/single.$i.json" "${AUTH[@]}")
+  [ "$st" = 200 ] && text_of "$WORK/single.$i.json" "$WORK/single.$i" || fail "single request $i (status $st)"
+done
+DRAFTER=$(pgrep -P "$SERVE_PID" -f specd-drafter | head -n 1)
+check "the drafter runs under the supervisor (pid ${DRAFTER:-none})" '[ -n "$DRAFTER" ]'
+CURLS=()
+for i in "${!PROMPTS[@]}"; do
+  curl -sN "${AUTH[@]}" -H 'Content-Type: application/json' -d "$(body "${PROMPTS[$i]}" 128 1)" \
+    "$URL/v1/completions" >"$WORK/stream.$i.sse" &
+  CURLS+=("$!")
+done
+# wait until the streams are producing, then kill the drafter
+for _ in $(seq 100); do
+  [ "$(cat "$WORK"/stream.*.sse 2>/dev/null | grep -c '^data: ')" -ge 8 ] && break
+  sleep 0.05
+done
+[ -n "$DRAFTER" ] && kill -KILL "$DRAFTER"
+DONE_AT_KILL=$(cat "$WORK"/stream.*.sse 2>/dev/null | grep -c '^data: \[DONE\]')
+check "(a) the drafter died mid-stream ($DONE_AT_KILL of 4 streams done at the kill)" '[ "$DONE_AT_KILL" -lt 4 ]'
+for p in "${CURLS[@]}"; do wait "$p"; done
+for i in "${!PROMPTS[@]}"; do
+  if sse_text "$WORK/stream.$i.sse" "$WORK/stream.$i" && cmp -s "$WORK/stream.$i" "$WORK/single.$i"; then
+    ok "(a) stream $i completed with the exact text despite the drafter's death"
+  else
+    fail "(a) stream $i completed with the exact text despite the drafter's death"
+    tail -c 300 "$WORK/stream.$i.sse" | sed 's/^/#   /'
+  fi
+done
+NEW=""
+for _ in $(seq 100); do
+  NEW=$(pgrep -P "$SERVE_PID" -f specd-drafter | head -n 1)
+  [ -n "$NEW" ] && [ "$NEW" != "$DRAFTER" ] && break
+  sleep 0.1
+done
+check "(a) the supervisor restarted the drafter (old $DRAFTER, new ${NEW:-none})" '[ -n "$NEW" ] && [ "$NEW" != "$DRAFTER" ]'
+check "(a) the restarted drafter started" 'wait_drafter 2'
+st=$(post /v1/completions "$(body "${PROMPTS[0]}" 128 0)" "$WORK/after.json" "${AUTH[@]}")
+check "(a) after the restart the output is still exact" \
+  '[ "$st" = 200 ] && text_of "$WORK/after.json" "$WORK/after" && cmp -s "$WORK/after" "$WORK/single.0"'
+check "(a) the restarted drafter drafts again (accepted_tokens > 0)" \
+  '[ "$(jget "$WORK/after.json" "j[\"speculative\"][\"accepted_tokens\"] > 0")" = True ]'
+check "(a) KV pool back to full" kv_settled
+
+# ---- (b) client disconnect ----------------------------------------------------
+curl -sN --max-time 1 "${AUTH[@]}" -H 'Content-Type: application/json' \
+  -d "$(body "def long_function():" 2000 1)" "$URL/v1/completions" >"$WORK/cut.sse" 2>/dev/null
+check "(b) the cut stream had started" 'grep -q "^data: {" "$WORK/cut.sse"'
+check "(b) KV free == total after the client went away" kv_settled
+
+# ---- (c) bad inputs -------------------------------------------------------------
+st=$(post /v1/completions '{"prompt": "x", "max_tokens": ' "$WORK/bad1.json" "${AUTH[@]}")
+check "(c) malformed JSON → 400" '[ "$st" = 400 ]'
+st=$(post /v1/completions "$(body "def f():" 1000000 0)" "$WORK/bad2.json" "${AUTH[@]}")
+check "(c) prompt + max_tokens beyond context → 400 naming max_tokens/prompt ($(head -c 200 "$WORK/bad2.json"))" \
+  '[ "$st" = 400 ] && grep -Eq "max_tokens|prompt" "$WORK/bad2.json"'
+st=$(post /v1/completions "$(body "def f():" 8 0 '{"temperature":-1}')" "$WORK/bad3.json" "${AUTH[@]}")
+check "(c) temperature -1 → 400 naming temperature" \
+  '[ "$st" = 400 ] && [ "$(jget "$WORK/bad3.json" "j[\"error\"][\"param\"]")" = temperature ]'
+st=$(post /v1/completions "$(body "def f():" 8 0)" "$WORK/bad4.json" -H "Authorization: Bearer wrong")
+check "(c) wrong API key → 401" '[ "$st" = 401 ]'
+st=$(post /v1/completions "$(body "def f():" 8 0)" "$WORK/bad5.json")
+check "(c) missing API key → 401" '[ "$st" = 401 ]'
+st=$(post /v1/completions "$(body "${PROMPTS[1]}" 128 0)" "$WORK/good.json" "${AUTH[@]}")
+check "(c) a good request still succeeds, exact text" \
+  '[ "$st" = 200 ] && text_of "$WORK/good.json" "$WORK/good" && cmp -s "$WORK/good" "$WORK/single.1"'
+check "(c) KV free == total at the end" kv_settled
+serve_stop
+finish

@@ -1,0 +1,103 @@
+/* main.c — specd-verifier: options, model + KV pool + engine set-up, signal
+ * handling, then the server loop (vf_server.c) on this thread.
+ *
+ * Exit status: 0 after SIGINT / SIGTERM, 2 for bad options (an unsupported
+ * --device included), 1 when the model, the KV pool or the sockets cannot be
+ * set up. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "log.h"
+#include "model.h"
+#include "vf_config.h"
+#include "vf_server.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: zmq_poll returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Loads the model and sizes its KV pool. Returns 0 or 1 (message logged). */
+static int load_model(const sd_vf_config *cfg, sd_backend *be, sd_model **m)
+{
+    char err[512];
+    if (sd_model_load(cfg->model_dir, be, m, err, sizeof err) != SD_OK) {
+        SD_ERROR("cannot load %s: %s", cfg->model_dir, err);
+        return 1;
+    }
+    const sd_model_config *c = sd_model_cfg(*m);
+    int blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks : sd_vf_default_kv_blocks(cfg->max_batch, c->max_position);
+    if (sd_model_kv_init(*m, blocks, SD_VF_BLOCK_SIZE, err, sizeof err) != SD_OK) {
+        SD_ERROR("cannot allocate %d KV blocks: %s", blocks, err);
+        return 1;
+    }
+    SD_INFO("model %s: vocab %d, context %d, %d KV blocks of %d (%.1f MiB)", cfg->model_dir, c->vocab_size,
+            c->max_position, blocks, SD_VF_BLOCK_SIZE,
+            (double)blocks * SD_VF_BLOCK_SIZE * (double)sd_model_kv_bytes_per_position(*m) / (1024.0 * 1024.0));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    sd_vf_config cfg;
+    char err[512];
+    sd_status st = sd_vf_config_parse(argc, argv, &cfg, err, sizeof err);
+    if (st == SD_OK && cfg.help) {
+        fputs(sd_vf_usage(), stdout);
+        return 0;
+    }
+    if (st != SD_OK) {
+        fprintf(stderr, "specd-verifier: %s\n%s", err, sd_vf_usage());
+        return 2;
+    }
+    sd_log_init("verifier", cfg.log_level);
+    install_signals();
+    int rc = 1;
+    sd_model *m = NULL;
+    sd_engine *e = NULL;
+    sd_vf_server *srv = NULL;
+    void *zctx = NULL;
+    sd_backend *be = sd_backend_cpu_new(cfg.threads);
+    if (!be) {
+        SD_ERROR("cannot create the cpu backend");
+        goto out;
+    }
+    if (load_model(&cfg, be, &m) != 0) goto out;
+    sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk};
+    e = sd_engine_new(m, &eo);
+    zctx = zmq_ctx_new();
+    if (!e || !zctx) {
+        SD_ERROR("out of memory");
+        goto out;
+    }
+    if (sd_vf_server_new(&cfg, e, zctx, &srv, err, sizeof err) != SD_OK) {
+        SD_ERROR("%s", err);
+        goto out;
+    }
+    rc = sd_vf_server_run(srv, &g_stop) == SD_OK ? 0 : 1;
+out:
+    sd_vf_server_free(srv);
+    if (zctx) zmq_ctx_term(zctx);
+    sd_engine_free(e);
+    sd_model_free(m);
+    sd_backend_free(be);
+    return rc;
+}

@@ -1,0 +1,90 @@
+/* test_vf_config.c — specd-verifier option parsing (vf_config.c). */
+#include <check.h>
+#include <string.h>
+
+#include "proposer.h"
+#include "testutil.h"
+#include "vf_config.h"
+
+static sd_status parse(sd_vf_config *c, char *err, int argc, char **argv)
+{
+    return sd_vf_config_parse(argc, argv, c, err, 256);
+}
+
+START_TEST(defaults)
+{
+    char *argv[] = {"v", "--model", "m", NULL};
+    sd_vf_config c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, 3, argv), SD_OK);
+    ck_assert_str_eq(c.model_dir, "m");
+    ck_assert_str_eq(c.listen, "tcp://127.0.0.1:5555");
+    ck_assert_ptr_null(c.drafter);
+    ck_assert_int_eq(c.num_draft, 5);
+    ck_assert_int_eq(c.threads, 0);
+    ck_assert_int_eq(c.max_batch, 32);
+    ck_assert_int_eq(c.kv_blocks, 0);
+    ck_assert_int_eq(c.prefill_chunk, 256);
+    ck_assert_int_eq(c.draft_timeout_ms, 200);
+}
+END_TEST
+
+START_TEST(all_options)
+{
+    char *argv[] = {"v", "--model", "m", "--listen", "ipc:///tmp/x", "--drafter", "ipc:///tmp/d", "--num-draft",
+                    "40", "--threads", "3", "--device", "cpu", "--max-batch", "8", "--kv-blocks", "100",
+                    "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug", NULL};
+    sd_vf_config c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, 23, argv), SD_OK);
+    ck_assert_str_eq(c.drafter, "ipc:///tmp/d");
+    ck_assert_int_eq(c.num_draft, SD_MAX_DRAFT); /* clamped */
+    ck_assert_int_eq(c.threads, 3);
+    ck_assert_int_eq(c.max_batch, 8);
+    ck_assert_int_eq(c.kv_blocks, 100);
+    ck_assert_int_eq(c.prefill_chunk, 64);
+    ck_assert_int_eq(c.draft_timeout_ms, 50);
+    ck_assert_int_eq(c.log_level, SD_LOG_DEBUG);
+}
+END_TEST
+
+START_TEST(errors)
+{
+    sd_vf_config c;
+    char err[256];
+    char *no_model[] = {"v", "--listen", "x", NULL};
+    ck_assert_int_eq(parse(&c, err, 3, no_model), SD_ERR_ARG);
+    char *bad_num[] = {"v", "--model", "m", "--max-batch", "zero", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, bad_num), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--max-batch"));
+    char *neg[] = {"v", "--model", "m", "--num-draft", "-1", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, neg), SD_ERR_ARG);
+    char *unknown[] = {"v", "--model", "m", "--bogus", NULL};
+    ck_assert_int_eq(parse(&c, err, 4, unknown), SD_ERR_ARG);
+    char *cuda[] = {"v", "--model", "m", "--device", "cuda:0", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, cuda), SD_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "cuda:0"));
+    char *help[] = {"v", "--help", NULL};
+    ck_assert_int_eq(parse(&c, err, 2, help), SD_OK);
+    ck_assert(c.help);
+}
+END_TEST
+
+START_TEST(kv_default)
+{
+    ck_assert_int_eq(sd_vf_default_kv_blocks(32, 4096), 32 * 1024 / 16);
+    ck_assert_int_eq(sd_vf_default_kv_blocks(1, 32768), 32768 / 16 + 8);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("vf_config");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, all_options);
+    tcase_add_test(tc, errors);
+    tcase_add_test(tc, kv_default);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

@@ -1,0 +1,105 @@
+/* vf_config.c — specd-verifier options (see vf_config.h). */
+#include "vf_config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proposer.h"
+
+const char *sd_vf_usage(void)
+{
+    return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
+           "                      [--threads N] [--device cpu] [--max-batch N] [--kv-blocks N]\n"
+           "                      [--prefill-chunk N] [--draft-timeout-ms N] [--log-level debug|info|warn|error]\n";
+}
+
+int sd_vf_default_kv_blocks(int max_batch, int max_position)
+{
+    long want = (long)max_batch * 1024 / SD_VF_BLOCK_SIZE;
+    long floor = (long)max_position / SD_VF_BLOCK_SIZE + 8;
+    if (want < floor) want = floor;
+    return want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
+}
+
+/* Parses a decimal integer in [lo, hi] into *out. */
+static sd_status parse_int(const char *s, const char *name, long lo, long hi, int *out, char *err, size_t errlen)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be an integer in [%ld, %ld], got '%s'", name, lo, hi, s);
+    *out = (int)v;
+    return SD_OK;
+}
+
+static void set_defaults(sd_vf_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->listen = "tcp://127.0.0.1:5555";
+    c->device = "cpu";
+    c->num_draft = 5;
+    c->max_batch = 32;
+    c->prefill_chunk = 256;
+    c->draft_timeout_ms = 200;
+    c->log_level = SD_LOG_INFO;
+}
+
+/* Applies one numeric option. */
+static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *err, size_t errlen)
+{
+    switch (c) {
+    case 'k': {
+        sd_status st = parse_int(arg, "--num-draft", 0, INT_MAX, &cfg->num_draft, err, errlen);
+        if (cfg->num_draft > SD_MAX_DRAFT) cfg->num_draft = SD_MAX_DRAFT;
+        return st;
+    }
+    case 't': return parse_int(arg, "--threads", 0, 4096, &cfg->threads, err, errlen);
+    case 'b': return parse_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
+    case 'B': return parse_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
+    case 'p': return parse_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
+    case 'T': return parse_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
+    default: return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option");
+    }
+}
+
+sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err, size_t errlen)
+{
+    static const struct option lo[] = {
+        {"model", 1, 0, 'm'},     {"listen", 1, 0, 'l'},        {"drafter", 1, 0, 'd'},
+        {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 't'},       {"device", 1, 0, 'D'},
+        {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
+        {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    set_defaults(cfg);
+    optind = 0; /* glibc: full re-initialisation */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        sd_status st = SD_OK;
+        switch (c) {
+        case 'm': cfg->model_dir = optarg; break;
+        case 'l': cfg->listen = optarg; break;
+        case 'd': cfg->drafter = *optarg ? optarg : NULL; break;
+        case 'D': cfg->device = optarg; break;
+        case 'L': cfg->log_level = sd_log_parse_level(optarg); break;
+        case 'h': cfg->help = true; break;
+        case '?':
+        case ':':
+            return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option or missing value: %s",
+                             optind > 0 && optind <= argc ? argv[optind - 1] : "?");
+        default: st = numeric_opt(c, optarg, cfg, err, errlen); break;
+        }
+        if (st != SD_OK) return st;
+    }
+    if (optind < argc) return sd_seterr(err, errlen, SD_ERR_ARG, "unexpected argument '%s'", argv[optind]);
+    if (cfg->help) return SD_OK;
+    if (!cfg->model_dir) return sd_seterr(err, errlen, SD_ERR_ARG, "--model DIR is required");
+    if (strcmp(cfg->device, "cpu") != 0)
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
+                         "--device %s is not supported by this build (only cpu is implemented)", cfg->device);
+    return SD_OK;
+}

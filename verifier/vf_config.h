@@ -1,0 +1,47 @@
+/* vf_config.h — specd-verifier's command line, parsed once into a struct.
+ *
+ * Pure: no I/O besides the error message; the strings in sd_vf_config point
+ * into argv (which outlives the process's main loop). Not thread-safe
+ * (getopt). */
+#ifndef SD_VF_CONFIG_H
+#define SD_VF_CONFIG_H
+
+#include <stdbool.h>
+
+#include "log.h"
+#include "status.h"
+
+#define SD_VF_BLOCK_SIZE 16       /* KV block size (positions) */
+#define SD_VF_QUEUE_MAX 1024      /* submitted requests waiting for admission */
+
+typedef struct sd_vf_config {
+    const char *model_dir;        /* --model DIR (required) */
+    const char *listen;           /* --listen: ROUTER bind endpoint */
+    const char *drafter;          /* --drafter: DEALER connect endpoint, NULL = none */
+    const char *device;           /* --device: "cpu" (only one implemented) */
+    int num_draft;                /* --num-draft K, 0..SD_MAX_DRAFT */
+    int threads;                  /* --threads N, 0 = all cores */
+    int max_batch;                /* --max-batch N: active requests */
+    int kv_blocks;                /* --kv-blocks N, 0 = automatic (sd_vf_default_kv_blocks) */
+    int prefill_chunk;            /* --prefill-chunk N */
+    int draft_timeout_ms;         /* --draft-timeout-ms N */
+    sd_log_level log_level;       /* --log-level */
+    bool help;                    /* --help was given */
+} sd_vf_config;
+
+/* Parses argv into *cfg (defaults first). Returns SD_OK; SD_ERR_ARG with a
+ * message for an unknown option, a bad number or a missing --model;
+ * SD_ERR_UNSUPPORTED for a --device other than cpu. With --help, SD_OK and
+ * cfg->help set (--model is then not required). Resets getopt, so it may be
+ * called more than once per process (tests). */
+sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err, size_t errlen);
+
+/* The usage text, for --help and errors. */
+const char *sd_vf_usage(void);
+
+/* Default KV pool size in blocks of SD_VF_BLOCK_SIZE positions: enough for
+ * max_batch requests of 1024 positions, and at least one full context
+ * (max_position / 16 + 8). */
+int sd_vf_default_kv_blocks(int max_batch, int max_position);
+
+#endif

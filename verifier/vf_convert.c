@@ -1,0 +1,100 @@
+/* vf_convert.c — protobuf ↔ engine parameters (see vf_convert.h). */
+#include "vf_convert.h"
+
+#include <string.h>
+
+sd_sampling sd_vf_sampling_from_proto(const Specd__SamplingParams *sp)
+{
+    sd_sampling s = sd_sampling_default();
+    if (!sp) return s;
+    s.temperature = sp->temperature;
+    s.top_k = sp->top_k > 0 ? sp->top_k : 0; /* -1 / 0: off */
+    s.top_p = sp->top_p == 0.0f ? 1.0f : sp->top_p;
+    s.min_p = sp->min_p;
+    s.repetition_penalty = sp->repetition_penalty == 0.0f ? 1.0f : sp->repetition_penalty;
+    s.presence_penalty = sp->presence_penalty;
+    s.frequency_penalty = sp->frequency_penalty;
+    s.seed = sp->seed;
+    return s;
+}
+
+void sd_vf_sampling_to_proto(const sd_sampling *s, Specd__SamplingParams *out)
+{
+    specd__sampling_params__init(out);
+    out->temperature = s->temperature;
+    out->top_k = s->top_k;
+    out->top_p = s->top_p;
+    out->min_p = s->min_p;
+    out->repetition_penalty = s->repetition_penalty;
+    out->presence_penalty = s->presence_penalty;
+    out->frequency_penalty = s->frequency_penalty;
+    out->seed = s->seed;
+}
+
+/* Maps the proto verify mode; -2 for an unknown value. */
+static int verify_from_proto(Specd__VerifyMode m)
+{
+    switch (m) {
+    case SPECD__VERIFY_MODE__VERIFY_AUTO: return SD_VERIFY_AUTO;
+    case SPECD__VERIFY_MODE__VERIFY_GREEDY: return SD_VERIFY_GREEDY;
+    case SPECD__VERIFY_MODE__VERIFY_MATCH: return SD_VERIFY_MATCH;
+    case SPECD__VERIFY_MODE__VERIFY_REJECTION: return SD_VERIFY_REJECTION;
+    default: return -2;
+    }
+}
+
+sd_status sd_vf_params_from_submit(const Specd__Submit *s, int default_k, bool have_drafter, sd_req_params *out,
+                                   char *err, size_t errlen)
+{
+    sd_req_params p = sd_req_params_default();
+    p.sampling = sd_vf_sampling_from_proto(s->sampling);
+    p.max_tokens = s->max_tokens == 0 ? SD_VF_DEFAULT_MAX_TOKENS
+                   : s->max_tokens > SD_VF_MAX_MAX_TOKENS ? SD_VF_MAX_MAX_TOKENS
+                                                          : (int)s->max_tokens;
+    if (s->n_stop_ids > SD_MAX_STOP_IDS)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "at most %d stop ids (got %zu)", SD_MAX_STOP_IDS, s->n_stop_ids);
+    for (size_t i = 0; i < s->n_stop_ids; i++) p.stop_ids[i] = s->stop_ids[i];
+    p.n_stop = (int)s->n_stop_ids;
+    p.ignore_eos = s->ignore_eos;
+    if (default_k < 0) default_k = 0;
+    if (default_k > SD_MAX_DRAFT) default_k = SD_MAX_DRAFT;
+    p.num_draft = default_k;
+    p.verify = SD_VERIFY_AUTO;
+    if (s->spec) {
+        int v = verify_from_proto(s->spec->verify);
+        if (v == -2) return sd_seterr(err, errlen, SD_ERR_ARG, "unknown verify mode %d", (int)s->spec->verify);
+        p.verify = v;
+        if (s->spec->num_draft > 0) p.num_draft = s->spec->num_draft > SD_MAX_DRAFT ? SD_MAX_DRAFT : (int)s->spec->num_draft;
+        p.speculate = s->spec->enabled && have_drafter && p.num_draft > 0;
+    }
+    *out = p;
+    return SD_OK;
+}
+
+Specd__FinishReason sd_vf_finish_to_proto(sd_finish f)
+{
+    switch (f) {
+    case SD_FINISH_STOP: return SPECD__FINISH_REASON__FINISH_STOP;
+    case SD_FINISH_LENGTH: return SPECD__FINISH_REASON__FINISH_LENGTH;
+    case SD_FINISH_CANCELLED: return SPECD__FINISH_REASON__FINISH_CANCELLED;
+    case SD_FINISH_ERROR: return SPECD__FINISH_REASON__FINISH_ERROR;
+    default: return SPECD__FINISH_REASON__FINISH_NONE;
+    }
+}
+
+void sd_vf_stats_to_proto(const sd_spec_stats *st, int n, Specd__SpecStats *out)
+{
+    specd__spec_stats__init(out);
+    out->steps = st->steps;
+    out->draft_tokens = st->draft_tokens;
+    out->accepted_tokens = st->accepted_tokens;
+    if (n < 0) n = 0;
+    if (n > SD_MAX_DRAFT) n = SD_MAX_DRAFT;
+    out->accepted_at = (uint64_t *)st->accepted_at;
+    out->n_accepted_at = (size_t)n;
+}
+
+const char *sd_vf_error_code(const char *msg)
+{
+    return msg && (strstr(msg, "KV") || strstr(msg, "kv")) ? "kv_exhausted" : "internal";
+}

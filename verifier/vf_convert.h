@@ -1,0 +1,41 @@
+/* vf_convert.h — protobuf messages ↔ engine parameters for the verifier.
+ *
+ * Pure functions: no I/O, no global state. Proto3 defaults are mapped to the
+ * engine's neutral values (top_p 0 → 1, repetition_penalty 0 → 1,
+ * max_tokens 0 → 256, num_draft 0 → the server default). */
+#ifndef SD_VF_CONVERT_H
+#define SD_VF_CONVERT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine.h"
+#include "specd.pb-c.h"
+
+#define SD_VF_DEFAULT_MAX_TOKENS 256
+#define SD_VF_MAX_MAX_TOKENS (1 << 24)
+
+/* Sampling settings from a (possibly NULL) SamplingParams. */
+sd_sampling sd_vf_sampling_from_proto(const Specd__SamplingParams *sp);
+
+/* The proto form of s, written into *out (no allocation). */
+void sd_vf_sampling_to_proto(const sd_sampling *s, Specd__SamplingParams *out);
+
+/* Request parameters from a Submit. default_k: the server's --num-draft;
+ * have_drafter: speculation is possible at all. Returns SD_OK, or SD_ERR_ARG
+ * with a message (too many stop ids, unknown verify mode); ranges that the
+ * engine checks (temperature, top_p...) are left to sd_req_new. */
+sd_status sd_vf_params_from_submit(const Specd__Submit *s, int default_k, bool have_drafter, sd_req_params *out,
+                                   char *err, size_t errlen);
+
+/* The proto finish reason of f. */
+Specd__FinishReason sd_vf_finish_to_proto(sd_finish f);
+
+/* Fills *out from st; accepted_at points into st (n entries, n <= SD_MAX_DRAFT). */
+void sd_vf_stats_to_proto(const sd_spec_stats *st, int n, Specd__SpecStats *out);
+
+/* The ErrorEvent code for a request that finished with SD_FINISH_ERROR:
+ * "kv_exhausted" when its message mentions KV, else "internal". */
+const char *sd_vf_error_code(const char *msg);
+
+#endif

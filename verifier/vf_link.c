@@ -1,0 +1,199 @@
+/* vf_link.c — verifier ⇄ drafter I/O with deadlines and fallback (see vf_link.h). */
+#include "vf_link.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "log.h"
+#include "msg.h"
+
+#define PROBE_INTERVAL_MS 500
+#define PROBE_WINDOW_MS 5
+
+struct sd_vf_link {
+    void *sock;
+    int timeout_ms;
+    int vocab;
+    bool up;
+    uint64_t step;           /* DraftBatch counter */
+    uint64_t nonce;
+    double last_probe_ms;    /* last batch probe while down */
+    double last_health_ms;   /* last HealthRequest probe while down */
+    sd_vf_batch batch;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int vocab, char *err, size_t errlen)
+{
+    sd_vf_link *l = calloc(1, sizeof *l);
+    if (!l) {
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    l->sock = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0, one = 1, hwm = 1000;
+    if (l->sock) {
+        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(l->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(l->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+    }
+    if (!l->sock || zmq_connect(l->sock, endpoint) != 0) {
+        sd_seterr(err, errlen, SD_ERR_ARG, "cannot connect to drafter %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        if (l->sock) zmq_close(l->sock);
+        free(l);
+        return NULL;
+    }
+    l->timeout_ms = timeout_ms > 0 ? timeout_ms : 200;
+    l->vocab = vocab;
+    l->up = false; /* until it answers the first probe (sent at once: last_probe_ms 0) */
+    sd_vf_batch_init(&l->batch);
+    return l;
+}
+
+void sd_vf_link_free(sd_vf_link *l)
+{
+    if (!l) return;
+    zmq_close(l->sock);
+    sd_vf_batch_release(&l->batch);
+    free(l);
+}
+
+void *sd_vf_link_socket(const sd_vf_link *l) { return l->sock; }
+
+bool sd_vf_link_up(const sd_vf_link *l) { return l->up; }
+
+static void mark_down(sd_vf_link *l, const char *why)
+{
+    if (l->up) SD_WARN("drafter down (%s): decoding without drafts until it answers", why);
+    l->up = false;
+    l->last_probe_ms = now_ms();
+}
+
+static void mark_up(sd_vf_link *l)
+{
+    if (!l->up) SD_INFO("drafter is answering again");
+    l->up = true;
+}
+
+static bool send_env(sd_vf_link *l, const Specd__Envelope *env)
+{
+    char err[256];
+    sd_status st = sd_msg_send(l->sock, NULL, env, err, sizeof err);
+    if (st != SD_OK) SD_DEBUG("drafter send failed: %s", err);
+    return st == SD_OK;
+}
+
+/* Receives one message (DONTWAIT). Returns it (caller frees) or NULL. Any
+ * valid message proves the drafter alive. */
+static Specd__Envelope *recv_one(sd_vf_link *l, bool *more)
+{
+    char err[256];
+    Specd__Envelope *env = NULL;
+    sd_status st = sd_msg_recv(l->sock, NULL, &env, SD_MSG_DONTWAIT, err, sizeof err);
+    *more = st != SD_ERR_TIMEOUT && st != SD_ERR_IO;
+    if (st == SD_ERR_FORMAT) SD_DEBUG("dropped a malformed drafter message: %s", err);
+    if (st != SD_OK) return NULL;
+    mark_up(l);
+    return env;
+}
+
+void sd_vf_link_poll(sd_vf_link *l)
+{
+    bool more = true;
+    while (more) {
+        Specd__Envelope *env = recv_one(l, &more);
+        if (env) SD_DEBUG("drafter: dropped %s outside a draft exchange", sd_msg_kind(env));
+        sd_msg_free(env);
+    }
+    if (!l->up && now_ms() - l->last_health_ms >= PROBE_INTERVAL_MS) {
+        l->last_health_ms = now_ms();
+        Specd__HealthRequest h = SPECD__HEALTH_REQUEST__INIT;
+        Specd__Envelope env = SPECD__ENVELOPE__INIT;
+        h.nonce = ++l->nonce;
+        env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REQUEST;
+        env.health_request = &h;
+        send_env(l, &env);
+    }
+}
+
+/* Sends the opens and the batch; false when any send failed. */
+static bool send_batch(sd_vf_link *l)
+{
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    for (int i = 0; i < l->batch.n_opens; i++) {
+        env.body_case = SPECD__ENVELOPE__BODY_DRAFT_OPEN;
+        env.draft_open = &l->batch.opens[i];
+        if (!send_env(l, &env)) return false;
+    }
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_BATCH;
+    env.draft_open = NULL;
+    env.draft_batch = &l->batch.batch;
+    return send_env(l, &env);
+}
+
+/* Waits until deadline for this step's reply; applies it. True on a reply. */
+static bool await_reply(sd_vf_link *l, sd_vf_slot *const *slots, const int *budgets, double deadline)
+{
+    for (;;) {
+        bool more = true;
+        while (more) {
+            Specd__Envelope *env = recv_one(l, &more);
+            if (!env) continue;
+            bool mine = env->body_case == SPECD__ENVELOPE__BODY_DRAFT_REPLY && env->draft_reply->step == l->step;
+            if (mine) sd_vf_batch_apply(&l->batch, env->draft_reply, slots, budgets, l->vocab);
+            else SD_DEBUG("drafter: dropped %s (stale or unexpected)", sd_msg_kind(env));
+            sd_msg_free(env);
+            if (mine) return true;
+        }
+        double left = deadline - now_ms();
+        if (left <= 0) return false;
+        zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, (long)left + 1);
+    }
+}
+
+void sd_vf_link_draft(sd_vf_link *l, sd_vf_slot *const *slots, const int *budgets, int n)
+{
+    for (int i = 0; i < n; i++) slots[i]->prop.n = 0;
+    bool probing = !l->up;
+    if (probing && now_ms() - l->last_probe_ms < PROBE_INTERVAL_MS) return;
+    sd_vf_link_poll(l); /* drain stale replies first; sends the health probe when due */
+    if (probing) l->last_probe_ms = now_ms();
+    l->step++;
+    int n_items = sd_vf_batch_build(&l->batch, l->step, slots, budgets, n);
+    if (n_items <= 0) return;
+    if (!send_batch(l)) {
+        mark_down(l, "send failed");
+        for (int i = 0; i < n; i++) slots[i]->drafter_known = 0;
+        return;
+    }
+    double deadline = now_ms() + (probing ? PROBE_WINDOW_MS : l->timeout_ms);
+    if (!await_reply(l, slots, budgets, deadline)) {
+        if (!probing) mark_down(l, "reply timed out");
+        for (int i = 0; i < n; i++) {
+            slots[i]->drafter_known = 0;
+            slots[i]->prop.n = 0;
+        }
+    }
+}
+
+void sd_vf_link_close(sd_vf_link *l, sd_vf_slot *s)
+{
+    if (!s->opened) return;
+    Specd__DraftClose c = SPECD__DRAFT_CLOSE__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    c.request_id = s->id;
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_CLOSE;
+    env.draft_close = &c;
+    send_env(l, &env);
+    s->opened = false;
+    s->drafter_known = 0;
+}

@@ -1,0 +1,56 @@
+/* vf_link.h — the verifier's connection to its drafter (DEALER socket).
+ *
+ * Each engine step, sd_vf_link_draft sends the DraftOpen messages and one
+ * DraftBatch (vf_draft.h) and waits for the DraftReply of that step until the
+ * deadline (--draft-timeout-ms). Replies for other steps are stale and
+ * dropped. On a timeout or a failed send the step runs without drafts, the
+ * drafter is marked down and every request's drafter state is forgotten
+ * (drafter_known = 0: each request is re-opened when the drafter is back,
+ * since a restarted drafter has no state). While down, the link only probes: every
+ * 500 ms it sends a HealthRequest and tries one batch with a 5 ms window; any
+ * message from the drafter marks it up again. So a dead drafter costs no
+ * per-step latency, and drafts only ever change speed, never tokens. The
+ * link starts down and probes at once, so drafter_up is true only once the
+ * drafter has answered.
+ *
+ * Sockets: ZMQ_LINGER 0, ZMQ_SNDHWM 1000, ZMQ_IMMEDIATE (nothing queues for
+ * an absent drafter), all sends ZMQ_DONTWAIT. One thread (the engine's) owns
+ * the link. */
+#ifndef SD_VF_LINK_H
+#define SD_VF_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+#include "vf_draft.h"
+
+typedef struct sd_vf_link sd_vf_link;
+
+/* Connects a DEALER socket from zctx to endpoint. NULL with a message on
+ * failure (bad endpoint, out of memory). */
+sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int vocab, char *err, size_t errlen);
+
+/* Closes the socket and frees the link; NULL is a no-op. */
+void sd_vf_link_free(sd_vf_link *l);
+
+/* The DEALER socket, for the caller's zmq_poll. */
+void *sd_vf_link_socket(const sd_vf_link *l);
+
+/* True while the drafter answers in time. */
+bool sd_vf_link_up(const sd_vf_link *l);
+
+/* Fills slots[i]->prop for one step (n == 0 drafts for slots with budgets[i]
+ * == 0, on timeout, or while the drafter is down). slots: every active
+ * request (all of their drafter state is reset when the drafter goes down). */
+void sd_vf_link_draft(sd_vf_link *l, sd_vf_slot *const *slots, const int *budgets, int n);
+
+/* Handles messages waiting on the socket without blocking (health replies,
+ * stale draft replies) and sends the down-state health probe when due. */
+void sd_vf_link_poll(sd_vf_link *l);
+
+/* Tells the drafter a request is over (DraftClose) if it was ever opened. */
+void sd_vf_link_close(sd_vf_link *l, sd_vf_slot *s);
+
+#endif

@@ -1,0 +1,437 @@
+/* vf_server.c — router side of the verifier: requests, admission, steps,
+ * token events, health (see vf_server.h). */
+#include "vf_server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "log.h"
+#include "msg.h"
+#include "vf_convert.h"
+#include "vf_draft.h"
+#include "vf_link.h"
+
+#define IDLE_POLL_MS 100
+#define MAX_DRAIN 1024 /* router messages handled between two steps */
+
+/* One request: the engine request, its drafter state and its router. */
+typedef struct vf_req {
+    sd_vf_slot slot;        /* slot.r: the engine request; slot.id == slot.r->id */
+    sd_msg_id peer;         /* router identity */
+    uint64_t rid;           /* router's request id */
+    sd_spec_stats seen;     /* part of slot.r->stats already in the totals */
+} vf_req;
+
+struct sd_vf_server {
+    const sd_vf_config *cfg;
+    sd_engine *e;
+    sd_kv_pool *pool;
+    int vocab;
+    void *sock;
+    sd_vf_link *link;
+    vf_req **active;
+    int n_active;
+    vf_req **queue;
+    int n_queue;
+    uint64_t next_id;
+    sd_spec_stats total;    /* summed over requests */
+    uint64_t tokens_generated;
+    sd_req **reqs;          /* step scratch, [max_batch] */
+    sd_vf_slot **slots;
+    sd_proposal *props;
+    int *budgets;
+    char model_name[256];
+};
+
+/* ------------------------------------------------------------ messages */
+
+static void send_to(sd_vf_server *s, const sd_msg_id *peer, const Specd__Envelope *env)
+{
+    char err[256];
+    if (sd_msg_send(s->sock, peer, env, err, sizeof err) != SD_OK) SD_WARN("send to router failed: %s", err);
+}
+
+static void send_error(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const char *code, const char *msg)
+{
+    Specd__ErrorEvent ev = SPECD__ERROR_EVENT__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    ev.request_id = rid;
+    ev.code = (char *)code;
+    ev.message = (char *)msg;
+    env.body_case = SPECD__ENVELOPE__BODY_ERROR;
+    env.error = &ev;
+    send_to(s, peer, &env);
+}
+
+/* A TokenEvent with tokens[0..n); stats always set. */
+static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
+                        sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at)
+{
+    static const sd_spec_stats zero;
+    Specd__SpecStats ss;
+    Specd__TokenEvent ev = SPECD__TOKEN_EVENT__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    sd_vf_stats_to_proto(st ? st : &zero, st ? n_at : 0, &ss);
+    ev.request_id = rid;
+    ev.tokens = (int32_t *)tokens;
+    ev.n_tokens = (size_t)(n > 0 ? n : 0);
+    ev.finish = sd_vf_finish_to_proto(fin);
+    ev.prompt_tokens = (uint32_t)n_prompt;
+    ev.completion_tokens = (uint32_t)n_output;
+    ev.stats = &ss;
+    env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
+    env.token_event = &ev;
+    send_to(s, peer, &env);
+}
+
+/* Tokens committed by the last step (or none) for vr, with its finish. */
+static void send_req_event(sd_vf_server *s, const vf_req *vr, bool with_new)
+{
+    const sd_req *r = vr->slot.r;
+    int n = with_new ? r->n_new : 0;
+    int n_at = r->p.speculate ? r->p.num_draft : 0;
+    send_tokens(s, &vr->peer, vr->rid, r->tokens + r->n_tokens - n, n, r->finish, r->n_prompt, sd_req_n_output(r),
+                &r->stats, n_at);
+}
+
+/* A request that never got an engine request: ErrorEvent + final event. */
+static void reject(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, int n_prompt, const char *code,
+                   const char *msg)
+{
+    SD_INFO("request %llu rejected: %s: %s", (unsigned long long)rid, code, msg);
+    send_error(s, peer, rid, code, msg);
+    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0);
+}
+
+/* ------------------------------------------------------------ requests */
+
+static bool same_peer(const sd_msg_id *a, const sd_msg_id *b)
+{
+    return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
+}
+
+/* Index of (peer, rid) in list[0..n), or -1. */
+static int find_req(vf_req *const *list, int n, const sd_msg_id *peer, uint64_t rid)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i]->rid == rid && same_peer(&list[i]->peer, peer)) return i;
+    return -1;
+}
+
+/* Frees vr (releasing its KV) after telling the drafter. */
+static void req_destroy(sd_vf_server *s, vf_req *vr)
+{
+    if (s->link) sd_vf_link_close(s->link, &vr->slot);
+    sd_req_free(s->e, vr->slot.r);
+    free(vr->slot.qbuf);
+    free(vr);
+}
+
+static void remove_at(vf_req **list, int *n, int i)
+{
+    memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+    (*n)--;
+}
+
+static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submit *sub)
+{
+    char err[256];
+    sd_req_params p;
+    int np = (int)sub->n_prompt_ids;
+    if (find_req(s->active, s->n_active, peer, sub->request_id) >= 0 ||
+        find_req(s->queue, s->n_queue, peer, sub->request_id) >= 0) {
+        send_error(s, peer, sub->request_id, "bad_request", "duplicate request_id");
+        return; /* no final event: it would end the live request on the router */
+    }
+    if (s->n_queue >= SD_VF_QUEUE_MAX) {
+        reject(s, peer, sub->request_id, np, "overloaded", "the verifier's queue is full");
+        return;
+    }
+    if (sd_vf_params_from_submit(sub, s->cfg->num_draft, s->link != NULL, &p, err, sizeof err) != SD_OK) {
+        reject(s, peer, sub->request_id, np, "bad_request", err);
+        return;
+    }
+    vf_req *vr = calloc(1, sizeof *vr);
+    if (!vr) {
+        reject(s, peer, sub->request_id, np, "internal", "out of memory");
+        return;
+    }
+    sd_status st = sd_req_new(s->e, ++s->next_id, sub->prompt_ids, np, &p, &vr->slot.r, err, sizeof err);
+    if (st != SD_OK) {
+        free(vr);
+        reject(s, peer, sub->request_id, np, st == SD_ERR_NOMEM ? "internal" : "bad_request", err);
+        return;
+    }
+    vr->slot.id = vr->slot.r->id;
+    vr->peer = *peer;
+    vr->rid = sub->request_id;
+    s->queue[s->n_queue++] = vr;
+    SD_DEBUG("request %llu queued (%d prompt tokens, max %d, spec %d)", (unsigned long long)vr->rid, np,
+             p.max_tokens, (int)p.speculate);
+}
+
+static void on_cancel(sd_vf_server *s, const sd_msg_id *peer, const Specd__Cancel *c)
+{
+    vf_req **list = s->active;
+    int *n = &s->n_active;
+    int i = find_req(list, *n, peer, c->request_id);
+    if (i < 0) {
+        list = s->queue;
+        n = &s->n_queue;
+        i = find_req(list, *n, peer, c->request_id);
+    }
+    if (i < 0) {
+        SD_DEBUG("cancel for unknown request %llu ignored", (unsigned long long)c->request_id);
+        return;
+    }
+    vf_req *vr = list[i];
+    remove_at(list, n, i);
+    sd_req_cancel(s->e, vr->slot.r);
+    send_req_event(s, vr, false);
+    SD_DEBUG("request %llu cancelled", (unsigned long long)vr->rid);
+    req_destroy(s, vr);
+}
+
+static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__HealthRequest *h)
+{
+    Specd__Stats st = SPECD__STATS__INIT;
+    Specd__HealthReply rep = SPECD__HEALTH_REPLY__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    int n_at = s->cfg->num_draft;
+    for (int i = 0; i < SD_MAX_DRAFT; i++)
+        if (s->total.accepted_at[i] && i + 1 > n_at) n_at = i + 1;
+    st.active_requests = (uint32_t)s->n_active;
+    st.queued_requests = (uint32_t)s->n_queue;
+    st.kv_blocks_total = (uint32_t)sd_kv_pool_total(s->pool);
+    st.kv_blocks_free = (uint32_t)sd_kv_pool_free_count(s->pool);
+    st.steps = s->total.steps;
+    st.draft_tokens = s->total.draft_tokens;
+    st.accepted_tokens = s->total.accepted_tokens;
+    st.accepted_at = s->total.accepted_at;
+    st.n_accepted_at = (size_t)n_at;
+    st.tokens_generated = s->tokens_generated;
+    st.drafter_up = s->link && sd_vf_link_up(s->link);
+    rep.nonce = h->nonce;
+    rep.role = "verifier";
+    rep.model = s->model_name;
+    rep.stats = &st;
+    rep.max_context = (uint32_t)sd_model_cfg(sd_engine_model(s->e))->max_position;
+    rep.vocab_size = (uint32_t)s->vocab;
+    env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
+    env.health_reply = &rep;
+    send_to(s, peer, &env);
+}
+
+/* Handles everything waiting on the router socket (bounded). */
+static sd_status drain_router(sd_vf_server *s)
+{
+    for (int k = 0; k < MAX_DRAIN; k++) {
+        char err[256];
+        sd_msg_id peer;
+        Specd__Envelope *env = NULL;
+        sd_status st = sd_msg_recv(s->sock, &peer, &env, SD_MSG_DONTWAIT, err, sizeof err);
+        if (st == SD_ERR_TIMEOUT) return SD_OK;
+        if (st == SD_ERR_FORMAT) {
+            SD_WARN("dropped a malformed message from a router: %s", err);
+            continue;
+        }
+        if (st != SD_OK) {
+            SD_ERROR("router socket: %s", err);
+            return SD_ERR_IO;
+        }
+        switch (env->body_case) {
+        case SPECD__ENVELOPE__BODY_SUBMIT: on_submit(s, &peer, env->submit); break;
+        case SPECD__ENVELOPE__BODY_CANCEL: on_cancel(s, &peer, env->cancel); break;
+        case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: on_health(s, &peer, env->health_request); break;
+        default: SD_DEBUG("dropped unexpected %s from a router", sd_msg_kind(env)); break;
+        }
+        sd_msg_free(env);
+    }
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------ scheduling */
+
+/* Blocks still owed to admitted requests that are prefilling. */
+static int promised_blocks(const sd_vf_server *s)
+{
+    int sum = 0;
+    for (int i = 0; i < s->n_active; i++) {
+        const sd_req *r = s->active[i]->slot.r;
+        if (!sd_req_prefilling(r)) continue;
+        int need = sd_kv_blocks_for(s->pool, r->n_prompt + 1) - r->kv.n_blocks;
+        if (need > 0) sum += need;
+    }
+    return sum;
+}
+
+/* Moves queued requests into the active set, oldest first, while the KV pool
+ * can hold their prompts (beyond what admitted prompts still need). */
+static void admit(sd_vf_server *s)
+{
+    while (s->n_queue > 0 && s->n_active < s->cfg->max_batch) {
+        vf_req *vr = s->queue[0];
+        const sd_req *r = vr->slot.r;
+        int need = sd_kv_blocks_for(s->pool, r->n_prompt + 1);
+        if (need > sd_kv_pool_total(s->pool)) {
+            remove_at(s->queue, &s->n_queue, 0);
+            reject(s, &vr->peer, vr->rid, r->n_prompt, "kv_exhausted", "the prompt does not fit the KV pool");
+            req_destroy(s, vr);
+            continue;
+        }
+        if (!sd_engine_can_admit(s->e, r) || need + promised_blocks(s) > sd_kv_pool_free_count(s->pool)) break;
+        remove_at(s->queue, &s->n_queue, 0);
+        s->active[s->n_active++] = vr;
+        SD_DEBUG("request %llu admitted (%d active)", (unsigned long long)vr->rid, s->n_active);
+    }
+}
+
+/* Adds the stats the last step produced for vr to the totals. */
+static void account(sd_vf_server *s, vf_req *vr)
+{
+    const sd_spec_stats *st = &vr->slot.r->stats;
+    s->total.steps += st->steps - vr->seen.steps;
+    s->total.draft_tokens += st->draft_tokens - vr->seen.draft_tokens;
+    s->total.accepted_tokens += st->accepted_tokens - vr->seen.accepted_tokens;
+    for (int i = 0; i < SD_MAX_DRAFT; i++) s->total.accepted_at[i] += st->accepted_at[i] - vr->seen.accepted_at[i];
+    vr->seen = *st;
+    s->tokens_generated += (uint64_t)(vr->slot.r->n_new > 0 ? vr->slot.r->n_new : 0);
+}
+
+/* Streams what the last step committed; retires finished requests. */
+static void emit(sd_vf_server *s)
+{
+    for (int i = 0; i < s->n_active;) {
+        vf_req *vr = s->active[i];
+        sd_req *r = vr->slot.r;
+        account(s, vr);
+        if (r->finish == SD_FINISH_ERROR) {
+            SD_WARN("request %llu failed: %s", (unsigned long long)vr->rid, r->error);
+            send_error(s, &vr->peer, vr->rid, sd_vf_error_code(r->error), r->error[0] ? r->error : "internal error");
+        }
+        if (r->n_new > 0 || r->finish != SD_FINISH_NONE) send_req_event(s, vr, true);
+        if (r->finish == SD_FINISH_NONE) {
+            i++;
+            continue;
+        }
+        remove_at(s->active, &s->n_active, i);
+        req_destroy(s, vr);
+    }
+}
+
+/* One engine step over the active set, with drafts when there is a drafter. */
+static void step(sd_vf_server *s)
+{
+    int n = s->n_active;
+    for (int i = 0; i < n; i++) {
+        s->reqs[i] = s->active[i]->slot.r;
+        s->slots[i] = &s->active[i]->slot;
+        s->budgets[i] = s->link ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
+        s->slots[i]->prop.n = 0;
+    }
+    if (s->link) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
+    for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
+    char err[256];
+    if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK)
+        SD_ERROR("engine step failed: %s", err);
+    emit(s);
+}
+
+sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
+{
+    SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks)", s->model_name, s->cfg->listen,
+            s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool));
+    while (!*stop) {
+        zmq_pollitem_t it[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {NULL, 0, ZMQ_POLLIN, 0}};
+        int nit = 1;
+        if (s->link) it[nit++].socket = sd_vf_link_socket(s->link);
+        if (zmq_poll(it, nit, s->n_active > 0 ? 0 : IDLE_POLL_MS) < 0 && zmq_errno() != EINTR) {
+            SD_ERROR("zmq_poll: %s", zmq_strerror(zmq_errno()));
+            return SD_ERR_IO;
+        }
+        if (*stop) break;
+        if (drain_router(s) != SD_OK) return SD_ERR_IO;
+        if (s->link) sd_vf_link_poll(s->link);
+        admit(s);
+        if (s->n_active > 0) step(s);
+    }
+    SD_INFO("shutting down (%d active, %d queued requests dropped)", s->n_active, s->n_queue);
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void set_model_name(sd_vf_server *s, const char *dir)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    size_t start = len;
+    while (start > 0 && dir[start - 1] != '/') start--;
+    size_t n = len - start;
+    if (n >= sizeof s->model_name) n = sizeof s->model_name - 1;
+    memcpy(s->model_name, dir + start, n);
+    s->model_name[n] = '\0';
+}
+
+sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd_vf_server **out, char *err,
+                           size_t errlen)
+{
+    *out = NULL;
+    sd_vf_server *s = calloc(1, sizeof *s);
+    if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    s->cfg = cfg;
+    s->e = e;
+    s->pool = sd_model_kv_pool(sd_engine_model(e));
+    s->vocab = sd_model_cfg(sd_engine_model(e))->vocab_size;
+    set_model_name(s, cfg->model_dir);
+    size_t nb = (size_t)cfg->max_batch;
+    s->active = calloc(nb, sizeof *s->active);
+    s->queue = calloc(SD_VF_QUEUE_MAX, sizeof *s->queue);
+    s->reqs = calloc(nb, sizeof *s->reqs);
+    s->slots = calloc(nb, sizeof *s->slots);
+    s->props = calloc(nb, sizeof *s->props);
+    s->budgets = calloc(nb, sizeof *s->budgets);
+    if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets) {
+        sd_vf_server_free(s);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    }
+    s->sock = zmq_socket(zctx, ZMQ_ROUTER);
+    int zero = 0, hwm = 10000;
+    if (s->sock) {
+        zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(s->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    }
+    if (!s->sock || zmq_bind(s->sock, cfg->listen) != 0) {
+        sd_seterr(err, errlen, SD_ERR_IO, "cannot bind %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
+        sd_vf_server_free(s);
+        return SD_ERR_IO;
+    }
+    if (cfg->drafter) {
+        s->link = sd_vf_link_new(zctx, cfg->drafter, cfg->draft_timeout_ms, s->vocab, err, errlen);
+        if (!s->link) {
+            sd_vf_server_free(s);
+            return SD_ERR_IO;
+        }
+    }
+    *out = s;
+    return SD_OK;
+}
+
+void sd_vf_server_free(sd_vf_server *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n_active; i++) req_destroy(s, s->active[i]);
+    for (int i = 0; i < s->n_queue; i++) req_destroy(s, s->queue[i]);
+    sd_vf_link_free(s->link);
+    if (s->sock) zmq_close(s->sock);
+    free(s->active);
+    free(s->queue);
+    free(s->reqs);
+    free(s->slots);
+    free(s->props);
+    free(s->budgets);
+    free(s);
+}

@@ -1,0 +1,39 @@
+/* vf_server.h — the verifier's request handling and main loop.
+ *
+ * Binds a ROUTER socket for routers, keys requests by (router identity,
+ * request_id), queues submitted requests (bounded, SD_VF_QUEUE_MAX), admits
+ * them into the active set (<= --max-batch) when the KV pool can hold their
+ * prompt, runs one engine step at a time (with drafts from the drafter link
+ * when there is one) and streams TokenEvents back. Health requests are
+ * answered between steps.
+ *
+ * Threading: everything here runs on the thread that calls
+ * sd_vf_server_run; it owns the engine, the model's KV pool and both
+ * sockets. */
+#ifndef SD_VF_SERVER_H
+#define SD_VF_SERVER_H
+
+#include <signal.h>
+
+#include "engine.h"
+#include "status.h"
+#include "vf_config.h"
+
+typedef struct sd_vf_server sd_vf_server;
+
+/* Creates the server over engine e (borrowed; its model's KV pool must be
+ * initialised) with sockets from zctx: binds cfg->listen, connects
+ * cfg->drafter when set. cfg is borrowed and must outlive the server.
+ * Errors: SD_ERR_IO (bind / connect) or SD_ERR_NOMEM with a message. */
+sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd_vf_server **out, char *err,
+                           size_t errlen);
+
+/* Serves until *stop becomes non-zero (set from a signal handler). Returns
+ * SD_OK, or SD_ERR_IO when the router socket fails. */
+sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop);
+
+/* Frees every request (releasing its KV), closes the sockets, frees the
+ * server; NULL is a no-op. */
+void sd_vf_server_free(sd_vf_server *s);
+
+#endif
