@@ -148,6 +148,9 @@ SD_AVX2 __attribute__((always_inline)) static inline float hsum1(__m256 s)
         __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                        \
         int k = 0;                                                                                \
         for (; k + 8 <= K; k += 8) {                                                              \
+            /* the next row pair: two short streams defeat the hardware prefetcher */             \
+            _mm_prefetch((const char *)(w1 + K + k), _MM_HINT_T0);                                \
+            _mm_prefetch((const char *)(w1 + 2 * (size_t)K + k), _MM_HINT_T0);                    \
             __m256 wa = LOAD(w0 + k), wb = LOAD(w1 + k), xv = _mm256_loadu_ps(x0 + k);           \
             a00 = _mm256_fmadd_ps(wa, xv, a00);                                                   \
             a10 = _mm256_fmadd_ps(wb, xv, a10);                                                   \
@@ -187,31 +190,37 @@ SD_TILE24(tile24_bf16, uint16_t, load_bf16, tail_bf16)
         for (; r < R; r++) y[r] = DOT1(w + (size_t)r * K, x, K);                                  \
     }
 
-/* R rows x U tokens: y[t * ldy + r] = dot(w_r, x_t). 2x4 tiles, then edges. */
-#define SD_DOT_TILE(NAME, WT, TILE24, DOT1)                                                       \
+/* R rows x U tokens: y[t * ldy + r] = dot(w_r, x_t). Rows go in blocks of
+ * 16 (their weights stay in L1 across tokens): 2x4 tiles for each group of
+ * four tokens, then the 8-row kernel for each leftover token. */
+#define SD_DOT_TILE(NAME, WT, TILE24, ROWS8, DOT1)                                                \
     SD_AVX2 static void NAME(float *y, int ldy, const WT *w, const float *x, int ldx, int K,      \
                              int R, int U)                                                        \
     {                                                                                             \
-        int r = 0;                                                                                \
-        for (; r + 2 <= R; r += 2) {                                                              \
-            const WT *w0 = w + (size_t)r * K, *w1 = w0 + K;                                       \
-            int t = 0;                                                                            \
-            for (; t + 4 <= U; t += 4)                                                            \
-                TILE24(y + (size_t)t * ldy + r, ldy, w0, w1, x + (size_t)t * ldx, ldx, K);        \
+        for (int r0 = 0; r0 < R; r0 += 16) {                                                      \
+            int r1 = r0 + 16 < R ? r0 + 16 : R, t = 0;                                            \
+            for (; t + 4 <= U; t += 4) {                                                          \
+                int r = r0;                                                                       \
+                for (; r + 2 <= r1; r += 2)                                                       \
+                    TILE24(y + (size_t)t * ldy + r, ldy, w + (size_t)r * K, w + (size_t)(r + 1) * K, \
+                           x + (size_t)t * ldx, ldx, K);                                          \
+                for (; r < r1; r++)                                                               \
+                    for (int j = 0; j < 4; j++)                                                   \
+                        y[(size_t)(t + j) * ldy + r] = DOT1(w + (size_t)r * K, x + (size_t)(t + j) * ldx, K); \
+            }                                                                                     \
             for (; t < U; t++) {                                                                  \
-                y[(size_t)t * ldy + r] = DOT1(w0, x + (size_t)t * ldx, K);                        \
-                y[(size_t)t * ldy + r + 1] = DOT1(w1, x + (size_t)t * ldx, K);                    \
+                const float *xt = x + (size_t)t * ldx;                                            \
+                int r = r0;                                                                       \
+                for (; r + 8 <= r1; r += 8) ROWS8(y + (size_t)t * ldy + r, w + (size_t)r * K, xt, K); \
+                for (; r < r1; r++) y[(size_t)t * ldy + r] = DOT1(w + (size_t)r * K, xt, K);      \
             }                                                                                     \
         }                                                                                         \
-        for (; r < R; r++)                                                                        \
-            for (int t = 0; t < U; t++)                                                           \
-                y[(size_t)t * ldy + r] = DOT1(w + (size_t)r * K, x + (size_t)t * ldx, K);         \
     }
 
 SD_DOT_ROWS(rows_f32_avx2, float, rows8_f32, dot1_f32)
 SD_DOT_ROWS(rows_bf16_avx2, uint16_t, rows8_bf16, dot1_bf16)
-SD_DOT_TILE(tile_f32_avx2, float, tile24_f32, dot1_f32)
-SD_DOT_TILE(tile_bf16_avx2, uint16_t, tile24_bf16, dot1_bf16)
+SD_DOT_TILE(tile_f32_avx2, float, tile24_f32, rows8_f32, dot1_f32)
+SD_DOT_TILE(tile_bf16_avx2, uint16_t, tile24_bf16, rows8_bf16, dot1_bf16)
 
 /* ----------------------------------------------------------- dispatch */
 
@@ -300,10 +309,35 @@ static void attn_row_scalar(float *out, const float *q, const float *k, const fl
         for (int d = 0; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
 }
 
+/* Scores of four positions at once: four independent chains, each the
+ * canonical dot1_f32 sequence (one accumulator, chunks in order, hsum1,
+ * tail), so a score never depends on how positions were grouped. */
+SD_AVX2 static void scores4(float *sc, const float *q, const float *k0, const float *k1, const float *k2,
+                            const float *k3, int hd, float scale)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k0 + d), qv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k1 + d), qv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k2 + d), qv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k3 + d), qv, a3);
+    }
+    sc[0] = tail_f32(hsum1(a0), k0, q, d, hd) * scale;
+    sc[1] = tail_f32(hsum1(a1), k1, q, d, hd) * scale;
+    sc[2] = tail_f32(hsum1(a2), k2, q, d, hd) * scale;
+    sc[3] = tail_f32(hsum1(a3), k3, q, d, hd) * scale;
+}
+
 SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, const float *v, size_t stride,
                                   const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
 {
-    for (int j = 0; j < n; j++) sc[j] = dot1_f32(q, k + attn_slot(blocks, bs, j) * stride, hd) * scale;
+    int j = 0;
+    for (; j + 4 <= n; j += 4)
+        scores4(sc + j, q, k + attn_slot(blocks, bs, j) * stride, k + attn_slot(blocks, bs, j + 1) * stride,
+                k + attn_slot(blocks, bs, j + 2) * stride, k + attn_slot(blocks, bs, j + 3) * stride, hd, scale);
+    for (; j < n; j++) sc[j] = dot1_f32(k + attn_slot(blocks, bs, j) * stride, q, hd) * scale;
     float sum = softmax_inplace(sc, n), inv = 1.0f / sum;
     int hd8 = hd & ~7;
     for (int d = 0; d < hd; d++) out[d] = 0.0f;

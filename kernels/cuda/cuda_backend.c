@@ -1,0 +1,481 @@
+/* cuda_backend.c — the vtable of the CUDA backend (see cuda_backend.h).
+ *
+ * Host-side glue: device memory, weight upload and conversion, cuBLAS
+ * matmul, staging of attention block tables, error bookkeeping. The kernels
+ * are in cuda_kernels.cu. One stream per backend orders everything; copies
+ * to the host wait for it. Owned device buffers: the weights (sd_weight.owned)
+ * and the scratch below, freed by destroy. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "cuda_kernels.h"
+
+/* Logs file:line and returns SD_ERR_DEVICE from the enclosing function. */
+#define SD_CUDA_CHECK(call)                                                                              \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess) {                                                                         \
+            fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, cudaGetErrorName(e_),      \
+                    cudaGetErrorString(e_));                                                             \
+            return SD_ERR_DEVICE;                                                                        \
+        }                                                                                                \
+    } while (0)
+
+#define SD_CUBLAS_CHECK(call)                                                                            \
+    do {                                                                                                 \
+        cublasStatus_t s_ = (call);                                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                               \
+            fprintf(stderr, "%s:%d: cuBLAS error %s\n", __FILE__, __LINE__, cublasGetStatusString(s_)); \
+            return SD_ERR_DEVICE;                                                                        \
+        }                                                                                                \
+    } while (0)
+
+/* Elements converted per staging round at upload. */
+#define UPLOAD_CHUNK ((size_t)1 << 22)
+
+typedef struct cuda_impl {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int batch_invariant; /* matmul: 0 cuBLAS, 1 own deterministic kernel */
+    sd_status error;     /* first failure of a void op, until taken */
+    uint16_t *xbf;       /* device [xbf_cap] bf16 copy of a matmul's x */
+    size_t xbf_cap;
+    int32_t *meta;       /* device [meta_cap] attention rows + block tables */
+    size_t meta_cap;
+    int32_t *h_meta;     /* host staging of meta */
+    size_t h_meta_cap;
+    int32_t *amax;       /* device [amax_cap] argmax results */
+    size_t amax_cap;
+} cuda_impl;
+
+static const sd_backend_ops cuda_ops;
+
+/* The impl, with the backend's device made current for this thread. */
+static cuda_impl *cu(sd_backend *be)
+{
+    cuda_impl *im = be->impl;
+    cudaSetDevice(im->device);
+    return im;
+}
+
+static void note(cuda_impl *im, sd_status st)
+{
+    if (st != SD_OK && im->error == SD_OK) im->error = st;
+}
+
+/* Grows a device buffer to hold `need` bytes (contents not kept). */
+static sd_status grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return SD_OK;
+    SD_CUDA_CHECK(cudaStreamSynchronize(im->stream)); /* the old buffer may be in use */
+    SD_CUDA_CHECK(cudaFree(*p));
+    *p = NULL;
+    *cap = 0;
+    size_t bytes = need + need / 4;
+    SD_CUDA_CHECK(cudaMalloc(p, bytes));
+    *cap = bytes;
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------- memory */
+
+static void *cuda_alloc(sd_backend *be, size_t bytes)
+{
+    cuda_impl *im = cu(be);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s:%d: cudaMalloc of %zu bytes: %s\n", __FILE__, __LINE__, bytes, cudaGetErrorString(e));
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(sd_backend *be, void *p)
+{
+    if (!p) return;
+    cu(be);
+    cudaFree(p); /* synchronises the device */
+}
+
+/* Copies n elements of t (row-major) to dev as bf16, converting on the host
+ * in chunks so the staging stays small. */
+static sd_status upload_bf16(cuda_impl *im, const sd_st_tensor *t, uint16_t *dev, size_t n)
+{
+    if (n == 0) return SD_OK;
+    if (t->dtype == SD_DTYPE_BF16) {
+        SD_CUDA_CHECK(cudaMemcpyAsync(dev, t->data, n * 2, cudaMemcpyHostToDevice, im->stream));
+        SD_CUDA_CHECK(cudaStreamSynchronize(im->stream));
+        return SD_OK;
+    }
+    size_t chunk = n < UPLOAD_CHUNK ? n : UPLOAD_CHUNK, esz = sd_dtype_size(t->dtype);
+    float *f = malloc(chunk * sizeof *f);
+    uint16_t *h = malloc(chunk * sizeof *h);
+    sd_status st = f && h ? SD_OK : SD_ERR_NOMEM;
+    for (size_t i = 0; st == SD_OK && i < n; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk;
+        sd_convert_to_f32(t->dtype, (const char *)t->data + i * esz, f, m);
+        for (size_t j = 0; j < m; j++) {
+            union { float f; uint32_t u; } v = {.f = sd_round_bf16(f[j])};
+            h[j] = (uint16_t)(v.u >> 16);
+        }
+        cudaError_t e = cudaMemcpyAsync(dev + i, h, m * 2, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream); /* h is reused */
+        if (e != cudaSuccess) {
+            fprintf(stderr, "%s:%d: upload of %s: %s\n", __FILE__, __LINE__, t->name, cudaGetErrorString(e));
+            st = SD_ERR_DEVICE;
+        }
+    }
+    free(f);
+    free(h);
+    return st;
+}
+
+/* 1-D tensors (norm weights, biases) as f32. */
+static sd_status upload_f32(cuda_impl *im, const sd_st_tensor *t, float *dev, size_t n)
+{
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (!f) return SD_ERR_NOMEM;
+    sd_convert_to_f32(t->dtype, t->data, f, n);
+    cudaError_t e = cudaMemcpyAsync(dev, f, n * sizeof *f, cudaMemcpyHostToDevice, im->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+    free(f);
+    SD_CUDA_CHECK(e);
+    return SD_OK;
+}
+
+static sd_status cuda_upload(sd_backend *be, const sd_st_tensor *t, sd_weight *w, char *err, size_t errlen)
+{
+    cuda_impl *im = cu(be);
+    memset(w, 0, sizeof *w);
+    int64_t rows = t->ndim >= 2 ? t->shape[0] : 1;
+    int64_t cols = t->ndim >= 2 ? t->shape[1] : (t->ndim == 1 ? t->shape[0] : 1);
+    if (t->ndim > 2 || rows > INT32_MAX || cols > INT32_MAX)
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "tensor %s: expected a 1-D or 2-D weight", t->name);
+    size_t n = (size_t)rows * (size_t)cols;
+    int is_matrix = t->ndim == 2;
+    void *dev = NULL;
+    cudaError_t e = cudaMalloc(&dev, n * (is_matrix ? 2 : 4) + 16);
+    if (e != cudaSuccess)
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: device allocation of %zu elements: %s", t->name,
+                         n, cudaGetErrorString(e));
+    sd_status st = is_matrix ? upload_bf16(im, t, dev, n) : upload_f32(im, t, dev, n);
+    if (st != SD_OK) {
+        cudaFree(dev);
+        return sd_seterr(err, errlen, st, "tensor %s: upload to the device failed", t->name);
+    }
+    w->dtype = is_matrix ? SD_DTYPE_BF16 : SD_DTYPE_F32;
+    w->rows = (int)rows;
+    w->cols = (int)cols;
+    w->data = dev;
+    w->owned = dev;
+    return SD_OK;
+}
+
+static void cuda_release(sd_backend *be, sd_weight *w)
+{
+    cuda_free(be, w->owned);
+    memset(w, 0, sizeof *w);
+}
+
+static void cuda_to_backend(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    cuda_impl *im = cu(be);
+    /* pageable src: the call returns once src is staged, so it may be reused */
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s:%d: to_backend: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
+        note(im, SD_ERR_DEVICE);
+    }
+}
+
+static void cuda_to_host(sd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    cuda_impl *im = cu(be);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s:%d: to_host: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
+        note(im, SD_ERR_DEVICE);
+    }
+}
+
+/* ------------------------------------------------------------- matmul */
+
+/* cuBLAS sees row-major y[T, N] as column-major y^T [N, T]:
+ * y^T = W · x^T with W row-major [N, K] = column-major [K, N] transposed. */
+static sd_status matmul_cublas(cuda_impl *im, float *y, const float *x, const sd_weight *w, const float *bias,
+                               int T, int bf16)
+{
+    int N = w->rows, K = w->cols;
+    size_t n = (size_t)T * K;
+    sd_status st = grow_dev(im, (void **)&im->xbf, &im->xbf_cap, n * sizeof(uint16_t));
+    if (st != SD_OK) return st;
+    SD_CUDA_CHECK(sd_cu_f32_to_bf16(im->stream, im->xbf, x, n));
+    const float one = 1.0f, zero = 0.0f;
+    SD_CUBLAS_CHECK(cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w->data, CUDA_R_16BF, K,
+                                 im->xbf, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    if (bias || bf16) SD_CUDA_CHECK(sd_cu_bias_round(im->stream, y, bias, T, N, bf16));
+    return SD_OK;
+}
+
+static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
+                        int bf16)
+{
+    cuda_impl *im = cu(be);
+    if (T <= 0) return;
+    if (w->dtype != SD_DTYPE_BF16) {
+        fprintf(stderr, "%s:%d: matmul: weight not uploaded by the CUDA backend\n", __FILE__, __LINE__);
+        note(im, SD_ERR_ARG);
+        return;
+    }
+    const float *b = bias ? bias->data : NULL;
+    if (im->batch_invariant) {
+        cudaError_t e = sd_cu_gemm_bf16(im->stream, y, x, w->data, b, T, w->rows, w->cols, bf16);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "%s:%d: gemm: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
+            note(im, SD_ERR_DEVICE);
+        }
+        return;
+    }
+    note(im, matmul_cublas(im, y, x, w, b, T, bf16));
+}
+
+/* ------------------------------------------------------ elementwise ops */
+
+/* Records a failed launch of a void op. */
+static void launched(cuda_impl *im, cudaError_t e, const char *what, int line)
+{
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, line, what, cudaGetErrorString(e));
+    note(im, SD_ERR_DEVICE);
+}
+
+static void cuda_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
+                         int bf16)
+{
+    cuda_impl *im = cu(be);
+    launched(im, sd_cu_rmsnorm(im->stream, y, x, w->data, T, D, eps, bf16), "rmsnorm", __LINE__);
+}
+
+static void cuda_embed(sd_backend *be, float *y, const sd_weight *E, const int32_t *ids, int T)
+{
+    cuda_impl *im = cu(be);
+    launched(im, sd_cu_embed(im->stream, y, E->data, ids, T, E->cols), "embed", __LINE__);
+}
+
+static void cuda_rope(sd_backend *be, float *x, const float *cs, const float *sn, int T, int nh, int hd, int bf16)
+{
+    cuda_impl *im = cu(be);
+    launched(im, sd_cu_rope(im->stream, x, cs, sn, T, nh, hd, bf16), "rope", __LINE__);
+}
+
+static void cuda_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
+                          int T, int kv_dim)
+{
+    cuda_impl *im = cu(be);
+    launched(im, sd_cu_kv_write(im->stream, kv->k, kv->v, k, v, slots, T, kv_dim), "kv_write", __LINE__);
+}
+
+static void cuda_silu_mul(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16)
+{
+    cuda_impl *im = cu(be);
+    launched(im, sd_cu_silu_mul(im->stream, out, gate, up, n, bf16), "silu_mul", __LINE__);
+}
+
+static void cuda_add(sd_backend *be, float *y, const float *x, size_t n, int bf16)
+{
+    cuda_impl *im = cu(be);
+    launched(im, sd_cu_add(im->stream, y, x, n, bf16), "add", __LINE__);
+}
+
+static void cuda_sync(sd_backend *be)
+{
+    cuda_impl *im = cu(be);
+    launched(im, cudaStreamSynchronize(im->stream), "sync", __LINE__);
+}
+
+/* ----------------------------------------------------------- attention */
+
+/* Fills h_meta with the layout of sd_cu_attention (positions, table
+ * offsets, then each sequence's block table) for T rows. */
+static sd_status stage_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, int T, int bs, size_t *len)
+{
+    size_t n = 2 * (size_t)T;
+    for (int s = 0; s < n_seqs; s++) n += (size_t)(seqs[s].pos0 + seqs[s].n + bs - 1) / bs;
+    if (n > im->h_meta_cap) {
+        int32_t *p = realloc(im->h_meta, n * sizeof *p);
+        if (!p) return SD_ERR_NOMEM;
+        im->h_meta = p;
+        im->h_meta_cap = n;
+    }
+    int32_t *m = im->h_meta;
+    size_t off = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const sd_attn_seq *q = &seqs[s];
+        int nb = (q->pos0 + q->n + bs - 1) / bs;
+        for (int i = 0; i < q->n; i++) {
+            m[q->row0 + i] = q->pos0 + i;
+            m[T + q->row0 + i] = (int32_t)off;
+        }
+        memcpy(m + 2 * (size_t)T + off, q->block_table, (size_t)nb * sizeof *m);
+        off += (size_t)nb;
+    }
+    *len = n;
+    return SD_OK;
+}
+
+static sd_status cuda_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
+                                const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *sh)
+{
+    cuda_impl *im = cu(be);
+    int T = 0;
+    for (int s = 0; s < n_seqs; s++) T += seqs[s].n;
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].n < 0 || seqs[s].pos0 < 0 || seqs[s].row0 < 0 || seqs[s].row0 + seqs[s].n > T) return SD_ERR_ARG;
+    if (sh->head_dim <= 0 || sh->head_dim > SD_CU_MAX_HEAD_DIM || sh->n_kv_heads <= 0 || sh->block_size <= 0 ||
+        sh->n_heads % sh->n_kv_heads != 0)
+        return SD_ERR_ARG;
+    if (T == 0) return SD_OK;
+    size_t len = 0;
+    sd_status st = stage_meta(im, seqs, n_seqs, T, sh->block_size, &len);
+    if (st != SD_OK) return st;
+    st = grow_dev(im, (void **)&im->meta, &im->meta_cap, len * sizeof(int32_t));
+    if (st != SD_OK) return st;
+    /* pageable source: staged before return, so h_meta may be rewritten */
+    SD_CUDA_CHECK(cudaMemcpyAsync(im->meta, im->h_meta, len * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    SD_CUDA_CHECK(sd_cu_attention(im->stream, out, q, kv->k, kv->v, im->meta, T, sh->n_heads, sh->n_kv_heads,
+                                  sh->head_dim, sh->block_size, sh->scale, sh->bf16));
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void cuda_destroy(sd_backend *be)
+{
+    cuda_impl *im = cu(be);
+    if (im->stream) cudaStreamSynchronize(im->stream);
+    cudaFree(im->xbf);
+    cudaFree(im->meta);
+    cudaFree(im->amax);
+    free(im->h_meta);
+    if (im->blas) cublasDestroy(im->blas);
+    if (im->stream) cudaStreamDestroy(im->stream);
+    free(im);
+    free(be);
+}
+
+static const sd_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .release = cuda_release,
+    .to_backend = cuda_to_backend,
+    .to_host = cuda_to_host,
+    .matmul = cuda_matmul,
+    .rmsnorm = cuda_rmsnorm,
+    .embed = cuda_embed,
+    .rope = cuda_rope,
+    .kv_write = cuda_kv_write,
+    .attention = cuda_attention,
+    .silu_mul = cuda_silu_mul,
+    .add = cuda_add,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+int sd_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+/* Stream and cuBLAS handle of a fresh impl; a message on failure. */
+static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
+{
+    cudaError_t e = cudaSetDevice(im->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess)
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "CUDA device %d: %s", im->device, cudaGetErrorString(e));
+    cublasStatus_t s = cublasCreate(&im->blas);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(im->blas, im->stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "cuBLAS on device %d: %s", im->device,
+                         cublasGetStatusString(s));
+    return SD_OK;
+}
+
+sd_backend *sd_backend_cuda_new(int device, char *err, size_t errlen)
+{
+    int n = sd_cuda_device_count();
+    if (device < 0 || device >= n) {
+        sd_seterr(err, errlen, SD_ERR_DEVICE, "CUDA device %d not available (%d device%s)", device, n,
+                  n == 1 ? "" : "s");
+        return NULL;
+    }
+    sd_backend *be = calloc(1, sizeof *be);
+    cuda_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    im->device = device;
+    be->ops = &cuda_ops;
+    be->impl = im;
+    if (cuda_init(im, err, errlen) != SD_OK) {
+        cuda_destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
+int sd_backend_is_cuda(const sd_backend *be)
+{
+    return be && be->ops == &cuda_ops;
+}
+
+sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on)
+{
+    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
+    ((cuda_impl *)be->impl)->batch_invariant = on != 0;
+    return SD_OK;
+}
+
+sd_status sd_cuda_take_error(sd_backend *be)
+{
+    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
+    cuda_impl *im = be->impl;
+    sd_status st = im->error;
+    im->error = SD_OK;
+    return st;
+}
+
+sd_status sd_cuda_argmax(sd_backend *be, const float *logits_dev, int rows, int vocab, int32_t *out_host)
+{
+    if (!sd_backend_is_cuda(be) || rows < 0 || vocab <= 0 || (rows > 0 && (!logits_dev || !out_host)))
+        return SD_ERR_ARG;
+    if (rows == 0) return SD_OK;
+    cuda_impl *im = cu(be);
+    sd_status st = grow_dev(im, (void **)&im->amax, &im->amax_cap, (size_t)rows * sizeof(int32_t));
+    if (st != SD_OK) return st;
+    SD_CUDA_CHECK(sd_cu_argmax(im->stream, im->amax, logits_dev, rows, vocab));
+    SD_CUDA_CHECK(cudaMemcpyAsync(out_host, im->amax, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                  im->stream));
+    SD_CUDA_CHECK(cudaStreamSynchronize(im->stream));
+    return SD_OK;
+}

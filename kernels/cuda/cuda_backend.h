@@ -1,0 +1,64 @@
+/* cuda_backend.h — the CUDA implementation of backend.h (NVIDIA GPUs).
+ *
+ * Weights live on the device as bf16 (F32 / F16 checkpoints are rounded to
+ * bf16 at upload; 1-D tensors — norms, biases — stay f32). Activations and
+ * the paged KV cache are f32 device memory from ops->alloc. Host arrays the
+ * forward pass hands over (token ids, slots, RoPE tables) arrive through
+ * ops->to_backend; the block tables inside sd_attn_seq are HOST pointers and
+ * are copied to the device by the attention op.
+ *
+ * Batch invariance: every own kernel reduces in an order fixed by the
+ * reduced length (attention: one thread block per query row and head). The
+ * default matmul is cuBLAS (x rounded to bf16, f32 accumulation), which is
+ * fast but NOT batch-invariant: its reduction split may change with T.
+ * sd_cuda_set_batch_invariant(be, 1) switches matmul to a deterministic
+ * kernel whose per-element order depends on K only, for bit-exact greedy
+ * speculative decoding.
+ *
+ * Errors: every CUDA / cuBLAS call is checked; a failure is logged with
+ * file:line. Ops returning void record the first failure, which
+ * sd_cuda_take_error() reports. Nothing here exits or aborts.
+ *
+ * Threading: one thread drives a backend at a time (all work goes to one
+ * stream). This header is usable from C; build with SD_HAVE_CUDA. */
+#ifndef SD_CUDA_BACKEND_H
+#define SD_CUDA_BACKEND_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable CUDA devices; 0 when there is no driver or device (the
+ * error is swallowed, never fatal). */
+int sd_cuda_device_count(void);
+
+/* Creates a backend on device `device` (its own stream and cuBLAS handle).
+ * Returns NULL with a message in err when the device does not exist or CUDA
+ * fails. Free with sd_backend_free. */
+sd_backend *sd_backend_cuda_new(int device, char *err, size_t errlen);
+
+/* True when be was made by sd_backend_cuda_new. */
+int sd_backend_is_cuda(const sd_backend *be);
+
+/* Selects the matmul: 0 (default) cuBLAS, 1 the deterministic
+ * batch-invariant kernel. SD_ERR_ARG when be is not a CUDA backend. */
+sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on);
+
+/* Returns the first error recorded by a void op (matmul, rmsnorm, copies,
+ * ...) since the last call, and clears it; SD_OK when none. */
+sd_status sd_cuda_take_error(sd_backend *be);
+
+/* Greedy post-processing on the device: out_host[r] = argmax of row r of
+ * logits_dev [rows, vocab] (device memory), lowest id on ties, NaN skipped,
+ * -1 for an all-NaN row (as sd_argmax). Waits for the result. */
+sd_status sd_cuda_argmax(sd_backend *be, const float *logits_dev, int rows, int vocab, int32_t *out_host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

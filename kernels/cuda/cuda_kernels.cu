@@ -1,0 +1,477 @@
+/* cuda_kernels.cu — the CUDA kernels of the CUDA backend and their launchers.
+ *
+ * Written to be read beside their CPU references (named above each kernel,
+ * in kernels/cpu/cpu_backend.c and cpu_dot.c): same arithmetic, same bf16
+ * rounding points, f32 accumulation. Every reduction runs in one fixed order
+ * that depends only on the reduced length and the launch shape chosen from
+ * it (never on T, the number of rows), so each kernel here is batch-invariant
+ * in the sense of backend.h. Results are not bit-identical to the CPU
+ * backend (different, but fixed, summation orders; expf of CUDA vs glibc).
+ *
+ * Threading: launchers only enqueue on the caller's stream. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_kernels.h"
+
+#define FULL_MASK 0xffffffffu
+
+/* ------------------------------------------------------------ helpers */
+
+/* bf16 round-to-nearest-even returned as f32; NaN kept (sd_round_bf16). */
+__device__ __forceinline__ float bf16r(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return __uint_as_float(u);
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+/* Butterfly sum: every lane ends with the same value (a+b == b+a). */
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+/* Sum (is_max == 0) or max over the block; sh holds 32 floats. The order is
+ * fixed by blockDim.x. All threads must call it; returns to all. */
+__device__ float block_reduce(float v, float *sh, int is_max)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float id = is_max ? -INFINITY : 0.0f;
+        v = lane < nw ? sh[lane] : id;
+        v = is_max ? warp_max(v) : warp_sum(v);
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+static int grid_for(size_t n, int threads)
+{
+    size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+    return b > 65535u * 16u ? 65535 * 16 : (int)(b ? b : 1);
+}
+
+/* ---------------------------------------------------------- conversion */
+
+/* CPU reference: sd_round_bf16 (backend.h). src, dst: [n] */
+__global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = (uint16_t)(__float_as_uint(bf16r(src[i])) >> 16);
+}
+
+extern "C" cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, const float *src, size_t n)
+{
+    f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+/* CPU reference: the epilogue of mm_task() in cpu_backend.c.
+ * y: [T, N], bias: [N] or NULL */
+__global__ void bias_round_kernel(float *y, const float *bias, int T, int N, int bf16)
+{
+    size_t n = (size_t)T * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = bias ? __fadd_rn(y[i], bias[i % N]) : y[i];
+        y[i] = bf16 ? bf16r(v) : v;
+    }
+}
+
+extern "C" cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, int T, int N, int bf16)
+{
+    bias_round_kernel<<<grid_for((size_t)T * N, 256), 256, 0, stream>>>(y, bias, T, N, bf16);
+    return cudaGetLastError();
+}
+
+/* -------------------------------------------------------------- GEMM */
+
+#define GEMM_WARPS 8 /* output features per block (one warp each) */
+#define GEMM_TOK 4   /* tokens per block; a warp reuses its W chunk for them */
+
+/* Loads 8 consecutive elements; vec selects 16-byte loads (same values). */
+__device__ __forceinline__ void load8_bf16(const uint16_t *p, float *f, int vec)
+{
+    if (vec) {
+        uint4 u = *(const uint4 *)p;
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    } else {
+        for (int i = 0; i < 8; i++) f[i] = bf16_to_f32(p[i]);
+    }
+}
+
+__device__ __forceinline__ void load8_f32(const float *p, float *f, int vec)
+{
+    if (vec) {
+        float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+        f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+        for (int i = 0; i < 8; i++) f[i] = p[i];
+    }
+}
+
+/* CPU reference: mm_task() / sd_dot_tile_bf16() in kernels/cpu.
+ * y: [T, N], x: [T, K], w: [N, K] bf16, bias: [N] or NULL.
+ * Grid (ceil(T/GEMM_TOK), ceil(N/GEMM_WARPS)), GEMM_WARPS warps. Warp w owns
+ * feature n; lane l accumulates the 8-element chunks l, l+32, l+64, ... of
+ * the row in order (fma), then lane l < K%8 adds tail element K8+l, then a
+ * butterfly warp sum. That order depends on K alone: batch-invariant. */
+__global__ void gemm_bf16_kernel(float *y, const float *x, const uint16_t *w, const float *bias, int T, int N,
+                                 int K, int bf16, int vec)
+{
+    int lane = threadIdx.x & 31;
+    int n = blockIdx.y * GEMM_WARPS + (threadIdx.x >> 5);
+    int t0 = blockIdx.x * GEMM_TOK;
+    if (n >= N) return; /* no block-wide barrier below */
+    int nt = min(GEMM_TOK, T - t0);
+    const uint16_t *wr = w + (size_t)n * K;
+    float acc[GEMM_TOK] = {0.0f};
+    int nchunk = K / 8, k8 = nchunk * 8;
+    for (int c = lane; c < nchunk; c += 32) {
+        float wf[8];
+        load8_bf16(wr + (size_t)c * 8, wf, vec);
+#pragma unroll
+        for (int t = 0; t < GEMM_TOK; t++) {
+            if (t >= nt) break;
+            float xf[8];
+            load8_f32(x + (size_t)(t0 + t) * K + (size_t)c * 8, xf, vec);
+            for (int i = 0; i < 8; i++) acc[t] = fmaf(wf[i], xf[i], acc[t]);
+        }
+    }
+    if (k8 + lane < K) {
+        float wv = bf16_to_f32(wr[k8 + lane]);
+#pragma unroll
+        for (int t = 0; t < GEMM_TOK; t++)
+            if (t < nt) acc[t] = fmaf(wv, x[(size_t)(t0 + t) * K + k8 + lane], acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < GEMM_TOK; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0 && t < nt) {
+            float v = bias ? __fadd_rn(s, bias[n]) : s;
+            y[(size_t)(t0 + t) * N + n] = bf16 ? bf16r(v) : v;
+        }
+    }
+}
+
+extern "C" cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const float *x, const uint16_t *w,
+                                       const float *bias, int T, int N, int K, int bf16)
+{
+    int vec = K % 8 == 0 && ((uintptr_t)x & 15u) == 0 && ((uintptr_t)w & 15u) == 0;
+    dim3 grid((unsigned)((T + GEMM_TOK - 1) / GEMM_TOK), (unsigned)((N + GEMM_WARPS - 1) / GEMM_WARPS));
+    if (grid.y > 65535u) return cudaErrorInvalidConfiguration;
+    gemm_bf16_kernel<<<grid, GEMM_WARPS * 32, 0, stream>>>(y, x, w, bias, T, N, K, bf16, vec);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------ rmsnorm */
+
+/* CPU reference: rmsnorm_rows() in cpu_backend.c.
+ * x, y: [T, D] (y may equal x), w: [D] f32. One block per row. Each thread
+ * reads only the elements it later writes, so in place is safe. */
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps, int bf16)
+{
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float *yr = y + (size_t)blockIdx.x * D;
+    float ss = 0.0f;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) ss = fmaf(xr[d], xr[d], ss);
+    ss = block_reduce(ss, sh, 0);
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float v = xr[d];
+        yr[d] = bf16 ? bf16r(__fmul_rn(w[d], bf16r(__fmul_rn(v, inv)))) : __fmul_rn(__fmul_rn(v, inv), w[d]);
+    }
+}
+
+extern "C" cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D,
+                                     float eps, int bf16)
+{
+    int threads = D >= 256 ? 256 : (D + 31) / 32 * 32; /* fixed by D: order independent of T */
+    if (T <= 0) return cudaSuccess;
+    rmsnorm_kernel<<<T, threads, 0, stream>>>(y, x, w, D, eps, bf16);
+    return cudaGetLastError();
+}
+
+/* -------------------------------------------------------------- embed */
+
+/* CPU reference: cpu_embed(). y: [T, C], E: [V, C] bf16, ids: [T] */
+__global__ void embed_kernel(float *y, const uint16_t *E, const int32_t *ids, int C)
+{
+    const uint16_t *row = E + (size_t)ids[blockIdx.x] * C;
+    float *yr = y + (size_t)blockIdx.x * C;
+    for (int d = threadIdx.x; d < C; d += blockDim.x) yr[d] = bf16_to_f32(row[d]);
+}
+
+extern "C" cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const int32_t *ids, int T,
+                                   int C)
+{
+    if (T <= 0) return cudaSuccess;
+    embed_kernel<<<T, 256, 0, stream>>>(y, E, ids, C);
+    return cudaGetLastError();
+}
+
+/* --------------------------------------------------------------- rope */
+
+/* CPU reference: cpu_rope(). x: [T, nh, hd] in place, cs/sn: [T, hd/2].
+ * One thread per (t, h, i < hd/2) pair of rotated elements. */
+__global__ void rope_kernel(float *x, const float *cs, const float *sn, int T, int nh, int hd, int bf16)
+{
+    int half = hd / 2;
+    size_t n = (size_t)T * nh * half;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(idx % half);
+        size_t th = idx / half; /* t * nh + h */
+        size_t t = th / nh;
+        float *v = x + th * hd;
+        float a = v[i], b = v[i + half], c = cs[t * half + i], s = sn[t * half + i];
+        if (bf16) {
+            v[i] = bf16r(bf16r(__fmul_rn(a, c)) + bf16r(__fmul_rn(-b, s)));
+            v[i + half] = bf16r(bf16r(__fmul_rn(b, c)) + bf16r(__fmul_rn(a, s)));
+        } else {
+            v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+            v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        }
+    }
+}
+
+extern "C" cudaError_t sd_cu_rope(cudaStream_t stream, float *x, const float *cs, const float *sn, int T, int nh,
+                                  int hd, int bf16)
+{
+    size_t n = (size_t)T * nh * (hd / 2);
+    if (n == 0) return cudaSuccess;
+    rope_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, cs, sn, T, nh, hd, bf16);
+    return cudaGetLastError();
+}
+
+/* ----------------------------------------------------------- kv_write */
+
+/* CPU reference: cpu_kv_write(). k, v: [T, kv_dim]; kc, vc: [slots, kv_dim] */
+__global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v, const int32_t *slots, int T,
+                                int kv_dim)
+{
+    size_t n = (size_t)T * kv_dim;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / kv_dim, d = i % kv_dim;
+        size_t off = (size_t)slots[t] * kv_dim + d;
+        kc[off] = k[i];
+        vc[off] = v[i];
+    }
+}
+
+extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, float *kc, float *vc, const float *k, const float *v,
+                                      const int32_t *slots, int T, int kv_dim)
+{
+    size_t n = (size_t)T * kv_dim;
+    if (n == 0) return cudaSuccess;
+    kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>(kc, vc, k, v, slots, T, kv_dim);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------- attention */
+
+#define ATT_THREADS 128 /* 4 warps; thread d owns out[d] and out[d + 128] */
+#define ATT_CHUNK 128   /* positions scored per step of the second pass */
+
+/* q · k_j with lane-strided partial sums and a butterfly (all lanes). */
+__device__ __forceinline__ float att_dot(const float *qs, const float *kr, int hd, int lane)
+{
+    float s = 0.0f;
+    for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], kr[d], s);
+    return warp_sum(s);
+}
+
+__device__ __forceinline__ size_t att_slot(const int32_t *tab, int bs, int j)
+{
+    return (size_t)tab[j / bs] * bs + j % bs;
+}
+
+/* CPU reference: sd_attn_row() in cpu_dot.c (via attn_one() in
+ * cpu_backend.c). out, q: [T, nh, hd]; kc, vc: [n_blocks*bs, nkv, hd].
+ * Grid (T, nh), one block per (query row, head), so a row's result never
+ * depends on the batch. Pass 1 finds the max score; pass 2 recomputes the
+ * scores chunk by chunk (same code, same values), exponentiates them into
+ * shared memory and accumulates p_j * v_j in ascending j. The softmax sum is
+ * accumulated by thread 0 in ascending j; out = acc / sum. bf16: p_j rounded
+ * to bf16 before use, sum of the unrounded p_j, result rounded (as the CPU).
+ * Recomputing scores costs a second read of K but needs no scratch sized by
+ * the context and keeps bf16 rounding relative to the global max exact. */
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_kernel(float *out, const float *q, const float *kc, const float *vc, const int32_t *meta, int T, int nh,
+                 int nkv, int hd, int bs, float scale, int bf16)
+{
+    __shared__ float qs[SD_CU_MAX_HEAD_DIM];
+    __shared__ float sc[ATT_CHUNK];
+    __shared__ int sl[ATT_CHUNK];
+    __shared__ float red[32];
+    int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int nw = ATT_THREADS / 32;
+    int n = meta[row] + 1;
+    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
+    size_t kvd = (size_t)nkv * hd;
+    const float *kb = kc + (size_t)(h / (nh / nkv)) * hd, *vb = vc + (size_t)(h / (nh / nkv)) * hd;
+    const float *qr = q + ((size_t)row * nh + h) * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+
+    float mx = -INFINITY;
+    for (int j = warp; j < n; j += nw) mx = fmaxf(mx, att_dot(qs, kb + att_slot(tab, bs, j) * kvd, hd, lane) * scale);
+    mx = block_reduce(mx, red, 1);
+
+    float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
+    for (int j0 = 0; j0 < n; j0 += ATT_CHUNK) {
+        int m = min(ATT_CHUNK, n - j0);
+        for (int jj = warp; jj < m; jj += nw) {
+            size_t slot = att_slot(tab, bs, j0 + jj);
+            float s = att_dot(qs, kb + slot * kvd, hd, lane) * scale;
+            if (lane == 0) {
+                sc[jj] = expf(s - mx);
+                sl[jj] = (int)slot;
+            }
+        }
+        __syncthreads();
+        if (tid == 0)
+            for (int jj = 0; jj < m; jj++) sum += sc[jj];
+        for (int jj = 0; jj < m; jj++) {
+            float p = bf16 ? bf16r(sc[jj]) : sc[jj];
+            const float *vr = vb + (size_t)sl[jj] * kvd;
+            if (tid < hd) acc0 = fmaf(p, vr[tid], acc0);
+            if (tid + ATT_THREADS < hd) acc1 = fmaf(p, vr[tid + ATT_THREADS], acc1);
+        }
+        __syncthreads();
+    }
+    if (tid == 0) red[0] = sum;
+    __syncthreads();
+    sum = red[0];
+    float *orow = out + ((size_t)row * nh + h) * hd;
+    if (tid < hd) orow[tid] = bf16 ? bf16r(acc0 / sum) : acc0 / sum;
+    if (tid + ATT_THREADS < hd) orow[tid + ATT_THREADS] = bf16 ? bf16r(acc1 / sum) : acc1 / sum;
+}
+
+extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const float *kc,
+                                       const float *vc, const int32_t *meta, int T, int nh, int nkv, int hd, int bs,
+                                       float scale, int bf16)
+{
+    if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535) return cudaErrorInvalidValue;
+    if (T <= 0) return cudaSuccess;
+    dim3 grid((unsigned)T, (unsigned)nh);
+    attention_kernel<<<grid, ATT_THREADS, 0, stream>>>(out, q, kc, vc, meta, T, nh, nkv, hd, bs, scale, bf16);
+    return cudaGetLastError();
+}
+
+/* -------------------------------------------------------- elementwise */
+
+/* CPU reference: silu_range() in cpu_backend.c. out, gate, up: [n] */
+__global__ void silu_mul_kernel(float *out, const float *gate, const float *up, size_t n, int bf16)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        float s = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        out[i] = bf16 ? bf16r(__fmul_rn(bf16r(s), up[i])) : __fmul_rn(s, up[i]);
+    }
+}
+
+extern "C" cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,
+                                      int bf16)
+{
+    if (n == 0) return cudaSuccess;
+    silu_mul_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, gate, up, n, bf16);
+    return cudaGetLastError();
+}
+
+/* CPU reference: add_range() in cpu_backend.c. y, x: [n] */
+__global__ void add_kernel(float *y, const float *x, size_t n, int bf16)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = __fadd_rn(y[i], x[i]);
+        y[i] = bf16 ? bf16r(v) : v;
+    }
+}
+
+extern "C" cudaError_t sd_cu_add(cudaStream_t stream, float *y, const float *x, size_t n, int bf16)
+{
+    if (n == 0) return cudaSuccess;
+    add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(y, x, n, bf16);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------- argmax */
+
+#define ARGMAX_THREADS 256
+
+/* Better of two candidates: larger value, lower id on ties, -1 = none. */
+__device__ __forceinline__ void argmax_merge(float *bv, int *bi, float v, int i)
+{
+    if (i < 0) return;
+    if (*bi < 0 || v > *bv || (v == *bv && i < *bi)) {
+        *bv = v;
+        *bi = i;
+    }
+}
+
+/* CPU reference: sd_argmax() in common/sampler.c.
+ * logits: [rows, vocab], out: [rows]. One block per row; each thread scans a
+ * strided slice in ascending order (strict > keeps its lowest id), then a
+ * shared-memory tree merges with the tie rule. */
+__global__ void argmax_kernel(int32_t *out, const float *logits, int vocab)
+{
+    __shared__ float sv[ARGMAX_THREADS];
+    __shared__ int si[ARGMAX_THREADS];
+    const float *row = logits + (size_t)blockIdx.x * vocab;
+    float bv = 0.0f;
+    int bi = -1;
+    for (int i = threadIdx.x; i < vocab; i += ARGMAX_THREADS) {
+        float l = row[i];
+        if (isnan(l)) continue;
+        if (bi < 0 || l > bv) {
+            bv = l;
+            bi = i;
+        }
+    }
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = ARGMAX_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            float v = sv[threadIdx.x];
+            int i = si[threadIdx.x];
+            argmax_merge(&v, &i, sv[threadIdx.x + s], si[threadIdx.x + s]);
+            sv[threadIdx.x] = v;
+            si[threadIdx.x] = i;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = si[0];
+}
+
+extern "C" cudaError_t sd_cu_argmax(cudaStream_t stream, int32_t *out, const float *logits, int rows, int vocab)
+{
+    if (rows <= 0) return cudaSuccess;
+    argmax_kernel<<<rows, ARGMAX_THREADS, 0, stream>>>(out, logits, vocab);
+    return cudaGetLastError();
+}

@@ -1,0 +1,73 @@
+/* cuda_kernels.h — host launchers of the CUDA kernels (cuda_kernels.cu).
+ *
+ * Plain C declarations so the backend glue (cuda_backend.c) is compiled by
+ * the C compiler with the project's warnings. Every pointer is device memory
+ * unless said otherwise; every launcher enqueues on `stream`, returns at once
+ * and reports launch errors (cudaGetLastError) as its result. Each kernel's
+ * CPU reference is named in cuda_kernels.cu above the kernel. */
+#ifndef SD_CUDA_KERNELS_H
+#define SD_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest head_dim the attention kernel handles. */
+#define SD_CU_MAX_HEAD_DIM 256
+
+/* dst[n] = bf16(src[n]) (round to nearest even), as raw bf16 bits. */
+cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, const float *src, size_t n);
+
+/* y[T, N] = y + bias[N] (bias may be NULL), rounded to bf16 when bf16:
+ * the epilogue of the cuBLAS matmul. */
+cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, int T, int N, int bf16);
+
+/* Deterministic GEMM: y[T, N] = x[T, K] · W[N, K]^T (+ bias[N]), W bf16.
+ * Each output element is reduced in one fixed order that depends on K
+ * only, never on T: the batch-invariant matmul. */
+cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const float *x, const uint16_t *w,
+                            const float *bias, int T, int N, int K, int bf16);
+
+/* y[T, D] = rmsnorm(x[T, D]) * w[D] (y may equal x). */
+cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D,
+                          float eps, int bf16);
+
+/* y[T, C] = E[ids[t], :], E bf16 [V, C]. */
+cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const int32_t *ids, int T, int C);
+
+/* In place rotate-half RoPE on x[T, nh, hd]; cs/sn [T, hd/2]. */
+cudaError_t sd_cu_rope(cudaStream_t stream, float *x, const float *cs, const float *sn, int T, int nh, int hd,
+                       int bf16);
+
+/* kc/vc[slots[t] * kv_dim + d] = k/v[t, d] for k, v [T, kv_dim]. */
+cudaError_t sd_cu_kv_write(cudaStream_t stream, float *kc, float *vc, const float *k, const float *v,
+                           const int32_t *slots, int T, int kv_dim);
+
+/* out[T, nh*hd] = causal attention of q[T, nh*hd] over the paged cache
+ * kc/vc [n_blocks, bs, nkv, hd]. meta (device) holds, for T rows:
+ *   meta[0 .. T)      position of row t (it attends to 0 .. pos)
+ *   meta[T .. 2T)     offset of row t's block table in meta + 2T
+ *   meta[2T .. )      the block tables, one per sequence. */
+cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const float *kc, const float *vc,
+                            const int32_t *meta, int T, int nh, int nkv, int hd, int bs, float scale, int bf16);
+
+/* out[n] = silu(gate[n]) * up[n]. */
+cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,
+                           int bf16);
+
+/* y[n] += x[n]. */
+cudaError_t sd_cu_add(cudaStream_t stream, float *y, const float *x, size_t n, int bf16);
+
+/* out[rows] = argmax of each logits row [rows, vocab] (lowest id on ties,
+ * NaN skipped, -1 when the row is all NaN). */
+cudaError_t sd_cu_argmax(cudaStream_t stream, int32_t *out, const float *logits, int rows, int vocab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
