@@ -9,6 +9,9 @@ PKGS=(build-essential cmake pkg-config xz-utils curl python3
       libjansson-dev libpcre2-dev libutf8proc-dev check
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libevent-dev
       libcurl4-openssl-dev gnuplot-nox)
+# Node.js + npm: only for the end-to-end test that drives the official
+# `openai` npm client against the server.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
