@@ -412,12 +412,18 @@ sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, fl
         st = layer_forward(m, li, T, n_seqs);
         if (st != SD_OK) return sd_seterr(err, errlen, st, "layer %d: %s", li, sd_status_str(st));
     }
-    if (n_out == 0) return SD_OK;
+    if (n_out == 0) {
+        if (op->take_error && (st = op->take_error(be)) != SD_OK)
+            return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));
+        return SD_OK;
+    }
     for (int r = 0; r < n_out; r++)
         op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, 1, C,
                     c->rms_eps, m->act_bf16);
     op->matmul(be, s->logits, s->head_in, m->head, NULL, n_out, m->act_bf16);
     op->to_host(be, logits, s->logits, (size_t)n_out * c->vocab_size * sizeof(float));
     op->sync(be);
+    if (op->take_error && (st = op->take_error(be)) != SD_OK)
+        return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));
     return SD_OK;
 }

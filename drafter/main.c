@@ -25,6 +25,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "backend_open.h"
 #include "draft.h"
 #include "dstate.h"
 #include "log.h"
@@ -45,6 +46,7 @@ typedef struct drafter_opts {
 typedef struct drafter {
     void *sock;
     sd_proposer *prop;
+    sd_backend *be;        /* the draft model's device (--device), owned */
     sd_dstate *table;
     char model_name[256];
     int max_context, vocab;
@@ -141,6 +143,9 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     if (sd_config_load_dir(o->model, &cfg, err, sizeof err) != SD_OK) goto fail;
     sd_draft_opts dopts = sd_draft_opts_default();
     dopts.n_threads = o->threads;
+    d->be = sd_backend_open(o->device, o->threads, err, sizeof err);
+    if (!d->be) goto fail;
+    dopts.be = d->be;
     dopts.max_seqs = o->max_seqs;
     dopts.max_context = o->max_context ? o->max_context
                                        : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position
@@ -457,9 +462,10 @@ int main(int argc, char **argv)
         return prc > 0 ? 0 : 2;
     }
     sd_log_init("drafter", sd_log_parse_level(o.log_level));
-    if (strcmp(o.device, "cpu") != 0) {
-        fprintf(stderr, "specd-drafter: --device %s is not supported: the drafter runs on the CPU only "
-                        "(use --device cpu)\n", o.device);
+    int dev_index;
+    char dev_err[256];
+    if (sd_device_parse(o.device, &dev_index, dev_err, sizeof dev_err) < 0) {
+        fprintf(stderr, "specd-drafter: %s\n", dev_err);
         return 2;
     }
     install_signals();
@@ -479,6 +485,7 @@ int main(int argc, char **argv)
     if (d.sock) zmq_close(d.sock);
     if (zctx) zmq_ctx_term(zctx);
     sd_proposer_free(d.prop);
+    sd_backend_free(d.be);
     sd_dstate_free(d.table);
     free(d.items);
     free(d.props);

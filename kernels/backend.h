@@ -105,6 +105,9 @@ typedef struct sd_backend_ops {
     void (*add)(sd_backend *be, float *y, const float *x, size_t n, int bf16);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
+    /* Returns and clears the first error recorded by an op that returns
+     * void (device backends); NULL when ops cannot fail that way. */
+    sd_status (*take_error)(sd_backend *be);
     void (*destroy)(sd_backend *be);
 } sd_backend_ops;
 

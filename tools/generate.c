@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backend_open.h"
 #include "draft.h"
 #include "engine.h"
 #include "model.h"
@@ -33,6 +34,7 @@ typedef struct gen_opts {
     int max_tokens;
     int threads;
     const char *draft_dir;
+    const char *device;
     bool ngram;
     int num_draft;
     int verify;          /* sd_verify_mode or SD_VERIFY_AUTO */
@@ -55,7 +57,8 @@ static void usage(FILE *f)
             "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
             "       [--presence-penalty X] [--frequency-penalty X] [--seed S] [--ignore-eos]\n"
             "       [--threads N] [--json] [--dump-logits FILE]\n"
-            "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n");
+            "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
+            "       [--device cpu|cuda:N]\n");
 }
 
 static int parse_num(const char *s, const char *name, double lo, double hi, double *out)
@@ -80,7 +83,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
         {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
         {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
-        {"ngram", 0, 0, 'G'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
+        {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
@@ -108,6 +111,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'f': if (parse_num(optarg, "--frequency-penalty", -1e9, 1e9, &v)) return -1; o->sampling.frequency_penalty = (float)v; break;
         case 's': if (parse_num(optarg, "--seed", 0, 1.8e19, &v)) return -1; o->sampling.seed = (uint64_t)v; break;
         case 'D': o->draft_dir = optarg; break;
+        case 'X': o->device = optarg; break;
         case 'G': o->ngram = true; break;
         case 'K': if (parse_num(optarg, "--num-draft", 0, SD_MAX_DRAFT, &v)) return -1; o->num_draft = (int)v; break;
         case 'V':
@@ -373,7 +377,8 @@ int main(int argc, char **argv)
     sd_engine *eng = NULL;
     sd_proposer *pr = NULL;
     sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
-    sd_backend *be = sd_backend_cpu_new(o.threads);
+    sd_backend *be = sd_backend_open(o.device, o.threads, err, sizeof err);
+    if (!be) fprintf(stderr, "specd-generate: %s\n", err);
     if ((o.prompt && !tok) || !be) goto out;
     if (prompt_ids(&o, tok, &ids, &np) != 0) goto out;
     if (sd_model_load(o.model_dir, be, &m, err, sizeof err) != SD_OK) {

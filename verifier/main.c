@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "backend.h"
+#include "backend_open.h"
 #include "engine.h"
 #include "log.h"
 #include "model.h"
@@ -75,9 +76,9 @@ int main(int argc, char **argv)
     sd_engine *e = NULL;
     sd_vf_server *srv = NULL;
     void *zctx = NULL;
-    sd_backend *be = sd_backend_cpu_new(cfg.threads);
+    sd_backend *be = sd_backend_open(cfg.device, cfg.threads, err, sizeof err);
     if (!be) {
-        SD_ERROR("cannot create the cpu backend");
+        SD_ERROR("%s", err);
         goto out;
     }
     if (load_model(&cfg, be, &m) != 0) goto out;

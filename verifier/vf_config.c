@@ -7,12 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_open.h"
 #include "proposer.h"
 
 const char *sd_vf_usage(void)
 {
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
-           "                      [--threads N] [--device cpu] [--max-batch N] [--kv-blocks N]\n"
+           "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
            "                      [--prefill-chunk N] [--draft-timeout-ms N] [--log-level debug|info|warn|error]\n";
 }
 
@@ -98,8 +99,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
     if (optind < argc) return sd_seterr(err, errlen, SD_ERR_ARG, "unexpected argument '%s'", argv[optind]);
     if (cfg->help) return SD_OK;
     if (!cfg->model_dir) return sd_seterr(err, errlen, SD_ERR_ARG, "--model DIR is required");
-    if (strcmp(cfg->device, "cpu") != 0)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
-                         "--device %s is not supported by this build (only cpu is implemented)", cfg->device);
+    int index;
+    if (sd_device_parse(cfg->device, &index, err, errlen) < 0) return SD_ERR_UNSUPPORTED;
     return SD_OK;
 }

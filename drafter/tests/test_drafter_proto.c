@@ -3,7 +3,7 @@
  * length mismatches, open + batch with appended tokens (n-gram drafts equal
  * sd_ngram_lookup; draft-model drafts equal an in-process sd_draft_new
  * proposer), q per token when sampling, close, malformed frames dropped
- * without a crash, --device cuda refused with exit 2, SIGTERM → exit 0.
+ * without a crash, an unknown --device refused with exit 2, SIGTERM → exit 0.
  * Needs $SD_BIN/specd-drafter and $SD_MODELS/tinycode-3m. */
 #include <signal.h>
 #include <stdio.h>
@@ -250,7 +250,7 @@ START_TEST(test_device_refused)
     snprintf(bin, sizeof bin, "%s/specd-drafter", getenv("SD_BIN") ? getenv("SD_BIN") : "bin");
     pid_t pid = fork();
     if (pid == 0) {
-        execl(bin, bin, "--ngram", "--device", "cuda:0", (char *)NULL);
+        execl(bin, bin, "--ngram", "--device", "tpu:0", (char *)NULL);
         _exit(127);
     }
     int st;

@@ -47,8 +47,10 @@ typedef struct cuda_impl {
     size_t xbf_cap;
     int32_t *meta;       /* device [meta_cap] attention rows + block tables */
     size_t meta_cap;
-    int32_t *h_meta;     /* host staging of meta */
+    int32_t *h_meta;     /* host staging of the next meta [h_meta_cap] */
+    int32_t *h_last;     /* host copy of what meta holds now [h_meta_cap] */
     size_t h_meta_cap;
+    size_t last_len;     /* elements of h_last (0: meta holds nothing) */
     int32_t *amax;       /* device [amax_cap] argmax results */
     size_t amax_cap;
 } cuda_impl;
@@ -124,7 +126,7 @@ static sd_status upload_bf16(cuda_impl *im, const sd_st_tensor *t, uint16_t *dev
         sd_convert_to_f32(t->dtype, (const char *)t->data + i * esz, f, m);
         for (size_t j = 0; j < m; j++) {
             union { float f; uint32_t u; } v = {.f = sd_round_bf16(f[j])};
-            h[j] = (uint16_t)(v.u >> 16);
+            h[j] = f[j] != f[j] ? (uint16_t)0x7fc0u : (uint16_t)(v.u >> 16); /* keep NaN a NaN */
         }
         cudaError_t e = cudaMemcpyAsync(dev + i, h, m * 2, cudaMemcpyHostToDevice, im->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream); /* h is reused */
@@ -313,8 +315,10 @@ static sd_status stage_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, 
     for (int s = 0; s < n_seqs; s++) n += (size_t)(seqs[s].pos0 + seqs[s].n + bs - 1) / bs;
     if (n > im->h_meta_cap) {
         int32_t *p = realloc(im->h_meta, n * sizeof *p);
-        if (!p) return SD_ERR_NOMEM;
-        im->h_meta = p;
+        if (p) im->h_meta = p;
+        int32_t *l = p ? realloc(im->h_last, n * sizeof *l) : NULL;
+        if (l) im->h_last = l;
+        if (!p || !l) return SD_ERR_NOMEM;
         im->h_meta_cap = n;
     }
     int32_t *m = im->h_meta;
@@ -348,10 +352,19 @@ static sd_status cuda_attention(sd_backend *be, float *out, const float *q, cons
     size_t len = 0;
     sd_status st = stage_meta(im, seqs, n_seqs, T, sh->block_size, &len);
     if (st != SD_OK) return st;
-    st = grow_dev(im, (void **)&im->meta, &im->meta_cap, len * sizeof(int32_t));
-    if (st != SD_OK) return st;
-    /* pageable source: staged before return, so h_meta may be rewritten */
-    SD_CUDA_CHECK(cudaMemcpyAsync(im->meta, im->h_meta, len * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+    /* Every layer of a forward pass sends the same tables: copy only on change. */
+    if (len != im->last_len || memcmp(im->h_meta, im->h_last, len * sizeof(int32_t)) != 0) {
+        im->last_len = 0;
+        st = grow_dev(im, (void **)&im->meta, &im->meta_cap, len * sizeof(int32_t));
+        if (st != SD_OK) return st;
+        /* pageable source: staged before return, so h_meta may be rewritten */
+        SD_CUDA_CHECK(
+            cudaMemcpyAsync(im->meta, im->h_meta, len * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+        int32_t *t = im->h_last;
+        im->h_last = im->h_meta;
+        im->h_meta = t;
+        im->last_len = len;
+    }
     SD_CUDA_CHECK(sd_cu_attention(im->stream, out, q, kv->k, kv->v, im->meta, T, sh->n_heads, sh->n_kv_heads,
                                   sh->head_dim, sh->block_size, sh->scale, sh->bf16));
     return SD_OK;
@@ -367,6 +380,7 @@ static void cuda_destroy(sd_backend *be)
     cudaFree(im->meta);
     cudaFree(im->amax);
     free(im->h_meta);
+    free(im->h_last);
     if (im->blas) cublasDestroy(im->blas);
     if (im->stream) cudaStreamDestroy(im->stream);
     free(im);
@@ -390,6 +404,7 @@ static const sd_backend_ops cuda_ops = {
     .silu_mul = cuda_silu_mul,
     .add = cuda_add,
     .sync = cuda_sync,
+    .take_error = sd_cuda_take_error,
     .destroy = cuda_destroy,
 };
 

@@ -73,11 +73,12 @@ static int grid_for(size_t n, int threads)
 
 /* ---------------------------------------------------------- conversion */
 
-/* CPU reference: sd_round_bf16 (backend.h). src, dst: [n] */
+/* CPU reference: sd_round_bf16 (backend.h); NaN becomes a quiet bf16 NaN
+ * (truncating its low mantissa bits could give inf). src, dst: [n] */
 __global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = (uint16_t)(__float_as_uint(bf16r(src[i])) >> 16);
+        dst[i] = isnan(src[i]) ? (uint16_t)0x7fc0u : (uint16_t)(__float_as_uint(bf16r(src[i])) >> 16);
 }
 
 extern "C" cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, const float *src, size_t n)

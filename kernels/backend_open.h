@@ -1,0 +1,58 @@
+/* backend_open.h — choose a backend from a --device string.
+ *
+ * "cpu" → the CPU backend; "cuda" or "cuda:N" → the CUDA backend on device N
+ * when the program was linked with it (SD_HAVE_CUDA, kernels/cuda/), else a
+ * clear error. Header-only so that each program decides at link time
+ * whether it carries CUDA. */
+#ifndef SD_BACKEND_OPEN_H
+#define SD_BACKEND_OPEN_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#ifdef SD_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
+/* Parses device: returns 0 for cpu, 1 for cuda (GPU index in *index), or -1
+ * (message in err) when the string is neither. */
+static inline int sd_device_parse(const char *device, int *index, char *err, size_t errlen)
+{
+    *index = 0;
+    if (!device || !strcmp(device, "cpu")) return 0;
+    if (!strncmp(device, "cuda", 4) && (device[4] == '\0' || device[4] == ':')) {
+        if (device[4] == ':') {
+            char *end;
+            long n = strtol(device + 5, &end, 10);
+            if (end == device + 5 || *end || n < 0 || n > 1023) goto bad;
+            *index = (int)n;
+        }
+        return 1;
+    }
+bad:
+    sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "unknown device '%s' (expected cpu, cuda or cuda:N)", device);
+    return -1;
+}
+
+/* Creates the backend named by device with n_threads CPU threads (CPU only).
+ * NULL with a message when the device is unknown, not built in, or fails. */
+static inline sd_backend *sd_backend_open(const char *device, int n_threads, char *err, size_t errlen)
+{
+    int index;
+    int kind = sd_device_parse(device, &index, err, errlen);
+    if (kind < 0) return NULL;
+    if (kind == 0) {
+        sd_backend *be = sd_backend_cpu_new(n_threads);
+        if (!be) sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot start the CPU backend");
+        return be;
+    }
+#ifdef SD_HAVE_CUDA
+    return sd_backend_cuda_new(index, err, errlen);
+#else
+    sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend", device);
+    return NULL;
+#endif
+}
+
+#endif

@@ -1,0 +1,540 @@
+/* test_cuda_backend.c — the CUDA backend against the CPU backend.
+ *
+ * Every op runs on both backends with the same inputs and is compared
+ * element-wise with |d| <= atol + rtol * |ref| (ref = CPU). Tolerances:
+ *   - own kernels in f32 mode: ~1e-5 (only the summation order differs);
+ *   - bf16 rounding modes: rtol 1e-2 for one rounding (one bf16 ulp is at
+ *     most 2^-7 relative, when a value sits on a rounding boundary and the
+ *     two sides fall differently), 2e-2 where two roundings can both flip
+ *     (silu_mul, rmsnorm, attention);
+ *   - cuBLAS matmul: x is rounded to bf16 first, so ~1e-2 relative;
+ *   - whole model (qwen3-tiny, F32 checkpoint; the GPU holds bf16 weights):
+ *     |d| <= 0.05 + 0.02 |ref| on logits of magnitude ~1.
+ * Plus: batch-invariant mode gives bit-identical logits whether a sequence
+ * runs in one pass, token by token, or in spans batched with another one.
+ *
+ * Without a CUDA device the program prints "SKIP: no CUDA device" and exits
+ * 77, which CTest reports as skipped. Tests run without fork (CK_NOFORK): a
+ * CUDA context does not survive fork(). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_backend.h"
+#include "kv_pool.h"
+#include "model.h"
+#include "sampler.h"
+#include "testutil.h"
+
+static sd_backend *g_cpu, *g_gpu;
+
+/* ------------------------------------------------------------ helpers */
+
+static float frand(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)((*s >> 8) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+/* p[n] uniform in [-scale, scale), rounded to bf16 when b16. */
+static float *rand_vec(size_t n, uint32_t seed, float scale, int b16)
+{
+    float *p = malloc(n * sizeof *p);
+    uint32_t s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++) {
+        float v = frand(&s) * scale;
+        p[i] = b16 ? sd_round_bf16(v) : v;
+    }
+    return p;
+}
+
+/* Backend buffers holding a copy of host h[n] (CPU: host memory). */
+static float *on(sd_backend *be, const float *h, size_t n)
+{
+    float *d = be->ops->alloc(be, n * sizeof *d);
+    ck_assert_ptr_nonnull(d);
+    if (h) be->ops->to_backend(be, d, h, n * sizeof *d);
+    return d;
+}
+
+static float *gpu_read(const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    g_gpu->ops->to_host(g_gpu, h, d, n * sizeof *h);
+    ck_assert_int_eq(sd_cuda_take_error(g_gpu), SD_OK);
+    return h;
+}
+
+static void expect_close(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol)
+{
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        ck_assert_msg(d <= atol + rtol * fabs(ref[i]), "%s: element %zu: gpu %.8g, cpu %.8g (|d| %.3g)", what, i,
+                      got[i], ref[i], d);
+    }
+}
+
+/* A weight uploaded to both backends. Matrices are given as bf16 (values
+ * exact on both sides), vectors as f32. */
+typedef struct wpair {
+    sd_weight c, g;
+    uint16_t *h16;
+    float *h32;
+} wpair;
+
+static void make_weight(wpair *w, int rows, int cols, int matrix, uint32_t seed, float scale, float offset)
+{
+    size_t n = (size_t)rows * cols;
+    w->h32 = rand_vec(n, seed, scale, 1);
+    for (size_t i = 0; i < n; i++) w->h32[i] = sd_round_bf16(w->h32[i] + offset);
+    w->h16 = malloc(n * sizeof *w->h16);
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } v = {.f = w->h32[i]};
+        w->h16[i] = (uint16_t)(v.u >> 16);
+    }
+    sd_st_tensor t = {.name = "w", .dtype = matrix ? SD_DTYPE_BF16 : SD_DTYPE_F32, .ndim = matrix ? 2 : 1};
+    t.shape[0] = matrix ? rows : cols;
+    t.shape[1] = cols;
+    t.data = matrix ? (const void *)w->h16 : (const void *)w->h32;
+    t.nbytes = n * (matrix ? 2 : 4);
+    char err[256];
+    ck_assert_int_eq(g_cpu->ops->upload(g_cpu, &t, &w->c, err, sizeof err), SD_OK);
+    ck_assert_msg(g_gpu->ops->upload(g_gpu, &t, &w->g, err, sizeof err) == SD_OK, "upload: %s", err);
+}
+
+static void free_weight(wpair *w)
+{
+    g_cpu->ops->release(g_cpu, &w->c);
+    g_gpu->ops->release(g_gpu, &w->g);
+    free(w->h16);
+    free(w->h32);
+}
+
+/* ------------------------------------------------------------- matmul */
+
+static void check_matmul(int T, int N, int K, int with_bias, int b16, int invariant)
+{
+    wpair w, b;
+    make_weight(&w, N, K, 1, (uint32_t)(N * 7 + K), 1.0f / sqrtf((float)K), 0.0f);
+    if (with_bias) make_weight(&b, 1, N, 0, (uint32_t)N, 0.5f, 0.0f);
+    float *x = rand_vec((size_t)T * K, (uint32_t)(T + K), 1.0f, b16);
+    float *yc = on(g_cpu, NULL, (size_t)T * N), *xc = on(g_cpu, x, (size_t)T * K);
+    float *yg = on(g_gpu, NULL, (size_t)T * N), *xg = on(g_gpu, x, (size_t)T * K);
+    ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, invariant), SD_OK);
+    g_cpu->ops->matmul(g_cpu, yc, xc, &w.c, with_bias ? &b.c : NULL, T, b16);
+    g_gpu->ops->matmul(g_gpu, yg, xg, &w.g, with_bias ? &b.g : NULL, T, b16);
+    float *got = gpu_read(yg, (size_t)T * N);
+    char what[128];
+    snprintf(what, sizeof what, "matmul T=%d N=%d K=%d bias=%d bf16=%d inv=%d", T, N, K, with_bias, b16, invariant);
+    double atol = invariant ? 1e-5 : 2e-2, rtol = invariant ? (b16 ? 1e-2 : 1e-4) : 1.5e-2;
+    expect_close(what, got, yc, (size_t)T * N, atol, rtol);
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    free(got);
+    free(x);
+    g_cpu->ops->free(g_cpu, yc);
+    g_cpu->ops->free(g_cpu, xc);
+    g_gpu->ops->free(g_gpu, yg);
+    g_gpu->ops->free(g_gpu, xg);
+    free_weight(&w);
+    if (with_bias) free_weight(&b);
+}
+
+START_TEST(matmul_vs_cpu)
+{
+    static const int shapes[][3] = {{1, 37, 64}, {5, 129, 96}, {17, 300, 200}, {3, 1000, 33}, {9, 512, 64}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int mode = 0; mode < 8; mode++)
+            check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], mode & 1, (mode >> 1) & 1, (mode >> 2) & 1);
+}
+END_TEST
+
+/* ---------------------------------------------------- rmsnorm / embed */
+
+START_TEST(rmsnorm_vs_cpu)
+{
+    static const int shapes[][2] = {{1, 16}, {7, 64}, {3, 128}, {2, 1000}, {33, 48}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int mode = 0; mode < 4; mode++) {
+            int T = shapes[s][0], D = shapes[s][1], b16 = mode & 1, inplace = mode >> 1;
+            size_t n = (size_t)T * D;
+            wpair w;
+            make_weight(&w, 1, D, 0, (uint32_t)D, 0.2f, 1.0f);
+            float *x = rand_vec(n, (uint32_t)(T * D), 3.0f, b16);
+            float *xc = on(g_cpu, x, n), *xg = on(g_gpu, x, n);
+            float *yc = inplace ? xc : on(g_cpu, NULL, n), *yg = inplace ? xg : on(g_gpu, NULL, n);
+            g_cpu->ops->rmsnorm(g_cpu, yc, xc, &w.c, T, D, 1e-6f, b16);
+            g_gpu->ops->rmsnorm(g_gpu, yg, xg, &w.g, T, D, 1e-6f, b16);
+            float *got = gpu_read(yg, n);
+            char what[96];
+            snprintf(what, sizeof what, "rmsnorm T=%d D=%d bf16=%d inplace=%d", T, D, b16, inplace);
+            expect_close(what, got, yc, n, 1e-6, b16 ? 2e-2 : 1e-5);
+            free(got);
+            free(x);
+            if (!inplace) {
+                g_cpu->ops->free(g_cpu, yc);
+                g_gpu->ops->free(g_gpu, yg);
+            }
+            g_cpu->ops->free(g_cpu, xc);
+            g_gpu->ops->free(g_gpu, xg);
+            free_weight(&w);
+        }
+}
+END_TEST
+
+START_TEST(embed_vs_cpu)
+{
+    int V = 1001, C = 96, T = 9;
+    wpair E;
+    make_weight(&E, V, C, 1, 5u, 1.0f, 0.0f);
+    int32_t ids[9] = {0, 1000, 5, 5, 999, 17, 0, 512, 3};
+    int32_t *ig = g_gpu->ops->alloc(g_gpu, sizeof ids);
+    g_gpu->ops->to_backend(g_gpu, ig, ids, sizeof ids);
+    float *yc = on(g_cpu, NULL, (size_t)T * C), *yg = on(g_gpu, NULL, (size_t)T * C);
+    g_cpu->ops->embed(g_cpu, yc, &E.c, ids, T);
+    g_gpu->ops->embed(g_gpu, yg, &E.g, ig, T);
+    float *got = gpu_read(yg, (size_t)T * C);
+    ck_assert_int_eq(memcmp(got, yc, (size_t)T * C * sizeof(float)), 0);
+    free(got);
+    g_cpu->ops->free(g_cpu, yc);
+    g_gpu->ops->free(g_gpu, yg);
+    g_gpu->ops->free(g_gpu, ig);
+    free_weight(&E);
+}
+END_TEST
+
+/* --------------------------------------------------------------- rope */
+
+START_TEST(rope_vs_cpu)
+{
+    static const int shapes[][3] = {{1, 4, 64}, {5, 3, 128}, {7, 2, 16}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int b16 = 0; b16 < 2; b16++) {
+            int T = shapes[s][0], nh = shapes[s][1], hd = shapes[s][2], half = hd / 2;
+            size_t n = (size_t)T * nh * hd;
+            float *x = rand_vec(n, (uint32_t)(n + 3), 2.0f, b16);
+            float *cs = malloc((size_t)T * half * sizeof *cs), *sn = malloc((size_t)T * half * sizeof *sn);
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < half; i++) {
+                    float f = (float)(t + 11) * powf(10000.0f, -2.0f * i / hd);
+                    cs[t * half + i] = b16 ? sd_round_bf16(cosf(f)) : cosf(f);
+                    sn[t * half + i] = b16 ? sd_round_bf16(sinf(f)) : sinf(f);
+                }
+            float *xc = on(g_cpu, x, n), *xg = on(g_gpu, x, n);
+            float *cg = on(g_gpu, cs, (size_t)T * half), *sg = on(g_gpu, sn, (size_t)T * half);
+            g_cpu->ops->rope(g_cpu, xc, cs, sn, T, nh, hd, b16);
+            g_gpu->ops->rope(g_gpu, xg, cg, sg, T, nh, hd, b16);
+            float *got = gpu_read(xg, n);
+            char what[64];
+            snprintf(what, sizeof what, "rope T=%d nh=%d hd=%d bf16=%d", T, nh, hd, b16);
+            expect_close(what, got, xc, n, 1e-6, b16 ? 1e-2 : 1e-6);
+            free(got);
+            free(x);
+            free(cs);
+            free(sn);
+            g_cpu->ops->free(g_cpu, xc);
+            g_gpu->ops->free(g_gpu, xg);
+            g_gpu->ops->free(g_gpu, cg);
+            g_gpu->ops->free(g_gpu, sg);
+        }
+}
+END_TEST
+
+/* ---------------------------------------------------- silu_mul / add */
+
+START_TEST(elementwise_vs_cpu)
+{
+    static const size_t sizes[] = {1, 1000, 1000003};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int b16 = 0; b16 < 2; b16++) {
+            size_t n = sizes[s];
+            float *a = rand_vec(n, 7u, 6.0f, b16), *b = rand_vec(n, 8u, 2.0f, b16);
+            float *ac = on(g_cpu, a, n), *bc = on(g_cpu, b, n), *oc = on(g_cpu, NULL, n);
+            float *ag = on(g_gpu, a, n), *bg = on(g_gpu, b, n), *og = on(g_gpu, NULL, n);
+            g_cpu->ops->silu_mul(g_cpu, oc, ac, bc, n, b16);
+            g_gpu->ops->silu_mul(g_gpu, og, ag, bg, n, b16);
+            float *got = gpu_read(og, n);
+            expect_close(b16 ? "silu_mul bf16" : "silu_mul", got, oc, n, 1e-6, b16 ? 2e-2 : 1e-5);
+            free(got);
+            g_cpu->ops->add(g_cpu, ac, bc, n, b16);
+            g_gpu->ops->add(g_gpu, ag, bg, n, b16);
+            got = gpu_read(ag, n);
+            expect_close(b16 ? "add bf16" : "add", got, ac, n, 0.0, 0.0);
+            free(got);
+            free(a);
+            free(b);
+            float *bufs[] = {ac, bc, oc};
+            for (int i = 0; i < 3; i++) g_cpu->ops->free(g_cpu, bufs[i]);
+            float *gbufs[] = {ag, bg, og};
+            for (int i = 0; i < 3; i++) g_gpu->ops->free(g_gpu, gbufs[i]);
+        }
+}
+END_TEST
+
+/* ----------------------------------------------------------- attention */
+
+#define NB 32 /* blocks in the test cache */
+#define BS 16 /* positions per block */
+
+/* Disjoint block tables: sequence s gets blocks perm[off..off+need). */
+static void make_tables(sd_attn_seq *seqs, int n_seqs, int32_t *store)
+{
+    int32_t perm[NB];
+    for (int i = 0; i < NB; i++) perm[i] = (i * 13 + 5) % NB;
+    int off = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int need = (seqs[s].pos0 + seqs[s].n + BS - 1) / BS;
+        ck_assert_int_le(off + need, NB);
+        memcpy(store + off, perm + off, (size_t)need * sizeof *store);
+        seqs[s].block_table = store + off;
+        off += need;
+    }
+}
+
+/* One attention call over seqs on both backends, K/V of the new rows
+ * written first with kv_write; the rest of the cache is random. */
+static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int hd, int b16)
+{
+    int32_t tables[NB];
+    make_tables(seqs, n_seqs, tables);
+    int T = 0;
+    for (int s = 0; s < n_seqs; s++) T += seqs[s].n;
+    int32_t *slots = malloc((size_t)T * sizeof *slots);
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s].n; i++) {
+            int pos = seqs[s].pos0 + i;
+            slots[seqs[s].row0 + i] = seqs[s].block_table[pos / BS] * BS + pos % BS;
+        }
+    size_t kvd = (size_t)nkv * hd, cache = (size_t)NB * BS * kvd, qn = (size_t)T * nh * hd;
+    float *kh = rand_vec(cache, 21u, 1.0f, b16), *vh = rand_vec(cache, 22u, 1.0f, b16);
+    float *kn = rand_vec((size_t)T * kvd, 23u, 1.0f, b16), *vn = rand_vec((size_t)T * kvd, 24u, 1.0f, b16);
+    float *q = rand_vec(qn, 25u, 1.5f, b16);
+    sd_kv_layer kc = {on(g_cpu, kh, cache), on(g_cpu, vh, cache)};
+    sd_kv_layer kg = {on(g_gpu, kh, cache), on(g_gpu, vh, cache)};
+    float *knc = on(g_cpu, kn, (size_t)T * kvd), *vnc = on(g_cpu, vn, (size_t)T * kvd);
+    float *kng = on(g_gpu, kn, (size_t)T * kvd), *vng = on(g_gpu, vn, (size_t)T * kvd);
+    int32_t *sg = g_gpu->ops->alloc(g_gpu, (size_t)T * sizeof *sg);
+    g_gpu->ops->to_backend(g_gpu, sg, slots, (size_t)T * sizeof *sg);
+    float *qc = on(g_cpu, q, qn), *qg = on(g_gpu, q, qn), *oc = on(g_cpu, NULL, qn), *og = on(g_gpu, NULL, qn);
+    g_cpu->ops->kv_write(g_cpu, &kc, knc, vnc, slots, T, (int)kvd);
+    g_gpu->ops->kv_write(g_gpu, &kg, kng, vng, sg, T, (int)kvd);
+    sd_attn_shape sh = {nh, nkv, hd, BS, 1.0f / sqrtf((float)hd), b16};
+    ck_assert_int_eq(g_cpu->ops->attention(g_cpu, oc, qc, &kc, seqs, n_seqs, &sh), SD_OK);
+    ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
+    float *got = gpu_read(og, qn);
+    char what[96];
+    snprintf(what, sizeof what, "attention T=%d nh=%d nkv=%d hd=%d bf16=%d", T, nh, nkv, hd, b16);
+    expect_close(what, got, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
+    float *kback = gpu_read(kg.k, cache);
+    ck_assert_int_eq(memcmp(kback, kc.k, cache * sizeof(float)), 0); /* kv_write is a copy */
+    free(kback);
+    free(got);
+    float *hb[] = {kh, vh, kn, vn, q};
+    for (int i = 0; i < 5; i++) free(hb[i]);
+    float *cb[] = {kc.k, kc.v, knc, vnc, qc, oc};
+    for (int i = 0; i < 6; i++) g_cpu->ops->free(g_cpu, cb[i]);
+    void *gb[] = {kg.k, kg.v, kng, vng, qg, og, sg};
+    for (int i = 0; i < 7; i++) g_gpu->ops->free(g_gpu, gb[i]);
+    free(slots);
+}
+
+START_TEST(attention_vs_cpu)
+{
+    static const int heads[][3] = {{4, 4, 64}, {8, 2, 128}, {6, 1, 64}, {2, 1, 256}, {4, 2, 16}};
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+        for (int b16 = 0; b16 < 2; b16++) {
+            /* prefill from 0, a K+1 verify span, a decode step, a first token */
+            sd_attn_seq batch[4] = {{0, 7, 0, NULL}, {7, 5, 40, NULL}, {12, 1, 20, NULL}, {13, 1, 0, NULL}};
+            check_attention(batch, 4, heads[h][0], heads[h][1], heads[h][2], b16);
+            sd_attn_seq one[1] = {{0, 1, 150, NULL}}; /* T = 1 over a long context */
+            check_attention(one, 1, heads[h][0], heads[h][1], heads[h][2], b16);
+            sd_attn_seq span[1] = {{0, 33, 200, NULL}}; /* a span crossing blocks */
+            check_attention(span, 1, heads[h][0], heads[h][1], heads[h][2], b16);
+        }
+}
+END_TEST
+
+/* ------------------------------------------------------------- argmax */
+
+START_TEST(argmax_vs_cpu)
+{
+    int rows = 4, V = 50257;
+    float *l = rand_vec((size_t)rows * V, 99u, 10.0f, 0);
+    l[7] = l[50000] = 20.0f;                   /* row 0: tie, lowest id wins */
+    for (int i = 0; i < V; i++) l[V + i] = NAN; /* row 1: all NaN -> -1 */
+    l[2 * V + V - 1] = 50.0f;                  /* row 2: last id */
+    l[3 * V] = NAN;                            /* row 3: NaN skipped */
+    float *lg = on(g_gpu, l, (size_t)rows * V);
+    int32_t got[4];
+    ck_assert_int_eq(sd_cuda_argmax(g_gpu, lg, rows, V, got), SD_OK);
+    for (int r = 0; r < rows; r++) ck_assert_int_eq(got[r], sd_argmax(l + (size_t)r * V, V));
+    ck_assert_int_eq(got[0], 7);
+    ck_assert_int_eq(got[1], -1);
+    g_gpu->ops->free(g_gpu, lg);
+    free(l);
+}
+END_TEST
+
+/* ------------------------------------------------------- whole model */
+
+static sd_model *open_model(const char *name, sd_backend *be, int positions)
+{
+    char path[512], rel[256], err[512];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    sd_model *m = NULL;
+    sd_status st = sd_model_load(tu_fixture(path, sizeof path, rel), be, &m, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "load %s: %s", name, err);
+    st = sd_model_kv_init(m, (positions + 15) / 16 * 3, 16, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "kv: %s", err);
+    return m;
+}
+
+/* One forward pass of n tokens at pos0 on seq, all logits out. */
+static void fwd(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out)
+{
+    char err[512];
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    ck_assert_int_eq(sd_kv_reserve(pool, seq, n), SD_OK);
+    sd_batch_seq b = {ids, n, pos0, seq, n};
+    sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
+    ck_assert_msg(st == SD_OK, "forward: %s", err);
+    sd_kv_commit(pool, seq, n);
+    if (sd_backend_is_cuda(sd_model_backend(m))) ck_assert_int_eq(sd_cuda_take_error(sd_model_backend(m)), SD_OK);
+}
+
+/* Test prompt: a fixed pseudo-random sequence of n ids below vocab. */
+static int32_t *prompt(int n, int vocab)
+{
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)vocab);
+    return ids;
+}
+
+static float *logits_on(sd_backend *be, const int32_t *ids, int n, int *vocab)
+{
+    sd_model *m = open_model("qwen3-tiny", be, n);
+    *vocab = sd_model_cfg(m)->vocab_size;
+    float *out = malloc((size_t)n * *vocab * sizeof(float));
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    fwd(m, &seq, ids, n, 0, out);
+    sd_kv_seq_release(sd_model_kv_pool(m), &seq);
+    sd_model_free(m);
+    return out;
+}
+
+START_TEST(model_logits_vs_cpu)
+{
+    int n = 120, V = 0;
+    int32_t *ids = prompt(n, 512);
+    float *ref = logits_on(g_cpu, ids, n, &V);
+    for (int inv = 0; inv < 2; inv++) {
+        sd_cuda_set_batch_invariant(g_gpu, inv);
+        float *got = logits_on(g_gpu, ids, n, &V);
+        double maxd = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++) maxd = fmax(maxd, fabs((double)got[i] - ref[i]));
+        fprintf(stderr, "qwen3-tiny (invariant=%d): max |gpu - cpu| logit = %.3g\n", inv, maxd);
+        expect_close(inv ? "model logits (invariant)" : "model logits (cuBLAS)", got, ref, (size_t)n * V, 0.05,
+                     0.02);
+        free(got);
+    }
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    free(ref);
+    free(ids);
+}
+END_TEST
+
+/* Invariant mode: one pass == token by token == spans batched with a
+ * second sequence, bit for bit. */
+START_TEST(model_batch_invariant)
+{
+    int n = 40;
+    ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, 1), SD_OK);
+    sd_model *m = open_model("qwen3-tiny", g_gpu, 2 * n);
+    int V = sd_model_cfg(m)->vocab_size;
+    int32_t *ids = prompt(n, V), *other = prompt(n, V - 1);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    float *a = malloc((size_t)n * V * sizeof(float)), *b = malloc((size_t)n * V * sizeof(float));
+    float *c = malloc((size_t)2 * n * V * sizeof(float));
+    sd_kv_seq s1, s2;
+    sd_kv_seq_init(&s1);
+    fwd(m, &s1, ids, n, 0, a);
+    sd_kv_seq_release(pool, &s1);
+    for (int i = 0; i < n; i++) fwd(m, &s1, ids + i, 1, i, b + (size_t)i * V);
+    sd_kv_seq_release(pool, &s1);
+    ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0, "one pass != token by token");
+    sd_kv_seq_init(&s2);
+    char err[256];
+    for (int p = 0, span = 1; p < n; span = span % 7 + 2) {
+        int k = span < n - p ? span : n - p;
+        ck_assert_int_eq(sd_kv_reserve(pool, &s1, k), SD_OK);
+        ck_assert_int_eq(sd_kv_reserve(pool, &s2, k), SD_OK);
+        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k}, {ids + p, k, p, &s1, k}};
+        ck_assert_int_eq(sd_model_forward(m, bs, 2, c, err, sizeof err), SD_OK);
+        ck_assert_msg(memcmp(c + (size_t)k * V, a + (size_t)p * V, (size_t)k * V * sizeof(float)) == 0,
+                      "span [%d, %d) batched differs from one pass", p, p + k);
+        sd_kv_commit(pool, &s1, k);
+        sd_kv_commit(pool, &s2, k);
+        p += k;
+    }
+    sd_kv_seq_release(pool, &s1);
+    sd_kv_seq_release(pool, &s2);
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    free(a);
+    free(b);
+    free(c);
+    free(ids);
+    free(other);
+    sd_model_free(m);
+}
+END_TEST
+
+START_TEST(bad_device_rejected)
+{
+    char err[256] = "";
+    ck_assert_ptr_null(sd_backend_cuda_new(4096, err, sizeof err));
+    ck_assert_msg(strstr(err, "4096") != NULL, "message: %s", err);
+    ck_assert_int_eq(sd_cuda_set_batch_invariant(g_cpu, 1), SD_ERR_ARG);
+}
+END_TEST
+
+int main(void)
+{
+    if (sd_cuda_device_count() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    char err[256];
+    g_gpu = sd_backend_cuda_new(0, err, sizeof err);
+    if (!g_gpu) {
+        fprintf(stderr, "test_cuda_backend: %s\n", err);
+        return 1;
+    }
+    g_cpu = sd_backend_cpu_new(4);
+    Suite *s = suite_create("cuda_backend");
+    TCase *tc = tcase_create("vs_cpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, bad_device_rejected);
+    tcase_add_test(tc, matmul_vs_cpu);
+    tcase_add_test(tc, rmsnorm_vs_cpu);
+    tcase_add_test(tc, embed_vs_cpu);
+    tcase_add_test(tc, rope_vs_cpu);
+    tcase_add_test(tc, elementwise_vs_cpu);
+    tcase_add_test(tc, attention_vs_cpu);
+    tcase_add_test(tc, argmax_vs_cpu);
+    tcase_add_test(tc, model_logits_vs_cpu);
+    tcase_add_test(tc, model_batch_invariant);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    sd_backend_free(g_gpu);
+    sd_backend_free(g_cpu);
+    return failed == 0 ? 0 : 1;
+}
