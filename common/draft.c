@@ -199,7 +199,11 @@ static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st,
     size_t nq = 1;
     const sd_tokprob *q = NULL;
     if (st->sampled) {
-        nq = sd_sampler_distribution(d->sp, it->sampling, row, d->vlimit, d->dist, (size_t)d->vlimit);
+        /* The drafter samples from (and reports) at most SD_DRAFT_Q_CAP of its
+         * most likely tokens, renormalised: rejection sampling is exact for
+         * any q as long as the draft is drawn from the q sent, and a short q
+         * keeps the message to the verifier small. */
+        nq = sd_sampler_distribution(d->sp, it->sampling, row, d->vlimit, d->dist, SD_DRAFT_Q_CAP);
         if (nq == 0) return false;
         double u = sd_rng_uniform(it->sampling->seed, it->out_pos + (uint64_t)t, SD_RNG_STREAM_DRAFT);
         tok = sd_sample_sparse(d->dist, nq, u);

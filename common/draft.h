@@ -27,6 +27,9 @@
 #include "backend.h"
 #include "model.h"
 #include "proposer.h"
+
+/* Most entries in a sampled draft token's proposal distribution q. */
+#define SD_DRAFT_Q_CAP 64
 #include "status.h"
 
 typedef struct sd_draft_opts {

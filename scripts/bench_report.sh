@@ -49,7 +49,14 @@ for need in "$TARGET/config.json" "$DRAFT/config.json"; do
 done
 command -v curl >/dev/null || { echo "bench_report: curl is required" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "bench_report: python3 is required" >&2; exit 1; }
-mkdir -p "$OUTDIR" || exit 1
+mkdir -p "$OUTDIR/bin" || exit 1
+# Measure a snapshot of the binaries, so that a rebuild of build/ during the
+# run cannot swap them between configurations (specd serve finds its
+# children next to itself).
+for b in specd specd-verifier specd-drafter specd-router specd-bench specd-bench-decode specd-bench-spec; do
+  cp -p "$BIN/$b" "$OUTDIR/bin/" || exit 1
+done
+BIN=$OUTDIR/bin
 
 SERVE_PID=""
 SERVE_LOG=/dev/null
@@ -141,7 +148,7 @@ fi
 T0=$(date +%s)
 {
   echo "# specd bench report — $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1), $(free -g | awk '/^Mem:/ {print $2 " GiB"}') RAM; git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1), $(free -g | awk '/^Mem:/ {print $2 " GiB"}') RAM; git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), binaries built $(date -r "$BIN/specd-verifier" '+%Y-%m-%d %H:%M')"
   echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUTDIR/header.txt"
 
