@@ -7,7 +7,9 @@
  * weights one decode step reads, the memory bandwidth of a plain multi-
  * threaded copy of a buffer much larger than the caches (STREAM "copy"
  * convention: bytes read + bytes written), and the ratio of achieved
- * weight-read bandwidth to it. */
+ * weight-read bandwidth to it. Then the cost of one forward pass over a span of
+ * T = 1..16 positions after a 300-token context (a verify pass is T = K+1),
+ * relative to one decode step (T = 1): speculation pays when this stays near 1. */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -96,6 +98,52 @@ out:
     return t;
 }
 
+/* Best time of a forward pass over T positions at pos0 (KV rolled back each time). */
+static double span_time(sd_model *m, sd_kv_seq *seq, const int32_t *toks, int pos0, int T, int reps)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    static float logits[16 * 262144];
+    char err[256];
+    double best = 1e30;
+    if ((size_t)T * sd_model_cfg(m)->vocab_size > sizeof logits / sizeof logits[0]) return -1;
+    for (int r = 0; r < reps; r++) {
+        if (sd_kv_reserve(pool, seq, T) != SD_OK) return -1;
+        sd_batch_seq b = {toks + pos0, T, pos0, seq, T};
+        double t0 = now_s();
+        if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) return -1;
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+        sd_kv_commit(pool, seq, 0);
+    }
+    return best;
+}
+
+/* Prints the span-cost table: forward time for T positions vs T = 1. */
+static void span_table(sd_model *m)
+{
+    const sd_model_config *c = sd_model_cfg(m);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    int32_t toks[320];
+    for (int i = 0; i < 320; i++) toks[i] = (int32_t)((i * 7919 + 13) % c->vocab_size);
+    sd_kv_seq seq;
+    sd_kv_seq_init(&seq);
+    char err[256];
+    sd_batch_seq pre = {toks, 300, 0, &seq, 0};
+    if (sd_kv_reserve(pool, &seq, 300) != SD_OK || sd_model_forward(m, &pre, 1, NULL, err, sizeof err) != SD_OK) {
+        sd_kv_seq_release(pool, &seq);
+        return;
+    }
+    sd_kv_commit(pool, &seq, 300);
+    printf("span positions T    ms/pass   x decode step   (300-token context, best of 30)\n");
+    double t1 = span_time(m, &seq, toks, 300, 1, 30);
+    const int spans[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0] && t1 > 0; i++) {
+        double t = span_time(m, &seq, toks, 300, spans[i], 30);
+        if (t > 0) printf("%16d %10.3f %15.2f\n", spans[i], t * 1e3, t / t1);
+    }
+    sd_kv_seq_release(pool, &seq);
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = "models/tinycode-16m";
@@ -117,7 +165,7 @@ int main(int argc, char **argv)
     sd_backend *be = sd_backend_cpu_new(threads);
     sd_model *m = NULL;
     if (!be || sd_model_load(dir, be, &m, err, sizeof err) != SD_OK ||
-        sd_model_kv_init(m, (n_tokens + 64) / 16 + 1, 16, err, sizeof err) != SD_OK) {
+        sd_model_kv_init(m, (n_tokens + 64) / 16 + 24, 16, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 1;
     }
@@ -143,6 +191,7 @@ int main(int argc, char **argv)
     printf("memory copy bandwidth      %.2f GB/s  (512 MiB memcpy, %d threads, read+write)\n", bw, nt);
     printf("roofline tokens/s          %.1f\n", bw * 1e9 / (double)wb);
     printf("fraction of roofline       %.0f%%\n", 100.0 * achieved / bw);
+    span_table(m);
     sd_model_free(m);
     sd_backend_free(be);
     return 0;
