@@ -62,6 +62,9 @@ static void roundtrip(const Specd__Envelope *env)
     free(back);
 }
 
+/* Kept whole on purpose: one envelope of every oneof case, filled field by
+ * field, in the order of specd.proto, so a missing case is visible at a
+ * glance next to the schema. */
 START_TEST(every_type_roundtrips)
 {
     int32_t ids[] = {1, 2, 3, 8191};
