@@ -16,6 +16,8 @@
 
 typedef struct cpu_impl {
     sd_pool *pool;
+    uint16_t *xbf;         /* matmul input converted to bf16 (bf16 activation mode) */
+    size_t xbf_len;
     float *attn_scratch;   /* [n_threads][scratch_len] attention scores */
     size_t scratch_len;
 } cpu_impl;
@@ -87,12 +89,17 @@ typedef struct mm_ctx {
     const sd_weight *bias;
     int T;
     int bf16;
+    const uint16_t *xbf;   /* x as bf16 when the vdpbf16ps path is used, else NULL */
 } mm_ctx;
 
 static void mm_rows(const mm_ctx *c, int n0, int n1)
 {
     const sd_weight *w = c->w;
     int K = w->cols, N = w->rows;
+    if (c->xbf) {
+        sd_dot_tile_bf16x(c->y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->xbf, K, K, n1 - n0, c->T);
+        return;
+    }
     if (c->T == 1) {
         if (w->dtype == SD_DTYPE_BF16)
             sd_dot_rows_bf16(c->y + n0, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
@@ -124,10 +131,29 @@ static void mm_task(void *ctx, int i, int n)
     }
 }
 
+/* In bf16 activation mode x holds exact bf16 values: keep their upper
+ * halves for the vdpbf16ps kernels. NULL when that path does not apply. */
+static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weight *w, int T, int bf16)
+{
+    if (!bf16 || w->dtype != SD_DTYPE_BF16 || !sd_cpu_has_bf16dot()) return NULL;
+    size_t n = (size_t)T * w->cols;
+    if (n > impl->xbf_len) {
+        uint16_t *p = realloc(impl->xbf, n * sizeof *p);
+        if (!p) return NULL;
+        impl->xbf = p;
+        impl->xbf_len = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } v = {.f = sd_round_bf16(x[i])};
+        impl->xbf[i] = (uint16_t)(v.u >> 16);
+    }
+    return impl->xbf;
+}
+
 static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
                        int bf16)
 {
-    mm_ctx c = {y, x, w, bias, T, bf16};
+    mm_ctx c = {y, x, w, bias, T, bf16, bf16_input(impl_of(be), x, w, T, bf16)};
     sd_pool_run(impl_of(be)->pool, mm_task, &c);
 }
 
@@ -343,6 +369,7 @@ static void cpu_destroy(sd_backend *be)
     cpu_impl *impl = impl_of(be);
     sd_pool_free(impl->pool);
     free(impl->attn_scratch);
+    free(impl->xbf);
     free(impl);
     free(be);
 }

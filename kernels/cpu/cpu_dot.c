@@ -14,6 +14,7 @@
 #include "backend.h"
 
 static bool g_avx2;
+static bool g_bf16dot; /* AVX-512 BF16 dot products (vdpbf16ps) */
 static bool g_inited;
 
 void sd_cpu_dot_init(void)
@@ -21,6 +22,8 @@ void sd_cpu_dot_init(void)
     if (g_inited) return;
     __builtin_cpu_init();
     g_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    g_bf16dot = g_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
     g_inited = true;
 }
 
@@ -358,4 +361,145 @@ void sd_attn_row(float *out, const float *q, const float *k, const float *v, siz
 {
     if (g_avx2) attn_row_avx2(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
     else attn_row_scalar(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+}
+
+/* ------------------------------------------------- AVX-512 BF16 dot products
+ *
+ * For bf16 weights with bf16 activations (both operands exactly bf16): one
+ * 16-lane f32 accumulator per output fed by vdpbf16ps over 32-element chunks
+ * in index order (the last chunk zero-padded by a masked load), then a fixed
+ * reduction tree. Like the AVX2 path, every tile computes each output with
+ * exactly this sequence, so results do not depend on the batch. */
+
+#define SD_BF16DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+
+SD_BF16DOT static inline __m512bh ld32(const uint16_t *p, int k, int K)
+{
+    if (k + 32 <= K) return (__m512bh)_mm512_loadu_si512((const void *)(p + k));
+    return (__m512bh)_mm512_maskz_loadu_epi16((__mmask32)((1ull << (K - k)) - 1), p + k);
+}
+
+SD_BF16DOT static inline float hsum16(__m512 a)
+{
+    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 h = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 0x55)));
+}
+
+/* 8 weight rows x 1 token (decode): eight named accumulators, full chunks
+ * then the zero-padded last one. */
+#define BD_R8()                                                                                   \
+    do {                                                                                          \
+        __m512bh xv = LD(x);                                                                      \
+        a0 = _mm512_dpbf16_ps(a0, LD(w), xv);                                                     \
+        a1 = _mm512_dpbf16_ps(a1, LD(w + K), xv);                                                 \
+        a2 = _mm512_dpbf16_ps(a2, LD(w + 2 * (size_t)K), xv);                                     \
+        a3 = _mm512_dpbf16_ps(a3, LD(w + 3 * (size_t)K), xv);                                     \
+        a4 = _mm512_dpbf16_ps(a4, LD(w + 4 * (size_t)K), xv);                                     \
+        a5 = _mm512_dpbf16_ps(a5, LD(w + 5 * (size_t)K), xv);                                     \
+        a6 = _mm512_dpbf16_ps(a6, LD(w + 6 * (size_t)K), xv);                                     \
+        a7 = _mm512_dpbf16_ps(a7, LD(w + 7 * (size_t)K), xv);                                     \
+    } while (0)
+
+SD_BF16DOT static void bd_rows8(float *y, const uint16_t *w, const uint16_t *x, int K)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    int k = 0;
+#define LD(p) ((__m512bh)_mm512_loadu_si512((const void *)((p) + k)))
+    for (; k + 32 <= K; k += 32) BD_R8();
+#undef LD
+    if (k < K) {
+        __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+#define LD(p) ((__m512bh)_mm512_maskz_loadu_epi16(m, (p) + k))
+        BD_R8();
+#undef LD
+    }
+    y[0] = hsum16(a0), y[1] = hsum16(a1), y[2] = hsum16(a2), y[3] = hsum16(a3);
+    y[4] = hsum16(a4), y[5] = hsum16(a5), y[6] = hsum16(a6), y[7] = hsum16(a7);
+}
+#undef BD_R8
+
+SD_BF16DOT static float bd_dot1(const uint16_t *w, const uint16_t *x, int K)
+{
+    __m512 a = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) a = _mm512_dpbf16_ps(a, ld32(w, k, K), ld32(x, k, K));
+    return hsum16(a);
+}
+
+/* 4 weight rows x 4 tokens: 16 named accumulators (kept in registers), full
+ * 32-element chunks first, then the zero-padded last chunk. y[t * ldy + r]. */
+#define BD_ROW(r)                                                                                 \
+    do {                                                                                          \
+        __m512bh wv = LD(w + (size_t)(r) * K);                                                    \
+        a##r##0 = _mm512_dpbf16_ps(a##r##0, wv, x0);                                              \
+        a##r##1 = _mm512_dpbf16_ps(a##r##1, wv, x1);                                              \
+        a##r##2 = _mm512_dpbf16_ps(a##r##2, wv, x2);                                              \
+        a##r##3 = _mm512_dpbf16_ps(a##r##3, wv, x3);                                              \
+    } while (0)
+#define BD_STEP()                                                                                 \
+    do {                                                                                          \
+        __m512bh x0 = LD(x), x1 = LD(x + ldx), x2 = LD(x + 2 * (size_t)ldx), x3 = LD(x + 3 * (size_t)ldx); \
+        BD_ROW(0);                                                                                \
+        BD_ROW(1);                                                                                \
+        BD_ROW(2);                                                                                \
+        BD_ROW(3);                                                                                \
+    } while (0)
+
+SD_BF16DOT static void bd_tile44(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K)
+{
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+           a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    int k = 0;
+#define LD(p) ((__m512bh)_mm512_loadu_si512((const void *)((p) + k)))
+    for (; k + 32 <= K; k += 32) BD_STEP();
+#undef LD
+    if (k < K) {
+        __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+#define LD(p) ((__m512bh)_mm512_maskz_loadu_epi16(m, (p) + k))
+        BD_STEP();
+#undef LD
+    }
+    float *y0 = y, *y1 = y + ldy, *y2 = y + 2 * (size_t)ldy, *y3 = y + 3 * (size_t)ldy;
+    y0[0] = hsum16(a00), y1[0] = hsum16(a01), y2[0] = hsum16(a02), y3[0] = hsum16(a03);
+    y0[1] = hsum16(a10), y1[1] = hsum16(a11), y2[1] = hsum16(a12), y3[1] = hsum16(a13);
+    y0[2] = hsum16(a20), y1[2] = hsum16(a21), y2[2] = hsum16(a22), y3[2] = hsum16(a23);
+    y0[3] = hsum16(a30), y1[3] = hsum16(a31), y2[3] = hsum16(a32), y3[3] = hsum16(a33);
+}
+#undef BD_STEP
+#undef BD_ROW
+
+/* R rows x U tokens with bf16 x (rows of ldx elements); y[t * ldy + r]. */
+SD_BF16DOT static void bd_tile(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R,
+                               int U)
+{
+    for (int r0 = 0; r0 < R; r0 += 16) {
+        int r1 = r0 + 16 < R ? r0 + 16 : R, t = 0;
+        for (; t + 4 <= U; t += 4) {
+            int r = r0;
+            for (; r + 4 <= r1; r += 4)
+                bd_tile44(y + (size_t)t * ldy + r, ldy, w + (size_t)r * K, x + (size_t)t * ldx, ldx, K);
+            for (; r < r1; r++)
+                for (int j = 0; j < 4; j++)
+                    y[(size_t)(t + j) * ldy + r] = bd_dot1(w + (size_t)r * K, x + (size_t)(t + j) * ldx, K);
+        }
+        for (; t < U; t++) {
+            const uint16_t *xt = x + (size_t)t * ldx;
+            int r = r0;
+            for (; r + 8 <= r1; r += 8) bd_rows8(y + (size_t)t * ldy + r, w + (size_t)r * K, xt, K);
+            for (; r < r1; r++) y[(size_t)t * ldy + r] = bd_dot1(w + (size_t)r * K, xt, K);
+        }
+    }
+}
+
+int sd_cpu_has_bf16dot(void)
+{
+    sd_cpu_dot_init();
+    return g_bf16dot;
+}
+
+void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R, int U)
+{
+    bd_tile(y, ldy, w, x, ldx, K, R, U);
 }

@@ -25,6 +25,13 @@ void sd_dot_rows_bf16(float *y, const uint16_t *w, const float *x, int K, int R)
  * against U tokens. */
 void sd_dot_tile_f32(float *y, int ldy, const float *w, const float *x, int ldx, int K, int R, int U);
 void sd_dot_tile_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int R, int U);
+/* True when the CPU has AVX-512 BF16 dot products (vdpbf16ps). */
+int sd_cpu_has_bf16dot(void);
+/* R bf16 weight rows x U bf16 token rows (both operands exactly bf16):
+ * y[t*ldy + r] = dot(w + r*K, x + t*ldx, K) with vdpbf16ps in one fixed
+ * order per output. Only when sd_cpu_has_bf16dot(). */
+void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R, int U);
+
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
 
