@@ -121,13 +121,11 @@ static void mm_task(void *ctx, int i, int n)
     if (lo >= hi) return;
     mm_rows(c, lo, hi);
     const float *b = c->bias ? c->bias->data : NULL;
-    if (!b && !c->bf16) return;
     for (int t = 0; t < c->T; t++) {
         float *yr = c->y + (size_t)t * c->w->rows;
-        for (int j = lo; j < hi; j++) {
-            float v = b ? yr[j] + b[j] : yr[j];
-            yr[j] = c->bf16 ? sd_round_bf16(v) : v;
-        }
+        if (b)
+            for (int j = lo; j < hi; j++) yr[j] += b[j];
+        if (c->bf16) sd_round_bf16_n(yr + lo, (size_t)(hi - lo));
     }
 }
 
@@ -143,10 +141,7 @@ static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weigh
         impl->xbf = p;
         impl->xbf_len = n;
     }
-    for (size_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } v = {.f = sd_round_bf16(x[i])};
-        impl->xbf[i] = (uint16_t)(v.u >> 16);
-    }
+    sd_f32_to_bf16_n(impl->xbf, x, n);
     return impl->xbf;
 }
 
@@ -154,7 +149,9 @@ static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight
                        int bf16)
 {
     mm_ctx c = {y, x, w, bias, T, bf16, bf16_input(impl_of(be), x, w, T, bf16)};
-    sd_pool_run(impl_of(be)->pool, mm_task, &c);
+    /* below ~0.25 M multiply-adds a hand-off to the pool costs more than it saves */
+    if ((size_t)w->rows * w->cols * T < ((size_t)1 << 18)) mm_task(&c, 0, 1);
+    else sd_pool_run(impl_of(be)->pool, mm_task, &c);
 }
 
 /* ------------------------------------------------------ elementwise ops */
@@ -360,7 +357,8 @@ static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const
     }
     if (grow_scratch(impl, (size_t)max_pos) != 0) return SD_ERR_NOMEM;
     attn_ctx c = {out, q, kv, seqs, n_seqs, shape, rows, impl};
-    sd_pool_run(impl->pool, attn_task, &c);
+    if ((size_t)rows * shape->n_heads * max_pos * shape->head_dim < ((size_t)1 << 16)) attn_task(&c, 0, 1);
+    else sd_pool_run(impl->pool, attn_task, &c);
     return SD_OK;
 }
 

@@ -503,3 +503,58 @@ void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, 
 {
     bd_tile(y, ldy, w, x, ldx, K, R, U);
 }
+
+/* -------------------------------------------------- bf16 rounding helpers */
+
+/* Round-to-nearest-even to bf16 of 8 lanes (NaNs kept as they are). */
+SD_AVX2 static inline __m256i rne_bits(__m256 v)
+{
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), v, nan));
+}
+
+SD_AVX2 static void round_avx2(float *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_si256((__m256i *)(p + i), rne_bits(_mm256_loadu_ps(p + i)));
+    for (; i < n; i++) p[i] = sd_round_bf16(p[i]);
+}
+
+SD_AVX2 static void to_bf16_avx2(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i b = _mm256_srli_epi32(rne_bits(_mm256_loadu_ps(src + i)), 16);
+        __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+        _mm_storeu_si128((__m128i *)(dst + i), packed);
+    }
+    for (; i < n; i++) {
+        union { float f; uint32_t u; } v = {.f = sd_round_bf16(src[i])};
+        dst[i] = (uint16_t)(v.u >> 16);
+    }
+}
+
+void sd_round_bf16_n(float *p, size_t n)
+{
+    if (g_avx2) {
+        round_avx2(p, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) p[i] = sd_round_bf16(p[i]);
+}
+
+void sd_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
+{
+    if (g_avx2) {
+        to_bf16_avx2(dst, src, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } v = {.f = sd_round_bf16(src[i])};
+        dst[i] = (uint16_t)(v.u >> 16);
+    }
+}

@@ -32,6 +32,11 @@ int sd_cpu_has_bf16dot(void);
  * order per output. Only when sd_cpu_has_bf16dot(). */
 void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R, int U);
 
+/* p[0..n) rounded to bf16 in place (ties to even; NaNs unchanged). */
+void sd_round_bf16_n(float *p, size_t n);
+/* dst[i] = bf16 bits of src[i] rounded to nearest even. */
+void sd_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
 
