@@ -65,40 +65,16 @@ static void free_ref(ref_case *rc)
     free(rc->logits);
 }
 
-static sd_model *open_model(const char *name, sd_backend *be, int positions)
-{
-    char path[512], rel[256], err[512];
-    snprintf(rel, sizeof rel, "models/%s", name);
-    sd_model *m = NULL;
-    sd_status st = sd_model_load(tu_fixture(path, sizeof path, rel), be, &m, err, sizeof err);
-    ck_assert_msg(st == SD_OK, "load %s: %s", name, err);
-    st = sd_model_kv_init(m, (positions + 15) / 16 * 3, 16, err, sizeof err);
-    ck_assert_msg(st == SD_OK, "kv: %s", err);
-    return m;
-}
-
-/* One forward pass of n tokens starting at pos0 on seq, all logits out. */
-static void fwd(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out)
-{
-    char err[512];
-    sd_kv_pool *pool = sd_model_kv_pool(m);
-    ck_assert_int_eq(sd_kv_reserve(pool, seq, n), SD_OK);
-    sd_batch_seq b = {ids, n, pos0, seq, n};
-    sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
-    ck_assert_msg(st == SD_OK, "forward: %s", err);
-    sd_kv_commit(pool, seq, n);
-}
-
 static void check_logits(const char *name, double tol)
 {
     ref_case rc;
     load_ref(name, &rc);
     sd_backend *be = sd_backend_cpu_new(2);
-    sd_model *m = open_model(name, be, rc.n_input);
+    sd_model *m = tu_open_model(name, be, rc.n_input);
     float *out = malloc((size_t)rc.n_input * rc.vocab * sizeof(float));
     sd_kv_seq seq;
     sd_kv_seq_init(&seq);
-    fwd(m, &seq, rc.input, rc.n_input, 0, out);
+    tu_forward(m, &seq, rc.input, rc.n_input, 0, out);
     double maxd = 0;
     for (size_t i = 0; i < (size_t)rc.n_input * rc.vocab; i++) {
         double d = fabs((double)out[i] - rc.logits[i]);
@@ -119,15 +95,15 @@ static void check_greedy(const char *name)
     ref_case rc;
     load_ref(name, &rc);
     sd_backend *be = sd_backend_cpu_new(2);
-    sd_model *m = open_model(name, be, rc.n_gprompt + rc.n_gout);
+    sd_model *m = tu_open_model(name, be, rc.n_gprompt + rc.n_gout);
     float *out = malloc((size_t)rc.n_gprompt * rc.vocab * sizeof(float));
     sd_kv_seq seq;
     sd_kv_seq_init(&seq);
-    fwd(m, &seq, rc.gprompt, rc.n_gprompt, 0, out);
+    tu_forward(m, &seq, rc.gprompt, rc.n_gprompt, 0, out);
     int32_t tok = sd_argmax(out + (size_t)(rc.n_gprompt - 1) * rc.vocab, rc.vocab);
     for (int i = 0; i < rc.n_gout; i++) {
         ck_assert_msg(tok == rc.gout[i], "%s: greedy token %d is %d, reference %d", name, i, tok, rc.gout[i]);
-        fwd(m, &seq, &tok, 1, rc.n_gprompt + i, out);
+        tu_forward(m, &seq, &tok, 1, rc.n_gprompt + i, out);
         tok = sd_argmax(out, rc.vocab);
     }
     sd_kv_seq_release(sd_model_kv_pool(m), &seq);
@@ -164,9 +140,9 @@ static void check_invariance(sd_model *m, const int32_t *ids, int n)
     float *c = malloc((size_t)2 * n * V * sizeof(float));
     sd_kv_seq s1, s2;
     sd_kv_seq_init(&s1);
-    fwd(m, &s1, ids, n, 0, a);
+    tu_forward(m, &s1, ids, n, 0, a);
     sd_kv_seq_release(pool, &s1);
-    for (int i = 0; i < n; i++) fwd(m, &s1, ids + i, 1, i, b + (size_t)i * V);
+    for (int i = 0; i < n; i++) tu_forward(m, &s1, ids + i, 1, i, b + (size_t)i * V);
     sd_kv_seq_release(pool, &s1);
     ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0, "one pass != token by token");
     /* spans of 1, 2, 3, ... together with a second sequence (reversed ids) */
@@ -203,7 +179,7 @@ START_TEST(batch_invariance_f32)
     ref_case rc;
     load_ref("qwen3-tiny", &rc);
     sd_backend *be = sd_backend_cpu_new(2);
-    sd_model *m = open_model("qwen3-tiny", be, 2 * 80);
+    sd_model *m = tu_open_model("qwen3-tiny", be, 2 * 80);
     check_invariance(m, rc.input, 80);
     sd_model_free(m);
     sd_backend_free(be);
@@ -229,7 +205,7 @@ END_TEST
 START_TEST(bad_batches_rejected)
 {
     sd_backend *be = sd_backend_cpu_new(1);
-    sd_model *m = open_model("qwen3-tiny", be, 32);
+    sd_model *m = tu_open_model("qwen3-tiny", be, 32);
     sd_kv_pool *pool = sd_model_kv_pool(m);
     sd_kv_seq s;
     sd_kv_seq_init(&s);

@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Writes "<$SD_FIXTURES>/<rel>" into buf and returns buf. */
 const char *tu_fixture(char *buf, size_t n, const char *rel);
@@ -16,6 +17,18 @@ const char *tu_model(char *buf, size_t n, const char *rel);
 
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL on error. */
 char *tu_read_file(const char *path, size_t *len);
+
+struct sd_backend;
+struct sd_model;
+struct sd_kv_seq;
+
+/* Loads tests/fixtures/models/<name> on be with a KV pool for 3x `positions`
+ * positions; fails the test on error. */
+struct sd_model *tu_open_model(const char *name, struct sd_backend *be, int positions);
+
+/* One forward pass of n tokens at pos0 on seq (reserve, forward with all n
+ * logits into out, commit); fails the test on error. */
+void tu_forward(struct sd_model *m, struct sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out);
 
 /* Runs one suite with CK_NORMAL output; returns the process exit code. */
 int tu_run_suite(Suite *s);

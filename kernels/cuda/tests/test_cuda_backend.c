@@ -381,31 +381,6 @@ END_TEST
 
 /* ------------------------------------------------------- whole model */
 
-static sd_model *open_model(const char *name, sd_backend *be, int positions)
-{
-    char path[512], rel[256], err[512];
-    snprintf(rel, sizeof rel, "models/%s", name);
-    sd_model *m = NULL;
-    sd_status st = sd_model_load(tu_fixture(path, sizeof path, rel), be, &m, err, sizeof err);
-    ck_assert_msg(st == SD_OK, "load %s: %s", name, err);
-    st = sd_model_kv_init(m, (positions + 15) / 16 * 3, 16, err, sizeof err);
-    ck_assert_msg(st == SD_OK, "kv: %s", err);
-    return m;
-}
-
-/* One forward pass of n tokens at pos0 on seq, all logits out. */
-static void fwd(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out)
-{
-    char err[512];
-    sd_kv_pool *pool = sd_model_kv_pool(m);
-    ck_assert_int_eq(sd_kv_reserve(pool, seq, n), SD_OK);
-    sd_batch_seq b = {ids, n, pos0, seq, n};
-    sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
-    ck_assert_msg(st == SD_OK, "forward: %s", err);
-    sd_kv_commit(pool, seq, n);
-    if (sd_backend_is_cuda(sd_model_backend(m))) ck_assert_int_eq(sd_cuda_take_error(sd_model_backend(m)), SD_OK);
-}
-
 /* Test prompt: a fixed pseudo-random sequence of n ids below vocab. */
 static int32_t *prompt(int n, int vocab)
 {
@@ -416,12 +391,12 @@ static int32_t *prompt(int n, int vocab)
 
 static float *logits_on(sd_backend *be, const int32_t *ids, int n, int *vocab)
 {
-    sd_model *m = open_model("qwen3-tiny", be, n);
+    sd_model *m = tu_open_model("qwen3-tiny", be, n);
     *vocab = sd_model_cfg(m)->vocab_size;
     float *out = malloc((size_t)n * *vocab * sizeof(float));
     sd_kv_seq seq;
     sd_kv_seq_init(&seq);
-    fwd(m, &seq, ids, n, 0, out);
+    tu_forward(m, &seq, ids, n, 0, out);
     sd_kv_seq_release(sd_model_kv_pool(m), &seq);
     sd_model_free(m);
     return out;
@@ -454,7 +429,7 @@ START_TEST(model_batch_invariant)
 {
     int n = 40;
     ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, 1), SD_OK);
-    sd_model *m = open_model("qwen3-tiny", g_gpu, 2 * n);
+    sd_model *m = tu_open_model("qwen3-tiny", g_gpu, 2 * n);
     int V = sd_model_cfg(m)->vocab_size;
     int32_t *ids = prompt(n, V), *other = prompt(n, V - 1);
     sd_kv_pool *pool = sd_model_kv_pool(m);
@@ -462,9 +437,9 @@ START_TEST(model_batch_invariant)
     float *c = malloc((size_t)2 * n * V * sizeof(float));
     sd_kv_seq s1, s2;
     sd_kv_seq_init(&s1);
-    fwd(m, &s1, ids, n, 0, a);
+    tu_forward(m, &s1, ids, n, 0, a);
     sd_kv_seq_release(pool, &s1);
-    for (int i = 0; i < n; i++) fwd(m, &s1, ids + i, 1, i, b + (size_t)i * V);
+    for (int i = 0; i < n; i++) tu_forward(m, &s1, ids + i, 1, i, b + (size_t)i * V);
     sd_kv_seq_release(pool, &s1);
     ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0, "one pass != token by token");
     sd_kv_seq_init(&s2);
