@@ -333,6 +333,106 @@ SD_AVX2 static void scores4(float *sc, const float *q, const float *k0, const fl
     sc[3] = tail_f32(hsum1(a3), k3, q, d, hd) * scale;
 }
 
+/* exp(x) for x <= 0 as 8 lanes: n = rint(x·log2 e), r = x − n·ln2 (two
+ * steps), a degree-6 polynomial, scaled by 2^n; x < −87.3 gives 0. Within
+ * 2 ulp of expf; the same sequence of operations for every element, so a
+ * weight depends only on its own score. */
+SD_AVX2 static inline __m256 exp8_nonpos(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, p);
+}
+
+/* Softmax weights in place: sc[j] = exp(sc[j] − max) (one exp8_nonpos per
+ * 8 positions, the tail through a padded chunk), returning their sum in
+ * the canonical order (8 lanes over chunks, hsum1, tail in order). */
+SD_AVX2 static float softmax_avx2(float *sc, int n)
+{
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sc + j));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 0x55)));
+    for (; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
+    __m256 mv = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 e = exp8_nonpos(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+        _mm256_storeu_ps(sc + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum1(acc);
+    if (j < n) {
+        float tail[8] = {0};
+        for (int i = j; i < n; i++) tail[i - j] = sc[i] - mx;
+        _mm256_storeu_ps(tail, exp8_nonpos(_mm256_loadu_ps(tail)));
+        for (int i = j; i < n; i++) {
+            sc[i] = tail[i - j];
+            sum += sc[i];
+        }
+    }
+    return sum;
+}
+
+/* out[hd] = sum_j p_j · v_j, ascending j, one FMA per element per j; the
+ * accumulators of up to 64 elements stay in registers. */
+SD_AVX2 static void attn_pv_avx2(float *out, const float *sc, const float *v, size_t stride, const int32_t *blocks,
+                                 int bs, int n, int hd, float inv, int bf16)
+{
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int j = 0; j < n; j++) {
+            const float *vr = v + attn_slot(blocks, bs, j) * stride + d0;
+            __m256 pv = _mm256_set1_ps(bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv);
+            a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr), a0);
+            a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8), a1);
+            a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 16), a2);
+            a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 24), a3);
+            a4 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 32), a4);
+            a5 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 40), a5);
+            a6 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 48), a6);
+            a7 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 56), a7);
+        }
+        float *o = out + d0;
+        _mm256_storeu_ps(o, a0), _mm256_storeu_ps(o + 8, a1), _mm256_storeu_ps(o + 16, a2);
+        _mm256_storeu_ps(o + 24, a3), _mm256_storeu_ps(o + 32, a4), _mm256_storeu_ps(o + 40, a5);
+        _mm256_storeu_ps(o + 48, a6), _mm256_storeu_ps(o + 56, a7);
+    }
+    int hd8 = hd & ~7;
+    for (; d0 < hd8; d0 += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p), _mm256_loadu_ps(v + attn_slot(blocks, bs, j) * stride + d0), a);
+        }
+        _mm256_storeu_ps(out + d0, a);
+    }
+    for (int d = hd8; d < hd; d++) {
+        float a = 0.0f;
+        for (int j = 0; j < n; j++) {
+            float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
+            a = fmaf(p, v[attn_slot(blocks, bs, j) * stride + d], a);
+        }
+        out[d] = a;
+    }
+}
+
 SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, const float *v, size_t stride,
                                   const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
 {
@@ -341,17 +441,8 @@ SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, co
         scores4(sc + j, q, k + attn_slot(blocks, bs, j) * stride, k + attn_slot(blocks, bs, j + 1) * stride,
                 k + attn_slot(blocks, bs, j + 2) * stride, k + attn_slot(blocks, bs, j + 3) * stride, hd, scale);
     for (; j < n; j++) sc[j] = dot1_f32(k + attn_slot(blocks, bs, j) * stride, q, hd) * scale;
-    float sum = softmax_inplace(sc, n), inv = 1.0f / sum;
-    int hd8 = hd & ~7;
-    for (int d = 0; d < hd; d++) out[d] = 0.0f;
-    for (int j = 0; j < n; j++) {
-        const float *vr = v + attn_slot(blocks, bs, j) * stride;
-        float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
-        __m256 pv = _mm256_set1_ps(p);
-        for (int d = 0; d < hd8; d += 8)
-            _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + d), _mm256_loadu_ps(out + d)));
-        for (int d = hd8; d < hd; d++) out[d] += p * vr[d];
-    }
+    float sum = softmax_avx2(sc, n), inv = 1.0f / sum;
+    attn_pv_avx2(out, sc, v, stride, blocks, bs, n, hd, inv, bf16);
     if (bf16)
         for (int d = 0; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
 }
@@ -428,67 +519,89 @@ SD_BF16DOT static float bd_dot1(const uint16_t *w, const uint16_t *x, int K)
     return hsum16(a);
 }
 
-/* 4 weight rows x 4 tokens: 16 named accumulators (kept in registers), full
- * 32-element chunks first, then the zero-padded last chunk. y[t * ldy + r]. */
-#define BD_ROW(r)                                                                                 \
+/* R weight rows x U tokens (R*U + R + 1 <= 32 vector registers): the R
+ * weight chunks are loaded once per step and each token's chunk is fed to
+ * all R rows, so a span reads its weights once. R and U are constants in
+ * every instantiation, so the accumulator array lives in registers. Each
+ * output is the canonical sequence: full 32-element chunks in order, the
+ * zero-padded last chunk, hsum16. y[t * ldy + r]. */
+#define BD_STEP(LD)                                                                               \
     do {                                                                                          \
-        __m512bh wv = LD(w + (size_t)(r) * K);                                                    \
-        a##r##0 = _mm512_dpbf16_ps(a##r##0, wv, x0);                                              \
-        a##r##1 = _mm512_dpbf16_ps(a##r##1, wv, x1);                                              \
-        a##r##2 = _mm512_dpbf16_ps(a##r##2, wv, x2);                                              \
-        a##r##3 = _mm512_dpbf16_ps(a##r##3, wv, x3);                                              \
-    } while (0)
-#define BD_STEP()                                                                                 \
-    do {                                                                                          \
-        __m512bh x0 = LD(x), x1 = LD(x + ldx), x2 = LD(x + 2 * (size_t)ldx), x3 = LD(x + 3 * (size_t)ldx); \
-        BD_ROW(0);                                                                                \
-        BD_ROW(1);                                                                                \
-        BD_ROW(2);                                                                                \
-        BD_ROW(3);                                                                                \
+        __m512bh wv[4];                                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) wv[r] = LD(w + (size_t)r * K);      \
+        _Pragma("GCC unroll 8") for (int u = 0; u < U; u++) {                                   \
+            __m512bh xv = LD(x + (size_t)u * ldx);                                                \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                  \
+                acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);                               \
+        }                                                                                         \
     } while (0)
 
-SD_BF16DOT static void bd_tile44(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K)
+SD_BF16DOT __attribute__((always_inline)) static inline void bd_tile_ru(float *y, int ldy, const uint16_t *w,
+                                                                        const uint16_t *x, int ldx, int K,
+                                                                        const int R, const int U)
 {
-    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
-           a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    __m512 acc[4][8];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int u = 0; u < U; u++) acc[r][u] = _mm512_setzero_ps();
     int k = 0;
-#define LD(p) ((__m512bh)_mm512_loadu_si512((const void *)((p) + k)))
-    for (; k + 32 <= K; k += 32) BD_STEP();
-#undef LD
+#define LDF(p) ((__m512bh)_mm512_loadu_si512((const void *)((p) + k)))
+    for (; k + 32 <= K; k += 32) BD_STEP(LDF);
+#undef LDF
     if (k < K) {
         __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
-#define LD(p) ((__m512bh)_mm512_maskz_loadu_epi16(m, (p) + k))
-        BD_STEP();
-#undef LD
+#define LDM(p) ((__m512bh)_mm512_maskz_loadu_epi16(m, (p) + k))
+        BD_STEP(LDM);
+#undef LDM
     }
-    float *y0 = y, *y1 = y + ldy, *y2 = y + 2 * (size_t)ldy, *y3 = y + 3 * (size_t)ldy;
-    y0[0] = hsum16(a00), y1[0] = hsum16(a01), y2[0] = hsum16(a02), y3[0] = hsum16(a03);
-    y0[1] = hsum16(a10), y1[1] = hsum16(a11), y2[1] = hsum16(a12), y3[1] = hsum16(a13);
-    y0[2] = hsum16(a20), y1[2] = hsum16(a21), y2[2] = hsum16(a22), y3[2] = hsum16(a23);
-    y0[3] = hsum16(a30), y1[3] = hsum16(a31), y2[3] = hsum16(a32), y3[3] = hsum16(a33);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) y[(size_t)u * ldy + r] = hsum16(acc[r][u]);
 }
 #undef BD_STEP
-#undef BD_ROW
 
-/* R rows x U tokens with bf16 x (rows of ldx elements); y[t * ldy + r]. */
+/* Rows r0..r1 against U <= 8 tokens: 4-row tiles (3-row for 7-8 tokens),
+ * single rows for the remainder. */
+#define BD_TILES(RR, UU)                                                                          \
+    do {                                                                                          \
+        for (; r + RR <= r1; r += RR) bd_tile_ru(y + r, ldy, w + (size_t)r * K, x, ldx, K, RR, UU); \
+        for (; r < r1; r++) bd_tile_ru(y + r, ldy, w + (size_t)r * K, x, ldx, K, 1, UU);           \
+    } while (0)
+
+SD_BF16DOT static void bd_block(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int r0,
+                                int r1, int U)
+{
+    int r = r0;
+    switch (U) {
+    case 1: for (; r + 8 <= r1; r += 8) bd_rows8(y + r, w + (size_t)r * K, x, K);
+            for (; r < r1; r++) y[r] = bd_dot1(w + (size_t)r * K, x, K);
+            break;
+    case 2: BD_TILES(4, 2); break;
+    case 3: BD_TILES(4, 3); break;
+    case 4: BD_TILES(4, 4); break;
+    case 5: BD_TILES(4, 5); break;
+    case 6: BD_TILES(4, 6); break;
+    case 7: BD_TILES(3, 7); break;
+    default: BD_TILES(3, 8); break;
+    }
+}
+#undef BD_TILES
+
+/* R rows x U tokens with bf16 x (rows of ldx elements); y[t * ldy + r].
+ * Tokens go in balanced groups of at most 8, rows in bands of 64 so a
+ * band's weights stay in L1/L2 while every group passes over them. */
 SD_BF16DOT static void bd_tile(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R,
                                int U)
 {
-    for (int r0 = 0; r0 < R; r0 += 16) {
-        int r1 = r0 + 16 < R ? r0 + 16 : R, t = 0;
-        for (; t + 4 <= U; t += 4) {
-            int r = r0;
-            for (; r + 4 <= r1; r += 4)
-                bd_tile44(y + (size_t)t * ldy + r, ldy, w + (size_t)r * K, x + (size_t)t * ldx, ldx, K);
-            for (; r < r1; r++)
-                for (int j = 0; j < 4; j++)
-                    y[(size_t)(t + j) * ldy + r] = bd_dot1(w + (size_t)r * K, x + (size_t)(t + j) * ldx, K);
-        }
-        for (; t < U; t++) {
-            const uint16_t *xt = x + (size_t)t * ldx;
-            int r = r0;
-            for (; r + 8 <= r1; r += 8) bd_rows8(y + (size_t)t * ldy + r, w + (size_t)r * K, xt, K);
-            for (; r < r1; r++) y[(size_t)t * ldy + r] = bd_dot1(w + (size_t)r * K, xt, K);
+    int groups = (U + 7) / 8;
+    for (int r0 = 0; r0 < R; r0 += 64) {
+        int r1 = r0 + 64 < R ? r0 + 64 : R;
+        for (int g = 0, t = 0; g < groups; g++) {
+            int n = U / groups + (g < U % groups ? 1 : 0);
+            bd_block(y + (size_t)t * ldy, ldy, w, x + (size_t)t * ldx, ldx, K, r0, r1, n);
+            t += n;
         }
     }
 }
