@@ -352,6 +352,28 @@ static sd_status prepare_batch(sd_model *m, const sd_batch_seq *seqs, int n_seqs
     return SD_OK;
 }
 
+/* Runs a fused matmul group: the backend's matmul_fused when it has one,
+ * else the same arithmetic from matmul / add / silu_mul. */
+static void fused(sd_model *m, const sd_mm_fused *f, const float *x, int T)
+{
+    const sd_backend_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    int b16 = m->act_bf16;
+    if (op->matmul_fused) {
+        op->matmul_fused(be, f, x, T, b16);
+        return;
+    }
+    for (int i = 0; i < f->n; i++) op->matmul(be, f->y[i], x, f->w[i], f->bias[i], T, b16);
+    size_t n = (size_t)T * f->w[0]->rows;
+    if (f->kind == SD_MM_RESIDUAL) op->add(be, f->res, f->y[0], n, b16);
+    else if (f->kind == SD_MM_SWIGLU) op->silu_mul(be, f->y[0], f->y[0], f->y[1], n, b16);
+}
+
+static const sd_weight *opt_w(const sd_weight *w)
+{
+    return w->data ? w : NULL;
+}
+
 static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
 {
     const sd_model_config *c = &m->cfg;
@@ -362,9 +384,9 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     int hd = c->head_dim, C = c->hidden_size, kvd = c->n_kv_heads * hd;
     int b16 = m->act_bf16;
     op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16);
-    op->matmul(be, s->q, s->xn, &L->wq, L->bq.data ? &L->bq : NULL, T, b16);
-    op->matmul(be, s->k, s->xn, &L->wk, L->bk.data ? &L->bk : NULL, T, b16);
-    op->matmul(be, s->v, s->xn, &L->wv, L->bv.data ? &L->bv : NULL, T, b16);
+    sd_mm_fused qkv = {SD_MM_SHARED, 3, {&L->wq, &L->wk, &L->wv}, {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
+                       {s->q, s->k, s->v}, NULL};
+    fused(m, &qkv, s->xn, T);
     if (c->qk_norm) {
         op->rmsnorm(be, s->q, s->q, &L->q_norm, T * c->n_heads, hd, c->rms_eps, b16);
         op->rmsnorm(be, s->k, s->k, &L->k_norm, T * c->n_kv_heads, hd, c->rms_eps, b16);
@@ -375,14 +397,13 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     sd_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
     sd_status st = op->attention(be, s->att, s->q, &m->kv[li], m->aseqs, n_seqs, &shape);
     if (st != SD_OK) return st;
-    op->matmul(be, s->o, s->att, &L->wo, L->bo.data ? &L->bo : NULL, T, b16);
-    op->add(be, s->x, s->o, (size_t)T * C, b16);
+    sd_mm_fused o = {SD_MM_RESIDUAL, 1, {&L->wo}, {opt_w(&L->bo)}, {s->o}, s->x};
+    fused(m, &o, s->att, T);
     op->rmsnorm(be, s->xn, s->x, &L->post_norm, T, C, c->rms_eps, b16);
-    op->matmul(be, s->gate, s->xn, &L->gate, NULL, T, b16);
-    op->matmul(be, s->up, s->xn, &L->up, NULL, T, b16);
-    op->silu_mul(be, s->gate, s->gate, s->up, (size_t)T * c->intermediate_size, b16);
-    op->matmul(be, s->o, s->gate, &L->down, NULL, T, b16);
-    op->add(be, s->x, s->o, (size_t)T * C, b16);
+    sd_mm_fused mlp = {SD_MM_SWIGLU, 2, {&L->gate, &L->up}, {NULL, NULL}, {s->gate, s->up}, NULL};
+    fused(m, &mlp, s->xn, T);
+    sd_mm_fused down = {SD_MM_RESIDUAL, 1, {&L->down}, {NULL}, {s->o}, s->x};
+    fused(m, &down, s->gate, T);
     return SD_OK;
 }
 

@@ -64,6 +64,23 @@ typedef struct sd_attn_shape {
  * Ops taking a `bf16` flag reproduce those rounding points so greedy output
  * matches the reference exactly; with bf16 == 0 everything stays f32. */
 
+/* A fused group of matmuls over one input x[T, K] (see matmul_fused). */
+typedef enum sd_mm_kind {
+    SD_MM_SHARED = 0,   /* y[i] = x·w[i]^T (+ bias[i]) for i < n (n <= 3): q/k/v */
+    SD_MM_RESIDUAL = 1, /* y[0] = x·w[0]^T (+ bias[0]), then res += y[0] (as add): o, down */
+    SD_MM_SWIGLU = 2,   /* y[0] = x·w[0]^T, y[1] = x·w[1]^T, then y[0] = silu(y[0]) * y[1]
+                         * (as silu_mul); w[0], w[1] of one shape: gate, up */
+} sd_mm_kind;
+
+typedef struct sd_mm_fused {
+    sd_mm_kind kind;
+    int n;                     /* number of weights: SHARED 1..3, RESIDUAL 1, SWIGLU 2 */
+    const sd_weight *w[3];
+    const sd_weight *bias[3];  /* NULL: none */
+    float *y[3];               /* [T, w[i]->rows] outputs (RESIDUAL: scratch) */
+    float *res;                /* RESIDUAL: the residual stream [T, w[0]->rows] */
+} sd_mm_fused;
+
 typedef struct sd_backend_ops {
     const char *name;
     /* memory */
@@ -103,6 +120,9 @@ typedef struct sd_backend_ops {
     void (*silu_mul)(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16);
     /* y[n] += x[n]; bf16: rounded */
     void (*add)(sd_backend *be, float *y, const float *x, size_t n, int bf16);
+    /* Optional (NULL: the caller composes matmul / add / silu_mul): the
+     * group of f in one pass, bit-identical to the composed ops. */
+    void (*matmul_fused)(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
     /* Returns and clears the first error recorded by an op that returns

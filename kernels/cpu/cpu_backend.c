@@ -83,49 +83,80 @@ static void cpu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
 /* ------------------------------------------------------------- matmul */
 
 typedef struct mm_ctx {
-    float *y;
+    const sd_mm_fused *f;
     const float *x;
-    const sd_weight *w;
-    const sd_weight *bias;
     int T;
     int bf16;
     const uint16_t *xbf;   /* x as bf16 when the vdpbf16ps path is used, else NULL */
 } mm_ctx;
 
-static void mm_rows(const mm_ctx *c, int n0, int n1)
+/* Rows [n0, n1) of y = x·w^T. */
+static void mm_rows(const mm_ctx *c, float *y, const sd_weight *w, int n0, int n1)
 {
-    const sd_weight *w = c->w;
     int K = w->cols, N = w->rows;
     if (c->xbf) {
-        sd_dot_tile_bf16x(c->y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->xbf, K, K, n1 - n0, c->T);
+        sd_dot_tile_bf16x(y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->xbf, K, K, n1 - n0, c->T);
         return;
     }
     if (c->T == 1) {
         if (w->dtype == SD_DTYPE_BF16)
-            sd_dot_rows_bf16(c->y + n0, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
+            sd_dot_rows_bf16(y + n0, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
         else
-            sd_dot_rows_f32(c->y + n0, (const float *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
+            sd_dot_rows_f32(y + n0, (const float *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
         return;
     }
     if (w->dtype == SD_DTYPE_BF16)
-        sd_dot_tile_bf16(c->y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
+        sd_dot_tile_bf16(y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
     else
-        sd_dot_tile_f32(c->y + n0, N, (const float *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
+        sd_dot_tile_f32(y + n0, N, (const float *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
 }
 
-static void mm_task(void *ctx, int i, int n)
+/* Rows [lo, hi) of output i, with matmul's epilogue (bias, bf16 rounding). */
+static void mm_part(const mm_ctx *c, int i, int lo, int hi)
 {
-    const mm_ctx *c = ctx;
-    int lo, hi;
-    sd_split_range(c->w->rows, 16, i, n, &lo, &hi);
-    if (lo >= hi) return;
-    mm_rows(c, lo, hi);
-    const float *b = c->bias ? c->bias->data : NULL;
+    const sd_weight *w = c->f->w[i];
+    float *y = c->f->y[i];
+    mm_rows(c, y, w, lo, hi);
+    const float *b = c->f->bias[i] ? c->f->bias[i]->data : NULL;
     for (int t = 0; t < c->T; t++) {
-        float *yr = c->y + (size_t)t * c->w->rows;
+        float *yr = y + (size_t)t * w->rows;
         if (b)
             for (int j = lo; j < hi; j++) yr[j] += b[j];
         if (c->bf16) sd_round_bf16_n(yr + lo, (size_t)(hi - lo));
+    }
+}
+
+/* Thread i of n: SHARED splits the outputs' concatenated rows; RESIDUAL
+ * and SWIGLU split the rows of w[0] and finish their own columns (the add,
+ * the gate) without waiting for the other threads. */
+static void mm_task(void *ctx, int i, int n)
+{
+    const mm_ctx *c = ctx;
+    const sd_mm_fused *f = c->f;
+    int lo, hi;
+    if (f->kind == SD_MM_SHARED) {
+        int total = 0;
+        for (int k = 0; k < f->n; k++) total += f->w[k]->rows;
+        sd_split_range(total, 16, i, n, &lo, &hi);
+        for (int k = 0, base = 0; k < f->n; base += f->w[k]->rows, k++) {
+            int a = lo > base ? lo - base : 0, b = hi - base < f->w[k]->rows ? hi - base : f->w[k]->rows;
+            if (a < b) mm_part(c, k, a, b);
+        }
+        return;
+    }
+    int N = f->w[0]->rows;
+    sd_split_range(N, 16, i, n, &lo, &hi);
+    if (lo >= hi) return;
+    mm_part(c, 0, lo, hi);
+    if (f->kind == SD_MM_RESIDUAL) {
+        for (int t = 0; t < c->T; t++)
+            sd_add_n(f->res + (size_t)t * N + lo, f->y[0] + (size_t)t * N + lo, (size_t)(hi - lo), c->bf16);
+        return;
+    }
+    mm_part(c, 1, lo, hi);
+    for (int t = 0; t < c->T; t++) {
+        float *g = f->y[0] + (size_t)t * N + lo;
+        sd_silu_mul_n(g, g, f->y[1] + (size_t)t * N + lo, (size_t)(hi - lo), c->bf16);
     }
 }
 
@@ -145,13 +176,28 @@ static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weigh
     return impl->xbf;
 }
 
+/* below this many multiply-adds a hand-off to the pool costs more than it saves */
+#define SD_MM_INLINE_MACS ((size_t)1 << 16)
+
+static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16)
+{
+    const sd_weight *w0 = f->w[0];
+    int same = 1;
+    size_t macs = 0;
+    for (int k = 0; k < f->n; k++) {
+        same &= f->w[k]->dtype == w0->dtype && f->w[k]->cols == w0->cols;
+        macs += (size_t)f->w[k]->rows * f->w[k]->cols * T;
+    }
+    mm_ctx c = {f, x, T, bf16, same ? bf16_input(impl_of(be), x, w0, T, bf16) : NULL};
+    if (macs < SD_MM_INLINE_MACS) mm_task(&c, 0, 1);
+    else sd_pool_run(impl_of(be)->pool, mm_task, &c);
+}
+
 static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
                        int bf16)
 {
-    mm_ctx c = {y, x, w, bias, T, bf16, bf16_input(impl_of(be), x, w, T, bf16)};
-    /* below ~0.25 M multiply-adds a hand-off to the pool costs more than it saves */
-    if ((size_t)w->rows * w->cols * T < ((size_t)1 << 18)) mm_task(&c, 0, 1);
-    else sd_pool_run(impl_of(be)->pool, mm_task, &c);
+    sd_mm_fused f = {.kind = SD_MM_SHARED, .n = 1, .w = {w}, .bias = {bias}, .y = {y}};
+    cpu_matmul_fused(be, &f, x, T, bf16);
 }
 
 /* ------------------------------------------------------ elementwise ops */
@@ -170,34 +216,18 @@ typedef struct ew_ctx {
 
 static void rmsnorm_rows(const ew_ctx *c, int t0, int t1)
 {
-    int D = c->D;
-    for (int t = t0; t < t1; t++) {
-        const float *xr = c->x + (size_t)t * D;
-        float *yr = c->y + (size_t)t * D;
-        float ss = sd_dot_f32(xr, xr, D);
-        float inv = 1.0f / sqrtf(ss / (float)D + c->eps);
-        if (c->bf16)
-            for (int d = 0; d < D; d++) yr[d] = sd_round_bf16(c->g[d] * sd_round_bf16(xr[d] * inv));
-        else
-            for (int d = 0; d < D; d++) yr[d] = (xr[d] * inv) * c->g[d];
-    }
+    for (int t = t0; t < t1; t++)
+        sd_rmsnorm_row(c->y + (size_t)t * c->D, c->x + (size_t)t * c->D, c->g, c->D, c->eps, c->bf16);
 }
 
 static void silu_range(const ew_ctx *c, size_t i0, size_t i1)
 {
-    for (size_t i = i0; i < i1; i++) {
-        float g = c->x[i];
-        float s = g / (1.0f + expf(-g));
-        c->y[i] = c->bf16 ? sd_round_bf16(sd_round_bf16(s) * c->x2[i]) : s * c->x2[i];
-    }
+    sd_silu_mul_n(c->y + i0, c->x + i0, c->x2 + i0, i1 - i0, c->bf16);
 }
 
 static void add_range(const ew_ctx *c, size_t i0, size_t i1)
 {
-    if (c->bf16)
-        for (size_t i = i0; i < i1; i++) c->y[i] = sd_round_bf16(c->y[i] + c->x[i]);
-    else
-        for (size_t i = i0; i < i1; i++) c->y[i] += c->x[i];
+    sd_add_n(c->y + i0, c->x + i0, i1 - i0, c->bf16);
 }
 
 static void ew_task(void *ctx, int i, int n)
@@ -388,6 +418,7 @@ static const sd_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
     .add = cpu_add,
+    .matmul_fused = cpu_matmul_fused,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
 };

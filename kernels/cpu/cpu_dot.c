@@ -333,15 +333,15 @@ SD_AVX2 static void scores4(float *sc, const float *q, const float *k0, const fl
     sc[3] = tail_f32(hsum1(a3), k3, q, d, hd) * scale;
 }
 
-/* exp(x) for x <= 0 as 8 lanes: n = rint(x·log2 e), r = x − n·ln2 (two
- * steps), a degree-6 polynomial, scaled by 2^n; x < −87.3 gives 0. Within
- * 2 ulp of expf; the same sequence of operations for every element, so a
- * weight depends only on its own score. */
-SD_AVX2 static inline __m256 exp8_nonpos(__m256 x)
+/* exp(x) as 8 lanes: n = rint(x·log2 e), r = x − n·ln2 (two steps), a
+ * degree-6 polynomial, scaled by 2^n; x < −87.3 gives 0 and x is capped at
+ * 88. Within 2 ulp of expf; the same operations for every element, so a
+ * result depends only on its own input. */
+SD_AVX2 static inline __m256 exp8(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.3f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -372,7 +372,7 @@ SD_AVX2 static float softmax_avx2(float *sc, int n)
     for (; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
     __m256 mv = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
     for (j = 0; j + 8 <= n; j += 8) {
-        __m256 e = exp8_nonpos(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
         _mm256_storeu_ps(sc + j, e);
         acc = _mm256_add_ps(acc, e);
     }
@@ -380,7 +380,7 @@ SD_AVX2 static float softmax_avx2(float *sc, int n)
     if (j < n) {
         float tail[8] = {0};
         for (int i = j; i < n; i++) tail[i - j] = sc[i] - mx;
-        _mm256_storeu_ps(tail, exp8_nonpos(_mm256_loadu_ps(tail)));
+        _mm256_storeu_ps(tail, exp8(_mm256_loadu_ps(tail)));
         for (int i = j; i < n; i++) {
             sc[i] = tail[i - j];
             sum += sc[i];
@@ -547,7 +547,11 @@ SD_BF16DOT __attribute__((always_inline)) static inline void bd_tile_ru(float *y
         for (int u = 0; u < U; u++) acc[r][u] = _mm512_setzero_ps();
     int k = 0;
 #define LDF(p) ((__m512bh)_mm512_loadu_si512((const void *)((p) + k)))
-    for (; k + 32 <= K; k += 32) BD_STEP(LDF);
+    for (; k + 32 <= K; k += 32) {
+        /* the next tile's rows: short row streams defeat the hardware prefetcher */
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w + (size_t)(2 * R + r) * K + k), _MM_HINT_T0);
+        BD_STEP(LDF);
+    }
 #undef LDF
     if (k < K) {
         __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
@@ -670,4 +674,81 @@ void sd_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
         union { float f; uint32_t u; } v = {.f = sd_round_bf16(src[i])};
         dst[i] = (uint16_t)(v.u >> 16);
     }
+}
+
+/* ------------------------------------------------------ elementwise rows */
+
+SD_AVX2 static inline __m256 rne8(__m256 v)
+{
+    return _mm256_castsi256_ps(rne_bits(v));
+}
+
+SD_AVX2 static void silu_mul_avx2(float *y, const float *g, const float *u, size_t n, int bf16)
+{
+    size_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+        __m256 sv = _mm256_div_ps(gv, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+        _mm256_storeu_ps(y + i, bf16 ? rne8(_mm256_mul_ps(rne8(sv), uv)) : _mm256_mul_ps(sv, uv));
+    }
+    if (i < n) {
+        float gt[8] = {0}, ut[8] = {0}, yt[8];
+        for (size_t j = i; j < n; j++) gt[j - i] = g[j], ut[j - i] = u[j];
+        silu_mul_avx2(yt, gt, ut, 8, bf16);
+        for (size_t j = i; j < n; j++) y[j] = yt[j - i];
+    }
+}
+
+void sd_silu_mul_n(float *y, const float *g, const float *u, size_t n, int bf16)
+{
+    if (g_avx2) {
+        silu_mul_avx2(y, g, u, n, bf16);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float s = g[i] / (1.0f + expf(-g[i]));
+        y[i] = bf16 ? sd_round_bf16(sd_round_bf16(s) * u[i]) : s * u[i];
+    }
+}
+
+SD_AVX2 static void add_avx2(float *y, const float *x, size_t n, int bf16)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i));
+        _mm256_storeu_ps(y + i, bf16 ? rne8(v) : v);
+    }
+    for (; i < n; i++) y[i] = bf16 ? sd_round_bf16(y[i] + x[i]) : y[i] + x[i];
+}
+
+void sd_add_n(float *y, const float *x, size_t n, int bf16)
+{
+    if (g_avx2) {
+        add_avx2(y, x, n, bf16);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) y[i] = bf16 ? sd_round_bf16(y[i] + x[i]) : y[i] + x[i];
+}
+
+SD_AVX2 static void scale_row_avx2(float *y, const float *x, const float *g, float inv, int D, int bf16)
+{
+    int d = 0;
+    __m256 iv = _mm256_set1_ps(inv);
+    for (; d + 8 <= D; d += 8) {
+        __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x + d), iv), gv = _mm256_loadu_ps(g + d);
+        _mm256_storeu_ps(y + d, bf16 ? rne8(_mm256_mul_ps(gv, rne8(xs))) : _mm256_mul_ps(xs, gv));
+    }
+    for (; d < D; d++) y[d] = bf16 ? sd_round_bf16(g[d] * sd_round_bf16(x[d] * inv)) : (x[d] * inv) * g[d];
+}
+
+void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, int bf16)
+{
+    float ss = sd_dot_f32(x, x, D);
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    if (g_avx2) {
+        scale_row_avx2(y, x, g, inv, D, bf16);
+        return;
+    }
+    for (int d = 0; d < D; d++) y[d] = bf16 ? sd_round_bf16(g[d] * sd_round_bf16(x[d] * inv)) : (x[d] * inv) * g[d];
 }

@@ -3,7 +3,7 @@
  * Batch invariance lives here: every dot product of length K is summed in
  * one canonical order (one 8-lane accumulator over 8-element chunks in index
  * order, a fixed horizontal tree, then the scalar tail in index order). The
- * tiled variants (8 rows for one token; 2 rows x 4 tokens for spans) compute
+ * tiled variants (8 rows for one token; up to 4 rows x 8 tokens for spans) compute
  * each output element with exactly that sequence of operations, so a row's
  * result never depends on the tile or batch it was computed in. */
 #ifndef SD_CPU_DOT_H
@@ -36,6 +36,14 @@ void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, 
 void sd_round_bf16_n(float *p, size_t n);
 /* dst[i] = bf16 bits of src[i] rounded to nearest even. */
 void sd_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+
+/* Elementwise rows with the bf16 rounding points of backend.h (vectorised
+ * where the CPU allows; each element's arithmetic depends only on itself):
+ * y = silu(g) * u; y += x; and one RMSNorm row y = x * rsqrt(mean(x²) + eps)
+ * * g (y may equal x). */
+void sd_silu_mul_n(float *y, const float *g, const float *u, size_t n, int bf16);
+void sd_add_n(float *y, const float *x, size_t n, int bf16);
+void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, int bf16);
 
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
