@@ -333,6 +333,18 @@ SD_AVX2 static void scores4(float *sc, const float *q, const float *k0, const fl
     sc[3] = tail_f32(hsum1(a3), k3, q, d, hd) * scale;
 }
 
+/* Round-to-nearest-even to bf16 of 8 lanes (NaNs kept as they are). */
+SD_AVX2 static inline __m256i rne_bits(__m256 v)
+{
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), v, nan));
+}
+
+
 /* exp(x) as 8 lanes: n = rint(x·log2 e), r = x − n·ln2 (two steps), a
  * degree-6 polynomial, scaled by 2^n; x < −87.3 gives 0 and x is capped at
  * 88. Within 2 ulp of expf; the same operations for every element, so a
@@ -389,25 +401,42 @@ SD_AVX2 static float softmax_avx2(float *sc, int n)
     return sum;
 }
 
-/* out[hd] = sum_j p_j · v_j, ascending j, one FMA per element per j; the
- * accumulators of up to 64 elements stay in registers. */
-SD_AVX2 static void attn_pv_avx2(float *out, const float *sc, const float *v, size_t stride, const int32_t *blocks,
-                                 int bs, int n, int hd, float inv, int bf16)
+/* Turns softmax numerators into the weights PV uses: bf16(w) in bf16 mode
+ * (normalised once at the end), else w * inv. */
+SD_AVX2 static void attn_weights_avx2(float *sc, int n, float inv, int bf16)
+{
+    int j = 0;
+    __m256 iv = _mm256_set1_ps(inv);
+    for (; j + 8 <= n; j += 8) {
+        __m256 w = _mm256_loadu_ps(sc + j);
+        _mm256_storeu_ps(sc + j, bf16 ? _mm256_castsi256_ps(rne_bits(w)) : _mm256_mul_ps(w, iv));
+    }
+    for (; j < n; j++) sc[j] = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
+}
+
+/* out[hd] = sum_j w_j · v_j, ascending j, one FMA per element per j; up to
+ * 64 accumulators stay in registers. Walks the block table (no division
+ * per position). */
+SD_AVX2 static void attn_pv_avx2(float *out, const float *w, const float *v, size_t stride, const int32_t *blocks,
+                                 int bs, int n, int hd)
 {
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        for (int j = 0; j < n; j++) {
-            const float *vr = v + attn_slot(blocks, bs, j) * stride + d0;
-            __m256 pv = _mm256_set1_ps(bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv);
-            a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr), a0);
-            a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8), a1);
-            a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 16), a2);
-            a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 24), a3);
-            a4 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 32), a4);
-            a5 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 40), a5);
-            a6 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 48), a6);
-            a7 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 56), a7);
+        for (int b = 0, j = 0; j < n; b++) {
+            const float *vr = v + (size_t)blocks[b] * bs * stride + d0;
+            int m = n - j < bs ? n - j : bs;
+            for (int i = 0; i < m; i++, j++, vr += stride) {
+                __m256 pv = _mm256_broadcast_ss(w + j);
+                a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr), a0);
+                a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8), a1);
+                a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 16), a2);
+                a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 24), a3);
+                a4 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 32), a4);
+                a5 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 40), a5);
+                a6 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 48), a6);
+                a7 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 56), a7);
+            }
         }
         float *o = out + d0;
         _mm256_storeu_ps(o, a0), _mm256_storeu_ps(o + 8, a1), _mm256_storeu_ps(o + 16, a2);
@@ -417,18 +446,13 @@ SD_AVX2 static void attn_pv_avx2(float *out, const float *sc, const float *v, si
     int hd8 = hd & ~7;
     for (; d0 < hd8; d0 += 8) {
         __m256 a = _mm256_setzero_ps();
-        for (int j = 0; j < n; j++) {
-            float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p), _mm256_loadu_ps(v + attn_slot(blocks, bs, j) * stride + d0), a);
-        }
+        for (int j = 0; j < n; j++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(v + attn_slot(blocks, bs, j) * stride + d0), a);
         _mm256_storeu_ps(out + d0, a);
     }
     for (int d = hd8; d < hd; d++) {
         float a = 0.0f;
-        for (int j = 0; j < n; j++) {
-            float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
-            a = fmaf(p, v[attn_slot(blocks, bs, j) * stride + d], a);
-        }
+        for (int j = 0; j < n; j++) a = fmaf(w[j], v[attn_slot(blocks, bs, j) * stride + d], a);
         out[d] = a;
     }
 }
@@ -436,15 +460,25 @@ SD_AVX2 static void attn_pv_avx2(float *out, const float *sc, const float *v, si
 SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, const float *v, size_t stride,
                                   const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
 {
-    int j = 0;
-    for (; j + 4 <= n; j += 4)
-        scores4(sc + j, q, k + attn_slot(blocks, bs, j) * stride, k + attn_slot(blocks, bs, j + 1) * stride,
-                k + attn_slot(blocks, bs, j + 2) * stride, k + attn_slot(blocks, bs, j + 3) * stride, hd, scale);
-    for (; j < n; j++) sc[j] = dot1_f32(k + attn_slot(blocks, bs, j) * stride, q, hd) * scale;
+    for (int b = 0, j = 0; j < n; b++) {
+        const float *kb = k + (size_t)blocks[b] * bs * stride;
+        int m = n - j < bs ? n - j : bs, i = 0;
+        for (; i + 4 <= m; i += 4)
+            scores4(sc + j + i, q, kb + i * stride, kb + (i + 1) * stride, kb + (i + 2) * stride,
+                    kb + (i + 3) * stride, hd, scale);
+        for (; i < m; i++) sc[j + i] = dot1_f32(kb + i * stride, q, hd) * scale;
+        j += m;
+    }
     float sum = softmax_avx2(sc, n), inv = 1.0f / sum;
-    attn_pv_avx2(out, sc, v, stride, blocks, bs, n, hd, inv, bf16);
-    if (bf16)
-        for (int d = 0; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
+    attn_weights_avx2(sc, n, inv, bf16);
+    attn_pv_avx2(out, sc, v, stride, blocks, bs, n, hd);
+    if (bf16) {
+        int d = 0;
+        __m256 sv = _mm256_set1_ps(sum);
+        for (; d + 8 <= hd; d += 8)
+            _mm256_storeu_ps(out + d, _mm256_castsi256_ps(rne_bits(_mm256_div_ps(_mm256_loadu_ps(out + d), sv))));
+        for (; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
+    }
 }
 
 void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
@@ -623,17 +657,6 @@ void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, 
 
 /* -------------------------------------------------- bf16 rounding helpers */
 
-/* Round-to-nearest-even to bf16 of 8 lanes (NaNs kept as they are). */
-SD_AVX2 static inline __m256i rne_bits(__m256 v)
-{
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-    r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
-    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), v, nan));
-}
-
 SD_AVX2 static void round_avx2(float *p, size_t n)
 {
     size_t i = 0;
@@ -751,4 +774,23 @@ void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, 
         return;
     }
     for (int d = 0; d < D; d++) y[d] = bf16 ? sd_round_bf16(g[d] * sd_round_bf16(x[d] * inv)) : (x[d] * inv) * g[d];
+}
+
+SD_AVX2 static float exp_sum_avx2(const float *x, int n, float shift)
+{
+    __m256 acc = _mm256_setzero_ps(), sv = _mm256_set1_ps(shift);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), sv)));
+    float s = hsum1(acc);
+    for (; i < n; i++) s += expf(x[i] - shift);
+    return s;
+}
+
+float sd_exp_sum(const float *x, int n, float shift)
+{
+    sd_cpu_dot_init();
+    if (g_avx2) return exp_sum_avx2(x, n, shift);
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += expf(x[i] - shift);
+    return s;
 }

@@ -45,6 +45,9 @@ void sd_silu_mul_n(float *y, const float *g, const float *u, size_t n, int bf16)
 void sd_add_n(float *y, const float *x, size_t n, int bf16);
 void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, int bf16);
 
+/* sum_i exp(x[i] - shift), vectorised (a softmax denominator). */
+float sd_exp_sum(const float *x, int n, float shift);
+
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
 
