@@ -1,10 +1,11 @@
 /* bench_spec.c — specd-bench-spec: speculative vs plain decoding, one run.
  *
  *   specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N]
- *                    [--num-draft K] [--threads N]
+ *                    [--num-draft K] [--threads N] [--rounds N]
  *
  * Generates from the same code prompts, in the same process, plainly and
- * speculatively (draft model, then n-gram), at temperature 0 and 0.8
+ * speculatively (draft model, the same drafter with int8 weights, then
+ * n-gram), in interleaved rounds, at temperature 0 and 0.8
  * (top-p 0.95; rejection verification), and prints tokens/s of each, the
  * speedup over plain decoding at the same temperature, and the mean committed
  * tokens per verify step. EOS is not a stop (every run generates the same
@@ -24,7 +25,7 @@
 
 typedef struct bench_opts {
     const char *target, *draft;
-    int prompts, tokens, num_draft, threads;
+    int prompts, tokens, num_draft, threads, rounds;
 } bench_opts;
 
 typedef struct run_result {
@@ -77,7 +78,7 @@ static void print_row(const char *name, float temp, const run_result *r, const r
 {
     double tps = r->tokens / r->seconds;
     double per_step = r->stats.steps ? (double)(r->stats.accepted_tokens + r->stats.steps) / r->stats.steps : 1.0;
-    printf("%-22s %5.1f %8ld %9.2f %9.1f %8.2fx %12.2f\n", name, temp, r->tokens, r->seconds, tps,
+    printf("%-18s %5.1f %8ld %9.2f %9.1f %8.2fx %12.2f\n", name, temp, r->tokens, r->seconds, tps,
            tps / (plain->tokens / plain->seconds), per_step);
 }
 
@@ -85,8 +86,8 @@ static int parse(int argc, char **argv, bench_opts *o)
 {
     static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"prompts", 1, 0, 'p'},
                                        {"tokens", 1, 0, 'n'}, {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 'j'},
-                                       {0, 0, 0, 0}};
-    *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, 5, 0};
+                                       {"rounds", 1, 0, 'r'}, {0, 0, 0, 0}};
+    *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, 5, 0, 3};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -96,16 +97,17 @@ static int parse(int argc, char **argv, bench_opts *o)
         case 'n': o->tokens = atoi(optarg); break;
         case 'k': o->num_draft = atoi(optarg); break;
         case 'j': o->threads = atoi(optarg); break;
+        case 'r': o->rounds = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N] "
-                            "[--num-draft K] [--threads N]\n");
+                            "[--num-draft K] [--threads N] [--rounds N]\n");
             return -1;
         }
     }
     if (o->prompts < 1 || o->prompts > SD_N_CODE_PROMPTS || o->tokens < 1 || o->num_draft < 1 ||
-        o->num_draft > SD_MAX_DRAFT) {
-        fprintf(stderr, "specd-bench-spec: --prompts 1..%d, --tokens >= 1, --num-draft 1..%d\n", SD_N_CODE_PROMPTS,
-                SD_MAX_DRAFT);
+        o->num_draft > SD_MAX_DRAFT || o->rounds < 1) {
+        fprintf(stderr, "specd-bench-spec: --prompts 1..%d, --tokens >= 1, --num-draft 1..%d, --rounds >= 1\n",
+                SD_N_CODE_PROMPTS, SD_MAX_DRAFT);
         return -1;
     }
     return 0;
@@ -143,42 +145,55 @@ int main(int argc, char **argv)
     int n_ids[SD_N_CODE_PROMPTS];
     sd_backend *be = sd_backend_cpu_new(o.threads);
     sd_model *m = NULL;
-    sd_proposer *draft = NULL, *ngram = NULL;
+    sd_proposer *draft = NULL, *draft_q8 = NULL, *ngram = NULL;
     sd_engine *e = NULL;
     int rc = 1;
     sd_draft_opts dopt = {.be = be, .max_seqs = 1, .max_context = 512 + o.tokens, .block_size = 16};
+    sd_draft_opts qopt = dopt;
+    qopt.q8 = 1;
     if (!be || encode_prompts(&o, ids, n_ids) != 0) goto out;
     if (sd_model_load(o.target, be, &m, err, sizeof err) != SD_OK ||
         sd_model_kv_init(m, (512 + o.tokens) / 16 + 4, 16, err, sizeof err) != SD_OK ||
         sd_draft_check_tokenizer(o.target, o.draft, err, sizeof err) != SD_OK ||
         sd_draft_new(o.draft, &dopt, &draft, err, sizeof err) != SD_OK ||
+        sd_draft_new(o.draft, &qopt, &draft_q8, err, sizeof err) != SD_OK ||
         sd_ngram_new(1, 4, &ngram, err, sizeof err) != SD_OK || !(e = sd_engine_new(m, NULL))) {
         fprintf(stderr, "specd-bench-spec: %s\n", err);
         goto out;
     }
-    printf("target %s, drafter %s, %d prompts x %d tokens, K = %d, %d threads\n", o.target, o.draft, o.prompts,
-           o.tokens, o.num_draft, sd_backend_cpu_threads(be));
-    printf("%-22s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup",
+    printf("target %s, drafter %s, %d prompts x %d tokens x %d rounds, K = %d, %d threads\n", o.target, o.draft,
+           o.prompts, o.tokens, o.rounds, o.num_draft, sd_backend_cpu_threads(be));
+    printf("%-18s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup",
            "tokens/step");
     run_result warm; /* touches every weight page and the KV pool first */
     bench_opts w = o;
     w.prompts = 2;
     if (run(e, draft, &w, ids, n_ids, 0.0f, &warm) || run(e, NULL, &w, ids, n_ids, 0.0f, &warm)) goto out;
+    /* rounds interleave the modes, so a slow spell of the machine hits
+     * every mode alike; each row sums its rounds */
     const float temps[2] = {0.0f, 0.8f};
+    sd_proposer *const modes[4] = {NULL, draft, draft_q8, ngram};
+    const char *const names[4] = {"plain", "draft model", "draft model, int8", "n-gram"};
     for (int t = 0; t < 2; t++) {
-        run_result plain, dr, ng;
-        if (run(e, NULL, &o, ids, n_ids, temps[t], &plain) || run(e, draft, &o, ids, n_ids, temps[t], &dr) ||
-            run(e, ngram, &o, ids, n_ids, temps[t], &ng))
-            goto out;
-        print_row("plain", temps[t], &plain, &plain);
-        print_row("draft model", temps[t], &dr, &plain);
-        print_row("n-gram", temps[t], &ng, &plain);
+        run_result tot[4] = {0};
+        for (int r = 0; r < o.rounds; r++)
+            for (int k = 0; k < 4; k++) {
+                run_result one;
+                if (run(e, modes[k], &o, ids, n_ids, temps[t], &one)) goto out;
+                tot[k].seconds += one.seconds;
+                tot[k].tokens += one.tokens;
+                tot[k].stats.steps += one.stats.steps;
+                tot[k].stats.accepted_tokens += one.stats.accepted_tokens;
+                tot[k].stats.draft_tokens += one.stats.draft_tokens;
+            }
+        for (int k = 0; k < 4; k++) print_row(names[k], temps[t], &tot[k], &tot[0]);
     }
     rc = 0;
 out:
     for (int i = 0; i < SD_N_CODE_PROMPTS; i++) free(ids[i]);
     sd_engine_free(e);
     sd_proposer_free(draft);
+    sd_proposer_free(draft_q8);
     sd_proposer_free(ngram);
     sd_model_free(m);
     sd_backend_free(be);

@@ -71,7 +71,7 @@ static const sd_proposer_ops draft_ops;
 sd_draft_opts sd_draft_opts_default(void)
 {
     sd_draft_opts o = {.be = NULL, .n_threads = 0, .max_seqs = 16, .max_context = 0, .block_size = 16,
-                       .vocab_limit = 0};
+                       .vocab_limit = 0, .q8 = 0};
     return o;
 }
 
@@ -349,6 +349,7 @@ static const sd_proposer_ops draft_ops = {
 static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts *o, char *err, size_t errlen)
 {
     sd_status rc = sd_model_load(dir, d->be, &d->m, err, errlen);
+    if (rc == SD_OK && o->q8) rc = sd_model_quantize_q8(d->m, err, errlen);
     if (rc != SD_OK) return rc;
     const sd_model_config *cfg = sd_model_cfg(d->m);
     d->vocab = cfg->vocab_size;

@@ -42,10 +42,12 @@ typedef struct sd_draft_opts {
     int block_size;   /* KV block size in positions (default 16) */
     int vocab_limit;  /* draft only ids < vocab_limit (0 = the model's vocab);
                          set to the target's vocab_size when it is smaller */
+    int q8;           /* 1: int8 matmul weights (sd_model_quantize_q8) — a faster,
+                         approximate drafter; exactness does not depend on it */
 } sd_draft_opts;
 
 /* Defaults: be NULL, n_threads 0, max_seqs 16, max_context 0, block_size 16,
- * vocab_limit 0. */
+ * vocab_limit 0, q8 0. */
 sd_draft_opts sd_draft_opts_default(void);
 
 /* Loads the draft model in model_dir and sizes its KV pool to

@@ -177,6 +177,49 @@ sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *e
     return SD_OK;
 }
 
+/* Bytes a forward pass reads from w. */
+static size_t w_bytes(const sd_weight *w)
+{
+    size_t n = (size_t)w->rows * w->cols;
+    switch (w->dtype) {
+    case SD_DTYPE_F32: return n * 4;
+    case SD_DTYPE_Q8: return n + (size_t)w->rows * (sizeof(float) + sizeof(int32_t));
+    default: return n * 2;
+    }
+}
+
+static sd_status quantize_w(sd_model *m, sd_weight *w, char *err, size_t errlen)
+{
+    size_t before = w_bytes(w);
+    sd_status st = m->be->ops->quantize_q8(m->be, w, err, errlen);
+    if (st == SD_OK) m->weight_bytes = m->weight_bytes - before + w_bytes(w);
+    return st;
+}
+
+sd_status sd_model_quantize_q8(sd_model *m, char *err, size_t errlen)
+{
+    const sd_model_config *c = &m->cfg;
+    if (!m->be->ops->quantize_q8)
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "the %s backend cannot quantise weights to int8",
+                         m->be->ops->name);
+    sd_status st = SD_OK;
+    if (m->head == &m->embed) {
+        /* tied: the embedding rows stay exact, the head gets its own copy */
+        size_t before = m->weight_bytes;
+        st = load_w(m, "model.embed_tokens.weight", 2, c->vocab_size, c->hidden_size, &m->lm_head, err, errlen);
+        if (st != SD_OK) return st;
+        m->weight_bytes = before;
+        m->head = &m->lm_head;
+    }
+    for (int i = 0; i < c->n_layers && st == SD_OK; i++) {
+        layer_w *L = &m->layers[i];
+        sd_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t j = 0; j < sizeof ws / sizeof ws[0] && st == SD_OK; j++) st = quantize_w(m, ws[j], err, errlen);
+    }
+    if (st == SD_OK) st = quantize_w(m, &m->lm_head, err, errlen);
+    return st;
+}
+
 /* ------------------------------------------------------------ teardown */
 
 static void release_w(sd_model *m, sd_weight *w)

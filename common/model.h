@@ -46,6 +46,13 @@ sd_backend *sd_model_backend(const sd_model *m);
 int sd_model_act_bf16(const sd_model *m);
 void sd_model_set_act_bf16(sd_model *m, int on);
 
+/* Replaces every matmul weight (and the LM head; a tied head gets its own
+ * copy) by int8 rows with per-row scales, the inputs quantised per token
+ * (kernels/cpu/cpu_q8.h). The logits become an approximation: for a
+ * drafter only, never for the model whose tokens are committed.
+ * SD_ERR_UNSUPPORTED when the backend offers no quantize_q8. */
+sd_status sd_model_quantize_q8(sd_model *m, char *err, size_t errlen);
+
 /* Bytes of weights one decode step reads (every matrix once; the LM head;
  * norms), for roofline reports. */
 size_t sd_model_weight_bytes(const sd_model *m);

@@ -57,6 +57,7 @@ size_t sd_dtype_size(sd_dtype dt)
     case SD_DTYPE_F32: return 4;
     case SD_DTYPE_F16: return 2;
     case SD_DTYPE_BF16: return 2;
+    case SD_DTYPE_Q8: return 1;
     }
     return 0;
 }
@@ -67,6 +68,7 @@ const char *sd_dtype_name(sd_dtype dt)
     case SD_DTYPE_F32: return "F32";
     case SD_DTYPE_F16: return "F16";
     case SD_DTYPE_BF16: return "BF16";
+    case SD_DTYPE_Q8: return "Q8";
     }
     return "?";
 }
@@ -498,5 +500,7 @@ void sd_convert_to_f32(sd_dtype dt, const void *src, float *dst, size_t n)
             dst[i] = f16_to_f32(h);
         }
         return;
+    case SD_DTYPE_Q8: /* not a file type: nothing to convert */
+        break;
     }
 }

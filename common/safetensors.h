@@ -19,6 +19,7 @@ typedef enum {
     SD_DTYPE_F32 = 0,
     SD_DTYPE_F16 = 1,
     SD_DTYPE_BF16 = 2,
+    SD_DTYPE_Q8 = 3, /* backend only, never in a file: int8 rows + per-row scales (kernels/cpu/cpu_q8.h) */
 } sd_dtype;
 
 #define SD_ST_MAX_DIMS 4

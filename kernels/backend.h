@@ -26,11 +26,14 @@ typedef struct sd_backend sd_backend;
 
 /* A weight tensor resident where the backend computes. */
 typedef struct sd_weight {
-    sd_dtype dtype;   /* storage type (CPU: F32 or BF16; F16 converted at upload) */
+    sd_dtype dtype;   /* storage type (CPU: F32 or BF16; F16 converted at upload;
+                       * Q8 after quantize_q8) */
     int rows;         /* N (1 for vectors) */
     int cols;         /* K */
     const void *data; /* backend memory or a host mmap (CPU) */
     void *owned;      /* non-NULL when the backend allocated the storage */
+    const float *qscale;  /* Q8: per-row scales [rows] */
+    const int32_t *qsum;  /* Q8: per-row sums of the int8 values [rows] */
 } sd_weight;
 
 /* Paged KV storage of one layer: K and V each [n_blocks, block_size, n_kv, hd]. */
@@ -123,6 +126,10 @@ typedef struct sd_backend_ops {
     /* Optional (NULL: the caller composes matmul / add / silu_mul): the
      * group of f in one pass, bit-identical to the composed ops. */
     void (*matmul_fused)(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16);
+    /* Optional (NULL: not offered): replaces a 2-D weight by int8 rows with
+     * per-row scales (an approximation, for drafters only); matmul then
+     * quantises its input per row (kernels/cpu/cpu_q8.h). */
+    sd_status (*quantize_q8)(sd_backend *be, sd_weight *w, char *err, size_t errlen);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
     /* Returns and clears the first error recorded by an op that returns

@@ -6,18 +6,24 @@
  * BF16 checkpoints are used in place from the mmap; F16 and all 1-D tensors
  * are converted to F32 copies at upload. */
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "cpu_dot.h"
+#include "cpu_q8.h"
 #include "threadpool.h"
 
 typedef struct cpu_impl {
     sd_pool *pool;
     uint16_t *xbf;         /* matmul input converted to bf16 (bf16 activation mode) */
     size_t xbf_len;
+    int8_t *xq;            /* matmul input quantised for Q8 weights, and its row scales */
+    float *xqs;
+    size_t xq_len, xqs_len;
     float *attn_scratch;   /* [n_threads][scratch_len] attention scores */
     size_t scratch_len;
 } cpu_impl;
@@ -74,6 +80,39 @@ static void cpu_release(sd_backend *be, sd_weight *w)
     memset(w, 0, sizeof *w);
 }
 
+/* Q8 storage in one allocation: int8 values, then scales, then row sums. */
+static sd_status cpu_quantize_q8(sd_backend *be, sd_weight *w, char *err, size_t errlen)
+{
+    if (w->dtype == SD_DTYPE_Q8) return SD_OK;
+    if (w->dtype != SD_DTYPE_F32 && w->dtype != SD_DTYPE_BF16)
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "cannot quantise a %s weight", sd_dtype_name(w->dtype));
+    size_t R = (size_t)w->rows, K = (size_t)w->cols;
+    size_t qbytes = (R * K + 63) / 64 * 64;
+    char *blk = cpu_alloc(be, qbytes + R * (sizeof(float) + sizeof(int32_t)));
+    float *row = malloc(K * sizeof *row);
+    if (!blk || !row) {
+        cpu_free(be, blk);
+        free(row);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory quantising a %zu x %zu weight", R, K);
+    }
+    int8_t *q = (int8_t *)blk;
+    float *scale = (float *)(blk + qbytes);
+    int32_t *sum = (int32_t *)(scale + R);
+    for (size_t r = 0; r < R; r++) {
+        if (w->dtype == SD_DTYPE_BF16) sd_convert_to_f32(SD_DTYPE_BF16, (const uint16_t *)w->data + r * K, row, K);
+        else memcpy(row, (const float *)w->data + r * K, K * sizeof *row);
+        sd_q8_quantize_rows(row, 1, (int)K, q + r * K, scale + r, sum + r);
+    }
+    free(row);
+    cpu_free(be, w->owned);
+    w->dtype = SD_DTYPE_Q8;
+    w->data = q;
+    w->owned = blk;
+    w->qscale = scale;
+    w->qsum = sum;
+    return SD_OK;
+}
+
 static void cpu_copy(sd_backend *be, void *dst, const void *src, size_t bytes)
 {
     (void)be;
@@ -88,12 +127,19 @@ typedef struct mm_ctx {
     int T;
     int bf16;
     const uint16_t *xbf;   /* x as bf16 when the vdpbf16ps path is used, else NULL */
+    const int8_t *xq;      /* x quantised per row for Q8 weights, else NULL */
+    const float *xqs;
 } mm_ctx;
 
 /* Rows [n0, n1) of y = x·w^T. */
 static void mm_rows(const mm_ctx *c, float *y, const sd_weight *w, int n0, int n1)
 {
     int K = w->cols, N = w->rows;
+    if (w->dtype == SD_DTYPE_Q8) {
+        sd_q8_tile(y + n0, N, (const int8_t *)w->data + (size_t)n0 * K, w->qscale + n0, w->qsum + n0, c->xq, c->xqs,
+                   K, n1 - n0, c->T);
+        return;
+    }
     if (c->xbf) {
         sd_dot_tile_bf16x(y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->xbf, K, K, n1 - n0, c->T);
         return;
@@ -176,6 +222,16 @@ static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weigh
     return impl->xbf;
 }
 
+/* Grows *p to n elements of size sz; false on allocation failure. */
+static bool grow(void **p, size_t *len, size_t n, size_t sz)
+{
+    void *q = realloc(*p, n * sz);
+    if (!q) return false;
+    *p = q;
+    *len = n;
+    return true;
+}
+
 /* below this many multiply-adds a hand-off to the pool costs more than it saves */
 #define SD_MM_INLINE_MACS ((size_t)1 << 16)
 
@@ -188,7 +244,19 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
         same &= f->w[k]->dtype == w0->dtype && f->w[k]->cols == w0->cols;
         macs += (size_t)f->w[k]->rows * f->w[k]->cols * T;
     }
-    mm_ctx c = {f, x, T, bf16, same ? bf16_input(impl_of(be), x, w0, T, bf16) : NULL};
+    mm_ctx c = {f, x, T, bf16, same ? bf16_input(impl_of(be), x, w0, T, bf16) : NULL, NULL, NULL};
+    if (w0->dtype == SD_DTYPE_Q8) {
+        cpu_impl *impl = impl_of(be);
+        size_t n = (size_t)T * w0->cols;
+        if (!same || (n > impl->xq_len && !grow((void **)&impl->xq, &impl->xq_len, n, 1)) ||
+            ((size_t)T > impl->xqs_len && !grow((void **)&impl->xqs, &impl->xqs_len, (size_t)T, sizeof(float)))) {
+            fprintf(stderr, "specd: Q8 matmul: %s\n", same ? "out of memory" : "mixed weight types in a group");
+            abort();
+        }
+        sd_q8_quantize_x(x, T, w0->cols, w0->cols, impl->xq, impl->xqs);
+        c.xq = impl->xq;
+        c.xqs = impl->xqs;
+    }
     if (macs < SD_MM_INLINE_MACS) mm_task(&c, 0, 1);
     else sd_pool_run(impl_of(be)->pool, mm_task, &c);
 }
@@ -398,6 +466,8 @@ static void cpu_destroy(sd_backend *be)
     sd_pool_free(impl->pool);
     free(impl->attn_scratch);
     free(impl->xbf);
+    free(impl->xq);
+    free(impl->xqs);
     free(impl);
     free(be);
 }
@@ -419,6 +489,7 @@ static const sd_backend_ops cpu_ops = {
     .silu_mul = cpu_silu_mul,
     .add = cpu_add,
     .matmul_fused = cpu_matmul_fused,
+    .quantize_q8 = cpu_quantize_q8,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
 };

@@ -1,0 +1,227 @@
+/* cpu_q8.c — see cpu_q8.h. */
+#include "cpu_q8.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+
+static int g_path = -1; /* 2 AVX-512 VNNI, 1 AVX2, 0 scalar */
+
+static int q8_path(void)
+{
+    if (g_path < 0) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vnni"))
+            g_path = 2;
+        else if (__builtin_cpu_supports("avx2"))
+            g_path = 1;
+        else
+            g_path = 0;
+    }
+    return g_path;
+}
+
+/* One row: scale = max|v| / 127 (1 for an all-zero row), q = rint(v * 127 / max). */
+static float quant_row(const float *v, int K, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(v[k]));
+    if (!(amax > 0.0f) || !isfinite(amax)) {
+        for (int k = 0; k < K; k++) q[k] = 0;
+        return amax > 0.0f ? amax : 1.0f;
+    }
+    float inv = 127.0f / amax;
+    for (int k = 0; k < K; k++) {
+        float f = v[k] * inv;
+        long r = f == f ? lrintf(f) : 0;
+        q[k] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+    }
+    return amax / 127.0f;
+}
+
+void sd_q8_quantize_rows(const float *w, int R, int K, int8_t *q, float *scale, int32_t *sum)
+{
+    for (int r = 0; r < R; r++) {
+        int8_t *qr = q + (size_t)r * K;
+        scale[r] = quant_row(w + (size_t)r * K, K, qr);
+        int32_t s = 0;
+        for (int k = 0; k < K; k++) s += qr[k];
+        sum[r] = s;
+    }
+}
+
+/* quant_row with AVX2: the same max (order does not matter) and the same
+ * rint(v * inv) per element (cvtps rounds to nearest even, as lrintf). */
+__attribute__((target("avx2"))) static float quant_row_avx2(const float *v, int K, int8_t *q)
+{
+    __m256 mx = _mm256_setzero_ps();
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int k = 0;
+    for (; k + 8 <= K; k += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(v + k), abs));
+    float lanes[8], amax = 0.0f;
+    _mm256_storeu_ps(lanes, mx);
+    for (int i = 0; i < 8; i++) amax = lanes[i] > amax ? lanes[i] : amax;
+    for (; k < K; k++) amax = fmaxf(amax, fabsf(v[k]));
+    if (!(amax > 0.0f) || !isfinite(amax)) return quant_row(v, K, q);
+    float inv = 127.0f / amax;
+    __m256 iv = _mm256_set1_ps(inv);
+    for (k = 0; k + 8 <= K; k += 8) {
+        __m256 f = _mm256_mul_ps(_mm256_loadu_ps(v + k), iv);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q))) return quant_row(v, K, q);
+        __m256i r = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(127)),
+                                     _mm256_set1_epi32(-127));
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
+    }
+    for (; k < K; k++) {
+        long r = lrintf(v[k] * inv);
+        q[k] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+    }
+    return amax / 127.0f;
+}
+
+void sd_q8_quantize_x(const float *x, int T, int K, int ldx, int8_t *xq, float *xs)
+{
+    bool avx2 = q8_path() >= 1;
+    for (int t = 0; t < T; t++)
+        xs[t] = avx2 ? quant_row_avx2(x + (size_t)t * ldx, K, xq + (size_t)t * K)
+                     : quant_row(x + (size_t)t * ldx, K, xq + (size_t)t * K);
+}
+
+static inline float q8_out(int32_t acc, float ws, float xs)
+{
+    return ((float)acc * ws) * xs;
+}
+
+/* ---------------------------------------------------------------- scalar */
+
+static void tile_scalar(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
+                        const int8_t *xq, const float *xs, int K, int R, int U)
+{
+    (void)wsum;
+    for (int t = 0; t < U; t++)
+        for (int r = 0; r < R; r++) {
+            const int8_t *w = wq + (size_t)r * K, *x = xq + (size_t)t * K;
+            int32_t acc = 0;
+            for (int k = 0; k < K; k++) acc += (int32_t)w[k] * x[k];
+            y[(size_t)t * ldy + r] = q8_out(acc, ws[r], xs[t]);
+        }
+}
+
+/* ------------------------------------------------------------------ AVX2 */
+
+__attribute__((target("avx2"))) static inline int32_t hsum_epi32_256(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+__attribute__((target("avx2"))) static void tile_avx2(float *y, int ldy, const int8_t *wq, const float *ws,
+                                                      const int32_t *wsum, const int8_t *xq, const float *xs, int K,
+                                                      int R, int U)
+{
+    (void)wsum;
+    int K16 = K & ~15;
+    for (int t = 0; t < U; t++) {
+        const int8_t *x = xq + (size_t)t * K;
+        for (int r = 0; r < R; r++) {
+            const int8_t *w = wq + (size_t)r * K;
+            __m256i acc = _mm256_setzero_si256();
+            for (int k = 0; k < K16; k += 16) {
+                __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
+                __m256i xv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + k)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(wv, xv));
+            }
+            int32_t s = hsum_epi32_256(acc);
+            for (int k = K16; k < K; k++) s += (int32_t)w[k] * x[k];
+            y[(size_t)t * ldy + r] = q8_out(s, ws[r], xs[t]);
+        }
+    }
+}
+
+/* ------------------------------------------------------- AVX-512 VNNI */
+
+#define SD_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+/* vpdpbusd multiplies unsigned by signed bytes: feed x_q + 128 (x_q with
+ * its sign bit flipped) and subtract 128 * rowsum(w_q) afterwards. */
+SD_VNNI static inline __m512i ldx_u8(const int8_t *p, __mmask64 m)
+{
+    return _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, p), _mm512_maskz_set1_epi8(m, (char)0x80));
+}
+
+/* R rows x U tokens; R * U accumulators in registers. */
+SD_VNNI __attribute__((always_inline)) static inline void vnni_ru(float *y, int ldy, const int8_t *wq,
+                                                                   const float *ws, const int32_t *wsum,
+                                                                   const int8_t *xq, const float *xs, int K,
+                                                                   const int R, const int U)
+{
+    __m512i acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) acc[r][u] = _mm512_setzero_si512();
+    for (int k = 0; k < K; k += 64) {
+        __mmask64 m = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+        __m512i xv[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) xv[u] = ldx_u8(xq + (size_t)u * K + k, m);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(wq + (size_t)(2 * R + r) * K + k), _MM_HINT_T0);
+            __m512i wv = _mm512_maskz_loadu_epi8(m, wq + (size_t)r * K + k);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) acc[r][u] = _mm512_dpbusd_epi32(acc[r][u], xv[u], wv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            y[(size_t)u * ldy + r] = q8_out(_mm512_reduce_add_epi32(acc[r][u]) - 128 * wsum[r], ws[r], xs[u]);
+}
+
+#define VNNI_ROWS(RR, UU)                                                                          \
+    do {                                                                                           \
+        for (; r + RR <= R; r += RR)                                                               \
+            vnni_ru(y + (size_t)t * ldy + r, ldy, wq + (size_t)r * K, ws + r, wsum + r,            \
+                    xq + (size_t)t * K, xs + t, K, RR, UU);                                        \
+        for (; r < R; r++)                                                                         \
+            vnni_ru(y + (size_t)t * ldy + r, ldy, wq + (size_t)r * K, ws + r, wsum + r,            \
+                    xq + (size_t)t * K, xs + t, K, 1, UU);                                         \
+    } while (0)
+
+SD_VNNI static void tile_vnni(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
+                              const int8_t *xq, const float *xs, int K, int R, int U)
+{
+    for (int t = 0; t < U;) {
+        int n = U - t, r = 0;
+        if (n >= 4) {
+            VNNI_ROWS(4, 4);
+            t += 4;
+        } else if (n == 3) {
+            VNNI_ROWS(6, 3);
+            t += 3;
+        } else if (n == 2) {
+            VNNI_ROWS(8, 2);
+            t += 2;
+        } else {
+            VNNI_ROWS(8, 1);
+            t += 1;
+        }
+    }
+}
+#undef VNNI_ROWS
+
+void sd_q8_tile(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
+                const float *xs, int K, int R, int U)
+{
+    switch (q8_path()) {
+    case 2: tile_vnni(y, ldy, wq, ws, wsum, xq, xs, K, R, U); break;
+    case 1: tile_avx2(y, ldy, wq, ws, wsum, xq, xs, K, R, U); break;
+    default: tile_scalar(y, ldy, wq, ws, wsum, xq, xs, K, R, U); break;
+    }
+}
