@@ -347,22 +347,9 @@ static void cpu_rope(sd_backend *be, float *x, const float *cs, const float *sn,
 {
     (void)be;
     int half = hd / 2;
-    for (int t = 0; t < T; t++) {
-        const float *c = cs + (size_t)t * half, *s = sn + (size_t)t * half;
-        for (int h = 0; h < nh; h++) {
-            float *v = x + ((size_t)t * nh + h) * hd;
-            for (int i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                if (bf16) {
-                    v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
-                    v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
-                } else {
-                    v[i] = a * c[i] - b * s[i];
-                    v[i + half] = b * c[i] + a * s[i];
-                }
-            }
-        }
-    }
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++)
+            sd_rope_row(x + ((size_t)t * nh + h) * hd, cs + (size_t)t * half, sn + (size_t)t * half, half, bf16);
 }
 
 static void cpu_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,

@@ -794,3 +794,53 @@ float sd_exp_sum(const float *x, int n, float shift)
     for (int i = 0; i < n; i++) s += expf(x[i] - shift);
     return s;
 }
+
+/* ------------------------------------------------------------------ RoPE */
+
+SD_AVX2 static void rope_avx2(float *v, const float *c, const float *s, int half, int bf16)
+{
+    int i = 0;
+    for (; i + 8 <= half; i += 8) {
+        __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+        __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+        __m256 lo, hi;
+        if (bf16) {
+            __m256 nb = _mm256_xor_ps(b, _mm256_set1_ps(-0.0f));
+            lo = rne8(_mm256_add_ps(rne8(_mm256_mul_ps(a, cv)), rne8(_mm256_mul_ps(nb, sv))));
+            hi = rne8(_mm256_add_ps(rne8(_mm256_mul_ps(b, cv)), rne8(_mm256_mul_ps(a, sv))));
+        } else {
+            lo = _mm256_sub_ps(_mm256_mul_ps(a, cv), _mm256_mul_ps(b, sv));
+            hi = _mm256_add_ps(_mm256_mul_ps(b, cv), _mm256_mul_ps(a, sv));
+        }
+        _mm256_storeu_ps(v + i, lo);
+        _mm256_storeu_ps(v + half + i, hi);
+    }
+    for (; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        if (bf16) {
+            v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
+            v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
+        } else {
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16)
+{
+    if (g_avx2) {
+        rope_avx2(v, c, s, half, bf16);
+        return;
+    }
+    for (int i = 0; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        if (bf16) {
+            v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
+            v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
+        } else {
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}

@@ -45,6 +45,10 @@ void sd_silu_mul_n(float *y, const float *g, const float *u, size_t n, int bf16)
 void sd_add_n(float *y, const float *x, size_t n, int bf16);
 void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, int bf16);
 
+/* Rotate-half RoPE of one head vector v[2*half] in place (cos c, sin s;
+ * bf16: each product and the sum rounded). */
+void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16);
+
 /* sum_i exp(x[i] - shift), vectorised (a softmax denominator). */
 float sd_exp_sum(const float *x, int n, float shift);
 
