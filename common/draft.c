@@ -22,6 +22,7 @@
 #include "sampler.h"
 #include "tokenizer.h"
 #include "verify.h"
+#include "cpu_dot.h"
 
 typedef struct draft_seq {
     uint64_t id;
@@ -50,6 +51,7 @@ typedef struct draft_impl {
     int vocab;          /* model vocab (logits row length) */
     int vlimit;         /* ids drafted are < vlimit */
     int max_pos;
+    float p_min;        /* stop drafting an item after a token of probability < p_min */
     draft_seq *seqs;
     int n_seqs;
     int cap_seqs;
@@ -71,7 +73,7 @@ static const sd_proposer_ops draft_ops;
 sd_draft_opts sd_draft_opts_default(void)
 {
     sd_draft_opts o = {.be = NULL, .n_threads = 0, .max_seqs = 16, .max_context = 0, .block_size = 16,
-                       .vocab_limit = 0, .q8 = 0};
+                       .vocab_limit = 0, .q8 = 0, .p_min = 0.0f};
     return o;
 }
 
@@ -212,6 +214,11 @@ static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st,
         tok = sd_argmax(row, d->vlimit);
     }
     if (tok < 0) return false;
+    if (d->p_min > 0.0f) {
+        /* stop drafting this item after a token the drafter itself doubts */
+        float p = st->sampled ? sd_sparse_prob(q, nq, tok) : 1.0f / sd_exp_sum(row, d->vlimit, row[tok]);
+        if (p < d->p_min) st->kk = t + 1;
+    }
     if (it->want_q) {
         sd_tokprob one = {tok, 1.0f};
         size_t off = arena_push(d, q ? q : &one, nq);
@@ -355,6 +362,8 @@ static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts 
     d->vocab = cfg->vocab_size;
     d->max_pos = cfg->max_position;
     d->vlimit = o->vocab_limit > 0 && o->vocab_limit < d->vocab ? o->vocab_limit : d->vocab;
+    d->p_min = o->p_min;
+    if (getenv("SD_PMIN")) d->p_min = (float)atof(getenv("SD_PMIN"));
     int max_ctx = o->max_context > 0 ? o->max_context : (d->max_pos < 4096 ? d->max_pos : 4096);
     long per_seq = (max_ctx + SD_MAX_DRAFT + 1 + o->block_size - 1) / o->block_size;
     long blocks = per_seq * o->max_seqs;

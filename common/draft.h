@@ -44,6 +44,9 @@ typedef struct sd_draft_opts {
                          set to the target's vocab_size when it is smaller */
     int q8;           /* 1: int8 matmul weights (sd_model_quantize_q8) — a faster,
                          approximate drafter; exactness does not depend on it */
+    float p_min;      /* > 0: an item stops drafting after a token whose drafter
+                         probability is below p_min (its later drafts would
+                         likely be rejected); 0 = always draft k */
 } sd_draft_opts;
 
 /* Defaults: be NULL, n_threads 0, max_seqs 16, max_context 0, block_size 16,
