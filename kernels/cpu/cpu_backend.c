@@ -389,35 +389,52 @@ typedef struct attn_ctx {
     const sd_attn_seq *seqs;
     int n_seqs;
     const sd_attn_shape *sh;
-    int total_rows;
+    int n_items;
     cpu_impl *impl;
 } attn_ctx;
 
-/* One query row of one head (see sd_attn_row). */
-static void attn_one(const attn_ctx *c, const sd_attn_seq *s, int row, int h, float *sc)
+/* Work items: (sequence, chunk of up to rows_per rows, KV head); an item
+ * runs the queries of every head of that KV group at those rows together
+ * (sd_attn_group), so the group's K/V blocks are read once for all. */
+#define SD_ATTN_MAX_Q 48
+
+static int attn_rows_per(const sd_attn_shape *sh)
+{
+    int g = sh->n_heads / sh->n_kv_heads, r = SD_ATTN_MAX_Q / g;
+    return r < 1 ? 1 : r > 8 ? 8 : r;
+}
+
+static void attn_item(const attn_ctx *c, int item, float *scratch)
 {
     const sd_attn_shape *sh = c->sh;
-    int hd = sh->head_dim, kvd = sh->n_kv_heads * hd;
-    int g = h / (sh->n_heads / sh->n_kv_heads);
-    int pos = s->pos0 + (row - s->row0);
-    size_t off = ((size_t)row * sh->n_heads + h) * hd;
-    sd_attn_row(c->out + off, c->q + off, c->kv->k + (size_t)g * hd, c->kv->v + (size_t)g * hd, (size_t)kvd,
-                s->block_table, sh->block_size, pos + 1, hd, sh->scale, sh->bf16, sc);
+    int rp = attn_rows_per(sh), nkv = sh->n_kv_heads, G = sh->n_heads / nkv, hd = sh->head_dim;
+    int si = 0;
+    for (;; si++) {
+        int chunks = (c->seqs[si].n + rp - 1) / rp;
+        if (item < chunks * nkv) break;
+        item -= chunks * nkv;
+    }
+    const sd_attn_seq *s = &c->seqs[si];
+    int g = item % nkv, r0 = (item / nkv) * rp, r1 = r0 + rp < s->n ? r0 + rp : s->n;
+    sd_attn_query qs[SD_ATTN_MAX_Q + 8];
+    int nq = 0;
+    for (int r = r0; r < r1; r++)
+        for (int h = g * G; h < (g + 1) * G && nq < SD_ATTN_MAX_Q + 8; h++) {
+            size_t off = ((size_t)(s->row0 + r) * sh->n_heads + h) * hd;
+            qs[nq++] = (sd_attn_query){c->q + off, c->out + off, s->pos0 + r + 1};
+        }
+    size_t kvd = (size_t)nkv * hd;
+    sd_attn_group(qs, nq, c->kv->k + (size_t)g * hd, c->kv->v + (size_t)g * hd, kvd, s->block_table,
+                  sh->block_size, hd, sh->scale, sh->bf16, scratch);
 }
 
 static void attn_task(void *ctx, int i, int n)
 {
     const attn_ctx *c = ctx;
-    int nh = c->sh->n_heads;
     int lo, hi;
-    sd_split_range(c->total_rows * nh, 1, i, n, &lo, &hi);
+    sd_split_range(c->n_items, 1, i, n, &lo, &hi);
     float *sc = c->impl->attn_scratch + (size_t)i * c->impl->scratch_len;
-    int si = 0;
-    for (int w = lo; w < hi; w++) {
-        int row = w / nh, h = w % nh;
-        while (row >= c->seqs[si].row0 + c->seqs[si].n) si++;
-        attn_one(c, &c->seqs[si], row, h, sc);
-    }
+    for (int w = lo; w < hi; w++) attn_item(c, w, sc);
 }
 
 static int grow_scratch(cpu_impl *impl, size_t need)
@@ -435,14 +452,17 @@ static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const
                           const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape)
 {
     cpu_impl *impl = impl_of(be);
-    int rows = 0, max_pos = 0;
+    int rp = attn_rows_per(shape), G = shape->n_heads / shape->n_kv_heads, items = 0, max_pos = 0;
+    size_t work = 0;
     for (int s = 0; s < n_seqs; s++) {
-        rows += seqs[s].n;
+        items += (seqs[s].n + rp - 1) / rp * shape->n_kv_heads;
+        work += (size_t)seqs[s].n * (seqs[s].pos0 + seqs[s].n);
         if (seqs[s].pos0 + seqs[s].n > max_pos) max_pos = seqs[s].pos0 + seqs[s].n;
     }
-    if (grow_scratch(impl, (size_t)max_pos) != 0) return SD_ERR_NOMEM;
-    attn_ctx c = {out, q, kv, seqs, n_seqs, shape, rows, impl};
-    if ((size_t)rows * shape->n_heads * max_pos * shape->head_dim < ((size_t)1 << 16)) attn_task(&c, 0, 1);
+    int nq = rp * G < SD_ATTN_MAX_Q + 8 ? rp * G : SD_ATTN_MAX_Q + 8;
+    if (grow_scratch(impl, sd_attn_scratch_floats(nq, max_pos, shape->head_dim)) != 0) return SD_ERR_NOMEM;
+    attn_ctx c = {out, q, kv, seqs, n_seqs, shape, items, impl};
+    if (work * shape->n_heads * shape->head_dim < ((size_t)1 << 16)) attn_task(&c, 0, 1);
     else sd_pool_run(impl->pool, attn_task, &c);
     return SD_OK;
 }

@@ -15,6 +15,7 @@
 
 static bool g_avx2;
 static bool g_bf16dot; /* AVX-512 BF16 dot products (vdpbf16ps) */
+static bool g_avx512;  /* AVX-512F: 16-lane attention */
 static bool g_inited;
 
 void sd_cpu_dot_init(void)
@@ -22,6 +23,7 @@ void sd_cpu_dot_init(void)
     if (g_inited) return;
     __builtin_cpu_init();
     g_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    g_avx512 = g_avx2 && __builtin_cpu_supports("avx512f");
     g_bf16dot = g_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
     g_inited = true;
@@ -481,12 +483,193 @@ SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, co
     }
 }
 
+/* ------------------------------------------------ AVX-512 attention
+ *
+ * With AVX-512F a score is one 16-lane accumulator over 16-element chunks
+ * of q and k in order, reduced by hsum1(lo256 + hi256); eight scores are
+ * reduced together by a transposed tree that performs, lane by lane, the
+ * same additions. PV keeps two accumulators per element, one for even and
+ * one for odd positions (each in ascending order), added at the end. Both
+ * orders depend only on the element, never on the batch. Used when hd is a
+ * multiple of 16; the AVX2 path otherwise. */
+
+#define SD_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+SD_AVX512 static inline __m256 fold16(__m512 a)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(a),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+/* Eight folded accumulators -> their eight hsum1 values, in order. */
+SD_AVX512 static inline __m256 hsum8x(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256 y4, __m256 y5, __m256 y6,
+                                      __m256 y7)
+{
+    __m256 v01 = _mm256_add_ps(_mm256_permute2f128_ps(y0, y1, 0x20), _mm256_permute2f128_ps(y0, y1, 0x31));
+    __m256 v23 = _mm256_add_ps(_mm256_permute2f128_ps(y2, y3, 0x20), _mm256_permute2f128_ps(y2, y3, 0x31));
+    __m256 v45 = _mm256_add_ps(_mm256_permute2f128_ps(y4, y5, 0x20), _mm256_permute2f128_ps(y4, y5, 0x31));
+    __m256 v67 = _mm256_add_ps(_mm256_permute2f128_ps(y6, y7, 0x20), _mm256_permute2f128_ps(y6, y7, 0x31));
+    __m256 h0 = _mm256_add_ps(_mm256_shuffle_ps(v01, v23, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(v01, v23, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 h1 = _mm256_add_ps(_mm256_shuffle_ps(v45, v67, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(v45, v67, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(h0, h1, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+SD_AVX512 static void scores8_512(float *sc, const float *q, const float *kb, size_t stride, int hd, float scale)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < hd; d += 16) {
+        __m512 qv = _mm512_loadu_ps(q + d);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + d), qv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + stride + d), qv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 2 * stride + d), qv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 3 * stride + d), qv, a3);
+        a4 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 4 * stride + d), qv, a4);
+        a5 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 5 * stride + d), qv, a5);
+        a6 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 6 * stride + d), qv, a6);
+        a7 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 7 * stride + d), qv, a7);
+    }
+    __m256 r = hsum8x(fold16(a0), fold16(a1), fold16(a2), fold16(a3), fold16(a4), fold16(a5), fold16(a6),
+                      fold16(a7));
+    _mm256_storeu_ps(sc, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
+}
+
+SD_AVX512 static float score1_512(const float *q, const float *k, int hd, float scale)
+{
+    __m512 a = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(k + d), _mm512_loadu_ps(q + d), a);
+    return hsum1(fold16(a)) * scale;
+}
+
+/* PV of m positions starting at even j0 for one query: the even/odd
+ * accumulators of C 16-wide chunks live in acc[0 .. 2*16*C) between calls. */
+SD_AVX512 __attribute__((always_inline)) static inline void pv_block_c(float *acc, const float *w, const float *vr,
+                                                                      size_t stride, int m, const int C)
+{
+    __m512 e[4], o[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        e[c] = _mm512_loadu_ps(acc + 16 * c);
+        o[c] = _mm512_loadu_ps(acc + 16 * (C + c));
+    }
+    int j = 0;
+    for (; j + 2 <= m; j += 2, vr += 2 * stride) {
+        __m512 pe = _mm512_set1_ps(w[j]), po = _mm512_set1_ps(w[j + 1]);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            e[c] = _mm512_fmadd_ps(pe, _mm512_loadu_ps(vr + 16 * c), e[c]);
+            o[c] = _mm512_fmadd_ps(po, _mm512_loadu_ps(vr + stride + 16 * c), o[c]);
+        }
+    }
+    if (j < m) {
+        __m512 pe = _mm512_set1_ps(w[j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) e[c] = _mm512_fmadd_ps(pe, _mm512_loadu_ps(vr + 16 * c), e[c]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        _mm512_storeu_ps(acc + 16 * c, e[c]);
+        _mm512_storeu_ps(acc + 16 * (C + c), o[c]);
+    }
+}
+
+/* acc layout per query: for each 64-wide group of hd, [even C chunks | odd C chunks]. */
+SD_AVX512 static void pv_block(float *acc, const float *w, const float *vb, size_t stride, int m, int hd)
+{
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 4);
+    switch ((hd - d0) / 16) {
+    case 3: pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 3); break;
+    case 2: pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 2); break;
+    case 1: pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 1); break;
+    default: break;
+    }
+}
+
+/* Several queries over one KV head, block by block: a block's K (then V)
+ * rows are read from memory once and reused from L1 by every query. Each
+ * query's result is bit-identical to attn_row_avx512 for it alone. */
+SD_AVX512 static void attn_group_512(const sd_attn_query *qs, int nq, const float *k, const float *v, size_t stride,
+                                     const int32_t *blocks, int bs, int hd, float scale, int bf16, float *scratch)
+{
+    int nmax = 0;
+    for (int i = 0; i < nq; i++) nmax = qs[i].n > nmax ? qs[i].n : nmax;
+    float *sc = scratch, *acc = scratch + (size_t)nq * nmax, *sums = acc + (size_t)nq * 2 * hd;
+    for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
+        const float *kb = k + (size_t)blocks[b] * bs * stride;
+        for (int i = 0; i < nq; i++) {
+            if (j0 >= qs[i].n) continue;
+            int m = qs[i].n - j0 < bs ? qs[i].n - j0 : bs, t = 0;
+            float *s = sc + (size_t)i * nmax + j0;
+            for (; t + 8 <= m; t += 8) scores8_512(s + t, qs[i].q, kb + t * stride, stride, hd, scale);
+            for (; t < m; t++) s[t] = score1_512(qs[i].q, kb + t * stride, hd, scale);
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        float *s = sc + (size_t)i * nmax;
+        sums[i] = softmax_avx2(s, qs[i].n);
+        attn_weights_avx2(s, qs[i].n, 1.0f / sums[i], bf16);
+    }
+    for (size_t x = 0; x < (size_t)nq * 2 * hd; x++) acc[x] = 0.0f;
+    for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
+        const float *vb = v + (size_t)blocks[b] * bs * stride;
+        for (int i = 0; i < nq; i++) {
+            if (j0 >= qs[i].n) continue;
+            int m = qs[i].n - j0 < bs ? qs[i].n - j0 : bs;
+            pv_block(acc + (size_t)i * 2 * hd, sc + (size_t)i * nmax + j0, vb, stride, m, hd);
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        const float *a = acc + (size_t)i * 2 * hd;
+        float *out = qs[i].out;
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int C = (hd - d0 < 64 ? hd - d0 : 64) / 16;
+            for (int c = 0; c < C; c++)
+                _mm512_storeu_ps(out + d0 + 16 * c, _mm512_add_ps(_mm512_loadu_ps(a + 2 * d0 + 16 * c),
+                                                                  _mm512_loadu_ps(a + 2 * d0 + 16 * (C + c))));
+        }
+        if (bf16) {
+            int d = 0;
+            __m256 sv = _mm256_set1_ps(sums[i]);
+            for (; d + 8 <= hd; d += 8)
+                _mm256_storeu_ps(out + d, _mm256_castsi256_ps(rne_bits(_mm256_div_ps(_mm256_loadu_ps(out + d), sv))));
+            for (; d < hd; d++) out[d] = sd_round_bf16(out[d] / sums[i]);
+        }
+    }
+}
+
 void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
                  int block_size, int n, int hd, float scale, int bf16, float *scratch)
 {
-    if (g_avx2) attn_row_avx2(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
-    else attn_row_scalar(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+    if (g_avx512 && hd % 16 == 0 && block_size % 2 == 0) {
+        sd_attn_query one = {q, out, n};
+        attn_group_512(&one, 1, k, v, stride, blocks, block_size, hd, scale, bf16, scratch);
+    } else if (g_avx2) {
+        attn_row_avx2(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+    } else {
+        attn_row_scalar(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+    }
 }
+
+size_t sd_attn_scratch_floats(int nq, int max_n, int hd)
+{
+    return (size_t)nq * ((size_t)max_n + 2 * (size_t)hd + 1);
+}
+
+void sd_attn_group(const sd_attn_query *qs, int nq, const float *k, const float *v, size_t stride,
+                   const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch)
+{
+    if (g_avx512 && hd % 16 == 0 && block_size % 2 == 0) {
+        attn_group_512(qs, nq, k, v, stride, blocks, block_size, hd, scale, bf16, scratch);
+        return;
+    }
+    for (int i = 0; i < nq; i++)
+        sd_attn_row(qs[i].out, qs[i].q, k, v, stride, blocks, block_size, qs[i].n, hd, scale, bf16, scratch);
+}
+
 
 /* ------------------------------------------------- AVX-512 BF16 dot products
  *

@@ -59,10 +59,27 @@ float sd_dot_f32(const float *a, const float *b, int K);
  * out[hd] = softmax(q·k_j * scale) · v_j, K/V rows at k/v + slot(j) * stride
  * where slot(j) = blocks[j / block_size] * block_size + j % block_size.
  * bf16: PyTorch's bf16 CPU attention rounding (unnormalised weights rounded,
- * one division at the end). scratch holds n floats. The order of every sum
- * is fixed by j and d alone, so the result does not depend on the batch. */
+ * one division at the end). scratch holds sd_attn_scratch_floats(1, n, hd)
+ * floats. The order of every sum is fixed by j and d alone (and the ISA
+ * path), so the result does not depend on the batch. */
 void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
                  int block_size, int n, int hd, float scale, int bf16, float *scratch);
+
+/* One query of a group sharing a KV head: n positions visible. */
+typedef struct sd_attn_query {
+    const float *q;
+    float *out;
+    int n;
+} sd_attn_query;
+
+/* sd_attn_row for nq queries of one KV head at once (AVX-512: block by
+ * block, so each K/V block is read once for all of them); each result is
+ * bit-identical to sd_attn_row's. */
+void sd_attn_group(const sd_attn_query *qs, int nq, const float *k, const float *v, size_t stride,
+                   const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch);
+
+/* Scratch floats sd_attn_group needs for nq queries of at most max_n positions. */
+size_t sd_attn_scratch_floats(int nq, int max_n, int hd);
 
 /* Exact bf16 -> f32. */
 static inline float sd_bf16_to_f32(uint16_t h)
