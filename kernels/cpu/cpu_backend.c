@@ -234,6 +234,8 @@ static bool grow(void **p, size_t *len, size_t n, size_t sz)
 
 /* below this many multiply-adds a hand-off to the pool costs more than it saves */
 #define SD_MM_INLINE_MACS ((size_t)1 << 16)
+/* int8 multiply-adds are ~8x cheaper (vpdpbusd), so the bar is higher */
+#define SD_MM_INLINE_MACS_Q8 ((size_t)1 << 19)
 
 static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16)
 {
@@ -257,7 +259,7 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
         c.xq = impl->xq;
         c.xqs = impl->xqs;
     }
-    if (macs < SD_MM_INLINE_MACS) mm_task(&c, 0, 1);
+    if (macs < (w0->dtype == SD_DTYPE_Q8 ? SD_MM_INLINE_MACS_Q8 : SD_MM_INLINE_MACS)) mm_task(&c, 0, 1);
     else sd_pool_run(impl_of(be)->pool, mm_task, &c);
 }
 
