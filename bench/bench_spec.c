@@ -1,7 +1,7 @@
 /* bench_spec.c — specd-bench-spec: speculative vs plain decoding, one run.
  *
  *   specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N]
- *                    [--num-draft K] [--threads N] [--rounds N]
+ *                    [--num-draft K] [--threads N] [--rounds N] [--draft-p-min P]
  *
  * Generates from the same code prompts, in the same process, plainly and
  * speculatively (draft model, the same drafter with int8 weights, then
@@ -26,6 +26,7 @@
 typedef struct bench_opts {
     const char *target, *draft;
     int prompts, tokens, num_draft, threads, rounds;
+    float p_min;
 } bench_opts;
 
 typedef struct run_result {
@@ -86,8 +87,9 @@ static int parse(int argc, char **argv, bench_opts *o)
 {
     static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"prompts", 1, 0, 'p'},
                                        {"tokens", 1, 0, 'n'}, {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 'j'},
-                                       {"rounds", 1, 0, 'r'}, {0, 0, 0, 0}};
-    *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, 5, 0, 3};
+                                       {"rounds", 1, 0, 'r'}, {"draft-p-min", 1, 0, 'P'}, {0, 0, 0, 0}};
+    *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, SD_NUM_DRAFT_DEFAULT, 0, 3,
+                      SD_DRAFT_P_MIN_DEFAULT};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -98,16 +100,17 @@ static int parse(int argc, char **argv, bench_opts *o)
         case 'k': o->num_draft = atoi(optarg); break;
         case 'j': o->threads = atoi(optarg); break;
         case 'r': o->rounds = atoi(optarg); break;
+        case 'P': o->p_min = strtof(optarg, NULL); break;
         default:
             fprintf(stderr, "usage: specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N] "
-                            "[--num-draft K] [--threads N] [--rounds N]\n");
+                            "[--num-draft K] [--threads N] [--rounds N] [--draft-p-min P]\n");
             return -1;
         }
     }
     if (o->prompts < 1 || o->prompts > SD_N_CODE_PROMPTS || o->tokens < 1 || o->num_draft < 1 ||
-        o->num_draft > SD_MAX_DRAFT || o->rounds < 1) {
-        fprintf(stderr, "specd-bench-spec: --prompts 1..%d, --tokens >= 1, --num-draft 1..%d, --rounds >= 1\n",
-                SD_N_CODE_PROMPTS, SD_MAX_DRAFT);
+        o->num_draft > SD_MAX_DRAFT || o->rounds < 1 || !(o->p_min >= 0.0f && o->p_min <= 1.0f)) {
+        fprintf(stderr, "specd-bench-spec: --prompts 1..%d, --tokens >= 1, --num-draft 1..%d, --rounds >= 1, "
+                        "--draft-p-min 0..1\n", SD_N_CODE_PROMPTS, SD_MAX_DRAFT);
         return -1;
     }
     return 0;
@@ -148,9 +151,10 @@ int main(int argc, char **argv)
     sd_proposer *draft = NULL, *draft_q8 = NULL, *ngram = NULL;
     sd_engine *e = NULL;
     int rc = 1;
-    sd_draft_opts dopt = {.be = be, .max_seqs = 1, .max_context = 512 + o.tokens, .block_size = 16};
+    sd_draft_opts dopt = {.be = be, .max_seqs = 1, .max_context = 512 + o.tokens, .block_size = 16,
+                          .quant = SD_DRAFT_QUANT_NONE, .p_min = o.p_min};
     sd_draft_opts qopt = dopt;
-    qopt.q8 = 1;
+    qopt.quant = SD_DRAFT_QUANT_INT8;
     if (!be || encode_prompts(&o, ids, n_ids) != 0) goto out;
     if (sd_model_load(o.target, be, &m, err, sizeof err) != SD_OK ||
         sd_model_kv_init(m, (512 + o.tokens) / 16 + 4, 16, err, sizeof err) != SD_OK ||
@@ -161,8 +165,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd-bench-spec: %s\n", err);
         goto out;
     }
-    printf("target %s, drafter %s, %d prompts x %d tokens x %d rounds, K = %d, %d threads\n", o.target, o.draft,
-           o.prompts, o.tokens, o.rounds, o.num_draft, sd_backend_cpu_threads(be));
+    printf("target %s, drafter %s, %d prompts x %d tokens x %d rounds, K = %d, p_min = %g, %d threads\n",
+           o.target, o.draft, o.prompts, o.tokens, o.rounds, o.num_draft, (double)o.p_min,
+           sd_backend_cpu_threads(be));
     printf("%-18s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup",
            "tokens/step");
     run_result warm; /* touches every weight page and the KV pool first */
@@ -173,7 +178,7 @@ int main(int argc, char **argv)
      * every mode alike; each row sums its rounds */
     const float temps[2] = {0.0f, 0.8f};
     sd_proposer *const modes[4] = {NULL, draft, draft_q8, ngram};
-    const char *const names[4] = {"plain", "draft model", "draft model, int8", "n-gram"};
+    const char *const names[4] = {"plain", "draft model", "draft model int8", "n-gram"};
     for (int t = 0; t < 2; t++) {
         run_result tot[4] = {0};
         for (int r = 0; r < o.rounds; r++)

@@ -70,10 +70,19 @@ typedef struct draft_impl {
 
 static const sd_proposer_ops draft_ops;
 
+int sd_draft_quant_parse(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "auto")) return SD_DRAFT_QUANT_AUTO;
+    if (!strcmp(s, "int8")) return SD_DRAFT_QUANT_INT8;
+    if (!strcmp(s, "none")) return SD_DRAFT_QUANT_NONE;
+    return -1;
+}
+
 sd_draft_opts sd_draft_opts_default(void)
 {
     sd_draft_opts o = {.be = NULL, .n_threads = 0, .max_seqs = 16, .max_context = 0, .block_size = 16,
-                       .vocab_limit = 0, .q8 = 0, .p_min = 0.0f};
+                       .vocab_limit = 0, .quant = SD_DRAFT_QUANT_AUTO, .p_min = SD_DRAFT_P_MIN_DEFAULT};
     return o;
 }
 
@@ -356,14 +365,15 @@ static const sd_proposer_ops draft_ops = {
 static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts *o, char *err, size_t errlen)
 {
     sd_status rc = sd_model_load(dir, d->be, &d->m, err, errlen);
-    if (rc == SD_OK && o->q8) rc = sd_model_quantize_q8(d->m, err, errlen);
+    if (rc == SD_OK && (o->quant == SD_DRAFT_QUANT_INT8 ||
+                        (o->quant == SD_DRAFT_QUANT_AUTO && d->be->ops->quantize_q8)))
+        rc = sd_model_quantize_q8(d->m, err, errlen);
     if (rc != SD_OK) return rc;
     const sd_model_config *cfg = sd_model_cfg(d->m);
     d->vocab = cfg->vocab_size;
     d->max_pos = cfg->max_position;
     d->vlimit = o->vocab_limit > 0 && o->vocab_limit < d->vocab ? o->vocab_limit : d->vocab;
     d->p_min = o->p_min;
-    if (getenv("SD_PMIN")) d->p_min = (float)atof(getenv("SD_PMIN"));
     int max_ctx = o->max_context > 0 ? o->max_context : (d->max_pos < 4096 ? d->max_pos : 4096);
     long per_seq = (max_ctx + SD_MAX_DRAFT + 1 + o->block_size - 1) / o->block_size;
     long blocks = per_seq * o->max_seqs;
@@ -382,10 +392,12 @@ sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_prop
 {
     *out = NULL;
     sd_draft_opts o = opts ? *opts : sd_draft_opts_default();
-    if (o.max_seqs <= 0 || o.block_size <= 0 || o.max_context < 0 || o.n_threads < 0)
+    if (o.max_seqs <= 0 || o.block_size <= 0 || o.max_context < 0 || o.n_threads < 0 || o.quant < 0 ||
+        o.quant > SD_DRAFT_QUANT_NONE || !(o.p_min >= 0.0f && o.p_min <= 1.0f))
         return sd_seterr(err, errlen, SD_ERR_ARG,
-                         "draft: bad options (max_seqs %d, block_size %d, max_context %d, n_threads %d)",
-                         o.max_seqs, o.block_size, o.max_context, o.n_threads);
+                         "draft: bad options (max_seqs %d, block_size %d, max_context %d, n_threads %d, quant %d, "
+                         "p_min %g)",
+                         o.max_seqs, o.block_size, o.max_context, o.n_threads, o.quant, (double)o.p_min);
     sd_proposer *p = calloc(1, sizeof *p);
     draft_impl *d = calloc(1, sizeof *d);
     if (!p || !d) {

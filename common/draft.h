@@ -32,6 +32,18 @@
 #define SD_DRAFT_Q_CAP 64
 #include "status.h"
 
+/* Drafter weights. int8 (sd_model_quantize_q8) makes a faster, slightly
+ * different drafter; what the target commits does not depend on it. */
+enum {
+    SD_DRAFT_QUANT_AUTO = 0, /* int8 when the backend offers it (CPU), else as stored */
+    SD_DRAFT_QUANT_INT8 = 1, /* int8; an error where the backend cannot */
+    SD_DRAFT_QUANT_NONE = 2, /* as stored in the checkpoint */
+};
+
+/* Default p_min: measured best of {0, 0.1, 0.3, 0.5, 0.7} with the demo
+ * pair (docs/BENCHMARKS.md). */
+#define SD_DRAFT_P_MIN_DEFAULT 0.3f
+
 typedef struct sd_draft_opts {
     sd_backend *be;   /* backend to share (borrowed, must outlive the proposer);
                          NULL: create and own a CPU backend */
@@ -42,15 +54,17 @@ typedef struct sd_draft_opts {
     int block_size;   /* KV block size in positions (default 16) */
     int vocab_limit;  /* draft only ids < vocab_limit (0 = the model's vocab);
                          set to the target's vocab_size when it is smaller */
-    int q8;           /* 1: int8 matmul weights (sd_model_quantize_q8) — a faster,
-                         approximate drafter; exactness does not depend on it */
+    int quant;        /* SD_DRAFT_QUANT_*: the drafter's matmul weights */
     float p_min;      /* > 0: an item stops drafting after a token whose drafter
                          probability is below p_min (its later drafts would
                          likely be rejected); 0 = always draft k */
 } sd_draft_opts;
 
+/* "auto", "int8" or "none" -> SD_DRAFT_QUANT_*; -1 for anything else. */
+int sd_draft_quant_parse(const char *s);
+
 /* Defaults: be NULL, n_threads 0, max_seqs 16, max_context 0, block_size 16,
- * vocab_limit 0, q8 0. */
+ * vocab_limit 0, quant AUTO, p_min SD_DRAFT_P_MIN_DEFAULT. */
 sd_draft_opts sd_draft_opts_default(void);
 
 /* Loads the draft model in model_dir and sizes its KV pool to

@@ -22,6 +22,9 @@
 #include "status.h"
 
 #define SD_MAX_DRAFT 16
+/* Default draft tokens per step (K): the best measured with the demo pair
+ * on CPU (docs/BENCHMARKS.md). */
+#define SD_NUM_DRAFT_DEFAULT 6
 
 /* One sequence's request in a propose batch. */
 typedef struct sd_propose_item {

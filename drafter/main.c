@@ -2,7 +2,8 @@
  *
  *   specd-drafter [--listen tcp://127.0.0.1:5556] (--model DIR | --ngram)
  *                 [--ngram-min 1] [--ngram-max 4] [--threads 1] [--max-seqs 64]
- *                 [--max-context N] [--device cpu] [--log-level info]
+ *                 [--max-context N] [--device cpu] [--quant auto] [--p-min 0.3]
+ *                 [--log-level info]
  *
  * Binds a ZeroMQ ROUTER socket and serves the verifier's draft protocol
  * (proto/specd.proto, drafter/README.md): DraftOpen / DraftClose keep the
@@ -40,6 +41,8 @@ typedef struct drafter_opts {
     const char *listen, *model, *device, *log_level;
     bool ngram;
     int ngram_min, ngram_max, threads, max_seqs, max_context;
+    int quant;        /* SD_DRAFT_QUANT_* */
+    float p_min;
 } drafter_opts;
 
 /* Everything the serving loop owns. */
@@ -70,7 +73,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu]\n"
-               "                     [--log-level debug|info|warn|error]\n");
+               "                     [--quant auto|int8|none] [--p-min P] [--log-level debug|info|warn|error]\n");
 }
 
 /* Parses a positive int option; -1 on error (message printed). */
@@ -87,16 +90,32 @@ static int parse_int(const char *s, const char *name, int lo, int hi, int *out)
     return 0;
 }
 
+/* Parses a float option in [lo, hi]; -1 on error (message printed). */
+static int parse_float(const char *s, const char *name, float lo, float hi, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "specd-drafter: %s must be a number in [%g, %g], got '%s'\n", name, (double)lo, (double)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 /* Fills o from argv. Returns 0, 1 for --help, -1 on a usage error. */
 static int parse_opts(int argc, char **argv, drafter_opts *o)
 {
     static const struct option lo[] = {
         {"listen", 1, 0, 'l'},    {"model", 1, 0, 'm'},     {"ngram", 0, 0, 'n'},     {"ngram-min", 1, 0, 'a'},
         {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
-        {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+        {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
+        {"p-min", 1, 0, 'p'},     {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
-                        .max_seqs = 64, .max_context = 0};
+                        .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
+                        .p_min = SD_DRAFT_P_MIN_DEFAULT};
     int c, rc = 0;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1 && rc == 0) {
         switch (c) {
@@ -110,6 +129,13 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         case 'c': rc = parse_int(optarg, "--max-context", 1, 1 << 24, &o->max_context); break;
         case 'd': o->device = optarg; break;
         case 'L': o->log_level = optarg; break;
+        case 'q':
+            if ((o->quant = sd_draft_quant_parse(optarg)) < 0) {
+                fprintf(stderr, "specd-drafter: --quant must be auto, int8 or none, got '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
+        case 'p': rc = parse_float(optarg, "--p-min", 0.0f, 1.0f, &o->p_min); break;
         case 'h': return 1;
         default: return -1;
         }
@@ -147,6 +173,8 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     if (!d->be) goto fail;
     dopts.be = d->be;
     dopts.max_seqs = o->max_seqs;
+    dopts.quant = o->quant;
+    dopts.p_min = o->p_min;
     dopts.max_context = o->max_context ? o->max_context
                                        : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position
                                                                                       : DEFAULT_MAX_CONTEXT_CAP);

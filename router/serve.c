@@ -2,7 +2,7 @@
  *
  *   specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H]
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
- *               [--device cpu]
+ *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
  * when neither --draft nor --ngram is given) and specd-router — found next to
@@ -50,7 +50,7 @@ typedef struct child {
 } child;
 
 typedef struct serve_opts {
-    const char *target, *draft, *host, *api_key, *threads, *num_draft, *device;
+    const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     bool ngram, no_spec;
     int port;
 } serve_opts;
@@ -113,7 +113,8 @@ static int self_dir(char *buf, size_t n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
-               "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n");
+               "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
+               "                   [--draft-quant auto|int8|none] [--draft-p-min P]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -121,7 +122,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
     static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"ngram", 0, 0, 'n'},
                                        {"no-spec", 0, 0, 'N'}, {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'},
                                        {"api-key", 1, 0, 'k'}, {"threads", 1, 0, 'j'}, {"num-draft", 1, 0, 'K'},
-                                       {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
+                                       {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {"draft-quant", 1, 0, 'Q'},
+                                       {"draft-p-min", 1, 0, 'P'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -138,6 +140,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'j': o->threads = optarg; break;
         case 'K': o->num_draft = optarg; break;
         case 'D': o->device = optarg; break;
+        case 'Q': o->draft_quant = optarg; break;
+        case 'P': o->draft_p_min = optarg; break;
         case 'U': usage(stdout); exit(0);
         default: return -1;
         }
@@ -166,8 +170,13 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
     add_arg(dra, path);
     add_opt(dra, "--listen", dep);
-    if (o->draft) add_opt(dra, "--model", o->draft);
-    else add_arg(dra, "--ngram");
+    if (o->draft) {
+        add_opt(dra, "--model", o->draft);
+        add_opt(dra, "--quant", o->draft_quant);
+        add_opt(dra, "--p-min", o->draft_p_min);
+    } else {
+        add_arg(dra, "--ngram");
+    }
     add_opt(dra, "--threads", o->threads);
     snprintf(path, sizeof path, "%s/specd-router", dir);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", o->target);

@@ -37,6 +37,8 @@ typedef struct gen_opts {
     const char *device;
     bool ngram;
     int num_draft;
+    int draft_quant;     /* SD_DRAFT_QUANT_* */
+    float draft_p_min;
     int verify;          /* sd_verify_mode or SD_VERIFY_AUTO */
     bool ignore_eos;
     bool json;
@@ -58,7 +60,7 @@ static void usage(FILE *f)
             "       [--presence-penalty X] [--frequency-penalty X] [--seed S] [--ignore-eos]\n"
             "       [--threads N] [--json] [--dump-logits FILE]\n"
             "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
-            "       [--device cpu|cuda:N]\n");
+            "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n");
 }
 
 static int parse_num(const char *s, const char *name, double lo, double hi, double *out)
@@ -84,10 +86,12 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
         {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
         {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
-        {0, 0, 0, 0}};
+        {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
-    o->num_draft = 5;
+    o->num_draft = SD_NUM_DRAFT_DEFAULT;
+    o->draft_quant = SD_DRAFT_QUANT_AUTO;
+    o->draft_p_min = SD_DRAFT_P_MIN_DEFAULT;
     o->verify = SD_VERIFY_AUTO;
     o->sampling = sd_sampling_default();
     int c;
@@ -114,6 +118,13 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'X': o->device = optarg; break;
         case 'G': o->ngram = true; break;
         case 'K': if (parse_num(optarg, "--num-draft", 0, SD_MAX_DRAFT, &v)) return -1; o->num_draft = (int)v; break;
+        case 'Q':
+            if ((o->draft_quant = sd_draft_quant_parse(optarg)) < 0) {
+                fprintf(stderr, "specd-generate: --draft-quant must be auto, int8 or none\n");
+                return -1;
+            }
+            break;
+        case 'R': if (parse_num(optarg, "--draft-p-min", 0, 1, &v)) return -1; o->draft_p_min = (float)v; break;
         case 'V':
             if (!strcmp(optarg, "greedy")) o->verify = SD_VERIFY_GREEDY;
             else if (!strcmp(optarg, "match")) o->verify = SD_VERIFY_MATCH;
@@ -355,7 +366,8 @@ static int make_proposer(const gen_opts *o, sd_backend *be, int max_context, sd_
     } else if (o->draft_dir) {
         st = sd_draft_check_tokenizer(o->model_dir, o->draft_dir, err, sizeof err);
         if (st == SD_OK) {
-            sd_draft_opts d = {.be = be, .max_seqs = 1, .max_context = max_context, .block_size = 16};
+            sd_draft_opts d = {.be = be, .max_seqs = 1, .max_context = max_context, .block_size = 16,
+                               .quant = o->draft_quant, .p_min = o->draft_p_min};
             st = sd_draft_new(o->draft_dir, &d, out, err, sizeof err);
         }
     }

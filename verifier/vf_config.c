@@ -42,7 +42,7 @@ static void set_defaults(sd_vf_config *c)
     memset(c, 0, sizeof *c);
     c->listen = "tcp://127.0.0.1:5555";
     c->device = "cpu";
-    c->num_draft = 5;
+    c->num_draft = SD_NUM_DRAFT_DEFAULT;
     c->max_batch = 32;
     c->prefill_chunk = 256;
     c->draft_timeout_ms = 200;
