@@ -5,7 +5,8 @@
  *
  * Generates from the same code prompts, in the same process, plainly and
  * speculatively (draft model, the same drafter with int8 weights, then
- * n-gram), in interleaved rounds, at temperature 0 and 0.8
+ * n-gram) — each prompt in every mode back to back, for --rounds rounds —
+ * at temperature 0 and 0.8
  * (top-p 0.95; rejection verification), and prints tokens/s of each, the
  * speedup over plain decoding at the same temperature, and the mean committed
  * tokens per verify step. EOS is not a stop (every run generates the same
@@ -42,33 +43,30 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Generates o->tokens tokens from each prompt, one request at a time. */
-static int run(sd_engine *e, sd_proposer *pr, const bench_opts *o, int32_t **ids, const int *n_ids, float temp,
-               run_result *res)
+/* Generates o->tokens tokens from prompt i; adds to *res. */
+static int run_one(sd_engine *e, sd_proposer *pr, const bench_opts *o, int i, int32_t **ids, const int *n_ids,
+                   float temp, run_result *res)
 {
-    memset(res, 0, sizeof *res);
     char err[256];
-    for (int i = 0; i < o->prompts; i++) {
-        sd_req_params p = sd_req_params_default();
-        p.max_tokens = o->tokens;
-        p.ignore_eos = true;
-        p.sampling.temperature = temp;
-        p.sampling.top_p = temp > 0 ? 0.95f : 1.0f;
-        p.sampling.seed = (uint64_t)i + 1;
-        p.speculate = pr != NULL;
-        p.num_draft = o->num_draft;
-        sd_req *r;
-        if (sd_req_new(e, (uint64_t)i + 1, ids[i], n_ids[i], &p, &r, err, sizeof err) != SD_OK) goto fail;
-        double t0 = now_s();
-        sd_status st = sd_engine_run(e, pr, &r, 1, NULL, NULL, err, sizeof err);
-        res->seconds += now_s() - t0;
-        res->tokens += sd_req_n_output(r);
-        res->stats.steps += r->stats.steps;
-        res->stats.accepted_tokens += r->stats.accepted_tokens;
-        res->stats.draft_tokens += r->stats.draft_tokens;
-        sd_req_free(e, r);
-        if (st != SD_OK) goto fail;
-    }
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = o->tokens;
+    p.ignore_eos = true;
+    p.sampling.temperature = temp;
+    p.sampling.top_p = temp > 0 ? 0.95f : 1.0f;
+    p.sampling.seed = (uint64_t)i + 1;
+    p.speculate = pr != NULL;
+    p.num_draft = o->num_draft;
+    sd_req *r;
+    if (sd_req_new(e, (uint64_t)i + 1, ids[i], n_ids[i], &p, &r, err, sizeof err) != SD_OK) goto fail;
+    double t0 = now_s();
+    sd_status st = sd_engine_run(e, pr, &r, 1, NULL, NULL, err, sizeof err);
+    res->seconds += now_s() - t0;
+    res->tokens += sd_req_n_output(r);
+    res->stats.steps += r->stats.steps;
+    res->stats.accepted_tokens += r->stats.accepted_tokens;
+    res->stats.draft_tokens += r->stats.draft_tokens;
+    sd_req_free(e, r);
+    if (st != SD_OK) goto fail;
     return 0;
 fail:
     fprintf(stderr, "specd-bench-spec: %s\n", err);
@@ -170,27 +168,21 @@ int main(int argc, char **argv)
            sd_backend_cpu_threads(be));
     printf("%-18s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup",
            "tokens/step");
-    run_result warm; /* touches every weight page and the KV pool first */
-    bench_opts w = o;
-    w.prompts = 2;
-    if (run(e, draft, &w, ids, n_ids, 0.0f, &warm) || run(e, NULL, &w, ids, n_ids, 0.0f, &warm)) goto out;
-    /* rounds interleave the modes, so a slow spell of the machine hits
-     * every mode alike; each row sums its rounds */
-    const float temps[2] = {0.0f, 0.8f};
+    /* warm-up: touches every weight page and the KV pool */
+    run_result warm = {0};
     sd_proposer *const modes[4] = {NULL, draft, draft_q8, ngram};
+    for (int k = 0; k < 4; k++)
+        if (run_one(e, modes[k], &o, 0, ids, n_ids, 0.0f, &warm)) goto out;
+    /* every prompt runs in every mode back to back, so a slow spell of the
+     * (shared, noisy) machine hits all modes alike; rows sum the rounds */
+    const float temps[2] = {0.0f, 0.8f};
     const char *const names[4] = {"plain", "draft model", "draft model int8", "n-gram"};
     for (int t = 0; t < 2; t++) {
         run_result tot[4] = {0};
         for (int r = 0; r < o.rounds; r++)
-            for (int k = 0; k < 4; k++) {
-                run_result one;
-                if (run(e, modes[k], &o, ids, n_ids, temps[t], &one)) goto out;
-                tot[k].seconds += one.seconds;
-                tot[k].tokens += one.tokens;
-                tot[k].stats.steps += one.stats.steps;
-                tot[k].stats.accepted_tokens += one.stats.accepted_tokens;
-                tot[k].stats.draft_tokens += one.stats.draft_tokens;
-            }
+            for (int i = 0; i < o.prompts; i++)
+                for (int k = 0; k < 4; k++)
+                    if (run_one(e, modes[k], &o, i, ids, n_ids, temps[t], &tot[k])) goto out;
         for (int k = 0; k < 4; k++) print_row(names[k], temps[t], &tot[k], &tot[0]);
     }
     rc = 0;

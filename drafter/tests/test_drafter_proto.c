@@ -30,7 +30,8 @@ static void start_drafter(const char *mode, const char *model)
     g_pid = fork();
     ck_assert_int_ge(g_pid, 0);
     if (g_pid == 0) {
-        if (model) execl(bin, bin, "--listen", g_ep, mode, model, "--log-level", "debug", (char *)NULL);
+        /* --p-min 0: always k drafts, so counts below are exact */
+        if (model) execl(bin, bin, "--listen", g_ep, mode, model, "--p-min", "0", "--log-level", "debug", (char *)NULL);
         else execl(bin, bin, "--listen", g_ep, mode, "--log-level", "debug", (char *)NULL);
         _exit(127);
     }
@@ -212,6 +213,7 @@ START_TEST(test_model_protocol)
     o.n_threads = 1;
     o.max_seqs = 2;
     o.max_context = 256;
+    o.p_min = 0.0f;
     sd_proposer *p;
     char err[256];
     ck_assert_msg(sd_draft_new(dir, &o, &p, err, sizeof err) == SD_OK, "%s", err);

@@ -29,6 +29,15 @@ void sd_cpu_dot_init(void)
     g_inited = true;
 }
 
+int sd_cpu_dot_set_level(int level)
+{
+    g_inited = false;
+    sd_cpu_dot_init();
+    if (level < 2) g_avx512 = g_bf16dot = false;
+    if (level < 1) g_avx2 = false;
+    return g_avx512 ? 2 : g_avx2 ? 1 : 0;
+}
+
 const char *sd_cpu_dot_isa(void)
 {
     sd_cpu_dot_init();

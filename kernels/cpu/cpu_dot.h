@@ -14,6 +14,10 @@
 
 /* Selects the SIMD path once (AVX2+FMA when the CPU has it). */
 void sd_cpu_dot_init(void);
+/* Caps the SIMD paths (tests, comparisons): 0 scalar, 1 AVX2, 2 everything
+ * the CPU has (AVX-512 attention, vdpbf16ps). Returns the level in effect.
+ * Not thread-safe: call before any kernel runs. */
+int sd_cpu_dot_set_level(int level);
 /* "avx2" or "scalar". */
 const char *sd_cpu_dot_isa(void);
 

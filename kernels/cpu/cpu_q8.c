@@ -22,6 +22,14 @@ static int q8_path(void)
     return g_path;
 }
 
+int sd_q8_set_path(int level)
+{
+    g_path = -1;
+    int hw = q8_path();
+    g_path = level < hw ? level : hw;
+    return g_path;
+}
+
 /* One row: scale = max|v| / 127 (1 for an all-zero row), q = rint(v * 127 / max). */
 static float quant_row(const float *v, int K, int8_t *q)
 {

@@ -24,4 +24,8 @@ void sd_q8_quantize_x(const float *x, int T, int K, int ldx, int8_t *xq, float *
 void sd_q8_tile(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
                 const float *xs, int K, int R, int U);
 
+/* Caps the path (tests): 0 scalar, 1 AVX2, 2 AVX-512 VNNI; returns the one
+ * in effect. Not thread-safe. */
+int sd_q8_set_path(int level);
+
 #endif

@@ -43,10 +43,14 @@ static int32_t *encode(int i, int *n)
     return ids;
 }
 
-static sd_proposer *make(int max_seqs, int max_context)
+/* A drafter with the checkpoint's weights and no early stop (quant, p_min
+ * have their own tests below). */
+static sd_proposer *make_q(int max_seqs, int max_context, int quant, float p_min)
 {
     char dir[512], err[512];
     sd_draft_opts o = sd_draft_opts_default();
+    o.quant = quant;
+    o.p_min = p_min;
     o.n_threads = 2;
     o.max_seqs = max_seqs;
     o.max_context = max_context;
@@ -55,6 +59,11 @@ static sd_proposer *make(int max_seqs, int max_context)
     ck_assert_msg(st == SD_OK, "draft_new: %s", err);
     ck_assert_ptr_nonnull(sd_draft_model(p));
     return p;
+}
+
+static sd_proposer *make(int max_seqs, int max_context)
+{
+    return make_q(max_seqs, max_context, SD_DRAFT_QUANT_NONE, 0.0f);
 }
 
 static void propose1(sd_proposer *p, uint64_t id, const int32_t *ctx, int n, int k, sd_proposal *out)
@@ -71,13 +80,15 @@ static void pool_full(sd_proposer *p)
     ck_assert_int_eq(sd_kv_pool_free_count(pool), sd_kv_pool_total(pool));
 }
 
-/* Plain greedy decoding of k tokens after ctx with a separately loaded model. */
-static void plain_greedy(const int32_t *ctx, int n, int k, int32_t *out)
+/* Plain greedy decoding of k tokens after ctx with a separately loaded
+ * model (int8-quantised when q8). */
+static void plain_greedy_q(const int32_t *ctx, int n, int k, int32_t *out, int q8)
 {
     char dir[512], err[512];
     sd_backend *be = sd_backend_cpu_new(2);
     sd_model *m = NULL;
     ck_assert_msg(sd_model_load(drafter_dir(dir, sizeof dir), be, &m, err, sizeof err) == SD_OK, "%s", err);
+    if (q8) ck_assert_msg(sd_model_quantize_q8(m, err, sizeof err) == SD_OK, "%s", err);
     ck_assert(sd_model_kv_init(m, (n + k + 15) / 16 + 1, 16, err, sizeof err) == SD_OK);
     sd_kv_pool *pool = sd_model_kv_pool(m);
     int vocab = sd_model_cfg(m)->vocab_size;
@@ -97,6 +108,11 @@ static void plain_greedy(const int32_t *ctx, int n, int k, int32_t *out)
     free(logits);
     sd_model_free(m);
     sd_backend_free(be);
+}
+
+static void plain_greedy(const int32_t *ctx, int n, int k, int32_t *out)
+{
+    plain_greedy_q(ctx, n, k, out, 0);
 }
 
 START_TEST(greedy_equals_plain)
@@ -351,6 +367,66 @@ START_TEST(tokenizer_check)
 }
 END_TEST
 
+/* The int8 drafter proposes what plain greedy decoding of the quantised
+ * model produces, and differs from the checkpoint's weights only rarely. */
+START_TEST(int8_drafter_is_the_quantised_model)
+{
+    int n, same = 0, total = 0;
+    for (int t = 0; t < 3; t++) {
+        int32_t *ctx = encode(t, &n);
+        sd_proposer *p = make_q(1, 256, SD_DRAFT_QUANT_INT8, 0.0f);
+        sd_proposal out;
+        propose1(p, 1, ctx, n, 8, &out);
+        ck_assert_int_eq(out.n, 8);
+        int32_t ref[8], exact[8];
+        plain_greedy_q(ctx, n, 8, ref, 1);
+        plain_greedy_q(ctx, n, 8, exact, 0);
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(out.tokens[i] == ref[i], "text %d draft %d: %d vs quantised plain %d", t, i, out.tokens[i],
+                          ref[i]);
+        int lead = 0;
+        while (lead < 8 && exact[lead] == ref[lead]) lead++;
+        same += lead;
+        total += 8;
+        p->ops->release(p, 1);
+        pool_full(p);
+        sd_proposer_free(p);
+        free(ctx);
+    }
+    fprintf(stderr, "int8 drafter: %d of %d leading drafts equal the checkpoint weights' drafts\n", same, total);
+    ck_assert_int_gt(same, 0);
+}
+END_TEST
+
+/* p_min: an item stops after a token the drafter gives less than p_min;
+ * what it proposes is a prefix of the unlimited proposal. */
+START_TEST(p_min_stops_drafting)
+{
+    int stopped = 0;
+    for (int t = 0; t < 3; t++) {
+        int n;
+        int32_t *ctx = encode(t, &n);
+        sd_proposer *all = make_q(1, 256, SD_DRAFT_QUANT_NONE, 0.0f);
+        sd_proposer *cut = make_q(1, 256, SD_DRAFT_QUANT_NONE, 0.999f);
+        sd_proposal a, b;
+        propose1(all, 1, ctx, n, 12, &a);
+        propose1(cut, 1, ctx, n, 12, &b);
+        ck_assert_int_eq(a.n, 12);
+        ck_assert_int_ge(b.n, 1);
+        ck_assert_int_le(b.n, a.n);
+        for (int i = 0; i < b.n; i++) ck_assert_int_eq(a.tokens[i], b.tokens[i]);
+        stopped += b.n < a.n;
+        all->ops->release(all, 1);
+        cut->ops->release(cut, 1);
+        pool_full(cut);
+        sd_proposer_free(all);
+        sd_proposer_free(cut);
+        free(ctx);
+    }
+    ck_assert_int_gt(stopped, 0); /* a drafter is rarely 99.9% sure twelve times running */
+}
+END_TEST
+
 START_TEST(bad_options)
 {
     char dir[512], err[512] = "";
@@ -359,6 +435,18 @@ START_TEST(bad_options)
     sd_proposer *p = (sd_proposer *)1;
     ck_assert_int_eq(sd_draft_new(drafter_dir(dir, sizeof dir), &o, &p, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_null(p);
+    o = sd_draft_opts_default();
+    o.quant = 9;
+    ck_assert_int_eq(sd_draft_new(drafter_dir(dir, sizeof dir), &o, &p, err, sizeof err), SD_ERR_ARG);
+    o = sd_draft_opts_default();
+    o.p_min = 1.5f;
+    ck_assert_int_eq(sd_draft_new(drafter_dir(dir, sizeof dir), &o, &p, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "p_min") != NULL, "message: %s", err);
+    ck_assert_int_eq(sd_draft_quant_parse("auto"), SD_DRAFT_QUANT_AUTO);
+    ck_assert_int_eq(sd_draft_quant_parse("int8"), SD_DRAFT_QUANT_INT8);
+    ck_assert_int_eq(sd_draft_quant_parse("none"), SD_DRAFT_QUANT_NONE);
+    ck_assert_int_eq(sd_draft_quant_parse("fp8"), -1);
+    ck_assert_int_eq(sd_draft_quant_parse(NULL), -1);
     ck_assert_int_ne(sd_draft_new("/nonexistent/model", NULL, &p, err, sizeof err), SD_OK);
     ck_assert_ptr_null(p);
     ck_assert_ptr_null(sd_draft_model(NULL));
@@ -376,6 +464,8 @@ int main(void)
     tcase_add_test(tc, sampled_reproducible_with_q);
     tcase_add_test(tc, kv_exhaustion_and_limits);
     tcase_add_test(tc, tokenizer_check);
+    tcase_add_test(tc, int8_drafter_is_the_quantised_model);
+    tcase_add_test(tc, p_min_stops_drafting);
     tcase_add_test(tc, bad_options);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

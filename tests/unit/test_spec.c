@@ -96,14 +96,21 @@ static void open_demo(fixture *f)
     ck_assert_int_eq(sd_tok_load(tp, &f->tok, err, sizeof err), SD_OK);
 }
 
-static sd_proposer *demo_drafter(fixture *f, int max_seqs)
+/* The demo drafter with the checkpoint's weights, drafting K every step. */
+static sd_proposer *demo_drafter_q(fixture *f, int max_seqs, int quant, float p_min)
 {
     char dir[512], err[512];
     sd_proposer *pr = NULL;
-    sd_draft_opts o = {.be = f->be, .max_seqs = max_seqs, .max_context = 512, .block_size = 16};
+    sd_draft_opts o = {.be = f->be, .max_seqs = max_seqs, .max_context = 512, .block_size = 16, .quant = quant,
+                       .p_min = p_min};
     ck_assert_msg(sd_draft_new(tu_model(dir, sizeof dir, "tinycode-3m"), &o, &pr, err, sizeof err) == SD_OK, "%s",
                   err);
     return pr;
+}
+
+static sd_proposer *demo_drafter(fixture *f, int max_seqs)
+{
+    return demo_drafter_q(f, max_seqs, SD_DRAFT_QUANT_NONE, 0.0f);
 }
 
 /* Plain vs speculative over the 20 prompts with proposer pr. */
@@ -149,6 +156,23 @@ START_TEST(greedy_demo_pair_20x256)
 }
 END_TEST
 
+/* The default fast drafter (int8 weights, early stop): other drafts, the
+ * same output. */
+START_TEST(greedy_demo_pair_int8_p_min_20x256)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter_q(&f, 1, SD_DRAFT_QUANT_INT8, SD_DRAFT_P_MIN_DEFAULT);
+    double tps;
+    greedy_equal_over_prompts(&f, pr, 256, &tps);
+    fprintf(stderr, "demo pair, int8 drafter, p_min %.2f: %.2f committed tokens per verify step\n",
+            (double)SD_DRAFT_P_MIN_DEFAULT, tps);
+    ck_assert(tps > 1.5);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
 START_TEST(greedy_ngram_20x256)
 {
     fixture f;
@@ -174,7 +198,8 @@ static void self_draft(const char *name)
     fixture f;
     open_fixture(&f, dir, 128);
     sd_proposer *pr;
-    sd_draft_opts o = {.n_threads = 1, .max_seqs = 1, .max_context = 128, .block_size = 16};
+    sd_draft_opts o = {.n_threads = 1, .max_seqs = 1, .max_context = 128, .block_size = 16,
+                       .quant = SD_DRAFT_QUANT_NONE};
     ck_assert_msg(sd_draft_new(dir, &o, &pr, err, sizeof err) == SD_OK, "%s", err);
     snprintf(rel, sizeof rel, "models/%s/reference.json", name);
     json_t *root = json_load_file(tu_fixture(dir, sizeof dir, rel), 0, NULL);
@@ -369,6 +394,7 @@ int main(void)
     TCase *tc = tcase_create("exact");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, greedy_demo_pair_20x256);
+    tcase_add_test(tc, greedy_demo_pair_int8_p_min_20x256);
     tcase_add_test(tc, greedy_ngram_20x256);
     tcase_add_test(tc, self_draft_reference_models);
     tcase_add_test(tc, sampled_match_equals_plain);

@@ -20,7 +20,7 @@ START_TEST(defaults)
     ck_assert_str_eq(c.model_dir, "m");
     ck_assert_str_eq(c.listen, "tcp://127.0.0.1:5555");
     ck_assert_ptr_null(c.drafter);
-    ck_assert_int_eq(c.num_draft, 5);
+    ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.max_batch, 32);
     ck_assert_int_eq(c.kv_blocks, 0);

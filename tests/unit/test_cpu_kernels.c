@@ -1,0 +1,251 @@
+/* test_cpu_kernels.c — the CPU kernels against plain references, on every
+ * SIMD path this machine has.
+ *
+ * - bf16 tiles (vdpbf16ps): a span of U tokens gives each output the bits of
+ *   the one-token kernel, for every U and row count (batch invariance).
+ * - Attention: sd_attn_group (queries sharing a KV head, block by block) is
+ *   bit-identical to sd_attn_row per query, and both match a double
+ *   precision softmax-attention over a shuffled block table; on the scalar,
+ *   AVX2 and AVX-512 paths, head sizes that take each of them.
+ * - Q8: the integer sums are exact, so every path and tile shape equals the
+ *   scalar formula bit for bit; the quantised product stays close to the
+ *   f32 one; quantisation itself (scales, row sums, zero rows). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_dot.h"
+#include "cpu_q8.h"
+#include "testutil.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static uint16_t bf16_bits(float f)
+{
+    union { float f; uint32_t u; } v = {.f = sd_round_bf16(f)};
+    return (uint16_t)(v.u >> 16);
+}
+
+/* ------------------------------------------------------------ bf16 tiles */
+
+START_TEST(bf16_tiles_batch_invariant)
+{
+    if (!sd_cpu_has_bf16dot()) {
+        fprintf(stderr, "no AVX-512 BF16 on this CPU: vdpbf16ps tiles not tested\n");
+        return;
+    }
+    const int Ks[] = {32, 70, 384};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int K = Ks[ki], R = 37, U = 16;
+        uint16_t *w = malloc((size_t)R * K * 2), *x = malloc((size_t)U * K * 2);
+        float *y = malloc((size_t)U * R * 4), *y1 = malloc((size_t)R * 4);
+        for (int i = 0; i < R * K; i++) w[i] = bf16_bits(frand());
+        for (int i = 0; i < U * K; i++) x[i] = bf16_bits(frand());
+        for (int u = 1; u <= U; u++) {
+            sd_dot_tile_bf16x(y, R, w, x, K, K, R, u);
+            for (int t = 0; t < u; t++) {
+                sd_dot_tile_bf16x(y1, R, w, x + (size_t)t * K, K, K, R, 1);
+                for (int r = 0; r < R; r++)
+                    ck_assert_msg(memcmp(&y[(size_t)t * R + r], &y1[r], 4) == 0,
+                                  "K %d, span %d: token %d row %d differs from the one-token kernel", K, u, t, r);
+            }
+            /* and close to the exact dot product */
+            for (int r = 0; r < R; r++) {
+                double ref = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    double a = sd_bf16_to_f32(w[(size_t)r * K + k]), b = sd_bf16_to_f32(x[k]);
+                    ref += a * b;
+                    mag += fabs(a * b);
+                }
+                ck_assert_msg(fabs(y[r] - ref) <= 1e-5 * mag + 1e-6, "K %d row %d: %g vs %g", K, r, y[r], ref);
+            }
+        }
+        free(w);
+        free(x);
+        free(y);
+        free(y1);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------- attention */
+
+/* Double-precision reference for one query over positions 0..n-1. */
+static void attn_ref(double *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *bt,
+                     int bs, int n, int hd, float scale)
+{
+    double *s = malloc((size_t)n * sizeof *s), mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) {
+        const float *kr = k + ((size_t)bt[j / bs] * bs + j % bs) * stride;
+        double d = 0;
+        for (int i = 0; i < hd; i++) d += (double)q[i] * kr[i];
+        s[j] = d * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    for (int j = 0; j < n; j++) sum += s[j] = exp(s[j] - mx);
+    for (int i = 0; i < hd; i++) out[i] = 0;
+    for (int j = 0; j < n; j++) {
+        const float *vr = v + ((size_t)bt[j / bs] * bs + j % bs) * stride;
+        for (int i = 0; i < hd; i++) out[i] += s[j] / sum * vr[i];
+    }
+    free(s);
+}
+
+static void attention_case(int level, int hd, int bf16)
+{
+    int got = sd_cpu_dot_set_level(level);
+    if (got != level) return; /* the CPU lacks this path */
+    const int bs = 16, nblk = 9, kvh = 2, nq = 7;
+    size_t stride = (size_t)kvh * hd, slots = (size_t)nblk * bs;
+    float *k = malloc(slots * stride * 4), *v = malloc(slots * stride * 4);
+    for (size_t i = 0; i < slots * stride; i++) {
+        k[i] = frand(), v[i] = frand();
+        if (bf16) k[i] = sd_round_bf16(k[i]), v[i] = sd_round_bf16(v[i]);
+    }
+    int32_t bt[9] = {4, 0, 8, 2, 7, 1, 6, 3, 5}; /* shuffled block table */
+    float q[7 * 128], out_g[7 * 128], out_r[128];
+    double ref[128];
+    size_t scratch_n = sd_attn_scratch_floats(nq, nblk * bs, hd);
+    float *scratch = malloc(scratch_n * 4);
+    sd_attn_query qs[7];
+    const int ns[7] = {1, 5, 16, 17, 33, 100, 144};
+    for (int i = 0; i < nq; i++) {
+        for (int d = 0; d < hd; d++) q[i * hd + d] = bf16 ? sd_round_bf16(frand()) : frand();
+        qs[i] = (sd_attn_query){q + i * hd, out_g + i * hd, ns[i]};
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *kg = k + hd, *vg = v + hd; /* KV head 1 */
+    sd_attn_group(qs, nq, kg, vg, stride, bt, bs, hd, scale, bf16, scratch);
+    for (int i = 0; i < nq; i++) {
+        sd_attn_row(out_r, q + i * hd, kg, vg, stride, bt, bs, ns[i], hd, scale, bf16, scratch);
+        ck_assert_msg(memcmp(out_r, out_g + i * hd, (size_t)hd * 4) == 0,
+                      "level %d hd %d bf16 %d: query %d (n %d) differs between group and row", level, hd, bf16, i,
+                      ns[i]);
+        attn_ref(ref, q + i * hd, kg, vg, stride, bt, bs, ns[i], hd, scale);
+        double tol = bf16 ? 2e-2 : 2e-5;
+        for (int d = 0; d < hd; d++)
+            ck_assert_msg(fabs(out_r[d] - ref[d]) <= tol * (1.0 + fabs(ref[d])),
+                          "level %d hd %d bf16 %d query %d dim %d: %g vs reference %g", level, hd, bf16, i, d,
+                          out_r[d], ref[d]);
+    }
+    free(k);
+    free(v);
+    free(scratch);
+}
+
+START_TEST(attention_paths_match_reference)
+{
+    const int hds[] = {64, 128, 48, 40};
+    for (int level = 0; level <= 2; level++)
+        for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+            for (int bf16 = 0; bf16 <= 1; bf16++) attention_case(level, hds[h], bf16);
+    sd_cpu_dot_set_level(2);
+}
+END_TEST
+
+/* ------------------------------------------------------------------- Q8 */
+
+START_TEST(q8_quantize_rows)
+{
+    float w[3 * 5] = {0.5f, -1.0f, 0.25f, 0.0f, 0.75f, /* max 1 */
+                      0, 0, 0, 0, 0,                   /* zero row */
+                      2.0f, 4.0f, -3.0f, 1.0f, 0.1f};
+    int8_t q[15];
+    float sc[3];
+    int32_t sum[3];
+    sd_q8_quantize_rows(w, 3, 5, q, sc, sum);
+    ck_assert_float_eq_tol(sc[0], 1.0f / 127.0f, 1e-9f);
+    ck_assert_int_eq(q[1], -127);
+    ck_assert_int_eq(q[0], 64); /* rint(63.5) = 64 (ties to even) */
+    ck_assert_int_eq(sum[0], 64 - 127 + 32 + 0 + 95);
+    ck_assert_float_eq(sc[1], 1.0f);
+    for (int i = 5; i < 10; i++) ck_assert_int_eq(q[i], 0);
+    ck_assert_int_eq(sum[1], 0);
+    ck_assert_int_eq(q[11], 127);
+    ck_assert_float_eq_tol(sc[2], 4.0f / 127.0f, 1e-9f);
+}
+END_TEST
+
+START_TEST(q8_paths_exact_and_close)
+{
+    const int Ks[] = {1, 31, 64, 100, 256, 1000};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int K = Ks[ki], R = 13, U = 9;
+        float *w = malloc((size_t)R * K * 4), *x = malloc((size_t)U * K * 4);
+        for (int i = 0; i < R * K; i++) w[i] = frand();
+        for (int i = 0; i < U * K; i++) x[i] = frand() * 3.0f;
+        int8_t *wq = malloc((size_t)R * K), *xq = malloc((size_t)U * K);
+        float ws[13], xs[9], y[9 * 13], ref[9 * 13];
+        int32_t wsum[13];
+        sd_q8_quantize_rows(w, R, K, wq, ws, wsum);
+        sd_q8_set_path(0);
+        sd_q8_quantize_x(x, U, K, K, xq, xs);
+        /* the formula of cpu_q8.h, spelled out */
+        for (int t = 0; t < U; t++)
+            for (int r = 0; r < R; r++) {
+                int32_t acc = 0;
+                for (int k = 0; k < K; k++) acc += (int32_t)wq[(size_t)r * K + k] * xq[(size_t)t * K + k];
+                ref[t * R + r] = ((float)acc * ws[r]) * xs[t];
+            }
+        for (int level = 0; level <= 2; level++) {
+            if (sd_q8_set_path(level) != level) continue;
+            int8_t *xq2 = malloc((size_t)U * K);
+            float xs2[9];
+            sd_q8_quantize_x(x, U, K, K, xq2, xs2);
+            ck_assert_msg(memcmp(xq, xq2, (size_t)U * K) == 0 && memcmp(xs, xs2, sizeof xs) == 0,
+                          "path %d K %d: activation quantisation differs from the scalar one", level, K);
+            free(xq2);
+            for (int u = 1; u <= U; u++)
+                for (int r0 = 0; r0 < R; r0 += 5) {
+                    int rn = R - r0 < 5 ? R - r0 : 5;
+                    memset(y, 0xff, sizeof y);
+                    sd_q8_tile(y + r0, R, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, xs, K, rn, u);
+                    for (int t = 0; t < u; t++)
+                        for (int r = r0; r < r0 + rn; r++)
+                            ck_assert_msg(memcmp(&y[t * R + r], &ref[t * R + r], 4) == 0,
+                                          "path %d K %d span %d: token %d row %d: %g vs %g", level, K, u, t, r,
+                                          y[t * R + r], ref[t * R + r]);
+                }
+        }
+        /* close to the f32 product: error of two 8-bit roundings */
+        for (int t = 0; t < U; t++)
+            for (int r = 0; r < R; r++) {
+                double exact = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    exact += (double)w[(size_t)r * K + k] * x[(size_t)t * K + k];
+                    mag += fabs((double)w[(size_t)r * K + k] * x[(size_t)t * K + k]);
+                }
+                ck_assert_msg(fabs(ref[t * R + r] - exact) <= 0.02 * mag + 1e-6, "K %d: %g vs f32 %g (sum |wx| %g)",
+                              K, ref[t * R + r], exact, mag);
+            }
+        free(w);
+        free(x);
+        free(wq);
+        free(xq);
+    }
+    sd_q8_set_path(2);
+}
+END_TEST
+
+int main(void)
+{
+    sd_cpu_dot_init();
+    Suite *s = suite_create("cpu_kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_add_test(tc, bf16_tiles_batch_invariant);
+    tcase_add_test(tc, attention_paths_match_reference);
+    tcase_add_test(tc, q8_quantize_rows);
+    tcase_add_test(tc, q8_paths_exact_and_close);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
