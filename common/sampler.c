@@ -12,6 +12,8 @@
  * Threading: an sd_sampler is not thread-safe; the free functions are. */
 #include "sampler.h"
 
+#include "cpu_dot.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -557,18 +559,7 @@ int32_t sd_argmax(const float *logits, int vocab)
 {
     if (!logits || vocab <= 0)
         return -1;
-    int32_t best = -1;
-    float bv = 0.0f;
-    for (int i = 0; i < vocab; i++) {
-        float l = logits[i];
-        if (isnan(l))
-            continue;
-        if (best < 0 || l > bv) {
-            best = i;
-            bv = l;
-        }
-    }
-    return best;
+    return sd_argmax_f32(logits, vocab);
 }
 
 /* Returns -1 on NULL arguments, vocab <= 0 or vocab > the sampler's vocab,

@@ -1036,3 +1036,35 @@ void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16)
         }
     }
 }
+
+/* ---------------------------------------------------------------- argmax */
+
+/* max_ps(x, m) returns m when x is NaN, so NaNs never win. */
+SD_AVX2 static int argmax_avx2(const float *x, int n)
+{
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m8 = _mm256_max_ps(_mm256_loadu_ps(x + i), m8);
+    float lanes[8], mx = -INFINITY;
+    _mm256_storeu_ps(lanes, m8);
+    for (int l = 0; l < 8; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    __m256 mv = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ));
+        if (bits) return i + __builtin_ctz((unsigned)bits);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return -1;
+}
+
+int sd_argmax_f32(const float *x, int n)
+{
+    sd_cpu_dot_init();
+    if (g_avx2) return argmax_avx2(x, n);
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best;
+}

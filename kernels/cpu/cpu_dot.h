@@ -53,6 +53,10 @@ void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, 
  * bf16: each product and the sum rounded). */
 void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16);
 
+/* Index of the first maximum of x[0..n), NaNs ignored; -1 when every entry
+ * is NaN (or n <= 0). */
+int sd_argmax_f32(const float *x, int n);
+
 /* sum_i exp(x[i] - shift), vectorised (a softmax denominator). */
 float sd_exp_sum(const float *x, int n, float shift);
 

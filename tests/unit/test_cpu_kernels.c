@@ -9,7 +9,8 @@
  *   AVX2 and AVX-512 paths, head sizes that take each of them.
  * - Q8: the integer sums are exact, so every path and tile shape equals the
  *   scalar formula bit for bit; the quantised product stays close to the
- *   f32 one; quantisation itself (scales, row sums, zero rows). */
+ *   f32 one; quantisation itself (scales, row sums, zero rows).
+ * - argmax: first maximum, NaNs ignored, on every path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,39 @@ START_TEST(q8_paths_exact_and_close)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- argmax */
+
+static int argmax_ref(const float *x, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best;
+}
+
+START_TEST(argmax_first_max_nan_ignored)
+{
+    float x[1003];
+    for (int level = 0; level <= 2; level++) {
+        if (sd_cpu_dot_set_level(level) != level) continue;
+        for (int trial = 0; trial < 200; trial++) {
+            int n = 1 + trial * 5;
+            for (int i = 0; i < n; i++) x[i] = (float)(int)(frand() * 20.0f); /* many ties */
+            for (int i = trial % 7; i < n; i += 7 + trial % 5) x[i] = NAN;
+            if (trial % 11 == 0) x[n - 1] = 1e9f;                            /* max in the tail */
+            if (trial % 13 == 0) x[0] = NAN;
+            ck_assert_msg(sd_argmax_f32(x, n) == argmax_ref(x, n), "level %d n %d: %d vs %d", level, n,
+                          sd_argmax_f32(x, n), argmax_ref(x, n));
+        }
+        for (int i = 0; i < 40; i++) x[i] = NAN;
+        ck_assert_int_eq(sd_argmax_f32(x, 40), -1);
+        for (int i = 0; i < 40; i++) x[i] = -INFINITY;
+        ck_assert_int_eq(sd_argmax_f32(x, 40), 0);
+    }
+    sd_cpu_dot_set_level(2);
+}
+END_TEST
+
 int main(void)
 {
     sd_cpu_dot_init();
@@ -244,6 +278,7 @@ int main(void)
     TCase *tc = tcase_create("kernels");
     tcase_add_test(tc, bf16_tiles_batch_invariant);
     tcase_add_test(tc, attention_paths_match_reference);
+    tcase_add_test(tc, argmax_first_max_nan_ignored);
     tcase_add_test(tc, q8_quantize_rows);
     tcase_add_test(tc, q8_paths_exact_and_close);
     suite_add_tcase(s, tc);
