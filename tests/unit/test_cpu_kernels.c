@@ -207,8 +207,9 @@ START_TEST(q8_paths_exact_and_close)
                           "path %d K %d: activation quantisation differs from the scalar one", level, K);
             free(xq2);
             for (int u = 1; u <= U; u++)
-                for (int r0 = 0; r0 < R; r0 += 5) {
-                    int rn = R - r0 < 5 ? R - r0 : 5;
+                for (int pass = 0; pass < 2; pass++)  /* all 13 rows at once, then 5 at a time */
+                for (int r0 = 0, chunk = pass ? 5 : R; r0 < R; r0 += chunk) {
+                    int rn = R - r0 < chunk ? R - r0 : chunk;
                     memset(y, 0xff, sizeof y);
                     sd_q8_tile(y + r0, R, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, xs, K, rn, u);
                     for (int t = 0; t < u; t++)
