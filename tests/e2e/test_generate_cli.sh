@@ -52,12 +52,29 @@ for k in ("steps", "draft_tokens", "accepted_tokens", "mean_accepted_per_step"):
 assert b["accepted_tokens"] > 0
 PY
 
+# the drafter options change the drafts, never the output
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
+    --draft-quant none --draft-p-min 0 --num-draft 4 --json > "$tmp/spec2.json"
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
+    --draft-quant int8 --draft-p-min 0.9 --json > "$tmp/spec3.json"
+python3 - "$tmp/plain.json" "$tmp/spec2.json" "$tmp/spec3.json" <<'PY' || fail "drafter options changed the output"
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:4])
+assert a["tokens"] == b["tokens"] == c["tokens"]
+assert 4 * (b["steps"] - 3) <= b["draft_tokens"] <= 4 * b["steps"], (b["draft_tokens"], b["steps"])
+assert c["draft_tokens"] < 6 * c["steps"], "p_min 0.9 never stopped drafting"
+PY
+
 # errors: clear message, non-zero exit, no crash
 set +e
 "$BIN/specd-generate" --model "$tmp/nope" --prompt-ids 1,2 2> "$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "config.json" "$tmp/err" || fail "missing model: rc=$rc $(cat "$tmp/err")"
 "$BIN/specd-generate" --model "$ref" --prompt-ids 1,x 2> "$tmp/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "prompt-ids" "$tmp/err" || fail "bad ids: rc=$rc"
+"$BIN/specd-generate" --model "$ref" --prompt-ids 1,2 --draft "$ref" --draft-quant fp8 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "draft-quant" "$tmp/err" || fail "bad --draft-quant: rc=$rc"
+"$BIN/specd-generate" --model "$ref" --prompt-ids 1,2 --draft "$ref" --draft-p-min 2 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "draft-p-min" "$tmp/err" || fail "bad --draft-p-min: rc=$rc"
 "$BIN/specd-generate" --model "$ref" --prompt-ids 1,99999 2> "$tmp/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "out of range" "$tmp/err" || fail "out-of-range id: rc=$rc"
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$ref" --prompt "x" 2> "$tmp/err"; rc=$?
