@@ -42,6 +42,16 @@ bool sd_vf_wants_q(const sd_req *r)
     return r->p.sampling.temperature > 0.0f && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
 }
 
+int sd_vf_limit_budgets(int *budgets, int n, int spec_max_batch)
+{
+    int left = 0;
+    for (int i = 0; i < n; i++) {
+        if (spec_max_batch > 0 && n > spec_max_batch) budgets[i] = 0;
+        left += budgets[i] > 0;
+    }
+    return left;
+}
+
 int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n)
 {
     if (batch_grow(b, n > 0 ? n : 1) != SD_OK) return SD_ERR_NOMEM;

@@ -331,7 +331,8 @@ static void step(sd_vf_server *s)
         s->budgets[i] = s->link ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
         s->slots[i]->prop.n = 0;
     }
-    if (s->link) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
+    if (s->link && sd_vf_limit_budgets(s->budgets, n, s->cfg->spec_max_batch) > 0)
+        sd_vf_link_draft(s->link, s->slots, s->budgets, n);
     for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
     char err[256];
     if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK)

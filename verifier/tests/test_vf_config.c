@@ -21,6 +21,7 @@ START_TEST(defaults)
     ck_assert_str_eq(c.listen, "tcp://127.0.0.1:5555");
     ck_assert_ptr_null(c.drafter);
     ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
+    ck_assert_int_eq(c.spec_max_batch, SD_VF_SPEC_MAX_BATCH_DEFAULT);
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.max_batch, 32);
     ck_assert_int_eq(c.kv_blocks, 0);
@@ -33,10 +34,12 @@ START_TEST(all_options)
 {
     char *argv[] = {"v", "--model", "m", "--listen", "ipc:///tmp/x", "--drafter", "ipc:///tmp/d", "--num-draft",
                     "40", "--threads", "3", "--device", "cpu", "--max-batch", "8", "--kv-blocks", "100",
-                    "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug", NULL};
+                    "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug",
+                    "--spec-max-batch", "0", NULL};
     sd_vf_config c;
     char err[256];
-    ck_assert_int_eq(parse(&c, err, 23, argv), SD_OK);
+    ck_assert_int_eq(parse(&c, err, 25, argv), SD_OK);
+    ck_assert_int_eq(c.spec_max_batch, 0);
     ck_assert_str_eq(c.drafter, "ipc:///tmp/d");
     ck_assert_int_eq(c.num_draft, SD_MAX_DRAFT); /* clamped */
     ck_assert_int_eq(c.threads, 3);
@@ -59,6 +62,9 @@ START_TEST(errors)
     ck_assert_ptr_nonnull(strstr(err, "--max-batch"));
     char *neg[] = {"v", "--model", "m", "--num-draft", "-1", NULL};
     ck_assert_int_eq(parse(&c, err, 5, neg), SD_ERR_ARG);
+    char *neg_smb[] = {"v", "--model", "m", "--spec-max-batch", "-2", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, neg_smb), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--spec-max-batch"));
     char *unknown[] = {"v", "--model", "m", "--bogus", NULL};
     ck_assert_int_eq(parse(&c, err, 4, unknown), SD_ERR_ARG);
     char *tpu[] = {"v", "--model", "m", "--device", "tpu:0", NULL};

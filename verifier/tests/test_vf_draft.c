@@ -107,6 +107,22 @@ static void res_make(res_buf *b, uint64_t id, const int32_t *t, int n, int nq)
     b->res.n_q = (size_t)nq;
 }
 
+/* --spec-max-batch: a step with more active requests drafts for none. */
+START_TEST(spec_max_batch_limits)
+{
+    int b[5] = {6, 0, 6, 3, 6};
+    ck_assert_int_eq(sd_vf_limit_budgets(b, 5, 0), 4); /* no limit */
+    ck_assert_int_eq(b[0] + b[1] + b[2] + b[3] + b[4], 21);
+    ck_assert_int_eq(sd_vf_limit_budgets(b, 5, 5), 4); /* at the limit: unchanged */
+    ck_assert_int_eq(b[3], 3);
+    ck_assert_int_eq(sd_vf_limit_budgets(b, 5, 4), 0); /* above it: a plain step */
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(b[i], 0);
+    int one[1] = {6};
+    ck_assert_int_eq(sd_vf_limit_budgets(one, 1, 1), 1);
+    ck_assert_int_eq(one[0], 6);
+}
+END_TEST
+
 START_TEST(proposal_conversion)
 {
     fake_req a;
@@ -303,6 +319,7 @@ int main(void)
     Suite *s = suite_create("vf_draft");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, build_open_then_delta);
+    tcase_add_test(tc, spec_max_batch_limits);
     tcase_add_test(tc, proposal_conversion);
     tcase_add_test(tc, apply_reply);
     tcase_add_test(tc, link_timeout_and_recovery);
