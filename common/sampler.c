@@ -31,6 +31,7 @@ struct sd_sampler {
     cand *cands;      /* (vocab) candidates of the current distribution */
     cand *tmp;        /* (vocab) radix-sort buffer */
     sd_tokprob *dist; /* (vocab) the filtered distribution sd_sampler_sample draws from */
+    float *wf;        /* (vocab) softmax numerators, float */
 };
 
 /* ---- settings --------------------------------------------------------- */
@@ -116,7 +117,8 @@ sd_sampler *sd_sampler_new(int vocab)
     sp->cands = malloc((size_t)vocab * sizeof *sp->cands);
     sp->tmp = malloc((size_t)vocab * sizeof *sp->tmp);
     sp->dist = malloc((size_t)vocab * sizeof *sp->dist);
-    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist) {
+    sp->wf = malloc((size_t)vocab * sizeof *sp->wf);
+    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf) {
         sd_sampler_free(sp);
         return NULL;
     }
@@ -131,6 +133,7 @@ void sd_sampler_free(sd_sampler *sp)
     free(sp->cands);
     free(sp->tmp);
     free(sp->dist);
+    free(sp->wf);
     free(sp);
 }
 
@@ -348,10 +351,13 @@ static size_t cand_partition_ge(cand *c, size_t lo, size_t n, double t)
 /* Writes every token with exp((l - max)/T) > 0 into c in id order; sets
  * *wmax and *total (summed in id order). NaN logits are skipped; a +inf
  * logit takes all the mass (shared with other +inf logits). */
-static size_t softmax_cands(cand *c, const float *logits, int vocab, double temp, double *wmax,
+/* Softmax numerators exp((l - max) / temp) in float (as PyTorch computes a
+ * float32 softmax; vectorised, sd_exp_weights), kept as candidates when
+ * positive; NaN and -inf logits never are. The maximum gets exactly 1. */
+static size_t softmax_cands(cand *c, float *wf, const float *logits, int vocab, double temp, double *wmax,
                             double *total)
 {
-    double mx = -INFINITY;
+    float mx = -INFINITY;
     for (int i = 0; i < vocab; i++)
         if (logits[i] > mx)
             mx = logits[i];
@@ -359,13 +365,14 @@ static size_t softmax_cands(cand *c, const float *logits, int vocab, double temp
     *total = 0.0;
     if (mx == -INFINITY)
         return 0;
+    sd_exp_weights(logits, vocab, mx, (float)temp, wf);
     size_t n = 0;
     double sum = 0.0;
     for (int i = 0; i < vocab; i++) {
-        double l = logits[i];
+        float l = logits[i];
         if (isnan(l) || l == -INFINITY)
             continue;
-        double w = l == mx ? 1.0 : exp((l - mx) / temp);
+        double w = l == mx ? 1.0 : (double)wf[i];
         if (w > 0.0) {
             c[n].w = w;
             c[n].id = i;
@@ -475,7 +482,7 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
     }
     cand *c = sp->cands;
     double wmax, total;
-    size_t n = softmax_cands(c, logits, vocab, s->temperature, &wmax, &total);
+    size_t n = softmax_cands(c, sp->wf, logits, vocab, s->temperature, &wmax, &total);
     if (n == 0)
         return 0;
     double floor_w = s->min_p > 0.0f ? (double)s->min_p * wmax : 0.0;
@@ -506,6 +513,10 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
     } else if (sorted < n) {
         if (floor_w > 0.0)
             n = cand_partition_ge(c, 0, n, floor_w);
+        if (cap < n) { /* only the cap most probable are written: select, then sort those */
+            cand_select(c, n, cap);
+            n = cap;
+        }
         cand_sort(c, sp->tmp, n);
     }
     while (n > 1 && c[n - 1].w < floor_w) /* min-p: a sorted suffix */

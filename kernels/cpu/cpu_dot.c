@@ -1081,3 +1081,35 @@ int sd_argmax_f32(const float *x, int n)
         if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
     return best;
 }
+
+/* ------------------------------------------------------- softmax weights */
+
+SD_AVX2 static void exp_weights_avx2(const float *x, int n, float mx, float temp, float *w)
+{
+    __m256 mv = _mm256_set1_ps(mx), tv = _mm256_set1_ps(temp);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv), tv);
+        __m256 ok = _mm256_cmp_ps(a, a, _CMP_ORD_Q); /* NaN in, 0 out */
+        _mm256_storeu_ps(w + i, _mm256_and_ps(exp8(a), ok));
+    }
+    if (i < n) {
+        float t[8] = {0}, o[8];
+        for (int j = i; j < n; j++) t[j - i] = x[j];
+        exp_weights_avx2(t, 8, mx, temp, o);
+        for (int j = i; j < n; j++) w[j] = o[j - i];
+    }
+}
+
+void sd_exp_weights(const float *x, int n, float mx, float temp, float *w)
+{
+    sd_cpu_dot_init();
+    if (g_avx2) {
+        exp_weights_avx2(x, n, mx, temp, w);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        float a = (x[i] - mx) / temp;
+        w[i] = a == a ? expf(a) : 0.0f;
+    }
+}

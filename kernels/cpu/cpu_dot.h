@@ -57,6 +57,10 @@ void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16);
  * is NaN (or n <= 0). */
 int sd_argmax_f32(const float *x, int n);
 
+/* w[i] = exp((x[i] - mx) / temp) in float, vectorised (softmax numerators
+ * for sampling); NaN inputs give 0; within 2 ulp of expf. */
+void sd_exp_weights(const float *x, int n, float mx, float temp, float *w);
+
 /* sum_i exp(x[i] - shift), vectorised (a softmax denominator). */
 float sd_exp_sum(const float *x, int n, float shift);
 

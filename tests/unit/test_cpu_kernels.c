@@ -10,7 +10,8 @@
  * - Q8: the integer sums are exact, so every path and tile shape equals the
  *   scalar formula bit for bit; the quantised product stays close to the
  *   f32 one; quantisation itself (scales, row sums, zero rows).
- * - argmax: first maximum, NaNs ignored, on every path. */
+ * - argmax: first maximum, NaNs ignored, on every path; softmax weights
+ *   (sampling) within 4e-7 of exp(). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,6 +240,34 @@ START_TEST(q8_paths_exact_and_close)
 }
 END_TEST
 
+/* --------------------------------------------------------- exp weights */
+
+START_TEST(exp_weights_accuracy)
+{
+    enum { N = 4003 };
+    float x[N], w[N];
+    for (int level = 0; level <= 2; level++) {
+        if (sd_cpu_dot_set_level(level) != level) continue;
+        for (int i = 0; i < N; i++) x[i] = -100.0f * (float)i / N + 3.0f; /* 3 .. -97 */
+        x[17] = NAN;
+        x[18] = -INFINITY;
+        sd_exp_weights(x, N, 3.0f, 0.7f, w);
+        size_t bad = 0;
+        for (int i = 0; i < N; i++) {
+            if (i == 17 || i == 18) continue;
+            float af = (x[i] - 3.0f) / 0.7f; /* the float argument, as a float32 softmax has it */
+            double a = af, ref = exp(a);
+            if (a > -87.0 ? fabs(w[i] - ref) > 4e-7 * ref : !(w[i] >= 0.0f && w[i] < 2e-38f)) bad++;
+        }
+        ck_assert_msg(bad == 0, "level %d: %zu weights off", level, bad);
+        ck_assert_float_eq(w[17], 0.0f);
+        ck_assert_float_eq(w[18], 0.0f);
+        ck_assert_float_eq_tol(w[0], 1.0f, 1e-7f);
+    }
+    sd_cpu_dot_set_level(2);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- argmax */
 
 static int argmax_ref(const float *x, int n)
@@ -280,6 +309,7 @@ int main(void)
     tcase_add_test(tc, bf16_tiles_batch_invariant);
     tcase_add_test(tc, attention_paths_match_reference);
     tcase_add_test(tc, argmax_first_max_nan_ignored);
+    tcase_add_test(tc, exp_weights_accuracy);
     tcase_add_test(tc, q8_quantize_rows);
     tcase_add_test(tc, q8_paths_exact_and_close);
     suite_add_tcase(s, tc);

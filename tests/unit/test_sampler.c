@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_dot.h"
 #include "sampler.h"
 #include "testutil.h"
 
@@ -44,6 +45,27 @@ static void softmax_ref(const float *l, int n, double T, double *p)
     }
     for (int i = 0; i < n; i++)
         p[i] /= sum;
+}
+
+/* The sampler's own numerators (float, sd_exp_weights; their accuracy
+ * against exp() is test_cpu_kernels') normalised in double: the large-vocab
+ * comparison below is about the filter chain, and near-ties must order the
+ * same way on both sides. */
+static void softmax_ref_f(const float *l, int n, double T, double *p)
+{
+    float mx = -INFINITY, *w = malloc((size_t)n * sizeof *w);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        if (l[i] > mx)
+            mx = l[i];
+    sd_exp_weights(l, n, mx, (float)T, w);
+    for (int i = 0; i < n; i++) {
+        p[i] = l[i] == -INFINITY ? 0.0 : l[i] == mx ? 1.0 : (double)w[i];
+        sum += p[i];
+    }
+    for (int i = 0; i < n; i++)
+        p[i] /= sum;
+    free(w);
 }
 
 /* Hot loops count failures and assert once: every ck_assert records its
@@ -319,7 +341,7 @@ static int ref_cmp(const void *pa, const void *pb)
 
 static size_t ref_chain(const float *l, int V, const sd_sampling *s, double *p, ref_ent *o)
 {
-    softmax_ref(l, V, s->temperature, p);
+    softmax_ref_f(l, V, s->temperature, p);
     for (int i = 0; i < V; i++) {
         o[i].token = i;
         o[i].p = p[i];
