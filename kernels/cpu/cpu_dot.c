@@ -412,6 +412,16 @@ SD_AVX2 static float softmax_avx2(float *sc, int n)
     return sum;
 }
 
+/* bf16 mode: out = bf16(out / sum), PyTorch's single normalisation at the end. */
+SD_AVX2 static void attn_normalise_bf16(float *out, int hd, float sum)
+{
+    int d = 0;
+    __m256 sv = _mm256_set1_ps(sum);
+    for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_castsi256_ps(rne_bits(_mm256_div_ps(_mm256_loadu_ps(out + d), sv))));
+    for (; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
+}
+
 /* Turns softmax numerators into the weights PV uses: bf16(w) in bf16 mode
  * (normalised once at the end), else w * inv. */
 SD_AVX2 static void attn_weights_avx2(float *sc, int n, float inv, int bf16)
@@ -483,13 +493,7 @@ SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, co
     float sum = softmax_avx2(sc, n), inv = 1.0f / sum;
     attn_weights_avx2(sc, n, inv, bf16);
     attn_pv_avx2(out, sc, v, stride, blocks, bs, n, hd);
-    if (bf16) {
-        int d = 0;
-        __m256 sv = _mm256_set1_ps(sum);
-        for (; d + 8 <= hd; d += 8)
-            _mm256_storeu_ps(out + d, _mm256_castsi256_ps(rne_bits(_mm256_div_ps(_mm256_loadu_ps(out + d), sv))));
-        for (; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
-    }
+    if (bf16) attn_normalise_bf16(out, hd, sum);
 }
 
 /* ------------------------------------------------ AVX-512 attention
@@ -640,13 +644,7 @@ SD_AVX512 static void attn_group_512(const sd_attn_query *qs, int nq, const floa
                 _mm512_storeu_ps(out + d0 + 16 * c, _mm512_add_ps(_mm512_loadu_ps(a + 2 * d0 + 16 * c),
                                                                   _mm512_loadu_ps(a + 2 * d0 + 16 * (C + c))));
         }
-        if (bf16) {
-            int d = 0;
-            __m256 sv = _mm256_set1_ps(sums[i]);
-            for (; d + 8 <= hd; d += 8)
-                _mm256_storeu_ps(out + d, _mm256_castsi256_ps(rne_bits(_mm256_div_ps(_mm256_loadu_ps(out + d), sv))));
-            for (; d < hd; d++) out[d] = sd_round_bf16(out[d] / sums[i]);
-        }
+        if (bf16) attn_normalise_bf16(out, hd, sums[i]);
     }
 }
 
@@ -940,6 +938,11 @@ void sd_silu_mul_n(float *y, const float *g, const float *u, size_t n, int bf16)
     }
 }
 
+static void add_scalar(float *y, const float *x, size_t i0, size_t n, int bf16)
+{
+    for (size_t i = i0; i < n; i++) y[i] = bf16 ? sd_round_bf16(y[i] + x[i]) : y[i] + x[i];
+}
+
 SD_AVX2 static void add_avx2(float *y, const float *x, size_t n, int bf16)
 {
     size_t i = 0;
@@ -947,16 +950,18 @@ SD_AVX2 static void add_avx2(float *y, const float *x, size_t n, int bf16)
         __m256 v = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i));
         _mm256_storeu_ps(y + i, bf16 ? rne8(v) : v);
     }
-    for (; i < n; i++) y[i] = bf16 ? sd_round_bf16(y[i] + x[i]) : y[i] + x[i];
+    add_scalar(y, x, i, n, bf16);
 }
 
 void sd_add_n(float *y, const float *x, size_t n, int bf16)
 {
-    if (g_avx2) {
-        add_avx2(y, x, n, bf16);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) y[i] = bf16 ? sd_round_bf16(y[i] + x[i]) : y[i] + x[i];
+    if (g_avx2) add_avx2(y, x, n, bf16);
+    else add_scalar(y, x, 0, n, bf16);
+}
+
+static void scale_row_scalar(float *y, const float *x, const float *g, float inv, int d0, int D, int bf16)
+{
+    for (int d = d0; d < D; d++) y[d] = bf16 ? sd_round_bf16(g[d] * sd_round_bf16(x[d] * inv)) : (x[d] * inv) * g[d];
 }
 
 SD_AVX2 static void scale_row_avx2(float *y, const float *x, const float *g, float inv, int D, int bf16)
@@ -967,18 +972,15 @@ SD_AVX2 static void scale_row_avx2(float *y, const float *x, const float *g, flo
         __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x + d), iv), gv = _mm256_loadu_ps(g + d);
         _mm256_storeu_ps(y + d, bf16 ? rne8(_mm256_mul_ps(gv, rne8(xs))) : _mm256_mul_ps(xs, gv));
     }
-    for (; d < D; d++) y[d] = bf16 ? sd_round_bf16(g[d] * sd_round_bf16(x[d] * inv)) : (x[d] * inv) * g[d];
+    scale_row_scalar(y, x, g, inv, d, D, bf16);
 }
 
 void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, int bf16)
 {
     float ss = sd_dot_f32(x, x, D);
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
-    if (g_avx2) {
-        scale_row_avx2(y, x, g, inv, D, bf16);
-        return;
-    }
-    for (int d = 0; d < D; d++) y[d] = bf16 ? sd_round_bf16(g[d] * sd_round_bf16(x[d] * inv)) : (x[d] * inv) * g[d];
+    if (g_avx2) scale_row_avx2(y, x, g, inv, D, bf16);
+    else scale_row_scalar(y, x, g, inv, 0, D, bf16);
 }
 
 SD_AVX2 static float exp_sum_avx2(const float *x, int n, float shift)
@@ -1002,6 +1004,21 @@ float sd_exp_sum(const float *x, int n, float shift)
 
 /* ------------------------------------------------------------------ RoPE */
 
+/* Pairs i0..half-1 of one head, one at a time (the AVX2 tail, the scalar path). */
+static void rope_scalar(float *v, const float *c, const float *s, int i0, int half, int bf16)
+{
+    for (int i = i0; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        if (bf16) {
+            v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
+            v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
+        } else {
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
 SD_AVX2 static void rope_avx2(float *v, const float *c, const float *s, int half, int bf16)
 {
     int i = 0;
@@ -1020,34 +1037,13 @@ SD_AVX2 static void rope_avx2(float *v, const float *c, const float *s, int half
         _mm256_storeu_ps(v + i, lo);
         _mm256_storeu_ps(v + half + i, hi);
     }
-    for (; i < half; i++) {
-        float a = v[i], b = v[i + half];
-        if (bf16) {
-            v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
-            v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
-        } else {
-            v[i] = a * c[i] - b * s[i];
-            v[i + half] = b * c[i] + a * s[i];
-        }
-    }
+    rope_scalar(v, c, s, i, half, bf16);
 }
 
 void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16)
 {
-    if (g_avx2) {
-        rope_avx2(v, c, s, half, bf16);
-        return;
-    }
-    for (int i = 0; i < half; i++) {
-        float a = v[i], b = v[i + half];
-        if (bf16) {
-            v[i] = sd_round_bf16(sd_round_bf16(a * c[i]) + sd_round_bf16(-b * s[i]));
-            v[i + half] = sd_round_bf16(sd_round_bf16(b * c[i]) + sd_round_bf16(a * s[i]));
-        } else {
-            v[i] = a * c[i] - b * s[i];
-            v[i + half] = b * c[i] + a * s[i];
-        }
-    }
+    if (g_avx2) rope_avx2(v, c, s, half, bf16);
+    else rope_scalar(v, c, s, 0, half, bf16);
 }
 
 /* ---------------------------------------------------------------- argmax */
