@@ -3,7 +3,7 @@
  *   specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H]
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
- *               [--spec-max-batch N]
+ *               [--spec-max-batch N] [--spec-max-batch-sampled N]
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
  * when neither --draft nor --ngram is given) and specd-router — found next to
@@ -52,7 +52,7 @@ typedef struct child {
 
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
-    const char *spec_max_batch;
+    const char *spec_max_batch, *spec_max_batch_sampled;
     bool ngram, no_spec;
     int port;
 } serve_opts;
@@ -116,7 +116,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
                "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
-               "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n");
+               "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
+               "                   [--spec-max-batch-sampled N]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -125,7 +126,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"no-spec", 0, 0, 'N'}, {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'},
                                        {"api-key", 1, 0, 'k'}, {"threads", 1, 0, 'j'}, {"num-draft", 1, 0, 'K'},
                                        {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {"draft-quant", 1, 0, 'Q'},
-                                       {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'}, {0, 0, 0, 0}};
+                                       {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'},
+                                       {"spec-max-batch-sampled", 1, 0, 'Z'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -145,6 +147,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'Q': o->draft_quant = optarg; break;
         case 'P': o->draft_p_min = optarg; break;
         case 'S': o->spec_max_batch = optarg; break;
+        case 'Z': o->spec_max_batch_sampled = optarg; break;
         case 'U': usage(stdout); exit(0);
         default: return -1;
         }
@@ -169,6 +172,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     if (!o->no_spec) add_opt(ver, "--drafter", dep);
     add_opt(ver, "--num-draft", o->num_draft);
     add_opt(ver, "--spec-max-batch", o->spec_max_batch);
+    add_opt(ver, "--spec-max-batch-sampled", o->spec_max_batch_sampled);
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);

@@ -15,6 +15,7 @@ const char *sd_vf_usage(void)
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
            "                      [--prefill-chunk N] [--draft-timeout-ms N] [--spec-max-batch N]\n"
+           "                      [--spec-max-batch-sampled N]\n"
            "                      [--log-level debug|info|warn|error]\n";
 }
 
@@ -45,6 +46,7 @@ static void set_defaults(sd_vf_config *c)
     c->device = "cpu";
     c->num_draft = SD_NUM_DRAFT_DEFAULT;
     c->spec_max_batch = SD_VF_SPEC_MAX_BATCH_DEFAULT;
+    c->spec_max_batch_sampled = SD_VF_SPEC_MAX_BATCH_SAMPLED_DEFAULT;
     c->max_batch = 32;
     c->prefill_chunk = 256;
     c->draft_timeout_ms = 200;
@@ -66,6 +68,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
     case 'p': return parse_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
     case 'T': return parse_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
     case 'S': return parse_int(arg, "--spec-max-batch", 0, 1 << 20, &cfg->spec_max_batch, err, errlen);
+    case 'Z': return parse_int(arg, "--spec-max-batch-sampled", 0, 1 << 20, &cfg->spec_max_batch_sampled, err, errlen);
     default: return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option");
     }
 }
@@ -77,7 +80,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 't'},       {"device", 1, 0, 'D'},
         {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
-        {"spec-max-batch", 1, 0, 'S'}, {0, 0, 0, 0}};
+        {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;

@@ -42,11 +42,12 @@ bool sd_vf_wants_q(const sd_req *r)
     return r->p.sampling.temperature > 0.0f && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
 }
 
-int sd_vf_limit_budgets(int *budgets, int n, int spec_max_batch)
+int sd_vf_limit_budgets(int *budgets, const bool *sampled, int n, int max_greedy, int max_sampled)
 {
     int left = 0;
     for (int i = 0; i < n; i++) {
-        if (spec_max_batch > 0 && n > spec_max_batch) budgets[i] = 0;
+        int limit = sampled && sampled[i] ? max_sampled : max_greedy;
+        if (limit > 0 && n > limit) budgets[i] = 0;
         left += budgets[i] > 0;
     }
     return left;

@@ -56,12 +56,12 @@ bool sd_vf_wants_q(const sd_req *r);
 /* Builds step `step`'s messages for slots[i] with budgets[i] > 0 (others are
  * skipped); clears every slot's proposal, updates drafter_known / opened.
  * Returns the number of items, or SD_ERR_NOMEM. */
-/* Drafting for one step of n active requests: budgets stay as computed
- * while n <= spec_max_batch (0 = no limit), else all become 0 — a plain
- * step, because a large batch already shares each weight read and drafts
- * only add work (docs/BENCHMARKS.md). Returns the requests left with a
- * budget. */
-int sd_vf_limit_budgets(int *budgets, int n, int spec_max_batch);
+/* Drafting for one step of n active requests: request i keeps its budget
+ * while n <= its limit — max_sampled when sampled[i] (temperature > 0),
+ * else max_greedy; 0 = no limit — else it gets 0 and decodes plainly: a
+ * large batch already shares each weight read and drafts only add work
+ * (docs/BENCHMARKS.md). Returns the requests left with a budget. */
+int sd_vf_limit_budgets(int *budgets, const bool *sampled, int n, int max_greedy, int max_sampled);
 
 int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n);
 

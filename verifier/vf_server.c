@@ -42,6 +42,7 @@ struct sd_vf_server {
     sd_vf_slot **slots;
     sd_proposal *props;
     int *budgets;
+    bool *sampled;     /* per active request: temperature > 0 */
     char model_name[256];
 };
 
@@ -329,9 +330,11 @@ static void step(sd_vf_server *s)
         s->reqs[i] = s->active[i]->slot.r;
         s->slots[i] = &s->active[i]->slot;
         s->budgets[i] = s->link ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
+        s->sampled[i] = s->reqs[i]->p.sampling.temperature > 0.0f;
         s->slots[i]->prop.n = 0;
     }
-    if (s->link && sd_vf_limit_budgets(s->budgets, n, s->cfg->spec_max_batch) > 0)
+    if (s->link && sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch,
+                                       s->cfg->spec_max_batch_sampled) > 0)
         sd_vf_link_draft(s->link, s->slots, s->budgets, n);
     for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
     char err[256];
@@ -394,7 +397,8 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->slots = calloc(nb, sizeof *s->slots);
     s->props = calloc(nb, sizeof *s->props);
     s->budgets = calloc(nb, sizeof *s->budgets);
-    if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets) {
+    s->sampled = calloc(nb, sizeof *s->sampled);
+    if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->sampled) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
@@ -434,5 +438,6 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->slots);
     free(s->props);
     free(s->budgets);
+    free(s->sampled);
     free(s);
 }

@@ -22,6 +22,7 @@ START_TEST(defaults)
     ck_assert_ptr_null(c.drafter);
     ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
     ck_assert_int_eq(c.spec_max_batch, SD_VF_SPEC_MAX_BATCH_DEFAULT);
+    ck_assert_int_eq(c.spec_max_batch_sampled, SD_VF_SPEC_MAX_BATCH_SAMPLED_DEFAULT);
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.max_batch, 32);
     ck_assert_int_eq(c.kv_blocks, 0);
@@ -35,11 +36,12 @@ START_TEST(all_options)
     char *argv[] = {"v", "--model", "m", "--listen", "ipc:///tmp/x", "--drafter", "ipc:///tmp/d", "--num-draft",
                     "40", "--threads", "3", "--device", "cpu", "--max-batch", "8", "--kv-blocks", "100",
                     "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug",
-                    "--spec-max-batch", "0", NULL};
+                    "--spec-max-batch", "0", "--spec-max-batch-sampled", "3", NULL};
     sd_vf_config c;
     char err[256];
-    ck_assert_int_eq(parse(&c, err, 25, argv), SD_OK);
+    ck_assert_int_eq(parse(&c, err, 27, argv), SD_OK);
     ck_assert_int_eq(c.spec_max_batch, 0);
+    ck_assert_int_eq(c.spec_max_batch_sampled, 3);
     ck_assert_str_eq(c.drafter, "ipc:///tmp/d");
     ck_assert_int_eq(c.num_draft, SD_MAX_DRAFT); /* clamped */
     ck_assert_int_eq(c.threads, 3);

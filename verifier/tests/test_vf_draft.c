@@ -107,18 +107,26 @@ static void res_make(res_buf *b, uint64_t id, const int32_t *t, int n, int nq)
     b->res.n_q = (size_t)nq;
 }
 
-/* --spec-max-batch: a step with more active requests drafts for none. */
+/* --spec-max-batch(-sampled): in a step with more active requests than a
+ * request's limit, that request gets no drafts. */
 START_TEST(spec_max_batch_limits)
 {
     int b[5] = {6, 0, 6, 3, 6};
-    ck_assert_int_eq(sd_vf_limit_budgets(b, 5, 0), 4); /* no limit */
+    ck_assert_int_eq(sd_vf_limit_budgets(b, NULL, 5, 0, 0), 4); /* no limits */
     ck_assert_int_eq(b[0] + b[1] + b[2] + b[3] + b[4], 21);
-    ck_assert_int_eq(sd_vf_limit_budgets(b, 5, 5), 4); /* at the limit: unchanged */
+    ck_assert_int_eq(sd_vf_limit_budgets(b, NULL, 5, 5, 1), 4); /* at the greedy limit: unchanged */
     ck_assert_int_eq(b[3], 3);
-    ck_assert_int_eq(sd_vf_limit_budgets(b, 5, 4), 0); /* above it: a plain step */
+    bool sampled[5] = {false, false, true, false, true};
+    ck_assert_int_eq(sd_vf_limit_budgets(b, sampled, 5, 5, 4), 2); /* sampled ones over theirs */
+    ck_assert_int_eq(b[0], 6);
+    ck_assert_int_eq(b[2], 0);
+    ck_assert_int_eq(b[3], 3);
+    ck_assert_int_eq(b[4], 0);
+    ck_assert_int_eq(sd_vf_limit_budgets(b, sampled, 5, 4, 0), 0); /* above the greedy limit: a plain step */
     for (int i = 0; i < 5; i++) ck_assert_int_eq(b[i], 0);
     int one[1] = {6};
-    ck_assert_int_eq(sd_vf_limit_budgets(one, 1, 1), 1);
+    bool s1[1] = {true};
+    ck_assert_int_eq(sd_vf_limit_budgets(one, s1, 1, 1, 1), 1); /* alone: within both limits */
     ck_assert_int_eq(one[0], 6);
 }
 END_TEST
