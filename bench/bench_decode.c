@@ -18,15 +18,10 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
+#include "opt.h"
 #include "model.h"
 #include "sampler.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct copy_arg {
     char *dst;
@@ -53,13 +48,13 @@ static double copy_bandwidth(size_t bytes, int threads, int reps)
         pthread_t th[64];
         copy_arg args[64];
         size_t part = bytes / (size_t)threads;
-        double t0 = now_s();
+        double t0 = sd_now_s();
         for (int i = 0; i < threads; i++) {
             args[i] = (copy_arg){dst + i * part, src + i * part, part};
             pthread_create(&th[i], NULL, copy_part, &args[i]);
         }
         for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
-        double gbs = 2.0 * (double)part * threads / (now_s() - t0) / 1e9;
+        double gbs = 2.0 * (double)part * threads / (sd_now_s() - t0) / 1e9;
         if (gbs > best) best = gbs;
     }
     free(src);
@@ -83,7 +78,7 @@ static double decode_run(sd_model *m, int n_tokens, char *err, size_t errlen)
     if (sd_model_forward(m, &b, 1, logits, err, errlen) != SD_OK) goto out;
     sd_kv_commit(pool, &seq, 32);
     int32_t tok = sd_argmax(logits, c->vocab_size);
-    double t0 = now_s();
+    double t0 = sd_now_s();
     for (int i = 0; i < n_tokens; i++) {
         if (sd_kv_reserve(pool, &seq, 1) != SD_OK) goto out;
         sd_batch_seq d = {&tok, 1, 32 + i, &seq, 1};
@@ -91,7 +86,7 @@ static double decode_run(sd_model *m, int n_tokens, char *err, size_t errlen)
         sd_kv_commit(pool, &seq, 1);
         tok = sd_argmax(logits, c->vocab_size);
     }
-    t = now_s() - t0;
+    t = sd_now_s() - t0;
 out:
     sd_kv_seq_release(pool, &seq);
     free(logits);
@@ -109,9 +104,9 @@ static double span_time(sd_model *m, sd_kv_seq *seq, const int32_t *toks, int po
     for (int r = 0; r < reps; r++) {
         if (sd_kv_reserve(pool, seq, T) != SD_OK) return -1;
         sd_batch_seq b = {toks + pos0, T, pos0, seq, T};
-        double t0 = now_s();
+        double t0 = sd_now_s();
         if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) return -1;
-        double dt = now_s() - t0;
+        double dt = sd_now_s() - t0;
         if (dt < best) best = dt;
         sd_kv_commit(pool, seq, 0);
     }
@@ -150,18 +145,23 @@ int main(int argc, char **argv)
     int threads = 0, n_tokens = 256, runs = 3;
     static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
                                        {"runs", 1, 0, 'r'}, {0, 0, 0, 0}};
+    char err[512];
+    sd_status st = SD_OK;
     int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         if (c == 'm') dir = optarg;
-        else if (c == 't') threads = atoi(optarg);
-        else if (c == 'n') n_tokens = atoi(optarg);
-        else if (c == 'r') runs = atoi(optarg);
+        else if (c == 't') st = sd_opt_int(optarg, "--threads", 0, 1024, &threads, err, sizeof err);
+        else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &n_tokens, err, sizeof err);
+        else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &runs, err, sizeof err);
         else {
             fprintf(stderr, "usage: specd-bench-decode [--model DIR] [--threads N] [--tokens N] [--runs N]\n");
             return 2;
         }
     }
-    char err[512];
+    if (st != SD_OK) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err);
+        return 2;
+    }
     sd_backend *be = sd_backend_cpu_new(threads);
     sd_model *m = NULL;
     if (!be || sd_model_load(dir, be, &m, err, sizeof err) != SD_OK ||

@@ -18,10 +18,12 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "code_prompts.h"
 #include "draft.h"
 #include "engine.h"
 #include "ngram.h"
+#include "opt.h"
 #include "tokenizer.h"
 
 typedef struct bench_opts {
@@ -35,13 +37,6 @@ typedef struct run_result {
     long tokens;
     sd_spec_stats stats;
 } run_result;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Generates o->tokens tokens from prompt i; adds to *res. */
 static int run_one(sd_engine *e, sd_proposer *pr, const bench_opts *o, int i, int32_t **ids, const int *n_ids,
@@ -58,9 +53,9 @@ static int run_one(sd_engine *e, sd_proposer *pr, const bench_opts *o, int i, in
     p.num_draft = o->num_draft;
     sd_req *r;
     if (sd_req_new(e, (uint64_t)i + 1, ids[i], n_ids[i], &p, &r, err, sizeof err) != SD_OK) goto fail;
-    double t0 = now_s();
+    double t0 = sd_now_s();
     sd_status st = sd_engine_run(e, pr, &r, 1, NULL, NULL, err, sizeof err);
-    res->seconds += now_s() - t0;
+    res->seconds += sd_now_s() - t0;
     res->tokens += sd_req_n_output(r);
     res->stats.steps += r->stats.steps;
     res->stats.accepted_tokens += r->stats.accepted_tokens;
@@ -88,27 +83,27 @@ static int parse(int argc, char **argv, bench_opts *o)
                                        {"rounds", 1, 0, 'r'}, {"draft-p-min", 1, 0, 'P'}, {0, 0, 0, 0}};
     *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, SD_NUM_DRAFT_DEFAULT, 0, 3,
                       SD_DRAFT_P_MIN_DEFAULT};
+    char err[256];
+    sd_status st = SD_OK;
     int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 't': o->target = optarg; break;
         case 'd': o->draft = optarg; break;
-        case 'p': o->prompts = atoi(optarg); break;
-        case 'n': o->tokens = atoi(optarg); break;
-        case 'k': o->num_draft = atoi(optarg); break;
-        case 'j': o->threads = atoi(optarg); break;
-        case 'r': o->rounds = atoi(optarg); break;
-        case 'P': o->p_min = strtof(optarg, NULL); break;
+        case 'p': st = sd_opt_int(optarg, "--prompts", 1, SD_N_CODE_PROMPTS, &o->prompts, err, sizeof err); break;
+        case 'n': st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &o->tokens, err, sizeof err); break;
+        case 'k': st = sd_opt_int(optarg, "--num-draft", 1, SD_MAX_DRAFT, &o->num_draft, err, sizeof err); break;
+        case 'j': st = sd_opt_int(optarg, "--threads", 0, 1024, &o->threads, err, sizeof err); break;
+        case 'r': st = sd_opt_int(optarg, "--rounds", 1, 1000, &o->rounds, err, sizeof err); break;
+        case 'P': st = sd_opt_float(optarg, "--draft-p-min", 0, 1, &o->p_min, err, sizeof err); break;
         default:
             fprintf(stderr, "usage: specd-bench-spec [--target DIR] [--draft DIR] [--prompts N] [--tokens N] "
                             "[--num-draft K] [--threads N] [--rounds N] [--draft-p-min P]\n");
             return -1;
         }
     }
-    if (o->prompts < 1 || o->prompts > SD_N_CODE_PROMPTS || o->tokens < 1 || o->num_draft < 1 ||
-        o->num_draft > SD_MAX_DRAFT || o->rounds < 1 || !(o->p_min >= 0.0f && o->p_min <= 1.0f)) {
-        fprintf(stderr, "specd-bench-spec: --prompts 1..%d, --tokens >= 1, --num-draft 1..%d, --rounds >= 1, "
-                        "--draft-p-min 0..1\n", SD_N_CODE_PROMPTS, SD_MAX_DRAFT);
+    if (st != SD_OK) {
+        fprintf(stderr, "specd-bench-spec: %s\n", err);
         return -1;
     }
     return 0;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "tokenizer.h"
 
 static const char SAMPLE[] =
@@ -35,12 +36,6 @@ static const char SAMPLE[] =
     "Emoji: 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ ∀x∈ℝ: x² ≥ 0 → √(x²) = |x|\n"
     "SELECT name, COUNT(*) FROM users WHERE created_at > NOW() - INTERVAL '7 days' GROUP BY name;\n"
     "    indented line with trailing spaces   \n\n";
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 /* Builds about kb KB of text from SAMPLE, cut at sample boundaries. */
 static char *make_text(size_t kb, size_t *len) {
@@ -85,33 +80,33 @@ int main(int argc, char **argv) {
     if (kb == 0 || reps <= 0) return 1;
     char err[512], *text = make_text(kb, &len), *dec = NULL;
     sd_tok *tok = NULL;
-    double t0 = now_ms(), best_load = 1e30, best_enc = 1e30, best_dec = 1e30;
+    double t0 = sd_now_ms(), best_load = 1e30, best_enc = 1e30, best_dec = 1e30;
     for (int r = 0; r < reps; r++) {
         sd_tok_free(tok);
-        t0 = now_ms();
+        t0 = sd_now_ms();
         if (sd_tok_load(argv[1], &tok, err, sizeof err) != SD_OK) {
             fprintf(stderr, "specd-bench-tokenizer: %s\n", err);
             return 1;
         }
-        double dt = now_ms() - t0;
+        double dt = sd_now_ms() - t0;
         best_load = dt < best_load ? dt : best_load;
     }
     int32_t *ids = NULL;
     for (int r = 0; r < reps && text; r++) {
         free(ids);
-        t0 = now_ms();
+        t0 = sd_now_ms();
         if (!(ids = encode_all(tok, text, len, &nids))) return 1;
-        double dt = now_ms() - t0;
+        double dt = sd_now_ms() - t0;
         best_enc = dt < best_enc ? dt : best_enc;
     }
     for (int r = 0; r < reps; r++) {
         free(dec);
-        t0 = now_ms();
+        t0 = sd_now_ms();
         if (sd_tok_decode(tok, ids, nids, false, &dec, &dlen, err, sizeof err) != SD_OK) {
             fprintf(stderr, "decode failed: %s\n", err);
             return 1;
         }
-        double dt = now_ms() - t0;
+        double dt = sd_now_ms() - t0;
         best_dec = dt < best_dec ? dt : best_dec;
     }
     double mb = (double)len / 1e6;

@@ -18,11 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "model_config.h"
 #include "sampler.h"
 #include "tokenizer.h"
 #include "verify.h"
-#include "cpu_dot.h"
+#include "vecmath.h"
 
 typedef struct draft_seq {
     uint64_t id;
@@ -31,7 +32,7 @@ typedef struct draft_seq {
     sd_kv_seq kv;       /* the KV mirror */
     int32_t *cached;    /* [cap] tokens whose K/V the mirror holds */
     int n_cached;
-    int cap;
+    size_t cap;
 } draft_seq;
 
 /* Per-item state of one propose call. */
@@ -54,13 +55,13 @@ typedef struct draft_impl {
     float p_min;        /* stop drafting an item after a token of probability < p_min */
     draft_seq *seqs;
     int n_seqs;
-    int cap_seqs;
+    size_t cap_seqs;
     uint64_t stamp;
     item_state *st;     /* [cap_items] */
     sd_batch_seq *batch;/* [cap_items] */
     int *rows;          /* [cap_items] item of each batch row */
     float *logits;      /* [cap_items, vocab] */
-    int cap_items;
+    size_t cap_items;
     sd_sampler *sp;
     sd_tokprob *dist;   /* [vocab] scratch distribution */
     sd_tokprob *arena;  /* q entries of the last call */
@@ -98,13 +99,7 @@ static int seq_get(draft_impl *d, uint64_t id, bool create)
     }
     if (!create) return -1;
     if (free_slot < 0) {
-        if (d->n_seqs == d->cap_seqs) {
-            int cap = d->cap_seqs ? d->cap_seqs * 2 : 16;
-            draft_seq *s = realloc(d->seqs, (size_t)cap * sizeof *s);
-            if (!s) return -1;
-            d->seqs = s;
-            d->cap_seqs = cap;
-        }
+        if (sd_grow(&d->seqs, &d->cap_seqs, (size_t)d->n_seqs + 1, sizeof *d->seqs) != SD_OK) return -1;
         free_slot = d->n_seqs++;
         memset(&d->seqs[free_slot], 0, sizeof d->seqs[free_slot]);
         sd_kv_seq_init(&d->seqs[free_slot].kv);
@@ -119,14 +114,7 @@ static int seq_get(draft_impl *d, uint64_t id, bool create)
 
 static bool seq_fit(draft_seq *s, int n)
 {
-    if (n <= s->cap) return true;
-    int cap = s->cap ? s->cap : 256;
-    while (cap < n) cap *= 2;
-    int32_t *c = realloc(s->cached, (size_t)cap * sizeof *c);
-    if (!c) return false;
-    s->cached = c;
-    s->cap = cap;
-    return true;
+    return sd_grow(&s->cached, &s->cap, (size_t)n, sizeof *s->cached) == SD_OK;
 }
 
 /* Rolls s's mirror back to its first len positions. */
@@ -140,31 +128,15 @@ static void seq_truncate(draft_impl *d, draft_seq *s, int len)
 
 static bool fit_items(draft_impl *d, int n)
 {
-    if (n <= d->cap_items) return true;
-    item_state *st = realloc(d->st, (size_t)n * sizeof *st);
-    if (st) d->st = st;
-    sd_batch_seq *b = realloc(d->batch, (size_t)n * sizeof *b);
-    if (b) d->batch = b;
-    int *r = realloc(d->rows, (size_t)n * sizeof *r);
-    if (r) d->rows = r;
-    float *l = realloc(d->logits, (size_t)n * (size_t)d->vocab * sizeof *l);
-    if (l) d->logits = l;
-    if (!st || !b || !r || !l) return false;
-    d->cap_items = n;
-    return true;
+    const sd_grow_item per_item[] = {SD_GROW_ITEM(d->st), SD_GROW_ITEM(d->batch), SD_GROW_ITEM(d->rows),
+                                     {&d->logits, (size_t)d->vocab * sizeof *d->logits}};
+    return sd_grow_all(per_item, 4, &d->cap_items, (size_t)n) == SD_OK;
 }
 
 /* Appends nq entries to the q arena; returns their offset or SIZE_MAX. */
 static size_t arena_push(draft_impl *d, const sd_tokprob *e, size_t nq)
 {
-    if (d->arena_len + nq > d->arena_cap) {
-        size_t cap = d->arena_cap ? d->arena_cap : 1024;
-        while (cap < d->arena_len + nq) cap *= 2;
-        sd_tokprob *a = realloc(d->arena, cap * sizeof *a);
-        if (!a) return SIZE_MAX;
-        d->arena = a;
-        d->arena_cap = cap;
-    }
+    if (sd_grow(&d->arena, &d->arena_cap, d->arena_len + nq, sizeof *d->arena) != SD_OK) return SIZE_MAX;
     size_t off = d->arena_len;
     memcpy(d->arena + off, e, nq * sizeof *e);
     d->arena_len += nq;

@@ -5,16 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 struct sd_engine {
     sd_model *m;
     sd_engine_opts opts;
     sd_verifier *ver;
     float *logits;          /* [cap_rows, vocab] */
-    int cap_rows;
+    size_t cap_rows;
     sd_batch_seq *batch;    /* per step */
     int *slot;              /* batch index -> request index */
     int *span_k;            /* drafts used per request this step (-1: not in batch) */
-    int cap;
+    size_t cap;             /* entries of batch, slot, span_k and spans */
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
 };
 
@@ -143,26 +145,11 @@ sd_verify_mode sd_req_verify_mode(const sd_req *r, bool have_q)
 
 static sd_status grow(sd_engine *e, int n, int rows)
 {
-    int V = sd_model_cfg(e->m)->vocab_size;
-    if (n > e->cap) {
-        sd_batch_seq *b = realloc(e->batch, (size_t)n * sizeof *b);
-        if (b) e->batch = b;
-        int *s = realloc(e->slot, (size_t)n * sizeof *s);
-        if (s) e->slot = s;
-        int *k = realloc(e->span_k, (size_t)n * sizeof *k);
-        if (k) e->span_k = k;
-        int32_t *sp = realloc(e->spans, (size_t)n * (SD_MAX_DRAFT + 1) * sizeof *sp);
-        if (sp) e->spans = sp;
-        if (!b || !s || !k || !sp) return SD_ERR_NOMEM;
-        e->cap = n;
-    }
-    if (rows > e->cap_rows) {
-        float *l = realloc(e->logits, (size_t)rows * V * sizeof(float));
-        if (!l) return SD_ERR_NOMEM;
-        e->logits = l;
-        e->cap_rows = rows;
-    }
-    return SD_OK;
+    size_t V = (size_t)sd_model_cfg(e->m)->vocab_size;
+    const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch), SD_GROW_ITEM(e->slot), SD_GROW_ITEM(e->span_k),
+                                    {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans}};
+    if (sd_grow_all(per_req, 4, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
+    return sd_grow(&e->logits, &e->cap_rows, (size_t)rows, V * sizeof *e->logits);
 }
 
 static void fail_req(sd_engine *e, sd_req *r, const char *msg)

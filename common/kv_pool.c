@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 struct sd_kv_pool {
     int n_blocks;
     int block_size;
@@ -71,14 +73,7 @@ static void shrink_to(sd_kv_pool *p, sd_kv_seq *seq, int keep)
 
 static int grow_table(sd_kv_seq *seq, int need)
 {
-    if (need <= seq->cap) return 0;
-    int cap = seq->cap ? seq->cap : 8;
-    while (cap < need) cap *= 2;
-    int32_t *b = realloc(seq->blocks, (size_t)cap * sizeof(int32_t));
-    if (!b) return -1;
-    seq->blocks = b;
-    seq->cap = cap;
-    return 0;
+    return sd_grow(&seq->blocks, &seq->cap, (size_t)need, sizeof *seq->blocks) == SD_OK ? 0 : -1;
 }
 
 sd_status sd_kv_reserve(sd_kv_pool *p, sd_kv_seq *seq, int n)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "safetensors.h"
 
 typedef struct layer_w {
@@ -51,7 +52,7 @@ struct sd_model {
     int32_t *h_ids, *h_slots, *h_rows;
     float *h_cos, *h_sin;
     sd_attn_seq *aseqs;
-    int cap_seqs;
+    size_t cap_seqs;
 };
 
 /* ------------------------------------------------------------ loading */
@@ -59,7 +60,7 @@ struct sd_model {
 static sd_status load_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w,
                         char *err, size_t errlen)
 {
-    const sd_st_tensor *t;
+    const sd_tensor *t;
     int64_t shape[2] = {d0, d1};
     sd_status st = sd_st_get(m->st, name, ndim, shape, &t, err, errlen);
     if (st != SD_OK) return st;
@@ -322,12 +323,7 @@ nomem:
 
 static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs)
 {
-    if (n_seqs > m->cap_seqs) {
-        sd_attn_seq *a = realloc(m->aseqs, (size_t)n_seqs * sizeof *a);
-        if (!a) return SD_ERR_NOMEM;
-        m->aseqs = a;
-        m->cap_seqs = n_seqs;
-    }
+    if (sd_grow(&m->aseqs, &m->cap_seqs, (size_t)n_seqs, sizeof *m->aseqs) != SD_OK) return SD_ERR_NOMEM;
     if (rows <= m->s.cap) return SD_OK;
     free_scratch(m);
     const sd_model_config *c = &m->cfg;

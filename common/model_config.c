@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "strbuf.h"
+
 #define CFG_INT_MAX (1 << 30) /* generous cap that keeps products in int64 */
 
 typedef struct {
@@ -458,35 +460,17 @@ static sd_status apply_generation_config(const char *path, sd_model_config *cfg,
     return st;
 }
 
-static char *read_text(const char *path, size_t max)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long sz = ftell(f);
-        if (sz >= 0 && (size_t)sz <= max && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz + 1))) {
-            if (fread(buf, 1, (size_t)sz, f) == (size_t)sz) {
-                buf[sz] = '\0';
-            } else {
-                free(buf);
-                buf = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 sd_status sd_config_load_dir(const char *dir, sd_model_config *cfg, char *err, size_t errlen)
 {
     if (!dir || !cfg) return sd_seterr(err, errlen, SD_ERR_ARG, "config: NULL argument");
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = read_text(path, (size_t)16 << 20);
-    if (!text) return sd_seterr(err, errlen, SD_ERR_IO, "%s: cannot read (missing, unreadable or > 16 MiB)", path);
+    char *text;
+    size_t len;
     char msg[512] = "";
-    sd_status st = sd_config_parse(text, cfg, msg, sizeof msg);
+    sd_status st = sd_read_file(path, (size_t)16 << 20, &text, &len, msg, sizeof msg);
+    if (st != SD_OK) return sd_seterr(err, errlen, SD_ERR_IO, "config: %s", msg);
+    st = sd_config_parse(text, cfg, msg, sizeof msg);
     free(text);
     if (st != SD_OK)
         return sd_seterr(err, errlen, st, "%s: %s", path, strncmp(msg, "config: ", 8) == 0 ? msg + 8 : msg);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 typedef struct ngram_impl {
     int n_min;
     int n_max;
@@ -57,14 +59,9 @@ static sd_status ngram_propose(sd_proposer *p, const sd_propose_item *items, int
 {
     ngram_impl *g = p->impl;
     size_t need = (size_t)(n > 0 ? n : 0) * SD_MAX_DRAFT;
-    if (need > g->q_cap) {
-        sd_tokprob *q = realloc(g->q, need * sizeof *q);
-        if (!q) {
-            for (int i = 0; i < n; i++) out[i].n = 0;
-            return sd_seterr(err, errlen, SD_ERR_NOMEM, "ngram: out of memory for %d items", n);
-        }
-        g->q = q;
-        g->q_cap = need;
+    if (sd_grow(&g->q, &g->q_cap, need, sizeof *g->q) != SD_OK) {
+        for (int i = 0; i < n; i++) out[i].n = 0;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "ngram: out of memory for %d items", n);
     }
     for (int i = 0; i < n; i++) {
         sd_proposal *o = &out[i];

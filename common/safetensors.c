@@ -25,6 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "array.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; big-endian hosts are not supported"
 #endif
@@ -39,7 +41,7 @@ typedef struct {
 } st_shard;
 
 typedef struct {
-    sd_st_tensor t; /* first member: sd_st_at/sd_st_find return &entry->t */
+    sd_tensor t; /* first member: sd_st_at/sd_st_find return &entry->t */
     size_t shard;
     uint64_t begin; /* offset in the shard's data buffer (overlap check) */
 } st_entry;
@@ -50,28 +52,6 @@ struct sd_st {
     st_entry *entries; /* sorted by name once open succeeds */
     size_t n, cap;
 };
-
-size_t sd_dtype_size(sd_dtype dt)
-{
-    switch (dt) {
-    case SD_DTYPE_F32: return 4;
-    case SD_DTYPE_F16: return 2;
-    case SD_DTYPE_BF16: return 2;
-    case SD_DTYPE_Q8: return 1;
-    }
-    return 0;
-}
-
-const char *sd_dtype_name(sd_dtype dt)
-{
-    switch (dt) {
-    case SD_DTYPE_F32: return "F32";
-    case SD_DTYPE_F16: return "F16";
-    case SD_DTYPE_BF16: return "BF16";
-    case SD_DTYPE_Q8: return "Q8";
-    }
-    return "?";
-}
 
 /* Maps a header dtype string. Returns SD_OK, SD_ERR_UNSUPPORTED (a real
  * safetensors dtype we do not load) or SD_ERR_FORMAT (not a dtype at all). */
@@ -130,13 +110,7 @@ static sd_status map_shard(sd_st *st, const char *path, const char *name, char *
 
 static sd_status push_entry(sd_st *st, const st_entry *e)
 {
-    if (st->n == st->cap) {
-        size_t cap = st->cap ? st->cap * 2 : 64;
-        st_entry *grown = realloc(st->entries, cap * sizeof *grown);
-        if (!grown) return SD_ERR_NOMEM;
-        st->entries = grown;
-        st->cap = cap;
-    }
+    if (sd_grow(&st->entries, &st->cap, st->n + 1, sizeof *st->entries) != SD_OK) return SD_ERR_NOMEM;
     st->entries[st->n++] = *e;
     return SD_OK;
 }
@@ -154,9 +128,9 @@ static sd_status parse_shape(const char *path, const char *name, json_t *shape, 
 {
     if (!json_is_array(shape))
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: tensor \"%s\": missing or non-list \"shape\"", path, name);
-    if (json_array_size(shape) > SD_ST_MAX_DIMS)
+    if (json_array_size(shape) > SD_TENSOR_MAX_DIMS)
         return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: tensor \"%s\": %zu dimensions (at most %d supported)",
-                         path, name, json_array_size(shape), SD_ST_MAX_DIMS);
+                         path, name, json_array_size(shape), SD_TENSOR_MAX_DIMS);
     e->t.ndim = (int)json_array_size(shape);
     *numel = 1;
     for (int i = 0; i < e->t.ndim; i++) {
@@ -396,7 +370,7 @@ sd_status sd_st_open_dir(const char *dir, sd_st **out, char *err, size_t errlen)
 
 /* --- public: lookup ------------------------------------------------------- */
 
-const sd_st_tensor *sd_st_find(const sd_st *st, const char *name)
+const sd_tensor *sd_st_find(const sd_st *st, const char *name)
 {
     const st_entry *e = find_entry(st, name);
     return e ? &e->t : NULL;
@@ -410,13 +384,13 @@ static void format_shape(char *buf, size_t n, int ndim, const int64_t *shape)
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *shape, const sd_st_tensor **out,
+sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *shape, const sd_tensor **out,
                     char *err, size_t errlen)
 {
     if (out) *out = NULL;
-    if (!st || !name || ndim < 0 || ndim > SD_ST_MAX_DIMS || (ndim > 0 && !shape))
+    if (!st || !name || ndim < 0 || ndim > SD_TENSOR_MAX_DIMS || (ndim > 0 && !shape))
         return sd_seterr(err, errlen, SD_ERR_ARG, "sd_st_get: invalid argument");
-    const sd_st_tensor *t = sd_st_find(st, name);
+    const sd_tensor *t = sd_st_find(st, name);
     if (!t) return sd_seterr(err, errlen, SD_ERR_NOTFOUND, "tensor \"%s\" not found in checkpoint", name);
     bool ok = t->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
@@ -435,7 +409,7 @@ size_t sd_st_count(const sd_st *st)
     return st ? st->n : 0;
 }
 
-const sd_st_tensor *sd_st_at(const sd_st *st, size_t i)
+const sd_tensor *sd_st_at(const sd_st *st, size_t i)
 {
     return st && i < st->n ? &st->entries[i].t : NULL;
 }
@@ -452,55 +426,4 @@ void sd_st_free(sd_st *st)
     free(st->entries);
     free(st->shards);
     free(st);
-}
-
-/* --- conversion ------------------------------------------------------------ */
-
-static float bits_to_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* IEEE binary16 → binary32, exact (subnormals normalised, inf/nan kept,
- * nan payload preserved). */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    if (exp == 0x1f) return bits_to_f32(sign | 0x7f800000u | (mant << 13));
-    if (exp != 0) return bits_to_f32(sign | ((exp + 112) << 23) | (mant << 13));
-    if (mant == 0) return bits_to_f32(sign);
-    int e = -1; /* subnormal: value = mant * 2^-24; shift until the implicit bit appears */
-    do {
-        mant <<= 1;
-        e++;
-    } while (!(mant & 0x400));
-    return bits_to_f32(sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13));
-}
-
-void sd_convert_to_f32(sd_dtype dt, const void *src, float *dst, size_t n)
-{
-    const uint8_t *s = src;
-    uint16_t h;
-    switch (dt) {
-    case SD_DTYPE_F32:
-        memcpy(dst, src, n * sizeof *dst);
-        return;
-    case SD_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = bits_to_f32((uint32_t)h << 16);
-        }
-        return;
-    case SD_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = f16_to_f32(h);
-        }
-        return;
-    case SD_DTYPE_Q8: /* not a file type: nothing to convert */
-        break;
-    }
 }

@@ -12,7 +12,7 @@
  * Threading: an sd_sampler is not thread-safe; the free functions are. */
 #include "sampler.h"
 
-#include "cpu_dot.h"
+#include "vecmath.h"
 
 #include <math.h>
 #include <stdio.h>

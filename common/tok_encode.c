@@ -16,6 +16,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "array.h"
 #include "tok_internal.h"
 
 typedef struct {
@@ -43,8 +44,8 @@ typedef struct {
     int32_t *ids;
     size_t n, cap;
     pcre2_match_data *md;
-    tk_buf norm;
-    tk_buf pt_buf[TK_MAX_PRETOK][2]; /* [0]: prefix-space copy, [1]: byte-mapped piece */
+    sd_buf norm;
+    sd_buf pt_buf[TK_MAX_PRETOK][2]; /* [0]: prefix-space copy, [1]: byte-mapped piece */
     tk_span *spans[TK_MAX_PRETOK];
     size_t cap_spans[TK_MAX_PRETOK];
     tk_seg *seg[2]; /* [0]: raw-text split, [1]: normalised-text split */
@@ -57,19 +58,8 @@ typedef struct {
     size_t errlen;
 } tk_enc;
 
-static sd_status grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return SD_OK;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < need) nc *= 2;
-    void *np = realloc(*p, nc * elem);
-    if (!np) return SD_ERR_NOMEM;
-    *p = np;
-    *cap = nc;
-    return SD_OK;
-}
-
 static sd_status push_id(tk_enc *e, int32_t id) {
-    if (grow((void **)&e->ids, &e->cap, e->n + 1, sizeof *e->ids) != SD_OK) return SD_ERR_NOMEM;
+    if (sd_grow(&e->ids, &e->cap, e->n + 1, sizeof *e->ids) != SD_OK) return SD_ERR_NOMEM;
     e->ids[e->n++] = id;
     return SD_OK;
 }
@@ -114,7 +104,7 @@ static size_t prev_char(const char *s, size_t i) {
 /* ---- added tokens ------------------------------------------------------------------- */
 
 static sd_status push_seg(tk_enc *e, int w, size_t s, size_t end, int32_t id) {
-    if (grow((void **)&e->seg[w], &e->cap_seg[w], e->nseg[w] + 1, sizeof(tk_seg)) != SD_OK)
+    if (sd_grow(&e->seg[w], &e->cap_seg[w], e->nseg[w] + 1, sizeof(tk_seg)) != SD_OK)
         return SD_ERR_NOMEM;
     e->seg[w][e->nseg[w]++] = (tk_seg){s, end, id};
     return SD_OK;
@@ -168,7 +158,7 @@ static sd_status split_added(tk_enc *e, const tk_aset *set, int w, const char *s
 
 /* ---- normalisers -------------------------------------------------------------------- */
 
-static sd_status norm_unicode(int kind, const tk_buf *in, tk_buf *out) {
+static sd_status norm_unicode(int kind, const sd_buf *in, sd_buf *out) {
     static const int opts[] = {
         [TK_NORM_NFC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE,
         [TK_NORM_NFD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
@@ -176,24 +166,24 @@ static sd_status norm_unicode(int kind, const tk_buf *in, tk_buf *out) {
         [TK_NORM_NFKD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
     };
     utf8proc_uint8_t *dst = NULL;
-    if (in->n == 0) return SD_OK;
-    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)in->p, (utf8proc_ssize_t)in->n, &dst,
+    if (in->len == 0) return SD_OK;
+    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)in->p, (utf8proc_ssize_t)in->len, &dst,
                                       (utf8proc_option_t)opts[kind]);
     if (k < 0) return k == UTF8PROC_ERROR_NOMEM ? SD_ERR_NOMEM : SD_ERR_FORMAT;
-    sd_status st = tk_buf_put(out, dst, (size_t)k);
+    sd_status st = sd_buf_add(out, dst, (size_t)k);
     free(dst);
     return st;
 }
 
-static sd_status norm_replace(const tk_norm *nm, const tk_buf *in, tk_buf *out) {
+static sd_status norm_replace(const tk_norm *nm, const sd_buf *in, sd_buf *out) {
     size_t i = 0;
     if (!nm->re) {
-        while (i < in->n) {
-            const char *hit = memmem(in->p + i, in->n - i, nm->a, nm->alen);
-            size_t upto = hit ? (size_t)(hit - in->p) : in->n;
-            if (tk_buf_put(out, in->p + i, upto - i) != SD_OK) return SD_ERR_NOMEM;
+        while (i < in->len) {
+            const char *hit = memmem(in->p + i, in->len - i, nm->a, nm->alen);
+            size_t upto = hit ? (size_t)(hit - in->p) : in->len;
+            if (sd_buf_add(out, in->p + i, upto - i) != SD_OK) return SD_ERR_NOMEM;
             if (!hit) break;
-            if (tk_buf_put(out, nm->b, nm->blen) != SD_OK) return SD_ERR_NOMEM;
+            if (sd_buf_add(out, nm->b, nm->blen) != SD_OK) return SD_ERR_NOMEM;
             i = upto + nm->alen;
         }
         return SD_OK;
@@ -202,43 +192,43 @@ static sd_status norm_replace(const tk_norm *nm, const tk_buf *in, tk_buf *out) 
     if (!md) return SD_ERR_NOMEM;
     sd_status st = SD_OK;
     size_t off = 0;
-    while (st == SD_OK && off <= in->n) {
-        int rc = pcre2_match(nm->re, (PCRE2_SPTR)in->p, in->n, off, PCRE2_NO_UTF_CHECK, md, NULL);
+    while (st == SD_OK && off <= in->len) {
+        int rc = pcre2_match(nm->re, (PCRE2_SPTR)in->p, in->len, off, PCRE2_NO_UTF_CHECK, md, NULL);
         if (rc < 0) break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        st = tk_buf_put(out, in->p + i, ov[0] - i);
-        if (st == SD_OK) st = tk_buf_put(out, nm->b, nm->blen);
+        st = sd_buf_add(out, in->p + i, ov[0] - i);
+        if (st == SD_OK) st = sd_buf_add(out, nm->b, nm->blen);
         i = ov[1];
-        off = ov[1] > ov[0] ? ov[1] : ov[1] + (ov[1] < in->n ? (size_t)tk_utf8_len((unsigned char)in->p[ov[1]]) : 1);
+        off = ov[1] > ov[0] ? ov[1] : ov[1] + (ov[1] < in->len ? (size_t)tk_utf8_len((unsigned char)in->p[ov[1]]) : 1);
     }
-    if (st == SD_OK) st = tk_buf_put(out, in->p + i, in->n - i);
+    if (st == SD_OK) st = sd_buf_add(out, in->p + i, in->len - i);
     pcre2_match_data_free(md);
     return st;
 }
 
-sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, tk_buf *out, char *err,
+sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, char *err,
                        size_t errlen) {
-    tk_buf tmp = {0};
+    sd_buf tmp = {0};
     sd_status st = SD_OK;
-    out->n = 0;
-    if (tk_buf_put(out, s, n) != SD_OK || tk_buf_reserve(out, 1) != SD_OK) return SD_ERR_NOMEM;
+    out->len = 0;
+    if (sd_buf_add(out, s, n) != SD_OK || sd_buf_reserve(out, 1) != SD_OK) return SD_ERR_NOMEM;
     for (int i = 0; i < tok->n_norms && st == SD_OK; i++) {
         const tk_norm *nm = &tok->norms[i];
-        tmp.n = 0;
+        tmp.len = 0;
         if (nm->kind == TK_NORM_PREPEND) {
-            if (out->n > 0) st = tk_buf_put(&tmp, nm->a, nm->alen);
-            if (st == SD_OK) st = tk_buf_put(&tmp, out->p, out->n);
+            if (out->len > 0) st = sd_buf_add(&tmp, nm->a, nm->alen);
+            if (st == SD_OK) st = sd_buf_add(&tmp, out->p, out->len);
         } else if (nm->kind == TK_NORM_REPLACE) {
             st = norm_replace(nm, out, &tmp);
         } else {
             st = norm_unicode(nm->kind, out, &tmp);
         }
-        tk_buf swap = *out;
+        sd_buf swap = *out;
         *out = tmp;
         tmp = swap;
     }
-    tk_buf_free(&tmp);
-    if (st == SD_OK && tk_buf_reserve(out, 1) != SD_OK) st = SD_ERR_NOMEM;
+    sd_buf_free(&tmp);
+    if (st == SD_OK && sd_buf_reserve(out, 1) != SD_OK) st = SD_ERR_NOMEM;
     if (st != SD_OK)
         return sd_seterr(err, errlen, st, "tokenizer: normalisation failed (%s)", sd_status_str(st));
     return SD_OK;
@@ -251,7 +241,7 @@ static bool hent_less(const tk_hent *a, const tk_hent *b) {
 }
 
 static sd_status heap_push(tk_enc *e, size_t *hn, tk_hent h) {
-    if (grow((void **)&e->heap, &e->cap_heap, *hn + 1, sizeof h) != SD_OK) return SD_ERR_NOMEM;
+    if (sd_grow(&e->heap, &e->cap_heap, *hn + 1, sizeof h) != SD_OK) return SD_ERR_NOMEM;
     size_t i = (*hn)++;
     while (i > 0 && hent_less(&h, &e->heap[(i - 1) / 2])) {
         e->heap[i] = e->heap[(i - 1) / 2];
@@ -286,7 +276,7 @@ static sd_status try_pair(tk_enc *e, size_t *hn, int32_t pos) {
 }
 
 static sd_status add_sym(tk_enc *e, size_t *ns, int32_t id, uint32_t len) {
-    if (grow((void **)&e->syms, &e->cap_syms, *ns + 1, sizeof(tk_sym)) != SD_OK) return SD_ERR_NOMEM;
+    if (sd_grow(&e->syms, &e->cap_syms, *ns + 1, sizeof(tk_sym)) != SD_OK) return SD_ERR_NOMEM;
     e->syms[*ns] = (tk_sym){id, (int32_t)*ns - 1, (int32_t)*ns + 1, len};
     (*ns)++;
     return SD_OK;
@@ -354,7 +344,7 @@ static sd_status bpe_word(tk_enc *e, const char *w, size_t n) {
 static sd_status pt_run(tk_enc *e, int step, const char *s, size_t n);
 
 static sd_status push_span(tk_enc *e, int step, size_t *k, size_t s, size_t end, bool match) {
-    if (grow((void **)&e->spans[step], &e->cap_spans[step], *k + 1, sizeof(tk_span)) != SD_OK)
+    if (sd_grow(&e->spans[step], &e->cap_spans[step], *k + 1, sizeof(tk_span)) != SD_OK)
         return SD_ERR_NOMEM;
     e->spans[step][(*k)++] = (tk_span){s, end, match};
     return SD_OK;
@@ -415,10 +405,10 @@ static size_t apply_behavior(tk_span *sp, size_t k, int behavior, bool invert) {
 
 /* Maps bytes to GPT-2's unicode alphabet into the step's scratch buffer. */
 static sd_status byte_map(tk_enc *e, int step, const char *s, size_t n) {
-    tk_buf *b = &e->pt_buf[step][1];
-    b->n = 0;
-    if (tk_buf_reserve(b, 2 * n) != SD_OK) return SD_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) b->n += (size_t)tk_utf8_put(e->tok->b2u[(unsigned char)s[i]], b->p + b->n);
+    sd_buf *b = &e->pt_buf[step][1];
+    b->len = 0;
+    if (sd_buf_reserve(b, 2 * n) != SD_OK) return SD_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) b->len += (size_t)tk_utf8_put(e->tok->b2u[(unsigned char)s[i]], b->p + b->len);
     return SD_OK;
 }
 
@@ -426,10 +416,10 @@ static sd_status pt_step(tk_enc *e, int step, const char *s, size_t n) {
     const tk_pretok *pt = &e->tok->pts[step];
     bool bl = pt->kind == TK_PT_BYTELEVEL;
     if (bl && pt->add_prefix_space && s[0] != ' ') {
-        tk_buf *b = &e->pt_buf[step][0];
-        b->n = 0;
-        if (tk_buf_put(b, " ", 1) != SD_OK || tk_buf_put(b, s, n) != SD_OK) return SD_ERR_NOMEM;
-        s = b->p, n = b->n;
+        sd_buf *b = &e->pt_buf[step][0];
+        b->len = 0;
+        if (sd_buf_add(b, " ", 1) != SD_OK || sd_buf_add(b, s, n) != SD_OK) return SD_ERR_NOMEM;
+        s = b->p, n = b->len;
     }
     size_t k = 0;
     if (pt->re) {
@@ -444,7 +434,7 @@ static sd_status pt_step(tk_enc *e, int step, const char *s, size_t n) {
         if (sp.e <= sp.s) continue;
         sd_status st = SD_OK;
         if (bl && (st = byte_map(e, step, s + sp.s, sp.e - sp.s)) == SD_OK)
-            st = pt_run(e, step + 1, e->pt_buf[step][1].p, e->pt_buf[step][1].n);
+            st = pt_run(e, step + 1, e->pt_buf[step][1].p, e->pt_buf[step][1].len);
         else if (!bl)
             st = pt_run(e, step + 1, s + sp.s, sp.e - sp.s);
         if (st != SD_OK) return st;
@@ -467,7 +457,7 @@ static sd_status encode_text(tk_enc *e, const char *s, size_t n) {
     if (t->n_norms > 0) {
         sd_status st = tk_normalize(t, s, n, &e->norm, e->err, e->errlen);
         if (st != SD_OK) return st;
-        s = e->norm.p, n = e->norm.n;
+        s = e->norm.p, n = e->norm.len;
     }
     if (t->norm_set.n == 0) return pt_run(e, 0, s, n);
     sd_status st = split_added(e, &t->norm_set, 1, s, n);
@@ -493,10 +483,10 @@ static sd_status encode_all(tk_enc *e, const char *text, size_t len, bool add_sp
 
 static void enc_free(tk_enc *e) {
     pcre2_match_data_free(e->md);
-    tk_buf_free(&e->norm);
+    sd_buf_free(&e->norm);
     for (int i = 0; i < TK_MAX_PRETOK; i++) {
-        tk_buf_free(&e->pt_buf[i][0]);
-        tk_buf_free(&e->pt_buf[i][1]);
+        sd_buf_free(&e->pt_buf[i][0]);
+        sd_buf_free(&e->pt_buf[i][1]);
         free(e->spans[i]);
     }
     free(e->seg[0]);

@@ -1,7 +1,8 @@
 /* tok_internal.h — private structures of the tokenizer module, shared by
- * tok_load.c (tokenizer.json → sd_tok), tok_encode.c (text → ids) and
- * tokenizer.c (accessors, decoding, streaming). Not part of the public API:
- * include tokenizer.h instead.
+ * tok_core.c (UTF-8 helpers, hash tables), tok_load.c (tokenizer.json →
+ * sd_tok), tok_encode.c (text → ids) and tokenizer.c (accessors, decoding,
+ * streaming). Dependencies run one way: tok_load → tok_encode → tok_core,
+ * tokenizer → tok_core. Not part of the public API: include tokenizer.h.
  *
  * An sd_tok is built once by sd_tok_load and never mutated afterwards, so all
  * readers may share it between threads; per-call scratch lives in the
@@ -16,20 +17,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "strbuf.h"
 #include "tokenizer.h"
-
-/* ---- growable byte buffer ------------------------------------------------ */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} tk_buf;
-
-/* Appends n bytes; SD_ERR_NOMEM on allocation failure (b unchanged). */
-sd_status tk_buf_put(tk_buf *b, const void *s, size_t n);
-/* Makes room for at least n more bytes. */
-sd_status tk_buf_reserve(tk_buf *b, size_t n);
-void tk_buf_free(tk_buf *b);
 
 /* ---- hash maps ------------------------------------------------------------ */
 
@@ -59,8 +48,15 @@ typedef struct {
     size_t n;
 } tk_mmap;
 
+/* Tables (tok_core.c). init sizes a table for n keys (SD_ERR_NOMEM); put
+ * inserts or overwrites (a later duplicate wins, as HF's HashMap collect);
+ * keys of an smap are not copied and must outlive it (the arena). */
+sd_status tk_smap_init(tk_smap *m, size_t n);
+void tk_smap_put(tk_smap *m, const char *s, size_t len, int32_t id);
 /* Id of the len-byte string s, or -1. */
 int32_t tk_smap_get(const tk_smap *m, const char *s, size_t len);
+sd_status tk_mmap_init(tk_mmap *m, size_t n);
+void tk_mmap_put(tk_mmap *m, int32_t left, int32_t right, int32_t rank, int32_t id);
 /* Merge (left, right): fills rank and merged id; false when no such merge. */
 bool tk_mmap_get(const tk_mmap *m, int32_t left, int32_t right, int32_t *rank, int32_t *id);
 
@@ -125,7 +121,8 @@ typedef struct {
 struct sd_tok {
     int vocab_size;
     char **blocks; /* arena blocks holding every string below */
-    int n_blocks, cap_blocks;
+    int n_blocks;
+    size_t cap_blocks;
     size_t block_used, block_cap;
 
     const char **id_str; /* (vocab_size) token text per id, added tokens win; NULL = gap */
@@ -168,15 +165,20 @@ struct sd_tok {
 
 /* ---- helpers shared between the files ---------------------------------------- */
 
-/* Strict UTF-8 check (no overlongs, surrogates or > U+10FFFF). */
+/* UTF-8 (tok_core.c). Strict UTF-8 check (no overlongs, surrogates or > U+10FFFF). */
 bool tk_utf8_valid(const char *s, size_t n);
+/* Continuation bytes needed after lead byte c, with the allowed range of
+ * the first one in *lo..*hi (Unicode table 3-7); -1 for bytes that cannot
+ * start a character. */
+int tk_utf8_need(unsigned char c, unsigned char *lo, unsigned char *hi);
 /* Length of the UTF-8 character starting with byte c (1 for invalid lead bytes). */
 int tk_utf8_len(unsigned char c);
 /* Encodes code point cp into out (4 bytes room); returns the byte count. */
 int tk_utf8_put(uint32_t cp, char *out);
-/* Applies the normalizer chain to s[0..n) into out (out is reset first).
+/* Applies the normalizer chain (tok_encode.c; tok_load.c normalises the
+ * added tokens with it) to s[0..n) into out (out is reset first).
  * With no normalizer the text is copied. */
-sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, tk_buf *out, char *err,
+sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, char *err,
                        size_t errlen);
 
 #endif

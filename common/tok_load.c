@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "tok_internal.h"
 
 #define ARENA_BLOCK (1u << 20)
@@ -23,13 +24,7 @@
 static char *arena_dup(sd_tok *t, const char *s, size_t n) {
     if (t->block_used + n + 1 > t->block_cap) {
         size_t cap = n + 1 > ARENA_BLOCK ? n + 1 : ARENA_BLOCK;
-        if (t->n_blocks == t->cap_blocks) {
-            int nc = t->cap_blocks ? 2 * t->cap_blocks : 16;
-            char **nb = realloc(t->blocks, (size_t)nc * sizeof *nb);
-            if (!nb) return NULL;
-            t->blocks = nb;
-            t->cap_blocks = nc;
-        }
+        if (sd_grow(&t->blocks, &t->cap_blocks, (size_t)t->n_blocks + 1, sizeof *t->blocks) != SD_OK) return NULL;
         char *blk = malloc(cap);
         if (!blk) return NULL;
         t->blocks[t->n_blocks++] = blk;
@@ -41,94 +36,6 @@ static char *arena_dup(sd_tok *t, const char *s, size_t n) {
     p[n] = 0;
     t->block_used += n + 1;
     return p;
-}
-
-/* ---- hash tables ------------------------------------------------------------- */
-
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t hash_u64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-static size_t pow2_at_least(size_t n) {
-    size_t c = 16;
-    while (c < n) c <<= 1;
-    return c;
-}
-
-static sd_status smap_init(tk_smap *m, size_t n) {
-    m->cap = pow2_at_least(2 * n + 1);
-    m->n = 0;
-    m->e = malloc(m->cap * sizeof *m->e);
-    if (!m->e) return SD_ERR_NOMEM;
-    for (size_t i = 0; i < m->cap; i++) m->e[i].id = -1;
-    return SD_OK;
-}
-
-/* Inserts or overwrites; the table was sized for every key up front. */
-static void smap_put(tk_smap *m, const char *s, size_t len, int32_t id) {
-    size_t mask = m->cap - 1, i = hash_bytes(s, len) & mask;
-    while (m->e[i].id >= 0) {
-        if (m->e[i].len == len && memcmp(m->e[i].s, s, len) == 0) {
-            m->e[i].id = id;
-            return;
-        }
-        i = (i + 1) & mask;
-    }
-    m->e[i] = (tk_sent){s, (uint32_t)len, id};
-    m->n++;
-}
-
-int32_t tk_smap_get(const tk_smap *m, const char *s, size_t len) {
-    if (!m->e) return -1;
-    size_t mask = m->cap - 1, i = hash_bytes(s, len) & mask;
-    while (m->e[i].id >= 0) {
-        if (m->e[i].len == len && memcmp(m->e[i].s, s, len) == 0) return m->e[i].id;
-        i = (i + 1) & mask;
-    }
-    return -1;
-}
-
-static sd_status mmap_init(tk_mmap *m, size_t n) {
-    m->cap = pow2_at_least(2 * n + 1);
-    m->n = 0;
-    m->e = malloc(m->cap * sizeof *m->e);
-    if (!m->e) return SD_ERR_NOMEM;
-    for (size_t i = 0; i < m->cap; i++) m->e[i].key = UINT64_MAX;
-    return SD_OK;
-}
-
-/* A later duplicate overwrites an earlier one, as HF's HashMap collect does. */
-static void mmap_put(tk_mmap *m, int32_t l, int32_t r, int32_t rank, int32_t id) {
-    uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
-    size_t mask = m->cap - 1, i = hash_u64(key) & mask;
-    while (m->e[i].key != UINT64_MAX && m->e[i].key != key) i = (i + 1) & mask;
-    if (m->e[i].key == UINT64_MAX) m->n++;
-    m->e[i] = (tk_ment){key, rank, id};
-}
-
-bool tk_mmap_get(const tk_mmap *m, int32_t l, int32_t r, int32_t *rank, int32_t *id) {
-    if (!m->e) return false;
-    uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
-    size_t mask = m->cap - 1, i = hash_u64(key) & mask;
-    while (m->e[i].key != UINT64_MAX) {
-        if (m->e[i].key == key) {
-            *rank = m->e[i].rank;
-            *id = m->e[i].id;
-            return true;
-        }
-        i = (i + 1) & mask;
-    }
-    return false;
 }
 
 /* ---- fingerprint (FNV-1a over everything that affects ids and text) ------------- */
@@ -219,14 +126,14 @@ static sd_status alloc_ids(sd_tok *t, const json_t *vocab, const json_t *added, 
 }
 
 static sd_status load_vocab(sd_tok *t, const json_t *vocab, uint64_t *fp) {
-    if (smap_init(&t->vocab, json_object_size(vocab)) != SD_OK) return SD_ERR_NOMEM;
+    if (tk_smap_init(&t->vocab, json_object_size(vocab)) != SD_OK) return SD_ERR_NOMEM;
     for (void *it = json_object_iter((json_t *)vocab); it;
          it = json_object_iter_next((json_t *)vocab, it)) {
         size_t len = json_object_iter_key_len(it);
         int32_t id = (int32_t)json_integer_value(json_object_iter_value(it));
         char *s = arena_dup(t, json_object_iter_key(it), len);
         if (!s) return SD_ERR_NOMEM;
-        smap_put(&t->vocab, s, len, id);
+        tk_smap_put(&t->vocab, s, len, id);
         t->id_str[id] = s;
         t->id_len[id] = (uint32_t)len;
     }
@@ -256,8 +163,8 @@ static bool merge_halves(const json_t *m, const char **a, size_t *al, const char
 
 static sd_status load_merges(sd_tok *t, const json_t *merges, uint64_t *fp, char *err, size_t errlen) {
     size_t n = json_array_size(merges), i;
-    if (mmap_init(&t->merges, n) != SD_OK) return SD_ERR_NOMEM;
-    tk_buf cat = {0};
+    if (tk_mmap_init(&t->merges, n) != SD_OK) return SD_ERR_NOMEM;
+    sd_buf cat = {0};
     json_t *m;
     sd_status st = SD_OK;
     json_array_foreach(merges, i, m) {
@@ -267,24 +174,24 @@ static sd_status load_merges(sd_tok *t, const json_t *merges, uint64_t *fp, char
             st = sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: merge %zu is malformed", i);
             break;
         }
-        cat.n = 0;
-        if (tk_buf_put(&cat, a, al) || tk_buf_put(&cat, b, bl)) {
+        cat.len = 0;
+        if (sd_buf_add(&cat, a, al) || sd_buf_add(&cat, b, bl)) {
             st = SD_ERR_NOMEM;
             break;
         }
         int32_t ia = tk_smap_get(&t->vocab, a, al), ib = tk_smap_get(&t->vocab, b, bl);
-        int32_t ic = tk_smap_get(&t->vocab, cat.p, cat.n);
+        int32_t ic = tk_smap_get(&t->vocab, cat.p, cat.len);
         if (ia < 0 || ib < 0 || ic < 0) {
             st = sd_seterr(err, errlen, SD_ERR_FORMAT,
                            "tokenizer: merge %zu ('%.*s' + '%.*s') uses a token not in the vocab", i,
                            (int)al, a, (int)bl, b);
             break;
         }
-        mmap_put(&t->merges, ia, ib, (int32_t)i, ic);
+        tk_mmap_put(&t->merges, ia, ib, (int32_t)i, ic);
         int32_t rec[2] = {ia, ib};
         fp_bytes(fp, rec, sizeof rec);
     }
-    tk_buf_free(&cat);
+    sd_buf_free(&cat);
     return st;
 }
 
@@ -594,7 +501,7 @@ static sd_status add_dec(sd_tok *t, const json_t *d, int *stage, char *err, size
 static sd_status load_added(sd_tok *t, const json_t *added, uint64_t *fp, char *err, size_t errlen) {
     size_t n = json_array_size(added), i;
     json_t *a;
-    tk_buf nb = {0};
+    sd_buf nb = {0};
     sd_status st = SD_OK;
     t->added = calloc(n + 1, sizeof *t->added);
     if (!t->added) return SD_ERR_NOMEM;
@@ -619,11 +526,11 @@ static sd_status load_added(sd_tok *t, const json_t *added, uint64_t *fp, char *
         x->match = x->content, x->match_len = x->len;
         if (x->normalized && t->n_norms > 0) { /* matched on normalised text, so normalise it too */
             if ((st = tk_normalize(t, x->content, x->len, &nb, err, errlen)) != SD_OK) break;
-            if (!(x->match = arena_dup(t, nb.p ? nb.p : "", nb.n))) {
+            if (!(x->match = arena_dup(t, nb.p ? nb.p : "", nb.len))) {
                 st = SD_ERR_NOMEM;
                 break;
             }
-            x->match_len = nb.n;
+            x->match_len = nb.len;
         }
         t->id_str[x->id] = x->content;
         t->id_len[x->id] = (uint32_t)x->len;
@@ -634,7 +541,7 @@ static sd_status load_added(sd_tok *t, const json_t *added, uint64_t *fp, char *
         fp_bytes(fp, fl, sizeof fl);
         t->n_added++;
     }
-    tk_buf_free(&nb);
+    sd_buf_free(&nb);
     return st;
 }
 
@@ -677,25 +584,6 @@ static void init_byte_map(sd_tok *t) {
 
 /* ---- top level ---------------------------------------------------------------------------- */
 
-static sd_status read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_seterr(err, errlen, SD_ERR_IO, "tokenizer: cannot open %s: %s", path, strerror(errno));
-    tk_buf b = {0};
-    char chunk[1 << 16];
-    size_t k;
-    sd_status st = SD_OK;
-    while (st == SD_OK && (k = fread(chunk, 1, sizeof chunk, f)) > 0) st = tk_buf_put(&b, chunk, k);
-    if (st == SD_OK && ferror(f)) st = sd_seterr(err, errlen, SD_ERR_IO, "tokenizer: cannot read %s", path);
-    fclose(f);
-    if (st != SD_OK) {
-        tk_buf_free(&b);
-        return st;
-    }
-    *buf = b.p;
-    *len = b.n;
-    return SD_OK;
-}
-
 static sd_status build(sd_tok *t, const json_t *root, char *err, size_t errlen) {
     json_t *model = json_object_get(root, "model"), *added = json_object_get(root, "added_tokens");
     json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
@@ -732,8 +620,9 @@ sd_status sd_tok_load(const char *path, sd_tok **out, char *err, size_t errlen) 
     size_t len = 0;
     *out = NULL;
     if (!path) return sd_seterr(err, errlen, SD_ERR_ARG, "tokenizer: no path");
-    sd_status st = read_file(path, &buf, &len, err, errlen);
-    if (st != SD_OK) return st;
+    char msg[256];
+    sd_status st = sd_read_file(path, (size_t)1 << 31, &buf, &len, msg, sizeof msg);
+    if (st != SD_OK) return sd_seterr(err, errlen, st, "tokenizer: %s", msg);
     json_error_t je;
     json_t *root = json_loadb(buf ? buf : "", len, JSON_ALLOW_NUL, &je);
     free(buf);

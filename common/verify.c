@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "proposer.h"
 
 struct sd_verifier {
@@ -110,16 +111,8 @@ static sd_status build_history(sd_verifier *v, const sd_verify_in *in)
     if (!penalties_on(in->sampling))
         return SD_OK;
     size_t need = in->n_output + (size_t)in->k;
-    if (need > v->hist_cap) {
-        size_t cap = v->hist_cap;
-        while (cap < need)
-            cap *= 2;
-        int32_t *h = realloc(v->hist, cap * sizeof *h);
-        if (!h)
-            return SD_ERR_NOMEM;
-        v->hist = h;
-        v->hist_cap = cap;
-    }
+    if (sd_grow(&v->hist, &v->hist_cap, need, sizeof *v->hist) != SD_OK)
+        return SD_ERR_NOMEM;
     if (in->n_output > 0)
         memcpy(v->hist, in->output, in->n_output * sizeof *v->hist);
     if (in->k > 0)

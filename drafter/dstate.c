@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 struct sd_dstate {
     sd_dreq *slots;
     int n_slots;
@@ -59,14 +61,7 @@ static void forget(sd_dreq *r)
 /* Grows r->ctx to hold at least need tokens. */
 static sd_status reserve(sd_dreq *r, size_t need)
 {
-    if (need <= r->cap) return SD_OK;
-    size_t cap = r->cap ? r->cap : 64;
-    while (cap < need) cap *= 2;
-    int32_t *p = realloc(r->ctx, cap * sizeof *p);
-    if (!p) return SD_ERR_NOMEM;
-    r->ctx = p;
-    r->cap = cap;
-    return SD_OK;
+    return sd_grow(&r->ctx, &r->cap, need, sizeof *r->ctx);
 }
 
 /* A free slot, or the least recently used one (evicted, reported). */

@@ -2,7 +2,7 @@
  *
  *   specd-drafter [--listen tcp://127.0.0.1:5556] (--model DIR | --ngram)
  *                 [--ngram-min 1] [--ngram-max 4] [--threads 1] [--max-seqs 64]
- *                 [--max-context N] [--device cpu] [--quant auto] [--p-min 0.3]
+ *                 [--max-context N] [--device cpu|cuda:N] [--quant auto] [--p-min 0.3]
  *                 [--log-level info]
  *
  * Binds a ZeroMQ ROUTER socket and serves the verifier's draft protocol
@@ -26,7 +26,9 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "array.h"
 #include "backend_open.h"
+#include "convert.h"
 #include "draft.h"
 #include "dstate.h"
 #include "log.h"
@@ -34,6 +36,7 @@
 #include "model_config.h"
 #include "msg.h"
 #include "ngram.h"
+#include "opt.h"
 
 #define DEFAULT_MAX_CONTEXT_CAP 4096
 
@@ -72,36 +75,8 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
-               "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu]\n"
+               "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
                "                     [--quant auto|int8|none] [--p-min P] [--log-level debug|info|warn|error]\n");
-}
-
-/* Parses a positive int option; -1 on error (message printed). */
-static int parse_int(const char *s, const char *name, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "specd-drafter: %s must be an integer in [%d, %d], got '%s'\n", name, lo, hi, s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-/* Parses a float option in [lo, hi]; -1 on error (message printed). */
-static int parse_float(const char *s, const char *name, float lo, float hi, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "specd-drafter: %s must be a number in [%g, %g], got '%s'\n", name, (double)lo, (double)hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* Fills o from argv. Returns 0, 1 for --help, -1 on a usage error. */
@@ -116,31 +91,34 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
                         .p_min = SD_DRAFT_P_MIN_DEFAULT};
-    int c, rc = 0;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1 && rc == 0) {
+    char err[256] = "";
+    sd_status st = SD_OK;
+    int c;
+    while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 'l': o->listen = optarg; break;
         case 'm': o->model = optarg; break;
         case 'n': o->ngram = true; break;
-        case 'a': rc = parse_int(optarg, "--ngram-min", 1, SD_NGRAM_MAX_N, &o->ngram_min); break;
-        case 'b': rc = parse_int(optarg, "--ngram-max", 1, SD_NGRAM_MAX_N, &o->ngram_max); break;
-        case 't': rc = parse_int(optarg, "--threads", 1, 1024, &o->threads); break;
-        case 's': rc = parse_int(optarg, "--max-seqs", 1, 65536, &o->max_seqs); break;
-        case 'c': rc = parse_int(optarg, "--max-context", 1, 1 << 24, &o->max_context); break;
+        case 'a': st = sd_opt_int(optarg, "--ngram-min", 1, SD_NGRAM_MAX_N, &o->ngram_min, err, sizeof err); break;
+        case 'b': st = sd_opt_int(optarg, "--ngram-max", 1, SD_NGRAM_MAX_N, &o->ngram_max, err, sizeof err); break;
+        case 't': st = sd_opt_int(optarg, "--threads", 1, 1024, &o->threads, err, sizeof err); break;
+        case 's': st = sd_opt_int(optarg, "--max-seqs", 1, 65536, &o->max_seqs, err, sizeof err); break;
+        case 'c': st = sd_opt_int(optarg, "--max-context", 1, 1 << 24, &o->max_context, err, sizeof err); break;
         case 'd': o->device = optarg; break;
         case 'L': o->log_level = optarg; break;
         case 'q':
-            if ((o->quant = sd_draft_quant_parse(optarg)) < 0) {
-                fprintf(stderr, "specd-drafter: --quant must be auto, int8 or none, got '%s'\n", optarg);
-                rc = -1;
-            }
+            if ((o->quant = sd_draft_quant_parse(optarg)) < 0)
+                st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--quant must be auto, int8 or none, got '%s'", optarg);
             break;
-        case 'p': rc = parse_float(optarg, "--p-min", 0.0f, 1.0f, &o->p_min); break;
+        case 'p': st = sd_opt_float(optarg, "--p-min", 0.0, 1.0, &o->p_min, err, sizeof err); break;
         case 'h': return 1;
         default: return -1;
         }
     }
-    if (rc) return -1;
+    if (st != SD_OK) {
+        fprintf(stderr, "specd-drafter: %s\n", err);
+        return -1;
+    }
     if (optind < argc) {
         fprintf(stderr, "specd-drafter: unexpected argument '%s'\n", argv[optind]);
         return -1;
@@ -220,32 +198,25 @@ static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequ
 
 /* ---- request state ------------------------------------------------------- */
 
-/* proto3 SamplingParams -> sd_sampling: unset top_p / repetition_penalty
- * (0) mean "off"; settings that do not validate fall back to greedy. */
-static sd_sampling sampling_from_proto(const Specd__SamplingParams *p)
+/* The request's sampling settings (proto/convert.h); settings that do not
+ * validate fall back to greedy drafting (the verifier refuses such requests
+ * before they reach a drafter). */
+static sd_sampling open_sampling(const Specd__SamplingParams *p)
 {
-    sd_sampling s = sd_sampling_default();
-    if (!p) return s;
-    s.temperature = p->temperature;
-    s.top_k = p->top_k;
-    s.top_p = p->top_p == 0.0f ? 1.0f : p->top_p;
-    s.min_p = p->min_p;
-    s.repetition_penalty = p->repetition_penalty == 0.0f ? 1.0f : p->repetition_penalty;
-    s.presence_penalty = p->presence_penalty;
-    s.frequency_penalty = p->frequency_penalty;
-    s.seed = p->seed;
+    sd_sampling s = sd_pb_sampling_get(p);
     char err[128];
     if (sd_sampling_validate(&s, err, sizeof err) != SD_OK) {
         SD_DEBUG("sampling settings rejected (%s): drafting greedily", err);
+        uint64_t seed = s.seed;
         s = sd_sampling_default();
-        s.seed = p->seed;
+        s.seed = seed;
     }
     return s;
 }
 
 static void on_open(drafter *d, const Specd__DraftOpen *m)
 {
-    sd_sampling s = sampling_from_proto(m->sampling);
+    sd_sampling s = open_sampling(m->sampling);
     bool evicted = false;
     uint64_t ev = 0;
     if (sd_dstate_open(d->table, m->request_id, m->context, m->n_context, &s, &evicted, &ev) != SD_OK)
@@ -270,20 +241,9 @@ static void on_close(drafter *d, const Specd__DraftClose *m)
 /* Grows the per-batch scratch to n items. Returns 0 or -1. */
 static int fit_batch(drafter *d, size_t n)
 {
-    if (n <= d->cap) return 0;
-    size_t cap = d->cap ? d->cap : 16;
-    while (cap < n) cap *= 2;
-    sd_propose_item *it = realloc(d->items, cap * sizeof *it);
-    if (it) d->items = it;
-    sd_proposal *pr = realloc(d->props, cap * sizeof *pr);
-    if (pr) d->props = pr;
-    int *io = realloc(d->item_of, cap * sizeof *io);
-    if (io) d->item_of = io;
-    int *no = realloc(d->need_open, cap * sizeof *no);
-    if (no) d->need_open = no;
-    if (!it || !pr || !io || !no) return -1;
-    d->cap = cap;
-    return 0;
+    const sd_grow_item per_item[] = {SD_GROW_ITEM(d->items), SD_GROW_ITEM(d->props), SD_GROW_ITEM(d->item_of),
+                                     SD_GROW_ITEM(d->need_open)};
+    return sd_grow_all(per_item, 4, &d->cap, n) == SD_OK ? 0 : -1;
 }
 
 /* True when request id appears among the first i items of b. */

@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "safetensors.h"
 #include "status.h"
+#include "tensor.h"
 
 typedef struct sd_backend sd_backend;
 
@@ -89,9 +89,9 @@ typedef struct sd_backend_ops {
     /* memory */
     void *(*alloc)(sd_backend *be, size_t bytes);           /* zeroed; NULL on failure */
     void (*free)(sd_backend *be, void *p);
-    /* Makes w usable by the backend from a checkpoint tensor (CPU: borrow
-     * F32/BF16 mmap data, convert F16 to F32). */
-    sd_status (*upload)(sd_backend *be, const sd_st_tensor *t, sd_weight *w, char *err, size_t errlen);
+    /* Makes w usable by the backend from a host tensor view, e.g. a
+     * checkpoint mapping (CPU: borrow F32/BF16 data, convert F16 to F32). */
+    sd_status (*upload)(sd_backend *be, const sd_tensor *t, sd_weight *w, char *err, size_t errlen);
     void (*release)(sd_backend *be, sd_weight *w);
     /* copies between host and backend memory */
     void (*to_backend)(sd_backend *be, void *dst, const void *src, size_t bytes);

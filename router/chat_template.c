@@ -1,51 +1,22 @@
-/* chat_template.c — see chat_template.h. Renders with a small growable
- * string; formats follow the Hugging Face chat_template of each family
- * (Qwen2.5/Qwen3 ChatML, Llama-3-Instruct, Llama-2-chat). */
+/* chat_template.c — see chat_template.h. Renders into an sd_buf; formats
+ * follow the Hugging Face chat_template of each family (Qwen2.5/Qwen3
+ * ChatML, Llama-3-Instruct, Llama-2-chat). */
 #include "chat_template.h"
 
 #include <ctype.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_addn(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *q = realloc(b->p, nc);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_add(sbuf *b, const char *s)
-{
-    sb_addn(b, s, strlen(s));
-}
+#include "strbuf.h"
 
 /* Appends s without leading/trailing ASCII whitespace (Jinja trim, str.strip). */
-static void sb_add_trim(sbuf *b, const char *s)
+static void sb_add_trim(sd_buf *b, const char *s)
 {
     size_t n = strlen(s), a = 0;
     while (a < n && isspace((unsigned char)s[a])) a++;
     while (n > a && isspace((unsigned char)s[n - 1])) n--;
-    sb_addn(b, s + a, n - a);
+    sd_buf_add(b, s + a, n - a);
 }
 
 static const char *const FAMILY_NAMES[] = {"plain", "chatml", "llama3", "llama2"};
@@ -123,34 +94,34 @@ static bool role_is(const sd_chat_msg *m, const char *r)
     return m->role && !strcmp(m->role, r);
 }
 
-static void render_chatml(sbuf *b, const sd_chat_msg *msgs, size_t n)
+static void render_chatml(sd_buf *b, const sd_chat_msg *msgs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        sb_add(b, "<|im_start|>");
-        sb_add(b, msgs[i].role);
-        sb_add(b, "\n");
-        sb_add(b, msgs[i].content);
-        sb_add(b, "<|im_end|>\n");
+        sd_buf_adds(b, "<|im_start|>");
+        sd_buf_adds(b, msgs[i].role);
+        sd_buf_adds(b, "\n");
+        sd_buf_adds(b, msgs[i].content);
+        sd_buf_adds(b, "<|im_end|>\n");
     }
-    sb_add(b, "<|im_start|>assistant\n");
+    sd_buf_adds(b, "<|im_start|>assistant\n");
 }
 
-static void render_llama3(sbuf *b, const sd_chat_msg *msgs, size_t n)
+static void render_llama3(sd_buf *b, const sd_chat_msg *msgs, size_t n)
 {
-    sb_add(b, "<|begin_of_text|>");
+    sd_buf_adds(b, "<|begin_of_text|>");
     for (size_t i = 0; i < n; i++) {
-        sb_add(b, "<|start_header_id|>");
-        sb_add(b, msgs[i].role);
-        sb_add(b, "<|end_header_id|>\n\n");
+        sd_buf_adds(b, "<|start_header_id|>");
+        sd_buf_adds(b, msgs[i].role);
+        sd_buf_adds(b, "<|end_header_id|>\n\n");
         sb_add_trim(b, msgs[i].content);
-        sb_add(b, "<|eot_id|>");
+        sd_buf_adds(b, "<|eot_id|>");
     }
-    sb_add(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    sd_buf_adds(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* Llama 2 chat: the system prompt is folded into the first user turn, each
  * user turn opens with <s>[INST], each assistant turn closes with </s>. */
-static sd_status render_llama2(sbuf *b, const sd_chat_msg *msgs, size_t n, char *err, size_t errlen)
+static sd_status render_llama2(sd_buf *b, const sd_chat_msg *msgs, size_t n, char *err, size_t errlen)
 {
     const char *sys = NULL;
     size_t start = 0;
@@ -159,29 +130,29 @@ static sd_status render_llama2(sbuf *b, const sd_chat_msg *msgs, size_t n, char 
         start = 1;
     }
     if (start == n && sys) {
-        sb_add(b, "<s>[INST] <<SYS>>\n");
-        sb_add(b, sys);
-        sb_add(b, "\n<</SYS>>\n\n [/INST]");
+        sd_buf_adds(b, "<s>[INST] <<SYS>>\n");
+        sd_buf_adds(b, sys);
+        sd_buf_adds(b, "\n<</SYS>>\n\n [/INST]");
         return SD_OK;
     }
     for (size_t i = start; i < n; i++) {
         if (role_is(&msgs[i], "user")) {
-            sbuf c = {0};
+            sd_buf c = {0};
             if (i == start && sys) {
-                sb_add(&c, "<<SYS>>\n");
-                sb_add(&c, sys);
-                sb_add(&c, "\n<</SYS>>\n\n");
+                sd_buf_adds(&c, "<<SYS>>\n");
+                sd_buf_adds(&c, sys);
+                sd_buf_adds(&c, "\n<</SYS>>\n\n");
             }
-            sb_add(&c, msgs[i].content);
-            sb_add(b, "<s>[INST] ");
+            sd_buf_adds(&c, msgs[i].content);
+            sd_buf_adds(b, "<s>[INST] ");
             sb_add_trim(b, c.p ? c.p : "");
-            sb_add(b, " [/INST]");
-            b->oom |= c.oom;
-            free(c.p);
+            sd_buf_adds(b, " [/INST]");
+            b->failed |= c.failed;
+            sd_buf_free(&c);
         } else if (role_is(&msgs[i], "assistant")) {
-            sb_add(b, " ");
+            sd_buf_adds(b, " ");
             sb_add_trim(b, msgs[i].content);
-            sb_add(b, " </s>");
+            sd_buf_adds(b, " </s>");
         } else {
             return sd_seterr(err, errlen, SD_ERR_ARG,
                              "messages[%zu].role '%s' is not supported by the llama2 chat format",
@@ -191,11 +162,11 @@ static sd_status render_llama2(sbuf *b, const sd_chat_msg *msgs, size_t n, char 
     return SD_OK;
 }
 
-static void render_plain(sbuf *b, const sd_chat_msg *msgs, size_t n)
+static void render_plain(sd_buf *b, const sd_chat_msg *msgs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (i) sb_add(b, "\n\n");
-        sb_add(b, msgs[i].content);
+        if (i) sd_buf_adds(b, "\n\n");
+        sd_buf_adds(b, msgs[i].content);
     }
 }
 
@@ -203,20 +174,16 @@ sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, ch
                          char *err, size_t errlen)
 {
     *out = NULL;
-    sbuf b = {0};
+    sd_buf b = {0};
     sd_status st = SD_OK;
-    sb_add(&b, "");
     switch (f) {
     case SD_CHAT_CHATML: render_chatml(&b, msgs, n); break;
     case SD_CHAT_LLAMA3: render_llama3(&b, msgs, n); break;
     case SD_CHAT_LLAMA2: st = render_llama2(&b, msgs, n, err, errlen); break;
     default: render_plain(&b, msgs, n); break;
     }
-    if (st == SD_OK && b.oom) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "chat template: out of memory");
-    if (st != SD_OK) {
-        free(b.p);
-        return st;
-    }
-    *out = b.p;
-    return SD_OK;
+    if (st == SD_OK && !(*out = sd_buf_take(&b)))
+        st = sd_seterr(err, errlen, SD_ERR_NOMEM, "chat template: out of memory");
+    sd_buf_free(&b);
+    return st;
 }

@@ -1,42 +1,94 @@
-/* gen.c — one generation request's life in the router:
- *
- *   validate (http_api) → tokenize (chat template / prompt / ids) → admit
- *   (bounded queue, 429 when full, 503 when every lane is down) → submit to
- *   the least-loaded UP lane → TokenEvents: incremental detokenisation, stop
- *   strings, SSE chunks or accumulated text → final response with usage and
- *   speculation stats.
+/* gen.c — generation in the router (see gen.h).
  *
  * Ending paths, all through gen_end(): normal finish, stop string (Cancel sent
  * to the verifier), error event / lane down (503), timeout (Cancel, 504),
  * client disconnect (Cancel; the detached evhttp request is released).
  * Everything runs on the event-loop thread. */
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include "gen.h"
+
+#include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <errno.h>
-#include <event2/bufferevent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
+#include "clock.h"
+#include "convert.h"
 #include "log.h"
-#include "server_int.h"
+#include "reply.h"
+#include "stop_match.h"
 
 #define INVALID "invalid_request_error"
 
+typedef enum { GEN_QUEUED = 0, GEN_RUNNING = 1 } gen_state;
+
+/* One generation request, from validation to its last byte. Owned by the
+ * sd_gen's list; freed by gen_end. */
+typedef struct gen {
+    struct gen *prev, *next;   /* all live requests */
+    struct gen *qnext;         /* FIFO of waiting requests */
+    struct sd_gen *svc;
+    uint64_t id;
+    char cid[48];              /* "cmpl-…" / "chatcmpl-…" */
+    time_t created;
+    double t0;                 /* monotonic start */
+    struct evhttp_request *http;
+    bool client_gone;          /* the client went away: nothing more to send */
+    bool detached;             /* libevent detached http from its (closed) connection */
+    struct event *watch;       /* EOF watch on the client's socket */
+    bool stream_started;
+    gen_state state;
+    int lane;                  /* -1 while queued */
+    sd_api_req p;
+    int32_t *prompt;
+    size_t n_prompt;
+    unsigned max_tokens;
+    unsigned completion_tokens;
+    sd_tok_stream *dec;
+    sd_stop *stop;
+    struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
+    struct event *timer;       /* request timeout */
+    uint64_t steps, draft_tokens, accepted_tokens, accepted_at[64];
+    size_t n_accepted_at;
+} gen;
+
+struct sd_gen {
+    sd_gen_opts o;
+    struct event_base *base;
+    sd_lanes *lanes;
+    const sd_tok *tok;
+    int vocab;
+    sd_chat_family chat;
+    sd_metrics *metrics;
+    gen *live;                 /* list of live requests */
+    gen *qhead, *qtail;        /* waiting requests */
+    int nqueued;
+    uint64_t next_id;
+    bool stopping;             /* shutting down: dispatch nothing more */
+};
+
+static void gen_drain_queue(sd_gen *s);
+
 /* ------------------------------------------------------------ bookkeeping */
 
-static void gen_link(sd_server *s, gen *g)
+static void gen_link(sd_gen *s, gen *g)
 {
     g->next = s->live;
     if (s->live) s->live->prev = g;
     s->live = g;
 }
 
-static void gen_unlink(sd_server *s, gen *g)
+static void gen_unlink(sd_gen *s, gen *g)
 {
     if (g->prev) g->prev->next = g->next;
     else s->live = g->next;
@@ -44,7 +96,7 @@ static void gen_unlink(sd_server *s, gen *g)
     g->prev = g->next = NULL;
 }
 
-static void queue_remove(sd_server *s, gen *g)
+static void queue_remove(sd_gen *s, gen *g)
 {
     gen **pp = &s->qhead, *prev = NULL;
     while (*pp && *pp != g) {
@@ -56,10 +108,10 @@ static void queue_remove(sd_server *s, gen *g)
     if (s->qtail == g) s->qtail = prev;
     g->qnext = NULL;
     s->nqueued--;
-    s->metrics.queued = s->nqueued;
+    s->metrics->queued = s->nqueued;
 }
 
-static gen *gen_find(sd_server *s, uint64_t id)
+static gen *gen_find(sd_gen *s, uint64_t id)
 {
     for (gen *g = s->live; g; g = g->next)
         if (g->id == id) return g;
@@ -88,18 +140,18 @@ static void send_cancel(gen *g)
     env.body_case = SPECD__ENVELOPE__BODY_CANCEL;
     env.cancel = &c;
     char err[256];
-    if (sd_lanes_send(g->srv->lanes, g->lane, &env, err, sizeof err) != SD_OK)
+    if (sd_lanes_send(g->svc->lanes, g->lane, &env, err, sizeof err) != SD_OK)
         SD_WARN("request %llu: cancel not sent: %s", (unsigned long long)g->id, err);
 }
 
 /* Detaches g from the server: queue, lane accounting, list, close callback. */
 static void gen_detach(gen *g)
 {
-    sd_server *s = g->srv;
+    sd_gen *s = g->svc;
     if (g->state == GEN_QUEUED) queue_remove(s, g);
     if (g->state == GEN_RUNNING) {
         sd_lanes_add_inflight(s->lanes, g->lane, -1);
-        s->metrics.active--;
+        s->metrics->active--;
     }
     gen_unlink(s, g);
     if (g->watch) event_del(g->watch);
@@ -116,7 +168,7 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->accepted_tokens = g->accepted_tokens;
     spec->accepted_at = g->accepted_at;
     spec->n_accepted_at = g->n_accepted_at;
-    sd_api_result r = {g->cid, g->srv->o.model_name, (long long)g->created, finish,
+    sd_api_result r = {g->cid, g->svc->o.model_name, (long long)g->created, finish,
                        (unsigned)g->n_prompt, g->completion_tokens, spec};
     return r;
 }
@@ -136,7 +188,7 @@ static void send_sse(gen *g, char *event)
 /* Ends the request: error (e != NULL) or finish reason. Frees g. */
 static void gen_end(gen *g, const char *finish, const sd_api_err *e)
 {
-    sd_server *s = g->srv;
+    sd_gen *s = g->svc;
     gen_detach(g);
     int status = e ? e->status : 200;
     if (g->client_gone) {
@@ -160,22 +212,19 @@ static void gen_end(gen *g, const char *finish, const sd_api_err *e)
         send_sse(g, strdup("data: [DONE]\n\n"));
         evhttp_send_reply_end(g->http);
     } else if (e) {
-        srv_reply_error(s, g->http, e);
-        status = 0; /* counted by srv_reply_error */
+        sd_reply_error(g->http, e, s->metrics);
+        status = 0; /* counted by sd_reply_error */
     } else {
         sd_api_spec spec;
         sd_api_result r = gen_result(g, finish, &spec);
         char *body = sd_api_response_json(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1),
                                           evbuffer_get_length(g->text));
-        struct evbuffer *b = evbuffer_new();
-        if (body && b) evbuffer_add(b, body, strlen(body));
-        evhttp_add_header(evhttp_request_get_output_headers(g->http), "Content-Type", "application/json");
-        evhttp_send_reply(g->http, 200, "OK", b);
-        if (b) evbuffer_free(b);
+        sd_reply_json(g->http, 200, body, s->metrics);
+        status = 0; /* counted by sd_reply_json */
         free(body);
     }
-    if (status) sd_metrics_count_status(&s->metrics, status);
-    if (!e) sd_metrics_observe(&s->metrics, (unsigned)g->n_prompt, g->completion_tokens, sd_now() - g->t0);
+    if (status) sd_metrics_count_status(s->metrics, status);
+    if (!e) sd_metrics_observe(s->metrics, (unsigned)g->n_prompt, g->completion_tokens, sd_now_s() - g->t0);
     gen_free(g);
     gen_drain_queue(s);
 }
@@ -228,7 +277,7 @@ static void watch_client(gen *g)
      * first one until the client's delayed ACK (~40 ms on keep-alive). */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    g->watch = event_new(g->srv->base, fd, EV_READ | EV_PERSIST, on_client_readable, g);
+    g->watch = event_new(g->svc->base, fd, EV_READ | EV_PERSIST, on_client_readable, g);
     if (g->watch) event_add(g->watch, NULL);
 }
 
@@ -255,7 +304,7 @@ static sd_status fit_context(gen *g, uint32_t ctx, sd_api_err *e)
                            ctx, g->n_prompt);
     unsigned room = ctx - (unsigned)g->n_prompt;
     if (g->p.max_tokens < 0) {
-        unsigned d = (unsigned)g->srv->o.default_max_tokens;
+        unsigned d = (unsigned)g->svc->o.default_max_tokens;
         g->max_tokens = d < room ? d : room;
         return SD_OK;
     }
@@ -270,19 +319,11 @@ static sd_status fit_context(gen *g, uint32_t ctx, sd_api_err *e)
 
 static sd_status submit(gen *g, int lane, char *err, size_t errlen)
 {
-    Specd__SamplingParams sp = SPECD__SAMPLING_PARAMS__INIT;
+    Specd__SamplingParams sp;
     Specd__SpecParams spec = SPECD__SPEC_PARAMS__INIT;
     Specd__Submit sub = SPECD__SUBMIT__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
-    const sd_sampling *sa = &g->p.sampling;
-    sp.temperature = sa->temperature;
-    sp.top_k = sa->top_k;
-    sp.top_p = sa->top_p;
-    sp.min_p = sa->min_p;
-    sp.repetition_penalty = sa->repetition_penalty;
-    sp.presence_penalty = sa->presence_penalty;
-    sp.frequency_penalty = sa->frequency_penalty;
-    sp.seed = sa->seed;
+    sd_pb_sampling_set(&g->p.sampling, &sp);
     spec.enabled = g->p.spec_enabled;
     spec.num_draft = g->p.num_draft;
     spec.verify = (Specd__VerifyMode)g->p.verify;
@@ -297,7 +338,7 @@ static sd_status submit(gen *g, int lane, char *err, size_t errlen)
     sub.spec = &spec;
     env.body_case = SPECD__ENVELOPE__BODY_SUBMIT;
     env.submit = &sub;
-    return sd_lanes_send(g->srv->lanes, lane, &env, err, errlen);
+    return sd_lanes_send(g->svc->lanes, lane, &env, err, errlen);
 }
 
 static void start_stream(gen *g)
@@ -317,7 +358,7 @@ static void start_stream(gen *g)
 /* Sends g to lane. On failure ends g (error reply) and returns false. */
 static bool gen_dispatch(gen *g, int lane)
 {
-    sd_server *s = g->srv;
+    sd_gen *s = g->svc;
     sd_api_err e;
     const sd_lane_info *in = sd_lanes_info(s->lanes, lane);
     if (fit_context(g, in->max_context, &e) != SD_OK) {
@@ -330,21 +371,21 @@ static bool gen_dispatch(gen *g, int lane)
         SD_WARN("request %llu: submit to %s failed: %s", (unsigned long long)g->id, in->endpoint, err);
         g->state = GEN_RUNNING;
         g->lane = -1;
-        s->metrics.active++;
+        s->metrics->active++;
         gen_fail(g, 503, "server_error", "lane_unavailable", "The verifier lane is not reachable; retry later");
         return false;
     }
     g->state = GEN_RUNNING;
     g->lane = lane;
     sd_lanes_add_inflight(s->lanes, lane, 1);
-    s->metrics.active++;
+    s->metrics->active++;
     SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, g->n_prompt,
              g->max_tokens, in->endpoint);
     if (g->p.stream) start_stream(g);
     return true;
 }
 
-void gen_drain_queue(sd_server *s)
+static void gen_drain_queue(sd_gen *s)
 {
     int lane;
     if (s->stopping) return;
@@ -426,9 +467,9 @@ static int error_status(const char *code)
     return 503;
 }
 
-void gen_on_event(void *ud, int lane, const Specd__Envelope *env)
+static void gen_on_event(void *ud, int lane, const Specd__Envelope *env)
 {
-    sd_server *s = ud;
+    sd_gen *s = ud;
     uint64_t id = env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT ? env->token_event->request_id
                                                                       : env->error->request_id;
     gen *g = gen_find(s, id);
@@ -458,9 +499,9 @@ void gen_on_event(void *ud, int lane, const Specd__Envelope *env)
     gen_fail(g, st, st == 400 ? INVALID : "server_error", env->error->code, msg);
 }
 
-void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
+static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
 {
-    sd_server *s = ud;
+    sd_gen *s = ud;
     if (st == SD_LANE_DOWN) {
         /* Failing a request may dispatch or end others: rescan from the head. */
         for (gen *g = s->live; g;) {
@@ -477,7 +518,7 @@ void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
     gen_drain_queue(s);
 }
 
-void gen_fail_all(sd_server *s, int status, const char *msg)
+void sd_gen_fail_all(sd_gen *s, int status, const char *msg)
 {
     s->stopping = true;
     while (s->live) gen_fail(s->live, status, "server_error", "shutdown", msg);
@@ -486,7 +527,7 @@ void gen_fail_all(sd_server *s, int status, const char *msg)
 /* ------------------------------------------------------------ admission */
 
 /* Fills g->prompt from the request: chat template, prompt text or ids. */
-static sd_status tokenize(sd_server *s, gen *g, sd_api_err *e)
+static sd_status tokenize(sd_gen *s, gen *g, sd_api_err *e)
 {
     char err[256] = "";
     const char *pp = g->p.kind == SD_API_CHAT ? "messages" : "prompt";
@@ -514,7 +555,7 @@ static sd_status tokenize(sd_server *s, gen *g, sd_api_err *e)
     return SD_OK;
 }
 
-static sd_status check_request(sd_server *s, gen *g, sd_api_err *e)
+static sd_status check_request(sd_gen *s, gen *g, sd_api_err *e)
 {
     if (g->p.model && strcmp(g->p.model, s->o.model_name))
         return sd_api_fail(e, 400, INVALID, "model", "model_not_found",
@@ -529,16 +570,16 @@ static sd_status check_request(sd_server *s, gen *g, sd_api_err *e)
     return st;
 }
 
-static gen *gen_new(sd_server *s, struct evhttp_request *req)
+static gen *gen_new(sd_gen *s, struct evhttp_request *req)
 {
     gen *g = calloc(1, sizeof *g);
     if (!g) return NULL;
-    g->srv = s;
+    g->svc = s;
     g->http = req;
     g->lane = -1;
     g->id = s->next_id++;
     g->created = time(NULL);
-    g->t0 = sd_now();
+    g->t0 = sd_now_s();
     g->text = evbuffer_new();
     if (!g->text) {
         free(g);
@@ -548,7 +589,7 @@ static gen *gen_new(sd_server *s, struct evhttp_request *req)
 }
 
 /* Creates the per-request machinery once the request is valid. */
-static sd_status gen_prepare(sd_server *s, gen *g, sd_api_err *e)
+static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
 {
     snprintf(g->cid, sizeof g->cid, "%s-%016llx", g->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)(g->id * 0x9E3779B97F4A7C15ULL));
@@ -567,12 +608,12 @@ static sd_status gen_prepare(sd_server *s, gen *g, sd_api_err *e)
 }
 
 /* Admits a valid request: dispatch now, queue, or refuse (429 / 503). */
-static void gen_admit(sd_server *s, gen *g)
+static void gen_admit(sd_gen *s, gen *g)
 {
     sd_api_err e;
     if (sd_lanes_all_down(s->lanes)) {
         sd_api_fail(&e, 503, "server_error", NULL, "no_healthy_lane", "No verifier lane is available; retry later");
-        srv_reply_error(s, g->http, &e);
+        sd_reply_error(g->http, &e, s->metrics);
         gen_free(g);
         return;
     }
@@ -580,7 +621,7 @@ static void gen_admit(sd_server *s, gen *g)
     if (lane < 0 && s->nqueued >= s->o.max_queue) {
         sd_api_fail(&e, 429, "rate_limit_error", NULL, "overloaded",
                     "The server is overloaded (%d requests waiting); retry later", s->nqueued);
-        srv_reply_error(s, g->http, &e);
+        sd_reply_error(g->http, &e, s->metrics);
         gen_free(g);
         return;
     }
@@ -596,10 +637,10 @@ static void gen_admit(sd_server *s, gen *g)
     else s->qhead = g;
     s->qtail = g;
     s->nqueued++;
-    s->metrics.queued = s->nqueued;
+    s->metrics->queued = s->nqueued;
 }
 
-void gen_handle(sd_server *s, struct evhttp_request *req, sd_api_kind kind)
+void sd_gen_handle(sd_gen *s, struct evhttp_request *req, sd_api_kind kind)
 {
     sd_api_err e;
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -607,21 +648,60 @@ void gen_handle(sd_server *s, struct evhttp_request *req, sd_api_kind kind)
     if (len > s->o.max_body) {
         sd_api_fail(&e, 413, INVALID, NULL, "request_too_large",
                     "The request body of %zu bytes exceeds the limit of %zu bytes", len, s->o.max_body);
-        srv_reply_error(s, req, &e);
+        sd_reply_error(req, &e, s->metrics);
         return;
     }
     gen *g = gen_new(s, req);
     if (!g) {
         sd_api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        srv_reply_error(s, req, &e);
+        sd_reply_error(req, &e, s->metrics);
         return;
     }
     const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
     if (sd_api_parse(kind, body, len, &g->p, &e) != SD_OK || check_request(s, g, &e) != SD_OK ||
         gen_prepare(s, g, &e) != SD_OK) {
-        srv_reply_error(s, req, &e);
+        sd_reply_error(req, &e, s->metrics);
         gen_free(g);
         return;
     }
     gen_admit(s, g);
+}
+
+/* ------------------------------------------------------------ life */
+
+sd_status sd_gen_new(const sd_gen_opts *opts, const sd_gen_env *env, sd_gen **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sd_gen *s = calloc(1, sizeof *s);
+    if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    s->o = *opts;
+    s->base = env->base;
+    s->tok = env->tok;
+    s->vocab = sd_tok_vocab_size(env->tok);
+    s->chat = env->chat;
+    s->metrics = env->metrics;
+    s->next_id = ((uint64_t)time(NULL) << 20) | 1;
+    sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity};
+    sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};
+    sd_status st = sd_lanes_new(s->base, env->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err,
+                                errlen);
+    if (st != SD_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return SD_OK;
+}
+
+const sd_lanes *sd_gen_lanes(const sd_gen *s)
+{
+    return s->lanes;
+}
+
+void sd_gen_free(sd_gen *s)
+{
+    if (!s) return;
+    if (s->live) sd_gen_fail_all(s, 503, "The server is shutting down");
+    sd_lanes_free(s->lanes);
+    free(s);
 }

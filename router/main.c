@@ -8,11 +8,14 @@
  *                [--health-misses 3] [--chat-template chatml|llama3|llama2|plain]
  *                [--default-max-tokens 256] [--log-level info] */
 #include <getopt.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
+#include "opt.h"
 #include "server.h"
 
 #define MAX_LANES 64
@@ -28,13 +31,13 @@ static void usage(FILE *f)
             "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
 }
 
-/* Parses a non-negative integer option; exits with usage on junk. */
-static long long num_arg(const char *name, const char *v)
+/* A non-negative integer option (at most max); exits 2 with a message on junk. */
+static long long num_arg(const char *name, const char *v, long long max)
 {
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || x < 0) {
-        fprintf(stderr, "specd-router: --%s wants a non-negative integer, got '%s'\n", name, v);
+    int64_t x;
+    char err[256];
+    if (sd_opt_i64(v, name, 0, max, &x, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-router: %s\n", err);
         exit(2);
     }
     return x;
@@ -60,7 +63,7 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case 'h': o.host = optarg; break;
-        case 'p': o.port = (int)num_arg("port", optarg); break;
+        case 'p': o.port = (int)num_arg("--port", optarg, 65535); break;
         case 'v':
             if (o.n_verifiers == MAX_LANES) {
                 fprintf(stderr, "specd-router: at most %d --verifier lanes\n", MAX_LANES);
@@ -72,14 +75,14 @@ int main(int argc, char **argv)
         case 'c': o.tokenizer_config = optarg; break;
         case 'm': o.model_name = optarg; break;
         case 'k': o.api_key = optarg; break;
-        case 'q': o.max_queue = (int)num_arg("max-queue", optarg); break;
-        case 'b': o.max_body = (size_t)num_arg("max-body", optarg); break;
-        case 'T': o.request_timeout_s = (double)num_arg("request-timeout", optarg); break;
-        case 'C': o.lane_capacity = (int)num_arg("lane-capacity", optarg); break;
-        case 'H': o.health_interval_ms = (int)num_arg("health-interval-ms", optarg); break;
-        case 'M': o.max_missed = (int)num_arg("health-misses", optarg); break;
+        case 'q': o.max_queue = (int)num_arg("--max-queue", optarg, INT_MAX); break;
+        case 'b': o.max_body = (size_t)num_arg("--max-body", optarg, (long long)1 << 40); break;
+        case 'T': o.request_timeout_s = (double)num_arg("--request-timeout", optarg, 1 << 30); break;
+        case 'C': o.lane_capacity = (int)num_arg("--lane-capacity", optarg, INT_MAX); break;
+        case 'H': o.health_interval_ms = (int)num_arg("--health-interval-ms", optarg, INT_MAX); break;
+        case 'M': o.max_missed = (int)num_arg("--health-misses", optarg, INT_MAX); break;
         case 'x': o.chat_template = optarg; break;
-        case 'D': o.default_max_tokens = (int)num_arg("default-max-tokens", optarg); break;
+        case 'D': o.default_max_tokens = (int)num_arg("--default-max-tokens", optarg, INT_MAX); break;
         case 'l': level = optarg; break;
         case 'U': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -37,6 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "opt.h"
+
 #define GRACE_S 5.0
 #define MAX_ARGS 40
 
@@ -58,13 +61,6 @@ typedef struct serve_opts {
 } serve_opts;
 
 static char g_model[256]; /* basename of --target: the served model id */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void add_arg(child *c, const char *a)
 {
@@ -97,7 +93,7 @@ static int spawn(child *c)
         _exit(127);
     }
     c->pid = pid;
-    c->started = now_s();
+    c->started = sd_now_s();
     return 0;
 }
 
@@ -131,6 +127,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
+    char err[256];
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -139,7 +136,12 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'n': o->ngram = true; break;
         case 'N': o->no_spec = true; break;
         case 'h': o->host = optarg; break;
-        case 'p': o->port = atoi(optarg); break;
+        case 'p':
+            if (sd_opt_int(optarg, "--port", 1, 65535, &o->port, err, sizeof err) != SD_OK) {
+                fprintf(stderr, "specd serve: %s\n", err);
+                return -1;
+            }
+            break;
         case 'k': o->api_key = optarg; break;
         case 'j': o->threads = optarg; break;
         case 'K': o->num_draft = optarg; break;
@@ -152,8 +154,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         default: return -1;
         }
     }
-    if (!o->target || optind < argc || (o->draft && o->ngram) || (o->no_spec && (o->draft || o->ngram)) ||
-        o->port <= 0 || o->port > 65535)
+    if (!o->target || optind < argc || (o->draft && o->ngram) || (o->no_spec && (o->draft || o->ngram)))
         return -1;
     if (!o->no_spec && !o->draft) o->ngram = true;
     return 0;
@@ -210,7 +211,7 @@ static void stop_all(child **cs, int n)
 {
     for (int i = 0; i < n; i++)
         if (cs[i]->pid > 0) kill(cs[i]->pid, SIGTERM);
-    double deadline = now_s() + GRACE_S;
+    double deadline = sd_now_s() + GRACE_S;
     for (;;) {
         int live = 0;
         for (int i = 0; i < n; i++) {
@@ -219,7 +220,7 @@ static void stop_all(child **cs, int n)
             else live++;
         }
         if (!live) return;
-        if (now_s() > deadline) break;
+        if (sd_now_s() > deadline) break;
         usleep(50000);
     }
     for (int i = 0; i < n; i++)
@@ -267,10 +268,10 @@ static int reap(child **cs, int n, child *dra)
             cs[i]->pid = 0;
             describe_exit(cs[i], status);
             if (cs[i] != dra) return 1;
-            double ran = now_s() - dra->started;
+            double ran = sd_now_s() - dra->started;
             dra->backoff = ran > 30 ? 0.5 : (dra->backoff ? dra->backoff * 2 : 0.5);
             if (dra->backoff > 10) dra->backoff = 10;
-            dra->restart_at = now_s() + dra->backoff;
+            dra->restart_at = sd_now_s() + dra->backoff;
             fprintf(stderr, "specd: restarting the drafter in %.1f s\n", dra->backoff);
         }
     }
@@ -286,7 +287,7 @@ static int supervise(const serve_opts *o, child **cs, int n, child *dra)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGCHLD);
     bool announced = false, printed = false, warned = false;
-    double t0 = now_s(), last_probe = 0;
+    double t0 = sd_now_s(), last_probe = 0;
     for (;;) {
         struct timespec tick = {0, 100 * 1000 * 1000};
         int sig = sigtimedwait(&set, NULL, &tick);
@@ -299,12 +300,12 @@ static int supervise(const serve_opts *o, child **cs, int n, child *dra)
             stop_all(cs, n);
             return 1;
         }
-        if (dra && dra->pid == 0 && dra->restart_at && now_s() >= dra->restart_at) {
+        if (dra && dra->pid == 0 && dra->restart_at && sd_now_s() >= dra->restart_at) {
             dra->restart_at = 0;
             if (spawn(dra) != 0) fprintf(stderr, "specd: cannot restart the drafter: %s\n", strerror(errno));
         }
-        if (!announced && now_s() - last_probe > 0.25) {
-            last_probe = now_s();
+        if (!announced && sd_now_s() - last_probe > 0.25) {
+            last_probe = sd_now_s();
             announced = router_healthy(o->host, o->port);
         }
         if (announced && !printed) {
@@ -312,7 +313,7 @@ static int supervise(const serve_opts *o, child **cs, int n, child *dra)
             printf("specd: serving %s at http://%s:%d\n", g_model, o->host, o->port);
             fflush(stdout);
         }
-        if (!announced && !warned && now_s() - t0 > 120) {
+        if (!announced && !warned && sd_now_s() - t0 > 120) {
             fprintf(stderr, "specd: still waiting for the verifier to answer (router on port %d)\n", o->port);
             warned = true;
         }

@@ -1,65 +1,48 @@
 /* server.c — the router's HTTP front: start-up (tokenizer, chat family,
  * lanes, listening socket), routing, API-key check, the small endpoints
- * (/health, /v1/models, /metrics) and error replies. Generation endpoints are
- * in gen.c. One event base; signals end the loop. */
+ * (/health, /v1/models, /metrics). Generation requests are handed to the
+ * sd_gen (gen.c), which owns the lanes. One event base; signals end the loop. */
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <netinet/in.h>
-#include <strings.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <zmq.h>
 
+#include "chat_template.h"
+#include "gen.h"
+#include "http_api.h"
 #include "log.h"
-#include "server_int.h"
+#include "metrics.h"
+#include "reply.h"
+#include "server.h"
+#include "strbuf.h"
+#include "tokenizer.h"
 
-double sd_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void reply_json(sd_server *s, struct evhttp_request *req, int status, const char *reason, const char *body)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (b && body) evbuffer_add(b, body, strlen(body));
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    evhttp_send_reply(req, status, reason, b);
-    if (b) evbuffer_free(b);
-    sd_metrics_count_status(&s->metrics, status);
-}
-
-static const char *reason_of(int status)
-{
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
-    }
-}
-
-void srv_reply_error(sd_server *s, struct evhttp_request *req, const sd_api_err *e)
-{
-    if (e->status == 429 || e->status == 503)
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-    char *body = sd_api_error_json(e);
-    reply_json(s, req, e->status, reason_of(e->status), body ? body : "{}");
-    free(body);
-}
+struct sd_server {
+    sd_server_opts o;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    struct event *sigint, *sigterm;
+    void *zctx;
+    sd_gen *gen;               /* lanes and completion requests */
+    sd_tok *tok;
+    int vocab;
+    sd_chat_family chat;
+    sd_metrics metrics;
+    time_t started;
+    int port;
+};
 
 /* Constant-time comparison of the bearer token with the configured key. */
 static bool authorized(const sd_server *s, struct evhttp_request *req)
@@ -76,12 +59,13 @@ static bool authorized(const sd_server *s, struct evhttp_request *req)
 
 static void handle_health(sd_server *s, struct evhttp_request *req)
 {
+    const sd_lanes *tbl = sd_gen_lanes(s->gen);
     uint32_t ctx = 0;
-    bool up = sd_lanes_any_up(s->lanes, &ctx);
+    bool up = sd_lanes_any_up(tbl, &ctx);
     json_t *lanes = json_array();
     static const char *const names[] = {"starting", "up", "down"};
-    for (size_t i = 0; i < sd_lanes_count(s->lanes); i++) {
-        const sd_lane_info *in = sd_lanes_info(s->lanes, (int)i);
+    for (size_t i = 0; i < sd_lanes_count(tbl); i++) {
+        const sd_lane_info *in = sd_lanes_info(tbl, (int)i);
         json_array_append_new(lanes, json_pack("{s:s, s:s, s:i, s:b}", "endpoint", in->endpoint, "state",
                                                names[in->state], "inflight", in->inflight, "drafter_up",
                                                in->drafter_up));
@@ -90,27 +74,27 @@ static void handle_health(sd_server *s, struct evhttp_request *req)
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!up) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-    reply_json(s, req, up ? 200 : 503, up ? "OK" : "Service Unavailable", body);
+    sd_reply_json(req, up ? 200 : 503, body, &s->metrics);
     free(body);
 }
 
 static void handle_models(sd_server *s, struct evhttp_request *req)
 {
     uint32_t ctx = 0;
-    sd_lanes_any_up(s->lanes, &ctx);
+    sd_lanes_any_up(sd_gen_lanes(s->gen), &ctx);
     json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->o.model_name, "object", "model", "created",
                           (json_int_t)s->started, "owned_by", "specd");
     if (ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
     json_t *o = json_pack("{s:s, s:[o]}", "object", "list", "data", m);
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    reply_json(s, req, 200, "OK", body);
+    sd_reply_json(req, 200, body, &s->metrics);
     free(body);
 }
 
 static void handle_metrics(sd_server *s, struct evhttp_request *req)
 {
-    char *text = sd_metrics_render(&s->metrics, s->lanes);
+    char *text = sd_metrics_render(&s->metrics, sd_gen_lanes(s->gen));
     struct evbuffer *b = evbuffer_new();
     if (b && text) evbuffer_add(b, text, strlen(text));
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
@@ -135,21 +119,21 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (is_v1 && !authorized(s, req)) {
         sd_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
                     "Missing or incorrect API key: send 'Authorization: Bearer <key>'");
-        srv_reply_error(s, req, &e);
+        sd_reply_error(req, &e, &s->metrics);
         return;
     }
-    if (!strcmp(path, "/v1/completions") && post) gen_handle(s, req, SD_API_COMPLETION);
-    else if (!strcmp(path, "/v1/chat/completions") && post) gen_handle(s, req, SD_API_CHAT);
+    if (!strcmp(path, "/v1/completions") && post) sd_gen_handle(s->gen, req, SD_API_COMPLETION);
+    else if (!strcmp(path, "/v1/chat/completions") && post) sd_gen_handle(s->gen, req, SD_API_CHAT);
     else if (!strcmp(path, "/v1/models") && get) handle_models(s, req);
     else if (!strcmp(path, "/health") && get) handle_health(s, req);
     else if (!strcmp(path, "/metrics") && get) handle_metrics(s, req);
     else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") ||
              !strcmp(path, "/v1/models") || !strcmp(path, "/health") || !strcmp(path, "/metrics")) {
         sd_api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "Method not allowed on %s", path);
-        srv_reply_error(s, req, &e);
+        sd_reply_error(req, &e, &s->metrics);
     } else {
         sd_api_fail(&e, 404, "invalid_request_error", NULL, "not_found", "No route for %s", path);
-        srv_reply_error(s, req, &e);
+        sd_reply_error(req, &e, &s->metrics);
     }
 }
 
@@ -167,19 +151,10 @@ static sd_status load_tokenizer(sd_server *s, char *err, size_t errlen)
     if (st != SD_OK) return st;
     s->vocab = sd_tok_vocab_size(s->tok);
     char *cfg = NULL;
-    if (s->o.tokenizer_config) {
-        FILE *f = fopen(s->o.tokenizer_config, "rb");
-        if (!f) return sd_seterr(err, errlen, SD_ERR_IO, "cannot open %s", s->o.tokenizer_config);
-        size_t cap = 1 << 20, len = 0;
-        cfg = malloc(cap);
-        while (cfg && (len += fread(cfg + len, 1, cap - 1 - len, f)) == cap - 1) {
-            char *p = realloc(cfg, cap *= 2);
-            if (!p) break;
-            cfg = p;
-        }
-        fclose(f);
-        if (cfg) cfg[len] = '\0';
-    }
+    size_t cfg_len;
+    if (s->o.tokenizer_config &&
+        (st = sd_read_file(s->o.tokenizer_config, (size_t)16 << 20, &cfg, &cfg_len, err, errlen)) != SD_OK)
+        return st;
     s->chat = sd_chat_detect(s->tok, cfg);
     free(cfg);
     if (s->o.chat_template && sd_chat_family_parse(s->o.chat_template, &s->chat) != SD_OK)
@@ -231,15 +206,16 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
     s->o = *opts;
     apply_defaults(&s->o);
     s->started = time(NULL);
-    s->next_id = ((uint64_t)s->started << 20) | 1;
     signal(SIGPIPE, SIG_IGN);
     sd_status st = load_tokenizer(s, err, errlen);
     if (st == SD_OK && (!(s->base = event_base_new()) || !(s->zctx = zmq_ctx_new())))
         st = sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot create the event base / ZeroMQ context");
     if (st == SD_OK) {
-        sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity};
-        sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};
-        st = sd_lanes_new(s->base, s->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err, errlen);
+        sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.max_queue, s->o.max_body,
+                          s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
+                          s->o.default_max_tokens};
+        sd_gen_env ge = {s->base, s->zctx, s->tok, s->chat, &s->metrics};
+        st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }
     if (st == SD_OK) st = open_http(s, err, errlen);
     if (st == SD_OK) {
@@ -261,7 +237,7 @@ int sd_server_run(sd_server *s)
     SD_INFO("serving %s at http://%s:%d (%zu lane%s)", s->o.model_name, s->o.host, s->port,
             s->o.n_verifiers, s->o.n_verifiers == 1 ? "" : "s");
     event_base_dispatch(s->base);
-    gen_fail_all(s, 503, "The server is shutting down");
+    sd_gen_fail_all(s->gen, 503, "The server is shutting down");
     return 0;
 }
 
@@ -273,11 +249,10 @@ int sd_server_port(const sd_server *s)
 void sd_server_free(sd_server *s)
 {
     if (!s) return;
-    if (s->live) gen_fail_all(s, 503, "The server is shutting down");
+    sd_gen_free(s->gen); /* fails what is still live, before its HTTP requests go */
     if (s->sigint) event_free(s->sigint);
     if (s->sigterm) event_free(s->sigterm);
     if (s->http) evhttp_free(s->http);
-    sd_lanes_free(s->lanes);
     if (s->zctx) zmq_ctx_term(s->zctx);
     if (s->base) event_base_free(s->base);
     sd_tok_free(s->tok);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 struct sd_stop {
     char **stops;
     size_t *lens;
@@ -50,22 +52,10 @@ void sd_stop_free(sd_stop *s)
     free(s);
 }
 
-static bool reserve(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap) return true;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need) nc *= 2;
-    char *p = realloc(*buf, nc);
-    if (!p) return false;
-    *buf = p;
-    *cap = nc;
-    return true;
-}
-
 /* Moves the first n pending bytes to the out buffer. */
 static void emit(sd_stop *s, size_t n, const char **out, size_t *outlen)
 {
-    if (!reserve(&s->out, &s->ocap, n + 1)) n = 0;
+    if (sd_grow(&s->out, &s->ocap, n + 1, 1) != SD_OK) n = 0;
     if (n) memcpy(s->out, s->pend, n);
     memmove(s->pend, s->pend + n, s->plen - n);
     s->plen -= n;
@@ -108,7 +98,7 @@ bool sd_stop_feed(sd_stop *s, const char *text, size_t len, const char **out, si
     *out = "";
     *outlen = 0;
     if (s->matched) return true;
-    if (!reserve(&s->pend, &s->pcap, s->plen + len + 1)) return false;
+    if (sd_grow(&s->pend, &s->pcap, s->plen + len + 1, 1) != SD_OK) return false;
     if (len) memcpy(s->pend + s->plen, text, len);
     s->plen += len;
     size_t m = find_match(s);

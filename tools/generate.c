@@ -19,10 +19,12 @@
 
 #include "backend.h"
 #include "backend_open.h"
+#include "clock.h"
 #include "draft.h"
 #include "engine.h"
 #include "model.h"
 #include "ngram.h"
+#include "opt.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -45,13 +47,6 @@ typedef struct gen_opts {
     sd_sampling sampling;
 } gen_opts;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -61,19 +56,6 @@ static void usage(FILE *f)
             "       [--threads N] [--json] [--dump-logits FILE]\n"
             "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
             "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n");
-}
-
-static int parse_num(const char *s, const char *name, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "specd-generate: bad value for %s: '%s'\n", name, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static int parse_args(int argc, char **argv, gen_opts *o)
@@ -94,9 +76,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     o->draft_p_min = SD_DRAFT_P_MIN_DEFAULT;
     o->verify = SD_VERIFY_AUTO;
     o->sampling = sd_sampling_default();
+    char err[256];
+    sd_status st = SD_OK;
     int c;
-    double v;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model_dir = optarg; break;
         case 'p': o->prompt = optarg; break;
@@ -104,27 +87,27 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'd': o->dump_logits = optarg; break;
         case 'E': o->ignore_eos = true; break;
         case 'j': o->json = true; break;
-        case 'n': if (parse_num(optarg, "--max-tokens", 0, 1e9, &v)) return -1; o->max_tokens = (int)v; break;
-        case 'T': if (parse_num(optarg, "--threads", 0, 1024, &v)) return -1; o->threads = (int)v; break;
-        case 't': if (parse_num(optarg, "--temperature", 0, 1e6, &v)) return -1; o->sampling.temperature = (float)v; break;
-        case 'k': if (parse_num(optarg, "--top-k", 0, 1e9, &v)) return -1; o->sampling.top_k = (int)v; break;
-        case 'P': if (parse_num(optarg, "--top-p", -1e9, 1e9, &v)) return -1; o->sampling.top_p = (float)v; break;
-        case 'M': if (parse_num(optarg, "--min-p", -1e9, 1e9, &v)) return -1; o->sampling.min_p = (float)v; break;
-        case 'r': if (parse_num(optarg, "--repetition-penalty", -1e9, 1e9, &v)) return -1; o->sampling.repetition_penalty = (float)v; break;
-        case 'e': if (parse_num(optarg, "--presence-penalty", -1e9, 1e9, &v)) return -1; o->sampling.presence_penalty = (float)v; break;
-        case 'f': if (parse_num(optarg, "--frequency-penalty", -1e9, 1e9, &v)) return -1; o->sampling.frequency_penalty = (float)v; break;
-        case 's': if (parse_num(optarg, "--seed", 0, 1.8e19, &v)) return -1; o->sampling.seed = (uint64_t)v; break;
+        case 'n': st = sd_opt_int(optarg, "--max-tokens", 0, 1000000000, &o->max_tokens, err, sizeof err); break;
+        case 'T': st = sd_opt_int(optarg, "--threads", 0, 1024, &o->threads, err, sizeof err); break;
+        case 't': st = sd_opt_float(optarg, "--temperature", 0, 1e6, &o->sampling.temperature, err, sizeof err); break;
+        case 'k': st = sd_opt_int(optarg, "--top-k", 0, 1000000000, &o->sampling.top_k, err, sizeof err); break;
+        case 'P': st = sd_opt_float(optarg, "--top-p", -1e9, 1e9, &o->sampling.top_p, err, sizeof err); break;
+        case 'M': st = sd_opt_float(optarg, "--min-p", -1e9, 1e9, &o->sampling.min_p, err, sizeof err); break;
+        case 'r': st = sd_opt_float(optarg, "--repetition-penalty", -1e9, 1e9, &o->sampling.repetition_penalty, err, sizeof err); break;
+        case 'e': st = sd_opt_float(optarg, "--presence-penalty", -1e9, 1e9, &o->sampling.presence_penalty, err, sizeof err); break;
+        case 'f': st = sd_opt_float(optarg, "--frequency-penalty", -1e9, 1e9, &o->sampling.frequency_penalty, err, sizeof err); break;
+        case 's': st = sd_opt_u64(optarg, "--seed", &o->sampling.seed, err, sizeof err); break;
         case 'D': o->draft_dir = optarg; break;
         case 'X': o->device = optarg; break;
         case 'G': o->ngram = true; break;
-        case 'K': if (parse_num(optarg, "--num-draft", 0, SD_MAX_DRAFT, &v)) return -1; o->num_draft = (int)v; break;
+        case 'K': st = sd_opt_int(optarg, "--num-draft", 0, SD_MAX_DRAFT, &o->num_draft, err, sizeof err); break;
         case 'Q':
             if ((o->draft_quant = sd_draft_quant_parse(optarg)) < 0) {
                 fprintf(stderr, "specd-generate: --draft-quant must be auto, int8 or none\n");
                 return -1;
             }
             break;
-        case 'R': if (parse_num(optarg, "--draft-p-min", 0, 1, &v)) return -1; o->draft_p_min = (float)v; break;
+        case 'R': st = sd_opt_float(optarg, "--draft-p-min", 0, 1, &o->draft_p_min, err, sizeof err); break;
         case 'V':
             if (!strcmp(optarg, "greedy")) o->verify = SD_VERIFY_GREEDY;
             else if (!strcmp(optarg, "match")) o->verify = SD_VERIFY_MATCH;
@@ -138,6 +121,10 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         default: usage(stderr); return -1;
         }
     }
+    if (st != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        return -1;
+    }
     if (!o->model_dir || (!o->prompt && !o->prompt_ids) || (o->prompt && o->prompt_ids)) {
         fprintf(stderr, "specd-generate: need --model and exactly one of --prompt / --prompt-ids\n");
         usage(stderr);
@@ -147,7 +134,6 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         fprintf(stderr, "specd-generate: --draft and --ngram are exclusive\n");
         return -1;
     }
-    char err[256];
     if (sd_sampling_validate(&o->sampling, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-generate: %s\n", err);
         return -1;
@@ -258,7 +244,7 @@ static void on_step(void *p, const sd_req *r)
 {
     stream_ctx *c = p;
     for (int i = r->n_tokens - r->n_new; i < r->n_tokens; i++) stream_token(c->ts, r->tokens[i]);
-    if (c->res->prefill_s == 0 && sd_req_n_output(r) > 0) c->res->prefill_s = now_s() - c->t0;
+    if (c->res->prefill_s == 0 && sd_req_n_output(r) > 0) c->res->prefill_s = sd_now_s() - c->t0;
 }
 
 /* Generation through the engine: plain when pr is NULL, else speculative. */
@@ -278,10 +264,10 @@ static int run_engine(sd_engine *e, sd_proposer *pr, const gen_opts *o, const in
         fprintf(stderr, "specd-generate: %s\n", err);
         return -1;
     }
-    stream_ctx sc = {ts, res, now_s()};
+    stream_ctx sc = {ts, res, sd_now_s()};
     if (sd_engine_run(e, pr, &r, 1, on_step, &sc, err, sizeof err) != SD_OK)
         fprintf(stderr, "specd-generate: %s\n", err);
-    res->decode_s = now_s() - sc.t0 - res->prefill_s;
+    res->decode_s = sd_now_s() - sc.t0 - res->prefill_s;
     if (r->finish == SD_FINISH_ERROR) fprintf(stderr, "specd-generate: %s\n", r->error);
     res->n = (size_t)sd_req_n_output(r);
     res->tokens = malloc((res->n + 1) * sizeof(int32_t));

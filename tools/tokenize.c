@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -25,23 +26,15 @@ static int usage(void) {
     return 1;
 }
 
+/* All of stdin as a NUL-terminated string (caller frees); NULL on failure. */
 static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - n, stdin)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    if (buf && ferror(stdin)) {
-        free(buf);
+    sd_buf b = {0};
+    if (sd_buf_read(&b, stdin, (size_t)1 << 31) != SD_OK) {
+        sd_buf_free(&b);
         return NULL;
     }
-    *len = n;
-    return buf;
+    *len = b.len;
+    return sd_buf_take(&b);
 }
 
 static int do_encode(const sd_tok *tok, const char *text, size_t len, bool add_special) {

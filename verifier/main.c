@@ -1,9 +1,10 @@
 /* main.c — specd-verifier: options, model + KV pool + engine set-up, signal
  * handling, then the server loop (vf_server.c) on this thread.
  *
- * Exit status: 0 after SIGINT / SIGTERM, 2 for bad options (an unsupported
- * --device included), 1 when the model, the KV pool or the sockets cannot be
- * set up. */
+ * Exit status: 0 after SIGINT / SIGTERM, 2 for bad options (a --device
+ * that is none of cpu, cuda, cuda:N included), 1 when the backend (e.g.
+ * cuda:N in a build without CUDA), the model, the KV pool or the sockets
+ * cannot be set up. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>

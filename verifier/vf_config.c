@@ -1,13 +1,13 @@
 /* vf_config.c — specd-verifier options (see vf_config.h). */
 #include "vf_config.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_open.h"
+#include "opt.h"
 #include "proposer.h"
 
 const char *sd_vf_usage(void)
@@ -25,18 +25,6 @@ int sd_vf_default_kv_blocks(int max_batch, int max_position)
     long floor = (long)max_position / SD_VF_BLOCK_SIZE + 8;
     if (want < floor) want = floor;
     return want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
-}
-
-/* Parses a decimal integer in [lo, hi] into *out. */
-static sd_status parse_int(const char *s, const char *name, long lo, long hi, int *out, char *err, size_t errlen)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be an integer in [%ld, %ld], got '%s'", name, lo, hi, s);
-    *out = (int)v;
-    return SD_OK;
 }
 
 static void set_defaults(sd_vf_config *c)
@@ -58,17 +46,17 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
 {
     switch (c) {
     case 'k': {
-        sd_status st = parse_int(arg, "--num-draft", 0, INT_MAX, &cfg->num_draft, err, errlen);
+        sd_status st = sd_opt_int(arg, "--num-draft", 0, INT_MAX, &cfg->num_draft, err, errlen);
         if (cfg->num_draft > SD_MAX_DRAFT) cfg->num_draft = SD_MAX_DRAFT;
         return st;
     }
-    case 't': return parse_int(arg, "--threads", 0, 4096, &cfg->threads, err, errlen);
-    case 'b': return parse_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
-    case 'B': return parse_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
-    case 'p': return parse_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
-    case 'T': return parse_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
-    case 'S': return parse_int(arg, "--spec-max-batch", 0, 1 << 20, &cfg->spec_max_batch, err, errlen);
-    case 'Z': return parse_int(arg, "--spec-max-batch-sampled", 0, 1 << 20, &cfg->spec_max_batch_sampled, err, errlen);
+    case 't': return sd_opt_int(arg, "--threads", 0, 4096, &cfg->threads, err, errlen);
+    case 'b': return sd_opt_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
+    case 'B': return sd_opt_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
+    case 'p': return sd_opt_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
+    case 'T': return sd_opt_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
+    case 'S': return sd_opt_int(arg, "--spec-max-batch", 0, 1 << 20, &cfg->spec_max_batch, err, errlen);
+    case 'Z': return sd_opt_int(arg, "--spec-max-batch-sampled", 0, 1 << 20, &cfg->spec_max_batch_sampled, err, errlen);
     default: return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option");
     }
 }

@@ -23,7 +23,7 @@ typedef struct sd_vf_config {
     const char *model_dir;        /* --model DIR (required) */
     const char *listen;           /* --listen: ROUTER bind endpoint */
     const char *drafter;          /* --drafter: DEALER connect endpoint, NULL = none */
-    const char *device;           /* --device: "cpu" (only one implemented) */
+    const char *device;           /* --device: "cpu", "cuda" or "cuda:N" (backend_open.h) */
     int num_draft;                /* --num-draft K, 0..SD_MAX_DRAFT */
     int spec_max_batch;           /* --spec-max-batch N: no drafts in a step of more active requests (0 = no limit) */
     int spec_max_batch_sampled;   /* --spec-max-batch-sampled N: the same for requests with temperature > 0 */
@@ -38,7 +38,8 @@ typedef struct sd_vf_config {
 
 /* Parses argv into *cfg (defaults first). Returns SD_OK; SD_ERR_ARG with a
  * message for an unknown option, a bad number or a missing --model;
- * SD_ERR_UNSUPPORTED for a --device other than cpu. With --help, SD_OK and
+ * SD_ERR_UNSUPPORTED for a --device that is none of cpu, cuda, cuda:N
+ * (whether this build has CUDA is checked when the backend opens). With --help, SD_OK and
  * cfg->help set (--model is then not required). Resets getopt, so it may be
  * called more than once per process (tests). */
 sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err, size_t errlen);

@@ -1,35 +1,9 @@
 /* vf_convert.c — protobuf ↔ engine parameters (see vf_convert.h). */
 #include "vf_convert.h"
 
+#include "convert.h"
+
 #include <string.h>
-
-sd_sampling sd_vf_sampling_from_proto(const Specd__SamplingParams *sp)
-{
-    sd_sampling s = sd_sampling_default();
-    if (!sp) return s;
-    s.temperature = sp->temperature;
-    s.top_k = sp->top_k > 0 ? sp->top_k : 0; /* -1 / 0: off */
-    s.top_p = sp->top_p == 0.0f ? 1.0f : sp->top_p;
-    s.min_p = sp->min_p;
-    s.repetition_penalty = sp->repetition_penalty == 0.0f ? 1.0f : sp->repetition_penalty;
-    s.presence_penalty = sp->presence_penalty;
-    s.frequency_penalty = sp->frequency_penalty;
-    s.seed = sp->seed;
-    return s;
-}
-
-void sd_vf_sampling_to_proto(const sd_sampling *s, Specd__SamplingParams *out)
-{
-    specd__sampling_params__init(out);
-    out->temperature = s->temperature;
-    out->top_k = s->top_k;
-    out->top_p = s->top_p;
-    out->min_p = s->min_p;
-    out->repetition_penalty = s->repetition_penalty;
-    out->presence_penalty = s->presence_penalty;
-    out->frequency_penalty = s->frequency_penalty;
-    out->seed = s->seed;
-}
 
 /* Maps the proto verify mode; -2 for an unknown value. */
 static int verify_from_proto(Specd__VerifyMode m)
@@ -47,7 +21,7 @@ sd_status sd_vf_params_from_submit(const Specd__Submit *s, int default_k, bool h
                                    char *err, size_t errlen)
 {
     sd_req_params p = sd_req_params_default();
-    p.sampling = sd_vf_sampling_from_proto(s->sampling);
+    p.sampling = sd_pb_sampling_get(s->sampling);
     p.max_tokens = s->max_tokens == 0 ? SD_VF_DEFAULT_MAX_TOKENS
                    : s->max_tokens > SD_VF_MAX_MAX_TOKENS ? SD_VF_MAX_MAX_TOKENS
                                                           : (int)s->max_tokens;

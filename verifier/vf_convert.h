@@ -1,8 +1,8 @@
 /* vf_convert.h — protobuf messages ↔ engine parameters for the verifier.
  *
  * Pure functions: no I/O, no global state. Proto3 defaults are mapped to the
- * engine's neutral values (top_p 0 → 1, repetition_penalty 0 → 1,
- * max_tokens 0 → 256, num_draft 0 → the server default). */
+ * engine's neutral values (max_tokens 0 → 256, num_draft 0 → the server
+ * default; sampling settings through proto/convert.h). */
 #ifndef SD_VF_CONVERT_H
 #define SD_VF_CONVERT_H
 
@@ -14,12 +14,6 @@
 
 #define SD_VF_DEFAULT_MAX_TOKENS 256
 #define SD_VF_MAX_MAX_TOKENS (1 << 24)
-
-/* Sampling settings from a (possibly NULL) SamplingParams. */
-sd_sampling sd_vf_sampling_from_proto(const Specd__SamplingParams *sp);
-
-/* The proto form of s, written into *out (no allocation). */
-void sd_vf_sampling_to_proto(const sd_sampling *s, Specd__SamplingParams *out);
 
 /* Request parameters from a Submit. default_k: the server's --num-draft;
  * have_drafter: speculation is possible at all. Returns SD_OK, or SD_ERR_ARG

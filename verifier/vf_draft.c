@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+#include "convert.h"
 #include "vf_convert.h"
 
 void sd_vf_batch_init(sd_vf_batch *b) { memset(b, 0, sizeof *b); }
@@ -21,20 +23,9 @@ void sd_vf_batch_release(sd_vf_batch *b)
 
 static sd_status batch_grow(sd_vf_batch *b, int n)
 {
-    if (n <= b->cap) return SD_OK;
-    Specd__DraftItem *it = realloc(b->items, (size_t)n * sizeof *it);
-    if (it) b->items = it;
-    Specd__DraftItem **ip = realloc(b->item_ptrs, (size_t)n * sizeof *ip);
-    if (ip) b->item_ptrs = ip;
-    int *is = realloc(b->item_slot, (size_t)n * sizeof *is);
-    if (is) b->item_slot = is;
-    Specd__DraftOpen *op = realloc(b->opens, (size_t)n * sizeof *op);
-    if (op) b->opens = op;
-    Specd__SamplingParams *sp = realloc(b->open_sampling, (size_t)n * sizeof *sp);
-    if (sp) b->open_sampling = sp;
-    if (!it || !ip || !is || !op || !sp) return SD_ERR_NOMEM;
-    b->cap = n;
-    return SD_OK;
+    const sd_grow_item per_item[] = {SD_GROW_ITEM(b->items), SD_GROW_ITEM(b->item_ptrs), SD_GROW_ITEM(b->item_slot),
+                                     SD_GROW_ITEM(b->opens), SD_GROW_ITEM(b->open_sampling)};
+    return sd_grow_all(per_item, 5, &b->cap, (size_t)n);
 }
 
 bool sd_vf_wants_q(const sd_req *r)
@@ -68,7 +59,7 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
             o->request_id = s->id;
             o->context = r->tokens;
             o->n_context = (size_t)r->n_tokens;
-            sd_vf_sampling_to_proto(&r->p.sampling, &b->open_sampling[b->n_opens]);
+            sd_pb_sampling_set(&r->p.sampling, &b->open_sampling[b->n_opens]);
             o->sampling = &b->open_sampling[b->n_opens];
             b->n_opens++;
             s->drafter_known = r->n_tokens;
@@ -117,12 +108,7 @@ static bool copy_q(sd_vf_slot *s, const Specd__DraftResult *res, int n, int voca
         if (!q_valid(res->q[i], s->prop.tokens[i], vocab)) return false;
         total += res->q[i]->n_q;
     }
-    if (total > s->qcap) {
-        sd_tokprob *nb = realloc(s->qbuf, total * sizeof *nb);
-        if (!nb) return false;
-        s->qbuf = nb;
-        s->qcap = total;
-    }
+    if (sd_grow(&s->qbuf, &s->qcap, total, sizeof *s->qbuf) != SD_OK) return false;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         const Specd__Proposal *p = res->q[i];

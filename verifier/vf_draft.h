@@ -43,7 +43,8 @@ typedef struct sd_vf_batch {
     int *item_slot;                    /* item index -> slot index */
     Specd__DraftOpen *opens;
     Specd__SamplingParams *open_sampling;
-    int n_items, n_opens, cap;
+    int n_items, n_opens;
+    size_t cap;
 } sd_vf_batch;
 
 void sd_vf_batch_init(sd_vf_batch *b);

@@ -1,4 +1,5 @@
 /* vf_link.c — verifier ⇄ drafter I/O with deadlines and fallback (see vf_link.h). */
+#include "clock.h"
 #include "vf_link.h"
 
 #include <stdlib.h>
@@ -23,13 +24,6 @@ struct sd_vf_link {
     double last_health_ms;   /* last HealthRequest probe while down */
     sd_vf_batch batch;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int vocab, char *err, size_t errlen)
 {
@@ -74,7 +68,7 @@ static void mark_down(sd_vf_link *l, const char *why)
 {
     if (l->up) SD_WARN("drafter down (%s): decoding without drafts until it answers", why);
     l->up = false;
-    l->last_probe_ms = now_ms();
+    l->last_probe_ms = sd_now_ms();
 }
 
 static void mark_up(sd_vf_link *l)
@@ -113,8 +107,8 @@ void sd_vf_link_poll(sd_vf_link *l)
         if (env) SD_DEBUG("drafter: dropped %s outside a draft exchange", sd_msg_kind(env));
         sd_msg_free(env);
     }
-    if (!l->up && now_ms() - l->last_health_ms >= PROBE_INTERVAL_MS) {
-        l->last_health_ms = now_ms();
+    if (!l->up && sd_now_ms() - l->last_health_ms >= PROBE_INTERVAL_MS) {
+        l->last_health_ms = sd_now_ms();
         Specd__HealthRequest h = SPECD__HEALTH_REQUEST__INIT;
         Specd__Envelope env = SPECD__ENVELOPE__INIT;
         h.nonce = ++l->nonce;
@@ -153,7 +147,7 @@ static bool await_reply(sd_vf_link *l, sd_vf_slot *const *slots, const int *budg
             sd_msg_free(env);
             if (mine) return true;
         }
-        double left = deadline - now_ms();
+        double left = deadline - sd_now_ms();
         if (left <= 0) return false;
         zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&it, 1, (long)left + 1);
@@ -164,9 +158,9 @@ void sd_vf_link_draft(sd_vf_link *l, sd_vf_slot *const *slots, const int *budget
 {
     for (int i = 0; i < n; i++) slots[i]->prop.n = 0;
     bool probing = !l->up;
-    if (probing && now_ms() - l->last_probe_ms < PROBE_INTERVAL_MS) return;
+    if (probing && sd_now_ms() - l->last_probe_ms < PROBE_INTERVAL_MS) return;
     sd_vf_link_poll(l); /* drain stale replies first; sends the health probe when due */
-    if (probing) l->last_probe_ms = now_ms();
+    if (probing) l->last_probe_ms = sd_now_ms();
     l->step++;
     int n_items = sd_vf_batch_build(&l->batch, l->step, slots, budgets, n);
     if (n_items <= 0) return;
@@ -175,7 +169,7 @@ void sd_vf_link_draft(sd_vf_link *l, sd_vf_slot *const *slots, const int *budget
         for (int i = 0; i < n; i++) slots[i]->drafter_known = 0;
         return;
     }
-    double deadline = now_ms() + (probing ? PROBE_WINDOW_MS : l->timeout_ms);
+    double deadline = sd_now_ms() + (probing ? PROBE_WINDOW_MS : l->timeout_ms);
     if (!await_reply(l, slots, budgets, deadline)) {
         if (!probing) mark_down(l, "reply timed out");
         for (int i = 0; i < n; i++) {

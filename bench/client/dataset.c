@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 struct sd_dataset {
     sd_prompt *items;
     size_t n, cap;
@@ -57,16 +59,10 @@ static sd_status ds_new(sd_dataset **out)
  * reference to messages, also on failure. */
 static sd_status ds_push(sd_dataset *ds, char *prompt, json_t *messages, size_t len_chars)
 {
-    if (ds->n == ds->cap) {
-        size_t cap = ds->cap ? ds->cap * 2 : 64;
-        sd_prompt *ni = realloc(ds->items, cap * sizeof *ni);
-        if (!ni) {
-            free(prompt);
-            json_decref(messages);
-            return SD_ERR_NOMEM;
-        }
-        ds->items = ni;
-        ds->cap = cap;
+    if (sd_grow(&ds->items, &ds->cap, ds->n + 1, sizeof *ds->items) != SD_OK) {
+        free(prompt);
+        json_decref(messages);
+        return SD_ERR_NOMEM;
     }
     ds->items[ds->n++] = (sd_prompt){prompt, messages, len_chars};
     return SD_OK;

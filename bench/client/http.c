@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
+
 sd_status sd_http_url(char *out, size_t outlen, const char *base, const char *path)
 {
     size_t n = strlen(base);
@@ -18,30 +20,14 @@ sd_status sd_http_url(char *out, size_t outlen, const char *base, const char *pa
     return (w < 0 || (size_t)w >= outlen) ? SD_ERR_NOSPACE : SD_OK;
 }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} membuf;
+#define MAX_BODY ((size_t)64 << 20) /* refuse absurd bodies */
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 {
-    membuf *m = ud;
+    sd_buf *m = ud;
     size_t n = sz * nm;
-    if (m->len + n + 1 > m->cap) {
-        size_t cap = m->cap ? m->cap : 4096;
-        while (cap < m->len + n + 1)
-            cap *= 2;
-        if (cap > ((size_t)64 << 20))
-            return 0; /* refuse absurd bodies: aborts the transfer */
-        char *nb = realloc(m->buf, cap);
-        if (!nb)
-            return 0;
-        m->buf = nb;
-        m->cap = cap;
-    }
-    memcpy(m->buf + m->len, p, n);
-    m->len += n;
-    m->buf[m->len] = '\0';
+    if (n > MAX_BODY - m->len || sd_buf_add(m, p, n) != SD_OK)
+        return 0; /* aborts the transfer */
     return n;
 }
 
@@ -53,7 +39,7 @@ sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, ch
     CURL *h = curl_easy_init();
     if (!h)
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "curl_easy_init failed");
-    membuf m = {0};
+    sd_buf m = {0};
     struct curl_slist *hdrs = NULL;
     char auth[1024];
     if (api_key && *api_key) {
@@ -73,13 +59,12 @@ sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, ch
     sd_status st = SD_OK;
     if (rc != CURLE_OK) {
         st = sd_seterr(err, errlen, SD_ERR_IO, "GET %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(rc));
-        free(m.buf);
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-        *body = m.buf ? m.buf : strdup("");
-        if (!*body)
+        if (!(*body = sd_buf_take(&m)))
             st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
+    sd_buf_free(&m);
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
     return st;

@@ -9,6 +9,8 @@
  * written. A failing --plot is only a warning. */
 #include <curl/curl.h>
 #include <getopt.h>
+#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 
 #include "dataset.h"
 #include "http.h"
+#include "opt.h"
 #include "plot.h"
 #include "report.h"
 #include "runner.h"
@@ -59,30 +62,6 @@ static void usage(FILE *f)
           f);
 }
 
-static int parse_num(const char *opt, const char *s, double lo, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !isfinite(v) || v < lo) {
-        fprintf(stderr, "specd-bench: %s: bad value '%s' (need a number >= %g)\n", opt, s, lo);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_int(const char *opt, const char *s, long lo, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo) {
-        fprintf(stderr, "specd-bench: %s: bad value '%s' (need an integer >= %ld)\n", opt, s, lo);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static const struct option long_opts[] = {
     {"url", 1, 0, 'u'},          {"api-key", 1, 0, 'k'},     {"model", 1, 0, 'm'},
     {"endpoint", 1, 0, 'e'},     {"concurrency", 1, 0, 'c'}, {"request-rate", 1, 0, 'r'},
@@ -110,45 +89,66 @@ static int parse_extra_body(options *o, const char *s)
     return 0;
 }
 
-/* Applies one option; returns 0, -1 on a bad value, 1 for --help. */
+/* A long option value in [lo, LONG_MAX]. */
+static sd_status opt_long(const char *a, const char *name, long lo, long *out, char *err, size_t errlen)
+{
+    int64_t v;
+    sd_status st = sd_opt_i64(a, name, lo, LONG_MAX, &v, err, errlen);
+    if (st == SD_OK) *out = (long)v;
+    return st;
+}
+
+/* Applies one option; returns 0, -1 on a bad value (message printed), 1 for --help. */
 static int apply_opt(options *o, int c, const char *a)
 {
     sd_bench_config *cfg = &o->cfg;
+    char err[256];
+    sd_status st = SD_OK;
     long l;
     double d;
     switch (c) {
-    case 'u': cfg->url = a; return 0;
-    case 'k': cfg->api_key = a; return 0;
-    case 'm': cfg->model = a; return 0;
+    case 'u': cfg->url = a; break;
+    case 'k': cfg->api_key = a; break;
+    case 'm': cfg->model = a; break;
     case 'e':
-        if (strcmp(a, "completions") && strcmp(a, "chat")) {
-            fprintf(stderr, "specd-bench: --endpoint: 'completions' or 'chat', not '%s'\n", a);
-            return -1;
-        }
+        if (strcmp(a, "completions") && strcmp(a, "chat"))
+            st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--endpoint: 'completions' or 'chat', not '%s'", a);
         cfg->endpoint = strcmp(a, "chat") == 0 ? SD_EP_CHAT : SD_EP_COMPLETIONS;
-        return 0;
-    case 'c': if (parse_int("--concurrency", a, 1, &l)) return -1; cfg->concurrency = (int)(l > 4096 ? 4096 : l); return 0;
-    case 'r': if (parse_num("--request-rate", a, 0, &d)) return -1; cfg->request_rate = d; return 0;
-    case 'n': if (parse_int("--num-prompts", a, 1, &l)) return -1; cfg->num_prompts = l; return 0;
-    case 't': return parse_int("--max-tokens", a, 0, &cfg->max_tokens);
-    case 'T': cfg->has_temperature = true; return parse_num("--temperature", a, 0, &cfg->temperature);
-    case 's': if (parse_int("--seed", a, 0, &l)) return -1; cfg->has_seed = true; cfg->seed = (uint64_t)l; return 0;
-    case 'S': cfg->stream = true; return 0;
-    case 'N': cfg->stream = false; return 0;
-    case 'i': cfg->ignore_eos = true; return 0;
-    case 'd': o->dataset = a; return 0;
-    case 'X': o->strict_dataset = true; return 0;
-    case 'w': return parse_int("--warmup", a, 0, &cfg->warmup);
-    case 'D': return parse_num("--duration", a, 0, &cfg->duration);
-    case 'g': return parse_num("--grace", a, 0, &cfg->grace);
-    case 'o': if (parse_num("--timeout", a, 0.001, &d)) return -1; cfg->timeout = d; return 0;
-    case 'j': o->json_path = a; return 0;
-    case 'p': o->plot_path = a; return 0;
+        break;
+    case 'c':
+        if ((st = opt_long(a, "--concurrency", 1, &l, err, sizeof err)) == SD_OK) cfg->concurrency = (int)(l > 4096 ? 4096 : l);
+        break;
+    case 'r': st = sd_opt_double(a, "--request-rate", 0, HUGE_VAL, &cfg->request_rate, err, sizeof err); break;
+    case 'n': st = opt_long(a, "--num-prompts", 1, &cfg->num_prompts, err, sizeof err); break;
+    case 't': st = opt_long(a, "--max-tokens", 0, &cfg->max_tokens, err, sizeof err); break;
+    case 'T':
+        cfg->has_temperature = true;
+        st = sd_opt_double(a, "--temperature", 0, HUGE_VAL, &cfg->temperature, err, sizeof err);
+        break;
+    case 's': cfg->has_seed = true; st = sd_opt_u64(a, "--seed", &cfg->seed, err, sizeof err); break;
+    case 'S': cfg->stream = true; break;
+    case 'N': cfg->stream = false; break;
+    case 'i': cfg->ignore_eos = true; break;
+    case 'd': o->dataset = a; break;
+    case 'X': o->strict_dataset = true; break;
+    case 'w': st = opt_long(a, "--warmup", 0, &cfg->warmup, err, sizeof err); break;
+    case 'D': st = sd_opt_double(a, "--duration", 0, HUGE_VAL, &cfg->duration, err, sizeof err); break;
+    case 'g': st = sd_opt_double(a, "--grace", 0, HUGE_VAL, &cfg->grace, err, sizeof err); break;
+    case 'o':
+        if ((st = sd_opt_double(a, "--timeout", 0.001, HUGE_VAL, &d, err, sizeof err)) == SD_OK) cfg->timeout = d;
+        break;
+    case 'j': o->json_path = a; break;
+    case 'p': o->plot_path = a; break;
     case 'x': return parse_extra_body(o, a);
-    case 'q': cfg->quiet = true; return 0;
+    case 'q': cfg->quiet = true; break;
     case 'h': return 1;
     default: return -1;
     }
+    if (st != SD_OK) {
+        fprintf(stderr, "specd-bench: %s\n", err);
+        return -1;
+    }
+    return 0;
 }
 
 /* Returns 0 to run, 1 for --help, -1 on a usage error (message printed). */

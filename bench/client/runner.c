@@ -14,12 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "array.h"
+#include "clock.h"
 #include "http.h"
 #include "response.h"
 #include "sse.h"
 #include "stats.h"
+#include "strbuf.h"
 
 #define SD_MAX_INFLIGHT 4096            /* hard cap for open-loop runs */
 #define SD_ERRBODY_MAX 2048             /* kept from error responses */
@@ -34,8 +36,7 @@ typedef struct {
     CURL *easy;
     char *req_body;
     sd_sse *sse;            /* streaming only */
-    char *resp;             /* non-streaming body or error body */
-    size_t resp_len, resp_cap;
+    sd_buf resp;            /* non-streaming body or error body */
     sd_req_record rec;
     double t0;              /* absolute issue time */
     double last_chunk;      /* absolute time of the last content chunk */
@@ -60,13 +61,6 @@ struct runner {
     double phase_t0, next_arrival, next_progress;
     long issued, done, failed, tokens;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void sd_runner_interrupt(void)
 {
@@ -128,14 +122,8 @@ static char *build_body(const sd_bench_config *cfg, const sd_prompt *p)
 
 static void itl_push(sd_req_record *rec, double gap)
 {
-    if (rec->n_itl == rec->cap_itl) {
-        size_t cap = rec->cap_itl ? rec->cap_itl * 2 : 64;
-        double *n = realloc(rec->itl, cap * sizeof *n);
-        if (!n)
-            return; /* drop the sample rather than the request */
-        rec->itl = n;
-        rec->cap_itl = cap;
-    }
+    if (sd_grow(&rec->itl, &rec->cap_itl, rec->n_itl + 1, sizeof *rec->itl) != SD_OK)
+        return; /* drop the sample rather than the request */
     rec->itl[rec->n_itl++] = gap;
 }
 
@@ -185,28 +173,16 @@ static int on_data(void *ud, const char *d, size_t len)
         return 1;
     }
     x->valid_chunks++;
-    absorb(x, &info, now_s(), true);
+    absorb(x, &info, sd_now_s(), true);
     return 0;
 }
 
+/* Keeps up to limit bytes of the body (the rest is cut off silently). */
 static bool keep_body(xfer *x, const char *p, size_t n, size_t limit)
 {
-    if (x->resp_len + n > limit)
-        n = limit - x->resp_len;
-    if (x->resp_len + n + 1 > x->resp_cap) {
-        size_t cap = x->resp_cap ? x->resp_cap : 4096;
-        while (cap < x->resp_len + n + 1)
-            cap *= 2;
-        char *nb = realloc(x->resp, cap);
-        if (!nb)
-            return false;
-        x->resp = nb;
-        x->resp_cap = cap;
-    }
-    memcpy(x->resp + x->resp_len, p, n);
-    x->resp_len += n;
-    x->resp[x->resp_len] = '\0';
-    return true;
+    if (x->resp.len + n > limit)
+        n = limit - x->resp.len;
+    return sd_buf_add(&x->resp, p, n) == SD_OK;
 }
 
 static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
@@ -219,7 +195,7 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud)
     if (st < 200 || st >= 300)
         return keep_body(x, p, n, SD_ERRBODY_MAX) ? n : 0;
     if (!x->sse) {
-        if (x->resp_len + n > SD_BODY_MAX) {
+        if (x->resp.len + n > SD_BODY_MAX) {
             x->bad = true;
             snprintf(x->rec.errmsg, sizeof x->rec.errmsg, "response body over %zu bytes", SD_BODY_MAX);
             return 0;
@@ -281,8 +257,8 @@ static void classify_http(xfer *x)
 {
     long st = x->rec.http_status;
     char msg[192];
-    size_t n = x->resp_len < 120 ? x->resp_len : 120;
-    snprintf(msg, sizeof msg, "HTTP %ld: %.*s", st, (int)n, x->resp ? x->resp : "");
+    size_t n = x->resp.len < 120 ? x->resp.len : 120;
+    snprintf(msg, sizeof msg, "HTTP %ld: %.*s", st, (int)n, x->resp.p ? x->resp.p : "");
     for (char *c = msg; *c; c++)
         if (*c == '\n' || *c == '\r')
             *c = ' ';
@@ -304,12 +280,12 @@ static void classify_body(xfer *x)
     }
     sd_resp_info info;
     char e[128], msg[160];
-    if (sd_resp_parse(x->resp ? x->resp : "", x->resp_len, chat, &info, e, sizeof e) != SD_OK) {
+    if (sd_resp_parse(x->resp.p ? x->resp.p : "", x->resp.len, chat, &info, e, sizeof e) != SD_OK) {
         snprintf(msg, sizeof msg, "bad response body: %s", e);
         set_err(&x->rec, SD_REQERR_BAD_RESPONSE, msg);
         return;
     }
-    absorb(x, &info, now_s(), false);
+    absorb(x, &info, sd_now_s(), false);
     if (x->server_error)
         set_err(&x->rec, SD_REQERR_SERVER_ERROR, NULL);
 }
@@ -356,7 +332,7 @@ static void retire(runner *r, xfer *x)
     curl_easy_cleanup(x->easy);
     sd_sse_free(x->sse);
     free(x->req_body);
-    free(x->resp);
+    sd_buf_free(&x->resp);
     free(x);
 }
 
@@ -370,14 +346,14 @@ static void collect_done(runner *r)
         xfer *x = NULL;
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         CURLcode rc = m->data.result;
-        classify(x, rc, now_s());
+        classify(x, rc, sd_now_s());
         retire(r, x);
     }
 }
 
 static void cancel_all(runner *r)
 {
-    double t = now_s();
+    double t = sd_now_s();
     while (r->n_inflight > 0) {
         xfer *x = r->inflight[r->n_inflight - 1];
         x->rec.e2e = t - x->t0;
@@ -391,16 +367,8 @@ static void cancel_all(runner *r)
 static sd_status reserve_record(runner *r, long id)
 {
     sd_bench_result *res = r->res;
-    if ((size_t)id >= res->cap) {
-        size_t ncap = res->cap ? res->cap * 2 : 256;
-        while (ncap <= (size_t)id)
-            ncap *= 2;
-        sd_req_record *n = realloc(res->recs, ncap * sizeof *n);
-        if (!n)
-            return SD_ERR_NOMEM;
-        res->recs = n;
-        res->cap = ncap;
-    }
+    if (sd_grow(&res->recs, &res->cap, (size_t)id + 1, sizeof *res->recs) != SD_OK)
+        return SD_ERR_NOMEM;
     memset(&res->recs[id], 0, sizeof res->recs[id]);
     res->n = (size_t)id + 1;
     return SD_OK;
@@ -453,7 +421,7 @@ static sd_status issue(runner *r, bool warmup, long id)
     rec->prompt_len_chars = p->len_chars;
     rec->ttft = rec->tpot = rec->e2e = rec->spec_mean = NAN;
     setup_easy(r, x);
-    x->t0 = now_s();
+    x->t0 = sd_now_s();
     rec->start = x->t0 - r->phase_t0;
     x->slot = r->n_inflight;
     r->inflight[r->n_inflight++] = x;
@@ -466,7 +434,7 @@ static sd_status issue(runner *r, bool warmup, long id)
 static void progress(runner *r, bool warmup, long total, bool final)
 {
     const sd_bench_config *cfg = r->cfg;
-    double now = now_s();
+    double now = sd_now_s();
     if (cfg->quiet || (!final && now < r->next_progress) || (final && !cfg->progress_tty))
         return;
     r->next_progress = now + (cfg->progress_tty ? 0.25 : 5.0);
@@ -512,7 +480,7 @@ static sd_status run_phase(runner *r, bool warmup)
     if (cap > SD_MAX_INFLIGHT)
         cap = SD_MAX_INFLIGHT;
     double rate = warmup ? 0.0 : cfg->request_rate;
-    r->phase_t0 = now_s();
+    r->phase_t0 = sd_now_s();
     r->next_progress = r->phase_t0 + (cfg->progress_tty ? 0.0 : 5.0);
     r->next_arrival = 0.0;
     r->issued = r->done = r->failed = r->tokens = 0;
@@ -520,7 +488,7 @@ static sd_status run_phase(runner *r, bool warmup)
         int running;
         curl_multi_perform(r->multi, &running);
         collect_done(r);
-        double t = now_s() - r->phase_t0;
+        double t = sd_now_s() - r->phase_t0;
         bool stop = g_interrupt || (!warmup && cfg->duration > 0 && t >= cfg->duration);
         while (!stop && (total == 0 || r->issued < total) && r->n_inflight < cap &&
                (rate <= 0 || t >= r->next_arrival)) {
@@ -541,7 +509,7 @@ static sd_status run_phase(runner *r, bool warmup)
     }
     progress(r, warmup, total, true);
     if (!warmup)
-        r->res->wall = now_s() - r->phase_t0;
+        r->res->wall = sd_now_s() - r->phase_t0;
     return SD_OK;
 }
 

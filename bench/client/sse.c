@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
+
 struct sd_sse {
-    char *buf;   /* partial line, NUL-terminated scratch of cap bytes */
-    size_t len;  /* bytes of the partial line */
-    size_t cap;
+    sd_buf line; /* the partial line */
     size_t max_line;
     size_t count;
     int broken;  /* a line overflowed: refuse further input */
@@ -19,13 +19,6 @@ sd_sse *sd_sse_new(size_t max_line)
     if (!s)
         return NULL;
     s->max_line = max_line ? max_line : (size_t)1 << 20;
-    s->cap = 256;
-    s->buf = malloc(s->cap);
-    if (!s->buf) {
-        free(s);
-        return NULL;
-    }
-    s->buf[0] = '\0';
     return s;
 }
 
@@ -33,7 +26,7 @@ void sd_sse_free(sd_sse *s)
 {
     if (!s)
         return;
-    free(s->buf);
+    sd_buf_free(&s->line);
     free(s);
 }
 
@@ -44,36 +37,23 @@ size_t sd_sse_count(const sd_sse *s)
 
 static sd_status append(sd_sse *s, const char *p, size_t n)
 {
-    if (s->len + n > s->max_line) {
+    if (s->line.len + n > s->max_line) {
         s->broken = 1;
         return SD_ERR_NOSPACE;
     }
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap;
-        while (cap < s->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(s->buf, cap);
-        if (!nb)
-            return SD_ERR_NOMEM;
-        s->buf = nb;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, p, n);
-    s->len += n;
-    s->buf[s->len] = '\0';
-    return SD_OK;
+    return sd_buf_add(&s->line, p, n);
 }
 
-/* Dispatches the complete line held in s->buf (terminator already removed). */
+/* Dispatches the complete line held in s->line (terminator already removed). */
 static sd_status dispatch(sd_sse *s, sd_sse_data_cb cb, void *ud)
 {
-    size_t len = s->len;
-    if (len > 0 && s->buf[len - 1] == '\r')
-        s->buf[--len] = '\0';
-    s->len = 0;
-    if (len < 5 || memcmp(s->buf, "data:", 5) != 0)
+    size_t len = s->line.len;
+    if (len > 0 && s->line.p[len - 1] == '\r')
+        s->line.p[--len] = '\0';
+    s->line.len = 0;
+    if (len < 5 || memcmp(s->line.p, "data:", 5) != 0)
         return SD_OK;
-    const char *d = s->buf + 5;
+    const char *d = s->line.p + 5;
     size_t dl = len - 5;
     if (dl > 0 && *d == ' ') {
         d++;
@@ -114,7 +94,7 @@ sd_status sd_sse_finish(sd_sse *s, sd_sse_data_cb cb, void *ud)
         return SD_ERR_ARG;
     if (s->broken)
         return SD_ERR_NOSPACE;
-    if (s->len == 0)
+    if (s->line.len == 0)
         return SD_OK;
     return dispatch(s, cb, ud);
 }

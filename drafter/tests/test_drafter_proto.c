@@ -2,7 +2,8 @@
  * way the verifier drives it: health, need_open for unknown requests and
  * length mismatches, open + batch with appended tokens (n-gram drafts equal
  * sd_ngram_lookup; draft-model drafts equal an in-process sd_draft_new
- * proposer), q per token when sampling, close, malformed frames dropped
+ * proposer), q per token when sampling (top_k -1 meaning "off" as 0 does),
+ * close, malformed frames dropped
  * without a crash, an unknown --device refused with exit 2, SIGTERM → exit 0.
  * Needs $SD_BIN/specd-drafter and $SD_MODELS/tinycode-3m. */
 #include <signal.h>
@@ -91,12 +92,13 @@ static void check_health(const char *model)
     sd_msg_free(r);
 }
 
-static void send_open(uint64_t id, const int32_t *ctx, size_t n, float temperature)
+static void send_open_k(uint64_t id, const int32_t *ctx, size_t n, float temperature, int32_t top_k)
 {
     Specd__SamplingParams sp = SPECD__SAMPLING_PARAMS__INIT;
     Specd__DraftOpen o = SPECD__DRAFT_OPEN__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
     sp.temperature = temperature;
+    sp.top_k = top_k;
     sp.seed = 5;
     o.request_id = id;
     o.context = (int32_t *)ctx;
@@ -105,6 +107,11 @@ static void send_open(uint64_t id, const int32_t *ctx, size_t n, float temperatu
     env.body_case = SPECD__ENVELOPE__BODY_DRAFT_OPEN;
     env.draft_open = &o;
     send_env(&env);
+}
+
+static void send_open(uint64_t id, const int32_t *ctx, size_t n, float temperature)
+{
+    send_open_k(id, ctx, n, temperature, 0);
 }
 
 static void send_close(uint64_t id)
@@ -241,6 +248,23 @@ START_TEST(test_model_protocol)
         ck_assert(has);
         ck_assert_double_eq_tol(sum, 1.0, 1e-3);
     }
+    /* top_k -1 is how OpenAI-style clients say "no top-k": the same drafts
+     * and q as top_k 0, not a fall-back to greedy drafting */
+    send_open_k(3, ctx, 7, 0.8f, -1);
+    Specd__Envelope *r3 = batch1(3, 3, 7, NULL, 0, 3, true);
+    const Specd__DraftResult *a = r->draft_reply->results[0], *b = r3->draft_reply->results[0];
+    ck_assert_uint_eq(b->n_tokens, a->n_tokens);
+    ck_assert_uint_eq(b->n_q, a->n_q);
+    ck_assert_uint_gt(b->q[0]->n_q, 1);
+    for (size_t i = 0; i < a->n_tokens; i++) {
+        ck_assert_int_eq(b->tokens[i], a->tokens[i]);
+        ck_assert_uint_eq(b->q[i]->n_q, a->q[i]->n_q);
+        for (size_t j = 0; j < a->q[i]->n_q; j++) {
+            ck_assert_int_eq(b->q[i]->q[j]->token, a->q[i]->q[j]->token);
+            ck_assert_float_eq(b->q[i]->q[j]->prob, a->q[i]->q[j]->prob);
+        }
+    }
+    sd_msg_free(r3);
     sd_msg_free(r);
     stop_drafter();
 }

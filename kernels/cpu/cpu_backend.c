@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "backend.h"
 #include "cpu_dot.h"
 #include "cpu_q8.h"
@@ -50,7 +51,7 @@ static void cpu_free(sd_backend *be, void *p)
     free(p);
 }
 
-static sd_status cpu_upload(sd_backend *be, const sd_st_tensor *t, sd_weight *w, char *err, size_t errlen)
+static sd_status cpu_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
     int64_t rows = t->ndim >= 2 ? t->shape[0] : 1;
@@ -212,24 +213,9 @@ static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weigh
 {
     if (!bf16 || w->dtype != SD_DTYPE_BF16 || !sd_cpu_has_bf16dot()) return NULL;
     size_t n = (size_t)T * w->cols;
-    if (n > impl->xbf_len) {
-        uint16_t *p = realloc(impl->xbf, n * sizeof *p);
-        if (!p) return NULL;
-        impl->xbf = p;
-        impl->xbf_len = n;
-    }
+    if (sd_grow(&impl->xbf, &impl->xbf_len, n, sizeof *impl->xbf) != SD_OK) return NULL;
     sd_f32_to_bf16_n(impl->xbf, x, n);
     return impl->xbf;
-}
-
-/* Grows *p to n elements of size sz; false on allocation failure. */
-static bool grow(void **p, size_t *len, size_t n, size_t sz)
-{
-    void *q = realloc(*p, n * sz);
-    if (!q) return false;
-    *p = q;
-    *len = n;
-    return true;
 }
 
 /* below this many multiply-adds a hand-off to the pool costs more than it saves */
@@ -250,8 +236,8 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
     if (w0->dtype == SD_DTYPE_Q8) {
         cpu_impl *impl = impl_of(be);
         size_t n = (size_t)T * w0->cols;
-        if (!same || (n > impl->xq_len && !grow((void **)&impl->xq, &impl->xq_len, n, 1)) ||
-            ((size_t)T > impl->xqs_len && !grow((void **)&impl->xqs, &impl->xqs_len, (size_t)T, sizeof(float)))) {
+        if (!same || sd_grow(&impl->xq, &impl->xq_len, n, sizeof *impl->xq) != SD_OK ||
+            sd_grow(&impl->xqs, &impl->xqs_len, (size_t)T, sizeof *impl->xqs) != SD_OK) {
             fprintf(stderr, "specd: Q8 matmul: %s\n", same ? "out of memory" : "mixed weight types in a group");
             abort();
         }
@@ -439,15 +425,11 @@ static void attn_task(void *ctx, int i, int n)
     for (int w = lo; w < hi; w++) attn_item(c, w, sc);
 }
 
+/* Room for need floats per thread (layout [n_threads][scratch_len]). */
 static int grow_scratch(cpu_impl *impl, size_t need)
 {
-    if (need <= impl->scratch_len) return 0;
-    size_t len = need + 1024;
-    float *p = realloc(impl->attn_scratch, len * sizeof(float) * (size_t)sd_pool_size(impl->pool));
-    if (!p) return -1;
-    impl->attn_scratch = p;
-    impl->scratch_len = len;
-    return 0;
+    size_t per_entry = sizeof(float) * (size_t)sd_pool_size(impl->pool); /* one float for every thread */
+    return sd_grow(&impl->attn_scratch, &impl->scratch_len, need, per_entry) == SD_OK ? 0 : -1;
 }
 
 static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,

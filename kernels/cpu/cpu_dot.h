@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vecmath.h" /* sd_argmax_f32, sd_exp_weights, sd_exp_sum live here too */
+
 /* Selects the SIMD path once (AVX2+FMA when the CPU has it). */
 void sd_cpu_dot_init(void);
 /* Caps the SIMD paths (tests, comparisons): 0 scalar, 1 AVX2, 2 everything
@@ -52,17 +54,6 @@ void sd_rmsnorm_row(float *y, const float *x, const float *g, int D, float eps, 
 /* Rotate-half RoPE of one head vector v[2*half] in place (cos c, sin s;
  * bf16: each product and the sum rounded). */
 void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16);
-
-/* Index of the first maximum of x[0..n), NaNs ignored; -1 when every entry
- * is NaN (or n <= 0). */
-int sd_argmax_f32(const float *x, int n);
-
-/* w[i] = exp((x[i] - mx) / temp) in float, vectorised (softmax numerators
- * for sampling); NaN inputs give 0; within 2 ulp of expf. */
-void sd_exp_weights(const float *x, int n, float mx, float temp, float *w);
-
-/* sum_i exp(x[i] - shift), vectorised (a softmax denominator). */
-float sd_exp_sum(const float *x, int n, float shift);
 
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
 
@@ -109,7 +110,7 @@ static void cuda_free(sd_backend *be, void *p)
 
 /* Copies n elements of t (row-major) to dev as bf16, converting on the host
  * in chunks so the staging stays small. */
-static sd_status upload_bf16(cuda_impl *im, const sd_st_tensor *t, uint16_t *dev, size_t n)
+static sd_status upload_bf16(cuda_impl *im, const sd_tensor *t, uint16_t *dev, size_t n)
 {
     if (n == 0) return SD_OK;
     if (t->dtype == SD_DTYPE_BF16) {
@@ -141,7 +142,7 @@ static sd_status upload_bf16(cuda_impl *im, const sd_st_tensor *t, uint16_t *dev
 }
 
 /* 1-D tensors (norm weights, biases) as f32. */
-static sd_status upload_f32(cuda_impl *im, const sd_st_tensor *t, float *dev, size_t n)
+static sd_status upload_f32(cuda_impl *im, const sd_tensor *t, float *dev, size_t n)
 {
     float *f = malloc((n ? n : 1) * sizeof *f);
     if (!f) return SD_ERR_NOMEM;
@@ -153,7 +154,7 @@ static sd_status upload_f32(cuda_impl *im, const sd_st_tensor *t, float *dev, si
     return SD_OK;
 }
 
-static sd_status cuda_upload(sd_backend *be, const sd_st_tensor *t, sd_weight *w, char *err, size_t errlen)
+static sd_status cuda_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, char *err, size_t errlen)
 {
     cuda_impl *im = cu(be);
     memset(w, 0, sizeof *w);
@@ -313,14 +314,8 @@ static sd_status stage_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, 
 {
     size_t n = 2 * (size_t)T;
     for (int s = 0; s < n_seqs; s++) n += (size_t)(seqs[s].pos0 + seqs[s].n + bs - 1) / bs;
-    if (n > im->h_meta_cap) {
-        int32_t *p = realloc(im->h_meta, n * sizeof *p);
-        if (p) im->h_meta = p;
-        int32_t *l = p ? realloc(im->h_last, n * sizeof *l) : NULL;
-        if (l) im->h_last = l;
-        if (!p || !l) return SD_ERR_NOMEM;
-        im->h_meta_cap = n;
-    }
+    const sd_grow_item host[] = {SD_GROW_ITEM(im->h_meta), SD_GROW_ITEM(im->h_last)};
+    if (sd_grow_all(host, 2, &im->h_meta_cap, n) != SD_OK) return SD_ERR_NOMEM;
     int32_t *m = im->h_meta;
     size_t off = 0;
     for (int s = 0; s < n_seqs; s++) {

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "msg.h"
 
 #define MAX_REQ 1024
@@ -40,13 +41,6 @@ typedef struct {
 static freq reqs[MAX_REQ];
 static int g_eos = 0;
 static uint64_t g_steps, g_drafted, g_accepted, g_generated;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static void send_env(void *sock, const sd_msg_id *peer, Specd__Envelope *env)
 {
@@ -209,10 +203,10 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "fake-verifier: listening on %s\n", listen);
-    double next = now_ms();
+    double next = sd_now_ms();
     for (;;) {
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-        double wait = next - now_ms();
+        double wait = next - sd_now_ms();
         zmq_poll(&it, 1, wait > 0 ? (long)wait + 1 : 0);
         for (;;) {
             sd_msg_id peer;
@@ -231,10 +225,10 @@ int main(int argc, char **argv)
             else fprintf(stderr, "fake-verifier: unexpected %s dropped\n", sd_msg_kind(env));
             sd_msg_free(env);
         }
-        if (now_ms() >= next) {
+        if (sd_now_ms() >= next) {
             for (int i = 0; i < MAX_REQ; i++)
                 if (reqs[i].used) step(sock, &reqs[i]);
-            next = now_ms() + delay;
+            next = sd_now_ms() + delay;
         }
     }
 }

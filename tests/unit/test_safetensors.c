@@ -93,7 +93,7 @@ START_TEST(test_fixture_f32)
     tu_fixture(path, sizeof path, "models/qwen3-tiny/model.safetensors");
     ck_assert_msg(sd_st_open_file(path, &st, err, sizeof err) == SD_OK, "%s", err);
     ck_assert_uint_eq(sd_st_count(st), 35);
-    const sd_st_tensor *t = NULL;
+    const sd_tensor *t = NULL;
     const int64_t emb[2] = {512, 64};
     ck_assert_int_eq(sd_st_get(st, "model.embed_tokens.weight", 2, emb, &t, err, sizeof err), SD_OK);
     ck_assert_int_eq(t->dtype, SD_DTYPE_F32);
@@ -116,7 +116,7 @@ START_TEST(test_fixture_f32)
     ck_assert_ptr_null(sd_st_find(st, ""));
     /* every tensor reachable by index and by name; sorted by name */
     for (size_t i = 0; i < sd_st_count(st); i++) {
-        const sd_st_tensor *a = sd_st_at(st, i);
+        const sd_tensor *a = sd_st_at(st, i);
         ck_assert_ptr_eq(sd_st_find(st, a->name), a);
         if (i) ck_assert_int_lt(strcmp(sd_st_at(st, i - 1)->name, a->name), 0);
     }
@@ -143,7 +143,7 @@ START_TEST(test_fixture_sharded_bf16)
     ck_assert_msg(sd_st_open_dir(path, &st, err, sizeof err) == SD_OK, "%s", err);
     ck_assert_uint_eq(sd_st_count(st), 25);
     for (size_t i = 0; i < sd_st_count(st); i++) ck_assert_int_eq(sd_st_at(st, i)->dtype, SD_DTYPE_BF16);
-    const sd_st_tensor *t;
+    const sd_tensor *t;
     const int64_t lm[2] = {512, 96}, kp[2] = {48, 96}, qn[1] = {16};
     ck_assert_int_eq(sd_st_get(st, "lm_head.weight", 2, lm, &t, err, sizeof err), SD_OK);
     ck_assert_uint_eq(t->nbytes, 512 * 96 * 2);
@@ -172,7 +172,7 @@ START_TEST(test_demo_model)
     ck_assert_msg(sd_st_open_dir(tu_model(path, sizeof path, "tinycode-16m"), &st, err, sizeof err) == SD_OK, "%s",
                   err);
     ck_assert_uint_eq(sd_st_count(st), 90);
-    const sd_st_tensor *t;
+    const sd_tensor *t;
     const int64_t emb[2] = {8192, 384};
     ck_assert_int_eq(sd_st_get(st, "model.embed_tokens.weight", 2, emb, &t, err, sizeof err), SD_OK);
     ck_assert_int_eq(t->dtype, SD_DTYPE_BF16);
@@ -191,7 +191,7 @@ START_TEST(test_synthetic_ok)
     ck_assert_msg(sd_st_open_file(tmp_path(path, sizeof path, "ok.safetensors"), &st, err, sizeof err) == SD_OK, "%s",
                   err);
     ck_assert_uint_eq(sd_st_count(st), 2);
-    const sd_st_tensor *w = sd_st_find(st, "w"), *b = sd_st_find(st, "b");
+    const sd_tensor *w = sd_st_find(st, "w"), *b = sd_st_find(st, "b");
     ck_assert(w && b);
     ck_assert_int_eq(w->ndim, 2);
     ck_assert_int_eq(w->shape[0], 2);
@@ -372,7 +372,7 @@ END_TEST
 START_TEST(test_get_args)
 {
     char err[128];
-    const sd_st_tensor *t = (const sd_st_tensor *)0x1;
+    const sd_tensor *t = (const sd_tensor *)0x1;
     ck_assert_int_eq(sd_st_get(NULL, "x", 0, NULL, &t, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_null(t);
     ck_assert_ptr_null(sd_st_find(NULL, "x"));

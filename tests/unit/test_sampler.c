@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_dot.h"
+#include "vecmath.h"
 #include "sampler.h"
 #include "testutil.h"
 

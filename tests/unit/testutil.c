@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "model.h"
+#include "strbuf.h"
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -32,21 +33,11 @@ const char *tu_model(char *buf, size_t n, const char *rel)
 
 char *tu_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (!buf) return NULL;
-    buf[sz] = '\0';
-    if (len) *len = (size_t)sz;
-    return buf;
+    char *text;
+    size_t n;
+    if (sd_read_file(path, (size_t)1 << 31, &text, &n, NULL, 0) != SD_OK) return NULL;
+    if (len) *len = n;
+    return text;
 }
 
 int tu_run_suite(Suite *s)

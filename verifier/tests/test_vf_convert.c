@@ -98,13 +98,6 @@ START_TEST(mappings)
     ck_assert_uint_eq(ss.steps, 3);
     ck_assert_uint_eq(ss.n_accepted_at, 5);
     ck_assert_uint_eq(ss.accepted_at[0], 3);
-    sd_sampling smp = sd_sampling_default();
-    smp.temperature = 0.5f;
-    Specd__SamplingParams sp;
-    sd_vf_sampling_to_proto(&smp, &sp);
-    sd_sampling back = sd_vf_sampling_from_proto(&sp);
-    ck_assert_float_eq(back.temperature, 0.5f);
-    ck_assert_float_eq(back.top_p, 1.0f);
 }
 END_TEST
 

@@ -97,7 +97,7 @@ static void make_weight(wpair *w, int rows, int cols, int matrix, uint32_t seed,
         union { float f; uint32_t u; } v = {.f = w->h32[i]};
         w->h16[i] = (uint16_t)(v.u >> 16);
     }
-    sd_st_tensor t = {.name = "w", .dtype = matrix ? SD_DTYPE_BF16 : SD_DTYPE_F32, .ndim = matrix ? 2 : 1};
+    sd_tensor t = {.name = "w", .dtype = matrix ? SD_DTYPE_BF16 : SD_DTYPE_F32, .ndim = matrix ? 2 : 1};
     t.shape[0] = matrix ? rows : cols;
     t.shape[1] = cols;
     t.data = matrix ? (const void *)w->h16 : (const void *)w->h32;

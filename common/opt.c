@@ -1,0 +1,65 @@
+/* opt.c — see opt.h. */
+#include "opt.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+
+sd_status sd_opt_i64(const char *s, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err,
+                     size_t errlen)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be an integer in [%" PRId64 ", %" PRId64 "], got '%s'",
+                         name, lo, hi, s ? s : "");
+    *out = (int64_t)v;
+    return SD_OK;
+}
+
+sd_status sd_opt_int(const char *s, const char *name, int lo, int hi, int *out, char *err, size_t errlen)
+{
+    int64_t v;
+    sd_status st = sd_opt_i64(s, name, lo, hi, &v, err, errlen);
+    if (st == SD_OK) *out = (int)v;
+    return st;
+}
+
+sd_status sd_opt_u64(const char *s, const char *name, uint64_t *out, char *err, size_t errlen)
+{
+    char *end = NULL;
+    errno = 0;
+    /* strtoull accepts a sign ("-1" wraps): refuse it */
+    const char *p = s;
+    while (p && (*p == ' ' || *p == '\t')) p++;
+    unsigned long long v = p && *p != '-' && *p != '+' ? strtoull(p, &end, 10) : 0;
+    if (!p || *p == '-' || *p == '+' || errno || end == p || *end)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be an integer in [0, %" PRIu64 "], got '%s'", name,
+                         UINT64_MAX, s ? s : "");
+    *out = (uint64_t)v;
+    return SD_OK;
+}
+
+sd_status sd_opt_double(const char *s, const char *name, double lo, double hi, double *out, char *err,
+                        size_t errlen)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be a number in [%g, %g], got '%s'", name, lo, hi,
+                         s ? s : "");
+    *out = v;
+    return SD_OK;
+}
+
+sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, float *out, char *err,
+                       size_t errlen)
+{
+    double v;
+    sd_status st = sd_opt_double(s, name, lo, hi, &v, err, errlen);
+    if (st == SD_OK) *out = (float)v;
+    return st;
+}

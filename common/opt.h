@@ -1,0 +1,31 @@
+/* opt.h — numeric command-line values, parsed and range-checked one way in
+ * every program: the whole string must be a number (no trailing junk, no
+ * empty string, no overflow) inside [lo, hi]; otherwise the message in err
+ * reads "NAME must be an integer in [lo, hi], got 'S'" (or "a number"). */
+#ifndef SD_OPT_H
+#define SD_OPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+/* Decimal integer in [lo, hi] into *out. SD_ERR_ARG with a message otherwise. */
+sd_status sd_opt_int(const char *s, const char *name, int lo, int hi, int *out, char *err, size_t errlen);
+
+/* The same for a wider range (sizes, byte counts, seconds). */
+sd_status sd_opt_i64(const char *s, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err,
+                     size_t errlen);
+
+/* A decimal unsigned 64-bit integer (seeds): every value 0 .. 2^64 - 1. */
+sd_status sd_opt_u64(const char *s, const char *name, uint64_t *out, char *err, size_t errlen);
+
+/* A finite decimal number in [lo, hi] into *out. */
+sd_status sd_opt_double(const char *s, const char *name, double lo, double hi, double *out, char *err,
+                        size_t errlen);
+
+/* sd_opt_double stored as a float. */
+sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, float *out, char *err,
+                       size_t errlen);
+
+#endif
