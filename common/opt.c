@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 sd_status sd_opt_i64(const char *s, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err,
                      size_t errlen)
@@ -62,4 +63,14 @@ sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, fl
     sd_status st = sd_opt_double(s, name, lo, hi, &v, err, errlen);
     if (st == SD_OK) *out = (float)v;
     return st;
+}
+
+sd_status sd_opt_on_off(const char *s, const char *name, bool *out, char *err, size_t errlen)
+{
+    static const char *const on[] = {"on", "1", "true"}, *const off[] = {"off", "0", "false"};
+    for (int i = 0; s && i < 3; i++) {
+        if (!strcmp(s, on[i])) return (*out = true), SD_OK;
+        if (!strcmp(s, off[i])) return (*out = false), SD_OK;
+    }
+    return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be on or off, got '%s'", name, s ? s : "");
 }

@@ -5,6 +5,7 @@
 #ifndef SD_OPT_H
 #define SD_OPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,9 @@ sd_status sd_opt_u64(const char *s, const char *name, uint64_t *out, char *err, 
 /* A finite decimal number in [lo, hi] into *out. */
 sd_status sd_opt_double(const char *s, const char *name, double lo, double hi, double *out, char *err,
                         size_t errlen);
+
+/* "on" or "off" (also 1 / 0, true / false) into *out. */
+sd_status sd_opt_on_off(const char *s, const char *name, bool *out, char *err, size_t errlen);
 
 /* sd_opt_double stored as a float. */
 sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, float *out, char *err,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "span.h"
 
 struct sd_dstate {
     sd_dreq *slots;
@@ -58,10 +59,19 @@ static void forget(sd_dreq *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Grows r->ctx to hold at least need tokens. */
-static sd_status reserve(sd_dreq *r, size_t need)
+sd_status sd_dstate_reserve(sd_dreq *r, size_t n)
 {
-    return sd_grow(&r->ctx, &r->cap, need, sizeof *r->ctx);
+    return sd_grow(&r->ctx, &r->cap, n, sizeof *r->ctx);
+}
+
+sd_dreq *sd_dstate_at(sd_dstate *t, int i)
+{
+    return i >= 0 && i < t->n_slots && t->slots[i].used ? &t->slots[i] : NULL;
+}
+
+int sd_dstate_capacity(const sd_dstate *t)
+{
+    return t->n_slots;
 }
 
 /* A free slot, or the least recently used one (evicted, reported). */
@@ -90,12 +100,14 @@ sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n
         r->used = true;
     }
     r->n_ctx = 0;
-    if (reserve(r, n_ctx ? n_ctx : 1) != SD_OK) {
+    memset(&r->pipe, 0, sizeof r->pipe);
+    if (sd_dstate_reserve(r, n_ctx ? n_ctx : 1) != SD_OK) {
         forget(r);
         return SD_ERR_NOMEM;
     }
     if (n_ctx) memcpy(r->ctx, ctx, n_ctx * sizeof *ctx);
     r->n_ctx = n_ctx;
+    r->ctx_hash = sd_span_hash(SD_SPAN_HASH_SEED, ctx, n_ctx);
     r->sampling = sampling ? *sampling : sd_sampling_default();
     r->last_used = ++t->clock;
     return SD_OK;
@@ -115,12 +127,13 @@ sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, c
     *out = NULL;
     sd_dreq *r = sd_dstate_get(t, id);
     if (!r || (uint64_t)r->n_ctx + (uint64_t)n_new != committed_len) return SD_ERR_STATE;
-    if (reserve(r, r->n_ctx + n_new) != SD_OK) {
+    if (sd_dstate_reserve(r, r->n_ctx + n_new) != SD_OK) {
         forget(r);
         return SD_ERR_NOMEM;
     }
     if (n_new) memcpy(r->ctx + r->n_ctx, new_tokens, n_new * sizeof *new_tokens);
     r->n_ctx += n_new;
+    r->ctx_hash = sd_span_hash(r->ctx_hash, new_tokens, n_new);
     r->last_used = ++t->clock;
     *out = r;
     return SD_OK;

@@ -18,18 +18,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proposer.h"
 #include "sampler.h"
 #include "status.h"
+
+/* What pipelined drafting (dpipe.h) keeps per request: the verifier's last
+ * word on it and whether a span for that state is owed. */
+typedef struct sd_dreq_pipe {
+    int k;                 /* drafts per span the verifier takes */
+    bool want_q;           /* sampled drafts, with q */
+    int64_t n_prompt;      /* committed_len - output_pos: a token's output position is pos - n_prompt */
+    int32_t in_flight[SD_MAX_DRAFT]; /* drafts the verifier is verifying, after ctx */
+    int n_in_flight;
+    bool dirty;            /* the state changed: a span is owed */
+    uint8_t peer[256];     /* the verifier's ROUTER identity (spans go there) */
+    size_t peer_len;
+} sd_dreq_pipe;
 
 /* One request's state. Owned by the table; pointers into it stay valid until
  * the next open / close / advance of the same table. */
 typedef struct sd_dreq {
     uint64_t id;
-    int32_t *ctx;          /* committed tokens known to the drafter */
+    int32_t *ctx;          /* committed tokens known to the drafter; room for in_flight after them */
     size_t n_ctx, cap;
+    uint64_t ctx_hash;     /* sd_span_hash of ctx[0..n_ctx) (proto/span.h) */
     sd_sampling sampling;
     uint64_t last_used;    /* LRU clock value of the last open/advance */
     bool used;
+    sd_dreq_pipe pipe;
 } sd_dreq;
 
 typedef struct sd_dstate sd_dstate;
@@ -42,7 +58,7 @@ sd_dstate *sd_dstate_new(int max_seqs);
 void sd_dstate_free(sd_dstate *t);
 
 /* Opens (or re-opens) request id with its full committed context (copied)
- * and sampling settings (copied). When the table is full and id is new, the
+ * and sampling settings (copied); its pipelined state starts clean. When the table is full and id is new, the
  * least recently used request is evicted first: its id is written to
  * *evicted (may be NULL) and the function returns true in *did_evict (may be
  * NULL) so the caller can release that request's proposer state.
@@ -65,6 +81,15 @@ sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, c
 
 /* The request id, or NULL when unknown. Does not touch the LRU order. */
 sd_dreq *sd_dstate_get(sd_dstate *t, uint64_t id);
+
+/* Makes room for n tokens in r->ctx (its committed tokens are kept).
+ * SD_ERR_NOMEM leaves r unchanged. */
+sd_status sd_dstate_reserve(sd_dreq *r, size_t n);
+
+/* Slot i of the table (0 <= i < sd_dstate_capacity), NULL when unused:
+ * for walking every request. */
+sd_dreq *sd_dstate_at(sd_dstate *t, int i);
+int sd_dstate_capacity(const sd_dstate *t);
 
 /* Number of requests held. */
 int sd_dstate_count(const sd_dstate *t);

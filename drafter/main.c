@@ -3,15 +3,18 @@
  *   specd-drafter [--listen tcp://127.0.0.1:5556] (--model DIR | --ngram)
  *                 [--ngram-min 1] [--ngram-max 4] [--threads 1] [--max-seqs 64]
  *                 [--max-context N] [--device cpu|cuda:N] [--quant auto] [--p-min 0.3]
- *                 [--log-level info]
+ *                 [--spec-pipeline on] [--log-level info]
  *
  * Binds a ZeroMQ ROUTER socket and serves the verifier's draft protocol
  * (proto/specd.proto, drafter/README.md): DraftOpen / DraftClose keep the
  * per-request state table (dstate.h), each DraftBatch becomes ONE batched
  * propose call over every valid item (a draft model, draft.h, or the n-gram
- * proposer, ngram.h), answered with a DraftReply in item order to the
- * sender. HealthRequest gets a HealthReply. Malformed or unexpected messages
- * are logged at debug level and dropped.
+ * proposer, ngram.h). A serial batch is answered with a DraftReply in item
+ * order to the sender; a pipelined one only updates each request's state
+ * (dpipe.h), and between messages the drafter drafts, in one batched propose
+ * call, every request owed a span and sends those spans. HealthRequest gets
+ * a HealthReply. Malformed or unexpected messages are logged at debug level
+ * and dropped.
  *
  * Single-threaded: this thread owns the socket, the proposer, its model and
  * KV pool. SIGINT / SIGTERM end the loop; the process exits 0. */
@@ -30,6 +33,9 @@
 #include "backend_open.h"
 #include "convert.h"
 #include "draft.h"
+#include "clock.h"
+#include "dpipe.h"
+#include "dreply.h"
 #include "dstate.h"
 #include "log.h"
 #include "model.h"
@@ -46,6 +52,7 @@ typedef struct drafter_opts {
     int ngram_min, ngram_max, threads, max_seqs, max_context;
     int quant;        /* SD_DRAFT_QUANT_* */
     float p_min;
+    bool pipeline;    /* --spec-pipeline: draft ahead when the verifier pipelines */
 } drafter_opts;
 
 /* Everything the serving loop owns. */
@@ -61,7 +68,11 @@ typedef struct drafter {
     sd_proposal *props;
     int *item_of;        /* DraftItem index -> propose item index, -1 none */
     int *need_open;      /* per DraftItem */
+    sd_dreq **preqs;     /* the request of each propose item */
+    sd_dspan *spans;     /* the answers of one reply */
     size_t cap;
+    bool pipeline;       /* --spec-pipeline on */
+    uint64_t last_step;  /* step of the last DraftBatch seen */
 } drafter;
 
 static volatile sig_atomic_t g_stop;
@@ -76,7 +87,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
-               "                     [--quant auto|int8|none] [--p-min P] [--log-level debug|info|warn|error]\n");
+               "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
+               "                     [--log-level debug|info|warn|error]\n");
 }
 
 /* Fills o from argv. Returns 0, 1 for --help, -1 on a usage error. */
@@ -86,11 +98,11 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         {"listen", 1, 0, 'l'},    {"model", 1, 0, 'm'},     {"ngram", 0, 0, 'n'},     {"ngram-min", 1, 0, 'a'},
         {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
         {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
-        {"p-min", 1, 0, 'p'},     {0, 0, 0, 0}};
+        {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
-                        .p_min = SD_DRAFT_P_MIN_DEFAULT};
+                        .p_min = SD_DRAFT_P_MIN_DEFAULT, .pipeline = true};
     char err[256] = "";
     sd_status st = SD_OK;
     int c;
@@ -111,6 +123,7 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
                 st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--quant must be auto, int8 or none, got '%s'", optarg);
             break;
         case 'p': st = sd_opt_float(optarg, "--p-min", 0.0, 1.0, &o->p_min, err, sizeof err); break;
+        case 'P': st = sd_opt_on_off(optarg, "--spec-pipeline", &o->pipeline, err, sizeof err); break;
         case 'h': return 1;
         default: return -1;
         }
@@ -242,8 +255,8 @@ static void on_close(drafter *d, const Specd__DraftClose *m)
 static int fit_batch(drafter *d, size_t n)
 {
     const sd_grow_item per_item[] = {SD_GROW_ITEM(d->items), SD_GROW_ITEM(d->props), SD_GROW_ITEM(d->item_of),
-                                     SD_GROW_ITEM(d->need_open)};
-    return sd_grow_all(per_item, 4, &d->cap, n) == SD_OK ? 0 : -1;
+                                     SD_GROW_ITEM(d->need_open), SD_GROW_ITEM(d->preqs), SD_GROW_ITEM(d->spans)};
+    return sd_grow_all(per_item, 6, &d->cap, n) == SD_OK ? 0 : -1;
 }
 
 /* True when request id appears among the first i items of b. */
@@ -254,10 +267,10 @@ static bool seen_before(const Specd__DraftBatch *b, size_t i)
     return false;
 }
 
-/* Advances the state of every item and fills the propose items. Returns how
- * many propose items there are; item_of / need_open describe each DraftItem.
- * A request repeated within one batch drafts once (later copies get an
- * empty result): the proposer keys its state by request id. */
+/* Serial: advances the state of every item and fills the propose items.
+ * Returns how many propose items there are; item_of / need_open describe
+ * each DraftItem. A request repeated within one batch drafts once (later
+ * copies get an empty result): the proposer keys its state by request id. */
 static int collect_items(drafter *d, const Specd__DraftBatch *b)
 {
     int n = 0;
@@ -277,96 +290,123 @@ static int collect_items(drafter *d, const Specd__DraftBatch *b)
         d->items[n] = (sd_propose_item){.seq_id = r->id, .context = r->ctx, .n_context = (int)r->n_ctx,
                                         .k = k, .sampling = &r->sampling, .want_q = it->sample,
                                         .out_pos = it->output_pos};
+        d->preqs[n] = r;
         d->item_of[i] = n++;
     }
     return n;
 }
 
-/* Sends the DraftReply for b: results in item order, q per token when the
- * item asked for it (a proposer without q gives the one-hot {token: 1}). */
-static void send_reply(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
+/* ONE batched propose over d->items[0..n) into d->props (no drafts on a
+ * failure). Returns its wall time in microseconds. */
+static uint32_t propose_all(drafter *d, int n, uint64_t step)
 {
-    size_t n = b->n_items, nprop = 0, nprob = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (d->item_of[i] < 0 || !b->items[i]->sample) continue;
-        const sd_proposal *p = &d->props[d->item_of[i]];
-        nprop += (size_t)p->n;
-        for (int t = 0; t < p->n; t++) nprob += p->q[t] ? p->nq[t] : 1;
+    for (int i = 0; i < n; i++) d->props[i].n = 0;
+    if (n <= 0) return 0;
+    double t0 = sd_now_s();
+    char err[256] = "";
+    if (d->prop->ops->propose(d->prop, d->items, n, d->props, err, sizeof err) != SD_OK) {
+        SD_WARN("propose failed (step %llu): %s (answering without drafts)", (unsigned long long)step, err);
+        for (int i = 0; i < n; i++) d->props[i].n = 0;
     }
-    Specd__DraftResult *res = calloc(n ? n : 1, sizeof *res);
-    Specd__DraftResult **resp = calloc(n ? n : 1, sizeof *resp);
-    Specd__Proposal *pb = calloc(nprop ? nprop : 1, sizeof *pb);
-    Specd__Proposal **pp = calloc(nprop ? nprop : 1, sizeof *pp);
-    Specd__TokenProb *tb = calloc(nprob ? nprob : 1, sizeof *tb);
-    Specd__TokenProb **tp = calloc(nprob ? nprob : 1, sizeof *tp);
-    if (!res || !resp || !pb || !pp || !tb || !tp) {
-        SD_ERROR("out of memory building the reply to step %llu", (unsigned long long)b->step);
-        goto out;
-    }
-    size_t ip = 0, it = 0;
-    for (size_t i = 0; i < n; i++) {
-        Specd__DraftResult *r = &res[i];
-        specd__draft_result__init(r);
-        resp[i] = r;
-        r->request_id = b->items[i]->request_id;
-        r->need_open = d->need_open[i];
-        if (d->item_of[i] < 0) continue;
-        sd_proposal *p = &d->props[d->item_of[i]];
-        r->n_tokens = (size_t)p->n;
-        r->tokens = p->tokens;
-        if (!b->items[i]->sample || p->n == 0) continue;
-        r->n_q = (size_t)p->n;
-        r->q = &pp[ip];
-        for (int t = 0; t < p->n; t++, ip++) {
-            specd__proposal__init(&pb[ip]);
-            pp[ip] = &pb[ip];
-            size_t nq = p->q[t] ? p->nq[t] : 1;
-            pb[ip].n_q = nq;
-            pb[ip].q = &tp[it];
-            for (size_t j = 0; j < nq; j++, it++) {
-                specd__token_prob__init(&tb[it]);
-                tb[it].token = p->q[t] ? p->q[t][j].token : p->tokens[t];
-                tb[it].prob = p->q[t] ? p->q[t][j].prob : 1.0f;
-                tp[it] = &tb[it];
-            }
-        }
-    }
-    Specd__DraftReply rep = SPECD__DRAFT_REPLY__INIT;
-    Specd__Envelope env = SPECD__ENVELOPE__INIT;
-    rep.step = b->step;
-    rep.n_results = n;
-    rep.results = resp;
-    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_REPLY;
-    env.draft_reply = &rep;
-    send_env(d, peer, &env);
-out:
-    free(res);
-    free(resp);
-    free(pb);
-    free(pp);
-    free(tb);
-    free(tp);
+    double us = (sd_now_s() - t0) * 1e6;
+    return us < 4e9 ? (uint32_t)us : UINT32_MAX;
 }
 
-/* One DraftBatch: advance every item, ONE batched propose, one reply. */
+/* Sends spans[0..n) as one DraftReply to peer. */
+static void send_spans(drafter *d, const sd_msg_id *peer, uint64_t step, const sd_dspan *spans, size_t n)
+{
+    sd_dreply r;
+    if (sd_dreply_build(&r, step, spans, n) != SD_OK) {
+        SD_ERROR("out of memory building a reply (step %llu)", (unsigned long long)step);
+        return;
+    }
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_REPLY;
+    env.draft_reply = &r.rep;
+    send_env(d, peer, &env);
+    sd_dreply_free(&r);
+}
+
+/* Serial batch: advance every item, ONE batched propose, one reply in item
+ * order (q per token when the item asked for it). */
+static void on_serial_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
+{
+    int n = collect_items(d, b);
+    uint32_t us = propose_all(d, n, b->step);
+    for (size_t i = 0; i < b->n_items; i++) {
+        const Specd__DraftItem *it = b->items[i];
+        int k = d->item_of[i];
+        d->spans[i] = (sd_dspan){.id = it->request_id, .need_open = d->need_open[i], .base_len = it->committed_len,
+                                 .base_hash = k >= 0 ? d->preqs[k]->ctx_hash : 0, .p = k >= 0 ? &d->props[k] : NULL,
+                                 .with_q = it->sample, .draft_us = us};
+    }
+    send_spans(d, peer, b->step, d->spans, b->n_items);
+}
+
+/* Pipelined batch: record each request's new state (dpipe.h); the drafting
+ * happens in the serving loop. Requests the drafter cannot advance get a
+ * need_open answer at once. */
+static void on_pipe_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
+{
+    size_t n_open = 0;
+    for (size_t i = 0; i < b->n_items; i++) {
+        const Specd__DraftItem *it = b->items[i];
+        if (seen_before(b, i)) continue;
+        sd_dreq *r;
+        if (sd_dstate_advance(d->table, it->request_id, it->committed_len, it->new_tokens, it->n_new_tokens, &r) !=
+                SD_OK ||
+            sd_dpipe_note(r, it, peer->data, peer->len, d->pipeline) != SD_OK)
+            d->spans[n_open++] = (sd_dspan){.id = it->request_id, .need_open = true};
+    }
+    if (n_open) send_spans(d, peer, b->step, d->spans, n_open);
+}
+
 static void on_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
 {
+    d->last_step = b->step;
     if (fit_batch(d, b->n_items ? b->n_items : 1) != 0) {
         SD_ERROR("out of memory for a batch of %zu items; dropped", b->n_items);
         return;
     }
-    int n = collect_items(d, b);
-    for (int i = 0; i < n; i++) d->props[i].n = 0;
-    if (n > 0) {
-        char err[256] = "";
-        sd_status st = d->prop->ops->propose(d->prop, d->items, n, d->props, err, sizeof err);
-        if (st != SD_OK) {
-            SD_WARN("propose failed for step %llu: %s (answering without drafts)", (unsigned long long)b->step,
-                    err);
-            for (int i = 0; i < n; i++) d->props[i].n = 0;
-        }
+    if (b->pipeline) on_pipe_batch(d, peer, b);
+    else on_serial_batch(d, peer, b);
+}
+
+/* Pipelined: drafts, in one batched propose call, for every request owed a
+ * span, and sends the spans to their verifiers. */
+static void draft_owed(drafter *d)
+{
+    size_t cap = (size_t)sd_dstate_capacity(d->table);
+    if (fit_batch(d, cap) != 0) return;
+    int n = sd_dpipe_collect(d->table, d->items, d->preqs, (int)cap);
+    uint32_t us = propose_all(d, n, d->last_step);
+    for (int i = 0; i < n; i++) {
+        const sd_dreq *r = d->preqs[i];
+        d->spans[i] = (sd_dspan){.id = r->id, .base_len = (uint32_t)r->n_ctx, .base_hash = r->ctx_hash,
+                                 .assumed = r->pipe.in_flight, .n_assumed = r->pipe.n_in_flight, .p = &d->props[i],
+                                 .with_q = r->pipe.want_q, .draft_us = us};
     }
-    send_reply(d, peer, b);
+    /* one reply per verifier (spans[0..n) grouped by peer, in place) */
+    for (int i = 0; i < n;) {
+        const sd_dreq_pipe *p0 = &d->preqs[i]->pipe;
+        int j = i + 1;
+        for (int k = i + 1; k < n; k++) {
+            const sd_dreq_pipe *pk = &d->preqs[k]->pipe;
+            if (pk->peer_len != p0->peer_len || memcmp(pk->peer, p0->peer, p0->peer_len)) continue;
+            sd_dspan ts = d->spans[j];
+            d->spans[j] = d->spans[k];
+            d->spans[k] = ts;
+            sd_dreq *tr = d->preqs[j];
+            d->preqs[j] = d->preqs[k];
+            d->preqs[k] = tr;
+            j++;
+        }
+        sd_msg_id peer;
+        peer.len = p0->peer_len;
+        memcpy(peer.data, p0->peer, peer.len);
+        send_spans(d, &peer, d->last_step, &d->spans[i], (size_t)(j - i));
+        i = j;
+    }
 }
 
 /* ---- main loop ----------------------------------------------------------- */
@@ -386,8 +426,10 @@ static void dispatch(drafter *d, const sd_msg_id *peer, const Specd__Envelope *e
 static int serve(drafter *d)
 {
     while (!g_stop) {
+        /* pipelined spans owed: draft them unless messages are waiting (those go first, so the
+         * drafting is for the newest state) */
         zmq_pollitem_t pi = {.socket = d->sock, .events = ZMQ_POLLIN};
-        int n = zmq_poll(&pi, 1, 500);
+        int n = zmq_poll(&pi, 1, sd_dpipe_pending(d->table) ? 0 : 500);
         if (n < 0) {
             if (errno == EINTR) continue;
             SD_ERROR("poll failed: %s", zmq_strerror(errno));
@@ -410,6 +452,7 @@ static int serve(drafter *d)
             dispatch(d, &peer, env);
             sd_msg_free(env);
         }
+        if (!g_stop && sd_dpipe_pending(d->table)) draft_owed(d);
     }
     return 0;
 }
@@ -457,7 +500,7 @@ int main(int argc, char **argv)
         return 2;
     }
     install_signals();
-    drafter d = {0};
+    drafter d = {.pipeline = o.pipeline};
     d.table = sd_dstate_new(o.max_seqs);
     if (!d.table || make_proposer(&d, &o) != 0) {
         sd_dstate_free(d.table);
@@ -479,5 +522,7 @@ int main(int argc, char **argv)
     free(d.props);
     free(d.item_of);
     free(d.need_open);
+    free(d.preqs);
+    free(d.spans);
     return rc;
 }

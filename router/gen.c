@@ -60,6 +60,8 @@ typedef struct gen {
     struct event *timer;       /* request timeout */
     uint64_t steps, draft_tokens, accepted_tokens, accepted_at[64];
     size_t n_accepted_at;
+    sd_api_drafting drafting;  /* valid when has_drafting */
+    bool has_drafting;
 } gen;
 
 struct sd_gen {
@@ -168,6 +170,7 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->accepted_tokens = g->accepted_tokens;
     spec->accepted_at = g->accepted_at;
     spec->n_accepted_at = g->n_accepted_at;
+    spec->drafting = g->has_drafting ? &g->drafting : NULL;
     sd_api_result r = {g->cid, g->svc->o.model_name, (long long)g->created, finish,
                        (unsigned)g->n_prompt, g->completion_tokens, spec};
     return r;
@@ -424,6 +427,11 @@ static void take_stats(gen *g, const Specd__SpecStats *st)
     g->accepted_tokens = st->accepted_tokens;
     g->n_accepted_at = st->n_accepted_at < 64 ? st->n_accepted_at : 64;
     if (g->n_accepted_at) memcpy(g->accepted_at, st->accepted_at, g->n_accepted_at * sizeof *g->accepted_at);
+    const Specd__PipeStats *p = st->pipe;
+    g->has_drafting = p != NULL;
+    if (p)
+        g->drafting = (sd_api_drafting){p->spans_used, p->spans_stale, p->spans_ready, p->spec_steps,
+                                        p->wait_us,   p->draft_us,    p->step_us,     p->verify_us};
 }
 
 static void on_tokens(gen *g, const Specd__TokenEvent *ev)

@@ -394,9 +394,21 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
     for (size_t i = 0; i < s->n_accepted_at; i++) json_array_append_new(pos, json_integer((json_int_t)s->accepted_at[i]));
     double mean = s->steps ? (double)s->accepted_tokens / (double)s->steps : 0.0;
     double rate = s->draft_tokens ? (double)s->accepted_tokens / (double)s->draft_tokens : 0.0;
-    return json_pack("{s:I, s:I, s:I, s:f, s:f, s:o}", "steps", (json_int_t)s->steps, "draft_tokens",
-                     (json_int_t)s->draft_tokens, "accepted_tokens", (json_int_t)s->accepted_tokens,
-                     "mean_accepted_per_step", mean, "acceptance_rate", rate, "accepted_per_position", pos);
+    json_t *o = json_pack("{s:I, s:I, s:I, s:f, s:f, s:o}", "steps", (json_int_t)s->steps, "draft_tokens",
+                          (json_int_t)s->draft_tokens, "accepted_tokens", (json_int_t)s->accepted_tokens,
+                          "mean_accepted_per_step", mean, "acceptance_rate", rate, "accepted_per_position", pos);
+    const sd_api_drafting *d = s->drafting;
+    if (o && d) {
+        double hit = d->spec_steps ? (double)d->spans_ready / (double)d->spec_steps : 0.0;
+        double hidden = d->draft_us ? 1.0 - ((double)d->step_us - (double)d->verify_us) / (double)d->draft_us : 0.0;
+        json_object_set_new(o, "drafting",
+                            json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "spans_used",
+                                      (json_int_t)d->spans_used, "spans_stale", (json_int_t)d->spans_stale,
+                                      "pre_draft_hit_rate", hit, "wait_ms", d->wait_us / 1e3, "draft_ms",
+                                      d->draft_us / 1e3, "step_ms", d->step_us / 1e3, "verify_ms",
+                                      d->verify_us / 1e3, "draft_time_hidden", hidden));
+    }
+    return o;
 }
 
 static json_t *usage_json(const sd_api_result *res)

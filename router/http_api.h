@@ -81,11 +81,18 @@ void sd_api_req_clear(sd_api_req *r);
 /* The error object as JSON text (malloc'd, caller frees). */
 char *sd_api_error_json(const sd_api_err *e);
 
+/* How a request's drafts came, as the verifier saw it (specd.PipeStats). */
+typedef struct sd_api_drafting {
+    uint64_t spans_used, spans_stale, spans_ready, spec_steps; /* counts */
+    uint64_t wait_us, draft_us, step_us, verify_us;            /* microseconds */
+} sd_api_drafting;
+
 /* Per-request speculation statistics, reported in responses. */
 typedef struct sd_api_spec {
     uint64_t steps, draft_tokens, accepted_tokens;
     const uint64_t *accepted_at; /* accepted_at[i]: steps where draft i+1 was accepted */
     size_t n_accepted_at;
+    const sd_api_drafting *drafting; /* NULL: not reported */
 } sd_api_spec;
 
 /* What a finished (or in-progress) generation reports. */
@@ -114,7 +121,10 @@ char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *t
 char *sd_api_usage_sse(sd_api_kind kind, const sd_api_result *res);
 
 /* The "speculative" object: steps, draft_tokens, accepted_tokens,
- * mean_accepted_per_step, acceptance_rate, accepted_per_position. New ref. */
+ * mean_accepted_per_step, acceptance_rate, accepted_per_position and, when
+ * reported, "drafting": spans_used, spans_stale, pre_draft_hit_rate
+ * (spans_ready / spec_steps), wait_ms, draft_ms, step_ms, verify_ms and
+ * draft_time_hidden (1 - (step - verify) / draft). New ref. */
 struct json_t;
 struct json_t *sd_api_spec_json(const sd_api_spec *s);
 

@@ -3,7 +3,7 @@
  *   specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H]
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
- *               [--spec-max-batch N] [--spec-max-batch-sampled N]
+ *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline on|off]
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
  * when neither --draft nor --ngram is given) and specd-router — found next to
@@ -55,7 +55,7 @@ typedef struct child {
 
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
-    const char *spec_max_batch, *spec_max_batch_sampled;
+    const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline;
     bool ngram, no_spec;
     int port;
 } serve_opts;
@@ -113,7 +113,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
                "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
-               "                   [--spec-max-batch-sampled N]\n");
+               "                   [--spec-max-batch-sampled N] [--spec-pipeline on|off]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -123,7 +123,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"api-key", 1, 0, 'k'}, {"threads", 1, 0, 'j'}, {"num-draft", 1, 0, 'K'},
                                        {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {"draft-quant", 1, 0, 'Q'},
                                        {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'},
-                                       {"spec-max-batch-sampled", 1, 0, 'Z'}, {0, 0, 0, 0}};
+                                       {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'L'},
+                                       {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -150,6 +151,15 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'P': o->draft_p_min = optarg; break;
         case 'S': o->spec_max_batch = optarg; break;
         case 'Z': o->spec_max_batch_sampled = optarg; break;
+        case 'L': {
+            bool on;
+            if (sd_opt_on_off(optarg, "--spec-pipeline", &on, err, sizeof err) != SD_OK) {
+                fprintf(stderr, "specd serve: %s\n", err);
+                return -1;
+            }
+            o->spec_pipeline = on ? "on" : "off";
+            break;
+        }
         case 'U': usage(stdout); exit(0);
         default: return -1;
         }
@@ -174,6 +184,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--num-draft", o->num_draft);
     add_opt(ver, "--spec-max-batch", o->spec_max_batch);
     add_opt(ver, "--spec-max-batch-sampled", o->spec_max_batch_sampled);
+    add_opt(ver, "--spec-pipeline", o->spec_pipeline);
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
@@ -187,6 +198,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
         add_arg(dra, "--ngram");
     }
     add_opt(dra, "--threads", o->threads);
+    add_opt(dra, "--spec-pipeline", o->spec_pipeline);
     snprintf(path, sizeof path, "%s/specd-router", dir);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", o->target);
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", o->target);

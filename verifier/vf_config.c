@@ -15,7 +15,7 @@ const char *sd_vf_usage(void)
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
            "                      [--prefill-chunk N] [--draft-timeout-ms N] [--spec-max-batch N]\n"
-           "                      [--spec-max-batch-sampled N]\n"
+           "                      [--spec-max-batch-sampled N] [--spec-pipeline on|off]\n"
            "                      [--log-level debug|info|warn|error]\n";
 }
 
@@ -38,6 +38,7 @@ static void set_defaults(sd_vf_config *c)
     c->max_batch = 32;
     c->prefill_chunk = 256;
     c->draft_timeout_ms = 200;
+    c->spec_pipeline = true;
     c->log_level = SD_LOG_INFO;
 }
 
@@ -68,7 +69,8 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 't'},       {"device", 1, 0, 'D'},
         {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
-        {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {0, 0, 0, 0}};
+        {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
+        {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -82,6 +84,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'D': cfg->device = optarg; break;
         case 'L': cfg->log_level = sd_log_parse_level(optarg); break;
         case 'h': cfg->help = true; break;
+        case 'P': st = sd_opt_on_off(optarg, "--spec-pipeline", &cfg->spec_pipeline, err, errlen); break;
         case '?':
         case ':':
             return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option or missing value: %s",

@@ -31,7 +31,8 @@ typedef struct sd_vf_config {
     int max_batch;                /* --max-batch N: active requests */
     int kv_blocks;                /* --kv-blocks N, 0 = automatic (sd_vf_default_kv_blocks) */
     int prefill_chunk;            /* --prefill-chunk N */
-    int draft_timeout_ms;         /* --draft-timeout-ms N */
+    int draft_timeout_ms;         /* --draft-timeout-ms N (serial mode) */
+    bool spec_pipeline;           /* --spec-pipeline on|off: pipelined speculation (default on) */
     sd_log_level log_level;       /* --log-level */
     bool help;                    /* --help was given */
 } sd_vf_config;
@@ -39,9 +40,9 @@ typedef struct sd_vf_config {
 /* Parses argv into *cfg (defaults first). Returns SD_OK; SD_ERR_ARG with a
  * message for an unknown option, a bad number or a missing --model;
  * SD_ERR_UNSUPPORTED for a --device that is none of cpu, cuda, cuda:N
- * (whether this build has CUDA is checked when the backend opens). With --help, SD_OK and
- * cfg->help set (--model is then not required). Resets getopt, so it may be
- * called more than once per process (tests). */
+ * (whether this build has CUDA is checked when the backend opens). With
+ * --help, SD_OK and cfg->help set (--model is then not required). Resets
+ * getopt, so it may be called more than once per process (tests). */
 sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err, size_t errlen);
 
 /* The usage text, for --help and errors. */

@@ -1,13 +1,11 @@
 /* vf_draft.c — DraftBatch building and DraftReply application (see vf_draft.h). */
 #include "vf_draft.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "array.h"
 #include "convert.h"
-#include "vf_convert.h"
 
 void sd_vf_batch_init(sd_vf_batch *b) { memset(b, 0, sizeof *b); }
 
@@ -33,24 +31,60 @@ bool sd_vf_wants_q(const sd_req *r)
     return r->p.sampling.temperature > 0.0f && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
 }
 
+bool sd_vf_spec_allowed(bool sampled, int n, int max_greedy, int max_sampled)
+{
+    int limit = sampled ? max_sampled : max_greedy;
+    return limit <= 0 || n <= limit;
+}
+
 int sd_vf_limit_budgets(int *budgets, const bool *sampled, int n, int max_greedy, int max_sampled)
 {
     int left = 0;
     for (int i = 0; i < n; i++) {
-        int limit = sampled && sampled[i] ? max_sampled : max_greedy;
-        if (limit > 0 && n > limit) budgets[i] = 0;
+        if (!sd_vf_spec_allowed(sampled && sampled[i], n, max_greedy, max_sampled)) budgets[i] = 0;
         left += budgets[i] > 0;
     }
     return left;
 }
 
-int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n)
+void sd_vf_slot_release(sd_vf_slot *s)
+{
+    sd_vf_spans_release(&s->spans);
+}
+
+sd_vf_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s)
+{
+    sd_vf_pipe_stats ps = s->ps;
+    ps.spans_stale = s->spans.stale;
+    return ps;
+}
+
+void sd_vf_pipe_stats_add(sd_vf_pipe_stats *a, const sd_vf_pipe_stats *b, int sign)
+{
+    for (int i = 0; i < SD_VF_PIPE_STATS_N; i++) a->v[i] += sign > 0 ? b->v[i] : -b->v[i];
+}
+
+void sd_vf_pipe_stats_to_proto(const sd_vf_pipe_stats *ps, Specd__PipeStats *out)
+{
+    specd__pipe_stats__init(out);
+    out->spans_used = ps->spans_used;
+    out->spans_stale = ps->spans_stale;
+    out->spans_ready = ps->spans_ready;
+    out->spec_steps = ps->spec_steps;
+    out->wait_us = ps->wait_us;
+    out->draft_us = ps->draft_us;
+    out->step_us = ps->step_us;
+    out->verify_us = ps->verify_us;
+}
+
+int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n,
+                      bool pipeline, bool in_flight)
 {
     if (batch_grow(b, n > 0 ? n : 1) != SD_OK) return SD_ERR_NOMEM;
     b->n_items = b->n_opens = 0;
     for (int i = 0; i < n; i++) {
         sd_vf_slot *s = slots[i];
-        s->prop.n = 0;
+        if (!pipeline) s->prop.n = 0;
         if (budgets[i] <= 0) continue;
         sd_req *r = s->r;
         if (s->drafter_known <= 0 || s->drafter_known > r->n_tokens) {
@@ -74,6 +108,10 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
         it->num_draft = (uint32_t)budgets[i];
         it->sample = sd_vf_wants_q(r);
         it->output_pos = (uint64_t)sd_req_n_output(r);
+        if (pipeline && in_flight && s->prop.n > 0) {
+            it->in_flight = s->prop.tokens;
+            it->n_in_flight = (size_t)s->prop.n;
+        }
         b->item_ptrs[b->n_items] = it;
         b->item_slot[b->n_items] = i;
         b->n_items++;
@@ -81,62 +119,26 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
     }
     specd__draft_batch__init(&b->batch);
     b->batch.step = step;
+    b->batch.pipeline = pipeline;
     b->batch.items = b->item_ptrs;
     b->batch.n_items = (size_t)b->n_items;
     return b->n_items;
 }
 
-/* True when proposal list q is usable for draft token d. */
-static bool q_valid(const Specd__Proposal *p, int32_t d, int vocab)
-{
-    if (!p || p->n_q == 0) return false;
-    bool has_d = false;
-    for (size_t j = 0; j < p->n_q; j++) {
-        const Specd__TokenProb *tp = p->q[j];
-        if (!tp || tp->token < 0 || tp->token >= vocab || !isfinite(tp->prob) || tp->prob < 0.0f || tp->prob > 1.0f)
-            return false;
-        if (tp->token == d && tp->prob > 0.0f) has_d = true;
-    }
-    return has_d;
-}
-
-/* Copies the q lists of the first n drafts into slot->qbuf; false on failure. */
-static bool copy_q(sd_vf_slot *s, const Specd__DraftResult *res, int n, int vocab)
-{
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        if (!q_valid(res->q[i], s->prop.tokens[i], vocab)) return false;
-        total += res->q[i]->n_q;
-    }
-    if (sd_grow(&s->qbuf, &s->qcap, total, sizeof *s->qbuf) != SD_OK) return false;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const Specd__Proposal *p = res->q[i];
-        for (size_t j = 0; j < p->n_q; j++) s->qbuf[off + j] = (sd_tokprob){p->q[j]->token, p->q[j]->prob};
-        s->prop.q[i] = s->qbuf + off;
-        s->prop.nq[i] = p->n_q;
-        off += p->n_q;
-    }
-    return true;
-}
-
 int sd_vf_proposal_from_result(sd_vf_slot *s, const Specd__DraftResult *res, int budget, int vocab)
 {
-    sd_proposal *p = &s->prop;
-    memset(p, 0, sizeof *p);
-    if (budget > SD_MAX_DRAFT) budget = SD_MAX_DRAFT;
-    int n = res->n_tokens < (size_t)(budget > 0 ? budget : 0) ? (int)res->n_tokens : (budget > 0 ? budget : 0);
-    for (int i = 0; i < n; i++) {
-        if (res->tokens[i] < 0 || res->tokens[i] >= vocab) return 0; /* p->n stays 0: no draft */
-        p->tokens[i] = res->tokens[i];
-    }
-    p->n = n;
-    if (n > 0 && res->n_q == res->n_tokens && !copy_q(s, res, n, vocab)) {
-        for (int i = 0; i < n; i++) {
-            p->q[i] = NULL;
-            p->nq[i] = 0;
-        }
-    }
+    const sd_req *r = s->r;
+    memset(&s->prop, 0, sizeof s->prop);
+    s->prop_draft_us = 0;
+    if (sd_vf_spans_sync(&s->spans, r->tokens, r->n_tokens) != SD_OK) return 0;
+    Specd__DraftResult based = *res; /* a serial reply continues the committed sequence of its batch */
+    based.base_len = (uint32_t)r->n_tokens;
+    based.base_hash = sd_vf_spans_hash(&s->spans, r->n_tokens);
+    sd_vf_spans_clear(&s->spans);
+    if (!sd_vf_spans_add(&s->spans, &based, vocab, 0)) return 0;
+    const sd_vf_span *used;
+    int n = sd_vf_spans_pick(&s->spans, r->tokens, r->n_tokens, budget, true, &s->prop, &used);
+    if (used) s->prop_draft_us = used->draft_us;
     return n;
 }
 

@@ -12,8 +12,9 @@
  * result resets drafter_known to 0 (re-open next step). Drafts are only ever
  * hints: a bad reply means "no draft", never a changed token.
  *
- * Ownership: a batch borrows the slots' token arrays until the next build;
- * proposals' q lists live in each slot's qbuf until the next apply. */
+ * Ownership: a batch borrows the slots' token arrays (and, pipelined, their
+ * proposals) until the next build; proposals' q lists live in each slot's
+ * span store until its next add / pick. */
 #ifndef SD_VF_DRAFT_H
 #define SD_VF_DRAFT_H
 
@@ -23,6 +24,24 @@
 
 #include "engine.h"
 #include "specd.pb-c.h"
+#include "vf_span.h"
+
+/* Drafting as the verifier saw it (specd.PipeStats), per request or summed;
+ * v[] views the counters as one array. */
+#define SD_VF_PIPE_STATS_N 8
+typedef union sd_vf_pipe_stats {
+    struct {
+        uint64_t spans_used;    /* steps that verified drafter tokens */
+        uint64_t spans_stale;   /* pipelined spans dropped: wrong base */
+        uint64_t spans_ready;   /* pipelined spec steps with a span at step start */
+        uint64_t spec_steps;    /* decode steps of requests taking drafts */
+        uint64_t wait_us;       /* time spent waiting for drafts */
+        uint64_t draft_us;      /* drafter time behind the drafts used */
+        uint64_t step_us;       /* wall time of the spec steps, end of the previous step to end */
+        uint64_t verify_us;     /* engine time of the spec steps */
+    };
+    uint64_t v[SD_VF_PIPE_STATS_N];
+} sd_vf_pipe_stats;
 
 /* One request as the drafter link sees it. */
 typedef struct sd_vf_slot {
@@ -30,10 +49,24 @@ typedef struct sd_vf_slot {
     sd_req *r;              /* the engine request (borrowed) */
     int drafter_known;      /* committed tokens the drafter has; 0 = unknown */
     bool opened;            /* a DraftOpen was sent (DraftClose owed at the end) */
-    sd_proposal prop;       /* this step's drafts (n == 0: none) */
-    sd_tokprob *qbuf;       /* owned storage behind prop.q */
-    size_t qcap;
+    sd_proposal prop;       /* this step's drafts (n == 0: none); q points into spans */
+    sd_vf_spans spans;      /* the drafter's spans (serial: this step's reply) */
+    double told_ms;         /* pipelined: when the drafter was last told the committed state */
+    uint32_t prop_draft_us; /* drafter time behind prop */
+    sd_vf_pipe_stats ps;
 } sd_vf_slot;
+
+/* Frees what a slot owns (its spans). */
+void sd_vf_slot_release(sd_vf_slot *s);
+
+/* The slot's statistics (spans_stale from its span store). */
+sd_vf_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s);
+
+/* a += sign * b, counter by counter (sign 1 or -1). */
+void sd_vf_pipe_stats_add(sd_vf_pipe_stats *a, const sd_vf_pipe_stats *b, int sign);
+
+/* The proto form of ps (no allocation). */
+void sd_vf_pipe_stats_to_proto(const sd_vf_pipe_stats *ps, Specd__PipeStats *out);
 
 /* One step's messages (reusable across steps; grows as needed). */
 typedef struct sd_vf_batch {
@@ -54,9 +87,6 @@ void sd_vf_batch_release(sd_vf_batch *b);
  * mode auto or rejection. */
 bool sd_vf_wants_q(const sd_req *r);
 
-/* Builds step `step`'s messages for slots[i] with budgets[i] > 0 (others are
- * skipped); clears every slot's proposal, updates drafter_known / opened.
- * Returns the number of items, or SD_ERR_NOMEM. */
 /* Drafting for one step of n active requests: request i keeps its budget
  * while n <= its limit — max_sampled when sampled[i] (temperature > 0),
  * else max_greedy; 0 = no limit — else it gets 0 and decodes plainly: a
@@ -64,7 +94,20 @@ bool sd_vf_wants_q(const sd_req *r);
  * (docs/BENCHMARKS.md). Returns the requests left with a budget. */
 int sd_vf_limit_budgets(int *budgets, const bool *sampled, int n, int max_greedy, int max_sampled);
 
-int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n);
+/* True when a request (sampled or not) may draft in a step of n requests
+ * under those limits (the rule of sd_vf_limit_budgets). */
+bool sd_vf_spec_allowed(bool sampled, int n, int max_greedy, int max_sampled);
+
+/* Builds step `step`'s messages for slots[i] with budgets[i] > 0 (others are
+ * skipped): a DraftOpen for requests the drafter does not know, one item per
+ * request with the committed tokens since drafter_known; updates
+ * drafter_known / opened. Serial (pipeline false): clears every slot's
+ * proposal first. Pipelined: the batch says so, and each item carries the
+ * slot's current proposal as in_flight (pass in_flight false for an
+ * outcome-only message sent before the proposals are chosen).
+ * Returns the number of items, or SD_ERR_NOMEM. */
+int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n,
+                      bool pipeline, bool in_flight);
 
 /* Applies a reply to the batch built last: fills the proposals of the slots
  * it names (clamped to their budget; dropped when a token is >= vocab),
@@ -73,11 +116,11 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
 int sd_vf_batch_apply(const sd_vf_batch *b, const Specd__DraftReply *reply, sd_vf_slot *const *slots,
                       const int *budgets, int vocab);
 
-/* Converts one DraftResult into slot->prop (at most budget tokens). q is
- * kept only when there is one list per token, every entry is a valid token
- * with a finite probability in [0, 1], and each draft token has q > 0;
- * otherwise the drafts stay, without q (the engine then uses match / greedy).
- * Any token id outside [0, vocab) drops the whole draft. Returns prop.n. */
+/* Converts one serial DraftResult (drafts continuing the slot's committed
+ * sequence) into slot->prop (at most budget tokens), through the slot's span
+ * store (vf_span.h: the same checks of tokens and q lists as pipelined
+ * spans). Any token id outside [0, vocab) drops the whole draft; unusable q
+ * lists are dropped, the drafts kept. Returns prop.n. */
 int sd_vf_proposal_from_result(sd_vf_slot *slot, const Specd__DraftResult *res, int budget, int vocab);
 
 #endif

@@ -1,17 +1,19 @@
 /* vf_link.c — verifier ⇄ drafter I/O with deadlines and fallback (see vf_link.h). */
-#include "clock.h"
 #include "vf_link.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "log.h"
 #include "msg.h"
 
 #define PROBE_INTERVAL_MS 500
 #define PROBE_WINDOW_MS 5
+#define SILENCE_MS 1000 /* pipelined: no message for this long while spans are owed = down */
 
 struct sd_vf_link {
     void *sock;
@@ -22,6 +24,7 @@ struct sd_vf_link {
     uint64_t nonce;
     double last_probe_ms;    /* last batch probe while down */
     double last_health_ms;   /* last HealthRequest probe while down */
+    double owed_since_ms;    /* pipelined: first batch sent since the last message (0: none) */
     sd_vf_batch batch;
 };
 
@@ -96,7 +99,22 @@ static Specd__Envelope *recv_one(sd_vf_link *l, bool *more)
     if (st == SD_ERR_FORMAT) SD_DEBUG("dropped a malformed drafter message: %s", err);
     if (st != SD_OK) return NULL;
     mark_up(l);
+    l->owed_since_ms = 0;
     return env;
+}
+
+/* While down: a HealthRequest every PROBE_INTERVAL_MS. */
+static void probe(sd_vf_link *l)
+{
+    if (!l->up && sd_now_ms() - l->last_health_ms >= PROBE_INTERVAL_MS) {
+        l->last_health_ms = sd_now_ms();
+        Specd__HealthRequest h = SPECD__HEALTH_REQUEST__INIT;
+        Specd__Envelope env = SPECD__ENVELOPE__INIT;
+        h.nonce = ++l->nonce;
+        env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REQUEST;
+        env.health_request = &h;
+        send_env(l, &env);
+    }
 }
 
 void sd_vf_link_poll(sd_vf_link *l)
@@ -107,15 +125,7 @@ void sd_vf_link_poll(sd_vf_link *l)
         if (env) SD_DEBUG("drafter: dropped %s outside a draft exchange", sd_msg_kind(env));
         sd_msg_free(env);
     }
-    if (!l->up && sd_now_ms() - l->last_health_ms >= PROBE_INTERVAL_MS) {
-        l->last_health_ms = sd_now_ms();
-        Specd__HealthRequest h = SPECD__HEALTH_REQUEST__INIT;
-        Specd__Envelope env = SPECD__ENVELOPE__INIT;
-        h.nonce = ++l->nonce;
-        env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REQUEST;
-        env.health_request = &h;
-        send_env(l, &env);
-    }
+    probe(l);
 }
 
 /* Sends the opens and the batch; false when any send failed. */
@@ -162,7 +172,7 @@ void sd_vf_link_draft(sd_vf_link *l, sd_vf_slot *const *slots, const int *budget
     sd_vf_link_poll(l); /* drain stale replies first; sends the health probe when due */
     if (probing) l->last_probe_ms = sd_now_ms();
     l->step++;
-    int n_items = sd_vf_batch_build(&l->batch, l->step, slots, budgets, n);
+    int n_items = sd_vf_batch_build(&l->batch, l->step, slots, budgets, n, false, false);
     if (n_items <= 0) return;
     if (!send_batch(l)) {
         mark_down(l, "send failed");
@@ -190,4 +200,99 @@ void sd_vf_link_close(sd_vf_link *l, sd_vf_slot *s)
     send_env(l, &env);
     s->opened = false;
     s->drafter_known = 0;
+}
+
+/* ------------------------------------------------------------ pipelined */
+
+/* Marks the drafter down and forgets what every slot had from it. */
+static void pipe_down(sd_vf_link *l, sd_vf_slot *const *slots, int n, const char *why)
+{
+    mark_down(l, why);
+    l->owed_since_ms = 0;
+    for (int i = 0; i < n; i++) {
+        slots[i]->drafter_known = 0;
+        sd_vf_spans_clear(&slots[i]->spans);
+    }
+}
+
+void sd_vf_link_pipe_send(sd_vf_link *l, sd_vf_slot *const *slots, const int *budgets, int n, bool in_flight,
+                          uint32_t step_us, double now_ms)
+{
+    if (!l->up) return;
+    if (l->owed_since_ms > 0 && now_ms - l->owed_since_ms > SILENCE_MS) {
+        pipe_down(l, slots, n, "no spans for a second");
+        return;
+    }
+    int n_items = sd_vf_batch_build(&l->batch, ++l->step, slots, budgets, n, true, in_flight);
+    if (n_items <= 0) return;
+    l->batch.batch.step_us = step_us;
+    if (!send_batch(l)) {
+        pipe_down(l, slots, n, "send failed");
+        return;
+    }
+    if (l->owed_since_ms <= 0) l->owed_since_ms = now_ms;
+    for (int i = 0; i < n; i++)
+        if (budgets[i] > 0) slots[i]->told_ms = now_ms;
+}
+
+/* Files one pipelined result into the slot it names. */
+static int file_result(sd_vf_link *l, const Specd__DraftResult *res, sd_vf_slot *const *slots, int n, double now_ms,
+                       double *lat_ms, double *draft_ms)
+{
+    for (int i = 0; i < n; i++) {
+        sd_vf_slot *s = slots[i];
+        if (s->id != res->request_id) continue;
+        if (res->need_open) {
+            s->drafter_known = 0;
+            sd_vf_spans_clear(&s->spans);
+            return 0;
+        }
+        if (!sd_vf_spans_add(&s->spans, res, l->vocab, now_ms)) return 0;
+        if ((int)res->base_len == s->drafter_known) {
+            if (now_ms - s->told_ms > *lat_ms) *lat_ms = now_ms - s->told_ms;
+            if (res->draft_us / 1e3 > *draft_ms) *draft_ms = res->draft_us / 1e3;
+        }
+        return 1;
+    }
+    return 0; /* a request that is over: nothing to do */
+}
+
+int sd_vf_link_pipe_recv(sd_vf_link *l, sd_vf_slot *const *slots, int n, double now_ms, double *lat_ms,
+                         double *draft_ms)
+{
+    *lat_ms = *draft_ms = -1;
+    int got = 0;
+    bool more = true;
+    while (more) {
+        Specd__Envelope *env = recv_one(l, &more);
+        if (!env) continue;
+        if (env->body_case == SPECD__ENVELOPE__BODY_DRAFT_REPLY) {
+            const Specd__DraftReply *rep = env->draft_reply;
+            for (size_t j = 0; j < rep->n_results; j++) got += file_result(l, rep->results[j], slots, n, now_ms, lat_ms, draft_ms);
+        } else {
+            SD_DEBUG("drafter: dropped %s", sd_msg_kind(env));
+        }
+        sd_msg_free(env);
+    }
+    probe(l);
+    return got;
+}
+
+/* Sleeps on the socket's ZMQ_FD with ppoll (zmq_poll counts whole
+ * milliseconds, too coarse for waits that are fractions of a step). The FD
+ * is edge-triggered: ZMQ_EVENTS says whether a message is really there. */
+bool sd_vf_link_wait(sd_vf_link *l, double timeout_ms)
+{
+    int fd;
+    size_t fl = sizeof fd;
+    if (zmq_getsockopt(l->sock, ZMQ_FD, &fd, &fl) != 0) return false;
+    double deadline = sd_now_ms() + timeout_ms;
+    for (;;) {
+        if (sd_msg_readable(l->sock)) return true;
+        double left = deadline - sd_now_ms();
+        if (left <= 0) return false;
+        struct timespec ts = {(time_t)(left / 1e3), (long)((left - 1e3 * (double)(time_t)(left / 1e3)) * 1e6)};
+        struct pollfd p = {fd, POLLIN, 0};
+        ppoll(&p, 1, &ts, NULL);
+    }
 }

@@ -7,11 +7,13 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "log.h"
 #include "msg.h"
 #include "vf_convert.h"
 #include "vf_draft.h"
 #include "vf_link.h"
+#include "vf_pace.h"
 
 #define IDLE_POLL_MS 100
 #define MAX_DRAIN 1024 /* router messages handled between two steps */
@@ -22,6 +24,7 @@ typedef struct vf_req {
     sd_msg_id peer;         /* router identity */
     uint64_t rid;           /* router's request id */
     sd_spec_stats seen;     /* part of slot.r->stats already in the totals */
+    sd_vf_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
 } vf_req;
 
 struct sd_vf_server {
@@ -37,12 +40,17 @@ struct sd_vf_server {
     int n_queue;
     uint64_t next_id;
     sd_spec_stats total;    /* summed over requests */
+    sd_vf_pipe_stats pipe_total;
     uint64_t tokens_generated;
     sd_req **reqs;          /* step scratch, [max_batch] */
     sd_vf_slot **slots;
     sd_proposal *props;
-    int *budgets;
-    bool *sampled;     /* per active request: temperature > 0 */
+    int *budgets;           /* drafts each request may verify this step */
+    int *tell;              /* pipelined: the budget the drafter is told (pre-drafts during prefill too) */
+    bool *sampled;          /* per active request: temperature > 0 */
+    bool *ready;            /* pipelined: had a span when the step began */
+    sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
+    double last_step_end_ms;/* 0 after an idle spell */
     char model_name[256];
 };
 
@@ -66,15 +74,21 @@ static void send_error(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, con
     send_to(s, peer, &env);
 }
 
-/* A TokenEvent with tokens[0..n); stats always set. */
+/* A TokenEvent with tokens[0..n); stats always set (ps: drafting, may be NULL). */
 static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
-                        sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at)
+                        sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at,
+                        const sd_vf_pipe_stats *ps)
 {
     static const sd_spec_stats zero;
     Specd__SpecStats ss;
+    Specd__PipeStats pb;
     Specd__TokenEvent ev = SPECD__TOKEN_EVENT__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
     sd_vf_stats_to_proto(st ? st : &zero, st ? n_at : 0, &ss);
+    if (ps) {
+        sd_vf_pipe_stats_to_proto(ps, &pb);
+        ss.pipe = &pb;
+    }
     ev.request_id = rid;
     ev.tokens = (int32_t *)tokens;
     ev.n_tokens = (size_t)(n > 0 ? n : 0);
@@ -93,8 +107,9 @@ static void send_req_event(sd_vf_server *s, const vf_req *vr, bool with_new)
     const sd_req *r = vr->slot.r;
     int n = with_new ? r->n_new : 0;
     int n_at = r->p.speculate ? r->p.num_draft : 0;
+    sd_vf_pipe_stats ps = sd_vf_slot_stats(&vr->slot);
     send_tokens(s, &vr->peer, vr->rid, r->tokens + r->n_tokens - n, n, r->finish, r->n_prompt, sd_req_n_output(r),
-                &r->stats, n_at);
+                &r->stats, n_at, r->p.speculate ? &ps : NULL);
 }
 
 /* A request that never got an engine request: ErrorEvent + final event. */
@@ -103,7 +118,7 @@ static void reject(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, int n_p
 {
     SD_INFO("request %llu rejected: %s: %s", (unsigned long long)rid, code, msg);
     send_error(s, peer, rid, code, msg);
-    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0);
+    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -126,7 +141,7 @@ static void req_destroy(sd_vf_server *s, vf_req *vr)
 {
     if (s->link) sd_vf_link_close(s->link, &vr->slot);
     sd_req_free(s->e, vr->slot.r);
-    free(vr->slot.qbuf);
+    sd_vf_slot_release(&vr->slot);
     free(vr);
 }
 
@@ -214,6 +229,9 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     st.n_accepted_at = (size_t)n_at;
     st.tokens_generated = s->tokens_generated;
     st.drafter_up = s->link && sd_vf_link_up(s->link);
+    Specd__PipeStats pb;
+    sd_vf_pipe_stats_to_proto(&s->pipe_total, &pb);
+    st.pipe = &pb;
     rep.nonce = h->nonce;
     rep.role = "verifier";
     rep.model = s->model_name;
@@ -299,6 +317,10 @@ static void account(sd_vf_server *s, vf_req *vr)
     for (int i = 0; i < SD_MAX_DRAFT; i++) s->total.accepted_at[i] += st->accepted_at[i] - vr->seen.accepted_at[i];
     vr->seen = *st;
     s->tokens_generated += (uint64_t)(vr->slot.r->n_new > 0 ? vr->slot.r->n_new : 0);
+    sd_vf_pipe_stats now = sd_vf_slot_stats(&vr->slot);
+    sd_vf_pipe_stats_add(&s->pipe_total, &now, 1);
+    sd_vf_pipe_stats_add(&s->pipe_total, &vr->seen_pipe, -1);
+    vr->seen_pipe = now;
 }
 
 /* Streams what the last step committed; retires finished requests. */
@@ -322,8 +344,10 @@ static void emit(sd_vf_server *s)
     }
 }
 
-/* One engine step over the active set, with drafts when there is a drafter. */
-static void step(sd_vf_server *s)
+/* Fills the step scratch for the active set: requests, slots, whether they
+ * sample, and the drafts each may verify (limited by --spec-max-batch*).
+ * Returns how many requests may take drafts. */
+static int plan_step(sd_vf_server *s)
 {
     int n = s->n_active;
     for (int i = 0; i < n; i++) {
@@ -331,16 +355,169 @@ static void step(sd_vf_server *s)
         s->slots[i] = &s->active[i]->slot;
         s->budgets[i] = s->link ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
         s->sampled[i] = s->reqs[i]->p.sampling.temperature > 0.0f;
-        s->slots[i]->prop.n = 0;
+        s->ready[i] = false;
     }
-    if (s->link && sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch,
-                                       s->cfg->spec_max_batch_sampled) > 0)
-        sd_vf_link_draft(s->link, s->slots, s->budgets, n);
-    for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
+    return s->link ? sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch,
+                                         s->cfg->spec_max_batch_sampled)
+                   : 0;
+}
+
+/* Batch rows request i puts into this step. */
+static int rows_of(const sd_vf_server *s, int i)
+{
+    const sd_req *r = s->reqs[i];
+    if (r->finish != SD_FINISH_NONE) return 0;
+    if (sd_req_prefilling(r)) {
+        int chunk = r->n_prompt - r->n_prefilled;
+        return chunk < s->cfg->prefill_chunk ? chunk : s->cfg->prefill_chunk;
+    }
+    return 1 + s->slots[i]->prop.n;
+}
+
+/* Runs the engine step with the slots' proposals, then the bookkeeping of
+ * the requests that took drafts (wait_ms: spent waiting for them) and the
+ * token events. */
+static void run_step(sd_vf_server *s, double wait_ms)
+{
+    int n = s->n_active, rows = 0;
+    for (int i = 0; i < n; i++) {
+        s->props[i] = s->slots[i]->prop;
+        rows += rows_of(s, i);
+    }
     char err[256];
+    double t0 = sd_now_ms();
     if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK)
         SD_ERROR("engine step failed: %s", err);
+    double t1 = sd_now_ms();
+    sd_vf_pace_step(&s->pace, rows, t1 - t0);
+    for (int i = 0; i < n; i++) {
+        sd_vf_slot *sl = s->slots[i];
+        if (s->budgets[i] <= 0) continue;
+        sd_vf_pipe_stats *ps = &sl->ps;
+        ps->spec_steps++;
+        ps->wait_us += (uint64_t)(wait_ms * 1e3);
+        ps->verify_us += (uint64_t)((t1 - t0) * 1e3);
+        if (s->last_step_end_ms > 0) ps->step_us += (uint64_t)((t1 - s->last_step_end_ms) * 1e3);
+        if (sl->prop.n > 0) {
+            ps->spans_used++;
+            ps->draft_us += sl->prop_draft_us;
+            sd_vf_pace_yield(&s->pace, s->reqs[i]->n_new);
+        }
+        ps->spans_ready += s->ready[i];
+    }
+    s->last_step_end_ms = t1;
     emit(s);
+}
+
+/* Serial: ask the drafter and wait for its reply (vf_link.h), then verify. */
+static void step_serial(sd_vf_server *s)
+{
+    int n = s->n_active;
+    double t = sd_now_ms();
+    int drafting = plan_step(s);
+    for (int i = 0; i < n; i++) s->slots[i]->prop.n = 0;
+    if (drafting > 0) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
+    run_step(s, sd_now_ms() - t);
+}
+
+/* Pipelined: files the spans that came, picks each request's drafts
+ * (vf_span.h), and sizes the step's rows and expected tokens of the ready
+ * ones. Returns how many requests wait for a span; *k_sum their budgets. */
+static int pick_spans(sd_vf_server *s, double now, int *rows, double *e_ready, int *k_sum)
+{
+    int n = s->n_active, waiting = 0;
+    double lat, draft;
+    sd_vf_link_pipe_recv(s->link, s->slots, n, now, &lat, &draft);
+    if (draft >= 0) sd_vf_pace_span(&s->pace, draft);
+    *rows = 0;
+    *e_ready = 0;
+    *k_sum = 0;
+    for (int i = 0; i < n; i++) {
+        sd_vf_slot *sl = s->slots[i];
+        sd_req *r = s->reqs[i];
+        bool allowed = sd_vf_spec_allowed(s->sampled[i], n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
+        /* a prefilling request is told early, so its mirror fills while the target prefills */
+        s->tell[i] = s->budgets[i] > 0 ? s->budgets[i] : (allowed && r->p.speculate && sd_req_prefilling(r) ? r->p.num_draft : 0);
+        sl->prop.n = 0;
+        sl->prop_draft_us = 0;
+        if (s->budgets[i] > 0) {
+            const sd_vf_span *used = NULL;
+            if (sd_vf_spans_sync(&sl->spans, r->tokens, r->n_tokens) == SD_OK)
+                sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
+            if (used) sl->prop_draft_us = used->draft_us;
+            s->ready[i] = sl->prop.n > 0;
+            if (!s->ready[i]) {
+                waiting++;
+                *k_sum += s->budgets[i];
+                continue;
+            }
+        }
+        *rows += rows_of(s, i);
+        if (!sd_req_prefilling(r)) *e_ready += sl->prop.n > 0 ? sd_vf_pace_expected(&s->pace) : 1;
+    }
+    return waiting;
+}
+
+/* Pipelined wait: until every waiting request has a span or budget_ms is
+ * over, whichever is first. Returns the time waited (ms). */
+static double wait_spans(sd_vf_server *s, double budget_ms)
+{
+    int n = s->n_active;
+    double t0 = sd_now_ms(), deadline = t0 + budget_ms;
+    int left = 1;
+    while (left > 0) {
+        double now = sd_now_ms();
+        if (now >= deadline || !sd_vf_link_wait(s->link, deadline - now)) break;
+        double lat, draft;
+        sd_vf_link_pipe_recv(s->link, s->slots, n, sd_now_ms(), &lat, &draft);
+        if (lat >= 0) sd_vf_pace_waited(&s->pace, lat, draft);
+        left = 0;
+        for (int i = 0; i < n; i++) {
+            sd_vf_slot *sl = s->slots[i];
+            const sd_req *r = s->reqs[i];
+            if (s->budgets[i] <= 0 || s->ready[i] || sl->prop.n > 0) continue;
+            const sd_vf_span *used = NULL;
+            sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
+            if (used) sl->prop_draft_us = used->draft_us;
+            left += sl->prop.n == 0;
+        }
+    }
+    if (left > 0) sd_vf_pace_timeout(&s->pace, budget_ms);
+    return sd_now_ms() - t0;
+}
+
+/* Pipelined step (proto/specd.proto): use the spans that are there, wait
+ * for the missing ones only when the measured pace says it pays
+ * (vf_pace.h), tell the drafter the outcome and the drafts in flight, and
+ * verify while it drafts the next spans. */
+static void step_pipe(sd_vf_server *s)
+{
+    int n = s->n_active, rows, k_sum;
+    double e_ready, waited = 0, now = sd_now_ms();
+    plan_step(s);
+    int waiting = pick_spans(s, now, &rows, &e_ready, &k_sum);
+    uint32_t step_us = (uint32_t)(sd_vf_pace_step_ms(&s->pace, rows + waiting) * 1e3);
+    /* tells the committed tokens (and the in-flight drafts of the ready requests) */
+    sd_vf_link_pipe_send(s->link, s->slots, s->tell, n, true, step_us, now);
+    if (waiting > 0 && sd_vf_link_up(s->link)) {
+        int k = (k_sum + waiting - 1) / waiting;
+        double budget = sd_vf_pace_wait_budget(&s->pace, rows, e_ready, waiting, k);
+        SD_DEBUG("%d without a span: wait budget %.3f ms, expected latency %.3f ms", waiting, budget,
+                 sd_vf_pace_latency(&s->pace));
+        if (sd_vf_pace_should_wait(&s->pace, budget)) {
+            waited = wait_spans(s, budget);
+            /* the drafts now in flight for the requests whose span came during the wait */
+            for (int i = 0; i < n; i++) s->tell[i] = !s->ready[i] && s->slots[i]->prop.n > 0 ? s->budgets[i] : 0;
+            sd_vf_link_pipe_send(s->link, s->slots, s->tell, n, true, step_us, sd_now_ms());
+        }
+    }
+    run_step(s, waited);
+}
+
+static void step(sd_vf_server *s)
+{
+    if (s->link && s->cfg->spec_pipeline) step_pipe(s);
+    else step_serial(s);
 }
 
 sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
@@ -357,9 +534,11 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         }
         if (*stop) break;
         if (drain_router(s) != SD_OK) return SD_ERR_IO;
-        if (s->link) sd_vf_link_poll(s->link);
         admit(s);
+        /* the pipelined step files the drafter's spans itself; otherwise nothing is expected */
+        if (s->link && !(s->cfg->spec_pipeline && s->n_active > 0)) sd_vf_link_poll(s->link);
         if (s->n_active > 0) step(s);
+        else s->last_step_end_ms = 0; /* an idle spell is no step time */
     }
     SD_INFO("shutting down (%d active, %d queued requests dropped)", s->n_active, s->n_queue);
     return SD_OK;
@@ -397,8 +576,12 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->slots = calloc(nb, sizeof *s->slots);
     s->props = calloc(nb, sizeof *s->props);
     s->budgets = calloc(nb, sizeof *s->budgets);
+    s->tell = calloc(nb, sizeof *s->tell);
     s->sampled = calloc(nb, sizeof *s->sampled);
-    if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->sampled) {
+    s->ready = calloc(nb, sizeof *s->ready);
+    sd_vf_pace_init(&s->pace);
+    if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
+        !s->ready) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
@@ -438,6 +621,8 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->slots);
     free(s->props);
     free(s->budgets);
+    free(s->tell);
     free(s->sampled);
+    free(s->ready);
     free(s);
 }

@@ -186,7 +186,9 @@ static json_t *load_sse(char *s)
 }
 
 static const uint64_t AT[] = {5, 3};
-static const sd_api_spec SPEC = {10, 40, 8, AT, 2};
+/* 10 spec steps, 8 with a span ready; 12 ms of steps, 9 of verifying, 4 of drafting: 1 - 3/4 hidden */
+static const sd_api_drafting DRAFTING = {9, 3, 8, 10, 500, 4000, 12000, 9000};
+static const sd_api_spec SPEC = {10, 40, 8, AT, 2, &DRAFTING};
 
 START_TEST(completion_response_shape)
 {
@@ -206,6 +208,12 @@ START_TEST(completion_response_shape)
     ck_assert_float_eq_tol(json_real_value(json_object_get(sp, "mean_accepted_per_step")), 0.8, 1e-9);
     ck_assert_float_eq_tol(json_real_value(json_object_get(sp, "acceptance_rate")), 0.2, 1e-9);
     ck_assert_int_eq(json_array_size(json_object_get(sp, "accepted_per_position")), 2);
+    json_t *d = json_object_get(sp, "drafting");
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "spans_used")), 9);
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "spans_stale")), 3);
+    ck_assert_float_eq_tol(json_real_value(json_object_get(d, "pre_draft_hit_rate")), 0.8, 1e-9);
+    ck_assert_float_eq_tol(json_real_value(json_object_get(d, "wait_ms")), 0.5, 1e-9);
+    ck_assert_float_eq_tol(json_real_value(json_object_get(d, "draft_time_hidden")), 0.25, 1e-9);
     json_decref(o);
 }
 END_TEST
@@ -219,6 +227,7 @@ START_TEST(chat_response_shape)
     ck_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
     ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "hi");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "speculative"), "steps")), 0);
+    ck_assert_ptr_null(json_object_get(json_object_get(o, "speculative"), "drafting"));
     json_decref(o);
 }
 END_TEST

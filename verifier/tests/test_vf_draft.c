@@ -47,7 +47,7 @@ START_TEST(build_open_then_delta)
     int budgets[2] = {4, 0};
     sd_vf_batch bt;
     sd_vf_batch_init(&bt);
-    ck_assert_int_eq(sd_vf_batch_build(&bt, 1, slots, budgets, 2), 1);
+    ck_assert_int_eq(sd_vf_batch_build(&bt, 1, slots, budgets, 2, false, false), 1);
     ck_assert_int_eq(bt.n_opens, 1);
     ck_assert_uint_eq(bt.opens[0].request_id, 1);
     ck_assert_uint_eq(bt.opens[0].n_context, 5);
@@ -63,7 +63,7 @@ START_TEST(build_open_then_delta)
     /* two more tokens committed: the next item carries exactly them */
     a.r.n_tokens = 7;
     a.r.p.sampling.temperature = 0.8f;
-    ck_assert_int_eq(sd_vf_batch_build(&bt, 2, slots, budgets, 2), 1);
+    ck_assert_int_eq(sd_vf_batch_build(&bt, 2, slots, budgets, 2, false, false), 1);
     ck_assert_int_eq(bt.n_opens, 0);
     ck_assert_uint_eq(bt.batch.step, 2);
     ck_assert_uint_eq(bt.items[0].n_new_tokens, 2);
@@ -158,7 +158,7 @@ START_TEST(proposal_conversion)
     res_make(&rb, 1, bad, 2, 0); /* out of the vocabulary: no draft at all */
     ck_assert_int_eq(sd_vf_proposal_from_result(&a.slot, &rb.res, 4, VOCAB), 0);
     ck_assert_int_eq(a.slot.prop.n, 0);
-    free(a.slot.qbuf);
+    sd_vf_slot_release(&a.slot);
 }
 END_TEST
 
@@ -171,7 +171,7 @@ START_TEST(apply_reply)
     int budgets[2] = {3, 3};
     sd_vf_batch bt;
     sd_vf_batch_init(&bt);
-    ck_assert_int_eq(sd_vf_batch_build(&bt, 9, slots, budgets, 2), 2);
+    ck_assert_int_eq(sd_vf_batch_build(&bt, 9, slots, budgets, 2, false, false), 2);
     res_buf r1, r2, r3;
     int32_t t[2] = {1, 2};
     res_make(&r1, 2, t, 2, 0);
@@ -187,11 +187,11 @@ START_TEST(apply_reply)
     ck_assert_int_eq(b.slot.prop.n, 2);
     ck_assert_int_eq(a.slot.prop.n, 0);
     ck_assert_int_eq(a.slot.drafter_known, 0); /* re-open next step */
-    ck_assert_int_eq(sd_vf_batch_build(&bt, 10, slots, budgets, 2), 2);
+    ck_assert_int_eq(sd_vf_batch_build(&bt, 10, slots, budgets, 2, false, false), 2);
     ck_assert_int_eq(bt.n_opens, 1);
     ck_assert_uint_eq(bt.opens[0].request_id, 1);
     sd_vf_batch_release(&bt);
-    free(b.slot.qbuf);
+    sd_vf_slot_release(&b.slot);
 }
 END_TEST
 
@@ -318,7 +318,7 @@ START_TEST(link_timeout_and_recovery)
     atomic_store(&f.stop, 1);
     pthread_join(f.th, NULL);
     zmq_ctx_term(f.ctx);
-    free(a.slot.qbuf);
+    sd_vf_slot_release(&a.slot);
 }
 END_TEST
 

@@ -1,0 +1,85 @@
+/* vf_pace.h — when the pipelined verifier waits for drafts, from what it
+ * measures: its own step times, the drafter's latency, and what a step
+ * with drafts commits.
+ *
+ * At a step start some decoding requests may have no valid span. The
+ * verifier either decodes them without drafts now, or waits up to a budget
+ * for the drafter's span. A plain step does not forfeit the span (it comes
+ * during the step, and a span that begins with the token the plain step
+ * commits still serves), so the comparison is with the long-run rate
+ * r = E_with / t_with of steps with drafts: waiting W costs W·r tokens; not
+ * waiting costs t_without·r − E_without (the shorter, poorer step). So the
+ * verifier waits at most
+ *
+ *     budget = t_without − E_without · t_with / E_with
+ *
+ * and only when the measured latency of the drafter's spans is below it.
+ * t(rows) is the measured step time for that many batch rows (an EMA per
+ * row count; a least-squares line where a count was never seen); E counts
+ * committed tokens: a request with a span expects its measured tokens per
+ * step with drafts, one without. A wait that runs out raises the latency
+ * estimate to a quarter above the budget, so a stalled drafter gets no more
+ * waits until the estimate has decayed.
+ *
+ * The latency of a span is the drafter's own drafting time (each span says
+ * it) plus an overhead — messages, the drafter finishing other work — that
+ * only a wait can observe (a busy verifier reads its socket late). The
+ * overhead estimate decays between waits, so a drafter that got slow once
+ * is tried again now and then. No constant of one machine is in it.
+ * Pure: the caller passes times (ms). One thread owns a pace. */
+#ifndef SD_VF_PACE_H
+#define SD_VF_PACE_H
+
+#include <stdbool.h>
+
+#define SD_VF_PACE_ROWS 512 /* row counts with their own step-time EMA */
+
+typedef struct sd_vf_pace {
+    double t_row[SD_VF_PACE_ROWS + 1]; /* EMA step ms by batch rows (0: never seen) */
+    double sn, sx, sy, sxx, sxy;       /* decayed sums for the line t = a + b·rows */
+    double draft_ms;                   /* EMA of the drafter's time per span */
+    bool draft_seen;
+    double over_ms;                    /* overhead beyond drafting, measured by waits (decays) */
+    double yield;                      /* EMA committed tokens per request-step with drafts */
+    bool yield_seen;
+} sd_vf_pace;
+
+void sd_vf_pace_init(sd_vf_pace *p);
+
+/* A step of `rows` batch rows took ms. */
+void sd_vf_pace_step(sd_vf_pace *p, int rows, double ms);
+
+/* A span for the state last told arrived; the drafter spent draft_ms on it. */
+void sd_vf_pace_span(sd_vf_pace *p, double draft_ms);
+
+/* ... and while the verifier waited for it, it came latency_ms after the
+ * state was told. */
+void sd_vf_pace_waited(sd_vf_pace *p, double latency_ms, double draft_ms);
+
+/* The expected latency of a span (ms). */
+double sd_vf_pace_latency(const sd_vf_pace *p);
+
+/* A wait of budget ms ran out without the span. */
+void sd_vf_pace_timeout(sd_vf_pace *p, double budget_ms);
+
+/* A request-step with drafts committed `committed` tokens. */
+void sd_vf_pace_yield(sd_vf_pace *p, int committed);
+
+/* Estimated step time (ms) for rows batch rows; 0 when nothing was measured. */
+double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows);
+
+/* The longest wait that pays for one step: rows_ready rows and e_ready
+ * expected tokens come from the requests that are ready (spans, prefills,
+ * requests without drafts), n_waiting requests lack their span and would
+ * verify k drafts with it. 0 when waiting cannot pay or the measurements
+ * are missing. */
+double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k);
+
+/* Expected committed tokens of a request-step with drafts (>= 1). */
+double sd_vf_pace_expected(const sd_vf_pace *p);
+
+/* True when a wait of budget_ms is worth starting: the drafter's measured
+ * latency (or none yet: optimistic) is below it. */
+bool sd_vf_pace_should_wait(const sd_vf_pace *p, double budget_ms);
+
+#endif
