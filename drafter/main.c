@@ -31,10 +31,10 @@
 
 #include "array.h"
 #include "backend_open.h"
-#include "convert.h"
-#include "draft.h"
 #include "clock.h"
+#include "convert.h"
 #include "dpipe.h"
+#include "draft.h"
 #include "dreply.h"
 #include "dstate.h"
 #include "log.h"
@@ -198,6 +198,11 @@ static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequ
     Specd__HealthReply r = SPECD__HEALTH_REPLY__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
     st.active_requests = (uint32_t)sd_dstate_count(d->table);
+    const sd_model *m = sd_draft_model(d->prop);
+    if (m) { /* the draft model's KV mirrors (the n-gram proposer has none) */
+        st.kv_blocks_total = (uint32_t)sd_kv_pool_total(sd_model_kv_pool(m));
+        st.kv_blocks_free = (uint32_t)sd_kv_pool_free_count(sd_model_kv_pool(m));
+    }
     r.nonce = h->nonce;
     r.role = "drafter";
     r.model = d->model_name;

@@ -56,6 +56,15 @@ static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
         ln->info.accepted_tokens = s->accepted_tokens;
         ln->info.tokens_generated = s->tokens_generated;
         ln->info.drafter_up = s->drafter_up;
+        ln->info.drafter_requests = s->drafter_requests;
+        ln->info.drafter_kv_total = s->drafter_kv_blocks_total;
+        ln->info.drafter_kv_free = s->drafter_kv_blocks_free;
+        const Specd__PipeStats *p = s->pipe;
+        if (p) {
+            const uint64_t v[8] = {p->spans_used, p->spans_stale, p->spans_ready, p->spec_steps,
+                                   p->wait_us,    p->draft_us,    p->step_us,     p->verify_us};
+            memcpy(ln->info.pipe, v, sizeof v);
+        }
         size_t n = s->n_accepted_at < 64 ? s->n_accepted_at : 64;
         if (n) memcpy(ln->info.accepted_at, s->accepted_at, n * sizeof *s->accepted_at);
         ln->info.n_accepted_at = n;

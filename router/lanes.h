@@ -38,6 +38,9 @@ typedef struct sd_lane_info {
     uint64_t accepted_at[64];
     size_t n_accepted_at;
     bool drafter_up;
+    uint32_t drafter_requests, drafter_kv_total, drafter_kv_free; /* the drafter's last figures */
+    uint64_t pipe[8];       /* specd.PipeStats in field order: spans_used, spans_stale, spans_ready,
+                             * spec_steps, wait_us, draft_us, step_us, verify_us */
     char model[128];
 } sd_lane_info;
 

@@ -53,15 +53,59 @@ static void render_router(FILE *f, const sd_metrics *m)
     fprintf(f, "specd_requests_queued %d\n", m->queued);
 }
 
+static long long lane_value(const sd_lane_info *in, int which)
+{
+    switch (which) {
+    case 0: return in->state == SD_LANE_UP;
+    case 1: return in->inflight;
+    case 2: return in->kv_total;
+    case 3: return in->kv_free;
+    case 4: return in->drafter_requests;
+    case 5: return in->drafter_kv_total;
+    default: return in->drafter_kv_free;
+    }
+}
+
 static void lane_gauge(FILE *f, const sd_lanes *l, const char *name, const char *help, int which)
 {
     header(f, name, "gauge", help);
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
-        long long v = which == 0 ? in->state == SD_LANE_UP : which == 1 ? in->inflight
-                    : which == 2 ? (long long)in->kv_total : (long long)in->kv_free;
-        fprintf(f, "%s{lane=\"%s\"} %lld\n", name, in->endpoint, v);
+        fprintf(f, "%s{lane=\"%s\"} %lld\n", name, in->endpoint, lane_value(in, which));
     }
+}
+
+/* The lanes' drafting figures (specd.PipeStats), summed, and the two rates
+ * they give: pre-draft hit rate and the fraction of drafting time hidden
+ * behind verification (1 - (step - verify) / draft). */
+static void render_pipe(FILE *f, const sd_lanes *l)
+{
+    static const char *const name[8] = {"spans_used", "spans_stale", "spans_ready", "decode_steps",
+                                        "wait_seconds", "draft_seconds", "step_seconds", "verify_seconds"};
+    static const char *const help[8] = {
+        "Steps that verified drafter tokens (summed over lanes).",
+        "Pipelined spans dropped because their base was not the committed sequence.",
+        "Pipelined steps whose span was there when the step began (pre-draft hits).",
+        "Decode steps of requests that take drafts.",
+        "Time the verifier spent waiting for drafts.",
+        "Drafter time behind the drafts used.",
+        "Wall time of the decode steps with drafts, end of the previous step to end.",
+        "Forward pass and accept time of those steps."};
+    uint64_t sum[8] = {0};
+    for (size_t i = 0; i < sd_lanes_count(l); i++)
+        for (int k = 0; k < 8; k++) sum[k] += sd_lanes_info(l, (int)i)->pipe[k];
+    for (int k = 0; k < 8; k++) {
+        char full[64];
+        snprintf(full, sizeof full, "specd_spec_%s_total", name[k]);
+        header(f, full, "counter", help[k]);
+        if (k < 4) fprintf(f, "%s %llu\n", full, (unsigned long long)sum[k]);
+        else fprintf(f, "%s %.6f\n", full, (double)sum[k] / 1e6);
+    }
+    header(f, "specd_spec_pre_draft_hit_rate", "gauge", "spans_ready / decode_steps since start.");
+    fprintf(f, "specd_spec_pre_draft_hit_rate %.6f\n", sum[3] ? (double)sum[2] / (double)sum[3] : 0.0);
+    header(f, "specd_spec_draft_time_hidden", "gauge", "1 - (step - verify) / draft since start.");
+    fprintf(f, "specd_spec_draft_time_hidden %.6f\n",
+            sum[5] ? 1.0 - ((double)sum[6] - (double)sum[7]) / (double)sum[5] : 0.0);
 }
 
 static void render_lanes(FILE *f, const sd_lanes *l)
@@ -70,6 +114,9 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     lane_gauge(f, l, "specd_lane_inflight", "Requests routed to the lane and not finished.", 1);
     lane_gauge(f, l, "specd_kv_blocks_total", "KV pool blocks of the lane's verifier.", 2);
     lane_gauge(f, l, "specd_kv_blocks_free", "Free KV pool blocks of the lane's verifier.", 3);
+    lane_gauge(f, l, "specd_drafter_requests", "Requests the lane's drafter holds state for.", 4);
+    lane_gauge(f, l, "specd_drafter_kv_blocks_total", "KV mirror pool blocks of the lane's drafter.", 5);
+    lane_gauge(f, l, "specd_drafter_kv_blocks_free", "Free KV mirror pool blocks of the lane's drafter.", 6);
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
@@ -91,6 +138,7 @@ static void render_lanes(FILE *f, const sd_lanes *l)
         fprintf(f, "specd_spec_accepted_per_position{pos=\"%zu\"} %llu\n", k + 1, (unsigned long long)pos[k]);
     header(f, "specd_spec_acceptance_rate", "gauge", "Accepted / drafted tokens since start.");
     fprintf(f, "specd_spec_acceptance_rate %.6f\n", drafted ? (double)accepted / (double)drafted : 0.0);
+    render_pipe(f, l);
 }
 
 char *sd_metrics_render(const sd_metrics *m, const sd_lanes *lanes)

@@ -12,6 +12,7 @@
 #include "msg.h"
 
 #define PROBE_INTERVAL_MS 500
+#define STATS_INTERVAL_MS 1000 /* while up: how often the drafter's figures are asked for */
 #define PROBE_WINDOW_MS 5
 #define SILENCE_MS 1000 /* pipelined: no message for this long while spans are owed = down */
 
@@ -25,6 +26,7 @@ struct sd_vf_link {
     double last_probe_ms;    /* last batch probe while down */
     double last_health_ms;   /* last HealthRequest probe while down */
     double owed_since_ms;    /* pipelined: first batch sent since the last message (0: none) */
+    sd_vf_drafter_stats dstats; /* from the last HealthReply */
     sd_vf_batch batch;
 };
 
@@ -103,10 +105,11 @@ static Specd__Envelope *recv_one(sd_vf_link *l, bool *more)
     return env;
 }
 
-/* While down: a HealthRequest every PROBE_INTERVAL_MS. */
+/* A HealthRequest every PROBE_INTERVAL_MS while down (the probe), every
+ * STATS_INTERVAL_MS while up (the drafter's figures). */
 static void probe(sd_vf_link *l)
 {
-    if (!l->up && sd_now_ms() - l->last_health_ms >= PROBE_INTERVAL_MS) {
+    if (sd_now_ms() - l->last_health_ms >= (l->up ? STATS_INTERVAL_MS : PROBE_INTERVAL_MS)) {
         l->last_health_ms = sd_now_ms();
         Specd__HealthRequest h = SPECD__HEALTH_REQUEST__INIT;
         Specd__Envelope env = SPECD__ENVELOPE__INIT;
@@ -117,12 +120,26 @@ static void probe(sd_vf_link *l)
     }
 }
 
+/* Keeps the figures of a HealthReply; true when env was one. */
+static bool take_health(sd_vf_link *l, const Specd__Envelope *env)
+{
+    if (env->body_case != SPECD__ENVELOPE__BODY_HEALTH_REPLY) return false;
+    const Specd__Stats *st = env->health_reply->stats;
+    if (st) l->dstats = (sd_vf_drafter_stats){st->active_requests, st->kv_blocks_total, st->kv_blocks_free};
+    return true;
+}
+
+sd_vf_drafter_stats sd_vf_link_drafter_stats(const sd_vf_link *l)
+{
+    return l->dstats;
+}
+
 void sd_vf_link_poll(sd_vf_link *l)
 {
     bool more = true;
     while (more) {
         Specd__Envelope *env = recv_one(l, &more);
-        if (env) SD_DEBUG("drafter: dropped %s outside a draft exchange", sd_msg_kind(env));
+        if (env && !take_health(l, env)) SD_DEBUG("drafter: dropped %s outside a draft exchange", sd_msg_kind(env));
         sd_msg_free(env);
     }
     probe(l);
@@ -153,7 +170,7 @@ static bool await_reply(sd_vf_link *l, sd_vf_slot *const *slots, const int *budg
             if (!env) continue;
             bool mine = env->body_case == SPECD__ENVELOPE__BODY_DRAFT_REPLY && env->draft_reply->step == l->step;
             if (mine) sd_vf_batch_apply(&l->batch, env->draft_reply, slots, budgets, l->vocab);
-            else SD_DEBUG("drafter: dropped %s (stale or unexpected)", sd_msg_kind(env));
+            else if (!take_health(l, env)) SD_DEBUG("drafter: dropped %s (stale or unexpected)", sd_msg_kind(env));
             sd_msg_free(env);
             if (mine) return true;
         }
@@ -269,7 +286,7 @@ int sd_vf_link_pipe_recv(sd_vf_link *l, sd_vf_slot *const *slots, int n, double 
         if (env->body_case == SPECD__ENVELOPE__BODY_DRAFT_REPLY) {
             const Specd__DraftReply *rep = env->draft_reply;
             for (size_t j = 0; j < rep->n_results; j++) got += file_result(l, rep->results[j], slots, n, now_ms, lat_ms, draft_ms);
-        } else {
+        } else if (!take_health(l, env)) {
             SD_DEBUG("drafter: dropped %s", sd_msg_kind(env));
         }
         sd_msg_free(env);

@@ -229,6 +229,12 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     st.n_accepted_at = (size_t)n_at;
     st.tokens_generated = s->tokens_generated;
     st.drafter_up = s->link && sd_vf_link_up(s->link);
+    if (s->link) {
+        sd_vf_drafter_stats ds = sd_vf_link_drafter_stats(s->link);
+        st.drafter_requests = ds.requests;
+        st.drafter_kv_blocks_total = ds.kv_total;
+        st.drafter_kv_blocks_free = ds.kv_free;
+    }
     Specd__PipeStats pb;
     sd_vf_pipe_stats_to_proto(&s->pipe_total, &pb);
     st.pipe = &pb;

@@ -11,7 +11,10 @@
 #     equals `specd-generate --temperature 0.8 --seed 42` (match verification
 #     reproduces plain sampling);
 #   - responses carry usage and speculative stats, accepted_tokens > 0 for
-#     greedy with the draft model.
+#     greedy with the draft model;
+# in pipelined mode (the default: the drafter drafts ahead, spans are used
+# only when their base is the committed sequence; the responses' drafting
+# stats show spans used) and in serial mode (--spec-pipeline off).
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -62,12 +65,17 @@ run_mode() {
       echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled.$i")"
     fi
   done
+  case $mode in draft*)
+    check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]' ;;
+  esac
   if [ "$mode" = draft ]; then
-    check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]'
+    check "[$mode] pipelined: spans used, some before the step began" \
+      '[ "$(jget "$WORK/$mode.0.json" "j[\"speculative\"][\"drafting\"][\"spans_used\"] > 0 and j[\"speculative\"][\"drafting\"][\"pre_draft_hit_rate\"] > 0")" = True ]'
   fi
   serve_stop
 }
 
 run_mode draft --draft "$DRAFT"
+run_mode draft-serial --draft "$DRAFT" --spec-pipeline off
 run_mode ngram --ngram
 finish

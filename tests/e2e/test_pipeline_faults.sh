@@ -9,7 +9,13 @@
 #   (c) bad input against the real pipeline: malformed JSON → 400, prompt +
 #       max_tokens beyond the context → 400 naming max_tokens/prompt,
 #       temperature -1 → 400 naming temperature, wrong API key → 401, and a
-#       good request still succeeds afterwards.
+#       good request still succeeds afterwards;
+#   (d) the drafter stopped (SIGSTOP) mid-pipeline while 4 streams of 384
+#       tokens run: every stream finishes with the exact single-request
+#       text (the verifier decodes without drafts, stops waiting for spans
+#       and marks the drafter down); after SIGCONT the drafter re-syncs and
+#       drafts again; then its KV mirrors are all free and it holds no
+#       request (specd_drafter_kv_blocks_free == _total, specd_drafter_requests 0).
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -89,5 +95,56 @@ st=$(post /v1/completions "$(body "${PROMPTS[1]}" 128 0)" "$WORK/good.json" "${A
 check "(c) a good request still succeeds, exact text" \
   '[ "$st" = 200 ] && text_of "$WORK/good.json" "$WORK/good" && cmp -s "$WORK/good" "$WORK/single.1"'
 check "(c) KV free == total at the end" kv_settled
+
+# ---- (d) drafter stopped mid-pipeline -----------------------------------------------
+for i in "${!PROMPTS[@]}"; do
+  st=$(post /v1/completions "$(body "${PROMPTS[$i]}" 384 0)" "$WORK/long.$i.json" "${AUTH[@]}")
+  [ "$st" = 200 ] && text_of "$WORK/long.$i.json" "$WORK/long.$i" || fail "(d) single request $i (status $st)"
+done
+DRAFTER=$(pgrep -P "$SERVE_PID" -f specd-drafter | head -n 1)
+CURLS=()
+for i in "${!PROMPTS[@]}"; do
+  curl -sN "${AUTH[@]}" -H 'Content-Type: application/json' -d "$(body "${PROMPTS[$i]}" 384 1)" \
+    "$URL/v1/completions" >"$WORK/stopped.$i.sse" &
+  CURLS+=("$!")
+done
+for _ in $(seq 100); do
+  [ "$(cat "$WORK"/stopped.*.sse 2>/dev/null | grep -c '^data: ')" -ge 8 ] && break
+  sleep 0.05
+done
+[ -n "$DRAFTER" ] && kill -STOP "$DRAFTER"
+DONE_AT_STOP=$(cat "$WORK"/stopped.*.sse 2>/dev/null | grep -c '^data: \[DONE\]')
+check "(d) the drafter stopped mid-stream ($DONE_AT_STOP of 4 streams done at the stop)" '[ "$DONE_AT_STOP" -lt 4 ]'
+for p in "${CURLS[@]}"; do wait "$p"; done
+for i in "${!PROMPTS[@]}"; do
+  if sse_text "$WORK/stopped.$i.sse" "$WORK/stopped.$i" && cmp -s "$WORK/stopped.$i" "$WORK/long.$i"; then
+    ok "(d) stream $i completed with the exact text while the drafter was stopped"
+  else
+    fail "(d) stream $i completed with the exact text while the drafter was stopped"
+    tail -c 300 "$WORK/stopped.$i.sse" | sed 's/^/#   /'
+  fi
+done
+[ -n "$DRAFTER" ] && kill -CONT "$DRAFTER"
+drafts_again() {
+  local st
+  st=$(post /v1/completions "$(body "${PROMPTS[2]}" 128 0)" "$WORK/resumed.json" "${AUTH[@]}")
+  [ "$st" = 200 ] && [ "$(jget "$WORK/resumed.json" "j[\"speculative\"][\"accepted_tokens\"] > 0")" = True ]
+}
+resumed=0
+for _ in $(seq 40); do drafts_again && { resumed=1; break; }; sleep 0.25; done
+check "(d) after SIGCONT the drafter re-synced and drafts again" '[ "$resumed" = 1 ]'
+check "(d) ... and the output is exact" 'text_of "$WORK/resumed.json" "$WORK/resumed" && cmp -s "$WORK/resumed" "$WORK/single.2"'
+drafter_idle() {
+  local i f t r
+  for i in $(seq 50); do
+    f=$(metric specd_drafter_kv_blocks_free); t=$(metric specd_drafter_kv_blocks_total); r=$(metric specd_drafter_requests)
+    if [ -n "$t" ] && [ "$t" != 0 ] && [ "$f" = "$t" ] && [ "$r" = 0 ]; then return 0; fi
+    sleep 0.2
+  done
+  echo "# drafter kv free=$f total=$t requests=$r"
+  return 1
+}
+check "(d) the drafter's KV mirrors are all free again and it holds no request" drafter_idle
+check "(d) KV free == total at the end" kv_settled
 serve_stop
 finish

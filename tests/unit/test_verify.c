@@ -404,61 +404,6 @@ END_TEST
 
 enum { SV = 10, NTRIALS = 100000 };
 
-/* 0.999 quantiles of the chi-square distribution for df = 1..20
- * (significance 0.001; standard tables, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.4). */
-static const double CHI2_999[21] = {0.0,    10.828, 13.816, 16.266, 18.467, 20.515, 22.458,
-                                    24.322, 26.124, 27.877, 29.588, 31.264, 32.909, 34.528,
-                                    36.123, 37.697, 39.252, 40.790, 42.312, 43.820, 45.315};
-
-/* Pearson statistic of counts[0..SV) against n * p[0..SV). Bins with expected
- * count < 5 are merged, smallest first, until each merged bin reaches 5. A
- * count on a token with p == 0 makes the statistic +inf. *df = bins - 1. */
-static double chi2_stat(const long *counts, const double *p, long n, int *df)
-{
-    int idx[SV];
-    for (int i = 0; i < SV; i++)
-        idx[i] = i;
-    for (int i = 1; i < SV; i++) /* insertion sort by expected count, ascending */
-        for (int j = i; j > 0 && p[idx[j]] < p[idx[j - 1]]; j--) {
-            int t = idx[j];
-            idx[j] = idx[j - 1];
-            idx[j - 1] = t;
-        }
-    double stat = 0.0, e = 0.0, o = 0.0, last_e = 0.0, last_o = 0.0;
-    int bins = 0;
-    for (int j = 0; j < SV; j++) {
-        int i = idx[j];
-        if (p[i] == 0.0) {
-            if (counts[i] > 0)
-                return INFINITY;
-            continue;
-        }
-        e += p[i] * (double)n;
-        o += (double)counts[i];
-        if (e >= 5.0) {
-            stat += (o - e) * (o - e) / e;
-            last_e = e;
-            last_o = o;
-            bins++;
-            e = o = 0.0;
-        }
-    }
-    if (e > 0.0 && bins > 0) { /* leftover < 5: fold into the last bin */
-        stat -= (last_o - last_e) * (last_o - last_e) / last_e;
-        last_e += e;
-        last_o += o;
-        stat += (last_o - last_e) * (last_o - last_e) / last_e;
-    }
-    *df = bins - 1;
-    return stat;
-}
-
-static double chi2_crit(int df)
-{
-    ck_assert_msg(df >= 1 && df <= 20, "df %d outside the table", df);
-    return CHI2_999[df];
-}
-
 /* A synthetic case: fixed target rows (row 2 is the bonus row of k = 2), the
  * request's sampler chain (p_i = its distribution of row i) and the proposal
  * of draft i. */
@@ -631,18 +576,18 @@ static void check_case(int which, int k)
     long n2 = run_trials(&c, k, RULE_VERIFY, first, second);
     ck_assert_msg(n2 >= 0, "%s: sd_verify failed", c.name);
     int df;
-    double x = chi2_stat(first, p0, NTRIALS, &df);
+    double x = tu_chi2_stat(first, p0, SV, NTRIALS, &df);
     printf("verify chi2 [%s, k=%d] first: %.2f (df %d, crit %.3f)", c.name, k, x, df,
-           chi2_crit(df));
-    ck_assert_msg(x < chi2_crit(df), "%s k=%d: first token chi2 %.2f >= %.3f", c.name, k, x,
-                  chi2_crit(df));
+           tu_chi2_crit(df));
+    ck_assert_msg(x < tu_chi2_crit(df), "%s k=%d: first token chi2 %.2f >= %.3f", c.name, k, x,
+                  tu_chi2_crit(df));
     if (n2 >= 1000) {
         int df2;
-        double x2 = chi2_stat(second, p1, n2, &df2);
+        double x2 = tu_chi2_stat(second, p1, SV, n2, &df2);
         printf("; second | accepted (n %ld): %.2f (df %d, crit %.3f)", n2, x2, df2,
-               chi2_crit(df2));
-        ck_assert_msg(x2 < chi2_crit(df2), "%s k=%d: second token chi2 %.2f >= %.3f", c.name, k,
-                      x2, chi2_crit(df2));
+               tu_chi2_crit(df2));
+        ck_assert_msg(x2 < tu_chi2_crit(df2), "%s k=%d: second token chi2 %.2f >= %.3f", c.name, k,
+                      x2, tu_chi2_crit(df2));
     }
     printf("\n");
 }
@@ -662,7 +607,7 @@ static double wrong_stat(int which, rule r, int *df)
     double p0[SV];
     exact_p(&c, 0, p0);
     ck_assert_int_ge(run_trials(&c, 1, r, first, second), 0);
-    return chi2_stat(first, p0, NTRIALS, df);
+    return tu_chi2_stat(first, p0, SV, NTRIALS, df);
 }
 
 START_TEST(test_rejection_discriminates)
@@ -685,8 +630,8 @@ START_TEST(test_rejection_discriminates)
         int df;
         double x = wrong_stat(wrong[i].which, wrong[i].r, &df);
         printf("verify chi2 WRONG rule '%s' [%s]: %.1f (df %d, crit %.3f)\n", wrong[i].what,
-               c.name, x, df, chi2_crit(df));
-        ck_assert_msg(x > chi2_crit(df), "'%s' on %s not detected: chi2 %.2f", wrong[i].what,
+               c.name, x, df, tu_chi2_crit(df));
+        ck_assert_msg(x > tu_chi2_crit(df), "'%s' on %s not detected: chi2 %.2f", wrong[i].what,
                       c.name, x);
     }
 }

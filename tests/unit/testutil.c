@@ -1,6 +1,7 @@
 /* testutil.c — see testutil.h. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -38,6 +39,61 @@ char *tu_read_file(const char *path, size_t *len)
     if (sd_read_file(path, (size_t)1 << 31, &text, &n, NULL, 0) != SD_OK) return NULL;
     if (len) *len = n;
     return text;
+}
+
+static const double CHI2_999[21] = {0.0,    10.828, 13.816, 16.266, 18.467, 20.515, 22.458,
+                                    24.322, 26.124, 27.877, 29.588, 31.264, 32.909, 34.528,
+                                    36.123, 37.697, 39.252, 40.790, 42.312, 43.820, 45.315};
+
+double tu_chi2_stat(const long *counts, const double *p, int n, long total, int *df)
+{
+    int *idx = malloc((size_t)n * sizeof *idx);
+    ck_assert_ptr_nonnull(idx);
+    for (int i = 0; i < n; i++) idx[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by expected count, ascending */
+        for (int j = i; j > 0 && p[idx[j]] < p[idx[j - 1]]; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    double stat = 0.0, e = 0.0, o = 0.0, last_e = 0.0, last_o = 0.0;
+    int bins = 0;
+    for (int j = 0; j < n; j++) {
+        int i = idx[j];
+        if (p[i] == 0.0) {
+            if (counts[i] > 0) {
+                free(idx);
+                return INFINITY;
+            }
+            continue;
+        }
+        e += p[i] * (double)total;
+        o += (double)counts[i];
+        if (e >= 5.0) {
+            stat += (o - e) * (o - e) / e;
+            last_e = e;
+            last_o = o;
+            bins++;
+            e = o = 0.0;
+        }
+    }
+    if (e > 0.0 && bins > 0) { /* leftover < 5: fold into the last bin */
+        stat -= (last_o - last_e) * (last_o - last_e) / last_e;
+        last_e += e;
+        last_o += o;
+        stat += (last_o - last_e) * (last_o - last_e) / last_e;
+    }
+    free(idx);
+    *df = bins - 1;
+    return stat;
+}
+
+double tu_chi2_crit(int df)
+{
+    ck_assert_msg(df >= 1, "df %d", df);
+    if (df <= 20) return CHI2_999[df];
+    double z = 3.090232, a = 2.0 / (9.0 * df), c = 1.0 - a + z * sqrt(a);
+    return df * c * c * c;
 }
 
 int tu_run_suite(Suite *s)

@@ -30,6 +30,17 @@ struct sd_model *tu_open_model(const char *name, struct sd_backend *be, int posi
  * logits into out, commit); fails the test on error. */
 void tu_forward(struct sd_model *m, struct sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out);
 
+/* Pearson statistic of counts[0..n) against total * p[0..n). Bins with an
+ * expected count below 5 are merged, smallest first, until each merged bin
+ * reaches 5 (a leftover goes into the last bin). A count on a p == 0 cell
+ * makes it +inf. *df = bins - 1. */
+double tu_chi2_stat(const long *counts, const double *p, int n, long total, int *df);
+
+/* The 0.999 quantile of the chi-square distribution with df degrees of
+ * freedom (significance 0.001): a table up to 20 (NIST/SEMATECH
+ * e-Handbook 1.3.6.7.4), the Wilson-Hilferty approximation above. */
+double tu_chi2_crit(int df);
+
 /* Runs one suite with CK_NORMAL output; returns the process exit code. */
 int tu_run_suite(Suite *s);
 

@@ -1,0 +1,84 @@
+/* test_vf_pace.c — the pipelined verifier's wait decision (vf_pace.c):
+ * step-time estimates by batch rows, the wait budget of vf_pace.h's formula
+ * on numbers worked by hand, the latency estimate (drafting time plus the
+ * overhead waits observe), and that a timeout stops further waits until the
+ * overhead estimate has decayed. */
+#include <check.h>
+
+#include "testutil.h"
+#include "vf_pace.h"
+
+START_TEST(step_time_by_rows)
+{
+    sd_vf_pace p;
+    sd_vf_pace_init(&p);
+    ck_assert(sd_vf_pace_step_ms(&p, 3) == 0); /* nothing measured */
+    for (int i = 0; i < 50; i++) {
+        sd_vf_pace_step(&p, 1, 1.0);
+        sd_vf_pace_step(&p, 7, 1.6);
+    }
+    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 1), 1.0, 1e-9);
+    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 7), 1.6, 1e-9);
+    /* unseen row counts come from the line through what was seen */
+    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 4), 1.3, 1e-6);
+    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 13), 2.2, 1e-6);
+}
+END_TEST
+
+START_TEST(wait_budget)
+{
+    sd_vf_pace p;
+    sd_vf_pace_init(&p);
+    for (int i = 0; i < 50; i++) {
+        sd_vf_pace_step(&p, 1, 1.0);
+        sd_vf_pace_step(&p, 7, 1.6);
+    }
+    ck_assert(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6) == 0); /* no yield measured yet */
+    sd_vf_pace_yield(&p, 4);
+    ck_assert_double_eq_tol(sd_vf_pace_expected(&p), 4.0, 1e-9);
+    /* alone: t_plain - t_spec / e = 1.0 - 1.6 / 4 */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6), 0.6, 1e-6);
+    /* beside a ready request (7 rows, 4 tokens): t_without = t(8) = 1.7, t_with = t(14) = 2.3,
+     * E_without = 5, E_with = 8: 1.7 - 5 * 2.3 / 8 */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 7, 4, 1, 6), 1.7 - 5 * 2.3 / 8, 1e-6);
+    /* drafts that commit little never pay a wait */
+    sd_vf_pace q = p;
+    for (int i = 0; i < 200; i++) sd_vf_pace_yield(&q, 1);
+    ck_assert(sd_vf_pace_wait_budget(&q, 0, 0, 1, 6) == 0);
+}
+END_TEST
+
+START_TEST(latency_and_timeouts)
+{
+    sd_vf_pace p;
+    sd_vf_pace_init(&p);
+    ck_assert(sd_vf_pace_should_wait(&p, 0.5)); /* nothing known: try */
+    ck_assert(!sd_vf_pace_should_wait(&p, 0));
+    sd_vf_pace_span(&p, 0.3);
+    ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.3, 1e-9);
+    sd_vf_pace_waited(&p, 0.4, 0.3); /* 0.1 ms beyond drafting */
+    ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.3 + 0.2 * 0.1, 1e-9);
+    ck_assert(sd_vf_pace_should_wait(&p, 0.5));
+    sd_vf_pace_timeout(&p, 0.5);
+    ck_assert(sd_vf_pace_latency(&p) > 0.5); /* no more waits ... */
+    ck_assert(!sd_vf_pace_should_wait(&p, 0.5));
+    int steps = 0;
+    while (!sd_vf_pace_should_wait(&p, 0.5) && steps < 1000) {
+        sd_vf_pace_step(&p, 7, 1.6); /* ... until the overhead estimate has decayed */
+        steps++;
+    }
+    ck_assert_int_gt(steps, 1);
+    ck_assert_int_lt(steps, 1000);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("vf_pace");
+    TCase *tc = tcase_create("pace");
+    tcase_add_test(tc, step_time_by_rows);
+    tcase_add_test(tc, wait_budget);
+    tcase_add_test(tc, latency_and_timeouts);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
