@@ -12,6 +12,7 @@
  * record cached, publish q). The last draft token's K/V is never computed. */
 #include "draft.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 
 typedef struct draft_seq {
     uint64_t id;
+    uint32_t branch;    /* sd_propose_item.branch: several mirrors of one sequence */
     bool live;
     uint64_t stamp;     /* call in which an item last used it (duplicate guard) */
     sd_kv_seq kv;       /* the KV mirror */
@@ -89,12 +91,13 @@ sd_draft_opts sd_draft_opts_default(void)
 
 /* ---- sequence table ------------------------------------------------------ */
 
-/* Index of seq_id's state, created when absent; -1 on allocation failure. */
-static int seq_get(draft_impl *d, uint64_t id, bool create)
+/* Index of the state of (seq_id, branch), created when absent; -1 on
+ * allocation failure. */
+static int seq_get(draft_impl *d, uint64_t id, uint32_t branch, bool create)
 {
     int free_slot = -1;
     for (int i = 0; i < d->n_seqs; i++) {
-        if (d->seqs[i].live && d->seqs[i].id == id) return i;
+        if (d->seqs[i].live && d->seqs[i].id == id && d->seqs[i].branch == branch) return i;
         if (!d->seqs[i].live && free_slot < 0) free_slot = i;
     }
     if (!create) return -1;
@@ -106,6 +109,7 @@ static int seq_get(draft_impl *d, uint64_t id, bool create)
     }
     draft_seq *s = &d->seqs[free_slot];
     s->id = id;
+    s->branch = branch;
     s->live = true;
     s->n_cached = 0;
     s->stamp = 0;
@@ -154,7 +158,7 @@ static void prepare_item(draft_impl *d, const sd_propose_item *it, item_state *s
     int kk = it->k < SD_MAX_DRAFT ? it->k : SD_MAX_DRAFT;
     if (kk <= 0 || nc < 1 || !it->context || nc > d->max_pos) return;
     if (kk > d->max_pos - nc + 1) kk = d->max_pos - nc + 1;
-    int si = seq_get(d, it->seq_id, true);
+    int si = seq_get(d, it->seq_id, it->branch, true);
     if (si < 0) return;
     draft_seq *s = &d->seqs[si];
     if (s->stamp == d->stamp) return; /* the same seq_id twice in one batch */
@@ -173,9 +177,19 @@ static void prepare_item(draft_impl *d, const sd_propose_item *it, item_state *s
     st->active = true;
 }
 
+/* The best token of row[0..n) other than first (-1 when there is none). */
+static int32_t second_choice(float *row, int n, int32_t first)
+{
+    float keep = row[first];
+    row[first] = -INFINITY;
+    int32_t alt = sd_argmax_f32(row, n);
+    row[first] = keep;
+    return alt >= 0 && row[alt] > -INFINITY ? alt : -1;
+}
+
 /* Chooses draft token t of item it from its logits row; records its q.
  * Returns false when no token can be drawn (or q cannot be stored). */
-static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st, const float *row, int t,
+static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st, float *row, int t,
                        sd_proposal *o)
 {
     int32_t tok;
@@ -195,10 +209,16 @@ static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st,
         tok = sd_argmax(row, d->vlimit);
     }
     if (tok < 0) return false;
-    if (d->p_min > 0.0f) {
-        /* stop drafting this item after a token the drafter itself doubts */
+    o->alt[t] = -1;
+    if (d->p_min > 0.0f || it->want_alt) {
         float p = st->sampled ? sd_sparse_prob(q, nq, tok) : 1.0f / sd_exp_sum(row, d->vlimit, row[tok]);
-        if (p < d->p_min) st->kk = t + 1;
+        o->p[t] = p;
+        if (it->want_alt && !st->sampled) {
+            o->alt[t] = second_choice(row, d->vlimit, tok);
+            o->alt_p[t] = o->alt[t] >= 0 ? p * expf(row[o->alt[t]] - row[tok]) : 0.0f;
+        }
+        /* stop drafting this item after a token the drafter itself doubts */
+        if (d->p_min > 0.0f && p < d->p_min) st->kk = t + 1;
     }
     if (it->want_q) {
         sd_tokprob one = {tok, 1.0f};
@@ -293,12 +313,13 @@ static sd_status draft_propose(sd_proposer *p, const sd_propose_item *items, int
 static void draft_release(sd_proposer *p, uint64_t seq_id)
 {
     draft_impl *d = p->impl;
-    int si = seq_get(d, seq_id, false);
-    if (si < 0) return;
-    draft_seq *s = &d->seqs[si];
-    sd_kv_seq_release(sd_model_kv_pool(d->m), &s->kv);
-    s->live = false;
-    s->n_cached = 0;
+    for (int i = 0; i < d->n_seqs; i++) {
+        draft_seq *s = &d->seqs[i];
+        if (!s->live || s->id != seq_id) continue;
+        sd_kv_seq_release(sd_model_kv_pool(d->m), &s->kv);
+        s->live = false;
+        s->n_cached = 0;
+    }
 }
 
 static void draft_destroy(sd_proposer *p)

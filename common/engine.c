@@ -284,7 +284,8 @@ bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *i
     int k = sd_req_draft_budget(e, r);
     if (k == 0) return false;
     bool want_q = r->p.sampling.temperature > 0 && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
-    *it = (sd_propose_item){r->id, r->tokens, r->n_tokens, k, &r->p.sampling, want_q, (uint64_t)sd_req_n_output(r)};
+    *it = (sd_propose_item){.seq_id = r->id, .context = r->tokens, .n_context = r->n_tokens, .k = k,
+                            .sampling = &r->p.sampling, .want_q = want_q, .out_pos = (uint64_t)sd_req_n_output(r)};
     return true;
 }
 

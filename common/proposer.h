@@ -29,21 +29,30 @@
 /* One sequence's request in a propose batch. */
 typedef struct sd_propose_item {
     uint64_t seq_id;           /* caller's key for per-sequence state */
+    uint32_t branch;           /* 0: the sequence's own state; b > 0: a second state of the same
+                                * sequence (another guess of its future), kept apart */
     const int32_t *context;    /* committed tokens (prompt + output) */
     int n_context;             /* >= 1 */
     int k;                     /* tokens wanted, 0..SD_MAX_DRAFT */
     const sd_sampling *sampling; /* NULL or temperature 0: greedy drafts, no q */
     bool want_q;               /* sample from the filtered distribution, fill q */
+    bool want_alt;             /* greedy: fill p / alt / alt_p (when the proposer knows them) */
     uint64_t out_pos;          /* output position of the first draft token (RNG key) */
 } sd_propose_item;
 
 /* Its result. q[i] (when want_q) is the proposal distribution token i was
- * drawn from: a sparse list owned by the proposer, valid until the next call. */
+ * drawn from: a sparse list owned by the proposer, valid until the next call.
+ * For greedy drafts of an item with want_alt a proposer may also say how
+ * sure it was: p[i] its probability of tokens[i], alt[i] its second choice
+ * there and alt_p[i] that one's probability (alt[i] == -1: not known). */
 typedef struct sd_proposal {
     int n;                              /* tokens proposed, 0..k */
     int32_t tokens[SD_MAX_DRAFT];
     const sd_tokprob *q[SD_MAX_DRAFT];  /* NULL when not sampled */
     size_t nq[SD_MAX_DRAFT];
+    float p[SD_MAX_DRAFT];
+    int32_t alt[SD_MAX_DRAFT];
+    float alt_p[SD_MAX_DRAFT];
 } sd_proposal;
 
 typedef struct sd_proposer sd_proposer;
@@ -54,7 +63,7 @@ typedef struct sd_proposer_ops {
      * item leaves out[i].n == 0 (no draft, never wrong). */
     sd_status (*propose)(sd_proposer *p, const sd_propose_item *items, int n, sd_proposal *out, char *err,
                          size_t errlen);
-    /* Forgets a sequence's state (finished / cancelled). */
+    /* Forgets a sequence's state, every branch of it (finished / cancelled). */
     void (*release)(sd_proposer *p, uint64_t seq_id);
     void (*destroy)(sd_proposer *p);
 } sd_proposer_ops;

@@ -22,8 +22,27 @@
 #include "sampler.h"
 #include "status.h"
 
+#define SD_DPIPE_MAX_BRANCHES 3            /* guesses of other outcomes per request and step */
+#define SD_DRUN_MAX (SD_MAX_DRAFT + 1)
+#define SD_DRUN_KEEP (2 * (1 + SD_DPIPE_MAX_BRANCHES)) /* this step's runs and the last step's */
+
+/* A run of tokens the drafter drafted greedily, with its confidence: t[i]
+ * at position pos0 + i; hcum[i] = sd_span_hash of the whole sequence before
+ * t[i] (so hcum[0] names the context it was drafted from). */
+typedef struct sd_drun {
+    int64_t pos0;
+    int n;
+    int32_t t[SD_DRUN_MAX];
+    float p[SD_DRUN_MAX];
+    int32_t alt[SD_DRUN_MAX];
+    float alt_p[SD_DRUN_MAX];
+    uint64_t hcum[SD_DRUN_MAX + 1];
+} sd_drun;
+
 /* What pipelined drafting (dpipe.h) keeps per request: the verifier's last
- * word on it and whether a span for that state is owed. */
+ * word on it, whether a span for that state is owed, and the runs drafted
+ * for it lately (they tell how sure the drafter was of the drafts now in
+ * flight). */
 typedef struct sd_dreq_pipe {
     int k;                 /* drafts per span the verifier takes */
     bool want_q;           /* sampled drafts, with q */
@@ -31,8 +50,13 @@ typedef struct sd_dreq_pipe {
     int32_t in_flight[SD_MAX_DRAFT]; /* drafts the verifier is verifying, after ctx */
     int n_in_flight;
     bool dirty;            /* the state changed: a span is owed */
+    bool branches_owed;    /* the main chain went out; guesses of other outcomes may follow */
+    double told_ms;        /* when the verifier's last word arrived (drafter clock) */
+    double step_ms;        /* ... and its expected step time */
     uint8_t peer[256];     /* the verifier's ROUTER identity (spans go there) */
     size_t peer_len;
+    sd_drun runs[SD_DRUN_KEEP]; /* the last runs drafted, oldest overwritten first */
+    int next_run;
 } sd_dreq_pipe;
 
 /* One request's state. Owned by the table; pointers into it stay valid until

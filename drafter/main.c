@@ -3,7 +3,7 @@
  *   specd-drafter [--listen tcp://127.0.0.1:5556] (--model DIR | --ngram)
  *                 [--ngram-min 1] [--ngram-max 4] [--threads 1] [--max-seqs 64]
  *                 [--max-context N] [--device cpu|cuda:N] [--quant auto] [--p-min 0.3]
- *                 [--spec-pipeline on] [--log-level info]
+ *                 [--spec-pipeline on] [--spec-branches 3] [--log-level info]
  *
  * Binds a ZeroMQ ROUTER socket and serves the verifier's draft protocol
  * (proto/specd.proto, drafter/README.md): DraftOpen / DraftClose keep the
@@ -43,8 +43,11 @@
 #include "msg.h"
 #include "ngram.h"
 #include "opt.h"
+#include "span.h"
 
 #define DEFAULT_MAX_CONTEXT_CAP 4096
+#define SD_MAX_BRANCH_CALL 8      /* branches drafted in one propose call */
+#define BRANCH_MIN_PROB 0.02      /* outcomes less likely than this are not drafted for */
 
 typedef struct drafter_opts {
     const char *listen, *model, *device, *log_level;
@@ -53,6 +56,7 @@ typedef struct drafter_opts {
     int quant;        /* SD_DRAFT_QUANT_* */
     float p_min;
     bool pipeline;    /* --spec-pipeline: draft ahead when the verifier pipelines */
+    int branches;     /* --spec-branches: other outcomes drafted for per request and step */
 } drafter_opts;
 
 /* Everything the serving loop owns. */
@@ -72,7 +76,11 @@ typedef struct drafter {
     sd_dspan *spans;     /* the answers of one reply */
     size_t cap;
     bool pipeline;       /* --spec-pipeline on */
+    int branches;        /* --spec-branches */
     uint64_t last_step;  /* step of the last DraftBatch seen */
+    double tok_ms;       /* EMA of the time per drafted token and item of a propose call */
+    int32_t *bctx[SD_MAX_BRANCH_CALL]; /* branch contexts: committed + in-flight prefix + alternative */
+    size_t bcap[SD_MAX_BRANCH_CALL];
 } drafter;
 
 static volatile sig_atomic_t g_stop;
@@ -88,6 +96,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
                "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
+               "                     [--spec-branches N]\n"
                "                     [--log-level debug|info|warn|error]\n");
 }
 
@@ -98,11 +107,13 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         {"listen", 1, 0, 'l'},    {"model", 1, 0, 'm'},     {"ngram", 0, 0, 'n'},     {"ngram-min", 1, 0, 'a'},
         {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
         {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
-        {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {0, 0, 0, 0}};
+        {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {"spec-branches", 1, 0, 'B'},
+        {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
-                        .p_min = SD_DRAFT_P_MIN_DEFAULT, .pipeline = true};
+                        .p_min = SD_DRAFT_P_MIN_DEFAULT, .pipeline = true,
+                        .branches = SD_DPIPE_MAX_BRANCHES};
     char err[256] = "";
     sd_status st = SD_OK;
     int c;
@@ -124,6 +135,9 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
             break;
         case 'p': st = sd_opt_float(optarg, "--p-min", 0.0, 1.0, &o->p_min, err, sizeof err); break;
         case 'P': st = sd_opt_on_off(optarg, "--spec-pipeline", &o->pipeline, err, sizeof err); break;
+        case 'B':
+            st = sd_opt_int(optarg, "--spec-branches", 0, SD_DPIPE_MAX_BRANCHES, &o->branches, err, sizeof err);
+            break;
         case 'h': return 1;
         default: return -1;
         }
@@ -163,7 +177,8 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     d->be = sd_backend_open(o->device, o->threads, err, sizeof err);
     if (!d->be) goto fail;
     dopts.be = d->be;
-    dopts.max_seqs = o->max_seqs;
+    /* pipelined: each request may have branch mirrors besides its main one (dpipe.h) */
+    dopts.max_seqs = o->max_seqs * (o->pipeline ? 1 + o->branches : 1);
     dopts.quant = o->quant;
     dopts.p_min = o->p_min;
     dopts.max_context = o->max_context ? o->max_context
@@ -314,6 +329,12 @@ static uint32_t propose_all(drafter *d, int n, uint64_t step)
         for (int i = 0; i < n; i++) d->props[i].n = 0;
     }
     double us = (sd_now_s() - t0) * 1e6;
+    int tokens = 0;
+    for (int i = 0; i < n; i++) tokens += d->items[i].k;
+    if (tokens > 0) { /* per token and item: a batched call costs about this times their sum */
+        double x = us / 1e3 / tokens;
+        d->tok_ms = d->tok_ms > 0 ? d->tok_ms + 0.2 * (x - d->tok_ms) : x;
+    }
     return us < 4e9 ? (uint32_t)us : UINT32_MAX;
 }
 
@@ -354,13 +375,14 @@ static void on_serial_batch(drafter *d, const sd_msg_id *peer, const Specd__Draf
 static void on_pipe_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
 {
     size_t n_open = 0;
+    double now = sd_now_ms();
     for (size_t i = 0; i < b->n_items; i++) {
         const Specd__DraftItem *it = b->items[i];
         if (seen_before(b, i)) continue;
         sd_dreq *r;
         if (sd_dstate_advance(d->table, it->request_id, it->committed_len, it->new_tokens, it->n_new_tokens, &r) !=
                 SD_OK ||
-            sd_dpipe_note(r, it, peer->data, peer->len, d->pipeline) != SD_OK)
+            sd_dpipe_note(r, it, peer->data, peer->len, d->pipeline, now, b->step_us / 1e3) != SD_OK)
             d->spans[n_open++] = (sd_dspan){.id = it->request_id, .need_open = true};
     }
     if (n_open) send_spans(d, peer, b->step, d->spans, n_open);
@@ -377,8 +399,34 @@ static void on_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch 
     else on_serial_batch(d, peer, b);
 }
 
-/* Pipelined: drafts, in one batched propose call, for every request owed a
- * span, and sends the spans to their verifiers. */
+/* Sends spans[0..n) (of requests reqs[0..n)) with one reply per verifier:
+ * the arrays are grouped by peer in place. */
+static void send_by_peer(drafter *d, sd_dspan *spans, sd_dreq **reqs, int n)
+{
+    for (int i = 0; i < n;) {
+        const sd_dreq_pipe *p0 = &reqs[i]->pipe;
+        int j = i + 1;
+        for (int k = i + 1; k < n; k++) {
+            const sd_dreq_pipe *pk = &reqs[k]->pipe;
+            if (pk->peer_len != p0->peer_len || memcmp(pk->peer, p0->peer, p0->peer_len)) continue;
+            sd_dspan ts = spans[j];
+            spans[j] = spans[k];
+            spans[k] = ts;
+            sd_dreq *tr = reqs[j];
+            reqs[j] = reqs[k];
+            reqs[k] = tr;
+            j++;
+        }
+        sd_msg_id peer;
+        peer.len = p0->peer_len;
+        memcpy(peer.data, p0->peer, peer.len);
+        send_spans(d, &peer, d->last_step, &spans[i], (size_t)(j - i));
+        i = j;
+    }
+}
+
+/* Pipelined: drafts, in one batched propose call, the main chain of every
+ * request owed a span, and sends those spans to their verifiers. */
 static void draft_owed(drafter *d)
 {
     size_t cap = (size_t)sd_dstate_capacity(d->table);
@@ -386,32 +434,62 @@ static void draft_owed(drafter *d)
     int n = sd_dpipe_collect(d->table, d->items, d->preqs, (int)cap);
     uint32_t us = propose_all(d, n, d->last_step);
     for (int i = 0; i < n; i++) {
-        const sd_dreq *r = d->preqs[i];
+        sd_dreq *r = d->preqs[i];
+        uint64_t h = sd_span_hash(r->ctx_hash, r->pipe.in_flight, (size_t)r->pipe.n_in_flight);
+        sd_dpipe_record(r, (int64_t)r->n_ctx + r->pipe.n_in_flight, h, &d->props[i]);
         d->spans[i] = (sd_dspan){.id = r->id, .base_len = (uint32_t)r->n_ctx, .base_hash = r->ctx_hash,
                                  .assumed = r->pipe.in_flight, .n_assumed = r->pipe.n_in_flight, .p = &d->props[i],
                                  .with_q = r->pipe.want_q, .draft_us = us};
     }
-    /* one reply per verifier (spans[0..n) grouped by peer, in place) */
-    for (int i = 0; i < n;) {
-        const sd_dreq_pipe *p0 = &d->preqs[i]->pipe;
-        int j = i + 1;
-        for (int k = i + 1; k < n; k++) {
-            const sd_dreq_pipe *pk = &d->preqs[k]->pipe;
-            if (pk->peer_len != p0->peer_len || memcmp(pk->peer, p0->peer, p0->peer_len)) continue;
-            sd_dspan ts = d->spans[j];
-            d->spans[j] = d->spans[k];
-            d->spans[k] = ts;
-            sd_dreq *tr = d->preqs[j];
-            d->preqs[j] = d->preqs[k];
-            d->preqs[k] = tr;
-            j++;
-        }
-        sd_msg_id peer;
-        peer.len = p0->peer_len;
-        memcpy(peer.data, p0->peer, peer.len);
-        send_spans(d, &peer, d->last_step, &d->spans[i], (size_t)(j - i));
-        i = j;
+    send_by_peer(d, d->spans, d->preqs, n);
+}
+
+/* Pipelined: while time is left before the verifier needs the next spans,
+ * drafts for the likeliest other outcomes of the steps in flight (dpipe.h)
+ * in one batched call, and sends those spans. */
+static void draft_branches(drafter *d)
+{
+    sd_dbranch br[SD_MAX_BRANCH_CALL];
+    int nb = d->branches > 0 ? sd_dpipe_branches(d->table, br, SD_MAX_BRANCH_CALL, BRANCH_MIN_PROB) : 0;
+    if (nb == 0 || d->tok_ms <= 0 || fit_batch(d, SD_MAX_BRANCH_CALL) != 0) return;
+    double now = sd_now_ms();
+    int per_req[SD_MAX_BRANCH_CALL] = {0}, n = 0, kmax = 0;
+    static int32_t assumed[SD_MAX_BRANCH_CALL][SD_MAX_DRAFT + 1];
+    for (int i = 0; i < nb; i++) {
+        sd_dreq *r = br[i].r;
+        int b = 1; /* the branch mirror: 1 + branches of r already taken */
+        for (int j = 0; j < n; j++) b += d->preqs[j] == r;
+        int k = r->pipe.k < SD_MAX_DRAFT ? r->pipe.k : SD_MAX_DRAFT;
+        int kk = k > kmax ? k : kmax;
+        /* a call costs about tok_ms per token and item; stop well before it would outlast the
+         * step, so that the drafter is free when the outcome comes */
+        if (b > d->branches || kk * (n + 1) * d->tok_ms > 0.7 * sd_dpipe_time_left(r, now)) continue;
+        size_t len = r->n_ctx + (size_t)br[i].j + 1;
+        if (sd_grow(&d->bctx[n], &d->bcap[n], len, sizeof *d->bctx[n]) != SD_OK) break;
+        memcpy(d->bctx[n], r->ctx, r->n_ctx * sizeof *r->ctx);
+        memcpy(d->bctx[n] + r->n_ctx, r->pipe.in_flight, (size_t)br[i].j * sizeof *r->ctx);
+        d->bctx[n][len - 1] = br[i].alt;
+        memcpy(assumed[n], d->bctx[n] + r->n_ctx, ((size_t)br[i].j + 1) * sizeof *r->ctx);
+        int64_t pos = (int64_t)len - r->pipe.n_prompt;
+        d->items[n] = (sd_propose_item){.seq_id = r->id, .branch = (uint32_t)b, .context = d->bctx[n],
+                                        .n_context = (int)len, .k = k, .sampling = &r->sampling,
+                                        .want_alt = true, .out_pos = pos > 0 ? (uint64_t)pos : 0};
+        d->preqs[n] = r;
+        per_req[n] = br[i].j + 1;
+        kmax = kk;
+        n++;
     }
+    if (n == 0) return;
+    uint32_t us = propose_all(d, n, d->last_step);
+    for (int i = 0; i < n; i++) {
+        sd_dreq *r = d->preqs[i];
+        sd_dpipe_record(r, d->items[i].n_context,
+                        sd_span_hash(r->ctx_hash, assumed[i], (size_t)per_req[i]), &d->props[i]);
+        d->spans[i] = (sd_dspan){.id = r->id, .base_len = (uint32_t)r->n_ctx, .base_hash = r->ctx_hash,
+                                 .assumed = assumed[i], .n_assumed = per_req[i], .p = &d->props[i],
+                                 .draft_us = us};
+    }
+    send_by_peer(d, d->spans, d->preqs, n);
 }
 
 /* ---- main loop ----------------------------------------------------------- */
@@ -431,10 +509,10 @@ static void dispatch(drafter *d, const sd_msg_id *peer, const Specd__Envelope *e
 static int serve(drafter *d)
 {
     while (!g_stop) {
-        /* pipelined spans owed: draft them unless messages are waiting (those go first, so the
-         * drafting is for the newest state) */
+        /* pipelined work owed: do it unless messages are waiting (those go first, so the
+         * drafting is for the newest state); main chains before branches */
         zmq_pollitem_t pi = {.socket = d->sock, .events = ZMQ_POLLIN};
-        int n = zmq_poll(&pi, 1, sd_dpipe_pending(d->table) ? 0 : 500);
+        int n = zmq_poll(&pi, 1, sd_dpipe_pending(d->table, false) ? 0 : 500);
         if (n < 0) {
             if (errno == EINTR) continue;
             SD_ERROR("poll failed: %s", zmq_strerror(errno));
@@ -457,7 +535,9 @@ static int serve(drafter *d)
             dispatch(d, &peer, env);
             sd_msg_free(env);
         }
-        if (!g_stop && sd_dpipe_pending(d->table)) draft_owed(d);
+        if (g_stop) break;
+        if (sd_dpipe_pending(d->table, true)) draft_owed(d);
+        else if (d->pipeline) draft_branches(d);
     }
     return 0;
 }
@@ -505,7 +585,7 @@ int main(int argc, char **argv)
         return 2;
     }
     install_signals();
-    drafter d = {.pipeline = o.pipeline};
+    drafter d = {.pipeline = o.pipeline, .branches = o.pipeline ? o.branches : 0};
     d.table = sd_dstate_new(o.max_seqs);
     if (!d.table || make_proposer(&d, &o) != 0) {
         sd_dstate_free(d.table);
@@ -529,5 +609,6 @@ int main(int argc, char **argv)
     free(d.need_open);
     free(d.preqs);
     free(d.spans);
+    for (int i = 0; i < SD_MAX_BRANCH_CALL; i++) free(d.bctx[i]);
     return rc;
 }

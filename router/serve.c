@@ -4,6 +4,7 @@
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline on|off]
+ *               [--draft-branches N]
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
  * when neither --draft nor --ngram is given) and specd-router — found next to
@@ -55,7 +56,7 @@ typedef struct child {
 
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
-    const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline;
+    const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches;
     bool ngram, no_spec;
     int port;
 } serve_opts;
@@ -113,7 +114,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
                "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
-               "                   [--spec-max-batch-sampled N] [--spec-pipeline on|off]\n");
+               "                   [--spec-max-batch-sampled N] [--spec-pipeline on|off] [--draft-branches N]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -124,7 +125,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {"draft-quant", 1, 0, 'Q'},
                                        {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'},
                                        {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'L'},
-                                       {0, 0, 0, 0}};
+                                       {"draft-branches", 1, 0, 'B'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -151,6 +152,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'P': o->draft_p_min = optarg; break;
         case 'S': o->spec_max_batch = optarg; break;
         case 'Z': o->spec_max_batch_sampled = optarg; break;
+        case 'B': o->draft_branches = optarg; break;
         case 'L': {
             bool on;
             if (sd_opt_on_off(optarg, "--spec-pipeline", &on, err, sizeof err) != SD_OK) {
@@ -194,6 +196,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
         add_opt(dra, "--model", o->draft);
         add_opt(dra, "--quant", o->draft_quant);
         add_opt(dra, "--p-min", o->draft_p_min);
+        add_opt(dra, "--spec-branches", o->draft_branches);
     } else {
         add_arg(dra, "--ngram");
     }

@@ -25,7 +25,9 @@
  * it) plus an overhead — messages, the drafter finishing other work — that
  * only a wait can observe (a busy verifier reads its socket late). The
  * overhead estimate decays between waits, so a drafter that got slow once
- * is tried again now and then. No constant of one machine is in it.
+ * is tried again now and then. Every average is a plain mean over its first
+ * samples and an EMA after, so neither a slow first step nor a prior holds
+ * it back. No constant of one machine is in it.
  * Pure: the caller passes times (ms). One thread owns a pace. */
 #ifndef SD_VF_PACE_H
 #define SD_VF_PACE_H
@@ -35,13 +37,14 @@
 #define SD_VF_PACE_ROWS 512 /* row counts with their own step-time EMA */
 
 typedef struct sd_vf_pace {
-    double t_row[SD_VF_PACE_ROWS + 1]; /* EMA step ms by batch rows (0: never seen) */
+    double t_row[SD_VF_PACE_ROWS + 1]; /* EMA step ms by batch rows */
+    unsigned n_row[SD_VF_PACE_ROWS + 1]; /* samples behind t_row (0: never seen) */
     double sn, sx, sy, sxx, sxy;       /* decayed sums for the line t = a + b·rows */
     double draft_ms;                   /* EMA of the drafter's time per span */
-    bool draft_seen;
+    unsigned n_draft;
     double over_ms;                    /* overhead beyond drafting, measured by waits (decays) */
     double yield;                      /* EMA committed tokens per request-step with drafts */
-    bool yield_seen;
+    unsigned n_yield;
 } sd_vf_pace;
 
 void sd_vf_pace_init(sd_vf_pace *p);

@@ -1,0 +1,77 @@
+# bench_lib.sh — what the benchmark scripts share (sourced, not run): start
+# and stop `specd serve` on a free loopback port, run a measuring child so
+# that INT/TERM stop it at once. Needs BIN, TARGET, OUTDIR; SD_BENCH_THREADS
+# (optional) is passed as --threads. The caller installs the traps:
+#   trap on_exit EXIT
+SERVE_PID=""
+SERVE_LOG=/dev/null
+URL=""
+
+# serve_stop: SIGTERM to the supervisor (it stops its children), SIGKILL to
+# whatever is left after 15 s (same logic as tests/e2e/pipeline_lib.sh).
+serve_stop() {
+  [ -n "$SERVE_PID" ] || return 0
+  local kids k i
+  kids=$(pgrep -P "$SERVE_PID" 2>/dev/null | tr '\n' ' ')
+  kill -TERM "$SERVE_PID" 2>/dev/null
+  for i in $(seq 150); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$SERVE_PID" 2>/dev/null && kill -KILL "$SERVE_PID" 2>/dev/null
+  for k in $kids; do kill -KILL "$k" 2>/dev/null; done
+  wait "$SERVE_PID" 2>/dev/null
+  SERVE_PID=""
+}
+CHILD=""
+# fg CMD...: runs CMD in the background and waits, so that INT/TERM reach the
+# traps at once (bash runs traps only after a foreground child ends).
+fg() { "$@" & CHILD=$!; wait "$CHILD"; local rc=$?; CHILD=""; return $rc; }
+on_exit() {
+  [ -n "$CHILD" ] && { kill -INT "$CHILD" 2>/dev/null; sleep 0.5; kill -KILL "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; }
+  serve_stop
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# wait_drafter: waits (60 s) for the drafter's "drafting with" log line, then
+# 1.5 s more so that the verifier's link (probing every 500 ms) sees it.
+wait_drafter() {
+  local i
+  for i in $(seq 600); do
+    if grep -q 'drafter info: drafting with' "$SERVE_LOG" 2>/dev/null; then sleep 1.5; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# serve_start NAME ARGS...: starts specd serve on a free port, waits (60 s)
+# for /health 200 (and the drafter unless --no-spec); retries on another port
+# when the supervisor exits early. Sets SERVE_PID, URL, SERVE_LOG.
+serve_start() {
+  local name=$1 try i; shift
+  local threads=()
+  [ -n "${SD_BENCH_THREADS:-}" ] && threads=(--threads "$SD_BENCH_THREADS")
+  for try in 1 2 3; do
+    local port; port=$(free_port)
+    URL=http://127.0.0.1:$port
+    SERVE_LOG=$OUTDIR/serve-$name.log
+    "$BIN/specd" serve --target "$TARGET" "$@" "${threads[@]}" --host 127.0.0.1 --port "$port" >"$SERVE_LOG" 2>&1 &
+    SERVE_PID=$!
+    for i in $(seq 600); do
+      kill -0 "$SERVE_PID" 2>/dev/null || break
+      if [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then
+        case " $* " in *" --no-spec "*) return 0 ;; esac
+        wait_drafter && return 0
+        echo "bench: the drafter did not start in 60 s; log tail:" >&2; tail -n 20 "$SERVE_LOG" >&2
+        serve_stop; return 1
+      fi
+      sleep 0.1
+    done
+    if kill -0 "$SERVE_PID" 2>/dev/null; then
+      echo "bench: server not healthy in 60 s; log tail:" >&2; tail -n 20 "$SERVE_LOG" >&2
+      serve_stop; return 1
+    fi
+    wait "$SERVE_PID" 2>/dev/null; SERVE_PID=""
+    echo "bench: specd serve exited early (try $try)" >&2
+  done
+  return 1
+}
+
