@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "array.h"
@@ -77,6 +78,8 @@ typedef struct drafter {
     size_t cap;
     bool pipeline;       /* --spec-pipeline on */
     int branches;        /* --spec-branches */
+    const char *device;  /* --device, and the CPU threads drafting uses: reported in health */
+    int threads;
     uint64_t last_step;  /* step of the last DraftBatch seen */
     double tok_ms;       /* EMA of the time per drafted token and item of a propose call */
     int32_t *bctx[SD_MAX_BRANCH_CALL]; /* branch contexts: committed + in-flight prefix + alternative */
@@ -224,6 +227,11 @@ static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequ
     r.stats = &st;
     r.max_context = (uint32_t)d->max_context;
     r.vocab_size = (uint32_t)d->vocab;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    r.host = host;
+    r.device = (char *)d->device;
+    r.threads = (uint32_t)d->threads;
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &r;
     send_env(d, peer, &env);
@@ -585,7 +593,8 @@ int main(int argc, char **argv)
         return 2;
     }
     install_signals();
-    drafter d = {.pipeline = o.pipeline, .branches = o.pipeline ? o.branches : 0};
+    drafter d = {.pipeline = o.pipeline, .branches = o.pipeline ? o.branches : 0, .device = o.device,
+                 .threads = o.ngram ? 1 : o.threads > 0 ? o.threads : sd_cpu_count()};
     d.table = sd_dstate_new(o.max_seqs);
     if (!d.table || make_proposer(&d, &o) != 0) {
         sd_dstate_free(d.table);

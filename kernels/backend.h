@@ -159,7 +159,11 @@ sd_backend *sd_backend_cpu_new(int n_threads);
 /* Destroys a backend; NULL is a no-op. */
 void sd_backend_free(sd_backend *be);
 
-/* Number of threads the CPU backend runs (for reports). */
+/* Number of threads the CPU backend runs; 0 for another backend. */
 int sd_backend_cpu_threads(const sd_backend *be);
+
+/* CPUs this process may run on (its affinity mask; at least 1): what "all
+ * cores" means for the CPU backend. */
+int sd_cpu_count(void);
 
 #endif

@@ -3,7 +3,7 @@
  *   specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H]
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
- *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline on|off]
+ *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
  *               [--draft-branches N]
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
@@ -114,7 +114,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
                "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
-               "                   [--spec-max-batch-sampled N] [--spec-pipeline on|off] [--draft-branches N]\n");
+               "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
+               "                   [--draft-branches N]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -153,15 +154,13 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'S': o->spec_max_batch = optarg; break;
         case 'Z': o->spec_max_batch_sampled = optarg; break;
         case 'B': o->draft_branches = optarg; break;
-        case 'L': {
-            bool on;
-            if (sd_opt_on_off(optarg, "--spec-pipeline", &on, err, sizeof err) != SD_OK) {
-                fprintf(stderr, "specd serve: %s\n", err);
+        case 'L':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "specd serve: --spec-pipeline must be auto, on or off, got '%s'\n", optarg);
                 return -1;
             }
-            o->spec_pipeline = on ? "on" : "off";
+            o->spec_pipeline = optarg;
             break;
-        }
         case 'U': usage(stdout); exit(0);
         default: return -1;
         }
@@ -201,7 +200,8 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
         add_arg(dra, "--ngram");
     }
     add_opt(dra, "--threads", o->threads);
-    add_opt(dra, "--spec-pipeline", o->spec_pipeline);
+    /* the drafter drafts ahead whenever the verifier pipelines: only "off" concerns it */
+    if (o->spec_pipeline && !strcmp(o->spec_pipeline, "off")) add_opt(dra, "--spec-pipeline", "off");
     snprintf(path, sizeof path, "%s/specd-router", dir);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", o->target);
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", o->target);

@@ -9,8 +9,9 @@
 #
 #   specd serve --target models/tinycode-16m --no-spec                                 (plain)
 #   specd serve --target models/tinycode-16m --draft models/tinycode-3m --spec-pipeline off  (serial)
-#   specd serve --target models/tinycode-16m --draft models/tinycode-3m --spec-pipeline on   (pipelined)
-#   ... --spec-pipeline on --draft-branches 0   (pipelined, no drafts for other outcomes)
+#   specd serve --target models/tinycode-16m --draft models/tinycode-3m   (pipelined: --spec-pipeline auto,
+#                                                  which runs serially where the drafter shares the verifier's cores)
+#   ... --draft-branches 0   (pipelined without drafts for other outcomes)
 #
 # (plus --threads N unless the setting is "default"), and runs specd-bench at
 # each concurrency x temperature (128 tokens, --ignore-eos, fixed seed),
@@ -60,8 +61,8 @@ config_args() {
   case $1 in
     plain) echo "--no-spec" ;;
     serial) echo "--draft $DRAFT --spec-pipeline off" ;;
-    pipelined) echo "--draft $DRAFT --spec-pipeline on" ;;
-    nobranch) echo "--draft $DRAFT --spec-pipeline on --draft-branches 0" ;;
+    pipelined) echo "--draft $DRAFT" ;;
+    nobranch) echo "--draft $DRAFT --draft-branches 0" ;;
   esac
 }
 

@@ -15,7 +15,7 @@ const char *sd_vf_usage(void)
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
            "                      [--prefill-chunk N] [--draft-timeout-ms N] [--spec-max-batch N]\n"
-           "                      [--spec-max-batch-sampled N] [--spec-pipeline on|off]\n"
+           "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
            "                      [--log-level debug|info|warn|error]\n";
 }
 
@@ -38,7 +38,7 @@ static void set_defaults(sd_vf_config *c)
     c->max_batch = 32;
     c->prefill_chunk = 256;
     c->draft_timeout_ms = 200;
-    c->spec_pipeline = true;
+    c->spec_pipeline = SD_VF_PIPE_AUTO;
     c->log_level = SD_LOG_INFO;
 }
 
@@ -84,7 +84,14 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'D': cfg->device = optarg; break;
         case 'L': cfg->log_level = sd_log_parse_level(optarg); break;
         case 'h': cfg->help = true; break;
-        case 'P': st = sd_opt_on_off(optarg, "--spec-pipeline", &cfg->spec_pipeline, err, errlen); break;
+        case 'P': {
+            bool on;
+            if (!strcmp(optarg, "auto")) cfg->spec_pipeline = SD_VF_PIPE_AUTO;
+            else if ((st = sd_opt_on_off(optarg, "--spec-pipeline", &on, err, errlen)) == SD_OK)
+                cfg->spec_pipeline = on ? SD_VF_PIPE_ON : SD_VF_PIPE_OFF;
+            else st = sd_seterr(err, errlen, SD_ERR_ARG, "--spec-pipeline must be auto, on or off, got '%s'", optarg);
+            break;
+        }
         case '?':
         case ':':
             return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option or missing value: %s",

@@ -19,6 +19,12 @@
 /* ... and for sampled requests (T = 0.8): 1.16x alone, 0.84x at 2 streams. */
 #define SD_VF_SPEC_MAX_BATCH_SAMPLED_DEFAULT 1
 
+/* --spec-pipeline: pipelined speculation always, never, or unless the
+ * drafter runs on the verifier's own CPU cores (same host, both on the CPU,
+ * more threads than cores): then each would slow the other down and the
+ * serial protocol, which lets them take turns, is faster. */
+enum { SD_VF_PIPE_OFF = 0, SD_VF_PIPE_ON = 1, SD_VF_PIPE_AUTO = 2 };
+
 typedef struct sd_vf_config {
     const char *model_dir;        /* --model DIR (required) */
     const char *listen;           /* --listen: ROUTER bind endpoint */
@@ -32,7 +38,7 @@ typedef struct sd_vf_config {
     int kv_blocks;                /* --kv-blocks N, 0 = automatic (sd_vf_default_kv_blocks) */
     int prefill_chunk;            /* --prefill-chunk N */
     int draft_timeout_ms;         /* --draft-timeout-ms N (serial mode) */
-    bool spec_pipeline;           /* --spec-pipeline on|off: pipelined speculation (default on) */
+    int spec_pipeline;            /* --spec-pipeline: SD_VF_PIPE_* (default auto) */
     sd_log_level log_level;       /* --log-level */
     bool help;                    /* --help was given */
 } sd_vf_config;

@@ -2,6 +2,7 @@
 #include "vf_link.h"
 
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -124,8 +125,17 @@ static void probe(sd_vf_link *l)
 static bool take_health(sd_vf_link *l, const Specd__Envelope *env)
 {
     if (env->body_case != SPECD__ENVELOPE__BODY_HEALTH_REPLY) return false;
-    const Specd__Stats *st = env->health_reply->stats;
-    if (st) l->dstats = (sd_vf_drafter_stats){st->active_requests, st->kv_blocks_total, st->kv_blocks_free};
+    const Specd__HealthReply *h = env->health_reply;
+    sd_vf_drafter_stats *d = &l->dstats;
+    d->known = true;
+    if (h->stats) {
+        d->requests = h->stats->active_requests;
+        d->kv_total = h->stats->kv_blocks_total;
+        d->kv_free = h->stats->kv_blocks_free;
+    }
+    snprintf(d->host, sizeof d->host, "%s", h->host ? h->host : "");
+    snprintf(d->device, sizeof d->device, "%s", h->device ? h->device : "");
+    d->threads = h->threads;
     return true;
 }
 

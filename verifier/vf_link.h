@@ -84,10 +84,14 @@ int sd_vf_link_pipe_recv(sd_vf_link *l, sd_vf_slot *const *slots, int n, double 
 bool sd_vf_link_wait(sd_vf_link *l, double timeout_ms);
 
 /* The drafter's figures from its last HealthReply (asked for every second
- * while it is up, every 500 ms while down): requests it holds and its KV
- * mirrors' pool (0 / 0 for a proposer without one). */
+ * while it is up, every 500 ms while down): requests it holds, its KV
+ * mirrors' pool (0 / 0 for a proposer without one), and where it runs. */
 typedef struct sd_vf_drafter_stats {
+    bool known;             /* a HealthReply came */
     uint32_t requests, kv_total, kv_free;
+    char host[256];
+    char device[64];
+    uint32_t threads;
 } sd_vf_drafter_stats;
 sd_vf_drafter_stats sd_vf_link_drafter_stats(const sd_vf_link *l);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "clock.h"
@@ -50,6 +51,9 @@ struct sd_vf_server {
     bool *sampled;          /* per active request: temperature > 0 */
     bool *ready;            /* pipelined: had a span when the step began */
     sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
+    char host[256];         /* gethostname */
+    int threads, ncpu;      /* the CPU backend's threads (0: not on the CPU), CPUs of this process */
+    int pipe_on;            /* the last pipelining decision, -1 before the first (for the log) */
     double last_step_end_ms;/* 0 after an idle spell */
     char model_name[256];
 };
@@ -244,6 +248,9 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     rep.stats = &st;
     rep.max_context = (uint32_t)sd_model_cfg(sd_engine_model(s->e))->max_position;
     rep.vocab_size = (uint32_t)s->vocab;
+    rep.host = s->host;
+    rep.device = (char *)s->cfg->device;
+    rep.threads = (uint32_t)s->threads;
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &rep;
     send_to(s, peer, &env);
@@ -522,9 +529,40 @@ static void step_pipe(sd_vf_server *s)
     run_step(s, waited);
 }
 
+/* Whether the drafter runs on this verifier's CPU cores: the same host, both
+ * on the CPU, more threads than the cores this process may use. */
+static bool shares_cores(const sd_vf_server *s, const sd_vf_drafter_stats *d)
+{
+    return s->threads > 0 && !strcmp(d->device, "cpu") && !strcmp(d->host, s->host) &&
+           s->threads + (int)d->threads > s->ncpu;
+}
+
+/* Whether this step runs the pipelined protocol (--spec-pipeline; in auto
+ * mode not before the drafter said where it runs, nor when it shares this
+ * verifier's cores). Logs each change of mind. */
+static bool pipelined(sd_vf_server *s)
+{
+    if (!s->link || s->cfg->spec_pipeline == SD_VF_PIPE_OFF) return false;
+    bool on = true;
+    const char *why = "--spec-pipeline on";
+    sd_vf_drafter_stats d = sd_vf_link_drafter_stats(s->link);
+    if (s->cfg->spec_pipeline == SD_VF_PIPE_AUTO) {
+        on = d.known && !shares_cores(s, &d);
+        why = !d.known ? "the drafter has not said where it runs"
+              : on     ? "the drafter has cores of its own"
+                       : "the drafter shares this verifier's cores";
+    }
+    if (on != s->pipe_on) {
+        SD_INFO("pipelined speculation %s: %s (verifier %d threads on %s, drafter %u on %s %s, %d CPUs)",
+                on ? "on" : "off", why, s->threads, s->cfg->device, d.threads, d.host, d.device, s->ncpu);
+        s->pipe_on = on;
+    }
+    return on;
+}
+
 static void step(sd_vf_server *s)
 {
-    if (s->link && s->cfg->spec_pipeline) step_pipe(s);
+    if (pipelined(s)) step_pipe(s);
     else step_serial(s);
 }
 
@@ -544,7 +582,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         if (drain_router(s) != SD_OK) return SD_ERR_IO;
         admit(s);
         /* the pipelined step files the drafter's spans itself; otherwise nothing is expected */
-        if (s->link && !(s->cfg->spec_pipeline && s->n_active > 0)) sd_vf_link_poll(s->link);
+        if (s->link && !(s->pipe_on == 1 && s->n_active > 0)) sd_vf_link_poll(s->link);
         if (s->n_active > 0) step(s);
         else s->last_step_end_ms = 0; /* an idle spell is no step time */
     }
@@ -588,6 +626,10 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->sampled = calloc(nb, sizeof *s->sampled);
     s->ready = calloc(nb, sizeof *s->ready);
     sd_vf_pace_init(&s->pace);
+    gethostname(s->host, sizeof s->host - 1);
+    s->threads = sd_backend_cpu_threads(sd_model_backend(sd_engine_model(e)));
+    s->ncpu = sd_cpu_count();
+    s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
         !s->ready) {
         sd_vf_server_free(s);

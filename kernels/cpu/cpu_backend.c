@@ -488,10 +488,7 @@ static const sd_backend_ops cpu_ops = {
 sd_backend *sd_backend_cpu_new(int n_threads)
 {
     sd_cpu_dot_init();
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0) n_threads = sd_cpu_count();
     sd_backend *be = calloc(1, sizeof *be);
     cpu_impl *impl = calloc(1, sizeof *impl);
     if (!be || !impl) goto fail;
@@ -512,5 +509,5 @@ fail:
 
 int sd_backend_cpu_threads(const sd_backend *be)
 {
-    return sd_pool_size(((const cpu_impl *)be->impl)->pool);
+    return be && be->ops == &cpu_ops ? sd_pool_size(((const cpu_impl *)be->impl)->pool) : 0;
 }
