@@ -184,6 +184,9 @@ static sd_status check_draft_batch(const Specd__DraftBatch *m, char *err, size_t
         if (it->num_draft > SD_MSG_MAX_POSITIONS) return BAD("msg: draft_batch.items[%zu].num_draft = %u", i, it->num_draft);
         sd_status st = check_ids("draft_batch.items.new_tokens", it->new_tokens, it->n_new_tokens,
                                  SD_MSG_MAX_TOKENS, err, errlen);
+        if (st == SD_OK)
+            st = check_ids("draft_batch.items.in_flight", it->in_flight, it->n_in_flight, SD_MSG_MAX_POSITIONS, err,
+                           errlen);
         if (st != SD_OK) return st;
     }
     return SD_OK;
@@ -229,6 +232,8 @@ sd_status sd_msg_validate(const Specd__Envelope *env, char *err, size_t errlen)
         const Specd__HealthReply *h = env->health_reply;
         sd_status st = check_str("health_reply.role", h->role, err, errlen);
         if (st == SD_OK) st = check_str("health_reply.model", h->model, err, errlen);
+        if (st == SD_OK) st = check_str("health_reply.host", h->host, err, errlen);
+        if (st == SD_OK) st = check_str("health_reply.device", h->device, err, errlen);
         return st == SD_OK ? check_stats(h->stats, err, errlen) : st;
     }
     default: return BAD("msg: envelope has no (known) body");

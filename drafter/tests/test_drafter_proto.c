@@ -4,7 +4,9 @@
  * sd_ngram_lookup; draft-model drafts equal an in-process sd_draft_new
  * proposer), q per token when sampling (top_k -1 meaning "off" as 0 does),
  * close, malformed frames dropped
- * without a crash, an unknown --device refused with exit 2, SIGTERM → exit 0.
+ * without a crash, pipelined batches (no reply per batch; spans drafted
+ * ahead from committed + in_flight with their base, branch spans for other
+ * outcomes), an unknown --device refused with exit 2, SIGTERM → exit 0.
  * Needs $SD_BIN/specd-drafter and $SD_MODELS/tinycode-3m. */
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "draft.h"
 #include "msg.h"
 #include "ngram.h"
+#include "span.h"
 #include "testutil.h"
 
 static pid_t g_pid;
@@ -270,6 +273,116 @@ START_TEST(test_model_protocol)
 }
 END_TEST
 
+/* Sends a pipelined DraftBatch of one greedy item (request 1, committed 7
+ * tokens, the drafts in flight) with a long expected step (time for branches). */
+static void pipe_batch(uint64_t step, const int32_t *nt, size_t n_new, const int32_t *in_flight, size_t m)
+{
+    Specd__DraftItem it = SPECD__DRAFT_ITEM__INIT;
+    Specd__DraftItem *its[1] = {&it};
+    Specd__DraftBatch b = SPECD__DRAFT_BATCH__INIT;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    it.request_id = 1;
+    it.committed_len = 7;
+    it.new_tokens = (int32_t *)nt;
+    it.n_new_tokens = n_new;
+    it.num_draft = 4;
+    it.output_pos = 3;
+    it.in_flight = (int32_t *)in_flight;
+    it.n_in_flight = m;
+    b.step = step;
+    b.pipeline = true;
+    b.step_us = 200000;
+    b.items = its;
+    b.n_items = 1;
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_BATCH;
+    env.draft_batch = &b;
+    send_env(&env);
+}
+
+/* Collects the spans the drafter sends for a pipelined batch of step: the
+ * first must be the likeliest outcome, in_flight[0..m) then want[0..nw);
+ * the others are branches: a prefix of in_flight, then a token other than
+ * the one assumed there (in_flight[j], or want[0] after all of in_flight).
+ * All name the base: 7 committed tokens hashing to h. Returns the branches. */
+static int collect_spans(uint64_t step, uint64_t h, const int32_t *in_flight, size_t m, const int32_t *want, size_t nw)
+{
+    int n_main = 0, n_branch = 0;
+    zmq_pollitem_t pi = {.socket = g_sock, .events = ZMQ_POLLIN};
+    while (zmq_poll(&pi, 1, n_main ? 1500 : 30000) == 1) {
+        Specd__Envelope *r = recv_env();
+        ck_assert_int_eq(r->body_case, SPECD__ENVELOPE__BODY_DRAFT_REPLY);
+        ck_assert_uint_eq(r->draft_reply->step, step);
+        for (size_t i = 0; i < r->draft_reply->n_results; i++) {
+            const Specd__DraftResult *res = r->draft_reply->results[i];
+            ck_assert_uint_eq(res->request_id, 1);
+            ck_assert(!res->need_open);
+            ck_assert_uint_eq(res->base_len, 7);
+            ck_assert_uint_eq(res->base_hash, h);
+            if (n_main++ == 0) {
+                ck_assert_uint_eq(res->n_tokens, m + nw);
+                for (size_t k = 0; k < m; k++) ck_assert_int_eq(res->tokens[k], in_flight[k]);
+                for (size_t k = 0; k < nw; k++) ck_assert_int_eq(res->tokens[m + k], want[k]);
+                continue;
+            }
+            size_t j = 0;
+            while (j < m && j < res->n_tokens && res->tokens[j] == in_flight[j]) j++;
+            ck_assert_uint_lt(j, res->n_tokens);
+            ck_assert_int_ne(res->tokens[j], j < m ? in_flight[j] : want[0]);
+            n_branch++;
+        }
+        sd_msg_free(r);
+    }
+    ck_assert_int_ge(n_main, 1);
+    ck_assert_int_le(n_branch, 3); /* --spec-branches 3 (the default) */
+    return n_branch;
+}
+
+/* Pipelined: a DraftBatch{pipeline} gets no reply of its own; the drafter
+ * drafts the continuation of committed + in_flight and sends it as a span
+ * naming its base — with nothing in flight num_draft drafts, otherwise its
+ * guess of the verifier's next token then num_draft drafts — equal to the
+ * in-process proposer's; with time left (step_us) it adds branch spans for
+ * other outcomes. */
+START_TEST(test_model_pipelined)
+{
+    char dir[1024], err[256];
+    tu_model(dir, sizeof dir, "tinycode-3m");
+    start_drafter("--model", dir);
+    int32_t ctx[] = {10, 200, 31, 400, 55, 66, 70};
+    sd_draft_opts o = sd_draft_opts_default();
+    o.n_threads = 1;
+    o.max_seqs = 4;
+    o.max_context = 256;
+    o.p_min = 0.0f;
+    sd_proposer *p;
+    ck_assert_msg(sd_draft_new(dir, &o, &p, err, sizeof err) == SD_OK, "%s", err);
+    sd_sampling s = sd_sampling_default();
+    sd_proposal first, second;
+    sd_propose_item it0 = {.seq_id = 1, .context = ctx, .n_context = 7, .k = 4, .sampling = &s};
+    ck_assert_int_eq(p->ops->propose(p, &it0, 1, &first, err, sizeof err), SD_OK);
+    ck_assert_int_eq(first.n, 4);
+    int32_t full[9];
+    memcpy(full, ctx, sizeof ctx);
+    full[7] = first.tokens[0];
+    full[8] = first.tokens[1];
+    sd_propose_item it1 = {.seq_id = 2, .context = full, .n_context = 9, .k = 5, .sampling = &s};
+    ck_assert_int_eq(p->ops->propose(p, &it1, 1, &second, err, sizeof err), SD_OK);
+    ck_assert_int_eq(second.n, 5);
+
+    uint64_t h7 = sd_span_hash(SD_SPAN_HASH_SEED, ctx, 7);
+    send_open(1, ctx, 5, 0.0f);
+    /* nothing in flight: the verifier waits for this span */
+    pipe_batch(11, ctx + 5, 2, NULL, 0);
+    int nb = collect_spans(11, h7, NULL, 0, first.tokens, 4);
+    /* the verifier now verifies the first two of those drafts */
+    pipe_batch(12, NULL, 0, full + 7, 2);
+    nb += collect_spans(12, h7, full + 7, 2, second.tokens, 5);
+    ck_assert_int_ge(nb, 1);
+    sd_proposer_free(p);
+    stop_drafter();
+}
+END_TEST
+
 START_TEST(test_device_refused)
 {
     char bin[1024];
@@ -293,6 +406,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_ngram_protocol);
     tcase_add_test(tc, test_model_protocol);
+    tcase_add_test(tc, test_model_pipelined);
     tcase_add_test(tc, test_device_refused);
     suite_add_tcase(s, tc);
     return s;

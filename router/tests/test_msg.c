@@ -142,9 +142,13 @@ START_TEST(every_type_roundtrips)
     item.n_new_tokens = 2;
     item.num_draft = 4;
     item.sample = 1;
+    item.in_flight = ids;
+    item.n_in_flight = 2;
     Specd__DraftItem *items[] = {&item, &item};
     Specd__DraftBatch db = SPECD__DRAFT_BATCH__INIT;
     db.step = 12;
+    db.pipeline = 1;
+    db.step_us = 1500;
     db.items = items;
     db.n_items = 2;
     env.body_case = SPECD__ENVELOPE__BODY_DRAFT_BATCH;
@@ -165,6 +169,9 @@ START_TEST(every_type_roundtrips)
     dr.n_tokens = 2;
     dr.q = props;
     dr.n_q = 2;
+    dr.base_len = 10;
+    dr.base_hash = 0xfedcba9876543210ULL;
+    dr.draft_us = 300;
     Specd__DraftResult *drs[] = {&dr};
     Specd__DraftReply drep = SPECD__DRAFT_REPLY__INIT;
     drep.step = 12;
@@ -190,6 +197,9 @@ START_TEST(every_type_roundtrips)
     hr.model = "m";
     hr.stats = &st;
     hr.max_context = 4096;
+    hr.host = "node-1";
+    hr.device = "cpu";
+    hr.threads = 2;
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &hr;
     roundtrip(&env);
@@ -266,6 +276,28 @@ START_TEST(garbage_is_rejected)
     sub.request_id = 0;
     n = pack(&env, &buf);
     expect_rejected(buf, n, "request id 0");
+    free(buf);
+    /* pipelined: in_flight ids are checked like any token list */
+    int32_t fl[SD_MSG_MAX_POSITIONS + 1] = {0};
+    Specd__DraftItem item = SPECD__DRAFT_ITEM__INIT;
+    Specd__DraftItem *items[] = {&item};
+    Specd__DraftBatch db = SPECD__DRAFT_BATCH__INIT;
+    item.request_id = 2;
+    item.in_flight = fl;
+    item.n_in_flight = 3;
+    fl[1] = -1;
+    db.pipeline = 1;
+    db.items = items;
+    db.n_items = 1;
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_BATCH;
+    env.draft_batch = &db;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "negative in_flight id");
+    free(buf);
+    fl[1] = 0;
+    item.n_in_flight = SD_MSG_MAX_POSITIONS + 1;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "in_flight longer than a span");
     free(buf);
     const uint8_t unknown[] = {0x7a, 0x02, 0x08, 0x01}; /* field 15, length-delimited */
     expect_rejected(unknown, sizeof unknown, "unknown body");
