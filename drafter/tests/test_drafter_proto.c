@@ -127,9 +127,11 @@ static void send_close(uint64_t id)
     send_env(&env);
 }
 
-/* One batch of one item; returns the reply (caller frees). */
-static Specd__Envelope *batch1(uint64_t step, uint64_t id, uint32_t committed, const int32_t *nt, size_t n_new,
-                               uint32_t k, bool sample)
+/* Sends a DraftBatch of one item: request id, committed length, the tokens
+ * committed since the last batch, k drafts, sampled or not; pipelined ones
+ * carry the drafts in flight and a long expected step (time for branches). */
+static void send_batch(uint64_t step, uint64_t id, uint32_t committed, const int32_t *nt, size_t n_new, uint32_t k,
+                       bool sample, bool pipeline, const int32_t *in_flight, size_t m)
 {
     Specd__DraftItem it = SPECD__DRAFT_ITEM__INIT;
     Specd__DraftItem *its[1] = {&it};
@@ -142,18 +144,43 @@ static Specd__Envelope *batch1(uint64_t step, uint64_t id, uint32_t committed, c
     it.num_draft = k;
     it.sample = sample;
     it.output_pos = 3;
+    it.in_flight = (int32_t *)in_flight;
+    it.n_in_flight = m;
     b.step = step;
+    b.pipeline = pipeline;
+    b.step_us = pipeline ? 200000 : 0;
     b.items = its;
     b.n_items = 1;
     env.body_case = SPECD__ENVELOPE__BODY_DRAFT_BATCH;
     env.draft_batch = &b;
     send_env(&env);
+}
+
+/* One serial batch of one item; returns the reply (caller frees). */
+static Specd__Envelope *batch1(uint64_t step, uint64_t id, uint32_t committed, const int32_t *nt, size_t n_new,
+                               uint32_t k, bool sample)
+{
+    send_batch(step, id, committed, nt, n_new, k, sample, false, NULL, 0);
     Specd__Envelope *r = recv_env();
     ck_assert_int_eq(r->body_case, SPECD__ENVELOPE__BODY_DRAFT_REPLY);
     ck_assert_uint_eq(r->draft_reply->step, step);
     ck_assert_uint_eq(r->draft_reply->n_results, 1);
     ck_assert_uint_eq(r->draft_reply->results[0]->request_id, id);
     return r;
+}
+
+/* The drafter's model in-process, as the process runs it (--p-min 0). */
+static sd_proposer *local_proposer(const char *dir)
+{
+    sd_draft_opts o = sd_draft_opts_default();
+    o.n_threads = 1;
+    o.max_seqs = 4;
+    o.max_context = 256;
+    o.p_min = 0.0f;
+    sd_proposer *p;
+    char err[256];
+    ck_assert_msg(sd_draft_new(dir, &o, &p, err, sizeof err) == SD_OK, "%s", err);
+    return p;
 }
 
 START_TEST(test_ngram_protocol)
@@ -219,14 +246,8 @@ START_TEST(test_model_protocol)
     ck_assert(!res->need_open);
     ck_assert_uint_eq(res->n_tokens, 5);
     /* the same proposal in-process */
-    sd_draft_opts o = sd_draft_opts_default();
-    o.n_threads = 1;
-    o.max_seqs = 2;
-    o.max_context = 256;
-    o.p_min = 0.0f;
-    sd_proposer *p;
+    sd_proposer *p = local_proposer(dir);
     char err[256];
-    ck_assert_msg(sd_draft_new(dir, &o, &p, err, sizeof err) == SD_OK, "%s", err);
     sd_sampling s = sd_sampling_default();
     sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = 7, .k = 5, .sampling = &s};
     sd_proposal out;
@@ -272,32 +293,6 @@ START_TEST(test_model_protocol)
     stop_drafter();
 }
 END_TEST
-
-/* Sends a pipelined DraftBatch of one greedy item (request 1, committed 7
- * tokens, the drafts in flight) with a long expected step (time for branches). */
-static void pipe_batch(uint64_t step, const int32_t *nt, size_t n_new, const int32_t *in_flight, size_t m)
-{
-    Specd__DraftItem it = SPECD__DRAFT_ITEM__INIT;
-    Specd__DraftItem *its[1] = {&it};
-    Specd__DraftBatch b = SPECD__DRAFT_BATCH__INIT;
-    Specd__Envelope env = SPECD__ENVELOPE__INIT;
-    it.request_id = 1;
-    it.committed_len = 7;
-    it.new_tokens = (int32_t *)nt;
-    it.n_new_tokens = n_new;
-    it.num_draft = 4;
-    it.output_pos = 3;
-    it.in_flight = (int32_t *)in_flight;
-    it.n_in_flight = m;
-    b.step = step;
-    b.pipeline = true;
-    b.step_us = 200000;
-    b.items = its;
-    b.n_items = 1;
-    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_BATCH;
-    env.draft_batch = &b;
-    send_env(&env);
-}
 
 /* Collects the spans the drafter sends for a pipelined batch of step: the
  * first must be the likeliest outcome, in_flight[0..m) then want[0..nw);
@@ -349,13 +344,7 @@ START_TEST(test_model_pipelined)
     tu_model(dir, sizeof dir, "tinycode-3m");
     start_drafter("--model", dir);
     int32_t ctx[] = {10, 200, 31, 400, 55, 66, 70};
-    sd_draft_opts o = sd_draft_opts_default();
-    o.n_threads = 1;
-    o.max_seqs = 4;
-    o.max_context = 256;
-    o.p_min = 0.0f;
-    sd_proposer *p;
-    ck_assert_msg(sd_draft_new(dir, &o, &p, err, sizeof err) == SD_OK, "%s", err);
+    sd_proposer *p = local_proposer(dir);
     sd_sampling s = sd_sampling_default();
     sd_proposal first, second;
     sd_propose_item it0 = {.seq_id = 1, .context = ctx, .n_context = 7, .k = 4, .sampling = &s};
@@ -372,10 +361,10 @@ START_TEST(test_model_pipelined)
     uint64_t h7 = sd_span_hash(SD_SPAN_HASH_SEED, ctx, 7);
     send_open(1, ctx, 5, 0.0f);
     /* nothing in flight: the verifier waits for this span */
-    pipe_batch(11, ctx + 5, 2, NULL, 0);
+    send_batch(11, 1, 7, ctx + 5, 2, 4, false, true, NULL, 0);
     int nb = collect_spans(11, h7, NULL, 0, first.tokens, 4);
     /* the verifier now verifies the first two of those drafts */
-    pipe_batch(12, NULL, 0, full + 7, 2);
+    send_batch(12, 1, 7, NULL, 0, 4, false, true, full + 7, 2);
     nb += collect_spans(12, h7, full + 7, 2, second.tokens, 5);
     ck_assert_int_ge(nb, 1);
     sd_proposer_free(p);

@@ -27,36 +27,54 @@ with open(" "struct node {")
 if ! serve_start --draft "$DRAFT" --api-key "$KEY"; then fail "specd serve came up"; finish; fi
 ok "specd serve came up on port $PORT"
 
+# singles NAME N: each prompt alone (N tokens, greedy) → $WORK/NAME.i, the reference texts
+singles() {
+  local i st
+  for i in "${!PROMPTS[@]}"; do
+    st=$(post /v1/completions "$(body "${PROMPTS[$i]}" "$2" 0)" "$WORK/$1.$i.json" "${AUTH[@]}")
+    [ "$st" = 200 ] && text_of "$WORK/$1.$i.json" "$WORK/$1.$i" || fail "single request $1.$i (status $st)"
+  done
+}
+# streams_start NAME N: all prompts streaming at once (N tokens) into $WORK/NAME.i.sse;
+# returns once they produce (8 data events), the curl pids in CURLS
+streams_start() {
+  local i
+  CURLS=()
+  for i in "${!PROMPTS[@]}"; do
+    curl -sN "${AUTH[@]}" -H 'Content-Type: application/json' -d "$(body "${PROMPTS[$i]}" "$2" 1)" \
+      "$URL/v1/completions" >"$WORK/$1.$i.sse" &
+    CURLS+=("$!")
+  done
+  for _ in $(seq 100); do
+    [ "$(cat "$WORK"/"$1".*.sse 2>/dev/null | grep -c '^data: ')" -ge 8 ] && break
+    sleep 0.05
+  done
+}
+# streams_done NAME: how many of the streams have finished
+streams_done() { cat "$WORK"/"$1".*.sse 2>/dev/null | grep -c '^data: \[DONE\]'; }
+# streams_check NAME REF WHAT: wait for the streams; each text must equal REF.i
+streams_check() {
+  local p i
+  for p in "${CURLS[@]}"; do wait "$p"; done
+  for i in "${!PROMPTS[@]}"; do
+    if sse_text "$WORK/$1.$i.sse" "$WORK/$1.$i" && cmp -s "$WORK/$1.$i" "$WORK/$2.$i"; then
+      ok "$3: stream $i completed with the exact text"
+    else
+      fail "$3: stream $i completed with the exact text"
+      tail -c 300 "$WORK/$1.$i.sse" | sed 's/^/#   /'
+    fi
+  done
+}
+
 # ---- (a) drafter killed mid-stream ------------------------------------------
-for i in "${!PROMPTS[@]}"; do
-  st=$(post /v1/completions "$(body "${PROMPTS[$i]}" 128 0)" "$WORK/single.$i.json" "${AUTH[@]}")
-  [ "$st" = 200 ] && text_of "$WORK/single.$i.json" "$WORK/single.$i" || fail "single request $i (status $st)"
-done
+singles single 128
 DRAFTER=$(pgrep -P "$SERVE_PID" -f specd-drafter | head -n 1)
 check "the drafter runs under the supervisor (pid ${DRAFTER:-none})" '[ -n "$DRAFTER" ]'
-CURLS=()
-for i in "${!PROMPTS[@]}"; do
-  curl -sN "${AUTH[@]}" -H 'Content-Type: application/json' -d "$(body "${PROMPTS[$i]}" 128 1)" \
-    "$URL/v1/completions" >"$WORK/stream.$i.sse" &
-  CURLS+=("$!")
-done
-# wait until the streams are producing, then kill the drafter
-for _ in $(seq 100); do
-  [ "$(cat "$WORK"/stream.*.sse 2>/dev/null | grep -c '^data: ')" -ge 8 ] && break
-  sleep 0.05
-done
+streams_start stream 128
 [ -n "$DRAFTER" ] && kill -KILL "$DRAFTER"
-DONE_AT_KILL=$(cat "$WORK"/stream.*.sse 2>/dev/null | grep -c '^data: \[DONE\]')
+DONE_AT_KILL=$(streams_done stream)
 check "(a) the drafter died mid-stream ($DONE_AT_KILL of 4 streams done at the kill)" '[ "$DONE_AT_KILL" -lt 4 ]'
-for p in "${CURLS[@]}"; do wait "$p"; done
-for i in "${!PROMPTS[@]}"; do
-  if sse_text "$WORK/stream.$i.sse" "$WORK/stream.$i" && cmp -s "$WORK/stream.$i" "$WORK/single.$i"; then
-    ok "(a) stream $i completed with the exact text despite the drafter's death"
-  else
-    fail "(a) stream $i completed with the exact text despite the drafter's death"
-    tail -c 300 "$WORK/stream.$i.sse" | sed 's/^/#   /'
-  fi
-done
+streams_check stream single "(a) despite the drafter's death"
 NEW=""
 for _ in $(seq 100); do
   NEW=$(pgrep -P "$SERVE_PID" -f specd-drafter | head -n 1)
@@ -97,33 +115,13 @@ check "(c) a good request still succeeds, exact text" \
 check "(c) KV free == total at the end" kv_settled
 
 # ---- (d) drafter stopped mid-pipeline -----------------------------------------------
-for i in "${!PROMPTS[@]}"; do
-  st=$(post /v1/completions "$(body "${PROMPTS[$i]}" 384 0)" "$WORK/long.$i.json" "${AUTH[@]}")
-  [ "$st" = 200 ] && text_of "$WORK/long.$i.json" "$WORK/long.$i" || fail "(d) single request $i (status $st)"
-done
+singles long 384
 DRAFTER=$(pgrep -P "$SERVE_PID" -f specd-drafter | head -n 1)
-CURLS=()
-for i in "${!PROMPTS[@]}"; do
-  curl -sN "${AUTH[@]}" -H 'Content-Type: application/json' -d "$(body "${PROMPTS[$i]}" 384 1)" \
-    "$URL/v1/completions" >"$WORK/stopped.$i.sse" &
-  CURLS+=("$!")
-done
-for _ in $(seq 100); do
-  [ "$(cat "$WORK"/stopped.*.sse 2>/dev/null | grep -c '^data: ')" -ge 8 ] && break
-  sleep 0.05
-done
+streams_start stopped 384
 [ -n "$DRAFTER" ] && kill -STOP "$DRAFTER"
-DONE_AT_STOP=$(cat "$WORK"/stopped.*.sse 2>/dev/null | grep -c '^data: \[DONE\]')
+DONE_AT_STOP=$(streams_done stopped)
 check "(d) the drafter stopped mid-stream ($DONE_AT_STOP of 4 streams done at the stop)" '[ "$DONE_AT_STOP" -lt 4 ]'
-for p in "${CURLS[@]}"; do wait "$p"; done
-for i in "${!PROMPTS[@]}"; do
-  if sse_text "$WORK/stopped.$i.sse" "$WORK/stopped.$i" && cmp -s "$WORK/stopped.$i" "$WORK/long.$i"; then
-    ok "(d) stream $i completed with the exact text while the drafter was stopped"
-  else
-    fail "(d) stream $i completed with the exact text while the drafter was stopped"
-    tail -c 300 "$WORK/stopped.$i.sse" | sed 's/^/#   /'
-  fi
-done
+streams_check stopped long "(d) while the drafter was stopped"
 [ -n "$DRAFTER" ] && kill -CONT "$DRAFTER"
 drafts_again() {
   local st
