@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "clock.h"
 
 struct sd_engine {
     sd_model *m;
@@ -18,6 +19,7 @@ struct sd_engine {
     int *span_k;            /* drafts used per request this step (-1: not in batch) */
     size_t cap;             /* entries of batch, slot, span_k and spans */
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
+    sd_step_timing timing;  /* of the last step */
 };
 
 sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
@@ -47,6 +49,8 @@ void sd_engine_free(sd_engine *e)
 }
 
 sd_model *sd_engine_model(const sd_engine *e) { return e->m; }
+
+const sd_step_timing *sd_engine_last_timing(const sd_engine *e) { return &e->timing; }
 
 sd_req_params sd_req_params_default(void)
 {
@@ -261,19 +265,31 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         if (plan_req(e, r, nb, drafts ? &drafts[i] : NULL) < 0) continue;
         e->slot[nb++] = i;
     }
+    e->timing = (sd_step_timing){0};
     if (nb == 0) return SD_OK;
+    double t0 = sd_now_ms();
     sd_status st = sd_model_forward(e->m, e->batch, nb, e->logits, err, errlen);
+    double t1 = sd_now_ms();
     if (st != SD_OK) {
         for (int j = 0; j < nb; j++) fail_req(e, reqs[e->slot[j]], "forward pass failed");
         return st;
     }
     int V = sd_model_cfg(e->m)->vocab_size;
     float *row = e->logits;
+    sd_step_timing *tm = &e->timing;
     for (int j = 0; j < nb; j++) {
         int i = e->slot[j];
+        const sd_batch_seq *b = &e->batch[j];
+        tm->rows += b->n;
+        if (b->n_logits > 0) { /* verified rows, by how: argmax or a sampled distribution */
+            if (reqs[i]->p.sampling.temperature > 0) tm->sampled_rows += b->n_logits;
+            else tm->greedy_rows += b->n_logits;
+        }
         finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, row);
-        row += (size_t)e->batch[j].n_logits * V;
+        row += (size_t)b->n_logits * V;
     }
+    tm->forward_ms = t1 - t0;
+    tm->accept_ms = sd_now_ms() - t1;
     return SD_OK;
 }
 

@@ -123,6 +123,16 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
  * verification). Returns false when r takes no drafts this step. */
 bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *it);
 
+/* What the last sd_engine_step did and how long it took: the forward pass
+ * over `rows` positions, then verification of greedy_rows rows by argmax
+ * and sampled_rows by sampling (all zero when nothing ran). */
+typedef struct sd_step_timing {
+    int rows, greedy_rows, sampled_rows;
+    double forward_ms, accept_ms;
+} sd_step_timing;
+
+const sd_step_timing *sd_engine_last_timing(const sd_engine *e);
+
 /* Called after every step of sd_engine_run for each request with new tokens. */
 typedef void (*sd_step_cb)(void *ctx, const sd_req *r);
 

@@ -150,10 +150,31 @@ static sd_status check_str(const char *what, const char *s, char *err, size_t er
     return SD_OK;
 }
 
+/* A list of acceptance probabilities: bounded, each in [0, 1]. */
+static sd_status check_probs(const char *what, const float *p, size_t n, char *err, size_t errlen)
+{
+    if (n > SD_MSG_MAX_POSITIONS) return BAD("msg: %s has %zu entries (max %u)", what, n, SD_MSG_MAX_POSITIONS);
+    for (size_t i = 0; i < n; i++)
+        if (!(p[i] >= 0.0f && p[i] <= 1.0f)) return BAD("msg: %s[%zu] = %g is not a probability", what, i, p[i]);
+    return SD_OK;
+}
+
 static sd_status check_stats(const Specd__Stats *s, char *err, size_t errlen)
 {
-    if (s && s->n_accepted_at > SD_MSG_MAX_POSITIONS)
+    if (!s) return SD_OK;
+    if (s->n_accepted_at > SD_MSG_MAX_POSITIONS)
         return BAD("msg: stats.accepted_at has %zu entries (max %u)", s->n_accepted_at, SD_MSG_MAX_POSITIONS);
+    if (s->n_k_chosen > SD_MSG_MAX_POSITIONS)
+        return BAD("msg: stats.k_chosen has %zu entries (max %u)", s->n_k_chosen, SD_MSG_MAX_POSITIONS);
+    if (s->n_accept > SD_MSG_MAX_POSITIONS) return BAD("msg: stats.accept has %zu entries", s->n_accept);
+    for (size_t i = 0; i < s->n_accept; i++) {
+        const Specd__AcceptEstimate *a = s->accept[i];
+        if (!a) return BAD("msg: stats.accept[%zu] missing", i);
+        sd_status st = check_str("stats.accept.mode", a->mode, err, errlen);
+        if (st == SD_OK) st = check_str("stats.accept.temperature", a->temperature, err, errlen);
+        if (st == SD_OK) st = check_probs("stats.accept.accept", a->accept, a->n_accept, err, errlen);
+        if (st != SD_OK) return st;
+    }
     return SD_OK;
 }
 
@@ -172,6 +193,9 @@ static sd_status check_token_event(const Specd__TokenEvent *m, char *err, size_t
     sd_status st = check_ids("token_event.tokens", m->tokens, m->n_tokens, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK && m->stats && m->stats->n_accepted_at > SD_MSG_MAX_POSITIONS)
         return BAD("msg: token_event.stats.accepted_at too long (%zu)", m->stats->n_accepted_at);
+    if (st == SD_OK && m->stats && m->stats->adapt)
+        st = check_probs("token_event.stats.adapt.accept", m->stats->adapt->accept, m->stats->adapt->n_accept, err,
+                         errlen);
     return st;
 }
 

@@ -62,6 +62,8 @@ typedef struct gen {
     size_t n_accepted_at;
     sd_api_drafting drafting;  /* valid when has_drafting */
     bool has_drafting;
+    sd_api_adapt adapt;        /* valid when has_adapt */
+    bool has_adapt;
 } gen;
 
 struct sd_gen {
@@ -171,6 +173,7 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->accepted_at = g->accepted_at;
     spec->n_accepted_at = g->n_accepted_at;
     spec->drafting = g->has_drafting ? &g->drafting : NULL;
+    spec->adapt = g->has_adapt ? &g->adapt : NULL;
     sd_api_result r = {g->cid, g->svc->o.model_name, (long long)g->created, finish,
                        (unsigned)g->n_prompt, g->completion_tokens, spec};
     return r;
@@ -432,6 +435,15 @@ static void take_stats(gen *g, const Specd__SpecStats *st)
     if (p)
         g->drafting = (sd_api_drafting){p->spans_used, p->spans_stale, p->spans_ready, p->spec_steps,
                                         p->wait_us,   p->draft_us,    p->step_us,     p->verify_us};
+    const Specd__AdaptStats *a = st->adapt;
+    g->has_adapt = a != NULL;
+    if (a) {
+        g->adapt.k_sum = a->k_sum;
+        g->adapt.k_steps = a->k_steps;
+        g->adapt.k_zero = a->k_zero;
+        g->adapt.n_accept = a->n_accept < 16 ? a->n_accept : 16;
+        if (g->adapt.n_accept) memcpy(g->adapt.accept, a->accept, g->adapt.n_accept * sizeof *a->accept);
+    }
 }
 
 static void on_tokens(gen *g, const Specd__TokenEvent *ev)

@@ -408,6 +408,15 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
                                       d->draft_us / 1e3, "step_ms", d->step_us / 1e3, "verify_ms",
                                       d->verify_us / 1e3, "draft_time_hidden", hidden));
     }
+    const sd_api_adapt *a = s->adapt;
+    if (o && a && a->k_steps > 0) {
+        json_t *acc = json_array();
+        for (size_t i = 0; i < a->n_accept && acc; i++) json_array_append_new(acc, json_real(a->accept[i]));
+        json_object_set_new(o, "draft_length",
+                            json_pack("{s:f, s:I, s:I, s:o*}", "mean", (double)a->k_sum / (double)a->k_steps,
+                                      "decode_steps", (json_int_t)a->k_steps, "steps_without_drafts",
+                                      (json_int_t)a->k_zero, "acceptance_estimate", acc));
+    }
     return o;
 }
 

@@ -87,12 +87,21 @@ typedef struct sd_api_drafting {
     uint64_t wait_us, draft_us, step_us, verify_us;            /* microseconds */
 } sd_api_drafting;
 
+/* The draft lengths adaptive speculation chose for a request
+ * (specd.AdaptStats). */
+typedef struct sd_api_adapt {
+    uint64_t k_sum, k_steps, k_zero;
+    float accept[16];            /* its acceptance estimate per draft position */
+    size_t n_accept;
+} sd_api_adapt;
+
 /* Per-request speculation statistics, reported in responses. */
 typedef struct sd_api_spec {
     uint64_t steps, draft_tokens, accepted_tokens;
     const uint64_t *accepted_at; /* accepted_at[i]: steps where draft i+1 was accepted */
     size_t n_accepted_at;
     const sd_api_drafting *drafting; /* NULL: not reported */
+    const sd_api_adapt *adapt;       /* NULL: not reported */
 } sd_api_spec;
 
 /* What a finished (or in-progress) generation reports. */
@@ -124,7 +133,9 @@ char *sd_api_usage_sse(sd_api_kind kind, const sd_api_result *res);
  * mean_accepted_per_step, acceptance_rate, accepted_per_position and, when
  * reported, "drafting": spans_used, spans_stale, pre_draft_hit_rate
  * (spans_ready / spec_steps), wait_ms, draft_ms, step_ms, verify_ms and
- * draft_time_hidden (1 - (step - verify) / draft). New ref. */
+ * draft_time_hidden (1 - (step - verify) / draft), and "draft_length":
+ * mean (drafts chosen per decode step), steps_without_drafts and
+ * acceptance_estimate (per position). New ref. */
 struct json_t;
 struct json_t *sd_api_spec_json(const sd_api_spec *s);
 

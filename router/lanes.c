@@ -37,6 +37,38 @@ static void set_state(sd_lanes *l, lane *ln, sd_lane_state st)
     if (l->cbs.on_state) l->cbs.on_state(l->cbs.ud, ln->index, st);
 }
 
+/* Copies a label value a verifier sent, keeping [A-Za-z0-9._] only (it ends
+ * up inside a Prometheus label). */
+static void copy_label(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; src && *src && n + 1 < cap; src++) {
+        char c = *src;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_';
+        dst[n++] = ok ? c : '_';
+    }
+    dst[n] = '\0';
+}
+
+/* The adaptive figures of a verifier's Stats. */
+static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
+{
+    in->n_k_chosen = s->n_k_chosen < SD_LANE_MAX_K + 1 ? s->n_k_chosen : SD_LANE_MAX_K + 1;
+    if (in->n_k_chosen) memcpy(in->k_chosen, s->k_chosen, in->n_k_chosen * sizeof *s->k_chosen);
+    in->step_pred_us = s->step_predicted_us;
+    in->step_meas_us = s->step_measured_us;
+    in->step_err_us = s->step_error_us;
+    in->n_accept = 0;
+    for (size_t i = 0; i < s->n_accept && in->n_accept < SD_LANE_MAX_ACCEPT; i++) {
+        const Specd__AcceptEstimate *e = s->accept[i];
+        sd_lane_accept *a = &in->accept[in->n_accept++];
+        copy_label(a->mode, sizeof a->mode, e->mode);
+        copy_label(a->temperature, sizeof a->temperature, e->temperature);
+        a->n = e->n_accept < SD_LANE_MAX_K ? e->n_accept : SD_LANE_MAX_K;
+        if (a->n) memcpy(a->accept, e->accept, a->n * sizeof *e->accept);
+    }
+}
+
 static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
 {
     if (h->nonce > ln->nonce_sent) return; /* not ours */
@@ -65,6 +97,7 @@ static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
                                    p->wait_us,    p->draft_us,    p->step_us,     p->verify_us};
             memcpy(ln->info.pipe, v, sizeof v);
         }
+        copy_adapt(&ln->info, s);
         size_t n = s->n_accepted_at < 64 ? s->n_accepted_at : 64;
         if (n) memcpy(ln->info.accepted_at, s->accepted_at, n * sizeof *s->accepted_at);
         ln->info.n_accepted_at = n;

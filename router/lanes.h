@@ -26,6 +26,16 @@ struct event_base;
 typedef enum { SD_LANE_STARTING = 0, SD_LANE_UP = 1, SD_LANE_DOWN = 2 } sd_lane_state;
 
 /* What the table knows about a lane (from its last HealthReply). */
+#define SD_LANE_MAX_K 16      /* draft lengths in the histogram (0..16) */
+#define SD_LANE_MAX_ACCEPT 16 /* acceptance estimates kept per lane */
+
+/* One server-wide acceptance estimate (specd.AcceptEstimate). */
+typedef struct sd_lane_accept {
+    char mode[16], temperature[16];
+    float accept[SD_LANE_MAX_K];
+    size_t n;
+} sd_lane_accept;
+
 typedef struct sd_lane_info {
     const char *endpoint;
     sd_lane_state state;
@@ -41,6 +51,11 @@ typedef struct sd_lane_info {
     uint32_t drafter_requests, drafter_kv_total, drafter_kv_free; /* the drafter's last figures */
     uint64_t pipe[8];       /* specd.PipeStats in field order: spans_used, spans_stale, spans_ready,
                              * spec_steps, wait_us, draft_us, step_us, verify_us */
+    uint64_t k_chosen[SD_LANE_MAX_K + 1]; /* adaptive: request-steps by drafts chosen */
+    size_t n_k_chosen;
+    uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
+    sd_lane_accept accept[SD_LANE_MAX_ACCEPT];  /* adaptive: the verifier's acceptance estimates */
+    size_t n_accept;
     char model[128];
 } sd_lane_info;
 

@@ -108,6 +108,42 @@ static void render_pipe(FILE *f, const sd_lanes *l)
             sum[5] ? 1.0 - ((double)sum[6] - (double)sum[7]) / (double)sum[5] : 0.0);
 }
 
+/* Adaptive speculation: the draft lengths chosen (summed over lanes), the
+ * scheduler's predicted against measured step time, and each lane's
+ * acceptance estimates. */
+static void render_adapt(FILE *f, const sd_lanes *l)
+{
+    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0;
+    size_t nk = 0;
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        for (size_t j = 0; j < in->n_k_chosen; j++) k[j] += in->k_chosen[j];
+        if (in->n_k_chosen > nk) nk = in->n_k_chosen;
+        pred += in->step_pred_us;
+        meas += in->step_meas_us;
+        errs += in->step_err_us;
+    }
+    header(f, "specd_spec_draft_length_total", "counter",
+           "Decode steps by the number of drafts the scheduler chose (k), summed over requests and lanes.");
+    for (size_t j = 0; j < nk; j++)
+        fprintf(f, "specd_spec_draft_length_total{k=\"%zu\"} %llu\n", j, (unsigned long long)k[j]);
+    header(f, "specd_spec_step_predicted_seconds_total", "counter", "Step time the scheduler predicted.");
+    fprintf(f, "specd_spec_step_predicted_seconds_total %.6f\n", pred / 1e6);
+    header(f, "specd_spec_step_measured_seconds_total", "counter", "Measured time of the same steps.");
+    fprintf(f, "specd_spec_step_measured_seconds_total %.6f\n", meas / 1e6);
+    header(f, "specd_spec_step_prediction_error", "gauge", "Mean |predicted - measured| / measured step time.");
+    fprintf(f, "specd_spec_step_prediction_error %.6f\n", meas ? (double)errs / (double)meas : 0.0);
+    header(f, "specd_spec_acceptance_estimate", "gauge",
+           "P(draft pos accepted | the drafts before it were), by kind of request (verification mode, temperature).");
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        for (size_t e = 0; e < in->n_accept; e++)
+            for (size_t j = 0; j < in->accept[e].n; j++)
+                fprintf(f, "specd_spec_acceptance_estimate{lane=\"%s\",mode=\"%s\",temperature=\"%s\",pos=\"%zu\"} %.4f\n",
+                        in->endpoint, in->accept[e].mode, in->accept[e].temperature, j + 1, in->accept[e].accept[j]);
+    }
+}
+
 static void render_lanes(FILE *f, const sd_lanes *l)
 {
     lane_gauge(f, l, "specd_lane_up", "1 when the lane's verifier answers health checks.", 0);
@@ -139,6 +175,7 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     header(f, "specd_spec_acceptance_rate", "gauge", "Accepted / drafted tokens since start.");
     fprintf(f, "specd_spec_acceptance_rate %.6f\n", drafted ? (double)accepted / (double)drafted : 0.0);
     render_pipe(f, l);
+    render_adapt(f, l);
 }
 
 char *sd_metrics_render(const sd_metrics *m, const sd_lanes *lanes)

@@ -4,7 +4,7 @@
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
- *               [--draft-branches N]
+ *               [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
  * when neither --draft nor --ngram is given) and specd-router — found next to
@@ -56,7 +56,8 @@ typedef struct child {
 
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
-    const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches;
+    const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
+    const char *spec_max_draft;
     bool ngram, no_spec;
     int port;
 } serve_opts;
@@ -115,7 +116,7 @@ static void usage(FILE *f)
                "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
-               "                   [--draft-branches N]\n");
+               "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -126,7 +127,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {"draft-quant", 1, 0, 'Q'},
                                        {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'},
                                        {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'L'},
-                                       {"draft-branches", 1, 0, 'B'}, {0, 0, 0, 0}};
+                                       {"draft-branches", 1, 0, 'B'}, {"spec-adaptive", 1, 0, 'A'},
+                                       {"spec-max-draft", 1, 0, 'X'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -154,6 +156,16 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'S': o->spec_max_batch = optarg; break;
         case 'Z': o->spec_max_batch_sampled = optarg; break;
         case 'B': o->draft_branches = optarg; break;
+        case 'A': {
+            bool on;
+            if (sd_opt_on_off(optarg, "--spec-adaptive", &on, err, sizeof err) != SD_OK) {
+                fprintf(stderr, "specd serve: %s\n", err);
+                return -1;
+            }
+            o->spec_adaptive = optarg;
+            break;
+        }
+        case 'X': o->spec_max_draft = optarg; break;
         case 'L':
             if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 fprintf(stderr, "specd serve: --spec-pipeline must be auto, on or off, got '%s'\n", optarg);
@@ -186,6 +198,8 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--spec-max-batch", o->spec_max_batch);
     add_opt(ver, "--spec-max-batch-sampled", o->spec_max_batch_sampled);
     add_opt(ver, "--spec-pipeline", o->spec_pipeline);
+    add_opt(ver, "--spec-adaptive", o->spec_adaptive);
+    add_opt(ver, "--spec-max-draft", o->spec_max_draft);
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);

@@ -16,6 +16,7 @@ const char *sd_vf_usage(void)
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
            "                      [--prefill-chunk N] [--draft-timeout-ms N] [--spec-max-batch N]\n"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
+           "                      [--spec-adaptive on|off] [--spec-max-draft N]\n"
            "                      [--log-level debug|info|warn|error]\n";
 }
 
@@ -33,8 +34,8 @@ static void set_defaults(sd_vf_config *c)
     c->listen = "tcp://127.0.0.1:5555";
     c->device = "cpu";
     c->num_draft = SD_NUM_DRAFT_DEFAULT;
-    c->spec_max_batch = SD_VF_SPEC_MAX_BATCH_DEFAULT;
-    c->spec_max_batch_sampled = SD_VF_SPEC_MAX_BATCH_SAMPLED_DEFAULT;
+    c->spec_adaptive = true;
+    c->spec_max_draft = SD_VF_SPEC_MAX_DRAFT_DEFAULT;
     c->max_batch = 32;
     c->prefill_chunk = 256;
     c->draft_timeout_ms = 200;
@@ -58,6 +59,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
     case 'T': return sd_opt_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
     case 'S': return sd_opt_int(arg, "--spec-max-batch", 0, 1 << 20, &cfg->spec_max_batch, err, errlen);
     case 'Z': return sd_opt_int(arg, "--spec-max-batch-sampled", 0, 1 << 20, &cfg->spec_max_batch_sampled, err, errlen);
+    case 'X': return sd_opt_int(arg, "--spec-max-draft", 1, SD_MAX_DRAFT, &cfg->spec_max_draft, err, errlen);
     default: return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option");
     }
 }
@@ -70,7 +72,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
         {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
-        {0, 0, 0, 0}};
+        {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -84,6 +86,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'D': cfg->device = optarg; break;
         case 'L': cfg->log_level = sd_log_parse_level(optarg); break;
         case 'h': cfg->help = true; break;
+        case 'A': st = sd_opt_on_off(optarg, "--spec-adaptive", &cfg->spec_adaptive, err, errlen); break;
         case 'P': {
             bool on;
             if (!strcmp(optarg, "auto")) cfg->spec_pipeline = SD_VF_PIPE_AUTO;

@@ -13,11 +13,9 @@
 
 #define SD_VF_BLOCK_SIZE 16       /* KV block size (positions) */
 #define SD_VF_QUEUE_MAX 1024      /* submitted requests waiting for admission */
-/* Default --spec-max-batch: speculation measured 1.08x at 4 concurrent
- * streams and 0.92x at 6 with the demo pair on 2 CPU cores. */
-#define SD_VF_SPEC_MAX_BATCH_DEFAULT 4
-/* ... and for sampled requests (T = 0.8): 1.16x alone, 0.84x at 2 streams. */
-#define SD_VF_SPEC_MAX_BATCH_SAMPLED_DEFAULT 1
+/* Default --spec-max-draft: the most drafts adaptive speculation considers
+ * per request and step (it chooses 0..N from measured cost and acceptance). */
+#define SD_VF_SPEC_MAX_DRAFT_DEFAULT 12
 
 /* --spec-pipeline: pipelined speculation always, never, or unless the
  * drafter runs on the verifier's own CPU cores (same host, both on the CPU,
@@ -30,7 +28,9 @@ typedef struct sd_vf_config {
     const char *listen;           /* --listen: ROUTER bind endpoint */
     const char *drafter;          /* --drafter: DEALER connect endpoint, NULL = none */
     const char *device;           /* --device: "cpu", "cuda" or "cuda:N" (backend_open.h) */
-    int num_draft;                /* --num-draft K, 0..SD_MAX_DRAFT */
+    int num_draft;                /* --num-draft K, 0..SD_MAX_DRAFT: drafts per step without --spec-adaptive */
+    bool spec_adaptive;           /* --spec-adaptive: drafts chosen per request and step (vf_adapt.h) */
+    int spec_max_draft;           /* --spec-max-draft N: the most the adaptive choice considers */
     int spec_max_batch;           /* --spec-max-batch N: no drafts in a step of more active requests (0 = no limit) */
     int spec_max_batch_sampled;   /* --spec-max-batch-sampled N: the same for requests with temperature > 0 */
     int threads;                  /* --threads N, 0 = all cores */

@@ -14,12 +14,11 @@
  *     budget = t_without − E_without · t_with / E_with
  *
  * and only when the measured latency of the drafter's spans is below it.
- * t(rows) is the measured step time for that many batch rows (an EMA per
- * row count; a least-squares line where a count was never seen); E counts
- * committed tokens: a request with a span expects its measured tokens per
- * step with drafts, one without. A wait that runs out raises the latency
- * estimate to a quarter above the budget, so a stalled drafter gets no more
- * waits until the estimate has decayed.
+ * t(rows) is the verifier's measured step cost (spec_model.h, shared with
+ * the scheduler); E counts committed tokens: a request with a span expects
+ * its measured tokens per step with drafts, one without. A wait that runs
+ * out raises the latency estimate to a quarter above the budget, so a
+ * stalled drafter gets no more waits until the estimate has decayed.
  *
  * The latency of a span is the drafter's own drafting time (each span says
  * it) plus an overhead — messages, the drafter finishing other work — that
@@ -34,12 +33,10 @@
 
 #include <stdbool.h>
 
-#define SD_VF_PACE_ROWS 512 /* row counts with their own step-time EMA */
+#include "spec_model.h"
 
 typedef struct sd_vf_pace {
-    double t_row[SD_VF_PACE_ROWS + 1]; /* EMA step ms by batch rows */
-    unsigned n_row[SD_VF_PACE_ROWS + 1]; /* samples behind t_row (0: never seen) */
-    double sn, sx, sy, sxx, sxy;       /* decayed sums for the line t = a + b·rows */
+    const sd_cost *cost;               /* the verifier's step cost (borrowed) */
     double draft_ms;                   /* EMA of the drafter's time per span */
     unsigned n_draft;
     double over_ms;                    /* overhead beyond drafting, measured by waits (decays) */
@@ -47,10 +44,10 @@ typedef struct sd_vf_pace {
     unsigned n_yield;
 } sd_vf_pace;
 
-void sd_vf_pace_init(sd_vf_pace *p);
+void sd_vf_pace_init(sd_vf_pace *p, const sd_cost *cost);
 
-/* A step of `rows` batch rows took ms. */
-void sd_vf_pace_step(sd_vf_pace *p, int rows, double ms);
+/* A step ran (the overhead estimate decays). */
+void sd_vf_pace_step(sd_vf_pace *p);
 
 /* A span for the state last told arrived; the drafter spent draft_ms on it. */
 void sd_vf_pace_span(sd_vf_pace *p, double draft_ms);
@@ -68,7 +65,7 @@ void sd_vf_pace_timeout(sd_vf_pace *p, double budget_ms);
 /* A request-step with drafts committed `committed` tokens. */
 void sd_vf_pace_yield(sd_vf_pace *p, int committed);
 
-/* Estimated step time (ms) for rows batch rows; 0 when nothing was measured. */
+/* Estimated engine time (ms) for rows batch rows; 0 when nothing was measured. */
 double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows);
 
 /* The longest wait that pays for one step: rows_ready rows and e_ready

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "log.h"
 #include "msg.h"
+#include "vf_adapt.h"
 #include "vf_convert.h"
 #include "vf_draft.h"
 #include "vf_link.h"
@@ -18,6 +19,7 @@
 
 #define IDLE_POLL_MS 100
 #define MAX_DRAIN 1024 /* router messages handled between two steps */
+#define CALIBRATE_MS 2000.0 /* the most time the start-up measurement of the step cost may take */
 
 /* One request: the engine request, its drafter state and its router. */
 typedef struct vf_req {
@@ -26,6 +28,7 @@ typedef struct vf_req {
     uint64_t rid;           /* router's request id */
     sd_spec_stats seen;     /* part of slot.r->stats already in the totals */
     sd_vf_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
+    sd_vf_areq aq;          /* adaptive speculation: its acceptance, the drafts chosen */
 } vf_req;
 
 struct sd_vf_server {
@@ -50,11 +53,18 @@ struct sd_vf_server {
     int *tell;              /* pipelined: the budget the drafter is told (pre-drafts during prefill too) */
     bool *sampled;          /* per active request: temperature > 0 */
     bool *ready;            /* pipelined: had a span when the step began */
+    sd_vf_areq **aqs;       /* step scratch for vf_adapt: the requests' adaptive states */
+    int *avail, *offered, *accepted; /* drafts at hand; verified and accepted by the step */
+    bool *had_q;            /* those drafts came with q */
+    bool *fresh;            /* the drafter had to catch up on the request (opened, or far behind) */
+    double *draft_ms;       /* the drafter's time behind them */
+    sd_vf_adapt ad;         /* adaptive speculation: measured cost and acceptance, the scheduler */
     sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
     char host[256];         /* gethostname */
     int threads, ncpu;      /* the CPU backend's threads (0: not on the CPU), CPUs of this process */
     int pipe_on;            /* the last pipelining decision, -1 before the first (for the log) */
     double last_step_end_ms;/* 0 after an idle spell */
+    double step_begin_ms;   /* when this step's planning began */
     char model_name[256];
 };
 
@@ -78,10 +88,11 @@ static void send_error(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, con
     send_to(s, peer, &env);
 }
 
-/* A TokenEvent with tokens[0..n); stats always set (ps: drafting, may be NULL). */
+/* A TokenEvent with tokens[0..n); stats always set (ps: drafting, as: the
+ * adaptive figures; either may be NULL). */
 static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
                         sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at,
-                        const sd_vf_pipe_stats *ps)
+                        const sd_vf_pipe_stats *ps, Specd__AdaptStats *as)
 {
     static const sd_spec_stats zero;
     Specd__SpecStats ss;
@@ -93,6 +104,7 @@ static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, co
         sd_vf_pipe_stats_to_proto(ps, &pb);
         ss.pipe = &pb;
     }
+    ss.adapt = as;
     ev.request_id = rid;
     ev.tokens = (int32_t *)tokens;
     ev.n_tokens = (size_t)(n > 0 ? n : 0);
@@ -112,8 +124,11 @@ static void send_req_event(sd_vf_server *s, const vf_req *vr, bool with_new)
     int n = with_new ? r->n_new : 0;
     int n_at = r->p.speculate ? r->p.num_draft : 0;
     sd_vf_pipe_stats ps = sd_vf_slot_stats(&vr->slot);
+    Specd__AdaptStats as;
+    float acc[SD_MAX_DRAFT];
+    sd_vf_adapt_stats_to_proto(&vr->aq, acc, &as);
     send_tokens(s, &vr->peer, vr->rid, r->tokens + r->n_tokens - n, n, r->finish, r->n_prompt, sd_req_n_output(r),
-                &r->stats, n_at, r->p.speculate ? &ps : NULL);
+                &r->stats, n_at, r->p.speculate ? &ps : NULL, r->p.speculate ? &as : NULL);
 }
 
 /* A request that never got an engine request: ErrorEvent + final event. */
@@ -122,7 +137,7 @@ static void reject(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, int n_p
 {
     SD_INFO("request %llu rejected: %s: %s", (unsigned long long)rid, code, msg);
     send_error(s, peer, rid, code, msg);
-    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL);
+    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL, NULL);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -169,7 +184,8 @@ static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submi
         reject(s, peer, sub->request_id, np, "overloaded", "the verifier's queue is full");
         return;
     }
-    if (sd_vf_params_from_submit(sub, s->cfg->num_draft, s->link != NULL, &p, err, sizeof err) != SD_OK) {
+    int k_default = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
+    if (sd_vf_params_from_submit(sub, k_default, s->link != NULL, &p, err, sizeof err) != SD_OK) {
         reject(s, peer, sub->request_id, np, "bad_request", err);
         return;
     }
@@ -185,6 +201,8 @@ static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submi
         return;
     }
     vr->slot.id = vr->slot.r->id;
+    /* a request that set its own num_draft keeps it; otherwise the scheduler chooses */
+    sd_vf_areq_init(&vr->aq, !s->cfg->spec_adaptive || (sub->spec && sub->spec->num_draft > 0));
     vr->peer = *peer;
     vr->rid = sub->request_id;
     s->queue[s->n_queue++] = vr;
@@ -242,6 +260,17 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     Specd__PipeStats pb;
     sd_vf_pipe_stats_to_proto(&s->pipe_total, &pb);
     st.pipe = &pb;
+    st.k_chosen = s->ad.k_hist;
+    st.n_k_chosen = SD_MAX_DRAFT + 1;
+    while (st.n_k_chosen > 0 && s->ad.k_hist[st.n_k_chosen - 1] == 0) st.n_k_chosen--;
+    st.step_predicted_us = s->ad.pred_us;
+    st.step_measured_us = s->ad.meas_us;
+    st.step_error_us = s->ad.err_us;
+    Specd__AcceptEstimate est[SD_VF_ACCEPT_KEYS], *estp[SD_VF_ACCEPT_KEYS];
+    float est_buf[SD_VF_ACCEPT_KEYS][SD_MAX_DRAFT];
+    st.n_accept = (size_t)sd_vf_adapt_estimates(&s->ad, est, est_buf, SD_VF_ACCEPT_KEYS);
+    for (size_t i = 0; i < st.n_accept; i++) estp[i] = &est[i];
+    st.accept = estp;
     rep.nonce = h->nonce;
     rep.role = "verifier";
     rep.model = s->model_name;
@@ -358,21 +387,37 @@ static void emit(sd_vf_server *s)
 }
 
 /* Fills the step scratch for the active set: requests, slots, whether they
- * sample, and the drafts each may verify (limited by --spec-max-batch*).
- * Returns how many requests may take drafts. */
-static int plan_step(sd_vf_server *s)
+ * sample, and the most drafts each may verify (its num_draft or the
+ * adaptive maximum, the room left, the --spec-max-batch* caps). */
+static void plan_step(sd_vf_server *s)
 {
     int n = s->n_active;
     for (int i = 0; i < n; i++) {
         s->reqs[i] = s->active[i]->slot.r;
         s->slots[i] = &s->active[i]->slot;
+        s->aqs[i] = &s->active[i]->aq;
         s->budgets[i] = s->link ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
         s->sampled[i] = s->reqs[i]->p.sampling.temperature > 0.0f;
         s->ready[i] = false;
+        /* drafting for a request the drafter must first catch up on costs more than its drafts */
+        int behind = s->reqs[i]->n_tokens - s->slots[i]->drafter_known;
+        s->fresh[i] = s->slots[i]->drafter_known == 0 || behind > SD_MAX_DRAFT + 1;
     }
-    return s->link ? sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch,
-                                         s->cfg->spec_max_batch_sampled)
-                   : 0;
+    if (s->link)
+        sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
+}
+
+/* Chooses the drafts each request verifies this step (vf_adapt.h): budgets
+ * become the choice; avail (NULL: serial) the drafts at hand; tell (NULL:
+ * serial) how far ahead the drafter drafts. Returns the requests with drafts. */
+static int choose_drafts(sd_vf_server *s, const int *avail, int *tell, bool pipelined)
+{
+    int n = s->n_active, free = sd_kv_pool_free_count(s->pool) - promised_blocks(s), drafting = 0;
+    if (sd_vf_adapt_plan(&s->ad, s->reqs, s->aqs, s->budgets, avail, tell, n, free,
+                         sd_kv_pool_block_size(s->pool), s->cfg->prefill_chunk, pipelined) != SD_OK)
+        SD_WARN("out of memory choosing draft lengths: drafting as many as allowed");
+    for (int i = 0; i < n; i++) drafting += s->budgets[i] > 0;
+    return drafting;
 }
 
 /* Batch rows request i puts into this step. */
@@ -387,25 +432,40 @@ static int rows_of(const sd_vf_server *s, int i)
     return 1 + s->slots[i]->prop.n;
 }
 
+/* After the engine step: what each request verified and accepted, for the
+ * adaptive model (before emit, which may retire requests). */
+static void note_step(sd_vf_server *s, double wall_ms, bool pipelined)
+{
+    int n = s->n_active;
+    for (int i = 0; i < n; i++) {
+        const vf_req *vr = s->active[i];
+        const sd_req *r = vr->slot.r;
+        s->offered[i] = (int)(r->stats.draft_tokens - vr->seen.draft_tokens);
+        s->accepted[i] = (int)(r->stats.accepted_tokens - vr->seen.accepted_tokens);
+        s->had_q[i] = s->props[i].n > 0 && s->props[i].q[0] != NULL;
+        s->draft_ms[i] = s->props[i].n > 0 ? vr->slot.prop_draft_us / 1e3 : 0;
+    }
+    sd_vf_adapt_done(&s->ad, sd_engine_last_timing(s->e), wall_ms, s->reqs, s->aqs, s->offered, s->accepted,
+                     s->had_q, s->fresh, s->draft_ms, s->ready, n, pipelined);
+}
+
 /* Runs the engine step with the slots' proposals, then the bookkeeping of
  * the requests that took drafts (wait_ms: spent waiting for them) and the
  * token events. */
-static void run_step(sd_vf_server *s, double wait_ms)
+static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
 {
-    int n = s->n_active, rows = 0;
-    for (int i = 0; i < n; i++) {
-        s->props[i] = s->slots[i]->prop;
-        rows += rows_of(s, i);
-    }
+    int n = s->n_active;
+    for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
     char err[256];
     double t0 = sd_now_ms();
     if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK)
         SD_ERROR("engine step failed: %s", err);
     double t1 = sd_now_ms();
-    sd_vf_pace_step(&s->pace, rows, t1 - t0);
+    note_step(s, t1 - s->step_begin_ms, pipelined);
+    sd_vf_pace_step(&s->pace);
     for (int i = 0; i < n; i++) {
         sd_vf_slot *sl = s->slots[i];
-        if (s->budgets[i] <= 0) continue;
+        if (s->budgets[i] <= 0) continue; /* no drafts wanted this step */
         sd_vf_pipe_stats *ps = &sl->ps;
         ps->spec_steps++;
         ps->wait_us += (uint64_t)(wait_ms * 1e3);
@@ -422,51 +482,67 @@ static void run_step(sd_vf_server *s, double wait_ms)
     emit(s);
 }
 
-/* Serial: ask the drafter and wait for its reply (vf_link.h), then verify. */
+/* Serial: choose the drafts, ask the drafter and wait for its reply
+ * (vf_link.h), then verify. */
 static void step_serial(sd_vf_server *s)
 {
     int n = s->n_active;
     double t = sd_now_ms();
-    int drafting = plan_step(s);
+    plan_step(s);
+    int drafting = s->link ? choose_drafts(s, NULL, NULL, false) : 0;
     for (int i = 0; i < n; i++) s->slots[i]->prop.n = 0;
     if (drafting > 0) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
-    run_step(s, sd_now_ms() - t);
+    run_step(s, sd_now_ms() - t, false);
 }
 
-/* Pipelined: files the spans that came, picks each request's drafts
- * (vf_span.h), and sizes the step's rows and expected tokens of the ready
- * ones. Returns how many requests wait for a span; *k_sum their budgets. */
-static int pick_spans(sd_vf_server *s, double now, int *rows, double *e_ready, int *k_sum)
+/* Pipelined: files the spans that came and picks each request's drafts
+ * (vf_span.h), at most its budget; sets ready, and avail (the drafts at
+ * hand, -1 for a request still without a span) and tell for a prefilling
+ * request (told early, so the drafter's mirror fills while the target
+ * prefills). */
+static void pick_spans(sd_vf_server *s, double now)
 {
-    int n = s->n_active, waiting = 0;
+    int n = s->n_active;
     double lat, draft;
     sd_vf_link_pipe_recv(s->link, s->slots, n, now, &lat, &draft);
     if (draft >= 0) sd_vf_pace_span(&s->pace, draft);
+    for (int i = 0; i < n; i++) {
+        sd_vf_slot *sl = s->slots[i];
+        sd_req *r = s->reqs[i];
+        bool allowed = sd_vf_spec_allowed(s->sampled[i], n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
+        s->tell[i] = allowed && r->p.speculate && sd_req_prefilling(r) ? r->p.num_draft : 0;
+        sl->prop.n = 0;
+        sl->prop_draft_us = 0;
+        s->avail[i] = 0;
+        if (s->budgets[i] <= 0) continue;
+        const sd_vf_span *used = NULL;
+        if (sd_vf_spans_sync(&sl->spans, r->tokens, r->n_tokens) == SD_OK)
+            sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
+        if (used) sl->prop_draft_us = used->draft_us;
+        s->ready[i] = sl->prop.n > 0;
+        s->avail[i] = s->ready[i] ? sl->prop.n : -1;
+    }
+}
+
+/* Pipelined, after the choice: trims each ready request's drafts to its
+ * choice and sizes the step's rows and expected tokens of the requests that
+ * do not wait. Returns how many wait for a span; *k_sum their budgets. */
+static int waiting_for_spans(sd_vf_server *s, int *rows, double *e_ready, int *k_sum)
+{
+    int n = s->n_active, waiting = 0;
     *rows = 0;
     *e_ready = 0;
     *k_sum = 0;
     for (int i = 0; i < n; i++) {
         sd_vf_slot *sl = s->slots[i];
-        sd_req *r = s->reqs[i];
-        bool allowed = sd_vf_spec_allowed(s->sampled[i], n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
-        /* a prefilling request is told early, so its mirror fills while the target prefills */
-        s->tell[i] = s->budgets[i] > 0 ? s->budgets[i] : (allowed && r->p.speculate && sd_req_prefilling(r) ? r->p.num_draft : 0);
-        sl->prop.n = 0;
-        sl->prop_draft_us = 0;
-        if (s->budgets[i] > 0) {
-            const sd_vf_span *used = NULL;
-            if (sd_vf_spans_sync(&sl->spans, r->tokens, r->n_tokens) == SD_OK)
-                sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
-            if (used) sl->prop_draft_us = used->draft_us;
-            s->ready[i] = sl->prop.n > 0;
-            if (!s->ready[i]) {
-                waiting++;
-                *k_sum += s->budgets[i];
-                continue;
-            }
+        if (sl->prop.n > s->budgets[i]) sl->prop.n = s->budgets[i];
+        if (s->budgets[i] > 0 && sl->prop.n == 0) {
+            waiting++;
+            *k_sum += s->budgets[i];
+            continue;
         }
         *rows += rows_of(s, i);
-        if (!sd_req_prefilling(r)) *e_ready += sl->prop.n > 0 ? sd_vf_pace_expected(&s->pace) : 1;
+        if (!sd_req_prefilling(s->reqs[i])) *e_ready += sl->prop.n > 0 ? sd_vf_pace_expected(&s->pace) : 1;
     }
     return waiting;
 }
@@ -499,16 +575,18 @@ static double wait_spans(sd_vf_server *s, double budget_ms)
     return sd_now_ms() - t0;
 }
 
-/* Pipelined step (proto/specd.proto): use the spans that are there, wait
- * for the missing ones only when the measured pace says it pays
- * (vf_pace.h), tell the drafter the outcome and the drafts in flight, and
- * verify while it drafts the next spans. */
+/* Pipelined step (proto/specd.proto): use the spans that are there, choose
+ * how many of their drafts to verify, wait for missing ones only when the
+ * measured pace says it pays (vf_pace.h), tell the drafter the outcome and
+ * the drafts in flight, and verify while it drafts the next spans. */
 static void step_pipe(sd_vf_server *s)
 {
     int n = s->n_active, rows, k_sum;
     double e_ready, waited = 0, now = sd_now_ms();
     plan_step(s);
-    int waiting = pick_spans(s, now, &rows, &e_ready, &k_sum);
+    pick_spans(s, now);
+    choose_drafts(s, s->avail, s->tell, true);
+    int waiting = waiting_for_spans(s, &rows, &e_ready, &k_sum);
     uint32_t step_us = (uint32_t)(sd_vf_pace_step_ms(&s->pace, rows + waiting) * 1e3);
     /* tells the committed tokens (and the in-flight drafts of the ready requests) */
     sd_vf_link_pipe_send(s->link, s->slots, s->tell, n, true, step_us, now);
@@ -522,11 +600,11 @@ static void step_pipe(sd_vf_server *s)
              * the time already spent: the wait may run to twice the budget */
             waited = wait_spans(s, 2 * budget);
             /* the drafts now in flight for the requests whose span came during the wait */
-            for (int i = 0; i < n; i++) s->tell[i] = !s->ready[i] && s->slots[i]->prop.n > 0 ? s->budgets[i] : 0;
+            for (int i = 0; i < n; i++) s->tell[i] = !s->ready[i] && s->slots[i]->prop.n > 0 ? s->tell[i] : 0;
             sd_vf_link_pipe_send(s->link, s->slots, s->tell, n, true, step_us, sd_now_ms());
         }
     }
-    run_step(s, waited);
+    run_step(s, waited, true);
 }
 
 /* Whether the drafter runs on this verifier's CPU cores: the same host, both
@@ -562,12 +640,22 @@ static bool pipelined(sd_vf_server *s)
 
 static void step(sd_vf_server *s)
 {
+    s->step_begin_ms = sd_now_ms();
     if (pipelined(s)) step_pipe(s);
     else step_serial(s);
 }
 
 sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
 {
+    if (s->link) { /* the cost model starts from this machine's measured curve (vf_adapt.h) */
+        char err[256];
+        double t0 = sd_now_ms();
+        int kmax = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
+        if (sd_vf_adapt_calibrate(&s->ad, s->e, kmax, CALIBRATE_MS, err, sizeof err) != SD_OK)
+            SD_WARN("calibration stopped: %s", err);
+        SD_INFO("step cost measured in %.0f ms: %.3f ms for 1 row, %.3f ms for %d", sd_now_ms() - t0,
+                sd_cost_forward_ms(&s->ad.cost, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1), kmax + 1);
+    }
     SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks)", s->model_name, s->cfg->listen,
             s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool));
     while (!*stop) {
@@ -625,13 +713,22 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->tell = calloc(nb, sizeof *s->tell);
     s->sampled = calloc(nb, sizeof *s->sampled);
     s->ready = calloc(nb, sizeof *s->ready);
-    sd_vf_pace_init(&s->pace);
+    s->aqs = calloc(nb, sizeof *s->aqs);
+    s->avail = calloc(nb, sizeof *s->avail);
+    s->offered = calloc(nb, sizeof *s->offered);
+    s->accepted = calloc(nb, sizeof *s->accepted);
+    s->had_q = calloc(nb, sizeof *s->had_q);
+    s->fresh = calloc(nb, sizeof *s->fresh);
+    s->draft_ms = calloc(nb, sizeof *s->draft_ms);
+    sd_vf_adapt_init(&s->ad);
+    sd_vf_pace_init(&s->pace, &s->ad.cost);
     gethostname(s->host, sizeof s->host - 1);
     s->threads = sd_backend_cpu_threads(sd_model_backend(sd_engine_model(e)));
     s->ncpu = sd_cpu_count();
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
-        !s->ready) {
+        !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->fresh ||
+        !s->draft_ms) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
@@ -674,5 +771,13 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->tell);
     free(s->sampled);
     free(s->ready);
+    free(s->aqs);
+    free(s->avail);
+    free(s->offered);
+    free(s->accepted);
+    free(s->had_q);
+    free(s->fresh);
+    free(s->draft_ms);
+    sd_vf_adapt_free(&s->ad);
     free(s);
 }

@@ -14,7 +14,10 @@
 #     greedy with the draft model;
 # in pipelined mode (the default: the drafter drafts ahead, spans are used
 # only when their base is the committed sequence; the responses' drafting
-# stats show spans used) and in serial mode (--spec-pipeline off).
+# stats show spans used), in serial mode (--spec-pipeline off), with the
+# draft length chosen per step (the default: responses and /metrics carry
+# the lengths chosen and the acceptance estimates) and with a static one
+# (--spec-adaptive off --num-draft 4: 4 drafts asked for at every step).
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -71,11 +74,21 @@ run_mode() {
   if [ "$mode" = draft ]; then
     check "[$mode] pipelined: spans used, some before the step began" \
       '[ "$(jget "$WORK/$mode.0.json" "j[\"speculative\"][\"drafting\"][\"spans_used\"] > 0 and j[\"speculative\"][\"drafting\"][\"pre_draft_hit_rate\"] > 0")" = True ]'
+    check "[$mode] adaptive: draft lengths chosen per step, an acceptance estimate" \
+      '[ "$(jget "$WORK/$mode.0.json" "(lambda d: d[\"decode_steps\"] > 0 and 0 <= d[\"mean\"] <= 12 and len(d[\"acceptance_estimate\"]) > 0)(j[\"speculative\"][\"draft_length\"])")" = True ]'
+    sleep 1.2 # the router's next health check carries the verifier's figures
+    check "[$mode] /metrics: draft length histogram, predicted and measured step time, acceptance estimates" \
+      '[ -n "$(metric specd_spec_draft_length_total)" ] && [ "$(metric specd_spec_step_measured_seconds_total)" != 0.000000 ] && [ -n "$(metric specd_spec_acceptance_estimate)" ]'
+  fi
+  if [ "$mode" = draft-static ]; then
+    check "[$mode] a static length: 4 drafts asked for at every step" \
+      '[ "$(jget "$WORK/$mode.0.json" "(lambda d: d[\"steps_without_drafts\"] == 0 and 3.5 < d[\"mean\"] <= 4)(j[\"speculative\"][\"draft_length\"])")" = True ]'
   fi
   serve_stop
 }
 
 run_mode draft --draft "$DRAFT"
 run_mode draft-serial --draft "$DRAFT" --spec-pipeline off
+run_mode draft-static --draft "$DRAFT" --spec-adaptive off --num-draft 4
 run_mode ngram --ngram
 finish

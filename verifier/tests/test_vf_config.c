@@ -21,8 +21,10 @@ START_TEST(defaults)
     ck_assert_str_eq(c.listen, "tcp://127.0.0.1:5555");
     ck_assert_ptr_null(c.drafter);
     ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
-    ck_assert_int_eq(c.spec_max_batch, SD_VF_SPEC_MAX_BATCH_DEFAULT);
-    ck_assert_int_eq(c.spec_max_batch_sampled, SD_VF_SPEC_MAX_BATCH_SAMPLED_DEFAULT);
+    ck_assert(c.spec_adaptive);
+    ck_assert_int_eq(c.spec_max_draft, SD_VF_SPEC_MAX_DRAFT_DEFAULT);
+    ck_assert_int_eq(c.spec_max_batch, 0); /* optional caps: none by default */
+    ck_assert_int_eq(c.spec_max_batch_sampled, 0);
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.max_batch, 32);
     ck_assert_int_eq(c.kv_blocks, 0);
@@ -36,10 +38,13 @@ START_TEST(all_options)
     char *argv[] = {"v", "--model", "m", "--listen", "ipc:///tmp/x", "--drafter", "ipc:///tmp/d", "--num-draft",
                     "40", "--threads", "3", "--device", "cpu", "--max-batch", "8", "--kv-blocks", "100",
                     "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug",
-                    "--spec-max-batch", "0", "--spec-max-batch-sampled", "3", NULL};
+                    "--spec-max-batch", "0", "--spec-max-batch-sampled", "3", "--spec-adaptive", "off",
+                    "--spec-max-draft", "5", NULL};
     sd_vf_config c;
     char err[256];
-    ck_assert_int_eq(parse(&c, err, 27, argv), SD_OK);
+    ck_assert_int_eq(parse(&c, err, 31, argv), SD_OK);
+    ck_assert(!c.spec_adaptive);
+    ck_assert_int_eq(c.spec_max_draft, 5);
     ck_assert_int_eq(c.spec_max_batch, 0);
     ck_assert_int_eq(c.spec_max_batch_sampled, 3);
     ck_assert_str_eq(c.drafter, "ipc:///tmp/d");
@@ -67,6 +72,12 @@ START_TEST(errors)
     char *neg_smb[] = {"v", "--model", "m", "--spec-max-batch", "-2", NULL};
     ck_assert_int_eq(parse(&c, err, 5, neg_smb), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-max-batch"));
+    char *adapt[] = {"v", "--model", "m", "--spec-adaptive", "maybe", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, adapt), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--spec-adaptive"));
+    char *maxd[] = {"v", "--model", "m", "--spec-max-draft", "17", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, maxd), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--spec-max-draft"));
     char *unknown[] = {"v", "--model", "m", "--bogus", NULL};
     ck_assert_int_eq(parse(&c, err, 4, unknown), SD_ERR_ARG);
     char *tpu[] = {"v", "--model", "m", "--device", "tpu:0", NULL};

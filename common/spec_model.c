@@ -1,0 +1,239 @@
+/* spec_model.c — see spec_model.h. */
+#include "spec_model.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ALPHA 0.2    /* EMA weight of a new forward-pass sample */
+#define DECAY 0.995  /* per-sample forgetting of the least-squares sums */
+#define ACCEPT_CAP 1000u /* observation counts stop growing here */
+#define SHRINK 2.0       /* pseudo-observations of the all-position average in each position's estimate */
+
+double sd_avg_update(double old, double x, unsigned *n, double alpha)
+{
+    if (*n < ACCEPT_CAP) (*n)++;
+    double w = 1.0 / *n > alpha ? 1.0 / *n : alpha;
+    return old + w * (x - old);
+}
+
+void sd_cost_init(sd_cost *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+void sd_cost_forward(sd_cost *c, int rows, double ms)
+{
+    if (rows < 1 || ms <= 0) return;
+    c->steps++;
+    if (rows <= SD_COST_ROWS) {
+        unsigned *n = &c->n_row[rows];
+        double *t = &c->t_row[rows];
+        if (*n == 1 && ms < *t) { /* a size's first pass is often cold (page faults): a faster second replaces it */
+            *t = ms;
+            (*n)++;
+        } else {
+            /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
+             * a sample counts at most 1.5 times the average (a lasting slowdown still shows, more slowly) */
+            double x = *n >= 3 && ms > 1.5 * *t ? 1.5 * *t : ms;
+            *t = sd_avg_update(*t, x, n, ALPHA);
+        }
+        c->at_row[rows] = c->steps;
+    }
+    sd_line_add(&c->line, rows, ms, DECAY);
+}
+
+void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms)
+{
+    if (greedy_rows < 0 || sampled_rows < 0 || greedy_rows + sampled_rows == 0 || ms < 0) return;
+    double g = greedy_rows, s = sampled_rows;
+    c->agg = c->agg * DECAY + g * g;
+    c->ass = c->ass * DECAY + s * s;
+    c->ags = c->ags * DECAY + g * s;
+    c->agy = c->agy * DECAY + g * ms;
+    c->asy = c->asy * DECAY + s * ms;
+    c->n_acc++;
+}
+
+bool sd_cost_known(const sd_cost *c)
+{
+    return c->steps > 0;
+}
+
+void sd_line_add(sd_line *l, double x, double y, double decay)
+{
+    l->sn = l->sn * decay + 1;
+    l->sx = l->sx * decay + x;
+    l->sy = l->sy * decay + y;
+    l->sxx = l->sxx * decay + x * x;
+    l->sxy = l->sxy * decay + x * y;
+}
+
+bool sd_line_fit(const sd_line *l, double x0, double *a, double *b)
+{
+    *a = *b = 0;
+    if (l->sn <= 0) return false;
+    double mx = l->sx / l->sn, my = l->sy / l->sn, den = l->sn * l->sxx - l->sx * l->sx;
+    if (den <= 1e-9 * l->sn * l->sxx) { /* one x only */
+        *b = mx + x0 > 0 ? my / (mx + x0) : 0;
+        *a = *b * x0;
+        return true;
+    }
+    *b = (l->sn * l->sxy - l->sx * l->sy) / den;
+    if (*b < 0) *b = 0;
+    *a = my - *b * mx;
+    return true;
+}
+
+/* The line's prediction for rows (proportional to rows while only one row
+ * count was seen, so that smaller steps are tried first); 0 without samples. */
+static double line_ms(const sd_cost *c, int rows)
+{
+    double a, b;
+    if (!sd_line_fit(&c->line, 0, &a, &b)) return 0;
+    double t = a + b * rows;
+    return t > 0 ? t : c->line.sy / c->line.sn;
+}
+
+double sd_cost_forward_ms(const sd_cost *c, int rows)
+{
+    if (rows < 1) rows = 1;
+    if (rows <= SD_COST_ROWS && c->n_row[rows] > 0) {
+        double t = c->t_row[rows];
+        if (c->steps - c->at_row[rows] > SD_COST_STALE) {
+            double l = line_ms(c, rows);
+            if (l > 0 && l < t) t = l;
+        }
+        return t;
+    }
+    return line_ms(c, rows);
+}
+
+double sd_cost_forward_at(const sd_cost *c, double rows)
+{
+    int lo = (int)rows;
+    double f = rows - lo;
+    if (lo < 1) return sd_cost_forward_ms(c, 1);
+    double t = sd_cost_forward_ms(c, lo);
+    return f > 1e-9 ? t + f * (sd_cost_forward_ms(c, lo + 1) - t) : t;
+}
+
+double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_rows)
+{
+    if (c->n_acc == 0) return 0;
+    /* least squares for (g, s) without intercept; one kind only when the other never occurred */
+    double g = 0, s = 0, den = c->agg * c->ass - c->ags * c->ags;
+    if (c->agg > 0 && c->ass > 0 && den > 1e-9 * c->agg * c->ass) {
+        g = (c->agy * c->ass - c->asy * c->ags) / den;
+        s = (c->asy * c->agg - c->agy * c->ags) / den;
+    } else if (c->agg > 0 && c->ass <= 0) {
+        g = c->agy / c->agg;
+    } else if (c->ass > 0 && c->agg <= 0) {
+        s = c->asy / c->ass;
+    } else { /* the two always together in one ratio: one cost for both */
+        g = s = (c->agy + c->asy) / (c->agg + c->ass + 2 * c->ags);
+    }
+    if (g < 0) g = 0;
+    if (s < 0) s = 0;
+    return g * greedy_rows + s * sampled_rows;
+}
+
+void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < SD_MAX_DRAFT; i++) {
+        a->a[i] = prior ? prior->a[i] : 0.5;
+        a->n[i] = prior ? (prior->n[i] < prior_weight ? prior->n[i] : prior_weight) : 1;
+        a->c[i] = prior ? prior->c[i] : 1.0;
+        a->nc[i] = prior ? (prior->nc[i] < prior_weight ? prior->nc[i] : prior_weight) : 0;
+    }
+}
+
+void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, double alpha)
+{
+    if (asked <= 0 || offered < 0 || offered > asked || accepted < 0 || accepted > offered) return;
+    if (asked > SD_MAX_DRAFT) asked = SD_MAX_DRAFT;
+    if (offered > asked) offered = asked;
+    /* supply: positions 1..offered came, position offered+1 (if asked for) did not */
+    for (int i = 0; i < asked && i <= offered; i++) a->c[i] = sd_avg_update(a->c[i], i < offered, &a->nc[i], alpha);
+    if (offered == 0) return;
+    a->steps++;
+    /* drafts 1..accepted were accepted, draft accepted+1 (if offered) rejected; later ones were never judged */
+    for (int i = 0; i < offered && i <= accepted; i++) {
+        bool x = i < accepted;
+        double to = x ? 1.0 : 0.0;
+        if (a->last[i] == x && a->run[i] > 0) {
+            if (a->run[i] < 60000) a->run[i]++;
+        } else {
+            a->run[i] = 1;
+            a->fast[i] = false;
+            a->a_run[i] = a->a[i];
+        }
+        double p_x = x ? a->a_run[i] : 1 - a->a_run[i];
+        a->last[i] = x;
+        if (!a->fast[i] && a->run[i] >= 2 && pow(p_x, a->run[i]) < SD_ACCEPT_SURPRISE) a->fast[i] = true;
+        if (a->fast[i]) {
+            a->a[i] += 0.5 * (to - a->a[i]);
+            if (a->n[i] < ACCEPT_CAP) a->n[i]++;
+        } else {
+            a->a[i] = sd_avg_update(a->a[i], to, &a->n[i], alpha);
+        }
+    }
+}
+
+/* The figure used for position i of v (counts n): its own estimate shrunk
+ * towards the average of the positions observed, by SHRINK
+ * pseudo-observations. A position seldom judged (the last ones of a span)
+ * then borrows from the others: one unlucky outcome cannot keep it from
+ * ever being tried again. */
+static double effective(const double *v, const unsigned *n, int i, double mean)
+{
+    return (n[i] * v[i] + SHRINK * mean) / (n[i] + SHRINK);
+}
+
+/* The average over the positions observed (more than one observation:
+ * beyond a start of no evidence), or dflt. */
+static double mean_of(const double *v, const unsigned *n, double dflt)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < SD_MAX_DRAFT; i++) {
+        if (n[i] < 2) continue;
+        num += n[i] * v[i];
+        den += n[i];
+    }
+    return den > 0 ? num / den : dflt;
+}
+
+double sd_accept_reach(const sd_accept *a, int j)
+{
+    double p = 1, mean = mean_of(a->a, a->n, 0.5);
+    for (int i = 0; i < j && i < SD_MAX_DRAFT; i++) p *= effective(a->a, a->n, i, mean);
+    return p;
+}
+
+double sd_accept_offered(const sd_accept *a, int j)
+{
+    double p = 1, mean = mean_of(a->c, a->nc, 1.0);
+    for (int i = 0; i < j && i < SD_MAX_DRAFT; i++) p *= effective(a->c, a->nc, i, mean);
+    return p;
+}
+
+double sd_accept_expected(const sd_accept *a, int k)
+{
+    double e = 1, pa = 1, pc = 1, ma = mean_of(a->a, a->n, 0.5), mc = mean_of(a->c, a->nc, 1.0);
+    for (int i = 0; i < k && i < SD_MAX_DRAFT; i++) {
+        pa *= effective(a->a, a->n, i, ma);
+        pc *= effective(a->c, a->nc, i, mc);
+        e += pa * pc;
+    }
+    return e;
+}
+
+double sd_accept_drafts(const sd_accept *a, int k)
+{
+    double d = 0, pc = 1, mc = mean_of(a->c, a->nc, 1.0);
+    for (int i = 0; i < k && i < SD_MAX_DRAFT; i++) {
+        pc *= effective(a->c, a->nc, i, mc);
+        d += pc;
+    }
+    return d;
+}

@@ -1,0 +1,138 @@
+/* spec_model.h — what adaptive speculation measures online: the cost of an
+ * engine step and the acceptance of drafts.
+ *
+ * sd_cost is the time of one engine step, from the steps measured so far:
+ *   forward(rows)            the forward pass over `rows` positions (prompt
+ *                            chunks, decode rows and verify-span positions all
+ *                            count). Kept as an average per row count, because
+ *                            the curve is far from a line (a CPU's tiles jump
+ *                            at their widths, a GPU is flat until it is
+ *                            compute-bound), with a decayed least-squares line
+ *                            t = a + b·rows for row counts not measured lately
+ *                            (proportional to rows while only one row count
+ *                            was measured);
+ *   accept(greedy, sampled)  verification after the pass: a greedy row costs
+ *                            an argmax, a sampled row a full-vocabulary
+ *                            distribution; a decayed least-squares fit of
+ *                            t = g·greedy + s·sampled.
+ * Once a row count has a few samples, a sample above 1.5 times its average
+ * counts as 1.5 times (a hiccup of the machine is not the cost of a size).
+ * A row count whose average was not refreshed in SD_COST_STALE steps is
+ * predicted at most at the line, so one slow spell cannot keep the
+ * scheduler away from a size forever: it is tried again, and re-measured.
+ *
+ * sd_accept is per-position acceptance, a[i] = P(draft i+1 is accepted |
+ * drafts 1..i were), and per-position supply, c[i] = P(the proposer offers
+ * draft i+1 | it offered 1..i and was asked for more): a drafter stops early
+ * on a token it doubts (--p-min), an n-gram proposer finds no match, so
+ * asking for k drafts is costed at the drafts that come. Each figure is a
+ * plain mean over its first observations and an EMA after, slow enough that
+ * a single rejection does not swing it. A change shows as a run the
+ * estimate finds unlikely: once equal outcomes in a row had a probability
+ * below SD_ACCEPT_SURPRISE under the estimate the run began with, each
+ * further outcome of the run moves a[i] half the way, so a drop (or a
+ * recovery) is followed within a few steps. Asking for k drafts commits
+ * E(k) = 1 + sum_{j=1..k} offered(j) · prod_{i<j} a[i] tokens on average
+ * (offered(j) = prod_{i<j} c[i]), where each figure is taken shrunk towards
+ * the average of all positions observed by two pseudo-observations: a
+ * position seldom judged (the tail of a span) borrows from the others, so
+ * one unlucky outcome cannot keep it from ever being tried again, while a
+ * position judged often speaks for itself.
+ *
+ * No constant of one machine is in either: every figure is measured. Pure;
+ * one thread owns each value. */
+#ifndef SD_SPEC_MODEL_H
+#define SD_SPEC_MODEL_H
+
+#include <stdbool.h>
+
+#include "proposer.h"
+
+#define SD_COST_ROWS 512   /* row counts with their own average */
+#define SD_COST_STALE 256  /* steps after which a row count's average yields to the line */
+#define SD_ACCEPT_SURPRISE 0.002 /* a run of outcomes this unlikely signals a change of acceptance */
+
+/* The average of samples x so far, *n of them before this one: their plain
+ * mean while 1 / n > alpha, an EMA of weight alpha after. */
+double sd_avg_update(double old, double x, unsigned *n, double alpha);
+
+/* A least-squares line y = a + b·x over decayed samples (each new sample
+ * first multiplies the old sums by decay). */
+typedef struct sd_line {
+    double sn, sx, sy, sxx, sxy;
+} sd_line;
+
+void sd_line_add(sd_line *l, double x, double y, double decay);
+
+/* Fits a, b (b >= 0). Returns false with no samples; with one x value only
+ * (no slope to see) b = y / (x + x0) and a = b·x0: the caller's guess x0 of
+ * the x-intercept distance. */
+bool sd_line_fit(const sd_line *l, double x0, double *a, double *b);
+
+typedef struct sd_cost {
+    double t_row[SD_COST_ROWS + 1];      /* forward ms by rows */
+    unsigned n_row[SD_COST_ROWS + 1];    /* samples behind t_row (0: never measured) */
+    unsigned long long at_row[SD_COST_ROWS + 1]; /* the step that last refreshed t_row */
+    unsigned long long steps;            /* forward passes measured */
+    sd_line line;                        /* forward = a + b·rows */
+    double agg, ass, ags, agy, asy;      /* decayed sums of accept = g·greedy + s·sampled */
+    unsigned n_acc;
+} sd_cost;
+
+void sd_cost_init(sd_cost *c);
+
+/* A forward pass over rows positions took ms. */
+void sd_cost_forward(sd_cost *c, int rows, double ms);
+
+/* Verifying greedy_rows greedy and sampled_rows sampled positions took ms. */
+void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms);
+
+/* Predicted forward ms for rows; 0 when nothing was measured. */
+double sd_cost_forward_ms(const sd_cost *c, int rows);
+
+/* The same for an expected (fractional) number of rows: interpolated. */
+double sd_cost_forward_at(const sd_cost *c, double rows);
+
+/* Predicted verification ms; 0 when nothing was measured. */
+double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_rows);
+
+/* True once a forward pass was measured. */
+bool sd_cost_known(const sd_cost *c);
+
+typedef struct sd_accept {
+    double a[SD_MAX_DRAFT];   /* P(draft i+1 accepted | drafts 1..i accepted) */
+    unsigned n[SD_MAX_DRAFT]; /* observations behind a[i] (capped) */
+    double c[SD_MAX_DRAFT];   /* P(the proposer offers draft i+1 | it offered 1..i and was asked for more) */
+    unsigned nc[SD_MAX_DRAFT];
+    unsigned short run[SD_MAX_DRAFT]; /* equal outcomes in a row at i */
+    bool last[SD_MAX_DRAFT];  /* the latest outcome at i */
+    bool fast[SD_MAX_DRAFT];  /* the current run was found surprising: catching up */
+    double a_run[SD_MAX_DRAFT]; /* a[i] when the current run began */
+    unsigned long long steps; /* steps observed */
+} sd_accept;
+
+/* Starts an estimate: from prior (its figures, counting as at most
+ * prior_weight observations each, so the request's own soon dominate) or,
+ * with prior NULL, from nothing (a[i] = 1/2 as one observation: the first
+ * real one moves it to 1/4 or 3/4). */
+void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight);
+
+/* A step asked the proposer for `asked` drafts, it offered `offered` and
+ * the verifier accepted the first `accepted` (0 <= accepted <= offered <=
+ * asked); alpha: the EMA weight once warm. */
+void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, double alpha);
+
+/* P(at least j offered drafts accepted) = prod_{i<j} a[i] (shrunk); 1 for j = 0. */
+double sd_accept_reach(const sd_accept *a, int j);
+
+/* P(the proposer offers at least j drafts when asked for j or more). */
+double sd_accept_offered(const sd_accept *a, int j);
+
+/* Expected tokens committed by a step that asks for k drafts (>= 1):
+ * 1 + sum_{j=1..k} offered(j) · reach(j). */
+double sd_accept_expected(const sd_accept *a, int k);
+
+/* Expected drafts offered when k are asked for: sum_{j=1..k} offered(j). */
+double sd_accept_drafts(const sd_accept *a, int k);
+
+#endif

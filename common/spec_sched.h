@@ -1,0 +1,79 @@
+/* spec_sched.h — adaptive speculation: how many drafts each request
+ * verifies in one step.
+ *
+ * From the measured cost of a step and each request's acceptance estimate
+ * (spec_model.h) it chooses k_i for every request to maximise the expected
+ * committed tokens per second of the whole step:
+ *
+ *     rate = (E_fixed + sum_i E_i(k_i)) / T
+ *     T    = forward(rows) + accept(greedy rows, sampled rows) + overhead
+ *     rows = fixed rows + sum_i (1 + drafts_i(k_i)), verified rows likewise by kind
+ *
+ * with E_i and drafts_i the expected committed tokens and offered drafts
+ * when request i is asked for k_i drafts.
+ *
+ * overhead is the step's time outside the engine: plain_ms when no request
+ * is asked for drafts, else draft_ms + per_draft_ms · (expected drafts of
+ * the longest span) — the drafter's time the verifier does not hide: all of
+ * it when it waits for every span, the part left when spans are drafted
+ * ahead. Asking request i for its j-th draft adds offered(j) expected rows
+ * and offered(j) · reach(j) expected tokens (spec_model.h): tokens per row
+ * = reach(j), non-increasing in j. So among all choices costing the same
+ * rows the best takes the candidates of largest reach; the scheduler sorts
+ * every candidate by reach and evaluates each prefix (the longest-span term
+ * tracked along), keeping the best: O(N log N) for N = sum of (kmax - kmin).
+ *
+ * KV: each request first needs the blocks of its plain step; a draft that
+ * needs a block beyond the free ones is skipped, with that request's later
+ * drafts. Without any cost measured yet every request gets kmin (the first
+ * steps measure plain decoding; the acceptance prior and probes do the rest).
+ * Pure; no allocation beyond the caller's scratch. */
+#ifndef SD_SPEC_SCHED_H
+#define SD_SPEC_SCHED_H
+
+#include <stdbool.h>
+
+#include "spec_model.h"
+
+typedef struct sd_sched_req {
+    const sd_accept *acc; /* its acceptance estimate */
+    int kmin, kmax;       /* drafts allowed, 0 <= kmin <= kmax <= SD_MAX_DRAFT (equal: fixed) */
+    bool sampled;         /* its rows are verified by sampling */
+    int kv_len;           /* KV positions it holds */
+    int kv_blocks;        /* KV blocks it owns */
+} sd_sched_req;
+
+typedef struct sd_sched_step {
+    const sd_cost *cost;
+    int fixed_rows;                  /* positions of requests not scheduled (prompt chunks) */
+    int fixed_greedy, fixed_sampled; /* ... of which verified (a prompt's last position), by kind */
+    double fixed_tokens;             /* tokens they are expected to commit */
+    double plain_ms;                 /* overhead of a step without drafts */
+    double draft_ms, per_draft_ms;   /* overhead of a step with drafts: fixed, per draft of the longest span */
+    int kv_free;                     /* free KV blocks (< 0: no limit) */
+    int block_size;                  /* KV block size in positions */
+} sd_sched_step;
+
+typedef struct sd_sched_plan {
+    double step_ms;  /* predicted step time (0 when the cost is unknown) */
+    double tokens;   /* expected committed tokens */
+    int drafts;      /* sum of k */
+} sd_sched_plan;
+
+/* Scratch for n requests: n * SD_MAX_DRAFT candidates (asking request req
+ * for its j-th draft: expected tokens gained, expected rows added, and
+ * their ratio, the acceptance reach). */
+typedef struct sd_sched_cand {
+    double reach, gain, rows;
+    int req, j;
+} sd_sched_cand;
+
+/* Chooses k_out[i] in [kmin, kmax] for reqs[0..n) (cand: scratch of
+ * n * SD_MAX_DRAFT entries). Returns the plan. */
+sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out,
+                              sd_sched_cand *cand);
+
+/* The step time predicted for given k[0..n) (same model). */
+double sd_sched_step_ms(const sd_sched_step *st, const sd_sched_req *reqs, int n, const int *k);
+
+#endif

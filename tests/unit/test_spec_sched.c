@@ -1,0 +1,218 @@
+/* test_spec_sched.c — the adaptive draft-length scheduler
+ * (common/spec_sched.c) on synthetic cost and acceptance: low acceptance
+ * gives no drafts, K grows with acceptance, a flat (GPU-like) cost takes
+ * the most, larger batches take fewer, the drafter's exposed time shortens
+ * spans, kmin / kmax and the KV budget are respected, nothing measured means
+ * kmin, and the choice is the best by brute force over every combination. */
+#include <check.h>
+#include <math.h>
+
+#include "spec_sched.h"
+#include "testutil.h"
+
+/* A CPU-like cost: 1 ms for one row, 0.1 ms per further row. */
+static void cpu_cost(sd_cost *c)
+{
+    sd_cost_init(c);
+    for (int i = 0; i < 20; i++) {
+        sd_cost_forward(c, 1, 1.0);
+        sd_cost_forward(c, 11, 2.0);
+    }
+}
+
+/* A GPU-like cost: flat up to 64 rows. */
+static void flat_cost(sd_cost *c)
+{
+    sd_cost_init(c);
+    for (int i = 0; i < 20; i++) {
+        sd_cost_forward(c, 1, 1.0);
+        sd_cost_forward(c, 64, 1.0);
+    }
+}
+
+static void uniform(sd_accept *a, double p)
+{
+    sd_accept_init(a, NULL, 0);
+    for (int i = 0; i < SD_MAX_DRAFT; i++) {
+        a->a[i] = p;
+        a->n[i] = 100; /* well observed */
+    }
+}
+
+static sd_sched_step step_of(const sd_cost *c)
+{
+    return (sd_sched_step){.cost = c, .kv_free = -1, .block_size = 16};
+}
+
+static sd_sched_req req_of(const sd_accept *a, int kmax)
+{
+    return (sd_sched_req){.acc = a, .kmin = 0, .kmax = kmax, .kv_len = 10, .kv_blocks = 1};
+}
+
+/* k for one request of uniform acceptance p under cost c. */
+static int k_alone(const sd_cost *c, double p, int kmax)
+{
+    sd_accept a;
+    uniform(&a, p);
+    sd_sched_step st = step_of(c);
+    sd_sched_req r = req_of(&a, kmax);
+    int k;
+    sd_sched_cand cand[SD_MAX_DRAFT];
+    sd_sched_choose(&st, &r, 1, &k, cand);
+    return k;
+}
+
+START_TEST(acceptance_drives_k)
+{
+    sd_cost c;
+    cpu_cost(&c);
+    ck_assert_int_eq(k_alone(&c, 0.05, 12), 0); /* drafts that are never accepted: none */
+    int prev = 0;
+    const double ps[] = {0.2, 0.4, 0.6, 0.8, 0.9, 0.97};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        int k = k_alone(&c, ps[i], 12);
+        ck_assert_msg(k >= prev, "p %.2f: k %d after %d", ps[i], k, prev);
+        prev = k;
+    }
+    ck_assert_int_ge(prev, 6);
+    ck_assert_int_eq(k_alone(&c, 0.999, 12), 12);
+    sd_cost f;
+    flat_cost(&f);
+    ck_assert_int_eq(k_alone(&f, 0.5, 12), 12); /* extra rows free: all of them */
+    ck_assert_int_eq(k_alone(&f, 0.5, 5), 5);    /* never beyond kmax */
+}
+END_TEST
+
+START_TEST(batch_takes_fewer)
+{
+    sd_cost c;
+    cpu_cost(&c);
+    sd_accept a;
+    uniform(&a, 0.8);
+    sd_sched_req r[16];
+    int k[16], k1 = k_alone(&c, 0.8, 12);
+    sd_sched_cand cand[16 * SD_MAX_DRAFT];
+    for (int i = 0; i < 16; i++) r[i] = req_of(&a, 12);
+    sd_sched_step st = step_of(&c);
+    sd_sched_plan p = sd_sched_choose(&st, r, 16, k, cand);
+    int sum = 0;
+    for (int i = 0; i < 16; i++) sum += k[i];
+    ck_assert_int_lt(sum, 16 * k1);
+    ck_assert_int_eq(p.drafts, sum);
+    ck_assert(p.step_ms > 0 && p.tokens >= 16);
+}
+END_TEST
+
+START_TEST(exposed_drafting_shortens)
+{
+    sd_cost c;
+    cpu_cost(&c);
+    sd_accept a;
+    uniform(&a, 0.8);
+    sd_sched_req r = req_of(&a, 12);
+    sd_sched_cand cand[SD_MAX_DRAFT];
+    int k_hidden, k_exposed, k_costly;
+    sd_sched_step st = step_of(&c);
+    sd_sched_choose(&st, &r, 1, &k_hidden, cand);
+    st.per_draft_ms = 0.2;
+    sd_sched_choose(&st, &r, 1, &k_exposed, cand);
+    ck_assert_int_lt(k_exposed, k_hidden);
+    st.per_draft_ms = 0;
+    st.draft_ms = 5; /* a drafter round trip dearer than anything drafts bring */
+    sd_sched_choose(&st, &r, 1, &k_costly, cand);
+    ck_assert_int_eq(k_costly, 0);
+}
+END_TEST
+
+START_TEST(bounds_and_kv)
+{
+    sd_cost c;
+    flat_cost(&c);
+    sd_accept lo, hi;
+    uniform(&lo, 0.01);
+    uniform(&hi, 0.9);
+    sd_sched_cand cand[3 * SD_MAX_DRAFT];
+    int k[3];
+    sd_sched_step st = step_of(&c);
+    sd_sched_req r[3] = {req_of(&lo, 8), req_of(&hi, 8), req_of(&hi, 8)};
+    r[0].kmin = 3; /* fixed lengths are kept even when they look poor */
+    r[0].kmax = 3;
+    sd_sched_choose(&st, r, 3, k, cand);
+    ck_assert_int_eq(k[0], 3);
+    ck_assert_int_eq(k[1], 8);
+    ck_assert_int_eq(k[2], 8);
+    /* KV: request 1 holds 16 positions in 1 block (its plain step needs a second block),
+     * request 2 holds 10 in 1 (drafts up to 5 fit its block); one free block */
+    r[1].kv_len = 16;
+    st.kv_free = 1;
+    sd_sched_choose(&st, r, 3, k, cand);
+    ck_assert_int_eq(k[1], 8); /* its plain step takes the free block, which holds the drafts too */
+    ck_assert_int_eq(k[2], 5); /* no block left beyond position 15 */
+    st.kv_free = 0;
+    sd_sched_choose(&st, r, 3, k, cand);
+    ck_assert_int_le(k[2], 5);
+    /* nothing measured: kmin */
+    sd_cost none;
+    sd_cost_init(&none);
+    st = step_of(&none);
+    sd_sched_plan p = sd_sched_choose(&st, r, 3, k, cand);
+    ck_assert_int_eq(k[0], 3);
+    ck_assert_int_eq(k[1], 0);
+    ck_assert_int_eq(k[2], 0);
+    ck_assert(p.step_ms == 0);
+}
+END_TEST
+
+/* The rate of a choice under the model. */
+static double rate(const sd_sched_step *st, const sd_sched_req *r, int n, const int *k)
+{
+    double tokens = st->fixed_tokens;
+    for (int i = 0; i < n; i++) tokens += sd_accept_expected(r[i].acc, k[i]);
+    return tokens / sd_sched_step_ms(st, r, n, k);
+}
+
+START_TEST(best_by_brute_force)
+{
+    sd_cost c;
+    sd_cost_init(&c);
+    /* an irregular measured curve: tiles of 4 rows */
+    for (int rows = 1; rows <= 20; rows++)
+        for (int i = 0; i < 3; i++) sd_cost_forward(&c, rows, 1.0 + 0.4 * ((rows + 3) / 4) + 0.01 * rows);
+    sd_accept a[3];
+    const double ps[3][4] = {{0.9, 0.8, 0.7, 0.3}, {0.6, 0.6, 0.6, 0.6}, {0.95, 0.2, 0.9, 0.9}};
+    for (int i = 0; i < 3; i++) {
+        uniform(&a[i], 0.5);
+        for (int j = 0; j < 4; j++) a[i].a[j] = ps[i][j];
+    }
+    sd_sched_req r[3] = {req_of(&a[0], 4), req_of(&a[1], 4), req_of(&a[2], 4)};
+    sd_sched_step st = step_of(&c);
+    st.fixed_rows = 2;
+    st.fixed_greedy = 1;
+    st.fixed_tokens = 1;
+    int k[3];
+    sd_sched_cand cand[3 * SD_MAX_DRAFT];
+    sd_sched_choose(&st, r, 3, k, cand);
+    double got = rate(&st, r, 3, k), best = 0;
+    for (int x = 0; x <= 4; x++)
+        for (int y = 0; y <= 4; y++)
+            for (int z = 0; z <= 4; z++) {
+                int kk[3] = {x, y, z};
+                double v = rate(&st, r, 3, kk);
+                if (v > best) best = v;
+            }
+    ck_assert_msg(got >= best * (1 - 1e-9), "chosen %d %d %d: rate %.6f, best %.6f", k[0], k[1], k[2], got, best);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("spec_sched");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, acceptance_drives_k);
+    tcase_add_test(tc, batch_takes_fewer);
+    tcase_add_test(tc, exposed_drafting_shortens);
+    tcase_add_test(tc, bounds_and_kv);
+    tcase_add_test(tc, best_by_brute_force);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

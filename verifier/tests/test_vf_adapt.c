@@ -1,0 +1,192 @@
+/* test_vf_adapt.c — the verifier's adaptive speculation loop (vf_adapt.c)
+ * on a synthetic engine: a CPU-like step cost and drafts accepted with a
+ * chosen probability. Good drafts get long spans; a sudden drop to useless
+ * drafts is followed within a few steps (K = 0), probes then cost little and
+ * notice when the drafts recover; a new request starts from its kind's
+ * server-wide estimate; fixed requests keep their length; the KV budget and
+ * per-request budgets hold; the report names the kinds observed. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "vf_adapt.h"
+
+/* 1 ms + 0.1 ms per row beyond the first, verification 0.01 ms per row. */
+static sd_step_timing timing_of(int rows)
+{
+    return (sd_step_timing){.rows = rows, .greedy_rows = rows, .forward_ms = 1.0 + 0.1 * (rows - 1),
+                            .accept_ms = 0.01 * rows};
+}
+
+static sd_req make_req(float temperature)
+{
+    sd_req r;
+    memset(&r, 0, sizeof r);
+    r.n_prompt = r.n_prefilled = 8;
+    r.n_tokens = 9;
+    r.kv.len = 8;
+    r.kv.n_blocks = 1;
+    r.p.sampling = sd_sampling_default();
+    r.p.sampling.temperature = temperature;
+    r.p.verify = SD_VERIFY_AUTO;
+    r.p.speculate = true;
+    return r;
+}
+
+typedef struct sim {
+    sd_vf_adapt ad;
+    sd_req r[4];
+    sd_req *rp[4];
+    sd_vf_areq q[4];
+    sd_vf_areq *qp[4];
+    int n;
+    double p_accept;
+    unsigned seed;
+    int calls;
+} sim;
+
+static void sim_init(sim *s, int n, bool fixed)
+{
+    memset(s, 0, sizeof *s);
+    sd_vf_adapt_init(&s->ad);
+    s->n = n;
+    s->seed = 7;
+    for (int i = 0; i < n; i++) {
+        s->r[i] = make_req(0);
+        s->rp[i] = &s->r[i];
+        sd_vf_areq_init(&s->q[i], fixed);
+        s->qp[i] = &s->q[i];
+    }
+}
+
+/* One step with budgets of 12 (or b): returns request 0's k. */
+static int sim_step(sim *s, const int *budget_in)
+{
+    int budgets[4], offered[4], accepted[4];
+    bool had_q[4] = {0}, ready[4] = {0}, fresh[4] = {0};
+    double dms[4] = {0};
+    int rows = 0;
+    s->calls++;
+    for (int i = 0; i < s->n; i++) budgets[i] = budget_in ? budget_in[i] : 12;
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, s->n, -1, 16, 256, false), SD_OK);
+    for (int i = 0; i < s->n; i++) {
+        offered[i] = budgets[i];
+        accepted[i] = 0;
+        while (accepted[i] < offered[i] && (double)rand_r(&s->seed) / RAND_MAX < s->p_accept) accepted[i]++;
+        rows += 1 + budgets[i];
+        dms[i] = 0.02 * budgets[i];
+    }
+    sd_step_timing t = timing_of(rows);
+    double wall = t.forward_ms + t.accept_ms + (s->ad.maxk > 0 ? 0.1 + 0.02 * s->ad.maxk : 0.02);
+    sd_vf_adapt_done(&s->ad, &t, wall, s->rp, s->qp, offered, accepted, had_q, fresh, dms, ready, s->n, false);
+    return budgets[0];
+}
+
+START_TEST(follows_acceptance)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    s.p_accept = 0.9;
+    int k = 0;
+    for (int i = 0; i < 300; i++) k = sim_step(&s, NULL);
+    ck_assert_int_ge(k, 4);
+    ck_assert(s.ad.pred_us > 0 && s.ad.meas_us > 0);
+    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 10, "prediction error %llu of %llu us",
+                  (unsigned long long)s.ad.err_us, (unsigned long long)s.ad.meas_us);
+    /* the drafts turn useless: no drafts within a few steps */
+    s.p_accept = 0;
+    int steps = 0;
+    while (sim_step(&s, NULL) > 0 && steps < 100) steps++;
+    ck_assert_int_le(steps, 8);
+    /* then probes only: rare, never zero */
+    int with = 0;
+    for (int i = 0; i < 500; i++) with += sim_step(&s, NULL) > 0;
+    ck_assert_int_gt(with, 0);
+    ck_assert_int_lt(with, 25);
+    /* the drafts recover: noticed by a probe, long spans again */
+    s.p_accept = 0.9;
+    steps = 0;
+    while (sim_step(&s, NULL) < 4 && steps < 500) steps++;
+    ck_assert_int_lt(steps, 150);
+    ck_assert_uint_gt(s.q[0].st.k_zero, 0);
+    ck_assert_uint_eq(s.q[0].st.k_steps, (uint64_t)s.calls);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+START_TEST(new_requests_start_from_their_kind)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    s.p_accept = 0.95;
+    for (int i = 0; i < 200; i++) sim_step(&s, NULL);
+    /* a second greedy request: long spans at its first step */
+    s.r[1] = make_req(0);
+    s.rp[1] = &s.r[1];
+    sd_vf_areq_init(&s.q[1], false);
+    s.qp[1] = &s.q[1];
+    s.n = 2;
+    int budgets[2] = {12, 12};
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
+    ck_assert_int_ge(budgets[1], 3);
+    /* a sampled request is another kind: nothing known of it yet, a modest start */
+    s.r[1] = make_req(0.8f);
+    sd_vf_areq_init(&s.q[1], false);
+    budgets[0] = budgets[1] = 12;
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
+    ck_assert_int_lt(budgets[1], budgets[0]);
+    ck_assert_int_ne(s.q[1].key, s.q[0].key);
+    /* the report: greedy observed, with a high first-position estimate */
+    Specd__AcceptEstimate est[SD_VF_ACCEPT_KEYS];
+    float buf[SD_VF_ACCEPT_KEYS][SD_MAX_DRAFT];
+    int m = sd_vf_adapt_estimates(&s.ad, est, buf, SD_VF_ACCEPT_KEYS);
+    ck_assert_int_eq(m, 1);
+    ck_assert_str_eq(est[0].mode, "greedy");
+    ck_assert_str_eq(est[0].temperature, "0");
+    ck_assert_uint_ge(est[0].n_accept, 3);
+    ck_assert(est[0].accept[0] > 0.8f);
+    ck_assert_uint_le(est[0].steps, 200); /* the steps that offered drafts */
+    ck_assert_uint_ge(est[0].steps, 190);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+START_TEST(fixed_and_budgets)
+{
+    sim s;
+    sim_init(&s, 2, true);
+    s.p_accept = 0; /* even useless drafts: a fixed request keeps its length */
+    int b[2] = {6, 3};
+    for (int i = 0; i < 20; i++) ck_assert_int_eq(sim_step(&s, b), 6);
+    ck_assert_uint_eq(s.q[1].st.k_sum, 20 * 3);
+    ck_assert_uint_eq(s.ad.k_hist[6], 20);
+    ck_assert_uint_eq(s.ad.k_hist[3], 20);
+    sd_vf_adapt_free(&s.ad);
+    /* adaptive: never beyond the budget, 0 for a request that takes no drafts */
+    sim_init(&s, 2, false);
+    s.p_accept = 0.99;
+    int b2[2] = {2, 0};
+    for (int i = 0; i < 100; i++) ck_assert_int_le(sim_step(&s, b2), 2);
+    ck_assert_int_eq(s.q[1].k, -1);
+    ck_assert_uint_eq(s.q[1].st.k_steps, 0);
+    /* pipelined: spans at hand bound the choice; the drafter is told a little more */
+    int budgets[2] = {12, 12}, avail[2] = {3, -1}, tell[2] = {0, 0};
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, tell, 2, -1, 16, 256, true), SD_OK);
+    ck_assert_int_le(budgets[0], 3);
+    ck_assert_int_gt(budgets[0], 0);
+    ck_assert_int_eq(tell[0], budgets[0] + 2);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("vf_adapt");
+    TCase *tc = tcase_create("loop");
+    tcase_add_test(tc, follows_acceptance);
+    tcase_add_test(tc, new_requests_start_from_their_kind);
+    tcase_add_test(tc, fixed_and_budgets);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

@@ -1,0 +1,316 @@
+/* vf_adapt.c — see vf_adapt.h. */
+#include "vf_adapt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "array.h"
+#include "clock.h"
+
+#define ACC_ALPHA 0.1    /* a request's acceptance (a change shows faster: spec_model.h) */
+#define PRIOR_ALPHA 0.05 /* the server-wide estimates: many requests feed them */
+#define SEED_WEIGHT 4    /* a new request's estimate starts as this many observations of its kind's */
+#define OVER_ALPHA 0.1   /* overheads and the drafter's pace */
+#define DRAFTER_DECAY 0.98 /* per sample, of the drafter's time line */
+
+void sd_vf_adapt_init(sd_vf_adapt *ad)
+{
+    memset(ad, 0, sizeof *ad);
+    sd_cost_init(&ad->cost);
+    for (int k = 0; k < SD_VF_ACCEPT_KEYS; k++) sd_accept_init(&ad->prior[k], NULL, 0);
+}
+
+void sd_vf_adapt_free(sd_vf_adapt *ad)
+{
+    free(ad->sr);
+    free(ad->cand);
+    free(ad->kk);
+    free(ad->map);
+    ad->sr = NULL;
+    ad->cand = NULL;
+    ad->kk = ad->map = NULL;
+    ad->cap = 0;
+}
+
+void sd_vf_areq_init(sd_vf_areq *q, bool fixed)
+{
+    memset(q, 0, sizeof *q);
+    sd_accept_init(&q->acc, NULL, 0);
+    q->key = -1;
+    q->fixed = fixed;
+    q->probe_every = SD_VF_PROBE_FIRST;
+    q->k = -1;
+}
+
+/* Calibration with one throwaway request at temperature t. */
+static sd_status calibrate_one(sd_vf_adapt *ad, sd_engine *e, int kmax, float t, double until_ms, char *err,
+                               size_t errlen)
+{
+    int32_t prompt[16];
+    int vocab = sd_model_cfg(sd_engine_model(e))->vocab_size;
+    for (int i = 0; i < 16; i++) prompt[i] = (int32_t)((i * 37 + 1) % vocab);
+    sd_req_params p = sd_req_params_default();
+    p.sampling.temperature = t;
+    p.max_tokens = 3 * (kmax + 1) + 4;
+    p.ignore_eos = true;
+    p.speculate = true;
+    p.num_draft = kmax;
+    sd_req *r;
+    sd_status st = sd_req_new(e, 0, prompt, 16, &p, &r, err, errlen);
+    if (st != SD_OK) return st;
+    sd_proposal prop;
+    memset(&prop, 0, sizeof prop);
+    for (int pass = 0; pass < 3 * (kmax + 1) + 1 && r->finish == SD_FINISH_NONE && st == SD_OK; pass++) {
+        if (sd_now_ms() > until_ms) break; /* a large model on a slow device: what was measured will do */
+        bool prefill = sd_req_prefilling(r);
+        prop.n = prefill ? 0 : (pass - 1) % (kmax + 1); /* 0..kmax drafts, three rounds */
+        for (int i = 0; i < prop.n; i++) prop.tokens[i] = prompt[i % 16];
+        st = sd_engine_step(e, &r, 1, &prop, err, errlen);
+        const sd_step_timing *tm = sd_engine_last_timing(e);
+        if (st == SD_OK && !prefill && tm->rows > 0) {
+            sd_cost_forward(&ad->cost, tm->rows, tm->forward_ms);
+            sd_cost_accept(&ad->cost, tm->greedy_rows, tm->sampled_rows, tm->accept_ms);
+        }
+    }
+    sd_req_free(e, r);
+    return st;
+}
+
+sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, double budget_ms, char *err, size_t errlen)
+{
+    if (kmax > SD_MAX_DRAFT) kmax = SD_MAX_DRAFT;
+    double until = sd_now_ms() + budget_ms;
+    sd_status st = calibrate_one(ad, e, kmax, 0.0f, until, err, errlen);
+    return st == SD_OK ? calibrate_one(ad, e, kmax, 0.8f, until, err, errlen) : st;
+}
+
+static int temp_bucket(float t)
+{
+    return t <= 0 ? 0 : t <= 0.5f ? 1 : t <= 1.0f ? 2 : t <= 1.5f ? 3 : 4;
+}
+
+static int key_of(sd_verify_mode m, float temperature)
+{
+    int mi = m == SD_VERIFY_GREEDY ? 0 : m == SD_VERIFY_MATCH ? 1 : 2;
+    return mi * SD_VF_TEMP_BUCKETS + temp_bucket(temperature);
+}
+
+static bool wants_q(const sd_req *r)
+{
+    return r->p.sampling.temperature > 0 && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
+}
+
+int sd_vf_adapt_key(const sd_vf_adapt *ad, const sd_req *r)
+{
+    return key_of(sd_req_verify_mode(r, ad->drafter_q && wants_q(r)), r->p.sampling.temperature);
+}
+
+/* The drafter's ms per drafted token (0 until measured). */
+static double tok_ms(const sd_vf_adapt *ad)
+{
+    double a, b;
+    return sd_line_fit(&ad->drafter, 1, &a, &b) ? b : 0;
+}
+
+static sd_status fit(sd_vf_adapt *ad, int n)
+{
+    if (n <= ad->cap) return SD_OK;
+    size_t cap = (size_t)ad->cap, want = (size_t)n;
+    const sd_grow_item items[] = {SD_GROW_ITEM(ad->sr), SD_GROW_ITEM(ad->kk), SD_GROW_ITEM(ad->map),
+                                  {&ad->cand, SD_MAX_DRAFT * sizeof *ad->cand}};
+    if (sd_grow_all(items, 4, &cap, want) != SD_OK) return SD_ERR_NOMEM;
+    ad->cap = (int)cap;
+    return SD_OK;
+}
+
+/* A decoding request's place in the schedule: its estimate (seeded from its
+ * kind's at its first decode step), and the drafts it may verify. */
+static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, int avail)
+{
+    if (q->key < 0) {
+        q->key = sd_vf_adapt_key(ad, r);
+        const sd_accept *prior = &ad->prior[q->key];
+        if (prior->steps > 0) sd_accept_init(&q->acc, prior, SEED_WEIGHT);
+    }
+    int kmax = avail >= 0 && avail < budget ? avail : budget;
+    return (sd_sched_req){&q->acc, q->fixed ? kmax : 0, kmax, r->p.sampling.temperature > 0, r->kv.len,
+                          r->kv.n_blocks};
+}
+
+/* At most one probe per step: the request left without drafts longest,
+ * once its probe is due, gets one draft — if even a draft sure to be
+ * accepted could pay for its cost beside this plan (otherwise the cost,
+ * not the acceptance, keeps it plain, and only a refresh is due now and
+ * then, to re-measure that cost). Returns the request's index or -1. */
+static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq, int m, sd_sched_plan plan)
+{
+    int best = -1;
+    for (int j = 0; j < m; j++) {
+        const sd_vf_areq *q = aq[ad->map[j]];
+        if (ad->kk[j] == 0 && ad->sr[j].kmax > 0 && q->zero_run >= q->probe_every &&
+            (best < 0 || q->zero_run > aq[ad->map[best]]->zero_run))
+            best = j;
+    }
+    if (best < 0 || plan.step_ms <= 0) return -1;
+    ad->kk[best] = 1;
+    double t = sd_sched_step_ms(st, ad->sr, m, ad->kk);
+    if (aq[ad->map[best]]->zero_run < SD_VF_PROBE_REFRESH && (plan.tokens + 1) / t <= plan.tokens / plan.step_ms) {
+        ad->kk[best] = 0;
+        return -1;
+    }
+    ad->pred_ms = t;
+    return best;
+}
+
+sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
+                           const int *avail, int *tell, int n, int kv_free, int bs, int prefill_chunk,
+                           bool pipelined)
+{
+    if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
+    sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
+                        .per_draft_ms = tok_ms(ad) * (pipelined ? 1 - ad->hit : 1), .kv_free = kv_free,
+                        .block_size = bs};
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = reqs[i];
+        aq[i]->k = -1;
+        if (r->finish != SD_FINISH_NONE) continue;
+        if (sd_req_prefilling(r)) { /* a prompt chunk: fixed rows; its last one verifies a row */
+            int chunk = r->n_prompt - r->n_prefilled;
+            if (chunk > prefill_chunk) chunk = prefill_chunk;
+            st.fixed_rows += chunk;
+            if (r->n_prefilled + chunk == r->n_prompt) {
+                st.fixed_tokens += 1;
+                if (r->p.sampling.temperature > 0) st.fixed_sampled++;
+                else st.fixed_greedy++;
+            }
+            continue;
+        }
+        ad->sr[m] = sched_req(ad, r, aq[i], budgets[i], avail ? avail[i] : -1);
+        ad->map[m++] = i;
+    }
+    sd_sched_plan plan = sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
+    ad->pred_ms = plan.step_ms;
+    int probing = probe(ad, &st, aq, m, plan);
+    ad->maxk = 0;
+    for (int j = 0; j < m; j++) {
+        int i = ad->map[j], k = ad->kk[j];
+        sd_vf_areq *q = aq[i];
+        bool eligible = budgets[i] > 0;
+        if (eligible) {
+            q->k = k;
+            q->probing = j == probing;
+        }
+        /* pipelined: the drafter drafts a little beyond this step's choice (room to grow), and one
+         * draft just before a probe may come */
+        if (tell && eligible)
+            tell[i] = q->fixed ? budgets[i]
+                      : k > 0  ? (k + 2 < budgets[i] ? k + 2 : budgets[i])
+                               : q->zero_run + 1 >= q->probe_every;
+        budgets[i] = k;
+        if (k > ad->maxk) ad->maxk = k;
+    }
+    return SD_OK;
+}
+
+/* The step's wall time outside the engine feeds the overhead estimates. */
+static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, bool pipelined)
+{
+    if (wall_ms <= 0 || engine_ms <= 0) return;
+    double exposed = wall_ms > engine_ms ? wall_ms - engine_ms : 0;
+    if (ad->maxk > 0) {
+        double x = exposed - tok_ms(ad) * (pipelined ? 1 - ad->hit : 1) * ad->maxk;
+        ad->draft_ms = sd_avg_update(ad->draft_ms, x > 0 ? x : 0, &ad->n_draft, OVER_ALPHA);
+    } else {
+        ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
+    }
+    if (ad->pred_ms > 0) {
+        ad->pred_us += (uint64_t)(ad->pred_ms * 1e3);
+        ad->meas_us += (uint64_t)(wall_ms * 1e3);
+        ad->err_us += (uint64_t)(fabs(ad->pred_ms - wall_ms) * 1e3);
+    }
+}
+
+/* A scheduled request's step: its figures, its acceptance, its probe rhythm. */
+static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int offered, int accepted, bool had_q)
+{
+    int k = q->k;
+    q->st.k_sum += (uint64_t)k;
+    q->st.k_steps++;
+    q->st.k_zero += k == 0;
+    ad->k_hist[k]++;
+    if (k > 0) {
+        sd_verify_mode mode = sd_req_verify_mode(r, had_q);
+        sd_accept_observe(&q->acc, k, offered, accepted, ACC_ALPHA);
+        sd_accept_observe(&ad->prior[key_of(mode, r->p.sampling.temperature)], k, offered, accepted, PRIOR_ALPHA);
+        if (wants_q(r) && offered > 0) ad->drafter_q = had_q;
+    }
+    if (k == 0) {
+        q->zero_run++;
+    } else if (q->probing) { /* a probe: wait longer for the next unless drafting pays from now on */
+        q->zero_run = 0;
+        q->probe_every = q->probe_every * 2 < SD_VF_PROBE_MAX ? q->probe_every * 2 : SD_VF_PROBE_MAX;
+    } else {
+        q->zero_run = 0;
+        q->probe_every = SD_VF_PROBE_FIRST;
+    }
+}
+
+void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
+                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
+                      const bool *fresh, const double *draft_ms, const bool *ready, int n, bool pipelined)
+{
+    bool catchup = false;
+    for (int i = 0; i < n; i++) catchup |= aq[i]->k > 0 && fresh[i];
+    if (t->rows > 0) {
+        sd_cost_forward(&ad->cost, t->rows, t->forward_ms);
+        sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_rows, t->accept_ms);
+        if (!catchup) note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, pipelined);
+    }
+    for (int i = 0; i < n; i++) {
+        sd_vf_areq *q = aq[i];
+        if (q->k < 0) continue;
+        note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i]);
+        /* a pipelined span also drafted the guess of the next token */
+        if (offered[i] > 0 && draft_ms[i] > 0 && !fresh[i])
+            sd_line_add(&ad->drafter, offered[i] + pipelined, draft_ms[i], DRAFTER_DECAY);
+        if (pipelined && q->k > 0) ad->hit = sd_avg_update(ad->hit, ready[i], &ad->n_hit, OVER_ALPHA);
+    }
+    ad->pred_ms = 0;
+}
+
+int sd_vf_adapt_estimates(const sd_vf_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap)
+{
+    static const char *const mode[3] = {"greedy", "match", "rejection"};
+    static const char *const temp[SD_VF_TEMP_BUCKETS] = {"0", "0..0.5", "0.5..1", "1..1.5", "1.5.."};
+    int m = 0;
+    for (int k = 0; k < SD_VF_ACCEPT_KEYS && m < cap; k++) {
+        const sd_accept *a = &ad->prior[k];
+        if (a->steps == 0) continue;
+        int np = 0;
+        while (np < SD_MAX_DRAFT && a->n[np] > 1) np++; /* positions observed (beyond the seed) */
+        for (int i = 0; i < np; i++) bufs[m][i] = (float)a->a[i];
+        specd__accept_estimate__init(&out[m]);
+        out[m].mode = (char *)mode[k / SD_VF_TEMP_BUCKETS];
+        out[m].temperature = (char *)temp[k % SD_VF_TEMP_BUCKETS];
+        out[m].accept = bufs[m];
+        out[m].n_accept = (size_t)np;
+        out[m].steps = a->steps;
+        m++;
+    }
+    return m;
+}
+
+void sd_vf_adapt_stats_to_proto(const sd_vf_areq *q, float acc[SD_MAX_DRAFT], Specd__AdaptStats *out)
+{
+    specd__adapt_stats__init(out);
+    out->k_sum = q->st.k_sum;
+    out->k_steps = q->st.k_steps;
+    out->k_zero = q->st.k_zero;
+    int np = 0;
+    while (np < SD_MAX_DRAFT && q->acc.n[np] > 1) np++; /* positions observed (beyond the seed) */
+    for (int i = 0; i < np; i++) acc[i] = (float)q->acc.a[i];
+    out->accept = acc;
+    out->n_accept = (size_t)np;
+}

@@ -1,0 +1,132 @@
+/* vf_adapt.h — adaptive speculation in the verifier: every step, how many
+ * drafts each request verifies (0 included), from what the verifier
+ * measures (common/spec_model.h, common/spec_sched.h).
+ *
+ * Measured online, nothing tuned for one machine:
+ *   - the engine's step cost by rows (forward pass) and by verified rows
+ *     (argmax or sampling), from every step;
+ *   - the step time outside the engine: without drafts (plain_ms), with
+ *     drafts a fixed part (draft_ms) plus per draft of the longest span the
+ *     drafter's measured time per drafted token (the slope of its reported
+ *     time per call against the tokens drafted; with one length seen so far,
+ *     that time over the tokens plus one, the pass that takes in the
+ *     committed tokens) times
+ *     the share the verifier does not hide — all of it when it waits for
+ *     every span (serial), the steps whose span was not ready when pipelined;
+ *   - per request, the acceptance per draft position, seeded from the
+ *     server-wide estimate for its kind (verification mode and temperature
+ *     bucket), which every request's steps update.
+ * The scheduler then maximises expected committed tokens per second of the
+ * whole step within the free KV blocks. A request it gives no drafts for
+ * a while gets a one-draft probe (after 4 steps, doubling to 64 while probes
+ * keep finding nothing; one request per step), so a request whose drafts
+ * got better is noticed and the estimates never freeze — but only while a
+ * draft sure to be accepted could pay for itself at the measured cost
+ * (else the cost keeps it plain, and a probe every 256 steps re-measures). A request that set its own num_draft
+ * always verifies that many (kmin = kmax); --spec-max-batch caps still
+ * apply when given.
+ *
+ * Pure (no I/O); one thread owns an sd_vf_adapt. */
+#ifndef SD_VF_ADAPT_H
+#define SD_VF_ADAPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "spec_model.h"
+#include "spec_sched.h"
+#include "specd.pb-c.h"
+
+#define SD_VF_TEMP_BUCKETS 5 /* temperature 0, (0, 0.5], (0.5, 1], (1, 1.5], > 1.5 */
+#define SD_VF_ACCEPT_KEYS (3 * SD_VF_TEMP_BUCKETS) /* x verification mode */
+#define SD_VF_PROBE_FIRST 4
+#define SD_VF_PROBE_MAX 64
+#define SD_VF_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
+
+/* Adaptive figures (specd.AdaptStats), per request or summed. */
+typedef struct sd_vf_adapt_stats {
+    uint64_t k_sum, k_steps, k_zero;
+} sd_vf_adapt_stats;
+
+/* One request's adaptive state. */
+typedef struct sd_vf_areq {
+    sd_accept acc;       /* its acceptance estimate */
+    int key;             /* the kind it was seeded from (-1: not yet) */
+    bool fixed;          /* it set its own num_draft: never adapted */
+    int zero_run;        /* decode steps in a row chosen without drafts */
+    int probe_every;     /* zero_run that triggers a probe */
+    int k;               /* drafts chosen this step (-1: not scheduled) */
+    bool probing;        /* this step's draft is a probe */
+    sd_vf_adapt_stats st;
+} sd_vf_areq;
+
+typedef struct sd_vf_adapt {
+    sd_cost cost;
+    double plain_ms, draft_ms, hit;          /* overheads, pipelined hit rate */
+    unsigned n_plain, n_draft, n_hit;
+    sd_line drafter;                         /* the drafter's ms per call against the tokens it drafted */
+    sd_accept prior[SD_VF_ACCEPT_KEYS];
+    bool drafter_q;                          /* the drafter answered a q request with q */
+    uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
+    uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */
+    double pred_ms;                          /* this step's prediction (0: none) */
+    int maxk;                                /* this step's longest span chosen */
+    sd_sched_req *sr;                        /* scratch */
+    sd_sched_cand *cand;
+    int *kk, *map;
+    int cap;
+} sd_vf_adapt;
+
+void sd_vf_adapt_init(sd_vf_adapt *ad);
+void sd_vf_adapt_free(sd_vf_adapt *ad);
+
+/* Measures the engine before serving: a throwaway request verifies spans of
+ * 0..kmax drafts (greedy, then sampled), three passes each, so the cost
+ * model starts from this machine's curve rather than from the first,
+ * cold, requests (and the weights are paged in); it stops after budget_ms
+ * (a large model on a slow device gets fewer sizes measured). Returns
+ * SD_OK, or the error that stopped it (the model then starts emptier). */
+sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, double budget_ms, char *err,
+                                size_t errlen);
+
+/* A new request; fixed: it chose its own num_draft. */
+void sd_vf_areq_init(sd_vf_areq *q, bool fixed);
+
+/* Chooses this step's drafts. For each of reqs[0..n): budgets[i] is the
+ * most drafts it may verify (0: none — prefilling, finished, speculation off
+ * or capped), avail[i] the drafts at hand (pipelined: its span's; < 0: as
+ * many as asked, i.e. serial, or a pipelined request that would wait). On
+ * return budgets[i] = the drafts chosen and tell[i] (when tell is not NULL)
+ * = how far the drafter should draft ahead for it (pipelined). kv_free: free
+ * KV blocks (< 0: no limit), bs: block size, prefill_chunk: the engine's
+ * prompt chunk, pipelined: the step's protocol. Returns SD_OK or SD_ERR_NOMEM (budgets then unchanged). */
+sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
+                           const int *avail, int *tell, int n, int kv_free, int bs, int prefill_chunk,
+                           bool pipelined);
+
+/* After the step: t is the engine's timing, wall_ms the step's wall time
+ * (from the start of its planning — drafter exchange and waits included,
+ * router I/O not — to the end of the engine step; <= 0: unknown),
+ * offered[i] / accepted[i] what the engine verified for reqs[i], had_q[i]
+ * whether those drafts came with q, fresh[i] whether the drafter first had
+ * to catch up on the request (opened, or many tokens behind: such steps say
+ * nothing about the drafter's pace and are left out of it), draft_ms[i] the
+ * drafter's time behind them (0: unknown), ready[i] (pipelined) whether the span was there when
+ * the step began. */
+void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
+                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
+                      const bool *fresh, const double *draft_ms, const bool *ready, int n, bool pipelined);
+
+/* The acceptance estimates to report: fills up to cap entries (names and
+ * buffers owned by ad / bufs) of the kinds observed. Returns how many. */
+int sd_vf_adapt_estimates(const sd_vf_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap);
+
+/* A request's figures as specd.AdaptStats (acc: room for its estimate,
+ * which out borrows). */
+void sd_vf_adapt_stats_to_proto(const sd_vf_areq *q, float acc[SD_MAX_DRAFT], Specd__AdaptStats *out);
+
+/* The kind of request r (its verification mode and temperature bucket). */
+int sd_vf_adapt_key(const sd_vf_adapt *ad, const sd_req *r);
+
+#endif
