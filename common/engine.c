@@ -281,6 +281,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         int i = e->slot[j];
         const sd_batch_seq *b = &e->batch[j];
         tm->rows += b->n;
+        tm->seqs++;
         if (b->n_logits > 0) { /* verified rows, by how: argmax or a sampled distribution */
             if (reqs[i]->p.sampling.temperature > 0) tm->sampled_rows += b->n_logits;
             else tm->greedy_rows += b->n_logits;

@@ -127,7 +127,7 @@ bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *i
  * over `rows` positions, then verification of greedy_rows rows by argmax
  * and sampled_rows by sampling (all zero when nothing ran). */
 typedef struct sd_step_timing {
-    int rows, greedy_rows, sampled_rows;
+    int rows, seqs, greedy_rows, sampled_rows;
     double forward_ms, accept_ms;
 } sd_step_timing;
 

@@ -21,25 +21,43 @@ void sd_cost_init(sd_cost *c)
     memset(c, 0, sizeof *c);
 }
 
-void sd_cost_forward(sd_cost *c, int rows, double ms)
+void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
 {
     if (rows < 1 || ms <= 0) return;
+    if (seqs < 1) seqs = 1;
     c->steps++;
     if (rows <= SD_COST_ROWS) {
         unsigned *n = &c->n_row[rows];
-        double *t = &c->t_row[rows];
+        double *t = &c->t_row[rows], *sq = &c->s_row[rows];
+        if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
+            double dx = seqs - *sq, dy = ms - *t;
+            if (dy > 0.5 * *t) dy = 0.5 * *t; /* a hiccup says nothing about sequences */
+            c->gxx = c->gxx * DECAY + dx * dx;
+            c->gxy = c->gxy * DECAY + dx * dy;
+        }
         if (*n == 1 && ms < *t) { /* a size's first pass is often cold (page faults): a faster second replaces it */
             *t = ms;
+            *sq = seqs;
             (*n)++;
         } else {
             /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
              * a sample counts at most 1.5 times the average (a lasting slowdown still shows, more slowly) */
             double x = *n >= 3 && ms > 1.5 * *t ? 1.5 * *t : ms;
+            unsigned n0 = *n;
             *t = sd_avg_update(*t, x, n, ALPHA);
+            *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
         }
         c->at_row[rows] = c->steps;
     }
     sd_line_add(&c->line, rows, ms, DECAY);
+    c->ls = c->ls * DECAY + seqs;
+    c->lsn = c->lsn * DECAY + 1;
+}
+
+double sd_cost_per_seq(const sd_cost *c)
+{
+    double g = c->gxx > 0 ? c->gxy / c->gxx : 0;
+    return g > 0 ? g : 0;
 }
 
 void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms)
@@ -94,27 +112,38 @@ static double line_ms(const sd_cost *c, int rows)
     return t > 0 ? t : c->line.sy / c->line.sn;
 }
 
-double sd_cost_forward_ms(const sd_cost *c, int rows)
+double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs)
 {
     if (rows < 1) rows = 1;
+    double t, s_avg;
     if (rows <= SD_COST_ROWS && c->n_row[rows] > 0) {
-        double t = c->t_row[rows];
+        t = c->t_row[rows];
+        s_avg = c->s_row[rows];
         if (c->steps - c->at_row[rows] > SD_COST_STALE) {
             double l = line_ms(c, rows);
-            if (l > 0 && l < t) t = l;
+            if (l > 0 && l < t) {
+                t = l;
+                s_avg = c->lsn > 0 ? c->ls / c->lsn : s_avg;
+            }
         }
-        return t;
+    } else {
+        t = line_ms(c, rows);
+        s_avg = c->lsn > 0 ? c->ls / c->lsn : 1;
     }
-    return line_ms(c, rows);
+    if (t > 0 && seqs > 0) {
+        t += sd_cost_per_seq(c) * (seqs - s_avg);
+        if (t < 0.1 * line_ms(c, rows)) t = 0.1 * line_ms(c, rows);
+    }
+    return t;
 }
 
-double sd_cost_forward_at(const sd_cost *c, double rows)
+double sd_cost_forward_at(const sd_cost *c, double rows, int seqs)
 {
     int lo = (int)rows;
     double f = rows - lo;
-    if (lo < 1) return sd_cost_forward_ms(c, 1);
-    double t = sd_cost_forward_ms(c, lo);
-    return f > 1e-9 ? t + f * (sd_cost_forward_ms(c, lo + 1) - t) : t;
+    if (lo < 1) return sd_cost_forward_ms(c, 1, seqs);
+    double t = sd_cost_forward_ms(c, lo, seqs);
+    return f > 1e-9 ? t + f * (sd_cost_forward_ms(c, lo + 1, seqs) - t) : t;
 }
 
 double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_rows)

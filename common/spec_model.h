@@ -17,6 +17,12 @@
  *                            t = g·greedy + s·sampled.
  * Once a row count has a few samples, a sample above 1.5 times its average
  * counts as 1.5 times (a hiccup of the machine is not the cost of a size).
+ * The same rows cost more spread over more sequences (per-sequence work:
+ * attention set-up, smaller span tiles): each row count also keeps the
+ * average number of sequences its passes had, and a per-sequence cost g,
+ * fitted to how passes deviate from their row count's average against how
+ * their sequences deviate from its average, corrects a prediction for the
+ * sequences at hand: t(rows, seqs) = T[rows] + g·(seqs - S[rows]).
  * A row count whose average was not refreshed in SD_COST_STALE steps is
  * predicted at most at the line, so one slow spell cannot keep the
  * scheduler away from a size forever: it is tried again, and re-measured.
@@ -71,27 +77,34 @@ bool sd_line_fit(const sd_line *l, double x0, double *a, double *b);
 
 typedef struct sd_cost {
     double t_row[SD_COST_ROWS + 1];      /* forward ms by rows */
+    double s_row[SD_COST_ROWS + 1];      /* sequences those passes had, on average */
     unsigned n_row[SD_COST_ROWS + 1];    /* samples behind t_row (0: never measured) */
     unsigned long long at_row[SD_COST_ROWS + 1]; /* the step that last refreshed t_row */
     unsigned long long steps;            /* forward passes measured */
     sd_line line;                        /* forward = a + b·rows */
+    double ls, lsn;                      /* decayed sum of sequences and count behind the line */
+    double gxx, gxy;                     /* decayed sums for the per-sequence cost g (no intercept) */
     double agg, ass, ags, agy, asy;      /* decayed sums of accept = g·greedy + s·sampled */
     unsigned n_acc;
 } sd_cost;
 
 void sd_cost_init(sd_cost *c);
 
-/* A forward pass over rows positions took ms. */
-void sd_cost_forward(sd_cost *c, int rows, double ms);
+/* A forward pass over rows positions of seqs sequences took ms. */
+void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms);
 
 /* Verifying greedy_rows greedy and sampled_rows sampled positions took ms. */
 void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms);
 
-/* Predicted forward ms for rows; 0 when nothing was measured. */
-double sd_cost_forward_ms(const sd_cost *c, int rows);
+/* Predicted forward ms for rows over seqs sequences (seqs <= 0: as many as
+ * passes of that size had); 0 when nothing was measured. */
+double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs);
 
 /* The same for an expected (fractional) number of rows: interpolated. */
-double sd_cost_forward_at(const sd_cost *c, double rows);
+double sd_cost_forward_at(const sd_cost *c, double rows, int seqs);
+
+/* The per-sequence cost g (ms). */
+double sd_cost_per_seq(const sd_cost *c);
 
 /* Predicted verification ms; 0 when nothing was measured. */
 double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_rows);

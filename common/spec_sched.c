@@ -12,27 +12,29 @@ static int extra_blocks(const sd_sched_req *r, int k, int bs)
 }
 
 /* The model's step time with greedy / sampled verified rows (expected:
- * fractional) beside the fixed rows, and maxd expected drafts in the longest
- * span (any drafts at all: drafting). */
-static double time_of(const sd_sched_step *st, double greedy, double sampled, double maxd, bool drafting)
+ * fractional) beside the fixed rows, maxd expected drafts in the longest
+ * span and nd requests drafted for (0: no drafting). */
+static double time_of(const sd_sched_step *st, double greedy, double sampled, double maxd, int nd)
 {
     double rows = st->fixed_rows + (greedy - st->fixed_greedy) + (sampled - st->fixed_sampled);
-    double t = sd_cost_forward_at(st->cost, rows) + sd_cost_accept_ms(st->cost, greedy, sampled);
-    return t + (drafting ? st->draft_ms + st->per_draft_ms * maxd : st->plain_ms);
+    double t = sd_cost_forward_at(st->cost, rows, st->seqs) + sd_cost_accept_ms(st->cost, greedy, sampled);
+    if (nd == 0) return t + st->plain_ms;
+    double pass = st->drafter && sd_cost_known(st->drafter) ? sd_cost_forward_ms(st->drafter, nd, nd) : 0;
+    return t + st->draft_ms + st->exposure * (1 + maxd) * pass;
 }
 
 double sd_sched_step_ms(const sd_sched_step *st, const sd_sched_req *reqs, int n, const int *k)
 {
     double g = st->fixed_greedy, s = st->fixed_sampled, maxd = 0;
-    bool drafting = false;
+    int nd = 0;
     for (int i = 0; i < n; i++) {
         double d = sd_accept_drafts(reqs[i].acc, k[i]);
         if (reqs[i].sampled) s += 1 + d;
         else g += 1 + d;
         if (d > maxd) maxd = d;
-        drafting |= k[i] > 0;
+        nd += k[i] > 0;
     }
-    return sd_cost_known(st->cost) ? time_of(st, g, s, maxd, drafting) : 0;
+    return sd_cost_known(st->cost) ? time_of(st, g, s, maxd, nd) : 0;
 }
 
 /* Larger acceptance reach first (the expected tokens a candidate adds per
@@ -50,8 +52,7 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
                               sd_sched_cand *cand)
 {
     double g = st->fixed_greedy, s = st->fixed_sampled, maxd = 0, tokens = st->fixed_tokens;
-    int nc = 0, free = st->kv_free;
-    bool drafting = false;
+    int nc = 0, free = st->kv_free, nd = 0;
     for (int i = 0; i < n; i++) {
         const sd_sched_req *r = &reqs[i];
         double d = sd_accept_drafts(r->acc, r->kmin);
@@ -59,7 +60,7 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
         if (r->sampled) s += 1 + d;
         else g += 1 + d;
         if (d > maxd) maxd = d;
-        drafting |= r->kmin > 0;
+        nd += r->kmin > 0;
         tokens += sd_accept_expected(r->acc, r->kmin);
         free -= extra_blocks(r, r->kmin, st->block_size);
         for (int j = r->kmin + 1; j <= r->kmax && j <= SD_MAX_DRAFT; j++) {
@@ -71,7 +72,7 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
     for (int i = 0; i < n; i++) plan.drafts += k_out[i];
     if (!sd_cost_known(st->cost)) return plan;
     qsort(cand, (size_t)nc, sizeof *cand, by_reach);
-    double t = time_of(st, g, s, maxd, drafting), best = tokens / t, best_t = t, best_tokens = tokens;
+    double t = time_of(st, g, s, maxd, nd), best = tokens / t, best_t = t, best_tokens = tokens;
     int best_c = 0;
     for (int c = 0; c < nc; c++) {
         int i = cand[c].req, j = cand[c].j;
@@ -82,14 +83,14 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
             continue;
         }
         free -= eb;
+        nd += k_out[i] == 0;
         k_out[i] = j;
         if (r->sampled) s += cand[c].rows;
         else g += cand[c].rows;
         double d = sd_accept_drafts(r->acc, j);
         if (d > maxd) maxd = d;
-        drafting = true;
         tokens += cand[c].gain;
-        t = time_of(st, g, s, maxd, drafting);
+        t = time_of(st, g, s, maxd, nd);
         if (t > 0 && tokens / t > best * (1 + 1e-9)) {
             best = tokens / t;
             best_c = c + 1;

@@ -13,15 +13,18 @@
  * when request i is asked for k_i drafts.
  *
  * overhead is the step's time outside the engine: plain_ms when no request
- * is asked for drafts, else draft_ms + per_draft_ms · (expected drafts of
- * the longest span) — the drafter's time the verifier does not hide: all of
- * it when it waits for every span, the part left when spans are drafted
- * ahead. Asking request i for its j-th draft adds offered(j) expected rows
- * and offered(j) · reach(j) expected tokens (spec_model.h): tokens per row
- * = reach(j), non-increasing in j. So among all choices costing the same
- * rows the best takes the candidates of largest reach; the scheduler sorts
- * every candidate by reach and evaluates each prefix (the longest-span term
- * tracked along), keeping the best: O(N log N) for N = sum of (kmax - kmin).
+ * is asked for drafts, else draft_ms + exposure · (1 + expected drafts of the
+ * longest span) · pass(n_drafting): the drafter's time, measured per pass
+ * (one per draft position, plus one to take in the committed tokens) as a
+ * function of the requests it drafts for at once, times the share of it the
+ * verifier does not hide (1 when it waits for every span, the steps whose
+ * span was not ready when drafted ahead). Asking request i for its j-th
+ * draft adds offered(j) expected rows and offered(j) · reach(j) expected
+ * tokens (spec_model.h): tokens per row = reach(j), non-increasing in j. So
+ * among all choices costing the same rows the best takes the candidates of
+ * largest reach; the scheduler sorts every candidate by reach and evaluates
+ * each prefix (the drafter's term tracked along), keeping the best: O(N log
+ * N) for N = sum of (kmax - kmin).
  *
  * KV: each request first needs the blocks of its plain step; a draft that
  * needs a block beyond the free ones is skipped, with that request's later
@@ -45,11 +48,14 @@ typedef struct sd_sched_req {
 
 typedef struct sd_sched_step {
     const sd_cost *cost;
+    int seqs;                        /* sequences in the step (every request in it) */
     int fixed_rows;                  /* positions of requests not scheduled (prompt chunks) */
     int fixed_greedy, fixed_sampled; /* ... of which verified (a prompt's last position), by kind */
     double fixed_tokens;             /* tokens they are expected to commit */
     double plain_ms;                 /* overhead of a step without drafts */
-    double draft_ms, per_draft_ms;   /* overhead of a step with drafts: fixed, per draft of the longest span */
+    double draft_ms;                 /* ... with drafts: the fixed part (messages) */
+    const sd_cost *drafter;          /* the drafter's ms per pass by requests drafted for (NULL: free) */
+    double exposure;                 /* the share of the drafter's time the step waits for */
     int kv_free;                     /* free KV blocks (< 0: no limit) */
     int block_size;                  /* KV block size in positions */
 } sd_sched_step;

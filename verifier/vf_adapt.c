@@ -12,12 +12,12 @@
 #define PRIOR_ALPHA 0.05 /* the server-wide estimates: many requests feed them */
 #define SEED_WEIGHT 4    /* a new request's estimate starts as this many observations of its kind's */
 #define OVER_ALPHA 0.1   /* overheads and the drafter's pace */
-#define DRAFTER_DECAY 0.98 /* per sample, of the drafter's time line */
 
 void sd_vf_adapt_init(sd_vf_adapt *ad)
 {
     memset(ad, 0, sizeof *ad);
     sd_cost_init(&ad->cost);
+    sd_cost_init(&ad->drafter);
     for (int k = 0; k < SD_VF_ACCEPT_KEYS; k++) sd_accept_init(&ad->prior[k], NULL, 0);
 }
 
@@ -69,7 +69,7 @@ static sd_status calibrate_one(sd_vf_adapt *ad, sd_engine *e, int kmax, float t,
         st = sd_engine_step(e, &r, 1, &prop, err, errlen);
         const sd_step_timing *tm = sd_engine_last_timing(e);
         if (st == SD_OK && !prefill && tm->rows > 0) {
-            sd_cost_forward(&ad->cost, tm->rows, tm->forward_ms);
+            sd_cost_forward(&ad->cost, tm->rows, tm->seqs, tm->forward_ms);
             sd_cost_accept(&ad->cost, tm->greedy_rows, tm->sampled_rows, tm->accept_ms);
         }
     }
@@ -104,13 +104,6 @@ static bool wants_q(const sd_req *r)
 int sd_vf_adapt_key(const sd_vf_adapt *ad, const sd_req *r)
 {
     return key_of(sd_req_verify_mode(r, ad->drafter_q && wants_q(r)), r->p.sampling.temperature);
-}
-
-/* The drafter's ms per drafted token (0 until measured). */
-static double tok_ms(const sd_vf_adapt *ad)
-{
-    double a, b;
-    return sd_line_fit(&ad->drafter, 1, &a, &b) ? b : 0;
 }
 
 static sd_status fit(sd_vf_adapt *ad, int n)
@@ -169,7 +162,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
     sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
-                        .per_draft_ms = tok_ms(ad) * (pipelined ? 1 - ad->hit : 1), .kv_free = kv_free,
+                        .drafter = &ad->drafter, .exposure = pipelined ? 1 - ad->hit : 1, .kv_free = kv_free,
                         .block_size = bs};
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -180,6 +173,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             int chunk = r->n_prompt - r->n_prefilled;
             if (chunk > prefill_chunk) chunk = prefill_chunk;
             st.fixed_rows += chunk;
+            st.seqs++;
             if (r->n_prefilled + chunk == r->n_prompt) {
                 st.fixed_tokens += 1;
                 if (r->p.sampling.temperature > 0) st.fixed_sampled++;
@@ -189,6 +183,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         }
         ad->sr[m] = sched_req(ad, r, aq[i], budgets[i], avail ? avail[i] : -1);
         ad->map[m++] = i;
+        st.seqs++;
     }
     sd_sched_plan plan = sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
     ad->pred_ms = plan.step_ms;
@@ -214,13 +209,14 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
     return SD_OK;
 }
 
-/* The step's wall time outside the engine feeds the overhead estimates. */
-static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, bool pipelined)
+/* The step's wall time outside the engine feeds the overhead estimates;
+ * drafter_ms: the drafter's time behind this step's drafts. */
+static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, double drafter_ms, bool pipelined)
 {
     if (wall_ms <= 0 || engine_ms <= 0) return;
     double exposed = wall_ms > engine_ms ? wall_ms - engine_ms : 0;
     if (ad->maxk > 0) {
-        double x = exposed - tok_ms(ad) * (pipelined ? 1 - ad->hit : 1) * ad->maxk;
+        double x = exposed - (pipelined ? 1 - ad->hit : 1) * drafter_ms;
         ad->draft_ms = sd_avg_update(ad->draft_ms, x > 0 ? x : 0, &ad->n_draft, OVER_ALPHA);
     } else {
         ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
@@ -261,20 +257,29 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
                       sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
                       const bool *fresh, const double *draft_ms, const bool *ready, int n, bool pipelined)
 {
+    /* the drafter's call behind this step: the requests asked, its passes (one per position of the
+     * longest span, one to take in the committed tokens, pipelined one for the guess of the next) */
     bool catchup = false;
-    for (int i = 0; i < n; i++) catchup |= aq[i]->k > 0 && fresh[i];
-    if (t->rows > 0) {
-        sd_cost_forward(&ad->cost, t->rows, t->forward_ms);
-        sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_rows, t->accept_ms);
-        if (!catchup) note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, pipelined);
+    int asked = 0, longest = 0;
+    double drafter_ms = 0;
+    for (int i = 0; i < n; i++) {
+        if (aq[i]->k <= 0) continue;
+        asked++;
+        catchup |= fresh[i];
+        if (offered[i] > longest) longest = offered[i];
+        if (draft_ms[i] > drafter_ms) drafter_ms = draft_ms[i];
     }
+    if (t->rows > 0) {
+        sd_cost_forward(&ad->cost, t->rows, t->seqs, t->forward_ms);
+        sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_rows, t->accept_ms);
+        if (!catchup) note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, drafter_ms, pipelined);
+    }
+    if (!catchup && asked > 0 && drafter_ms > 0)
+        sd_cost_forward(&ad->drafter, asked, asked, drafter_ms / (longest + 1 + pipelined));
     for (int i = 0; i < n; i++) {
         sd_vf_areq *q = aq[i];
         if (q->k < 0) continue;
         note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i]);
-        /* a pipelined span also drafted the guess of the next token */
-        if (offered[i] > 0 && draft_ms[i] > 0 && !fresh[i])
-            sd_line_add(&ad->drafter, offered[i] + pipelined, draft_ms[i], DRAFTER_DECAY);
         if (pipelined && q->k > 0) ad->hit = sd_avg_update(ad->hit, ready[i], &ad->n_hit, OVER_ALPHA);
     }
     ad->pred_ms = 0;

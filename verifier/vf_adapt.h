@@ -6,13 +6,13 @@
  *   - the engine's step cost by rows (forward pass) and by verified rows
  *     (argmax or sampling), from every step;
  *   - the step time outside the engine: without drafts (plain_ms), with
- *     drafts a fixed part (draft_ms) plus per draft of the longest span the
- *     drafter's measured time per drafted token (the slope of its reported
- *     time per call against the tokens drafted; with one length seen so far,
- *     that time over the tokens plus one, the pass that takes in the
- *     committed tokens) times
- *     the share the verifier does not hide — all of it when it waits for
- *     every span (serial), the steps whose span was not ready when pipelined;
+ *     drafts a fixed part (draft_ms, the messages) plus the drafter's time
+ *     the verifier waits for: its time per pass (from the time each span
+ *     says it took, over the draft positions plus one, the pass that takes
+ *     in the committed tokens) as a function of the requests it drafts for
+ *     at once, times the passes the longest span needs, times the share not
+ *     hidden — all of it when the verifier waits for every span (serial),
+ *     the steps whose span was not ready when pipelined;
  *   - per request, the acceptance per draft position, seeded from the
  *     server-wide estimate for its kind (verification mode and temperature
  *     bucket), which every request's steps update.
@@ -65,7 +65,7 @@ typedef struct sd_vf_adapt {
     sd_cost cost;
     double plain_ms, draft_ms, hit;          /* overheads, pipelined hit rate */
     unsigned n_plain, n_draft, n_hit;
-    sd_line drafter;                         /* the drafter's ms per call against the tokens it drafted */
+    sd_cost drafter;                         /* the drafter's ms per pass by requests drafted for at once */
     sd_accept prior[SD_VF_ACCEPT_KEYS];
     bool drafter_q;                          /* the drafter answered a q request with q */
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */

@@ -55,7 +55,7 @@ double sd_vf_pace_expected(const sd_vf_pace *p)
 double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows)
 {
     if (!sd_cost_known(p->cost)) return 0;
-    return sd_cost_forward_ms(p->cost, rows) + sd_cost_accept_ms(p->cost, rows, 0);
+    return sd_cost_forward_ms(p->cost, rows, 0) + sd_cost_accept_ms(p->cost, rows, 0);
 }
 
 double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k)

@@ -654,7 +654,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         if (sd_vf_adapt_calibrate(&s->ad, s->e, kmax, CALIBRATE_MS, err, sizeof err) != SD_OK)
             SD_WARN("calibration stopped: %s", err);
         SD_INFO("step cost measured in %.0f ms: %.3f ms for 1 row, %.3f ms for %d", sd_now_ms() - t0,
-                sd_cost_forward_ms(&s->ad.cost, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1), kmax + 1);
+                sd_cost_forward_ms(&s->ad.cost, 1, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1, 1), kmax + 1);
     }
     SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks)", s->model_name, s->cfg->listen,
             s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool));

@@ -1,5 +1,6 @@
 /* test_spec_model.c — the measured models of adaptive speculation
  * (common/spec_model.c): step cost per row count with a line for the rest,
+ * corrected for the sequences the rows are spread over,
  * stale row counts yielding to the line, the accept cost of greedy and
  * sampled rows, per-position acceptance with its expected tokens, and the
  * proposer's supply (drafts offered when asked for more). */
@@ -13,31 +14,49 @@ START_TEST(cost_by_rows)
     sd_cost c;
     sd_cost_init(&c);
     ck_assert(!sd_cost_known(&c));
-    ck_assert(sd_cost_forward_ms(&c, 3) == 0);
-    sd_cost_forward(&c, 2, 1.0);
+    ck_assert(sd_cost_forward_ms(&c, 3, 0) == 0);
+    sd_cost_forward(&c, 2, 1, 1.0);
     /* one row count only: proportional to rows */
-    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 4), 2.0, 1e-9);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 4, 0), 2.0, 1e-9);
     for (int i = 0; i < 50; i++) {
-        sd_cost_forward(&c, 1, 1.0);
-        sd_cost_forward(&c, 7, 1.6);
-        sd_cost_forward(&c, 8, 2.4); /* a tile boundary: far above the line */
+        sd_cost_forward(&c, 1, 1, 1.0);
+        sd_cost_forward(&c, 7, 1, 1.6);
+        sd_cost_forward(&c, 8, 1, 2.4); /* a tile boundary: far above the line */
     }
     ck_assert(sd_cost_known(&c));
-    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 1), 1.0, 1e-6);
-    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 7), 1.6, 1e-6);
-    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 8), 2.4, 1e-6); /* measured sizes keep their own time */
-    double l4 = sd_cost_forward_ms(&c, 4), l20 = sd_cost_forward_ms(&c, 20);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 1, 0), 1.0, 1e-6);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 7, 0), 1.6, 1e-6);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 8, 0), 2.4, 1e-6); /* measured sizes keep their own time */
+    double l4 = sd_cost_forward_ms(&c, 4, 0), l20 = sd_cost_forward_ms(&c, 20, 0);
     ck_assert(l4 > 1.0 && l4 < 1.6);  /* unmeasured sizes: the line */
     ck_assert(l20 > 2.4);
     /* a cold first pass is replaced by a faster second */
-    sd_cost_forward(&c, 3, 9.0);
-    sd_cost_forward(&c, 3, 1.2);
-    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 3), 1.2, 1e-9);
+    sd_cost_forward(&c, 3, 1, 9.0);
+    sd_cost_forward(&c, 3, 1, 1.2);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 3, 0), 1.2, 1e-9);
     /* a size not refreshed for SD_COST_STALE passes is predicted at most at the line */
-    sd_cost_forward(&c, 5, 5.0);
-    for (int i = 0; i < SD_COST_STALE + 1; i++) sd_cost_forward(&c, 1, 1.0);
-    double l5 = sd_cost_forward_ms(&c, 5);
+    sd_cost_forward(&c, 5, 1, 5.0);
+    for (int i = 0; i < SD_COST_STALE + 1; i++) sd_cost_forward(&c, 1, 1, 1.0);
+    double l5 = sd_cost_forward_ms(&c, 5, 0);
     ck_assert(l5 < 5.0 && l5 > 0);
+}
+END_TEST
+
+START_TEST(cost_by_sequences)
+{
+    /* 16 rows cost 1.5 ms as one sequence and 2.1 ms as sixteen (0.04 ms a sequence) */
+    sd_cost c;
+    sd_cost_init(&c);
+    for (int i = 0; i < 300; i++) {
+        int seqs = i % 2 ? 16 : 1 + i % 7;
+        sd_cost_forward(&c, 16, seqs, 1.46 + 0.04 * seqs);
+        sd_cost_forward(&c, 4, i % 2 ? 4 : 1, 1.0 + 0.04 * (i % 2 ? 4 : 1));
+    }
+    ck_assert_double_eq_tol(sd_cost_per_seq(&c), 0.04, 0.005);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 16, 16), 2.1, 0.05);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 16, 1), 1.5, 0.05);
+    /* an unmeasured size: the line, corrected the same way */
+    ck_assert(sd_cost_forward_ms(&c, 10, 10) > sd_cost_forward_ms(&c, 10, 1));
 }
 END_TEST
 
@@ -127,6 +146,7 @@ int main(void)
     Suite *s = suite_create("spec_model");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, cost_by_rows);
+    tcase_add_test(tc, cost_by_sequences);
     tcase_add_test(tc, accept_cost);
     tcase_add_test(tc, acceptance);
     tcase_add_test(tc, supply);

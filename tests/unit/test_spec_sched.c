@@ -15,8 +15,8 @@ static void cpu_cost(sd_cost *c)
 {
     sd_cost_init(c);
     for (int i = 0; i < 20; i++) {
-        sd_cost_forward(c, 1, 1.0);
-        sd_cost_forward(c, 11, 2.0);
+        sd_cost_forward(c, 1, 1, 1.0);
+        sd_cost_forward(c, 11, 1, 2.0);
     }
 }
 
@@ -25,8 +25,8 @@ static void flat_cost(sd_cost *c)
 {
     sd_cost_init(c);
     for (int i = 0; i < 20; i++) {
-        sd_cost_forward(c, 1, 1.0);
-        sd_cost_forward(c, 64, 1.0);
+        sd_cost_forward(c, 1, 1, 1.0);
+        sd_cost_forward(c, 64, 1, 1.0);
     }
 }
 
@@ -114,10 +114,18 @@ START_TEST(exposed_drafting_shortens)
     int k_hidden, k_exposed, k_costly;
     sd_sched_step st = step_of(&c);
     sd_sched_choose(&st, &r, 1, &k_hidden, cand);
-    st.per_draft_ms = 0.2;
+    sd_cost drafter; /* 0.2 ms per drafter pass */
+    sd_cost_init(&drafter);
+    for (int i = 0; i < 5; i++) sd_cost_forward(&drafter, 1, 1, 0.2);
+    st.drafter = &drafter;
+    st.exposure = 1;
     sd_sched_choose(&st, &r, 1, &k_exposed, cand);
     ck_assert_int_lt(k_exposed, k_hidden);
-    st.per_draft_ms = 0;
+    st.exposure = 0.1; /* mostly hidden behind verification: longer again */
+    int k_mostly_hidden;
+    sd_sched_choose(&st, &r, 1, &k_mostly_hidden, cand);
+    ck_assert_int_gt(k_mostly_hidden, k_exposed);
+    st.drafter = NULL;
     st.draft_ms = 5; /* a drafter round trip dearer than anything drafts bring */
     sd_sched_choose(&st, &r, 1, &k_costly, cand);
     ck_assert_int_eq(k_costly, 0);
@@ -177,7 +185,7 @@ START_TEST(best_by_brute_force)
     sd_cost_init(&c);
     /* an irregular measured curve: tiles of 4 rows */
     for (int rows = 1; rows <= 20; rows++)
-        for (int i = 0; i < 3; i++) sd_cost_forward(&c, rows, 1.0 + 0.4 * ((rows + 3) / 4) + 0.01 * rows);
+        for (int i = 0; i < 3; i++) sd_cost_forward(&c, rows, 1, 1.0 + 0.4 * ((rows + 3) / 4) + 0.01 * rows);
     sd_accept a[3];
     const double ps[3][4] = {{0.9, 0.8, 0.7, 0.3}, {0.6, 0.6, 0.6, 0.6}, {0.95, 0.2, 0.9, 0.9}};
     for (int i = 0; i < 3; i++) {

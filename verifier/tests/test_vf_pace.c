@@ -14,8 +14,8 @@ static void measured_cost(sd_cost *c)
 {
     sd_cost_init(c);
     for (int i = 0; i < 50; i++) {
-        sd_cost_forward(c, 1, 1.0);
-        sd_cost_forward(c, 7, 1.6);
+        sd_cost_forward(c, 1, 1, 1.0);
+        sd_cost_forward(c, 7, 1, 1.6);
     }
 }
 

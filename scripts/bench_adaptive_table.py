@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""bench_adaptive_table.py — the table of scripts/bench_adaptive.sh.
+
+  bench_adaptive_table.py RESULTS_DIR ROUNDS "THREAD_SETS" "PROPOSERS" "STATIC_KS" "CONCS" "TEMPS"
+
+Reads RESULTS_DIR/CONFIG-thTH-cC-tT-rR.json (specd-bench) and the /metrics
+scrapes before (.m0) and after (.m1) each cell; sums each cell over the
+rounds. Prints one row per proposer x threads x concurrency x temperature:
+plain, adaptive and static tok/s, adaptive / plain, adaptive / best static,
+the mean draft length the scheduler chose and its step-time prediction
+error; then the three aims of the benchmark, checked.
+"""
+import json
+import os
+import re
+import sys
+
+
+def metrics(path):
+    m = {}
+    try:
+        for line in open(path):
+            if line.startswith("specd_spec_"):
+                k, v = line.split()[:2]
+                m[k] = float(v)
+    except OSError:
+        pass
+    return m
+
+
+def cell(outdir, rounds, cfg, th, c, t):
+    tok = dur = 0.0
+    d = {}
+    for r in range(1, rounds + 1):
+        base = os.path.join(outdir, f"{cfg}-th{th}-c{c}-t{t}-r{r}")
+        try:
+            s = json.load(open(base + ".json"))["summary"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if s.get("failed"):
+            continue
+        tok += s["total_output_tokens"]
+        dur += s["wall_s"]
+        m0, m1 = metrics(base + ".m0"), metrics(base + ".m1")
+        for k in m1:
+            d[k] = d.get(k, 0.0) + m1[k] - m0.get(k, 0.0)
+    if dur == 0:
+        return None
+    ks = {int(m.group(1)): v for k, v in d.items() if (m := re.match(r'specd_spec_draft_length_total\{k="(\d+)"\}', k))}
+    n = sum(ks.values())
+    pred = d.get("specd_spec_step_predicted_seconds_total", 0.0)
+    meas = d.get("specd_spec_step_measured_seconds_total", 0.0)
+    return {"tps": tok / dur, "mean_k": sum(k * v for k, v in ks.items()) / n if n else None,
+            "pred_err": abs(pred - meas) / meas if meas > 0 else None}
+
+
+def main():
+    outdir, rounds = sys.argv[1], int(sys.argv[2])
+    threads, proposers, statics, concs, temps = (a.split() for a in sys.argv[3:8])
+    hdr = " | ".join(f"K{k}" for k in statics)
+    print(f"| proposer | threads | conc. | temp. | plain tok/s | adaptive tok/s | {hdr} | adaptive / plain | "
+          "best static | **adaptive / best static** | mean K chosen | step-time prediction off by |")
+    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(statics) + "---:|---:|---:|---:|---:|")
+    worst_plain = worst_static = None
+    c1t0 = {}
+    for p in proposers:
+        for th in threads:
+            for c in concs:
+                for t in temps:
+                    pl = cell(outdir, rounds, "plain", th, c, t)
+                    ad = cell(outdir, rounds, f"{p}-adaptive", th, c, t)
+                    st = {k: cell(outdir, rounds, f"{p}-k{k}", th, c, t) for k in statics}
+                    if not pl or not ad or not all(st.values()):
+                        print(f"| {p} | {th} | {c} | {t} | missing |")
+                        continue
+                    bk = max(statics, key=lambda k: st[k]["tps"])
+                    rp, rs = ad["tps"] / pl["tps"], ad["tps"] / st[bk]["tps"]
+                    worst_plain = min(worst_plain or rp, rp)
+                    worst_static = min(worst_static or rs, rs)
+                    if c == "1" and t == "0":
+                        c1t0[(p, th)] = rp
+                    cols = " | ".join(f"{st[k]['tps']:.0f}" for k in statics)
+                    mk = "—" if ad["mean_k"] is None else f"{ad['mean_k']:.1f}"
+                    pe = "—" if ad["pred_err"] is None else f"{100 * ad['pred_err']:.0f}%"
+                    print(f"| {p} | {th} | {c} | {t} | {pl['tps']:.0f} | {ad['tps']:.0f} | {cols} | {rp:.2f}× | "
+                          f"K{bk} | **{rs:.2f}×** | {mk} | {pe} |")
+    print()
+    print("tok/s: output tokens / wall time of the measured phase, summed over the rounds. Static K: "
+          "--spec-adaptive off --num-draft K. mean K chosen: drafts per decode step the scheduler chose "
+          "(/metrics specd_spec_draft_length_total); prediction off by: |predicted - measured| / measured step time, "
+          "summed over the cell.")
+    print()
+    if worst_plain is not None:
+        print(f"Aims: adaptive >= 0.98x plain in every cell: worst {worst_plain:.2f}x; within 5% of (or above) the "
+              f"best static K in every cell: worst {worst_static:.2f}x; >= 2.3x plain at C = 1, T = 0: " +
+              ", ".join(f"{p} threads {th}: {v:.2f}x" for (p, th), v in sorted(c1t0.items())))
+
+
+if __name__ == "__main__":
+    main()
