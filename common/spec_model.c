@@ -4,7 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#define ALPHA 0.2    /* EMA weight of a new forward-pass sample */
+#define ALPHA 0.05   /* EMA weight of a new forward-pass sample in a size's shape (many come: a steady figure) */
+#define SPEED_ALPHA 0.2 /* EMA weight of a pass in the machine's speed (it drifts: follow it) */
 #define DECAY 0.995  /* per-sample forgetting of the least-squares sums */
 #define ACCEPT_CAP 1000u /* observation counts stop growing here */
 #define SHRINK 2.0       /* pseudo-observations of the all-position average in each position's estimate */
@@ -19,45 +20,67 @@ double sd_avg_update(double old, double x, unsigned *n, double alpha)
 void sd_cost_init(sd_cost *c)
 {
     memset(c, 0, sizeof *c);
+    c->speed = 1;
 }
+
+/* The shape estimate (at speed 1) for rows over seqs: the table, the line,
+ * the per-sequence correction (sd_cost_forward_ms without the speed). */
+static double shape_ms(const sd_cost *c, int rows, int seqs);
 
 void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
 {
     if (rows < 1 || ms <= 0) return;
     if (seqs < 1) seqs = 1;
+    /* the machine's speed now: how this pass compares with the shape so far (a hiccup counts at
+     * most double); every prediction scales with it, so sizes measured in a slower or faster
+     * spell compare fairly with those measured now */
+    double expect = c->steps > 0 ? shape_ms(c, rows, seqs) : 0;
+    if (expect > 0) {
+        double r = ms / expect;
+        if (r > 2 * c->speed) r = 2 * c->speed;
+        if (r < 0.5 * c->speed) r = 0.5 * c->speed;
+        c->speed += SPEED_ALPHA * (r - c->speed);
+    }
+    double x = ms / c->speed; /* the sample in shape units */
     c->steps++;
     if (rows <= SD_COST_ROWS) {
         unsigned *n = &c->n_row[rows];
         double *t = &c->t_row[rows], *sq = &c->s_row[rows];
         if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
-            double dx = seqs - *sq, dy = ms - *t;
+            double dx = seqs - *sq, dy = x - *t;
             if (dy > 0.5 * *t) dy = 0.5 * *t; /* a hiccup says nothing about sequences */
             c->gxx = c->gxx * DECAY + dx * dx;
             c->gxy = c->gxy * DECAY + dx * dy;
         }
-        if (*n == 1 && ms < *t) { /* a size's first pass is often cold (page faults): a faster second replaces it */
-            *t = ms;
+        if (*n == 1 && x < *t) { /* a size's first pass is often cold (page faults): a faster second replaces it */
+            *t = x;
             *sq = seqs;
             (*n)++;
         } else {
             /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
-             * a sample counts at most 1.5 times the average (a lasting slowdown still shows, more slowly) */
-            double x = *n >= 3 && ms > 1.5 * *t ? 1.5 * *t : ms;
+             * a sample counts at most 1.5 times the average */
+            double v = *n >= 3 && x > 1.5 * *t ? 1.5 * *t : x;
             unsigned n0 = *n;
-            *t = sd_avg_update(*t, x, n, ALPHA);
+            *t = sd_avg_update(*t, v, n, ALPHA);
             *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
         }
         c->at_row[rows] = c->steps;
     }
-    sd_line_add(&c->line, rows, ms, DECAY);
+    sd_line_add(&c->line, rows, x, DECAY);
     c->ls = c->ls * DECAY + seqs;
     c->lsn = c->lsn * DECAY + 1;
 }
 
-double sd_cost_per_seq(const sd_cost *c)
+/* In shape units (speed 1). */
+static double per_seq_shape(const sd_cost *c)
 {
     double g = c->gxx > 0 ? c->gxy / c->gxx : 0;
     return g > 0 ? g : 0;
+}
+
+double sd_cost_per_seq(const sd_cost *c)
+{
+    return c->speed * per_seq_shape(c);
 }
 
 void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms)
@@ -112,10 +135,10 @@ static double line_ms(const sd_cost *c, int rows)
     return t > 0 ? t : c->line.sy / c->line.sn;
 }
 
-double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs)
+static double shape_ms(const sd_cost *c, int rows, int seqs)
 {
     if (rows < 1) rows = 1;
-    double t, s_avg;
+    double t, s_avg = -1; /* s_avg < 0: no measurement to correct from */
     if (rows <= SD_COST_ROWS && c->n_row[rows] > 0) {
         t = c->t_row[rows];
         s_avg = c->s_row[rows];
@@ -123,18 +146,25 @@ double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs)
             double l = line_ms(c, rows);
             if (l > 0 && l < t) {
                 t = l;
-                s_avg = c->lsn > 0 ? c->ls / c->lsn : s_avg;
+                s_avg = -1;
             }
         }
     } else {
         t = line_ms(c, rows);
-        s_avg = c->lsn > 0 ? c->ls / c->lsn : 1;
     }
-    if (t > 0 && seqs > 0) {
-        t += sd_cost_per_seq(c) * (seqs - s_avg);
-        if (t < 0.1 * line_ms(c, rows)) t = 0.1 * line_ms(c, rows);
+    /* more sequences than this size was measured with: dearer, but only near what was measured —
+     * far from it the figure is a guess, and an optimistic one gets the size tried and measured */
+    if (t > 0 && seqs > 0 && s_avg > 0 && (seqs < s_avg || seqs <= 1.5 * s_avg + 1)) {
+        t += per_seq_shape(c) * (seqs - s_avg);
+        double floor = 0.5 * c->t_row[rows];
+        if (t < floor) t = floor;
     }
     return t;
+}
+
+double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs)
+{
+    return c->speed * shape_ms(c, rows, seqs);
 }
 
 double sd_cost_forward_at(const sd_cost *c, double rows, int seqs)

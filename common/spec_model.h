@@ -15,6 +15,11 @@
  *                            an argmax, a sampled row a full-vocabulary
  *                            distribution; a decayed least-squares fit of
  *                            t = g·greedy + s·sampled.
+ * The figures are kept as a shape times the machine's speed now: a fast
+ * average of how each pass compares with the shape so far. A shared machine
+ * drifts (neighbours, frequency); with the speed factored out, a size
+ * measured in a slow spell compares fairly with one measured now, and the
+ * shape itself can average slowly over many passes.
  * Once a row count has a few samples, a sample above 1.5 times its average
  * counts as 1.5 times (a hiccup of the machine is not the cost of a size).
  * The same rows cost more spread over more sequences (per-sequence work:
@@ -22,7 +27,11 @@
  * average number of sequences its passes had, and a per-sequence cost g,
  * fitted to how passes deviate from their row count's average against how
  * their sequences deviate from its average, corrects a prediction for the
- * sequences at hand: t(rows, seqs) = T[rows] + g·(seqs - S[rows]).
+ * sequences at hand: t(rows, seqs) = T[rows] + g·(seqs - S[rows]) — fewer
+ * sequences always, more only near S[rows] (up to 1.5·S + 1): far beyond
+ * what a size was measured with the figure would be a guess, and the
+ * optimistic one gets the size tried, and so measured, with those
+ * sequences.
  * A row count whose average was not refreshed in SD_COST_STALE steps is
  * predicted at most at the line, so one slow spell cannot keep the
  * scheduler away from a size forever: it is tried again, and re-measured.
@@ -56,7 +65,7 @@
 
 #define SD_COST_ROWS 512   /* row counts with their own average */
 #define SD_COST_STALE 256  /* steps after which a row count's average yields to the line */
-#define SD_ACCEPT_SURPRISE 0.002 /* a run of outcomes this unlikely signals a change of acceptance */
+#define SD_ACCEPT_SURPRISE 0.0005 /* a run of outcomes this unlikely signals a change of acceptance */
 
 /* The average of samples x so far, *n of them before this one: their plain
  * mean while 1 / n > alpha, an EMA of weight alpha after. */
@@ -81,6 +90,7 @@ typedef struct sd_cost {
     unsigned n_row[SD_COST_ROWS + 1];    /* samples behind t_row (0: never measured) */
     unsigned long long at_row[SD_COST_ROWS + 1]; /* the step that last refreshed t_row */
     unsigned long long steps;            /* forward passes measured */
+    double speed;                        /* the machine's speed now: predictions = speed × shape */
     sd_line line;                        /* forward = a + b·rows */
     double ls, lsn;                      /* decayed sum of sequences and count behind the line */
     double gxx, gxy;                     /* decayed sums for the per-sequence cost g (no intercept) */

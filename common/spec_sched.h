@@ -26,6 +26,10 @@
  * each prefix (the drafter's term tracked along), keeping the best: O(N log
  * N) for N = sum of (kmax - kmin).
  *
+ * A request the drafter has fallen behind on (it was left without drafts for
+ * a while) costs its catching up once, when it is given drafts again
+ * (resume_ms): so the choice does not flip requests on and off for nothing.
+ *
  * KV: each request first needs the blocks of its plain step; a draft that
  * needs a block beyond the free ones is skipped, with that request's later
  * drafts. Without any cost measured yet every request gets kmin (the first
@@ -44,6 +48,7 @@ typedef struct sd_sched_req {
     bool sampled;         /* its rows are verified by sampling */
     int kv_len;           /* KV positions it holds */
     int kv_blocks;        /* KV blocks it owns */
+    double resume_ms;     /* a one-off cost of giving it drafts this step (the drafter catching up on it) */
 } sd_sched_req;
 
 typedef struct sd_sched_step {

@@ -119,7 +119,8 @@ static sd_status fit(sd_vf_adapt *ad, int n)
 
 /* A decoding request's place in the schedule: its estimate (seeded from its
  * kind's at its first decode step), and the drafts it may verify. */
-static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, int avail)
+static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, int avail,
+                              double resume_ms)
 {
     if (q->key < 0) {
         q->key = sd_vf_adapt_key(ad, r);
@@ -128,7 +129,7 @@ static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, i
     }
     int kmax = avail >= 0 && avail < budget ? avail : budget;
     return (sd_sched_req){&q->acc, q->fixed ? kmax : 0, kmax, r->p.sampling.temperature > 0, r->kv.len,
-                          r->kv.n_blocks};
+                          r->kv.n_blocks, resume_ms};
 }
 
 /* At most one probe per step: the request left without drafts longest,
@@ -157,8 +158,8 @@ static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq
 }
 
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
-                           const int *avail, int *tell, int n, int kv_free, int bs, int prefill_chunk,
-                           bool pipelined)
+                           const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
+                           int prefill_chunk, bool pipelined)
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
     sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
@@ -181,7 +182,8 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             }
             continue;
         }
-        ad->sr[m] = sched_req(ad, r, aq[i], budgets[i], avail ? avail[i] : -1);
+        double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms : 0;
+        ad->sr[m] = sched_req(ad, r, aq[i], budgets[i], avail ? avail[i] : -1, resume);
         ad->map[m++] = i;
         st.seqs++;
     }
@@ -244,7 +246,7 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     }
     if (k == 0) {
         q->zero_run++;
-    } else if (q->probing) { /* a probe: wait longer for the next unless drafting pays from now on */
+    } else if (q->probing && accepted == 0) { /* a probe that failed: wait longer for the next */
         q->zero_run = 0;
         q->probe_every = q->probe_every * 2 < SD_VF_PROBE_MAX ? q->probe_every * 2 : SD_VF_PROBE_MAX;
     } else {
@@ -255,27 +257,34 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
 
 void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
                       sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
-                      const bool *fresh, const double *draft_ms, const bool *ready, int n, bool pipelined)
+                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined)
 {
     /* the drafter's call behind this step: the requests asked, its passes (one per position of the
-     * longest span, one to take in the committed tokens, pipelined one for the guess of the next) */
-    bool catchup = false;
-    int asked = 0, longest = 0;
+     * longest span, one to take in the committed tokens, pipelined one for the guess of the next),
+     * and the tokens it first had to catch up on */
+    int asked = 0, longest = 0, behind = 0;
     double drafter_ms = 0;
     for (int i = 0; i < n; i++) {
         if (aq[i]->k <= 0) continue;
         asked++;
-        catchup |= fresh[i];
+        behind += catchup[i];
         if (offered[i] > longest) longest = offered[i];
         if (draft_ms[i] > drafter_ms) drafter_ms = draft_ms[i];
     }
     if (t->rows > 0) {
         sd_cost_forward(&ad->cost, t->rows, t->seqs, t->forward_ms);
         sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_rows, t->accept_ms);
-        if (!catchup) note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, drafter_ms, pipelined);
+        note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, drafter_ms, pipelined);
     }
-    if (!catchup && asked > 0 && drafter_ms > 0)
-        sd_cost_forward(&ad->drafter, asked, asked, drafter_ms / (longest + 1 + pipelined));
+    int passes = longest + 1 + pipelined;
+    if (asked > 0 && drafter_ms > 0) {
+        if (behind == 0) { /* a plain drafting call: its pace */
+            sd_cost_forward(&ad->drafter, asked, asked, drafter_ms / passes);
+        } else if (sd_cost_known(&ad->drafter)) { /* what the passes do not explain is the catching up */
+            double extra = drafter_ms - passes * sd_cost_forward_ms(&ad->drafter, asked, asked);
+            ad->catch_ms = sd_avg_update(ad->catch_ms, extra > 0 ? extra / behind : 0, &ad->n_catch, OVER_ALPHA);
+        }
+    }
     for (int i = 0; i < n; i++) {
         sd_vf_areq *q = aq[i];
         if (q->k < 0) continue;

@@ -12,19 +12,22 @@
  *     in the committed tokens) as a function of the requests it drafts for
  *     at once, times the passes the longest span needs, times the share not
  *     hidden — all of it when the verifier waits for every span (serial),
- *     the steps whose span was not ready when pipelined;
+ *     the steps whose span was not ready when pipelined; and a request the
+ *     drafter must first catch up on (opened, or left without drafts a
+ *     while) costs those tokens at the drafter's measured catch-up rate,
+ *     once, when it is given drafts again;
  *   - per request, the acceptance per draft position, seeded from the
  *     server-wide estimate for its kind (verification mode and temperature
  *     bucket), which every request's steps update.
  * The scheduler then maximises expected committed tokens per second of the
  * whole step within the free KV blocks. A request it gives no drafts for
  * a while gets a one-draft probe (after 4 steps, doubling to 64 while probes
- * keep finding nothing; one request per step), so a request whose drafts
+ * are rejected, back to 4 when one is accepted; one request per step), so a request whose drafts
  * got better is noticed and the estimates never freeze — but only while a
  * draft sure to be accepted could pay for itself at the measured cost
- * (else the cost keeps it plain, and a probe every 256 steps re-measures). A request that set its own num_draft
- * always verifies that many (kmin = kmax); --spec-max-batch caps still
- * apply when given.
+ * (else the cost keeps it plain, and a probe every 256 steps re-measures).
+ * A request that set its own num_draft always verifies that many (kmin =
+ * kmax); --spec-max-batch caps still apply when given.
  *
  * Pure (no I/O); one thread owns an sd_vf_adapt. */
 #ifndef SD_VF_ADAPT_H
@@ -65,6 +68,8 @@ typedef struct sd_vf_adapt {
     sd_cost cost;
     double plain_ms, draft_ms, hit;          /* overheads, pipelined hit rate */
     unsigned n_plain, n_draft, n_hit;
+    double catch_ms;                         /* the drafter's ms per token it catches up on */
+    unsigned n_catch;
     sd_cost drafter;                         /* the drafter's ms per pass by requests drafted for at once */
     sd_accept prior[SD_VF_ACCEPT_KEYS];
     bool drafter_q;                          /* the drafter answered a q request with q */
@@ -96,27 +101,30 @@ void sd_vf_areq_init(sd_vf_areq *q, bool fixed);
 /* Chooses this step's drafts. For each of reqs[0..n): budgets[i] is the
  * most drafts it may verify (0: none — prefilling, finished, speculation off
  * or capped), avail[i] the drafts at hand (pipelined: its span's; < 0: as
- * many as asked, i.e. serial, or a pipelined request that would wait). On
+ * many as asked, i.e. serial, or a pipelined request that would wait),
+ * catchup[i] (NULL: none) the tokens the drafter would first have to take
+ * in for it (beyond a step's worth: it was opened, or left without drafts
+ * a while). On
  * return budgets[i] = the drafts chosen and tell[i] (when tell is not NULL)
  * = how far the drafter should draft ahead for it (pipelined). kv_free: free
  * KV blocks (< 0: no limit), bs: block size, prefill_chunk: the engine's
  * prompt chunk, pipelined: the step's protocol. Returns SD_OK or SD_ERR_NOMEM (budgets then unchanged). */
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
-                           const int *avail, int *tell, int n, int kv_free, int bs, int prefill_chunk,
-                           bool pipelined);
+                           const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
+                           int prefill_chunk, bool pipelined);
 
 /* After the step: t is the engine's timing, wall_ms the step's wall time
  * (from the start of its planning — drafter exchange and waits included,
  * router I/O not — to the end of the engine step; <= 0: unknown),
  * offered[i] / accepted[i] what the engine verified for reqs[i], had_q[i]
- * whether those drafts came with q, fresh[i] whether the drafter first had
- * to catch up on the request (opened, or many tokens behind: such steps say
- * nothing about the drafter's pace and are left out of it), draft_ms[i] the
- * drafter's time behind them (0: unknown), ready[i] (pipelined) whether the span was there when
+ * whether those drafts came with q, catchup[i] the tokens the drafter first
+ * had to take in for it (as for the plan: their cost is measured apart from
+ * the drafter's pace), draft_ms[i] the drafter's time behind them (0:
+ * unknown), ready[i] (pipelined) whether the span was there when
  * the step began. */
 void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
                       sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
-                      const bool *fresh, const double *draft_ms, const bool *ready, int n, bool pipelined);
+                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined);
 
 /* The acceptance estimates to report: fills up to cap entries (names and
  * buffers owned by ad / bufs) of the kinds observed. Returns how many. */

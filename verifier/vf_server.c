@@ -56,7 +56,7 @@ struct sd_vf_server {
     sd_vf_areq **aqs;       /* step scratch for vf_adapt: the requests' adaptive states */
     int *avail, *offered, *accepted; /* drafts at hand; verified and accepted by the step */
     bool *had_q;            /* those drafts came with q */
-    bool *fresh;            /* the drafter had to catch up on the request (opened, or far behind) */
+    int *catchup;           /* tokens the drafter must first take in for the request (opened, or far behind) */
     double *draft_ms;       /* the drafter's time behind them */
     sd_vf_adapt ad;         /* adaptive speculation: measured cost and acceptance, the scheduler */
     sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
@@ -400,8 +400,9 @@ static void plan_step(sd_vf_server *s)
         s->sampled[i] = s->reqs[i]->p.sampling.temperature > 0.0f;
         s->ready[i] = false;
         /* drafting for a request the drafter must first catch up on costs more than its drafts */
-        int behind = s->reqs[i]->n_tokens - s->slots[i]->drafter_known;
-        s->fresh[i] = s->slots[i]->drafter_known == 0 || behind > SD_MAX_DRAFT + 1;
+        const sd_vf_slot *sl = s->slots[i];
+        int behind = s->reqs[i]->n_tokens - sl->drafter_known;
+        s->catchup[i] = sl->drafter_known == 0 ? s->reqs[i]->n_tokens : behind > SD_MAX_DRAFT + 1 ? behind : 0;
     }
     if (s->link)
         sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
@@ -413,7 +414,7 @@ static void plan_step(sd_vf_server *s)
 static int choose_drafts(sd_vf_server *s, const int *avail, int *tell, bool pipelined)
 {
     int n = s->n_active, free = sd_kv_pool_free_count(s->pool) - promised_blocks(s), drafting = 0;
-    if (sd_vf_adapt_plan(&s->ad, s->reqs, s->aqs, s->budgets, avail, tell, n, free,
+    if (sd_vf_adapt_plan(&s->ad, s->reqs, s->aqs, s->budgets, avail, s->catchup, tell, n, free,
                          sd_kv_pool_block_size(s->pool), s->cfg->prefill_chunk, pipelined) != SD_OK)
         SD_WARN("out of memory choosing draft lengths: drafting as many as allowed");
     for (int i = 0; i < n; i++) drafting += s->budgets[i] > 0;
@@ -446,7 +447,7 @@ static void note_step(sd_vf_server *s, double wall_ms, bool pipelined)
         s->draft_ms[i] = s->props[i].n > 0 ? vr->slot.prop_draft_us / 1e3 : 0;
     }
     sd_vf_adapt_done(&s->ad, sd_engine_last_timing(s->e), wall_ms, s->reqs, s->aqs, s->offered, s->accepted,
-                     s->had_q, s->fresh, s->draft_ms, s->ready, n, pipelined);
+                     s->had_q, s->catchup, s->draft_ms, s->ready, n, pipelined);
 }
 
 /* Runs the engine step with the slots' proposals, then the bookkeeping of
@@ -718,7 +719,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->offered = calloc(nb, sizeof *s->offered);
     s->accepted = calloc(nb, sizeof *s->accepted);
     s->had_q = calloc(nb, sizeof *s->had_q);
-    s->fresh = calloc(nb, sizeof *s->fresh);
+    s->catchup = calloc(nb, sizeof *s->catchup);
     s->draft_ms = calloc(nb, sizeof *s->draft_ms);
     sd_vf_adapt_init(&s->ad);
     sd_vf_pace_init(&s->pace, &s->ad.cost);
@@ -727,7 +728,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->ncpu = sd_cpu_count();
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
-        !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->fresh ||
+        !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->catchup ||
         !s->draft_ms) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
@@ -776,7 +777,7 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->offered);
     free(s->accepted);
     free(s->had_q);
-    free(s->fresh);
+    free(s->catchup);
     free(s->draft_ms);
     sd_vf_adapt_free(&s->ad);
     free(s);

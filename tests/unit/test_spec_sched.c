@@ -2,7 +2,8 @@
  * (common/spec_sched.c) on synthetic cost and acceptance: low acceptance
  * gives no drafts, K grows with acceptance, a flat (GPU-like) cost takes
  * the most, larger batches take fewer, the drafter's exposed time shortens
- * spans, kmin / kmax and the KV budget are respected, nothing measured means
+ * spans, a drafter far behind on a request keeps it plain, kmin / kmax and
+ * the KV budget are respected, nothing measured means
  * kmin, and the choice is the best by brute force over every combination. */
 #include <check.h>
 #include <math.h>
@@ -132,6 +133,27 @@ START_TEST(exposed_drafting_shortens)
 }
 END_TEST
 
+START_TEST(catching_up_costs_once)
+{
+    /* two equal requests; the drafter is far behind on the second: resuming it costs 5 ms */
+    sd_cost c;
+    cpu_cost(&c);
+    sd_accept a;
+    uniform(&a, 0.8);
+    sd_sched_req r[2] = {req_of(&a, 12), req_of(&a, 12)};
+    r[1].resume_ms = 5;
+    sd_sched_cand cand[2 * SD_MAX_DRAFT];
+    int k[2];
+    sd_sched_step st = step_of(&c);
+    sd_sched_choose(&st, r, 2, k, cand);
+    ck_assert_int_gt(k[0], 0);
+    ck_assert_int_eq(k[1], 0);
+    r[1].resume_ms = 0;
+    sd_sched_choose(&st, r, 2, k, cand);
+    ck_assert_int_gt(k[1], 0);
+}
+END_TEST
+
 START_TEST(bounds_and_kv)
 {
     sd_cost c;
@@ -219,6 +241,7 @@ int main(void)
     tcase_add_test(tc, acceptance_drives_k);
     tcase_add_test(tc, batch_takes_fewer);
     tcase_add_test(tc, exposed_drafting_shortens);
+    tcase_add_test(tc, catching_up_costs_once);
     tcase_add_test(tc, bounds_and_kv);
     tcase_add_test(tc, best_by_brute_force);
     suite_add_tcase(s, tc);

@@ -64,12 +64,13 @@ static void sim_init(sim *s, int n, bool fixed)
 static int sim_step(sim *s, const int *budget_in)
 {
     int budgets[4], offered[4], accepted[4];
-    bool had_q[4] = {0}, ready[4] = {0}, fresh[4] = {0};
+    bool had_q[4] = {0}, ready[4] = {0};
+    int catchup[4] = {0};
     double dms[4] = {0};
     int rows = 0;
     s->calls++;
     for (int i = 0; i < s->n; i++) budgets[i] = budget_in ? budget_in[i] : 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, s->n, -1, 16, 256, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, 256, false), SD_OK);
     for (int i = 0; i < s->n; i++) {
         offered[i] = budgets[i];
         accepted[i] = 0;
@@ -79,7 +80,7 @@ static int sim_step(sim *s, const int *budget_in)
     }
     sd_step_timing t = timing_of(rows);
     double wall = t.forward_ms + t.accept_ms + (s->ad.maxk > 0 ? 0.1 + 0.02 * s->ad.maxk : 0.02);
-    sd_vf_adapt_done(&s->ad, &t, wall, s->rp, s->qp, offered, accepted, had_q, fresh, dms, ready, s->n, false);
+    sd_vf_adapt_done(&s->ad, &t, wall, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n, false);
     return budgets[0];
 }
 
@@ -128,13 +129,13 @@ START_TEST(new_requests_start_from_their_kind)
     s.qp[1] = &s.q[1];
     s.n = 2;
     int budgets[2] = {12, 12};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
     ck_assert_int_ge(budgets[1], 3);
     /* a sampled request is another kind: nothing known of it yet, a modest start */
     s.r[1] = make_req(0.8f);
     sd_vf_areq_init(&s.q[1], false);
     budgets[0] = budgets[1] = 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
     ck_assert_int_lt(budgets[1], budgets[0]);
     ck_assert_int_ne(s.q[1].key, s.q[0].key);
     /* the report: greedy observed, with a high first-position estimate */
@@ -172,7 +173,7 @@ START_TEST(fixed_and_budgets)
     ck_assert_uint_eq(s.q[1].st.k_steps, 0);
     /* pipelined: spans at hand bound the choice; the drafter is told a little more */
     int budgets[2] = {12, 12}, avail[2] = {3, -1}, tell[2] = {0, 0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, tell, 2, -1, 16, 256, true), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, NULL, tell, 2, -1, 16, 256, true), SD_OK);
     ck_assert_int_le(budgets[0], 3);
     ck_assert_int_gt(budgets[0], 0);
     ck_assert_int_eq(tell[0], budgets[0] + 2);

