@@ -23,9 +23,31 @@ void sd_cost_init(sd_cost *c)
     c->speed = 1;
 }
 
-/* The shape estimate (at speed 1) for rows over seqs: the table, the line,
- * the per-sequence correction (sd_cost_forward_ms without the speed). */
+/* The shape estimate (at speed 1) for rows over seqs: the table, the
+ * neighbours, the per-sequence correction (sd_cost_forward_ms without the
+ * speed). */
 static double shape_ms(const sd_cost *c, int rows, int seqs);
+
+/* Re-links the measured row counts after r got its first sample. */
+static void link_rows(sd_cost *c)
+{
+    int last = 0;
+    for (int r = 1; r <= SD_COST_ROWS; r++) {
+        if (c->n_row[r] > 0) last = r;
+        c->below[r] = (short)last;
+    }
+    last = 0;
+    for (int r = SD_COST_ROWS; r >= 1; r--) {
+        if (c->n_row[r] > 0) last = r;
+        c->above[r] = (short)last;
+    }
+    c->top = c->top2 = 0;
+    for (int r = SD_COST_ROWS; r >= 1 && !c->top2; r--)
+        if (c->n_row[r] > 0) {
+            if (!c->top) c->top = (short)r;
+            else c->top2 = (short)r;
+        }
+}
 
 void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
 {
@@ -43,32 +65,28 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
     }
     double x = ms / c->speed; /* the sample in shape units */
     c->steps++;
-    if (rows <= SD_COST_ROWS) {
-        unsigned *n = &c->n_row[rows];
-        double *t = &c->t_row[rows], *sq = &c->s_row[rows];
-        if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
-            double dx = seqs - *sq, dy = x - *t;
-            if (dy > 0.5 * *t) dy = 0.5 * *t; /* a hiccup says nothing about sequences */
-            c->gxx = c->gxx * DECAY + dx * dx;
-            c->gxy = c->gxy * DECAY + dx * dy;
-        }
-        if (*n == 1 && x < *t) { /* a size's first pass is often cold (page faults): a faster second replaces it */
-            *t = x;
-            *sq = seqs;
-            (*n)++;
-        } else {
-            /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
-             * a sample counts at most 1.5 times the average */
-            double v = *n >= 3 && x > 1.5 * *t ? 1.5 * *t : x;
-            unsigned n0 = *n;
-            *t = sd_avg_update(*t, v, n, ALPHA);
-            *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
-        }
-        c->at_row[rows] = c->steps;
+    if (rows > SD_COST_ROWS) return; /* beyond the table: extended from its end */
+    unsigned *n = &c->n_row[rows];
+    double *t = &c->t_row[rows], *sq = &c->s_row[rows];
+    if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
+        double dx = seqs - *sq, dy = x - *t;
+        if (dy > 0.5 * *t) dy = 0.5 * *t; /* a hiccup says nothing about sequences */
+        c->gxx = c->gxx * DECAY + dx * dx;
+        c->gxy = c->gxy * DECAY + dx * dy;
     }
-    sd_line_add(&c->line, rows, x, DECAY);
-    c->ls = c->ls * DECAY + seqs;
-    c->lsn = c->lsn * DECAY + 1;
+    if (*n == 1 && x < *t) { /* a size's first pass is often cold (page faults): a faster second replaces it */
+        *t = x;
+        *sq = seqs;
+        (*n)++;
+    } else {
+        /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
+         * a sample counts at most 1.5 times the average */
+        double v = *n >= 3 && x > 1.5 * *t ? 1.5 * *t : x;
+        unsigned n0 = *n;
+        *t = sd_avg_update(*t, v, n, ALPHA);
+        *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
+        if (n0 == 1) link_rows(c);
+    }
 }
 
 /* In shape units (speed 1). */
@@ -97,67 +115,35 @@ void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms)
 
 bool sd_cost_known(const sd_cost *c)
 {
-    return c->steps > 0;
+    return c->top > 0;
 }
 
-void sd_line_add(sd_line *l, double x, double y, double decay)
+/* The shape for a row count not measured: between measured neighbours on
+ * the line through them; beyond the largest, on the slope of the last two;
+ * below the smallest, or with one count measured, proportional to rows. */
+static double unmeasured_ms(const sd_cost *c, int rows)
 {
-    l->sn = l->sn * decay + 1;
-    l->sx = l->sx * decay + x;
-    l->sy = l->sy * decay + y;
-    l->sxx = l->sxx * decay + x * x;
-    l->sxy = l->sxy * decay + x * y;
-}
-
-bool sd_line_fit(const sd_line *l, double x0, double *a, double *b)
-{
-    *a = *b = 0;
-    if (l->sn <= 0) return false;
-    double mx = l->sx / l->sn, my = l->sy / l->sn, den = l->sn * l->sxx - l->sx * l->sx;
-    if (den <= 1e-9 * l->sn * l->sxx) { /* one x only */
-        *b = mx + x0 > 0 ? my / (mx + x0) : 0;
-        *a = *b * x0;
-        return true;
-    }
-    *b = (l->sn * l->sxy - l->sx * l->sy) / den;
-    if (*b < 0) *b = 0;
-    *a = my - *b * mx;
-    return true;
-}
-
-/* The line's prediction for rows (proportional to rows while only one row
- * count was seen, so that smaller steps are tried first); 0 without samples. */
-static double line_ms(const sd_cost *c, int rows)
-{
-    double a, b;
-    if (!sd_line_fit(&c->line, 0, &a, &b)) return 0;
-    double t = a + b * rows;
-    return t > 0 ? t : c->line.sy / c->line.sn;
+    int lo = rows <= SD_COST_ROWS ? c->below[rows] : c->top;
+    int hi = rows <= SD_COST_ROWS ? c->above[rows] : 0;
+    if (lo && hi) return c->t_row[lo] + (c->t_row[hi] - c->t_row[lo]) * (rows - lo) / (hi - lo);
+    if (hi) return c->t_row[hi] * rows / hi;
+    if (!c->top2) return c->t_row[c->top] * rows / c->top;
+    double slope = (c->t_row[c->top] - c->t_row[c->top2]) / (c->top - c->top2);
+    if (slope < 0) slope = 0;
+    return c->t_row[c->top] + slope * (rows - c->top);
 }
 
 static double shape_ms(const sd_cost *c, int rows, int seqs)
 {
+    if (!c->top) return 0;
     if (rows < 1) rows = 1;
-    double t, s_avg = -1; /* s_avg < 0: no measurement to correct from */
-    if (rows <= SD_COST_ROWS && c->n_row[rows] > 0) {
-        t = c->t_row[rows];
-        s_avg = c->s_row[rows];
-        if (c->steps - c->at_row[rows] > SD_COST_STALE) {
-            double l = line_ms(c, rows);
-            if (l > 0 && l < t) {
-                t = l;
-                s_avg = -1;
-            }
-        }
-    } else {
-        t = line_ms(c, rows);
-    }
+    if (rows > SD_COST_ROWS || c->n_row[rows] == 0) return unmeasured_ms(c, rows);
+    double t = c->t_row[rows], s_avg = c->s_row[rows];
     /* more sequences than this size was measured with: dearer, but only near what was measured —
      * far from it the figure is a guess, and an optimistic one gets the size tried and measured */
-    if (t > 0 && seqs > 0 && s_avg > 0 && (seqs < s_avg || seqs <= 1.5 * s_avg + 1)) {
+    if (seqs > 0 && (seqs < s_avg || seqs <= 1.5 * s_avg + 1)) {
         t += per_seq_shape(c) * (seqs - s_avg);
-        double floor = 0.5 * c->t_row[rows];
-        if (t < floor) t = floor;
+        if (t < 0.5 * c->t_row[rows]) t = 0.5 * c->t_row[rows];
     }
     return t;
 }
@@ -200,14 +186,14 @@ void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight)
 {
     memset(a, 0, sizeof *a);
     for (int i = 0; i < SD_MAX_DRAFT; i++) {
-        a->a[i] = prior ? prior->a[i] : 0.5;
+        a->a[i] = prior ? prior->a[i] : SD_ACCEPT_START;
         a->n[i] = prior ? (prior->n[i] < prior_weight ? prior->n[i] : prior_weight) : 1;
         a->c[i] = prior ? prior->c[i] : 1.0;
         a->nc[i] = prior ? (prior->nc[i] < prior_weight ? prior->nc[i] : prior_weight) : 0;
     }
 }
 
-void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, double alpha)
+void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, double alpha, bool runs)
 {
     if (asked <= 0 || offered < 0 || offered > asked || accepted < 0 || accepted > offered) return;
     if (asked > SD_MAX_DRAFT) asked = SD_MAX_DRAFT;
@@ -229,7 +215,7 @@ void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, doubl
         }
         double p_x = x ? a->a_run[i] : 1 - a->a_run[i];
         a->last[i] = x;
-        if (!a->fast[i] && a->run[i] >= 2 && pow(p_x, a->run[i]) < SD_ACCEPT_SURPRISE) a->fast[i] = true;
+        if (runs && !a->fast[i] && a->run[i] >= 2 && pow(p_x, a->run[i]) < SD_ACCEPT_SURPRISE) a->fast[i] = true;
         if (a->fast[i]) {
             a->a[i] += 0.5 * (to - a->a[i]);
             if (a->n[i] < ACCEPT_CAP) a->n[i]++;
@@ -264,7 +250,7 @@ static double mean_of(const double *v, const unsigned *n, double dflt)
 
 double sd_accept_reach(const sd_accept *a, int j)
 {
-    double p = 1, mean = mean_of(a->a, a->n, 0.5);
+    double p = 1, mean = mean_of(a->a, a->n, SD_ACCEPT_START);
     for (int i = 0; i < j && i < SD_MAX_DRAFT; i++) p *= effective(a->a, a->n, i, mean);
     return p;
 }
@@ -278,7 +264,7 @@ double sd_accept_offered(const sd_accept *a, int j)
 
 double sd_accept_expected(const sd_accept *a, int k)
 {
-    double e = 1, pa = 1, pc = 1, ma = mean_of(a->a, a->n, 0.5), mc = mean_of(a->c, a->nc, 1.0);
+    double e = 1, pa = 1, pc = 1, ma = mean_of(a->a, a->n, SD_ACCEPT_START), mc = mean_of(a->c, a->nc, 1.0);
     for (int i = 0; i < k && i < SD_MAX_DRAFT; i++) {
         pa *= effective(a->a, a->n, i, ma);
         pc *= effective(a->c, a->nc, i, mc);

@@ -2,15 +2,18 @@
  * engine step and the acceptance of drafts.
  *
  * sd_cost is the time of one engine step, from the steps measured so far:
- *   forward(rows)            the forward pass over `rows` positions (prompt
+ *   forward(rows, seqs)      the forward pass over `rows` positions (prompt
  *                            chunks, decode rows and verify-span positions all
- *                            count). Kept as an average per row count, because
- *                            the curve is far from a line (a CPU's tiles jump
- *                            at their widths, a GPU is flat until it is
- *                            compute-bound), with a decayed least-squares line
- *                            t = a + b·rows for row counts not measured lately
- *                            (proportional to rows while only one row count
- *                            was measured);
+ *                            count) of `seqs` sequences. Kept as an average per
+ *                            row count, because the curve is far from a line (a
+ *                            CPU's tiles jump at their widths, its cost per row
+ *                            grows once it is compute-bound, a GPU is flat until
+ *                            then); a row count not measured yet is
+ *                            interpolated between its nearest measured
+ *                            neighbours, and beyond the largest one extended
+ *                            with the slope of the last two (proportionally to
+ *                            rows while only one count is measured, so that
+ *                            smaller steps are tried first);
  *   accept(greedy, sampled)  verification after the pass: a greedy row costs
  *                            an argmax, a sampled row a full-vocabulary
  *                            distribution; a decayed least-squares fit of
@@ -32,9 +35,6 @@
  * what a size was measured with the figure would be a guess, and the
  * optimistic one gets the size tried, and so measured, with those
  * sequences.
- * A row count whose average was not refreshed in SD_COST_STALE steps is
- * predicted at most at the line, so one slow spell cannot keep the
- * scheduler away from a size forever: it is tried again, and re-measured.
  *
  * sd_accept is per-position acceptance, a[i] = P(draft i+1 is accepted |
  * drafts 1..i were), and per-position supply, c[i] = P(the proposer offers
@@ -54,6 +54,12 @@
  * one unlucky outcome cannot keep it from ever being tried again, while a
  * position judged often speaks for itself.
  *
+ * With nothing observed of a kind (a fresh server), every position starts
+ * at SD_ACCEPT_START (one pseudo-observation): optimistic on purpose, so the
+ * drafts get tried and measured — a pessimistic start would keep a drafter
+ * nobody has measured from ever being measured, beyond rare one-draft
+ * probes, while an optimistic one is corrected by the first few steps.
+ *
  * No constant of one machine is in either: every figure is measured. Pure;
  * one thread owns each value. */
 #ifndef SD_SPEC_MODEL_H
@@ -64,35 +70,22 @@
 #include "proposer.h"
 
 #define SD_COST_ROWS 512   /* row counts with their own average */
-#define SD_COST_STALE 256  /* steps after which a row count's average yields to the line */
 #define SD_ACCEPT_SURPRISE 0.0005 /* a run of outcomes this unlikely signals a change of acceptance */
+#define SD_ACCEPT_START 0.8 /* acceptance assumed of a kind never observed: optimistic, so it gets tried */
 
 /* The average of samples x so far, *n of them before this one: their plain
  * mean while 1 / n > alpha, an EMA of weight alpha after. */
 double sd_avg_update(double old, double x, unsigned *n, double alpha);
 
-/* A least-squares line y = a + b·x over decayed samples (each new sample
- * first multiplies the old sums by decay). */
-typedef struct sd_line {
-    double sn, sx, sy, sxx, sxy;
-} sd_line;
-
-void sd_line_add(sd_line *l, double x, double y, double decay);
-
-/* Fits a, b (b >= 0). Returns false with no samples; with one x value only
- * (no slope to see) b = y / (x + x0) and a = b·x0: the caller's guess x0 of
- * the x-intercept distance. */
-bool sd_line_fit(const sd_line *l, double x0, double *a, double *b);
-
 typedef struct sd_cost {
-    double t_row[SD_COST_ROWS + 1];      /* forward ms by rows */
+    double t_row[SD_COST_ROWS + 1];      /* forward shape (ms at speed 1) by rows */
     double s_row[SD_COST_ROWS + 1];      /* sequences those passes had, on average */
     unsigned n_row[SD_COST_ROWS + 1];    /* samples behind t_row (0: never measured) */
-    unsigned long long at_row[SD_COST_ROWS + 1]; /* the step that last refreshed t_row */
+    short below[SD_COST_ROWS + 1];       /* the nearest measured row count at or below (0: none) */
+    short above[SD_COST_ROWS + 1];       /* ... at or above (0: none) */
+    short top, top2;                     /* the largest measured row counts (0: none) */
     unsigned long long steps;            /* forward passes measured */
     double speed;                        /* the machine's speed now: predictions = speed × shape */
-    sd_line line;                        /* forward = a + b·rows */
-    double ls, lsn;                      /* decayed sum of sequences and count behind the line */
     double gxx, gxy;                     /* decayed sums for the per-sequence cost g (no intercept) */
     double agg, ass, ags, agy, asy;      /* decayed sums of accept = g·greedy + s·sampled */
     unsigned n_acc;
@@ -142,8 +135,10 @@ void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight)
 
 /* A step asked the proposer for `asked` drafts, it offered `offered` and
  * the verifier accepted the first `accepted` (0 <= accepted <= offered <=
- * asked); alpha: the EMA weight once warm. */
-void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, double alpha);
+ * asked); alpha: the EMA weight once warm; runs: follow surprising runs
+ * fast (one request's estimate: yes; an average over many requests, whose
+ * observations interleave: no). */
+void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, double alpha, bool runs);
 
 /* P(at least j offered drafts accepted) = prod_{i<j} a[i] (shrunk); 1 for j = 0. */
 double sd_accept_reach(const sd_accept *a, int j);

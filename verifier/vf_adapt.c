@@ -27,9 +27,10 @@ void sd_vf_adapt_free(sd_vf_adapt *ad)
     free(ad->cand);
     free(ad->kk);
     free(ad->map);
+    free(ad->k0);
     ad->sr = NULL;
     ad->cand = NULL;
-    ad->kk = ad->map = NULL;
+    ad->kk = ad->map = ad->k0 = NULL;
     ad->cap = 0;
 }
 
@@ -111,8 +112,8 @@ static sd_status fit(sd_vf_adapt *ad, int n)
     if (n <= ad->cap) return SD_OK;
     size_t cap = (size_t)ad->cap, want = (size_t)n;
     const sd_grow_item items[] = {SD_GROW_ITEM(ad->sr), SD_GROW_ITEM(ad->kk), SD_GROW_ITEM(ad->map),
-                                  {&ad->cand, SD_MAX_DRAFT * sizeof *ad->cand}};
-    if (sd_grow_all(items, 4, &cap, want) != SD_OK) return SD_ERR_NOMEM;
+                                  SD_GROW_ITEM(ad->k0), {&ad->cand, SD_MAX_DRAFT * sizeof *ad->cand}};
+    if (sd_grow_all(items, 5, &cap, want) != SD_OK) return SD_ERR_NOMEM;
     ad->cap = (int)cap;
     return SD_OK;
 }
@@ -130,6 +131,26 @@ static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, i
     int kmax = avail >= 0 && avail < budget ? avail : budget;
     return (sd_sched_req){&q->acc, q->fixed ? kmax : 0, kmax, r->p.sampling.temperature > 0, r->kv.len,
                           r->kv.n_blocks, resume_ms};
+}
+
+/* The plan without drafts beyond the fixed ones, instead of plan, when it
+ * is better once each prediction is corrected by the average error of its
+ * kind of step (with drafts, without). */
+static sd_sched_plan debiased(sd_vf_adapt *ad, const sd_sched_step *st, int m, sd_sched_plan plan)
+{
+    double tokens = st->fixed_tokens;
+    bool extra = false;
+    for (int j = 0; j < m; j++) {
+        ad->k0[j] = ad->sr[j].kmin;
+        extra |= ad->kk[j] > ad->k0[j];
+        tokens += sd_accept_expected(ad->sr[j].acc, ad->k0[j]);
+    }
+    if (!extra || plan.step_ms <= 0) return plan;
+    double t = sd_sched_step_ms(st, ad->sr, m, ad->k0);
+    if (t <= 0 || plan.tokens / (plan.step_ms * (1 + ad->bias_draft)) > tokens / (t * (1 + ad->bias_plain)))
+        return plan;
+    memcpy(ad->kk, ad->k0, (size_t)m * sizeof *ad->kk);
+    return (sd_sched_plan){t, tokens, 0};
 }
 
 /* At most one probe per step: the request left without drafts longest,
@@ -182,12 +203,15 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             }
             continue;
         }
-        double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms : 0;
+        /* the drafter's catching up is paid once and serves the steps the request then keeps
+         * drafting: spread over their measured number */
+        double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms / (ad->run_steps > 1 ? ad->run_steps : 1) : 0;
         ad->sr[m] = sched_req(ad, r, aq[i], budgets[i], avail ? avail[i] : -1, resume);
         ad->map[m++] = i;
         st.seqs++;
     }
     sd_sched_plan plan = sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
+    plan = debiased(ad, &st, m, plan);
     ad->pred_ms = plan.step_ms;
     int probing = probe(ad, &st, aq, m, plan);
     ad->maxk = 0;
@@ -224,28 +248,47 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, dou
         ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
     }
     if (ad->pred_ms > 0) {
+        double bias = (wall_ms - ad->pred_ms) / ad->pred_ms;
+        if (bias > 1) bias = 1; /* a hiccup */
+        if (ad->maxk > 0) ad->bias_draft = sd_avg_update(ad->bias_draft, bias, &ad->n_bias_draft, OVER_ALPHA);
+        else ad->bias_plain = sd_avg_update(ad->bias_plain, bias, &ad->n_bias_plain, OVER_ALPHA);
         ad->pred_us += (uint64_t)(ad->pred_ms * 1e3);
         ad->meas_us += (uint64_t)(wall_ms * 1e3);
         ad->err_us += (uint64_t)(fabs(ad->pred_ms - wall_ms) * 1e3);
     }
 }
 
-/* A scheduled request's step: its figures, its acceptance, its probe rhythm. */
-static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int offered, int accepted, bool had_q)
+/* A scheduled request's step: its figures, its acceptance, its probe rhythm.
+ * Pipelined, a step that asked for drafts and verified none had no span for
+ * its base in time (the drafter late, still catching up, or its span stale):
+ * that is the drafter's pace, priced by the hit rate and the wait, not the
+ * proposer's supply nor a failed probe — it teaches the estimate nothing. */
+static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int offered, int accepted, bool had_q,
+                         bool pipelined)
 {
     int k = q->k;
+    bool late = pipelined && k > 0 && offered == 0;
     q->st.k_sum += (uint64_t)k;
     q->st.k_steps++;
     q->st.k_zero += k == 0;
     ad->k_hist[k]++;
-    if (k > 0) {
+    if (k > 0 && !late) {
         sd_verify_mode mode = sd_req_verify_mode(r, had_q);
-        sd_accept_observe(&q->acc, k, offered, accepted, ACC_ALPHA);
-        sd_accept_observe(&ad->prior[key_of(mode, r->p.sampling.temperature)], k, offered, accepted, PRIOR_ALPHA);
+        sd_accept_observe(&q->acc, k, offered, accepted, ACC_ALPHA, true);
+        sd_accept_observe(&ad->prior[key_of(mode, r->p.sampling.temperature)], k, offered, accepted, PRIOR_ALPHA,
+                          false);
         if (wants_q(r) && offered > 0) ad->drafter_q = had_q;
+    }
+    if (k > 0) {
+        q->draft_run++;
+    } else if (q->draft_run > 0) { /* a drafting run ended: how long they last */
+        ad->run_steps = sd_avg_update(ad->run_steps, q->draft_run, &ad->n_run, OVER_ALPHA);
+        q->draft_run = 0;
     }
     if (k == 0) {
         q->zero_run++;
+    } else if (late && q->probing) { /* a probe without its draft: due again next step */
+        q->zero_run = q->probe_every;
     } else if (q->probing && accepted == 0) { /* a probe that failed: wait longer for the next */
         q->zero_run = 0;
         q->probe_every = q->probe_every * 2 < SD_VF_PROBE_MAX ? q->probe_every * 2 : SD_VF_PROBE_MAX;
@@ -288,7 +331,7 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
     for (int i = 0; i < n; i++) {
         sd_vf_areq *q = aq[i];
         if (q->k < 0) continue;
-        note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i]);
+        note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i], pipelined);
         if (pipelined && q->k > 0) ad->hit = sd_avg_update(ad->hit, ready[i], &ad->n_hit, OVER_ALPHA);
     }
     ad->pred_ms = 0;

@@ -20,7 +20,11 @@
  *     server-wide estimate for its kind (verification mode and temperature
  *     bucket), which every request's steps update.
  * The scheduler then maximises expected committed tokens per second of the
- * whole step within the free KV blocks. A request it gives no drafts for
+ * whole step within the free KV blocks; the plan with drafts is then
+ * compared once more with the plan without them, each prediction corrected
+ * by how far off the predictions of its kind (steps with drafts, steps
+ * without) have been on average — choosing the best of noisy estimates
+ * favours the ones that err low, and this takes the bias back out. A request it gives no drafts for
  * a while gets a one-draft probe (after 4 steps, doubling to 64 while probes
  * are rejected, back to 4 when one is accepted; one request per step), so a request whose drafts
  * got better is noticed and the estimates never freeze — but only while a
@@ -58,6 +62,7 @@ typedef struct sd_vf_areq {
     int key;             /* the kind it was seeded from (-1: not yet) */
     bool fixed;          /* it set its own num_draft: never adapted */
     int zero_run;        /* decode steps in a row chosen without drafts */
+    int draft_run;       /* decode steps in a row chosen with drafts */
     int probe_every;     /* zero_run that triggers a probe */
     int k;               /* drafts chosen this step (-1: not scheduled) */
     bool probing;        /* this step's draft is a probe */
@@ -70,6 +75,10 @@ typedef struct sd_vf_adapt {
     unsigned n_plain, n_draft, n_hit;
     double catch_ms;                         /* the drafter's ms per token it catches up on */
     unsigned n_catch;
+    double run_steps;                        /* steps a request keeps drafting once it starts, on average */
+    unsigned n_run;
+    double bias_draft, bias_plain;           /* (measured - predicted) / predicted step time, on average, */
+    unsigned n_bias_draft, n_bias_plain;     /* of the steps planned with drafts and without */
     sd_cost drafter;                         /* the drafter's ms per pass by requests drafted for at once */
     sd_accept prior[SD_VF_ACCEPT_KEYS];
     bool drafter_q;                          /* the drafter answered a q request with q */
@@ -79,7 +88,7 @@ typedef struct sd_vf_adapt {
     int maxk;                                /* this step's longest span chosen */
     sd_sched_req *sr;                        /* scratch */
     sd_sched_cand *cand;
-    int *kk, *map;
+    int *kk, *map, *k0;
     int cap;
 } sd_vf_adapt;
 

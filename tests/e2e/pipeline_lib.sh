@@ -27,7 +27,7 @@ PY=$(python3 -c 'import sys; print(sys.executable)')
 
 ok() { echo "ok   - $1"; }
 fail() { echo "FAIL - $1"; FAILS=$((FAILS + 1)); }
-check() { if eval "$2"; then ok "$1"; else fail "$1"; fi; }
+check() { if eval "$2"; then ok "$1"; else fail "$1"; return 1; fi; }
 # jget FILE EXPR: a Python expression over the JSON in FILE as j.
 jget() { "$PY" -c "import json,sys; j=json.load(open('$1')); print($2)" 2>/dev/null; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -103,7 +103,7 @@ serve_stop_all() {
   done
   jobs -p | xargs -r kill 2>/dev/null
   wait 2>/dev/null
-  rm -rf "$WORK"
+  [ -n "${SD_KEEP_WORK:-}" ] && echo "# kept $WORK" || rm -rf "$WORK"
 }
 trap serve_stop_all EXIT
 

@@ -10,14 +10,16 @@
 #   - sampled (temperature 0.8, seed 42, top_p 1, top_k 0, verify "match")
 #     equals `specd-generate --temperature 0.8 --seed 42` (match verification
 #     reproduces plain sampling);
-#   - responses carry usage and speculative stats, accepted_tokens > 0 for
-#     greedy with the draft model;
+#   - responses carry usage and speculative stats;
 # in pipelined mode (the default: the drafter drafts ahead, spans are used
 # only when their base is the committed sequence; the responses' drafting
 # stats show spans used), in serial mode (--spec-pipeline off), with the
 # draft length chosen per step (the default: responses and /metrics carry
 # the lengths chosen and the acceptance estimates) and with a static one
-# (--spec-adaptive off --num-draft 4: 4 drafts asked for at every step).
+# (--spec-adaptive off --num-draft 4). Serial and static: 4 drafts asked for
+# at every step and greedy accepts some (deterministic; an adaptive choice
+# or a pipelined span's length depends on the machine's timing, so there
+# only the figures' presence and range are checked).
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -68,9 +70,9 @@ run_mode() {
       echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled.$i")"
     fi
   done
-  case $mode in draft*)
-    check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]' ;;
-  esac
+  if [ "$mode" = draft-serial-static ]; then
+    check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]'
+  fi
   if [ "$mode" = draft ]; then
     check "[$mode] pipelined: spans used, some before the step began" \
       '[ "$(jget "$WORK/$mode.0.json" "j[\"speculative\"][\"drafting\"][\"spans_used\"] > 0 and j[\"speculative\"][\"drafting\"][\"pre_draft_hit_rate\"] > 0")" = True ]'
@@ -80,15 +82,21 @@ run_mode() {
     check "[$mode] /metrics: draft length histogram, predicted and measured step time, acceptance estimates" \
       '[ -n "$(metric specd_spec_draft_length_total)" ] && [ "$(metric specd_spec_step_measured_seconds_total)" != 0.000000 ] && [ -n "$(metric specd_spec_acceptance_estimate)" ]'
   fi
-  if [ "$mode" = draft-static ]; then
-    check "[$mode] a static length: 4 drafts asked for at every step" \
-      '[ "$(jget "$WORK/$mode.0.json" "(lambda d: d[\"steps_without_drafts\"] == 0 and 3.5 < d[\"mean\"] <= 4)(j[\"speculative\"][\"draft_length\"])")" = True ]'
-  fi
+  case $mode in *-static)
+    # serial: 4 at every step (fewer only where fewer tokens are left);
+    # pipelined: at most 4, fewer where a span came shorter
+    local want='d["steps_without_drafts"] == 0 and 3.5 < d["mean"] <= 4'
+    [ "$mode" = draft-static ] && want='d["decode_steps"] > 0 and 0 <= d["mean"] <= 4'
+    check "[$mode] a static length of 4 ($want)" \
+      '[ "$(jget "$WORK/$mode.0.json" "(lambda d: $want)(j[\"speculative\"][\"draft_length\"])")" = True ]' ||
+      echo "#   draft_length: $(jget "$WORK/$mode.0.json" 'j["speculative"]["draft_length"]')"
+  esac
   serve_stop
 }
 
 run_mode draft --draft "$DRAFT"
 run_mode draft-serial --draft "$DRAFT" --spec-pipeline off
 run_mode draft-static --draft "$DRAFT" --spec-adaptive off --num-draft 4
+run_mode draft-serial-static --draft "$DRAFT" --spec-pipeline off --spec-adaptive off --num-draft 4
 run_mode ngram --ngram
 finish
