@@ -17,7 +17,8 @@ struct sd_engine {
     sd_batch_seq *batch;    /* per step */
     int *slot;              /* batch index -> request index */
     int *span_k;            /* drafts used per request this step (-1: not in batch) */
-    size_t cap;             /* entries of batch, slot, span_k and spans */
+    int *chunk;             /* prompt tokens per request this step */
+    size_t cap;             /* entries of batch, slot, span_k, chunk and spans */
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
     sd_step_timing timing;  /* of the last step */
 };
@@ -28,6 +29,7 @@ sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
     if (!e) return NULL;
     e->m = m;
     e->opts.prefill_chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 256;
+    e->opts.prefill_budget = opts && opts->prefill_budget > 0 ? opts->prefill_budget : 512;
     e->ver = sd_verifier_new(sd_model_cfg(m)->vocab_size);
     if (!e->ver) {
         free(e);
@@ -44,6 +46,7 @@ void sd_engine_free(sd_engine *e)
     free(e->batch);
     free(e->slot);
     free(e->span_k);
+    free(e->chunk);
     free(e->spans);
     free(e);
 }
@@ -151,8 +154,8 @@ static sd_status grow(sd_engine *e, int n, int rows)
 {
     size_t V = (size_t)sd_model_cfg(e->m)->vocab_size;
     const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch), SD_GROW_ITEM(e->slot), SD_GROW_ITEM(e->span_k),
-                                    {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans}};
-    if (sd_grow_all(per_req, 4, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
+                                    SD_GROW_ITEM(e->chunk), {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans}};
+    if (sd_grow_all(per_req, 5, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
     return sd_grow(&e->logits, &e->cap_rows, (size_t)rows, V * sizeof *e->logits);
 }
 
@@ -163,16 +166,31 @@ static void fail_req(sd_engine *e, sd_req *r, const char *msg)
     sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
 }
 
-/* Adds request r to the batch: a prompt chunk or a verify span with up to
- * `k` drafts. Returns the number of logits rows it needs, or -1 if it could
- * not get KV (then it is failed). */
-static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d)
+int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *chunk)
+{
+    int left = e->opts.prefill_budget, total = 0; /* >= 1: the first prefilling request gets tokens */
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = reqs[i];
+        chunk[i] = 0;
+        if (r->finish != SD_FINISH_NONE || !sd_req_prefilling(r)) continue;
+        int c = r->n_prompt - r->n_prefilled;
+        if (c > e->opts.prefill_chunk) c = e->opts.prefill_chunk;
+        if (c > left) c = left;
+        chunk[i] = c;
+        left -= c;
+        total += c;
+    }
+    return total;
+}
+
+/* Adds request r to the batch: a prompt chunk of `chunk` tokens or a verify
+ * span with up to `k` drafts. Returns the number of logits rows it needs, or
+ * -1 if it could not get KV (then it is failed). */
+static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int chunk)
 {
     sd_kv_pool *pool = sd_model_kv_pool(e->m);
     sd_batch_seq *b = &e->batch[bi];
     if (sd_req_prefilling(r)) {
-        int chunk = r->n_prompt - r->n_prefilled;
-        if (chunk > e->opts.prefill_chunk) chunk = e->opts.prefill_chunk;
         if (sd_kv_reserve(pool, &r->kv, chunk) != SD_OK) {
             fail_req(e, r, "KV pool exhausted");
             return -1;
@@ -258,11 +276,13 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
     for (int i = 0; i < n; i++)
         if (reqs[i]->finish == SD_FINISH_NONE) rows += sd_req_prefilling(reqs[i]) ? 1 : SD_MAX_DRAFT + 1;
     if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    sd_engine_prefill_plan(e, reqs, n, e->chunk);
     for (int i = 0; i < n; i++) {
         sd_req *r = reqs[i];
         r->n_new = 0;
         if (r->finish != SD_FINISH_NONE) continue;
-        if (plan_req(e, r, nb, drafts ? &drafts[i] : NULL) < 0) continue;
+        if (sd_req_prefilling(r) && e->chunk[i] == 0) continue; /* its prompt waits for a later step */
+        if (plan_req(e, r, nb, drafts ? &drafts[i] : NULL, e->chunk[i]) < 0) continue;
         e->slot[nb++] = i;
     }
     e->timing = (sd_step_timing){0};

@@ -70,6 +70,10 @@ typedef struct sd_req {
 
 typedef struct sd_engine_opts {
     int prefill_chunk;   /* max prompt tokens per request per step (default 256) */
+    int prefill_budget;  /* max prompt tokens per step over all requests (default 512): bounds
+                          * a step's time however many long prompts arrive together, so the
+                          * requests already decoding keep streaming and the verifier keeps
+                          * answering between steps */
 } sd_engine_opts;
 
 typedef struct sd_engine sd_engine;
@@ -102,6 +106,13 @@ bool sd_engine_can_admit(const sd_engine *e, const sd_req *r);
 static inline const int32_t *sd_req_output(const sd_req *r) { return r->tokens + r->n_prompt; }
 static inline int sd_req_n_output(const sd_req *r) { return r->n_tokens - r->n_prompt; }
 static inline bool sd_req_prefilling(const sd_req *r) { return r->n_prefilled < r->n_prompt; }
+
+/* The prompt tokens each request prefills in the next step: chunk[i] for
+ * reqs[i], 0 for one not prefilling or waiting for a later step. Requests
+ * take their chunks (at most prefill_chunk) in order until the step's
+ * prefill_budget is spent; the first prefilling request always gets one.
+ * Returns the total. sd_engine_step follows the same plan. */
+int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *chunk);
 
 /* How many drafts the request can use this step (0 while prefilling, when
  * speculation is off, or near max_tokens / the context end). */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
+
 sd_status sd_opt_i64(const char *s, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err,
                      size_t errlen)
 {
@@ -73,4 +75,48 @@ sd_status sd_opt_on_off(const char *s, const char *name, bool *out, char *err, s
         if (!strcmp(s, off[i])) return (*out = false), SD_OK;
     }
     return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be on or off, got '%s'", name, s ? s : "");
+}
+
+sd_status sd_opt_secret(const char *value, const char *path, const char *env, char **out, const char **from,
+                        char *err, size_t errlen)
+{
+    *out = NULL;
+    *from = NULL;
+    if (value && path) return sd_seterr(err, errlen, SD_ERR_ARG, "give the key one way: a value or a file, not both");
+    char *text = NULL;
+    size_t len = 0;
+    if (path) {
+        sd_status st = sd_read_file(path, 4096, &text, &len, err, errlen);
+        if (st != SD_OK) return st;
+        *from = path;
+    } else {
+        const char *v = value ? value : env ? getenv(env) : NULL;
+        if (!v) return SD_OK;
+        *from = value ? "the command line" : env;
+        text = strdup(v);
+        if (!text) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+        len = strlen(text);
+    }
+    if (path) { /* the first line, blanks around it trimmed */
+        len = strcspn(text, "\r\n");
+        text[len] = '\0';
+    }
+    size_t a = 0;
+    while (a < len && (text[a] == ' ' || text[a] == '\t')) a++;
+    while (len > a && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+    memmove(text, text + a, len - a);
+    len -= a;
+    text[len] = '\0';
+    if (len == 0) {
+        free(text);
+        return sd_seterr(err, errlen, SD_ERR_ARG, "the API key from %s is empty (to run without a key, give none)",
+                         *from);
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)text[i] <= ' ' || text[i] == 0x7f) {
+            free(text);
+            return sd_seterr(err, errlen, SD_ERR_ARG, "the API key from %s has a blank or control character", *from);
+        }
+    *out = text;
+    return SD_OK;
 }

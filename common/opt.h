@@ -32,4 +32,15 @@ sd_status sd_opt_on_off(const char *s, const char *name, bool *out, char *err, s
 sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, float *out, char *err,
                        size_t errlen);
 
+/* A secret (an API key) from one of three sources: value (given on the
+ * command line), the first line of the file at path (surrounding blanks
+ * trimmed), or the environment variable env — the first two exclusive,
+ * the environment only when neither is given. *out: a malloc'd copy, or
+ * NULL when no source gives one (no secret: the caller runs without).
+ * *from names the source. SD_ERR_IO for an unreadable file; SD_ERR_ARG for
+ * both options, an empty secret (never silently no secret) or one with
+ * blanks or control characters (it must fit an HTTP header). */
+sd_status sd_opt_secret(const char *value, const char *path, const char *env, char **out, const char **from,
+                        char *err, size_t errlen);
+
 #endif

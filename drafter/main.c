@@ -207,7 +207,7 @@ static void send_env(drafter *d, const sd_msg_id *peer, Specd__Envelope *env)
 {
     char err[256];
     sd_status st = sd_msg_send(d->sock, peer, env, err, sizeof err);
-    if (st != SD_OK) SD_WARN("cannot send %s: %s", sd_msg_kind(env), err);
+    if (st != SD_OK) SD_WARN_LIMITED("cannot send %s: %s", sd_msg_kind(env), err);
 }
 
 static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequest *h)
@@ -564,12 +564,11 @@ static void install_signals(void)
 /* Binds the ROUTER socket. Returns 0 or -1 (logged). */
 static int open_socket(drafter *d, void *zctx, const char *endpoint)
 {
-    d->sock = zmq_socket(zctx, ZMQ_ROUTER);
-    int zero = 0, hwm = 10000;
-    if (!d->sock) return -1;
-    zmq_setsockopt(d->sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(d->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(d->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    d->sock = sd_msg_socket(zctx, ZMQ_ROUTER, 10000);
+    if (!d->sock) {
+        SD_ERROR("cannot create a socket: %s", zmq_strerror(errno));
+        return -1;
+    }
     if (zmq_bind(d->sock, endpoint) != 0) {
         SD_ERROR("cannot bind %s: %s", endpoint, zmq_strerror(errno));
         return -1;

@@ -4,6 +4,7 @@
 #include "msg.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -14,6 +15,24 @@ static int sock_is_router(void *sock)
     size_t sz = sizeof type;
     if (zmq_getsockopt(sock, ZMQ_TYPE, &type, &sz) != 0) return 0;
     return type == ZMQ_ROUTER;
+}
+
+void *sd_msg_socket(void *zctx, int type, int hwm)
+{
+    void *sock = zmq_socket(zctx, type);
+    if (!sock) return NULL;
+    int zero = 0;
+    int64_t max = SD_MSG_MAX_BYTES;
+    if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0 ||
+        (hwm > 0 && (zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
+                     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0))) {
+        int e = errno;
+        zmq_close(sock);
+        errno = e;
+        return NULL;
+    }
+    return sock;
 }
 
 sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *env, char *err,

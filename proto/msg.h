@@ -38,6 +38,13 @@ typedef struct sd_msg_id {
 /* Receive flags. */
 enum { SD_MSG_BLOCK = 0, SD_MSG_DONTWAIT = 1 };
 
+/* A ZeroMQ socket of type (ZMQ_ROUTER, ZMQ_DEALER) with what every specd
+ * socket has: ZMQ_LINGER 0, ZMQ_MAXMSGSIZE SD_MSG_MAX_BYTES (ZeroMQ drops the
+ * connection of a peer that announces a larger frame, before buffering any
+ * of it: no oversized frame costs memory), and send and receive high-water
+ * marks of hwm messages (0: ZeroMQ's default). NULL on failure (errno). */
+void *sd_msg_socket(void *zctx, int type, int hwm);
+
 /* Serialises env and sends it on sock. id: the peer identity when sock is a
  * ROUTER socket (required then), ignored/NULL otherwise. Never blocks: a full
  * or unconnected socket gives SD_ERR_NOSPACE. Other failures SD_ERR_IO;

@@ -255,6 +255,14 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     gen_end(g, NULL, NULL);
 }
 
+/* The answer is written: the connection idles (keep-alive) on the short timeout again. */
+static void on_answered(struct evhttp_request *req, void *arg)
+{
+    const sd_gen *s = arg;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_timeout(c, s->o.header_timeout_s);
+}
+
 /* libevent 2.1 does not read from a connection while its request is being
  * answered, so a client that hangs up before any byte is written would go
  * unnoticed: watch the socket for EOF ourselves. */
@@ -646,7 +654,12 @@ static void gen_admit(sd_gen *s, gen *g)
         return;
     }
     gen_link(s, g);
-    evhttp_connection_set_closecb(evhttp_request_get_connection(g->http), on_client_close, g);
+    struct evhttp_connection *conn = evhttp_request_get_connection(g->http);
+    evhttp_connection_set_closecb(conn, on_client_close, g);
+    /* the connection's short timeout (reading a request, idling) must not cut a
+     * generation: --request-timeout bounds it; back to short once answered */
+    evhttp_connection_set_timeout(conn, s->o.request_timeout_s > 0 ? (int)s->o.request_timeout_s + 5 : 3600);
+    evhttp_request_set_on_complete_cb(g->http, on_answered, s);
     watch_client(g);
     if (lane >= 0) {
         gen_dispatch(g, lane);

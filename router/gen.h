@@ -35,6 +35,7 @@ typedef struct sd_gen_opts {
     int health_interval_ms;
     int max_missed;
     int default_max_tokens;
+    int header_timeout_s;            /* a connection's timeout outside a generation */
 } sd_gen_opts;
 
 /* What generation borrows from its owner (all outlive the sd_gen). */

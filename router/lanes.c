@@ -58,6 +58,7 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     in->step_pred_us = s->step_predicted_us;
     in->step_meas_us = s->step_measured_us;
     in->step_err_us = s->step_error_us;
+    in->step_rows_max = s->step_rows_max;
     in->n_accept = 0;
     for (size_t i = 0; i < s->n_accept && in->n_accept < SD_LANE_MAX_ACCEPT; i++) {
         const Specd__AcceptEstimate *e = s->accept[i];
@@ -113,7 +114,7 @@ static void dispatch(sd_lanes *l, lane *ln, Specd__Envelope *env)
     case SPECD__ENVELOPE__BODY_ERROR:
         if (l->cbs.on_event) l->cbs.on_event(l->cbs.ud, ln->index, env);
         break;
-    default: SD_WARN("lane %s: unexpected %s message dropped", ln->endpoint, sd_msg_kind(env)); break;
+    default: SD_WARN_LIMITED("lane %s: unexpected %s message dropped", ln->endpoint, sd_msg_kind(env)); break;
     }
 }
 
@@ -130,7 +131,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         sd_status st = sd_msg_recv(ln->sock, NULL, &env, SD_MSG_DONTWAIT, err, sizeof err);
         if (st == SD_ERR_TIMEOUT) break;
         if (st == SD_ERR_FORMAT) {
-            SD_WARN("lane %s: dropped malformed message: %s", ln->endpoint, err);
+            SD_WARN_LIMITED("lane %s: dropped malformed message: %s", ln->endpoint, err);
             continue;
         }
         if (st != SD_OK) {
@@ -171,10 +172,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static sd_status lane_open(sd_lanes *l, void *zctx, lane *ln, char *err, size_t errlen)
 {
-    ln->sock = zmq_socket(zctx, ZMQ_DEALER);
-    int one = 1, zero = 0;
+    ln->sock = sd_msg_socket(zctx, ZMQ_DEALER, 0);
+    int one = 1;
     if (!ln->sock || zmq_setsockopt(ln->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0 ||
-        zmq_setsockopt(ln->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 || zmq_connect(ln->sock, ln->endpoint) != 0)
+        zmq_connect(ln->sock, ln->endpoint) != 0)
         return sd_seterr(err, errlen, SD_ERR_IO, "lane %s: %s", ln->endpoint, zmq_strerror(zmq_errno()));
     int fd = -1;
     size_t sz = sizeof fd;

@@ -2,7 +2,8 @@
  *
  *   specd-router --verifier tcp://127.0.0.1:5555 [--verifier ENDPOINT ...]
  *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME
- *                [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+ *                [--host 127.0.0.1] [--port 8000] [--api-key KEY | --api-key-file FILE]
+ *                [--metrics-auth] [--max-headers 65536] [--header-timeout 30]
  *                [--max-queue 256] [--max-body 1048576] [--request-timeout 600]
  *                [--lane-capacity 64] [--health-interval-ms 1000]
  *                [--health-misses 3] [--chat-template chatml|llama3|llama2|plain]
@@ -25,7 +26,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: specd-router --verifier ENDPOINT [--verifier ENDPOINT ...] --tokenizer FILE\n"
             "                    --model-name NAME [--tokenizer-config FILE] [--host H] [--port P]\n"
-            "                    [--api-key KEY] [--max-queue N] [--max-body BYTES]\n"
+            "                    [--api-key KEY | --api-key-file FILE] [--metrics-auth]\n"
+            "                    [--max-queue N] [--max-body BYTES] [--max-headers BYTES] [--header-timeout S]\n"
             "                    [--request-timeout S] [--lane-capacity N] [--health-interval-ms MS]\n"
             "                    [--health-misses N] [--chat-template chatml|llama3|llama2|plain]\n"
             "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
@@ -51,14 +53,15 @@ int main(int argc, char **argv)
         {"max-queue", 1, 0, 'q'}, {"max-body", 1, 0, 'b'}, {"request-timeout", 1, 0, 'T'},
         {"lane-capacity", 1, 0, 'C'}, {"health-interval-ms", 1, 0, 'H'}, {"health-misses", 1, 0, 'M'},
         {"chat-template", 1, 0, 'x'}, {"default-max-tokens", 1, 0, 'D'}, {"log-level", 1, 0, 'l'},
-        {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
+        {"api-key-file", 1, 0, 'K'}, {"metrics-auth", 0, 0, 'A'}, {"max-headers", 1, 0, 'R'},
+        {"header-timeout", 1, 0, 'W'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
     const char *lanes[MAX_LANES];
     sd_server_opts o = {0};
     o.port = 8000;
     o.max_queue = 256;
     o.request_timeout_s = 600;
     o.verifiers = lanes;
-    const char *level = "info";
+    const char *level = "info", *key_arg = NULL, *key_file = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -74,7 +77,11 @@ int main(int argc, char **argv)
         case 't': o.tokenizer = optarg; break;
         case 'c': o.tokenizer_config = optarg; break;
         case 'm': o.model_name = optarg; break;
-        case 'k': o.api_key = optarg; break;
+        case 'k': key_arg = optarg; break;
+        case 'K': key_file = optarg; break;
+        case 'A': o.metrics_auth = true; break;
+        case 'R': o.max_headers = (size_t)num_arg("--max-headers", optarg, (long long)1 << 30); break;
+        case 'W': o.header_timeout_s = (int)num_arg("--header-timeout", optarg, 86400); break;
         case 'q': o.max_queue = (int)num_arg("--max-queue", optarg, INT_MAX); break;
         case 'b': o.max_body = (size_t)num_arg("--max-body", optarg, (long long)1 << 40); break;
         case 'T': o.request_timeout_s = (double)num_arg("--request-timeout", optarg, 1 << 30); break;
@@ -92,15 +99,25 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (o.api_key && !o.api_key[0]) o.api_key = NULL;
     sd_log_init("router", sd_log_parse_level(level));
+    char err[512], *key = NULL;
+    const char *from;
+    if (sd_opt_secret(key_arg, key_file, "SPECD_API_KEY", &key, &from, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-router: %s\n", err);
+        return 2;
+    }
+    o.api_key = key;
+    if (key_arg)
+        SD_WARN("--api-key: the key is visible in the process list; --api-key-file or SPECD_API_KEY keep it out");
+    if (key) SD_INFO("API key from %s: /v1/*%s need it", from, o.metrics_auth ? " and /metrics" : "");
+    else if (o.metrics_auth) SD_WARN("--metrics-auth without an API key: /metrics stays open");
     sd_server *s = NULL;
-    char err[512];
     if (sd_server_new(&o, &s, err, sizeof err) != SD_OK) {
         SD_ERROR("%s", err);
         return 1;
     }
     int rc = sd_server_run(s);
     sd_server_free(s);
+    free(key);
     return rc;
 }

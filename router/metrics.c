@@ -51,6 +51,8 @@ static void render_router(FILE *f, const sd_metrics *m)
     fprintf(f, "specd_requests_active %d\n", m->active);
     header(f, "specd_requests_queued", "gauge", "Requests waiting in the router for a lane.");
     fprintf(f, "specd_requests_queued %d\n", m->queued);
+    header(f, "specd_auth_failures_total", "counter", "Requests refused for a missing or wrong API key.");
+    fprintf(f, "specd_auth_failures_total %llu\n", (unsigned long long)m->auth_failures);
 }
 
 static long long lane_value(const sd_lane_info *in, int which)
@@ -62,7 +64,8 @@ static long long lane_value(const sd_lane_info *in, int which)
     case 3: return in->kv_free;
     case 4: return in->drafter_requests;
     case 5: return in->drafter_kv_total;
-    default: return in->drafter_kv_free;
+    case 6: return in->drafter_kv_free;
+    default: return in->step_rows_max;
     }
 }
 
@@ -153,6 +156,8 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     lane_gauge(f, l, "specd_drafter_requests", "Requests the lane's drafter holds state for.", 4);
     lane_gauge(f, l, "specd_drafter_kv_blocks_total", "KV mirror pool blocks of the lane's drafter.", 5);
     lane_gauge(f, l, "specd_drafter_kv_blocks_free", "Free KV mirror pool blocks of the lane's drafter.", 6);
+    lane_gauge(f, l, "specd_step_rows_max",
+               "The most rows (prompt tokens, decode and draft positions) one engine step of the lane had.", 7);
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {

@@ -30,6 +30,7 @@ typedef struct sd_metrics {
     uint64_t latency_count;
     double latency_sum;
     int active, queued;
+    uint64_t auth_failures;    /* requests refused for a missing or wrong API key */
 } sd_metrics;
 
 /* Counts one finished HTTP request (any endpoint). */

@@ -57,8 +57,8 @@ typedef struct child {
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
-    const char *spec_max_draft;
-    bool ngram, no_spec;
+    const char *spec_max_draft, *api_key_file, *prefill_budget;
+    bool ngram, no_spec, metrics_auth;
     int port;
 } serve_opts;
 
@@ -113,10 +113,12 @@ static int self_dir(char *buf, size_t n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
-               "                   [--api-key K] [--threads N] [--num-draft K] [--device cpu]\n"
+               "                   [--api-key K | --api-key-file F] [--metrics-auth]\n"
+               "                   [--threads N] [--num-draft K] [--device cpu]\n"
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
-               "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n");
+               "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
+               "                   [--prefill-budget N]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -128,7 +130,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'},
                                        {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'L'},
                                        {"draft-branches", 1, 0, 'B'}, {"spec-adaptive", 1, 0, 'A'},
-                                       {"spec-max-draft", 1, 0, 'X'}, {0, 0, 0, 0}};
+                                       {"spec-max-draft", 1, 0, 'X'}, {"api-key-file", 1, 0, 'F'},
+                                       {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
+                                       {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -148,6 +152,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
             }
             break;
         case 'k': o->api_key = optarg; break;
+        case 'F': o->api_key_file = optarg; break;
+        case 'M': o->metrics_auth = true; break;
+        case 'G': o->prefill_budget = optarg; break;
         case 'j': o->threads = optarg; break;
         case 'K': o->num_draft = optarg; break;
         case 'D': o->device = optarg; break;
@@ -200,6 +207,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--spec-pipeline", o->spec_pipeline);
     add_opt(ver, "--spec-adaptive", o->spec_adaptive);
     add_opt(ver, "--spec-max-draft", o->spec_max_draft);
+    add_opt(ver, "--prefill-budget", o->prefill_budget);
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
@@ -232,7 +240,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     while (n > 1 && name[n - 1] == '/') name[--n] = '\0';
     snprintf(g_model, sizeof g_model, "%s", basename(name));
     add_opt(rt, "--model-name", g_model);
-    add_opt(rt, "--api-key", o->api_key);
+    if (o->metrics_auth) add_arg(rt, "--metrics-auth"); /* the key itself goes by the environment */
 }
 
 /* SIGTERM to every live child, wait up to GRACE_S, then SIGKILL. */
@@ -364,6 +372,22 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* the key reaches the router through its environment, never its command line */
+    char err[512], *key = NULL;
+    const char *from;
+    if (sd_opt_secret(o.api_key, o.api_key_file, "SPECD_API_KEY", &key, &from, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd serve: %s\n", err);
+        return 2;
+    }
+    if (key && setenv("SPECD_API_KEY", key, 1) != 0) {
+        fprintf(stderr, "specd serve: cannot pass the API key on: %s\n", strerror(errno));
+        free(key);
+        return 1;
+    }
+    if (o.api_key)
+        fprintf(stderr, "specd serve: --api-key is visible in the process list; --api-key-file or SPECD_API_KEY "
+                        "keep the key out of it\n");
+    free(key);
     char dir[PATH_MAX], tmp[] = "/tmp/specd-XXXXXX";
     if (self_dir(dir, sizeof dir) != 0 || !mkdtemp(tmp)) {
         fprintf(stderr, "specd: cannot set up: %s\n", strerror(errno));

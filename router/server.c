@@ -42,12 +42,13 @@ struct sd_server {
     sd_metrics metrics;
     time_t started;
     int port;
+    time_t fail_second; /* failed key checks in this second */
+    int fails;
 };
 
 /* Constant-time comparison of the bearer token with the configured key. */
-static bool authorized(const sd_server *s, struct evhttp_request *req)
+static bool key_matches(const sd_server *s, struct evhttp_request *req)
 {
-    if (!s->o.api_key) return true;
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7)) return false;
     h += 7;
@@ -55,6 +56,40 @@ static bool authorized(const sd_server *s, struct evhttp_request *req)
     unsigned char diff = a != b;
     for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)(h[i] ^ s->o.api_key[i]);
     return diff == 0;
+}
+
+/* The key check for a path that needs it. A wrong or missing key is logged
+ * (at most a few lines a second) and answered 401 — or 429 once more than
+ * FAILED_AUTH_PER_S failures came in the current second, so guessing the
+ * key runs at that pace at most. True when the request may go on. */
+#define FAILED_AUTH_PER_S 20
+static bool authorized(sd_server *s, struct evhttp_request *req, const char *path)
+{
+    if (!s->o.api_key || key_matches(s, req)) return true;
+    time_t now = time(NULL);
+    if (now != s->fail_second) {
+        s->fail_second = now;
+        s->fails = 0;
+    }
+    s->fails++;
+    s->metrics.auth_failures++;
+    char *peer = NULL;
+    ev_uint16_t port = 0;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_get_peer(c, &peer, &port);
+    SD_WARN_LIMITED("unauthorized request for %s from %s:%u (a missing or wrong API key)", path,
+                    peer ? peer : "?", (unsigned)port);
+    sd_api_err e;
+    if (s->fails > FAILED_AUTH_PER_S) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+        sd_api_fail(&e, 429, "rate_limit_error", NULL, "too_many_auth_failures",
+                    "Too many requests with a wrong API key; retry later");
+    } else {
+        sd_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                    "Missing or incorrect API key: send 'Authorization: Bearer <key>'");
+    }
+    sd_reply_error(req, &e, &s->metrics);
+    return false;
 }
 
 static void handle_health(sd_server *s, struct evhttp_request *req)
@@ -66,9 +101,9 @@ static void handle_health(sd_server *s, struct evhttp_request *req)
     static const char *const names[] = {"starting", "up", "down"};
     for (size_t i = 0; i < sd_lanes_count(tbl); i++) {
         const sd_lane_info *in = sd_lanes_info(tbl, (int)i);
-        json_array_append_new(lanes, json_pack("{s:s, s:s, s:i, s:b}", "endpoint", in->endpoint, "state",
-                                               names[in->state], "inflight", in->inflight, "drafter_up",
-                                               in->drafter_up));
+        /* no endpoints: /health is open, and a lane's address is the operator's business */
+        json_array_append_new(lanes, json_pack("{s:i, s:s, s:i, s:b}", "lane", (int)i, "state", names[in->state],
+                                               "inflight", in->inflight, "drafter_up", in->drafter_up));
     }
     json_t *o = json_pack("{s:s, s:o}", "status", up ? "ok" : "unavailable", "lanes", lanes);
     char *body = json_dumps(o, JSON_COMPACT);
@@ -115,13 +150,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     bool post = m == EVHTTP_REQ_POST, get = m == EVHTTP_REQ_GET;
     sd_api_err e;
-    bool is_v1 = !strncmp(path, "/v1/", 4);
-    if (is_v1 && !authorized(s, req)) {
-        sd_api_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
-                    "Missing or incorrect API key: send 'Authorization: Bearer <key>'");
-        sd_reply_error(req, &e, &s->metrics);
-        return;
-    }
+    bool keyed = !strncmp(path, "/v1/", 4) || (s->o.metrics_auth && !strcmp(path, "/metrics"));
+    if (keyed && !authorized(s, req, path)) return;
     if (!strcmp(path, "/v1/completions") && post) sd_gen_handle(s->gen, req, SD_API_COMPLETION);
     else if (!strcmp(path, "/v1/chat/completions") && post) sd_gen_handle(s->gen, req, SD_API_CHAT);
     else if (!strcmp(path, "/v1/models") && get) handle_models(s, req);
@@ -172,12 +202,15 @@ static sd_status open_http(sd_server *s, char *err, size_t errlen)
      * it, gen.c answers over-limit bodies with an OpenAI-shaped 413. */
     size_t hard = s->o.max_body * 4 > s->o.max_body + (1 << 20) ? s->o.max_body * 4 : s->o.max_body + (1 << 20);
     evhttp_set_max_body_size(s->http, (ev_ssize_t)hard);
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
+    /* every method libevent knows reaches on_request, which answers a wrong one with a JSON 405 */
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_max_headers_size(s->http, (ev_ssize_t)s->o.max_headers);
     evhttp_set_gencb(s->http, on_request, s);
-    /* libevent's connection timeout (50 s by default) must not cut a long
-     * non-streaming generation short; --request-timeout bounds requests. */
-    int t = s->o.request_timeout_s > 0 ? (int)s->o.request_timeout_s + 5 : 3600;
-    evhttp_set_timeout(s->http, t);
+    /* reading a request and idling on keep-alive get header_timeout_s; a
+     * generation's connection gets --request-timeout (gen.c) */
+    evhttp_set_timeout(s->http, s->o.header_timeout_s);
     s->bound = evhttp_bind_socket_with_handle(s->http, s->o.host, (ev_uint16_t)s->o.port);
     if (!s->bound) return sd_seterr(err, errlen, SD_ERR_IO, "cannot listen on %s:%d", s->o.host, s->o.port);
     struct sockaddr_storage ss;
@@ -196,6 +229,8 @@ static void apply_defaults(sd_server_opts *o)
     if (!o->max_body) o->max_body = 1 << 20;
     if (o->lane_capacity <= 0) o->lane_capacity = 64;
     if (o->default_max_tokens <= 0) o->default_max_tokens = 256;
+    if (!o->max_headers) o->max_headers = 64 << 10;
+    if (o->header_timeout_s <= 0) o->header_timeout_s = 30;
 }
 
 sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, size_t errlen)
@@ -213,7 +248,7 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
     if (st == SD_OK) {
         sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
-                          s->o.default_max_tokens};
+                          s->o.default_max_tokens, s->o.header_timeout_s};
         sd_gen_env ge = {s->base, s->zctx, s->tok, s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }

@@ -10,6 +10,7 @@
 #ifndef SD_SERVER_H
 #define SD_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "status.h"
@@ -24,6 +25,9 @@ typedef struct sd_server_opts {
     const char *chat_template;       /* family override ("chatml", ...) or NULL */
     const char *model_name;          /* the served model id */
     const char *api_key;             /* NULL: no auth */
+    bool metrics_auth;               /* /metrics needs the key too */
+    size_t max_headers;              /* bytes of request line + headers; default 64 KiB */
+    int header_timeout_s;            /* reading a request, and a keep-alive connection idle; default 30 */
     int max_queue;                   /* waiting requests; default 256 */
     size_t max_body;                 /* bytes; default 1 MiB */
     double request_timeout_s;        /* 0 = none (default 600) */

@@ -180,7 +180,7 @@ static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq
 
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
-                           int prefill_chunk, bool pipelined)
+                           const int *chunk, bool pipelined)
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
     sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
@@ -192,11 +192,10 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         aq[i]->k = -1;
         if (r->finish != SD_FINISH_NONE) continue;
         if (sd_req_prefilling(r)) { /* a prompt chunk: fixed rows; its last one verifies a row */
-            int chunk = r->n_prompt - r->n_prefilled;
-            if (chunk > prefill_chunk) chunk = prefill_chunk;
-            st.fixed_rows += chunk;
+            if (!chunk || chunk[i] == 0) continue; /* its prompt waits for a later step */
+            st.fixed_rows += chunk[i];
             st.seqs++;
-            if (r->n_prefilled + chunk == r->n_prompt) {
+            if (r->n_prefilled + chunk[i] == r->n_prompt) {
                 st.fixed_tokens += 1;
                 if (r->p.sampling.temperature > 0) st.fixed_sampled++;
                 else st.fixed_greedy++;

@@ -116,11 +116,12 @@ void sd_vf_areq_init(sd_vf_areq *q, bool fixed);
  * a while). On
  * return budgets[i] = the drafts chosen and tell[i] (when tell is not NULL)
  * = how far the drafter should draft ahead for it (pipelined). kv_free: free
- * KV blocks (< 0: no limit), bs: block size, prefill_chunk: the engine's
- * prompt chunk, pipelined: the step's protocol. Returns SD_OK or SD_ERR_NOMEM (budgets then unchanged). */
+ * KV blocks (< 0: no limit), bs: block size, chunk[i] (NULL: none): the prompt tokens
+ * reqs[i] prefills this step (sd_engine_prefill_plan), pipelined: the
+ * step's protocol. Returns SD_OK or SD_ERR_NOMEM (budgets then unchanged). */
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
-                           int prefill_chunk, bool pipelined);
+                           const int *chunk, bool pipelined);
 
 /* After the step: t is the engine's timing, wall_ms the step's wall time
  * (from the start of its planning — drafter exchange and waits included,

@@ -14,7 +14,8 @@ const char *sd_vf_usage(void)
 {
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
-           "                      [--prefill-chunk N] [--draft-timeout-ms N] [--spec-max-batch N]\n"
+           "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
+           "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
            "                      [--spec-adaptive on|off] [--spec-max-draft N]\n"
            "                      [--log-level debug|info|warn|error]\n";
@@ -38,6 +39,7 @@ static void set_defaults(sd_vf_config *c)
     c->spec_max_draft = SD_VF_SPEC_MAX_DRAFT_DEFAULT;
     c->max_batch = 32;
     c->prefill_chunk = 256;
+    c->prefill_budget = 512;
     c->draft_timeout_ms = 200;
     c->spec_pipeline = SD_VF_PIPE_AUTO;
     c->log_level = SD_LOG_INFO;
@@ -56,6 +58,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
     case 'b': return sd_opt_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
     case 'B': return sd_opt_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
     case 'p': return sd_opt_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
+    case 'u': return sd_opt_int(arg, "--prefill-budget", 1, 1 << 20, &cfg->prefill_budget, err, errlen);
     case 'T': return sd_opt_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
     case 'S': return sd_opt_int(arg, "--spec-max-batch", 0, 1 << 20, &cfg->spec_max_batch, err, errlen);
     case 'Z': return sd_opt_int(arg, "--spec-max-batch-sampled", 0, 1 << 20, &cfg->spec_max_batch_sampled, err, errlen);
@@ -72,7 +75,8 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
         {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
-        {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {0, 0, 0, 0}};
+        {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'},
+        {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;

@@ -38,13 +38,9 @@ sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int
         sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    l->sock = zmq_socket(zctx, ZMQ_DEALER);
-    int zero = 0, one = 1, hwm = 1000;
-    if (l->sock) {
-        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(l->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_setsockopt(l->sock, ZMQ_IMMEDIATE, &one, sizeof one);
-    }
+    l->sock = sd_msg_socket(zctx, ZMQ_DEALER, 1000);
+    int one = 1;
+    if (l->sock) zmq_setsockopt(l->sock, ZMQ_IMMEDIATE, &one, sizeof one);
     if (!l->sock || zmq_connect(l->sock, endpoint) != 0) {
         sd_seterr(err, errlen, SD_ERR_ARG, "cannot connect to drafter %s: %s", endpoint, zmq_strerror(zmq_errno()));
         if (l->sock) zmq_close(l->sock);

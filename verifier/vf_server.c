@@ -46,6 +46,7 @@ struct sd_vf_server {
     sd_spec_stats total;    /* summed over requests */
     sd_vf_pipe_stats pipe_total;
     uint64_t tokens_generated;
+    uint32_t step_rows_max;        /* the most rows one engine step had */
     sd_req **reqs;          /* step scratch, [max_batch] */
     sd_vf_slot **slots;
     sd_proposal *props;
@@ -57,6 +58,7 @@ struct sd_vf_server {
     int *avail, *offered, *accepted; /* drafts at hand; verified and accepted by the step */
     bool *had_q;            /* those drafts came with q */
     int *catchup;           /* tokens the drafter must first take in for the request (opened, or far behind) */
+    int *chunk;             /* prompt tokens each request prefills this step (sd_engine_prefill_plan) */
     double *draft_ms;       /* the drafter's time behind them */
     sd_vf_adapt ad;         /* adaptive speculation: measured cost and acceptance, the scheduler */
     sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
@@ -73,7 +75,7 @@ struct sd_vf_server {
 static void send_to(sd_vf_server *s, const sd_msg_id *peer, const Specd__Envelope *env)
 {
     char err[256];
-    if (sd_msg_send(s->sock, peer, env, err, sizeof err) != SD_OK) SD_WARN("send to router failed: %s", err);
+    if (sd_msg_send(s->sock, peer, env, err, sizeof err) != SD_OK) SD_WARN_LIMITED("send to router failed: %s", err);
 }
 
 static void send_error(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const char *code, const char *msg)
@@ -250,6 +252,7 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     st.accepted_at = s->total.accepted_at;
     st.n_accepted_at = (size_t)n_at;
     st.tokens_generated = s->tokens_generated;
+    st.step_rows_max = s->step_rows_max;
     st.drafter_up = s->link && sd_vf_link_up(s->link);
     if (s->link) {
         sd_vf_drafter_stats ds = sd_vf_link_drafter_stats(s->link);
@@ -295,7 +298,7 @@ static sd_status drain_router(sd_vf_server *s)
         sd_status st = sd_msg_recv(s->sock, &peer, &env, SD_MSG_DONTWAIT, err, sizeof err);
         if (st == SD_ERR_TIMEOUT) return SD_OK;
         if (st == SD_ERR_FORMAT) {
-            SD_WARN("dropped a malformed message from a router: %s", err);
+            SD_WARN_LIMITED("dropped a malformed message from a router: %s", err);
             continue;
         }
         if (st != SD_OK) {
@@ -404,6 +407,7 @@ static void plan_step(sd_vf_server *s)
         int behind = s->reqs[i]->n_tokens - sl->drafter_known;
         s->catchup[i] = sl->drafter_known == 0 ? s->reqs[i]->n_tokens : behind > SD_MAX_DRAFT + 1 ? behind : 0;
     }
+    sd_engine_prefill_plan(s->e, s->reqs, n, s->chunk);
     if (s->link)
         sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
 }
@@ -415,7 +419,7 @@ static int choose_drafts(sd_vf_server *s, const int *avail, int *tell, bool pipe
 {
     int n = s->n_active, free = sd_kv_pool_free_count(s->pool) - promised_blocks(s), drafting = 0;
     if (sd_vf_adapt_plan(&s->ad, s->reqs, s->aqs, s->budgets, avail, s->catchup, tell, n, free,
-                         sd_kv_pool_block_size(s->pool), s->cfg->prefill_chunk, pipelined) != SD_OK)
+                         sd_kv_pool_block_size(s->pool), s->chunk, pipelined) != SD_OK)
         SD_WARN("out of memory choosing draft lengths: drafting as many as allowed");
     for (int i = 0; i < n; i++) drafting += s->budgets[i] > 0;
     return drafting;
@@ -426,10 +430,7 @@ static int rows_of(const sd_vf_server *s, int i)
 {
     const sd_req *r = s->reqs[i];
     if (r->finish != SD_FINISH_NONE) return 0;
-    if (sd_req_prefilling(r)) {
-        int chunk = r->n_prompt - r->n_prefilled;
-        return chunk < s->cfg->prefill_chunk ? chunk : s->cfg->prefill_chunk;
-    }
+    if (sd_req_prefilling(r)) return s->chunk[i];
     return 1 + s->slots[i]->prop.n;
 }
 
@@ -446,7 +447,9 @@ static void note_step(sd_vf_server *s, double wall_ms, bool pipelined)
         s->had_q[i] = s->props[i].n > 0 && s->props[i].q[0] != NULL;
         s->draft_ms[i] = s->props[i].n > 0 ? vr->slot.prop_draft_us / 1e3 : 0;
     }
-    sd_vf_adapt_done(&s->ad, sd_engine_last_timing(s->e), wall_ms, s->reqs, s->aqs, s->offered, s->accepted,
+    const sd_step_timing *tm = sd_engine_last_timing(s->e);
+    if ((uint32_t)tm->rows > s->step_rows_max) s->step_rows_max = (uint32_t)tm->rows;
+    sd_vf_adapt_done(&s->ad, tm, wall_ms, s->reqs, s->aqs, s->offered, s->accepted,
                      s->had_q, s->catchup, s->draft_ms, s->ready, n, pipelined);
 }
 
@@ -720,6 +723,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->accepted = calloc(nb, sizeof *s->accepted);
     s->had_q = calloc(nb, sizeof *s->had_q);
     s->catchup = calloc(nb, sizeof *s->catchup);
+    s->chunk = calloc(nb, sizeof *s->chunk);
     s->draft_ms = calloc(nb, sizeof *s->draft_ms);
     sd_vf_adapt_init(&s->ad);
     sd_vf_pace_init(&s->pace, &s->ad.cost);
@@ -728,18 +732,12 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->ncpu = sd_cpu_count();
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
-        !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->catchup ||
+        !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->catchup || !s->chunk ||
         !s->draft_ms) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
-    s->sock = zmq_socket(zctx, ZMQ_ROUTER);
-    int zero = 0, hwm = 10000;
-    if (s->sock) {
-        zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(s->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    }
+    s->sock = sd_msg_socket(zctx, ZMQ_ROUTER, 10000);
     if (!s->sock || zmq_bind(s->sock, cfg->listen) != 0) {
         sd_seterr(err, errlen, SD_ERR_IO, "cannot bind %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
         sd_vf_server_free(s);
@@ -778,6 +776,7 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->accepted);
     free(s->had_q);
     free(s->catchup);
+    free(s->chunk);
     free(s->draft_ms);
     sd_vf_adapt_free(&s->ad);
     free(s);

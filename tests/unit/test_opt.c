@@ -1,6 +1,10 @@
 /* test_opt.c — common/opt.h: numbers are accepted only whole and in range,
- * and the message names the option, the range and the value. */
+ * and the message names the option, the range and the value; secrets (API
+ * keys) come from one source, trimmed, never empty. */
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "opt.h"
@@ -58,6 +62,47 @@ START_TEST(numbers)
 }
 END_TEST
 
+/* An API key from the command line, a file or the environment: never an
+ * empty one, never two sources, nothing that cannot sit in a header. */
+START_TEST(secrets)
+{
+    char err[256], *key;
+    const char *from;
+    char path[] = "/tmp/specd-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(" \tfile-key \r\nsecond line\n", f);
+    fclose(f);
+    ck_assert_int_eq(sd_opt_secret(NULL, path, NULL, &key, &from, err, sizeof err), SD_OK);
+    ck_assert_str_eq(key, "file-key");
+    ck_assert_str_eq(from, path);
+    free(key);
+    ck_assert_int_eq(sd_opt_secret("arg-key", NULL, "SD_TEST_KEY_ENV", &key, &from, err, sizeof err), SD_OK);
+    ck_assert_str_eq(key, "arg-key");
+    free(key);
+    unsetenv("SD_TEST_KEY_ENV");
+    ck_assert_int_eq(sd_opt_secret(NULL, NULL, "SD_TEST_KEY_ENV", &key, &from, err, sizeof err), SD_OK);
+    ck_assert_ptr_null(key); /* no key anywhere: none */
+    setenv("SD_TEST_KEY_ENV", "env-key", 1);
+    ck_assert_int_eq(sd_opt_secret(NULL, NULL, "SD_TEST_KEY_ENV", &key, &from, err, sizeof err), SD_OK);
+    ck_assert_str_eq(key, "env-key");
+    ck_assert_str_eq(from, "SD_TEST_KEY_ENV");
+    free(key);
+    setenv("SD_TEST_KEY_ENV", "", 1);
+    ck_assert_int_eq(sd_opt_secret(NULL, NULL, "SD_TEST_KEY_ENV", &key, &from, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "empty"));
+    ck_assert_ptr_null(key);
+    ck_assert_int_eq(sd_opt_secret("  ", NULL, NULL, &key, &from, err, sizeof err), SD_ERR_ARG);
+    ck_assert_int_eq(sd_opt_secret("a b", NULL, NULL, &key, &from, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "control"));
+    ck_assert_int_eq(sd_opt_secret("x", path, NULL, &key, &from, err, sizeof err), SD_ERR_ARG);
+    ck_assert_int_eq(sd_opt_secret(NULL, "/nonexistent/key", NULL, &key, &from, err, sizeof err), SD_ERR_IO);
+    unlink(path);
+    unsetenv("SD_TEST_KEY_ENV");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("opt");
@@ -65,6 +110,7 @@ int main(void)
     tcase_add_test(tc, integers);
     tcase_add_test(tc, seeds);
     tcase_add_test(tc, numbers);
+    tcase_add_test(tc, secrets);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

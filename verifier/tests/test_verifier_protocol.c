@@ -10,6 +10,8 @@
  *      and a final FINISH_ERROR event;
  *   3. garbage (random bytes, a truncated envelope, an empty frame, extra
  *      frames, an unsolicited DraftReply) does not stop it answering Health;
+ *      a 96 MiB frame from another peer is refused before it is buffered
+ *      (ZMQ_MAXMSGSIZE: its peak memory grows by less than 32 MiB);
  *   4. a Cancel mid-generation ends with FINISH_CANCELLED and the next
  *      HealthReply shows kv_blocks_free == kv_blocks_total, 0 active;
  *   5. SIGTERM makes it exit 0.
@@ -255,6 +257,50 @@ static void test_garbage(void *sock)
     sd_msg_free(h);
 }
 
+/* The verifier's peak resident memory (VmHWM, KiB), or -1. */
+static long peak_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kib;
+}
+
+/* 3b. A frame far above the message limit (96 MiB) from another peer: its
+ * connection is dropped before the frame is buffered — the verifier's peak
+ * memory does not grow by it — and the verifier answers as before. */
+static void test_oversized(void *ctx, const char *ep, pid_t pid, void *sock)
+{
+    long before = peak_kib(pid);
+    size_t big = (size_t)96 << 20;
+    char *buf = malloc(big);
+    void *peer = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    CHECK(buf && peer && before > 0, "set-up (VmHWM %ld)", before);
+    if (!buf || !peer || before <= 0) {
+        free(buf);
+        if (peer) zmq_close(peer);
+        return;
+    }
+    memset(buf, 'x', big);
+    zmq_setsockopt(peer, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_connect(peer, ep);
+    zmq_send(peer, buf, big, 0);
+    free(buf);
+    usleep(1500000);
+    zmq_close(peer);
+    Specd__Envelope *h = health(sock, 4343, 10000);
+    CHECK(h != NULL, "no HealthReply after an oversized frame");
+    sd_msg_free(h);
+    long after = peak_kib(pid);
+    CHECK(after - before < 32 * 1024, "the verifier's peak memory grew by %ld KiB with a 96 MiB frame",
+          after - before);
+}
+
 /* 4. Cancel mid-generation; the KV pool is whole again afterwards. */
 static void test_cancel(void *sock)
 {
@@ -369,6 +415,7 @@ int main(int argc, char **argv)
         if (g_spec) test_sampled(sock);
         test_bad_request(sock);
         test_garbage(sock);
+        test_oversized(ctx, ep, pid, sock);
         test_cancel(sock);
     }
     kill(pid, SIGTERM);

@@ -70,7 +70,7 @@ static int sim_step(sim *s, const int *budget_in)
     int rows = 0;
     s->calls++;
     for (int i = 0; i < s->n; i++) budgets[i] = budget_in ? budget_in[i] : 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, 256, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, NULL, false), SD_OK);
     for (int i = 0; i < s->n; i++) {
         offered[i] = budgets[i];
         accepted[i] = 0;
@@ -129,14 +129,14 @@ START_TEST(new_requests_start_from_their_kind)
     s.qp[1] = &s.q[1];
     s.n = 2;
     int budgets[2] = {12, 12};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, NULL, false), SD_OK);
     ck_assert_int_ge(budgets[1], 3);
     /* a sampled request is another kind: nothing known of it yet, tried (an optimistic start), not beyond
      * the kind known to be good */
     s.r[1] = make_req(0.8f);
     sd_vf_areq_init(&s.q[1], false);
     budgets[0] = budgets[1] = 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, 256, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, NULL, false), SD_OK);
     ck_assert_int_gt(budgets[1], 0);
     ck_assert_int_le(budgets[1], budgets[0]);
     ck_assert_int_ne(s.q[1].key, s.q[0].key);
@@ -175,7 +175,7 @@ START_TEST(fixed_and_budgets)
     ck_assert_uint_eq(s.q[1].st.k_steps, 0);
     /* pipelined: spans at hand bound the choice; the drafter is told a little more */
     int budgets[2] = {12, 12}, avail[2] = {3, -1}, tell[2] = {0, 0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, NULL, tell, 2, -1, 16, 256, true), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, NULL, tell, 2, -1, 16, NULL, true), SD_OK);
     ck_assert_int_le(budgets[0], 3);
     ck_assert_int_gt(budgets[0], 0);
     ck_assert_int_eq(tell[0], budgets[0] + 2);
@@ -197,7 +197,7 @@ START_TEST(late_spans_teach_nothing)
     int asked = 0;
     for (int i = 0; i < 12; i++) {
         int budgets[1] = {12}, avail[1] = {-1}, tell[1] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, 256, true),
+        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
                          SD_OK);
         asked += budgets[0] > 0;
         sd_step_timing t = timing_of(1);
@@ -212,7 +212,7 @@ START_TEST(late_spans_teach_nothing)
     int k = 0;
     for (int i = 0; i < 100; i++) {
         int budgets[1] = {12}, avail[1] = {12}, tell[1] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, 256, true),
+        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
                          SD_OK);
         k = offered[0] = budgets[0];
         accepted[0] = 0;
