@@ -302,11 +302,11 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         const sd_batch_seq *b = &e->batch[j];
         tm->rows += b->n;
         tm->seqs++;
-        if (b->n_logits > 0) { /* verified rows, by how: argmax or a sampled distribution */
-            if (reqs[i]->p.sampling.temperature > 0) tm->sampled_rows += b->n_logits;
-            else tm->greedy_rows += b->n_logits;
-        }
+        bool sampled = reqs[i]->p.sampling.temperature > 0;
+        if (b->n_logits > 0 && !sampled) tm->greedy_rows += b->n_logits; /* argmax over every row */
         finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, row);
+        /* a sampled distribution per position reached: up to the first rejection */
+        if (b->n_logits > 0 && sampled) tm->sampled_pos += reqs[i]->n_new > 0 ? reqs[i]->n_new : 1;
         row += (size_t)b->n_logits * V;
     }
     tm->forward_ms = t1 - t0;

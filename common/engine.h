@@ -136,9 +136,11 @@ bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *i
 
 /* What the last sd_engine_step did and how long it took: the forward pass
  * over `rows` positions, then verification of greedy_rows rows by argmax
- * and sampled_rows by sampling (all zero when nothing ran). */
+ * and of sampled_pos positions by sampling — a sampled span is verified
+ * position by position up to its first rejection, so these are the tokens
+ * its requests committed, not their rows (all zero when nothing ran). */
 typedef struct sd_step_timing {
-    int rows, seqs, greedy_rows, sampled_rows;
+    int rows, seqs, greedy_rows, sampled_pos;
     double forward_ms, accept_ms;
 } sd_step_timing;
 

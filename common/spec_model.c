@@ -101,10 +101,10 @@ double sd_cost_per_seq(const sd_cost *c)
     return c->speed * per_seq_shape(c);
 }
 
-void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms)
+void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_pos, double ms)
 {
-    if (greedy_rows < 0 || sampled_rows < 0 || greedy_rows + sampled_rows == 0 || ms < 0) return;
-    double g = greedy_rows, s = sampled_rows;
+    if (greedy_rows < 0 || sampled_pos < 0 || greedy_rows + sampled_pos == 0 || ms < 0) return;
+    double g = greedy_rows, s = sampled_pos;
     c->agg = c->agg * DECAY + g * g;
     c->ass = c->ass * DECAY + s * s;
     c->ags = c->ags * DECAY + g * s;
@@ -162,7 +162,7 @@ double sd_cost_forward_at(const sd_cost *c, double rows, int seqs)
     return f > 1e-9 ? t + f * (sd_cost_forward_ms(c, lo + 1, seqs) - t) : t;
 }
 
-double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_rows)
+double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_pos)
 {
     if (c->n_acc == 0) return 0;
     /* least squares for (g, s) without intercept; one kind only when the other never occurred */
@@ -179,7 +179,7 @@ double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_ro
     }
     if (g < 0) g = 0;
     if (s < 0) s = 0;
-    return g * greedy_rows + s * sampled_rows;
+    return g * greedy_rows + s * sampled_pos;
 }
 
 void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight)

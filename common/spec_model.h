@@ -15,9 +15,12 @@
  *                            rows while only one count is measured, so that
  *                            smaller steps are tried first);
  *   accept(greedy, sampled)  verification after the pass: a greedy row costs
- *                            an argmax, a sampled row a full-vocabulary
- *                            distribution; a decayed least-squares fit of
- *                            t = g·greedy + s·sampled.
+ *                            an argmax, a sampled position a full-vocabulary
+ *                            distribution — only the positions reached, up to
+ *                            a span's first rejection (the tokens committed):
+ *                            drafts rejected early cost no sampling; a
+ *                            decayed least-squares fit of
+ *                            t = g·greedy rows + s·sampled positions.
  * The figures are kept as a shape times the machine's speed now: a fast
  * average of how each pass compares with the shape so far. A shared machine
  * drifts (neighbours, frequency); with the speed factored out, a size
@@ -96,8 +99,9 @@ void sd_cost_init(sd_cost *c);
 /* A forward pass over rows positions of seqs sequences took ms. */
 void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms);
 
-/* Verifying greedy_rows greedy and sampled_rows sampled positions took ms. */
-void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_rows, double ms);
+/* Verifying greedy_rows greedy rows and sampled_pos sampled positions (those
+ * reached: up to a span's first rejection) took ms. */
+void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_pos, double ms);
 
 /* Predicted forward ms for rows over seqs sequences (seqs <= 0: as many as
  * passes of that size had); 0 when nothing was measured. */
@@ -110,7 +114,7 @@ double sd_cost_forward_at(const sd_cost *c, double rows, int seqs);
 double sd_cost_per_seq(const sd_cost *c);
 
 /* Predicted verification ms; 0 when nothing was measured. */
-double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_rows);
+double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_pos);
 
 /* True once a forward pass was measured. */
 bool sd_cost_known(const sd_cost *c);

@@ -12,30 +12,37 @@ static int extra_blocks(const sd_sched_req *r, int k, int bs)
 }
 
 /* The model's step time with greedy / sampled verified rows (expected:
- * fractional) beside the fixed rows, maxd expected drafts in the longest
- * span and nd requests drafted for (0: no drafting). */
-static double time_of(const sd_sched_step *st, double greedy, double sampled, double maxd, int nd, double resume)
+ * fractional) beside the fixed rows, sv sampled positions reached (the
+ * tokens the sampled requests commit: verification stops at a span's first
+ * rejection), maxd expected drafts in the longest span and nd requests
+ * drafted for (0: no drafting). */
+static double time_of(const sd_sched_step *st, double greedy, double sampled, double sv, double maxd, int nd,
+                      double resume)
 {
     double rows = st->fixed_rows + (greedy - st->fixed_greedy) + (sampled - st->fixed_sampled);
-    double t = sd_cost_forward_at(st->cost, rows, st->seqs) + sd_cost_accept_ms(st->cost, greedy, sampled);
+    double t = sd_cost_forward_at(st->cost, rows, st->seqs) + sd_cost_accept_ms(st->cost, greedy, sv);
     if (nd == 0) return t + st->plain_ms;
     double pass = st->drafter && sd_cost_known(st->drafter) ? sd_cost_forward_ms(st->drafter, nd, nd) : 0;
-    return t + st->draft_ms + st->exposure * (1 + maxd) * pass + resume;
+    return t + st->draft_ms + st->exposure * (1 + maxd + st->drafter_fixed) * pass + resume;
 }
 
 double sd_sched_step_ms(const sd_sched_step *st, const sd_sched_req *reqs, int n, const int *k)
 {
-    double g = st->fixed_greedy, s = st->fixed_sampled, maxd = 0, resume = 0;
+    double g = st->fixed_greedy, s = st->fixed_sampled, sv = st->fixed_sampled, maxd = 0, resume = 0;
     int nd = 0;
     for (int i = 0; i < n; i++) {
         double d = sd_accept_drafts(reqs[i].acc, k[i]);
-        if (reqs[i].sampled) s += 1 + d;
-        else g += 1 + d;
+        if (reqs[i].sampled) {
+            s += 1 + d;
+            sv += sd_accept_expected(reqs[i].acc, k[i]);
+        } else {
+            g += 1 + d;
+        }
         if (d > maxd) maxd = d;
         nd += k[i] > 0;
         resume += k[i] > 0 ? reqs[i].resume_ms : 0;
     }
-    return sd_cost_known(st->cost) ? time_of(st, g, s, maxd, nd, resume) : 0;
+    return sd_cost_known(st->cost) ? time_of(st, g, s, sv, maxd, nd, resume) : 0;
 }
 
 /* Larger acceptance reach first (the expected tokens a candidate adds per
@@ -52,18 +59,23 @@ static int by_reach(const void *pa, const void *pb)
 sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out,
                               sd_sched_cand *cand)
 {
-    double g = st->fixed_greedy, s = st->fixed_sampled, maxd = 0, tokens = st->fixed_tokens, resume = 0;
+    double g = st->fixed_greedy, s = st->fixed_sampled, sv = st->fixed_sampled, maxd = 0, tokens = st->fixed_tokens,
+           resume = 0;
     int nc = 0, free = st->kv_free, nd = 0;
     for (int i = 0; i < n; i++) {
         const sd_sched_req *r = &reqs[i];
-        double d = sd_accept_drafts(r->acc, r->kmin);
+        double d = sd_accept_drafts(r->acc, r->kmin), e = sd_accept_expected(r->acc, r->kmin);
         k_out[i] = r->kmin;
-        if (r->sampled) s += 1 + d;
-        else g += 1 + d;
+        if (r->sampled) {
+            s += 1 + d;
+            sv += e;
+        } else {
+            g += 1 + d;
+        }
         if (d > maxd) maxd = d;
         nd += r->kmin > 0;
         resume += r->kmin > 0 ? r->resume_ms : 0;
-        tokens += sd_accept_expected(r->acc, r->kmin);
+        tokens += e;
         free -= extra_blocks(r, r->kmin, st->block_size);
         for (int j = r->kmin + 1; j <= r->kmax && j <= SD_MAX_DRAFT; j++) {
             double off = sd_accept_offered(r->acc, j), reach = sd_accept_reach(r->acc, j);
@@ -74,7 +86,7 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
     for (int i = 0; i < n; i++) plan.drafts += k_out[i];
     if (!sd_cost_known(st->cost)) return plan;
     qsort(cand, (size_t)nc, sizeof *cand, by_reach);
-    double t = time_of(st, g, s, maxd, nd, resume), best = tokens / t, best_t = t, best_tokens = tokens;
+    double t = time_of(st, g, s, sv, maxd, nd, resume), best = tokens / t, best_t = t, best_tokens = tokens;
     int best_c = 0;
     for (int c = 0; c < nc; c++) {
         int i = cand[c].req, j = cand[c].j;
@@ -90,12 +102,16 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
             resume += r->resume_ms;
         }
         k_out[i] = j;
-        if (r->sampled) s += cand[c].rows;
-        else g += cand[c].rows;
+        if (r->sampled) {
+            s += cand[c].rows;
+            sv += cand[c].gain;
+        } else {
+            g += cand[c].rows;
+        }
         double d = sd_accept_drafts(r->acc, j);
         if (d > maxd) maxd = d;
         tokens += cand[c].gain;
-        t = time_of(st, g, s, maxd, nd, resume);
+        t = time_of(st, g, s, sv, maxd, nd, resume);
         if (t > 0 && tokens / t > best * (1 + 1e-9)) {
             best = tokens / t;
             best_c = c + 1;

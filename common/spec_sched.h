@@ -6,16 +6,20 @@
  * committed tokens per second of the whole step:
  *
  *     rate = (E_fixed + sum_i E_i(k_i)) / T
- *     T    = forward(rows) + accept(greedy rows, sampled rows) + overhead
- *     rows = fixed rows + sum_i (1 + drafts_i(k_i)), verified rows likewise by kind
+ *     T    = forward(rows) + accept(greedy rows, sampled positions) + overhead
+ *     rows = fixed rows + sum_i (1 + drafts_i(k_i)), greedy verified rows likewise
+ *     sampled positions = sum over sampled requests of E_i(k_i): sampling
+ *            verifies position by position up to the first rejection, so
+ *            a sampled request pays for the tokens it commits, not its rows
  *
  * with E_i and drafts_i the expected committed tokens and offered drafts
  * when request i is asked for k_i drafts.
  *
  * overhead is the step's time outside the engine: plain_ms when no request
  * is asked for drafts, else draft_ms + exposure · (1 + expected drafts of the
- * longest span) · pass(n_drafting): the drafter's time, measured per pass
- * (one per draft position, plus one to take in the committed tokens) as a
+ * longest span + drafter_fixed) · pass(n_drafting): the drafter's time,
+ * measured per pass (one per draft position, plus one to take in the
+ * committed tokens, plus the call's fixed work counted in passes) as a
  * function of the requests it drafts for at once, times the share of it the
  * verifier does not hide (1 when it waits for every span, the steps whose
  * span was not ready when drafted ahead). Asking request i for its j-th
@@ -60,6 +64,7 @@ typedef struct sd_sched_step {
     double plain_ms;                 /* overhead of a step without drafts */
     double draft_ms;                 /* ... with drafts: the fixed part (messages) */
     const sd_cost *drafter;          /* the drafter's ms per pass by requests drafted for (NULL: free) */
+    double drafter_fixed;            /* a drafter call's fixed work, in passes (taking in the batch, replying) */
     double exposure;                 /* the share of the drafter's time the step waits for */
     int kv_free;                     /* free KV blocks (< 0: no limit) */
     int block_size;                  /* KV block size in positions */

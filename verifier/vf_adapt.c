@@ -71,7 +71,7 @@ static sd_status calibrate_one(sd_vf_adapt *ad, sd_engine *e, int kmax, float t,
         const sd_step_timing *tm = sd_engine_last_timing(e);
         if (st == SD_OK && !prefill && tm->rows > 0) {
             sd_cost_forward(&ad->cost, tm->rows, tm->seqs, tm->forward_ms);
-            sd_cost_accept(&ad->cost, tm->greedy_rows, tm->sampled_rows, tm->accept_ms);
+            sd_cost_accept(&ad->cost, tm->greedy_rows, tm->sampled_pos, tm->accept_ms);
         }
     }
     sd_req_free(e, r);
@@ -184,7 +184,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
     sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
-                        .drafter = &ad->drafter, .exposure = pipelined ? 1 - ad->hit : 1, .kv_free = kv_free,
+                        .drafter = &ad->drafter, .drafter_fixed = ad->drafter_fixed, .exposure = pipelined ? 1 - ad->hit : 1, .kv_free = kv_free,
                         .block_size = bs};
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -315,15 +315,24 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
     }
     if (t->rows > 0) {
         sd_cost_forward(&ad->cost, t->rows, t->seqs, t->forward_ms);
-        sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_rows, t->accept_ms);
+        sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_pos, t->accept_ms);
         note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, drafter_ms, pipelined);
     }
     int passes = longest + 1 + pipelined;
     if (asked > 0 && drafter_ms > 0) {
-        if (behind == 0) { /* a plain drafting call: its pace */
-            sd_cost_forward(&ad->drafter, asked, asked, drafter_ms / passes);
-        } else if (sd_cost_known(&ad->drafter)) { /* what the passes do not explain is the catching up */
-            double extra = drafter_ms - passes * sd_cost_forward_ms(&ad->drafter, asked, asked);
+        double pass = sd_cost_known(&ad->drafter) ? sd_cost_forward_ms(&ad->drafter, asked, asked) : 0;
+        if (behind == 0) {
+            /* a plain drafting call: its pace per pass, and what a call costs beyond its passes (in passes:
+             * a call of one draft is not a sixth of a call of six, and pricing long spans from short ones
+             * alone would make them look dearer than they are) */
+            if (pass > 0) {
+                double fixed = drafter_ms / pass - passes;
+                fixed = fixed < 0 ? 0 : fixed > 8 ? 8 : fixed;
+                ad->drafter_fixed = sd_avg_update(ad->drafter_fixed, fixed, &ad->n_drafter_fixed, OVER_ALPHA);
+            }
+            sd_cost_forward(&ad->drafter, asked, asked, drafter_ms / (passes + ad->drafter_fixed));
+        } else if (pass > 0) { /* what the passes do not explain is the catching up */
+            double extra = drafter_ms - (passes + ad->drafter_fixed) * pass;
             ad->catch_ms = sd_avg_update(ad->catch_ms, extra > 0 ? extra / behind : 0, &ad->n_catch, OVER_ALPHA);
         }
     }

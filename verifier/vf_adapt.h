@@ -80,6 +80,8 @@ typedef struct sd_vf_adapt {
     double bias_draft, bias_plain;           /* (measured - predicted) / predicted step time, on average, */
     unsigned n_bias_draft, n_bias_plain;     /* of the steps planned with drafts and without */
     sd_cost drafter;                         /* the drafter's ms per pass by requests drafted for at once */
+    double drafter_fixed;                    /* a drafter call's fixed work, in passes */
+    unsigned n_drafter_fixed;
     sd_accept prior[SD_VF_ACCEPT_KEYS];
     bool drafter_q;                          /* the drafter answered a q request with q */
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */

@@ -2,7 +2,8 @@
  * (common/spec_sched.c) on synthetic cost and acceptance: low acceptance
  * gives no drafts, K grows with acceptance, a flat (GPU-like) cost takes
  * the most, larger batches take fewer, the drafter's exposed time shortens
- * spans, a drafter far behind on a request keeps it plain, kmin / kmax and
+ * spans, a sampled request pays sampling per token committed and a drafter
+ * call's fixed work once, a drafter far behind on a request keeps it plain, kmin / kmax and
  * the KV budget are respected, nothing measured means
  * kmin, and the choice is the best by brute force over every combination. */
 #include <check.h>
@@ -133,6 +134,37 @@ START_TEST(exposed_drafting_shortens)
 }
 END_TEST
 
+/* Sampling verifies a span position by position up to its first rejection:
+ * a sampled request pays the sampling cost for the tokens it commits, not
+ * for its rows; a drafter call's fixed work is priced once, not per pass. */
+START_TEST(sampled_pays_per_token)
+{
+    sd_cost c;
+    flat_cost(&c);
+    for (int i = 0; i < 20; i++) sd_cost_accept(&c, 0, 1, 0.5); /* 0.5 ms per sampled position */
+    sd_accept a;
+    uniform(&a, 0.5);
+    sd_sched_req r = req_of(&a, 12);
+    r.sampled = true;
+    sd_sched_step st = step_of(&c);
+    int k = 4;
+    double e = sd_accept_expected(&a, 4); /* 1 + .5 + .25 + .125 + .0625 */
+    double fw = sd_cost_forward_at(&c, 5, 0);
+    ck_assert_double_eq_tol(sd_cost_accept_ms(&c, 0, 1), 0.5, 1e-2);
+    ck_assert_double_eq_tol(sd_sched_step_ms(&st, &r, 1, &k), fw + sd_cost_accept_ms(&c, 0, e), 1e-9);
+    uniform(&a, 0.0);
+    ck_assert_double_eq_tol(sd_sched_step_ms(&st, &r, 1, &k), fw + sd_cost_accept_ms(&c, 0, 1), 1e-9); /* one position */
+    sd_cost drafter;
+    sd_cost_init(&drafter);
+    for (int i = 0; i < 5; i++) sd_cost_forward(&drafter, 1, 1, 0.1);
+    st.drafter = &drafter;
+    st.exposure = 1;
+    double t0 = sd_sched_step_ms(&st, &r, 1, &k);
+    st.drafter_fixed = 2; /* two passes' worth per call */
+    ck_assert_double_eq_tol(sd_sched_step_ms(&st, &r, 1, &k) - t0, 0.2, 1e-9);
+}
+END_TEST
+
 START_TEST(catching_up_costs_once)
 {
     /* two equal requests; the drafter is far behind on the second: resuming it costs 5 ms */
@@ -241,6 +273,7 @@ int main(void)
     tcase_add_test(tc, acceptance_drives_k);
     tcase_add_test(tc, batch_takes_fewer);
     tcase_add_test(tc, exposed_drafting_shortens);
+    tcase_add_test(tc, sampled_pays_per_token);
     tcase_add_test(tc, catching_up_costs_once);
     tcase_add_test(tc, bounds_and_kv);
     tcase_add_test(tc, best_by_brute_force);
