@@ -79,6 +79,7 @@ struct sd_gen {
     int nqueued;
     uint64_t next_id;
     bool stopping;             /* shutting down: dispatch nothing more */
+    bool draining;             /* shutting down: accept nothing more */
 };
 
 static void gen_drain_queue(sd_gen *s);
@@ -549,7 +550,22 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
 void sd_gen_fail_all(sd_gen *s, int status, const char *msg)
 {
     s->stopping = true;
-    while (s->live) gen_fail(s->live, status, "server_error", "shutdown", msg);
+    while (s->live) {
+        send_cancel(s->live);
+        gen_fail(s->live, status, "server_error", "shutdown", msg);
+    }
+}
+
+void sd_gen_drain(sd_gen *s)
+{
+    s->draining = true;
+}
+
+size_t sd_gen_live(const sd_gen *s)
+{
+    size_t n = 0;
+    for (const gen *g = s->live; g; g = g->next) n++;
+    return n;
 }
 
 /* ------------------------------------------------------------ admission */
@@ -678,6 +694,13 @@ void sd_gen_handle(sd_gen *s, struct evhttp_request *req, sd_api_kind kind)
     sd_api_err e;
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
+    if (s->draining) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        sd_api_fail(&e, 503, "server_error", NULL, "shutting_down", "The server is shutting down; retry on another");
+        sd_reply_error(req, &e, s->metrics);
+        return;
+    }
     if (len > s->o.max_body) {
         sd_api_fail(&e, 413, INVALID, NULL, "request_too_large",
                     "The request body of %zu bytes exceeds the limit of %zu bytes", len, s->o.max_body);

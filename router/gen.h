@@ -64,6 +64,13 @@ const sd_lanes *sd_gen_lanes(const sd_gen *g);
  * (shutdown). */
 void sd_gen_fail_all(sd_gen *g, int status, const char *msg);
 
+/* Draining: new generation requests get a JSON 503 (code shutting_down,
+ * Retry-After); those accepted (running or queued) go on. */
+void sd_gen_drain(sd_gen *g);
+
+/* Generation requests accepted and not finished (running and queued). */
+size_t sd_gen_live(const sd_gen *g);
+
 /* Fails what is live, closes the lanes, frees g; NULL is a no-op. */
 void sd_gen_free(sd_gen *g);
 

@@ -5,22 +5,32 @@
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
  *               [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]
+ *               [--api-key-file F] [--metrics-auth] [--prefill-budget N] [--drain-timeout S]
+ *
+ * SIGTERM / SIGINT: the router is stopped first and drains (no new requests;
+ * those in flight finish, up to --drain-timeout seconds, default 30, then end
+ * with an error event or response), then the workers; a second signal ends
+ * the requests in flight at once.
  *
  * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
  * when neither --draft nor --ngram is given) and specd-router — found next to
  * this binary (/proc/self/exe) — as three child processes talking over ipc://
  * sockets in a private temporary directory. It prints the URL once the
- * router's /health answers 200 (the verifier is up), restarts a crashed drafter with exponential backoff
- * (the verifier decodes without drafts meanwhile), and when the verifier or
- * the router dies, or on SIGINT / SIGTERM, stops everything: SIGTERM to the
- * children, a grace period, then SIGKILL. Exit status: 0 after a signal,
- * 1 when a child it cannot do without died, 2 on usage errors.
+ * router's /health answers 200 (the verifier is up) and restarts a child
+ * that dies with exponential backoff (0.5 s, doubling to 10 s while it keeps
+ * dying young): without the drafter the verifier decodes without drafts,
+ * without the verifier the router answers 503 until it is back. A child
+ * that dies before the service ever answered is a start-up failure: it
+ * stops everything. On SIGINT / SIGTERM the router drains first (below).
+ * Exit status: 0 after a signal, 1 on a start-up failure, 2 on usage errors.
  *
  * Children run in their own process group (a terminal's Ctrl-C reaches only
  * the supervisor, which stops them in order) and get SIGTERM if the
- * supervisor itself dies (PR_SET_PDEATHSIG). Single-threaded; signals are
+ * supervisor itself dies (PR_SET_PDEATHSIG); the socket directory of a
+ * supervisor killed with -9 is removed by the next one. Single-threaded; signals are
  * taken synchronously with sigtimedwait. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -50,14 +60,15 @@ typedef struct child {
     int argc;
     pid_t pid;
     double started;
-    double backoff; /* drafter restart delay, seconds */
+    double backoff; /* restart delay, seconds */
     double restart_at;
 } child;
 
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
-    const char *spec_max_draft, *api_key_file, *prefill_budget;
+    const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout;
+    int drain_s;
     bool ngram, no_spec, metrics_auth;
     int port;
 } serve_opts;
@@ -118,7 +129,7 @@ static void usage(FILE *f)
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
-               "                   [--prefill-budget N]\n");
+               "                   [--prefill-budget N] [--drain-timeout S]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -132,10 +143,12 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"draft-branches", 1, 0, 'B'}, {"spec-adaptive", 1, 0, 'A'},
                                        {"spec-max-draft", 1, 0, 'X'}, {"api-key-file", 1, 0, 'F'},
                                        {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
+                                       {"drain-timeout", 1, 0, 'R'},
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
+    o->drain_s = 30;
     char err[256];
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -155,6 +168,13 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'F': o->api_key_file = optarg; break;
         case 'M': o->metrics_auth = true; break;
         case 'G': o->prefill_budget = optarg; break;
+        case 'R':
+            if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) {
+                fprintf(stderr, "specd serve: %s\n", err);
+                return -1;
+            }
+            o->drain_timeout = optarg;
+            break;
         case 'j': o->threads = optarg; break;
         case 'K': o->num_draft = optarg; break;
         case 'D': o->device = optarg; break;
@@ -188,6 +208,38 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         return -1;
     if (!o->no_spec && !o->draft) o->ngram = true;
     return 0;
+}
+
+/* Removes a socket directory: its two sockets, then itself. */
+static void remove_sock_dir(const char *tmp)
+{
+    char sock[PATH_MAX + 32];
+    snprintf(sock, sizeof sock, "%s/verifier.sock", tmp);
+    unlink(sock);
+    snprintf(sock, sizeof sock, "%s/drafter.sock", tmp);
+    unlink(sock);
+    rmdir(tmp);
+}
+
+/* Socket directories are /tmp/specd-PID-XXXXXX: those of a supervisor that
+ * is gone (killed with -9: no chance to clean up) are removed at start-up,
+ * when they are ours. */
+static void remove_stale_sock_dirs(void)
+{
+    DIR *d = opendir("/tmp");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid;
+        char rest[64], path[PATH_MAX];
+        struct stat st;
+        if (sscanf(e->d_name, "specd-%ld-%63s", &pid, rest) != 2 || pid <= 0) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to ask) */
+        snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+        remove_sock_dir(path);
+    }
+    closedir(d);
 }
 
 /* Fills the three command lines. dir: binaries; tmp: socket directory. */
@@ -241,15 +293,27 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     snprintf(g_model, sizeof g_model, "%s", basename(name));
     add_opt(rt, "--model-name", g_model);
     if (o->metrics_auth) add_arg(rt, "--metrics-auth"); /* the key itself goes by the environment */
+    add_opt(rt, "--drain-timeout", o->drain_timeout);
 }
 
-/* SIGTERM to every live child, wait up to GRACE_S, then SIGKILL. */
-static void stop_all(child **cs, int n)
+/* SIGTERM to every live child of cs[0..n), wait up to grace seconds, then
+ * SIGKILL. A SIGINT / SIGTERM to the supervisor meanwhile is passed on (the
+ * router then ends its requests in flight at once). */
+static void stop_children(child **cs, int n, double grace)
 {
     for (int i = 0; i < n; i++)
         if (cs[i]->pid > 0) kill(cs[i]->pid, SIGTERM);
-    double deadline = sd_now_s() + GRACE_S;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    struct timespec none = {0, 0};
+    double deadline = sd_now_s() + grace;
     for (;;) {
+        int sig = sigtimedwait(&set, NULL, &none);
+        if (sig == SIGINT || sig == SIGTERM)
+            for (int i = 0; i < n; i++)
+                if (cs[i]->pid > 0) kill(cs[i]->pid, SIGTERM);
         int live = 0;
         for (int i = 0; i < n; i++) {
             if (cs[i]->pid <= 0) continue;
@@ -267,6 +331,15 @@ static void stop_all(child **cs, int n)
             waitpid(cs[i]->pid, NULL, 0);
             cs[i]->pid = 0;
         }
+}
+
+/* Stops the router first — it drains: no new requests, those in flight
+ * finish (up to its drain timeout) while the workers still run — then the
+ * workers. */
+static void stop_all(child **cs, int n, child *rt, double drain_s)
+{
+    stop_children(&rt, 1, drain_s + GRACE_S);
+    stop_children(cs, n, GRACE_S);
 }
 
 /* True when GET /health on the router answers 200 (a lane is up). */
@@ -294,29 +367,33 @@ static void describe_exit(const child *c, int status)
     else if (WIFSIGNALED(status)) fprintf(stderr, "specd: %s killed by signal %d\n", c->name, WTERMSIG(status));
 }
 
-/* Reaps exited children. Returns 1 when a vital child died, else 0. */
-static int reap(child **cs, int n, child *dra)
+/* Reaps exited children and schedules their restart: 0.5 s after a child
+ * that ran a while, doubling (up to 10 s) while it keeps dying young. Before
+ * the service ever answered (started: false) a death is a start-up failure
+ * (a bad model path, a port taken): returns 1, nothing is restarted. */
+static int reap(child **cs, int n, bool started)
 {
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         for (int i = 0; i < n; i++) {
-            if (cs[i]->pid != pid) continue;
-            cs[i]->pid = 0;
-            describe_exit(cs[i], status);
-            if (cs[i] != dra) return 1;
-            double ran = sd_now_s() - dra->started;
-            dra->backoff = ran > 30 ? 0.5 : (dra->backoff ? dra->backoff * 2 : 0.5);
-            if (dra->backoff > 10) dra->backoff = 10;
-            dra->restart_at = sd_now_s() + dra->backoff;
-            fprintf(stderr, "specd: restarting the drafter in %.1f s\n", dra->backoff);
+            child *c = cs[i];
+            if (c->pid != pid) continue;
+            c->pid = 0;
+            describe_exit(c, status);
+            if (!started && strcmp(c->name, "drafter")) return 1;
+            double ran = sd_now_s() - c->started;
+            c->backoff = ran > 30 ? 0.5 : (c->backoff ? c->backoff * 2 : 0.5);
+            if (c->backoff > 10) c->backoff = 10;
+            c->restart_at = sd_now_s() + c->backoff;
+            fprintf(stderr, "specd: restarting the %s in %.1f s\n", c->name, c->backoff);
         }
     }
     return 0;
 }
 
 /* The supervision loop; returns the process exit status. */
-static int supervise(const serve_opts *o, child **cs, int n, child *dra)
+static int supervise(const serve_opts *o, child **cs, int n, child *rt)
 {
     sigset_t set;
     sigemptyset(&set);
@@ -329,17 +406,20 @@ static int supervise(const serve_opts *o, child **cs, int n, child *dra)
         struct timespec tick = {0, 100 * 1000 * 1000};
         int sig = sigtimedwait(&set, NULL, &tick);
         if (sig == SIGINT || sig == SIGTERM) {
-            fprintf(stderr, "\nspecd: stopping\n");
-            stop_all(cs, n);
+            fprintf(stderr, "\nspecd: stopping: the router drains (up to %d s; a second signal ends it now)\n",
+                    o->drain_s);
+            stop_all(cs, n, rt, o->drain_s);
             return 0;
         }
-        if (reap(cs, n, dra)) {
-            stop_all(cs, n);
+        if (reap(cs, n, announced)) {
+            stop_all(cs, n, rt, 0);
             return 1;
         }
-        if (dra && dra->pid == 0 && dra->restart_at && sd_now_s() >= dra->restart_at) {
-            dra->restart_at = 0;
-            if (spawn(dra) != 0) fprintf(stderr, "specd: cannot restart the drafter: %s\n", strerror(errno));
+        for (int i = 0; i < n; i++) {
+            child *c = cs[i];
+            if (c->pid != 0 || !c->restart_at || sd_now_s() < c->restart_at) continue;
+            c->restart_at = 0;
+            if (spawn(c) != 0) fprintf(stderr, "specd: cannot restart the %s: %s\n", c->name, strerror(errno));
         }
         if (!announced && sd_now_s() - last_probe > 0.25) {
             last_probe = sd_now_s();
@@ -388,7 +468,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd serve: --api-key is visible in the process list; --api-key-file or SPECD_API_KEY "
                         "keep the key out of it\n");
     free(key);
-    char dir[PATH_MAX], tmp[] = "/tmp/specd-XXXXXX";
+    remove_stale_sock_dirs();
+    char dir[PATH_MAX], tmp[64];
+    snprintf(tmp, sizeof tmp, "/tmp/specd-%ld-XXXXXX", (long)getpid());
     if (self_dir(dir, sizeof dir) != 0 || !mkdtemp(tmp)) {
         fprintf(stderr, "specd: cannot set up: %s\n", strerror(errno));
         return 1;
@@ -413,13 +495,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "specd: cannot start the %s: %s\n", cs[i]->name, strerror(errno));
             rc = 1;
         }
-    rc = rc ? (stop_all(cs, n), 1) : supervise(&o, cs, n, o.no_spec ? NULL : &dra);
-    char sock[PATH_MAX + 32];
-    snprintf(sock, sizeof sock, "%s/verifier.sock", tmp);
-    unlink(sock);
-    snprintf(sock, sizeof sock, "%s/drafter.sock", tmp);
-    unlink(sock);
-    rmdir(tmp);
+    rc = rc ? (stop_all(cs, n, &rt, 0), 1) : supervise(&o, cs, n, &rt);
+    remove_sock_dir(tmp);
     for (int i = 0; i < 3; i++) {
         child *c = i == 0 ? &ver : i == 1 ? &dra : &rt;
         for (int k = 0; k < c->argc; k++) free(c->argv[k]);

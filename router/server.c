@@ -19,6 +19,7 @@
 #include <zmq.h>
 
 #include "chat_template.h"
+#include "clock.h"
 #include "gen.h"
 #include "http_api.h"
 #include "log.h"
@@ -33,7 +34,9 @@ struct sd_server {
     struct event_base *base;
     struct evhttp *http;
     struct evhttp_bound_socket *bound;
-    struct event *sigint, *sigterm;
+    struct event *sigint, *sigterm, *drain_tick;
+    bool draining;
+    double drain_deadline;
     void *zctx;
     sd_gen *gen;               /* lanes and completion requests */
     sd_tok *tok;
@@ -167,12 +170,53 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
 }
 
+/* Ends every request still in flight with an error and leaves the loop once
+ * the replies had a moment to go out. */
+static void finish_now(sd_server *s)
+{
+    if (s->drain_tick) event_del(s->drain_tick);
+    sd_gen_fail_all(s->gen, 503, "The server is shutting down");
+    struct timeval flush = {0, 300000};
+    event_base_loopexit(s->base, &flush);
+}
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sd_server *s = arg;
+    size_t live = sd_gen_live(s->gen);
+    if (live == 0) {
+        SD_INFO("drained: every request finished");
+        event_del(s->drain_tick);
+        struct timeval flush = {0, 100000};
+        event_base_loopexit(s->base, &flush);
+    } else if (sd_now_s() >= s->drain_deadline) {
+        SD_WARN("drain timeout: ending the %zu requests still in flight with an error", live);
+        finish_now(s);
+    }
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     sd_server *s = arg;
-    SD_INFO("signal %d: shutting down", (int)sig);
-    event_base_loopexit(s->base, NULL);
+    if (s->draining) {
+        SD_INFO("signal %d again: ending the requests in flight now", (int)sig);
+        finish_now(s);
+        return;
+    }
+    s->draining = true;
+    SD_INFO("signal %d: draining: no new requests; %zu in flight get up to %d s", (int)sig, sd_gen_live(s->gen),
+            s->o.drain_timeout_s);
+    if (s->bound) evhttp_del_accept_socket(s->http, s->bound); /* new connections are refused */
+    s->bound = NULL;
+    sd_gen_drain(s->gen);
+    s->drain_deadline = sd_now_s() + s->o.drain_timeout_s;
+    struct timeval tick = {0, 50000};
+    s->drain_tick = event_new(s->base, -1, EV_PERSIST, on_drain_tick, s);
+    if (!s->drain_tick || event_add(s->drain_tick, &tick) != 0) finish_now(s);
+    else on_drain_tick(-1, 0, s);
 }
 
 static sd_status load_tokenizer(sd_server *s, char *err, size_t errlen)
@@ -231,6 +275,7 @@ static void apply_defaults(sd_server_opts *o)
     if (o->default_max_tokens <= 0) o->default_max_tokens = 256;
     if (!o->max_headers) o->max_headers = 64 << 10;
     if (o->header_timeout_s <= 0) o->header_timeout_s = 30;
+    if (o->drain_timeout_s < 0) o->drain_timeout_s = 30;
 }
 
 sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, size_t errlen)
@@ -272,7 +317,7 @@ int sd_server_run(sd_server *s)
     SD_INFO("serving %s at http://%s:%d (%zu lane%s)", s->o.model_name, s->o.host, s->port,
             s->o.n_verifiers, s->o.n_verifiers == 1 ? "" : "s");
     event_base_dispatch(s->base);
-    sd_gen_fail_all(s->gen, 503, "The server is shutting down");
+    sd_gen_fail_all(s->gen, 503, "The server is shutting down"); /* nothing should be left */
     return 0;
 }
 
@@ -287,6 +332,7 @@ void sd_server_free(sd_server *s)
     sd_gen_free(s->gen); /* fails what is still live, before its HTTP requests go */
     if (s->sigint) event_free(s->sigint);
     if (s->sigterm) event_free(s->sigterm);
+    if (s->drain_tick) event_free(s->drain_tick);
     if (s->http) evhttp_free(s->http);
     if (s->zctx) zmq_ctx_term(s->zctx);
     if (s->base) event_base_free(s->base);

@@ -28,6 +28,7 @@ typedef struct sd_server_opts {
     bool metrics_auth;               /* /metrics needs the key too */
     size_t max_headers;              /* bytes of request line + headers; default 64 KiB */
     int header_timeout_s;            /* reading a request, and a keep-alive connection idle; default 30 */
+    int drain_timeout_s;             /* SIGTERM: how long requests in flight may take to finish; default 30 */
     int max_queue;                   /* waiting requests; default 256 */
     size_t max_body;                 /* bytes; default 1 MiB */
     double request_timeout_s;        /* 0 = none (default 600) */
@@ -43,7 +44,11 @@ typedef struct sd_server sd_server;
  * SD_ERR_* with a message on failure. *out owned by the caller. */
 sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, size_t errlen);
 
-/* Runs the event loop until SIGINT / SIGTERM; returns 0. */
+/* Runs the event loop until SIGINT / SIGTERM; returns 0. The first signal
+ * drains: the listening socket closes, new requests on open connections get
+ * a JSON 503, the requests in flight finish — up to drain_timeout_s, after
+ * which they end with an error event (streams, then [DONE]) or a JSON 503.
+ * A second signal ends them at once. */
 int sd_server_run(sd_server *s);
 
 /* The bound HTTP port (useful with port 0). */

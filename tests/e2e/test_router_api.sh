@@ -206,9 +206,23 @@ SH
   "$SB/specd" serve --target "$MODELS/tinycode-16m" --port "$SPORT" --no-spec >"$WORK/serve.out" 2>"$WORK/serve.err" &
   SP=$!
   for _ in $(seq 60); do grep -q "serving" "$WORK/serve.out" && break; sleep 0.1; done
-  pkill -TERM -P "$SP" -f specd-test-fake-verifier
-  wait "$SP"; rc=$?
-  check "specd serve exits non-zero when the verifier dies" '[ "$rc" != 0 ] && grep -q "verifier" "$WORK/serve.err"'
+  old=$(pgrep -P "$SP" -f specd-test-fake-verifier)
+  kill -TERM "$old"
+  new=
+  for _ in $(seq 50); do
+    sleep 0.1
+    new=$(pgrep -P "$SP" -f specd-test-fake-verifier)
+    [ -n "$new" ] && [ "$new" != "$old" ] && break
+  done
+  check "specd serve restarts a verifier that died (old $old, new ${new:-none})" \
+    '[ -n "$new" ] && [ "$new" != "$old" ] && grep -q "restarting the verifier" "$WORK/serve.err"'
+  kill -TERM "$SP"; wait "$SP"; rc=$?
+  check "... and still stops cleanly on SIGTERM (exit 0)" '[ "$rc" = 0 ]'
+  # a verifier that cannot start (here: exits at once) is a start-up failure, not restarted
+  printf '#!/usr/bin/env bash\necho "verifier: cannot load the model" >&2; exit 1\n' >"$SB/specd-verifier"
+  timeout 30 "$SB/specd" serve --target "$MODELS/tinycode-16m" --port "$SPORT" --no-spec >"$WORK/serve.out" 2>"$WORK/serve.err"
+  rc=$?
+  check "specd serve exits 1 when the verifier cannot start (rc $rc)" '[ "$rc" = 1 ] && grep -q "verifier exited with status 1" "$WORK/serve.err"'
 fi
 
 if [ "$FAILS" -ne 0 ]; then
