@@ -97,7 +97,7 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
     }
     memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
     r->id = id;
-    r->n_prompt = r->n_tokens = n_prompt;
+    r->n_prompt = r->n_tokens = r->prefill_to = n_prompt;
     r->p = *p;
     sd_kv_seq_init(&r->kv);
     *out = r;
@@ -120,7 +120,15 @@ void sd_req_cancel(sd_engine *e, sd_req *r)
 
 bool sd_engine_can_admit(const sd_engine *e, const sd_req *r)
 {
-    return sd_kv_can_admit(sd_model_kv_pool(e->m), r->n_prompt + 1);
+    return sd_kv_can_admit(sd_model_kv_pool(e->m), r->n_tokens + 1);
+}
+
+void sd_req_preempt(sd_engine *e, sd_req *r)
+{
+    sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
+    r->n_prefilled = 0;
+    r->prefill_to = r->n_tokens > r->n_prompt ? r->n_tokens - 1 : r->n_prompt;
+    r->n_new = 0;
 }
 
 /* Token capacity of the request: prompt + max_tokens, capped by the context. */
@@ -173,7 +181,7 @@ int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *
         const sd_req *r = reqs[i];
         chunk[i] = 0;
         if (r->finish != SD_FINISH_NONE || !sd_req_prefilling(r)) continue;
-        int c = r->n_prompt - r->n_prefilled;
+        int c = r->prefill_to - r->n_prefilled;
         if (c > e->opts.prefill_chunk) c = e->opts.prefill_chunk;
         if (c > left) c = left;
         chunk[i] = c;
@@ -195,7 +203,7 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
             fail_req(e, r, "KV pool exhausted");
             return -1;
         }
-        int last = r->n_prefilled + chunk == r->n_prompt;
+        int last = sd_req_prefill_samples(r, chunk);
         *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, last};
         e->span_k[bi] = -1;
         return last;

@@ -59,7 +59,9 @@ typedef struct sd_req {
     int32_t *tokens;     /* prompt followed by output; capacity n_prompt + max_tokens */
     int n_prompt;
     int n_tokens;
-    int n_prefilled;     /* prompt positions whose KV is computed */
+    int n_prefilled;     /* positions whose KV is computed (before decoding starts) */
+    int prefill_to;      /* ... the positions to compute before decoding: the prompt, or after a
+                          * preemption every committed token but the last (sd_req_preempt) */
     sd_kv_seq kv;
     sd_req_params p;
     sd_finish finish;
@@ -99,13 +101,27 @@ void sd_req_free(sd_engine *e, sd_req *r);
 /* Marks a request cancelled and releases its KV immediately. */
 void sd_req_cancel(sd_engine *e, sd_req *r);
 
-/* Admission: true when the pool can hold the request's prompt (+1) now. */
+/* Admission: true when the pool can hold the request's tokens (+1) now. */
 bool sd_engine_can_admit(const sd_engine *e, const sd_req *r);
 
 /* Output view. */
 static inline const int32_t *sd_req_output(const sd_req *r) { return r->tokens + r->n_prompt; }
 static inline int sd_req_n_output(const sd_req *r) { return r->n_tokens - r->n_prompt; }
-static inline bool sd_req_prefilling(const sd_req *r) { return r->n_prefilled < r->n_prompt; }
+static inline bool sd_req_prefilling(const sd_req *r) { return r->n_prefilled < r->prefill_to; }
+
+/* True when a prefill chunk of `chunk` tokens ends the request's prefill and
+ * samples its first token (a fresh request; a preempted one resumes decoding
+ * from its committed tokens instead). */
+static inline bool sd_req_prefill_samples(const sd_req *r, int chunk)
+{
+    return r->n_prefilled + chunk == r->prefill_to && r->n_tokens == r->n_prompt;
+}
+
+/* Preemption: frees the request's KV (the pool ran short) and makes it
+ * prefill again — its prompt and the tokens it committed, all but the last
+ * — before it decodes on from where it was. The output is unchanged:
+ * greedy and seeded sampling depend only on the tokens and positions. */
+void sd_req_preempt(sd_engine *e, sd_req *r);
 
 /* The prompt tokens each request prefills in the next step: chunk[i] for
  * reqs[i], 0 for one not prefilling or waiting for a later step. Requests

@@ -59,6 +59,7 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     in->step_meas_us = s->step_measured_us;
     in->step_err_us = s->step_error_us;
     in->step_rows_max = s->step_rows_max;
+    in->preemptions = s->preemptions;
     in->n_accept = 0;
     for (size_t i = 0; i < s->n_accept && in->n_accept < SD_LANE_MAX_ACCEPT; i++) {
         const Specd__AcceptEstimate *e = s->accept[i];

@@ -55,6 +55,7 @@ typedef struct sd_lane_info {
     size_t n_k_chosen;
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
     uint32_t step_rows_max;          /* the most rows one of its engine steps had */
+    uint64_t preemptions;            /* requests its verifier preempted (KV short) */
     sd_lane_accept accept[SD_LANE_MAX_ACCEPT];  /* adaptive: the verifier's acceptance estimates */
     size_t n_accept;
     char model[128];

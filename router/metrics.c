@@ -65,13 +65,14 @@ static long long lane_value(const sd_lane_info *in, int which)
     case 4: return in->drafter_requests;
     case 5: return in->drafter_kv_total;
     case 6: return in->drafter_kv_free;
-    default: return in->step_rows_max;
+    case 7: return in->step_rows_max;
+    default: return (long long)in->preemptions;
     }
 }
 
-static void lane_gauge(FILE *f, const sd_lanes *l, const char *name, const char *help, int which)
+static void lane_series(FILE *f, const sd_lanes *l, const char *name, const char *type, const char *help, int which)
 {
-    header(f, name, "gauge", help);
+    header(f, name, type, help);
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         fprintf(f, "%s{lane=\"%s\"} %lld\n", name, in->endpoint, lane_value(in, which));
@@ -149,15 +150,18 @@ static void render_adapt(FILE *f, const sd_lanes *l)
 
 static void render_lanes(FILE *f, const sd_lanes *l)
 {
-    lane_gauge(f, l, "specd_lane_up", "1 when the lane's verifier answers health checks.", 0);
-    lane_gauge(f, l, "specd_lane_inflight", "Requests routed to the lane and not finished.", 1);
-    lane_gauge(f, l, "specd_kv_blocks_total", "KV pool blocks of the lane's verifier.", 2);
-    lane_gauge(f, l, "specd_kv_blocks_free", "Free KV pool blocks of the lane's verifier.", 3);
-    lane_gauge(f, l, "specd_drafter_requests", "Requests the lane's drafter holds state for.", 4);
-    lane_gauge(f, l, "specd_drafter_kv_blocks_total", "KV mirror pool blocks of the lane's drafter.", 5);
-    lane_gauge(f, l, "specd_drafter_kv_blocks_free", "Free KV mirror pool blocks of the lane's drafter.", 6);
-    lane_gauge(f, l, "specd_step_rows_max",
+    lane_series(f, l, "specd_lane_up", "gauge", "1 when the lane's verifier answers health checks.", 0);
+    lane_series(f, l, "specd_lane_inflight", "gauge", "Requests routed to the lane and not finished.", 1);
+    lane_series(f, l, "specd_kv_blocks_total", "gauge", "KV pool blocks of the lane's verifier.", 2);
+    lane_series(f, l, "specd_kv_blocks_free", "gauge", "Free KV pool blocks of the lane's verifier.", 3);
+    lane_series(f, l, "specd_drafter_requests", "gauge", "Requests the lane's drafter holds state for.", 4);
+    lane_series(f, l, "specd_drafter_kv_blocks_total", "gauge", "KV mirror pool blocks of the lane's drafter.", 5);
+    lane_series(f, l, "specd_drafter_kv_blocks_free", "gauge", "Free KV mirror pool blocks of the lane's drafter.", 6);
+    lane_series(f, l, "specd_step_rows_max", "gauge",
                "The most rows (prompt tokens, decode and draft positions) one engine step of the lane had.", 7);
+    lane_series(f, l, "specd_preemptions_total", "counter",
+               "Requests the lane's verifier preempted: KV given back when the pool ran short, prefilled again later.",
+               8);
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {

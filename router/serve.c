@@ -67,7 +67,7 @@ typedef struct child {
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
-    const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout;
+    const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks;
     int drain_s;
     bool ngram, no_spec, metrics_auth;
     int port;
@@ -129,7 +129,7 @@ static void usage(FILE *f)
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
-               "                   [--prefill-budget N] [--drain-timeout S]\n");
+               "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S]\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -143,7 +143,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"draft-branches", 1, 0, 'B'}, {"spec-adaptive", 1, 0, 'A'},
                                        {"spec-max-draft", 1, 0, 'X'}, {"api-key-file", 1, 0, 'F'},
                                        {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
-                                       {"drain-timeout", 1, 0, 'R'},
+                                       {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -168,6 +168,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'F': o->api_key_file = optarg; break;
         case 'M': o->metrics_auth = true; break;
         case 'G': o->prefill_budget = optarg; break;
+        case 'V': o->kv_blocks = optarg; break;
         case 'R':
             if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) {
                 fprintf(stderr, "specd serve: %s\n", err);
@@ -260,6 +261,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--spec-adaptive", o->spec_adaptive);
     add_opt(ver, "--spec-max-draft", o->spec_max_draft);
     add_opt(ver, "--prefill-budget", o->prefill_budget);
+    add_opt(ver, "--kv-blocks", o->kv_blocks);
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);

@@ -195,7 +195,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             if (!chunk || chunk[i] == 0) continue; /* its prompt waits for a later step */
             st.fixed_rows += chunk[i];
             st.seqs++;
-            if (r->n_prefilled + chunk[i] == r->n_prompt) {
+            if (sd_req_prefill_samples(r, chunk[i])) {
                 st.fixed_tokens += 1;
                 if (r->p.sampling.temperature > 0) st.fixed_sampled++;
                 else st.fixed_greedy++;

@@ -47,6 +47,7 @@ struct sd_vf_server {
     sd_vf_pipe_stats pipe_total;
     uint64_t tokens_generated;
     uint32_t step_rows_max;        /* the most rows one engine step had */
+    uint64_t preemptions;          /* requests that gave their KV back (preempt_for_kv) */
     sd_req **reqs;          /* step scratch, [max_batch] */
     sd_vf_slot **slots;
     sd_proposal *props;
@@ -253,6 +254,7 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     st.n_accepted_at = (size_t)n_at;
     st.tokens_generated = s->tokens_generated;
     st.step_rows_max = s->step_rows_max;
+    st.preemptions = s->preemptions;
     st.drafter_up = s->link && sd_vf_link_up(s->link);
     if (s->link) {
         sd_vf_drafter_stats ds = sd_vf_link_drafter_stats(s->link);
@@ -325,10 +327,48 @@ static int promised_blocks(const sd_vf_server *s)
     for (int i = 0; i < s->n_active; i++) {
         const sd_req *r = s->active[i]->slot.r;
         if (!sd_req_prefilling(r)) continue;
-        int need = sd_kv_blocks_for(s->pool, r->n_prompt + 1) - r->kv.n_blocks;
+        int need = sd_kv_blocks_for(s->pool, r->n_tokens + 1) - r->kv.n_blocks;
         if (need > 0) sum += need;
     }
     return sum;
+}
+
+/* KV blocks the next step of r takes beyond those it owns: its next prompt
+ * chunk, or one decode position (drafts are dropped first when KV is short). */
+static int step_blocks(const sd_vf_server *s, const sd_req *r)
+{
+    if (r->finish != SD_FINISH_NONE) return 0;
+    int len = r->kv.len;
+    if (sd_req_prefilling(r)) {
+        int chunk = r->prefill_to - r->n_prefilled;
+        len += chunk < s->cfg->prefill_chunk ? chunk : s->cfg->prefill_chunk;
+    } else {
+        len += 1;
+    }
+    int need = sd_kv_blocks_for(s->pool, len) - r->kv.n_blocks;
+    return need > 0 ? need : 0;
+}
+
+/* Before a step: when the KV pool cannot hold what the active requests'
+ * next step takes, the requests admitted last give theirs back
+ * (sd_req_preempt) and wait at the head of the queue, to prefill again and
+ * go on when there is room — instead of a request failing mid-stream. The
+ * oldest request is never preempted: it has the pool to itself at worst. */
+static void preempt_for_kv(sd_vf_server *s)
+{
+    for (;;) {
+        int need = 0;
+        for (int i = 0; i < s->n_active; i++) need += step_blocks(s, s->active[i]->slot.r);
+        if (need <= sd_kv_pool_free_count(s->pool) || s->n_active <= 1) return;
+        vf_req *vr = s->active[--s->n_active];
+        sd_req_preempt(s->e, vr->slot.r);
+        memmove(s->queue + 1, s->queue, (size_t)s->n_queue * sizeof *s->queue);
+        s->queue[0] = vr;
+        s->n_queue++;
+        s->preemptions++;
+        SD_DEBUG("request %llu preempted: the KV pool is short (%d blocks needed, %d free)",
+                 (unsigned long long)vr->rid, need, sd_kv_pool_free_count(s->pool));
+    }
 }
 
 /* Moves queued requests into the active set, oldest first, while the KV pool
@@ -338,14 +378,19 @@ static void admit(sd_vf_server *s)
     while (s->n_queue > 0 && s->n_active < s->cfg->max_batch) {
         vf_req *vr = s->queue[0];
         const sd_req *r = vr->slot.r;
-        int need = sd_kv_blocks_for(s->pool, r->n_prompt + 1);
+        int need = sd_kv_blocks_for(s->pool, r->n_tokens + 1);
         if (need > sd_kv_pool_total(s->pool)) {
             remove_at(s->queue, &s->n_queue, 0);
             reject(s, &vr->peer, vr->rid, r->n_prompt, "kv_exhausted", "the prompt does not fit the KV pool");
             req_destroy(s, vr);
             continue;
         }
-        if (!sd_engine_can_admit(s->e, r) || need + promised_blocks(s) > sd_kv_pool_free_count(s->pool)) break;
+        /* room for it, for what admitted prompts still need, and for the running requests' next step */
+        int growth = 0;
+        for (int i = 0; i < s->n_active; i++)
+            if (!sd_req_prefilling(s->active[i]->slot.r)) growth += step_blocks(s, s->active[i]->slot.r);
+        if (!sd_engine_can_admit(s->e, r) || need + promised_blocks(s) + growth > sd_kv_pool_free_count(s->pool))
+            break;
         remove_at(s->queue, &s->n_queue, 0);
         s->active[s->n_active++] = vr;
         SD_DEBUG("request %llu admitted (%d active)", (unsigned long long)vr->rid, s->n_active);
@@ -394,6 +439,7 @@ static void emit(sd_vf_server *s)
  * adaptive maximum, the room left, the --spec-max-batch* caps). */
 static void plan_step(sd_vf_server *s)
 {
+    preempt_for_kv(s);
     int n = s->n_active;
     for (int i = 0; i < n; i++) {
         s->reqs[i] = s->active[i]->slot.r;
@@ -709,7 +755,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     set_model_name(s, cfg->model_dir);
     size_t nb = (size_t)cfg->max_batch;
     s->active = calloc(nb, sizeof *s->active);
-    s->queue = calloc(SD_VF_QUEUE_MAX, sizeof *s->queue);
+    s->queue = calloc(SD_VF_QUEUE_MAX + (size_t)nb, sizeof *s->queue); /* room for the preempted */
     s->reqs = calloc(nb, sizeof *s->reqs);
     s->slots = calloc(nb, sizeof *s->slots);
     s->props = calloc(nb, sizeof *s->props);
