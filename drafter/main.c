@@ -41,6 +41,7 @@
 #include "log.h"
 #include "model.h"
 #include "model_config.h"
+#include "curve.h"
 #include "msg.h"
 #include "ngram.h"
 #include "opt.h"
@@ -51,7 +52,7 @@
 #define BRANCH_MIN_PROB 0.02      /* outcomes less likely than this are not drafted for */
 
 typedef struct drafter_opts {
-    const char *listen, *model, *device, *log_level;
+    const char *listen, *model, *device, *log_level, *curve_keys;
     bool ngram;
     int ngram_min, ngram_max, threads, max_seqs, max_context;
     int quant;        /* SD_DRAFT_QUANT_* */
@@ -99,7 +100,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
                "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
-               "                     [--spec-branches N]\n"
+               "                     [--spec-branches N] [--curve-keys DIR]\n"
                "                     [--log-level debug|info|warn|error]\n");
 }
 
@@ -111,7 +112,7 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
         {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
         {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {"spec-branches", 1, 0, 'B'},
-        {0, 0, 0, 0}};
+        {"curve-keys", 1, 0, 'K'}, {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
@@ -123,6 +124,7 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
     while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 'l': o->listen = optarg; break;
+        case 'K': o->curve_keys = optarg; break;
         case 'm': o->model = optarg; break;
         case 'n': o->ngram = true; break;
         case 'a': st = sd_opt_int(optarg, "--ngram-min", 1, SD_NGRAM_MAX_N, &o->ngram_min, err, sizeof err); break;
@@ -561,12 +563,17 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
-/* Binds the ROUTER socket. Returns 0 or -1 (logged). */
-static int open_socket(drafter *d, void *zctx, const char *endpoint)
+/* Binds the ROUTER socket (a CURVE server with curve). Returns 0 or -1 (logged). */
+static int open_socket(drafter *d, void *zctx, const char *endpoint, const sd_curve *curve)
 {
+    char err[256];
     d->sock = sd_msg_socket(zctx, ZMQ_ROUTER, 10000);
     if (!d->sock) {
         SD_ERROR("cannot create a socket: %s", zmq_strerror(errno));
+        return -1;
+    }
+    if (curve && sd_curve_server(curve, d->sock, err, sizeof err) != SD_OK) {
+        SD_ERROR("%s", err);
         return -1;
     }
     if (zmq_bind(d->sock, endpoint) != 0) {
@@ -601,12 +608,17 @@ int main(int argc, char **argv)
     }
     void *zctx = zmq_ctx_new();
     int rc = 1;
-    if (zctx && open_socket(&d, zctx, o.listen) == 0) {
+    sd_curve *curve = NULL;
+    char cerr[512];
+    if (zctx && o.curve_keys && sd_curve_load(zctx, o.curve_keys, true, &curve, cerr, sizeof cerr) != SD_OK) {
+        SD_ERROR("%s", cerr);
+    } else if (zctx && open_socket(&d, zctx, o.listen, curve) == 0) {
         SD_INFO("drafting with %s (%d threads, %d sequences) on %s", d.model_name, o.threads, o.max_seqs, o.listen);
         rc = serve(&d);
         SD_INFO("stopping");
     }
     if (d.sock) zmq_close(d.sock);
+    sd_curve_free(curve);
     if (zctx) zmq_ctx_term(zctx);
     sd_proposer_free(d.prop);
     sd_backend_free(d.be);

@@ -737,7 +737,7 @@ sd_status sd_gen_new(const sd_gen_opts *opts, const sd_gen_env *env, sd_gen **ou
     s->chat = env->chat;
     s->metrics = env->metrics;
     s->next_id = ((uint64_t)time(NULL) << 20) | 1;
-    sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity};
+    sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity, env->curve};
     sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};
     sd_status st = sd_lanes_new(s->base, env->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err,
                                 errlen);

@@ -42,6 +42,7 @@ typedef struct sd_gen_opts {
 typedef struct sd_gen_env {
     struct event_base *base;
     void *zctx;                      /* ZeroMQ context for the lane sockets */
+    const sd_curve *curve;           /* CURVE keys for them, NULL = plain */
     const sd_tok *tok;
     sd_chat_family chat;
     sd_metrics *metrics;

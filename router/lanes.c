@@ -175,6 +175,7 @@ static sd_status lane_open(sd_lanes *l, void *zctx, lane *ln, char *err, size_t 
 {
     ln->sock = sd_msg_socket(zctx, ZMQ_DEALER, 0);
     int one = 1;
+    if (ln->sock && l->opts.curve && sd_curve_client(l->opts.curve, ln->sock, err, errlen) != SD_OK) return SD_ERR_IO;
     if (!ln->sock || zmq_setsockopt(ln->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0 ||
         zmq_connect(ln->sock, ln->endpoint) != 0)
         return sd_seterr(err, errlen, SD_ERR_IO, "lane %s: %s", ln->endpoint, zmq_strerror(zmq_errno()));
@@ -204,6 +205,7 @@ sd_status sd_lanes_new(struct event_base *base, void *zctx, const char *const *e
     l->opts.health_interval_ms = opts && opts->health_interval_ms > 0 ? opts->health_interval_ms : 1000;
     l->opts.max_missed = opts && opts->max_missed > 0 ? opts->max_missed : 3;
     l->opts.capacity = opts && opts->capacity > 0 ? opts->capacity : 64;
+    l->opts.curve = opts ? opts->curve : NULL;
     sd_status st = SD_OK;
     for (size_t i = 0; i < n && st == SD_OK; i++) {
         lane *ln = &l->lanes[i];

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "curve.h"
 #include "msg.h"
 #include "status.h"
 
@@ -75,6 +76,7 @@ typedef struct sd_lanes_opts {
     int health_interval_ms; /* default 1000 */
     int max_missed;         /* default 3 */
     int capacity;           /* max in-flight per lane, default 64 */
+    const sd_curve *curve;  /* CURVE client keys (proto/curve.h), NULL = plain */
 } sd_lanes_opts;
 
 /* Creates the table: one DEALER per endpoint (connect, ZMQ_IMMEDIATE so

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "curve.h"
 #include "opt.h"
 
 #define GRACE_S 5.0
@@ -67,7 +68,7 @@ typedef struct child {
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
-    const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks;
+    const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
     int drain_s;
     bool ngram, no_spec, metrics_auth;
     int port;
@@ -129,7 +130,8 @@ static void usage(FILE *f)
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
-               "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S]\n");
+               "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
+               "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
@@ -144,6 +146,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"spec-max-draft", 1, 0, 'X'}, {"api-key-file", 1, 0, 'F'},
                                        {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
                                        {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
+                                       {"curve-keys", 1, 0, 'Y'},
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -169,6 +172,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'M': o->metrics_auth = true; break;
         case 'G': o->prefill_budget = optarg; break;
         case 'V': o->kv_blocks = optarg; break;
+        case 'Y': o->curve_keys = optarg; break;
         case 'R':
             if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) {
                 fprintf(stderr, "specd serve: %s\n", err);
@@ -262,6 +266,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--spec-max-draft", o->spec_max_draft);
     add_opt(ver, "--prefill-budget", o->prefill_budget);
     add_opt(ver, "--kv-blocks", o->kv_blocks);
+    add_opt(ver, "--curve-keys", o->curve_keys);
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
@@ -276,6 +281,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
         add_arg(dra, "--ngram");
     }
     add_opt(dra, "--threads", o->threads);
+    add_opt(dra, "--curve-keys", o->curve_keys);
     /* the drafter drafts ahead whenever the verifier pipelines: only "off" concerns it */
     if (o->spec_pipeline && !strcmp(o->spec_pipeline, "off")) add_opt(dra, "--spec-pipeline", "off");
     snprintf(path, sizeof path, "%s/specd-router", dir);
@@ -296,6 +302,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(rt, "--model-name", g_model);
     if (o->metrics_auth) add_arg(rt, "--metrics-auth"); /* the key itself goes by the environment */
     add_opt(rt, "--drain-timeout", o->drain_timeout);
+    add_opt(rt, "--curve-keys", o->curve_keys);
 }
 
 /* SIGTERM to every live child of cs[0..n), wait up to grace seconds, then
@@ -441,6 +448,16 @@ static int supervise(const serve_opts *o, child **cs, int n, child *rt)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "keygen")) {
+        char err[512];
+        if (sd_curve_keygen(argv[2], err, sizeof err) != SD_OK) {
+            fprintf(stderr, "specd keygen: %s\n", err);
+            return 1;
+        }
+        printf("specd keygen: wrote %s/{server,client}.{public,secret}; give every process --curve-keys %s\n", argv[2],
+               argv[2]);
+        return 0;
+    }
     if (argc < 2 || strcmp(argv[1], "serve")) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);

@@ -20,6 +20,7 @@
 
 #include "chat_template.h"
 #include "clock.h"
+#include "curve.h"
 #include "gen.h"
 #include "http_api.h"
 #include "log.h"
@@ -38,6 +39,7 @@ struct sd_server {
     bool draining;
     double drain_deadline;
     void *zctx;
+    sd_curve *curve;
     sd_gen *gen;               /* lanes and completion requests */
     sd_tok *tok;
     int vocab;
@@ -290,11 +292,12 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
     sd_status st = load_tokenizer(s, err, errlen);
     if (st == SD_OK && (!(s->base = event_base_new()) || !(s->zctx = zmq_ctx_new())))
         st = sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot create the event base / ZeroMQ context");
+    if (st == SD_OK && s->o.curve_keys) st = sd_curve_load(s->zctx, s->o.curve_keys, false, &s->curve, err, errlen);
     if (st == SD_OK) {
         sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
                           s->o.default_max_tokens, s->o.header_timeout_s};
-        sd_gen_env ge = {s->base, s->zctx, s->tok, s->chat, &s->metrics};
+        sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }
     if (st == SD_OK) st = open_http(s, err, errlen);
@@ -334,6 +337,7 @@ void sd_server_free(sd_server *s)
     if (s->sigterm) event_free(s->sigterm);
     if (s->drain_tick) event_free(s->drain_tick);
     if (s->http) evhttp_free(s->http);
+    sd_curve_free(s->curve);
     if (s->zctx) zmq_ctx_term(s->zctx);
     if (s->base) event_base_free(s->base);
     sd_tok_free(s->tok);

@@ -17,7 +17,7 @@ const char *sd_vf_usage(void)
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
-           "                      [--spec-adaptive on|off] [--spec-max-draft N]\n"
+           "                      [--spec-adaptive on|off] [--spec-max-draft N] [--curve-keys DIR]\n"
            "                      [--log-level debug|info|warn|error]\n";
 }
 
@@ -75,7 +75,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
         {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
-        {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'},
+        {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
         {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
@@ -87,6 +87,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'm': cfg->model_dir = optarg; break;
         case 'l': cfg->listen = optarg; break;
         case 'd': cfg->drafter = *optarg ? optarg : NULL; break;
+        case 'K': cfg->curve_keys = optarg; break;
         case 'D': cfg->device = optarg; break;
         case 'L': cfg->log_level = sd_log_parse_level(optarg); break;
         case 'h': cfg->help = true; break;

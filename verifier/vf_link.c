@@ -31,7 +31,8 @@ struct sd_vf_link {
     sd_vf_batch batch;
 };
 
-sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int vocab, char *err, size_t errlen)
+sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, const sd_curve *curve, int timeout_ms, int vocab,
+                           char *err, size_t errlen)
 {
     sd_vf_link *l = calloc(1, sizeof *l);
     if (!l) {
@@ -41,6 +42,11 @@ sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int
     l->sock = sd_msg_socket(zctx, ZMQ_DEALER, 1000);
     int one = 1;
     if (l->sock) zmq_setsockopt(l->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+    if (l->sock && curve && sd_curve_client(curve, l->sock, err, errlen) != SD_OK) {
+        zmq_close(l->sock);
+        free(l);
+        return NULL;
+    }
     if (!l->sock || zmq_connect(l->sock, endpoint) != 0) {
         sd_seterr(err, errlen, SD_ERR_ARG, "cannot connect to drafter %s: %s", endpoint, zmq_strerror(zmq_errno()));
         if (l->sock) zmq_close(l->sock);

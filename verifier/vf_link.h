@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "curve.h"
 #include "status.h"
 #include "vf_draft.h"
 
@@ -39,7 +40,8 @@ typedef struct sd_vf_link sd_vf_link;
 
 /* Connects a DEALER socket from zctx to endpoint. NULL with a message on
  * failure (bad endpoint, out of memory). */
-sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, int timeout_ms, int vocab, char *err, size_t errlen);
+sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, const sd_curve *curve, int timeout_ms, int vocab,
+                           char *err, size_t errlen);
 
 /* Closes the socket and frees the link; NULL is a no-op. */
 void sd_vf_link_free(sd_vf_link *l);

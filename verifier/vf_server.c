@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "curve.h"
 #include "msg.h"
 #include "vf_adapt.h"
 #include "vf_convert.h"
@@ -37,6 +38,7 @@ struct sd_vf_server {
     sd_kv_pool *pool;
     int vocab;
     void *sock;
+    sd_curve *curve;               /* --curve-keys: CURVE on both sockets, NULL = plain */
     sd_vf_link *link;
     vf_req **active;
     int n_active;
@@ -783,14 +785,22 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
+    if (cfg->curve_keys && sd_curve_load(zctx, cfg->curve_keys, true, &s->curve, err, errlen) != SD_OK) {
+        sd_vf_server_free(s);
+        return SD_ERR_IO;
+    }
     s->sock = sd_msg_socket(zctx, ZMQ_ROUTER, 10000);
+    if (s->sock && s->curve && sd_curve_server(s->curve, s->sock, err, errlen) != SD_OK) {
+        sd_vf_server_free(s);
+        return SD_ERR_IO;
+    }
     if (!s->sock || zmq_bind(s->sock, cfg->listen) != 0) {
         sd_seterr(err, errlen, SD_ERR_IO, "cannot bind %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
         sd_vf_server_free(s);
         return SD_ERR_IO;
     }
     if (cfg->drafter) {
-        s->link = sd_vf_link_new(zctx, cfg->drafter, cfg->draft_timeout_ms, s->vocab, err, errlen);
+        s->link = sd_vf_link_new(zctx, cfg->drafter, s->curve, cfg->draft_timeout_ms, s->vocab, err, errlen);
         if (!s->link) {
             sd_vf_server_free(s);
             return SD_ERR_IO;
@@ -807,6 +817,7 @@ void sd_vf_server_free(sd_vf_server *s)
     for (int i = 0; i < s->n_queue; i++) req_destroy(s, s->queue[i]);
     sd_vf_link_free(s->link);
     if (s->sock) zmq_close(s->sock);
+    sd_curve_free(s->curve);
     free(s->active);
     free(s->queue);
     free(s->reqs);

@@ -272,7 +272,7 @@ START_TEST(link_timeout_and_recovery)
     pthread_create(&f.th, NULL, fd_main, &f);
     usleep(50000); /* inproc: bind before connect */
     char err[256];
-    sd_vf_link *l = sd_vf_link_new(f.ctx, "inproc://drafter", 100, VOCAB, err, sizeof err);
+    sd_vf_link *l = sd_vf_link_new(f.ctx, "inproc://drafter", NULL, 100, VOCAB, err, sizeof err);
     ck_assert_ptr_nonnull(l);
     usleep(20000);
     fake_req a;
