@@ -12,7 +12,8 @@ sd_status sd_dpipe_note(sd_dreq *r, const Specd__DraftItem *it, const uint8_t *p
     int n_in = ahead ? (int)(it->n_in_flight < SD_MAX_DRAFT ? it->n_in_flight : SD_MAX_DRAFT) : 0;
     int k = it->num_draft < SD_MAX_DRAFT ? (int)it->num_draft : SD_MAX_DRAFT;
     if (sd_dstate_reserve(r, r->n_ctx + (size_t)n_in + 1) != SD_OK) return SD_ERR_NOMEM;
-    bool same = p->n_in_flight == n_in && !memcmp(p->in_flight, it->in_flight, (size_t)n_in * sizeof *p->in_flight);
+    bool same = p->n_in_flight == n_in &&
+                (n_in == 0 || !memcmp(p->in_flight, it->in_flight, (size_t)n_in * sizeof *p->in_flight));
     /* the committed sequence moved when the item carried tokens (advance already appended them) */
     if (it->n_new_tokens > 0 || !same || p->k != k) {
         p->dirty = k > 0;
