@@ -72,40 +72,9 @@ config_args() {
   esac
 }
 
-{
-  echo "# specd adaptive bench — $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1) ($(grep -o -w 'avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')), git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')"
-  echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-} | tee "$OUTDIR/header.txt"
-
-failed=0
-T0=$(date +%s)
-for r in $(seq "$ROUNDS"); do
-  for th in $THREAD_SETS; do
-    if [ "$th" = default ]; then unset SD_BENCH_THREADS; else export SD_BENCH_THREADS=$th; fi
-    for cfg in $CONFIGS; do
-      args=$(config_args "$cfg")
-      echo "== round $r, threads $th, $cfg: specd serve --target models/tinycode-16m $args" >&2
-      # shellcheck disable=SC2086
-      if ! serve_start "$cfg-t$th-r$r" $args; then failed=1; continue; fi
-      for c in $CONCS; do
-        n=$N; [ "$c" = 1 ] && n=$N1; [ "$c" = 4 ] && n=$N4
-        for t in $TEMPS; do
-          out=$OUTDIR/$cfg-th$th-c$c-t$t-r$r
-          curl -s "$URL/metrics" >"$out.m0"
-          cmd=("$BIN/specd-bench" --url "$URL" --num-prompts "$n" --concurrency "$c" --max-tokens "$TOKENS"
-               --temperature "$t" --seed 1 --ignore-eos --warmup 2 --quiet --json "$out.json")
-          echo "${cmd[*]}" >"$out.cmd"
-          fg "${cmd[@]}" >"$out.txt" 2>"$out.err" || { echo "bench_adaptive: specd-bench failed, see $out.txt" >&2; failed=1; }
-          sleep 1.1 # the router's next health check brings the verifier's figures
-          curl -s "$URL/metrics" >"$out.m1"
-        done
-      done
-      serve_stop
-    done
-  done
-done
-T1=$(date +%s)
+cell_requests() { case $1 in 1) echo "$N1" ;; 4) echo "$N4" ;; *) echo "$N" ;; esac; }
+bench_header "specd adaptive bench"
+bench_rounds bench_adaptive
 echo
 echo "## Adaptive speculation (specd serve + specd-bench, $TOKENS tokens), $ROUNDS interleaved round(s), $((T1 - T0)) s"
 echo

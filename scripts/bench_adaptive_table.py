@@ -15,17 +15,8 @@ import os
 import re
 import sys
 
-
-def metrics(path):
-    m = {}
-    try:
-        for line in open(path):
-            if line.startswith("specd_spec_"):
-                k, v = line.split()[:2]
-                m[k] = float(v)
-    except OSError:
-        pass
-    return m
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_metrics import metrics  # noqa: E402
 
 
 def cell(outdir, rounds, cfg, th, c, t):

@@ -75,3 +75,52 @@ serve_start() {
   return 1
 }
 
+
+# bench_header TITLE: the run's header — date, host, CPU and its vector
+# extensions, git, load — to stdout and $OUTDIR/header.txt.
+bench_header() {
+  {
+    echo "# $1 — $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1) ($(grep -o -w 'avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')), git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')"
+    echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  } | tee "$OUTDIR/header.txt"
+}
+
+# bench_rounds NAME: $ROUNDS interleaved rounds; in each, for every thread
+# setting of $THREAD_SETS ("default" or a count) and every configuration of
+# $CONFIGS (specd serve arguments from the caller's config_args CFG), starts
+# specd serve and runs specd-bench at every $CONCS x $TEMPS cell ($TOKENS
+# tokens, cell_requests C requests), scraping /metrics before (.m0) and
+# after (.m1) each cell into $OUTDIR/CFG-thTH-cC-tT-rR.*. Sets failed=1 on
+# a failure; T0 / T1 bracket the run.
+bench_rounds() {
+  local name=$1 r th cfg args c n t out
+  failed=0
+  T0=$(date +%s)
+  for r in $(seq "$ROUNDS"); do
+    for th in $THREAD_SETS; do
+      if [ "$th" = default ]; then unset SD_BENCH_THREADS; else export SD_BENCH_THREADS=$th; fi
+      for cfg in $CONFIGS; do
+        args=$(config_args "$cfg")
+        echo "== round $r, threads $th, $cfg: specd serve --target models/tinycode-16m $args" >&2
+        # shellcheck disable=SC2086
+        if ! serve_start "$cfg-t$th-r$r" $args; then failed=1; continue; fi
+        for c in $CONCS; do
+          n=$(cell_requests "$c")
+          for t in $TEMPS; do
+            out=$OUTDIR/$cfg-th$th-c$c-t$t-r$r
+            curl -s "$URL/metrics" >"$out.m0"
+            local cmd=("$BIN/specd-bench" --url "$URL" --num-prompts "$n" --concurrency "$c" --max-tokens "$TOKENS"
+                       --temperature "$t" --seed 1 --ignore-eos --warmup 2 --quiet --json "$out.json")
+            echo "${cmd[*]}" >"$out.cmd"
+            fg "${cmd[@]}" >"$out.txt" 2>"$out.err" || { echo "$name: specd-bench failed, see $out.txt" >&2; failed=1; }
+            sleep 1.1 # the router's next health check brings the verifier's figures
+            curl -s "$URL/metrics" >"$out.m1"
+          done
+        done
+        serve_stop
+      done
+    done
+  done
+  T1=$(date +%s)
+}

@@ -13,28 +13,7 @@
 #     memory growing by it, and a client that never finishes its headers is
 #     cut after --header-timeout; the router keeps serving.
 # Env: SD_BIN, SD_MODELS (set by CTest).
-set -u
-BIN=${SD_BIN:-$(dirname "$0")/../../build/bin}
-MODELS=${SD_MODELS:-$(dirname "$0")/../../models}
-TOK=$MODELS/tinycode-16m/tokenizer.json
-WORK=$(mktemp -d)
-PIDS=()
-FAILS=0
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-for need in "$BIN/specd-router" "$BIN/specd-test-fake-verifier" "$TOK"; do
-  [ -e "$need" ] || { echo "missing $need"; exit 1; }
-done
-command -v curl >/dev/null || { echo "curl is required"; exit 1; }
-command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
-PY=$(python3 -c 'import sys; print(sys.executable)')
-
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ok() { echo "ok   - $1"; }
-fail() { echo "FAIL - $1"; FAILS=$((FAILS + 1)); }
-check() { if eval "$2"; then ok "$1"; else fail "$1"; fi; }
-jget() { "$PY" -c "import json,sys; j=json.load(open('$1')); print($2)" 2>/dev/null; }
+. "$(dirname "$0")/router_lib.sh"
 peak_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 
 VPORT=$(free_port); HPORT=$(free_port)
