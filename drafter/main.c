@@ -62,8 +62,15 @@ typedef struct drafter_opts {
 } drafter_opts;
 
 /* Everything the serving loop owns. */
+#define MAX_PEERS 255 /* verifiers told apart (the top 8 bits of a state key) */
+
 typedef struct drafter {
     void *sock;
+    /* the verifiers seen, by ROUTER identity: a request's state is keyed by (peer, request id), so one
+     * verifier can neither read nor close another's requests */
+    uint8_t peer_id[MAX_PEERS][256];
+    size_t peer_len[MAX_PEERS];
+    int n_peers;
     sd_proposer *prop;
     sd_backend *be;        /* the draft model's device (--device), owned */
     sd_dstate *table;
@@ -257,12 +264,32 @@ static sd_sampling open_sampling(const Specd__SamplingParams *p)
     return s;
 }
 
-static void on_open(drafter *d, const Specd__DraftOpen *m)
+/* The state key of request_id from peer: the peer's index (from 1) in the
+ * top 8 bits, the id (56 bits, proto/msg.h) below. 0 when the peer table is
+ * full (the message is then dropped). */
+static uint64_t key_of(drafter *d, const sd_msg_id *peer, uint64_t request_id)
+{
+    int i = 0;
+    while (i < d->n_peers && (d->peer_len[i] != peer->len || memcmp(d->peer_id[i], peer->data, peer->len))) i++;
+    if (i == d->n_peers) {
+        if (d->n_peers == MAX_PEERS || peer->len > sizeof d->peer_id[0]) {
+            SD_WARN_LIMITED("more than %d verifiers: a message from another is dropped", MAX_PEERS);
+            return 0;
+        }
+        memcpy(d->peer_id[i], peer->data, peer->len);
+        d->peer_len[i] = peer->len;
+        d->n_peers++;
+    }
+    return ((uint64_t)(i + 1) << 56) | (request_id & SD_MSG_MAX_REQUEST_ID);
+}
+
+static void on_open(drafter *d, const sd_msg_id *peer, const Specd__DraftOpen *m)
 {
     sd_sampling s = open_sampling(m->sampling);
     bool evicted = false;
-    uint64_t ev = 0;
-    if (sd_dstate_open(d->table, m->request_id, m->context, m->n_context, &s, &evicted, &ev) != SD_OK)
+    uint64_t ev = 0, key = key_of(d, peer, m->request_id);
+    if (!key) return;
+    if (sd_dstate_open(d->table, key, m->context, m->n_context, &s, &evicted, &ev) != SD_OK)
         SD_WARN("request %llu: out of memory opening it", (unsigned long long)m->request_id);
     if (evicted) {
         SD_DEBUG("request %llu evicted (table full)", (unsigned long long)ev);
@@ -272,10 +299,12 @@ static void on_open(drafter *d, const Specd__DraftOpen *m)
     SD_DEBUG("open request %llu (%zu tokens)", (unsigned long long)m->request_id, m->n_context);
 }
 
-static void on_close(drafter *d, const Specd__DraftClose *m)
+static void on_close(drafter *d, const sd_msg_id *peer, const Specd__DraftClose *m)
 {
-    sd_dstate_close(d->table, m->request_id);
-    d->prop->ops->release(d->prop, m->request_id);
+    uint64_t key = key_of(d, peer, m->request_id);
+    if (!key) return;
+    sd_dstate_close(d->table, key);
+    d->prop->ops->release(d->prop, key);
     SD_DEBUG("close request %llu", (unsigned long long)m->request_id);
 }
 
@@ -301,7 +330,7 @@ static bool seen_before(const Specd__DraftBatch *b, size_t i)
  * Returns how many propose items there are; item_of / need_open describe
  * each DraftItem. A request repeated within one batch drafts once (later
  * copies get an empty result): the proposer keys its state by request id. */
-static int collect_items(drafter *d, const Specd__DraftBatch *b)
+static int collect_items(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
 {
     int n = 0;
     for (size_t i = 0; i < b->n_items; i++) {
@@ -310,8 +339,9 @@ static int collect_items(drafter *d, const Specd__DraftBatch *b)
         d->need_open[i] = 0;
         if (seen_before(b, i)) continue;
         sd_dreq *r;
-        if (sd_dstate_advance(d->table, it->request_id, it->committed_len, it->new_tokens, it->n_new_tokens,
-                              &r) != SD_OK) {
+        uint64_t key = key_of(d, peer, it->request_id);
+        if (!key || sd_dstate_advance(d->table, key, it->committed_len, it->new_tokens, it->n_new_tokens, &r) !=
+                        SD_OK) {
             d->need_open[i] = 1;
             continue;
         }
@@ -348,9 +378,11 @@ static uint32_t propose_all(drafter *d, int n, uint64_t step)
     return us < 4e9 ? (uint32_t)us : UINT32_MAX;
 }
 
-/* Sends spans[0..n) as one DraftReply to peer. */
-static void send_spans(drafter *d, const sd_msg_id *peer, uint64_t step, const sd_dspan *spans, size_t n)
+/* Sends spans[0..n) as one DraftReply to peer (their ids become the
+ * peer's request ids again). */
+static void send_spans(drafter *d, const sd_msg_id *peer, uint64_t step, sd_dspan *spans, size_t n)
 {
+    for (size_t i = 0; i < n; i++) spans[i].id &= SD_MSG_MAX_REQUEST_ID;
     sd_dreply r;
     if (sd_dreply_build(&r, step, spans, n) != SD_OK) {
         SD_ERROR("out of memory building a reply (step %llu)", (unsigned long long)step);
@@ -367,7 +399,7 @@ static void send_spans(drafter *d, const sd_msg_id *peer, uint64_t step, const s
  * order (q per token when the item asked for it). */
 static void on_serial_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftBatch *b)
 {
-    int n = collect_items(d, b);
+    int n = collect_items(d, peer, b);
     uint32_t us = propose_all(d, n, b->step);
     for (size_t i = 0; i < b->n_items; i++) {
         const Specd__DraftItem *it = b->items[i];
@@ -390,8 +422,9 @@ static void on_pipe_batch(drafter *d, const sd_msg_id *peer, const Specd__DraftB
         const Specd__DraftItem *it = b->items[i];
         if (seen_before(b, i)) continue;
         sd_dreq *r;
-        if (sd_dstate_advance(d->table, it->request_id, it->committed_len, it->new_tokens, it->n_new_tokens, &r) !=
-                SD_OK ||
+        uint64_t key = key_of(d, peer, it->request_id);
+        if (!key ||
+            sd_dstate_advance(d->table, key, it->committed_len, it->new_tokens, it->n_new_tokens, &r) != SD_OK ||
             sd_dpipe_note(r, it, peer->data, peer->len, d->pipeline, now, b->step_us / 1e3) != SD_OK)
             d->spans[n_open++] = (sd_dspan){.id = it->request_id, .need_open = true};
     }
@@ -507,8 +540,8 @@ static void draft_branches(drafter *d)
 static void dispatch(drafter *d, const sd_msg_id *peer, const Specd__Envelope *env)
 {
     switch (env->body_case) {
-    case SPECD__ENVELOPE__BODY_DRAFT_OPEN: on_open(d, env->draft_open); break;
-    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE: on_close(d, env->draft_close); break;
+    case SPECD__ENVELOPE__BODY_DRAFT_OPEN: on_open(d, peer, env->draft_open); break;
+    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE: on_close(d, peer, env->draft_close); break;
     case SPECD__ENVELOPE__BODY_DRAFT_BATCH: on_batch(d, peer, env->draft_batch); break;
     case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: on_health(d, peer, env->health_request); break;
     default: SD_DEBUG("dropping unexpected %s message", sd_msg_kind(env)); break;

@@ -200,6 +200,7 @@ static sd_status check_stats(const Specd__Stats *s, char *err, size_t errlen)
 static sd_status check_submit(const Specd__Submit *m, char *err, size_t errlen)
 {
     if (m->request_id == 0) return BAD("msg: submit.request_id is 0");
+    if (m->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: submit.request_id is beyond 2^56");
     sd_status st = check_ids("submit.prompt_ids", m->prompt_ids, m->n_prompt_ids, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK) st = check_ids("submit.stop_ids", m->stop_ids, m->n_stop_ids, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK && m->spec && m->spec->num_draft > SD_MSG_MAX_POSITIONS)
@@ -225,6 +226,7 @@ static sd_status check_draft_batch(const Specd__DraftBatch *m, char *err, size_t
         const Specd__DraftItem *it = m->items[i];
         if (!it) return BAD("msg: draft_batch.items[%zu] missing", i);
         if (it->num_draft > SD_MSG_MAX_POSITIONS) return BAD("msg: draft_batch.items[%zu].num_draft = %u", i, it->num_draft);
+        if (it->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: draft_batch.items[%zu].request_id is beyond 2^56", i);
         sd_status st = check_ids("draft_batch.items.new_tokens", it->new_tokens, it->n_new_tokens,
                                  SD_MSG_MAX_TOKENS, err, errlen);
         if (st == SD_OK)
@@ -265,9 +267,12 @@ sd_status sd_msg_validate(const Specd__Envelope *env, char *err, size_t errlen)
         return st == SD_OK ? check_str("error.message", env->error->message, err, errlen) : st;
     }
     case SPECD__ENVELOPE__BODY_DRAFT_OPEN:
+        if (env->draft_open->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: draft_open.request_id is beyond 2^56");
         return check_ids("draft_open.context", env->draft_open->context, env->draft_open->n_context,
                          SD_MSG_MAX_TOKENS, err, errlen);
-    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE: return SD_OK;
+    case SPECD__ENVELOPE__BODY_DRAFT_CLOSE:
+        return env->draft_close->request_id > SD_MSG_MAX_REQUEST_ID ? BAD("msg: draft_close.request_id is beyond 2^56")
+                                                                     : SD_OK;
     case SPECD__ENVELOPE__BODY_DRAFT_BATCH: return check_draft_batch(env->draft_batch, err, errlen);
     case SPECD__ENVELOPE__BODY_DRAFT_REPLY: return check_draft_reply(env->draft_reply, err, errlen);
     case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: return SD_OK;

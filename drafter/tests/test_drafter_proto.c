@@ -4,7 +4,7 @@
  * sd_ngram_lookup; draft-model drafts equal an in-process sd_draft_new
  * proposer), q per token when sampling (top_k -1 meaning "off" as 0 does),
  * close, malformed frames dropped
- * without a crash, pipelined batches (no reply per batch; spans drafted
+ * without a crash, two verifiers with the same request id kept apart, pipelined batches (no reply per batch; spans drafted
  * ahead from committed + in_flight with their base, branch spans for other
  * outcomes), an unknown --device refused with exit 2, SIGTERM → exit 0.
  * Needs $SD_BIN/specd-drafter and $SD_MODELS/tinycode-3m. */
@@ -229,6 +229,26 @@ START_TEST(test_ngram_protocol)
     r = batch1(5, 9, 7, NULL, 0, 4, false);
     ck_assert(r->draft_reply->results[0]->need_open);
     sd_msg_free(r);
+    /* two verifiers, one request id: separate states (keyed by peer); neither closes the other's */
+    send_open(9, ctx, 6, 0.0f);
+    void *mine = g_sock, *other = zmq_socket(g_ctx, ZMQ_DEALER);
+    int zero = 0, tmo = 30000;
+    zmq_setsockopt(other, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(other, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    ck_assert_int_eq(zmq_connect(other, g_ep), 0);
+    g_sock = other;
+    int32_t ctx2[] = {5, 6, 7, 8, 5, 6, 7, 8, 5, 6};
+    send_open(9, ctx2, 10, 0.0f);
+    r = batch1(6, 9, 10, NULL, 0, 4, false); /* the other verifier's request 9: its 10 tokens */
+    ck_assert(!r->draft_reply->results[0]->need_open);
+    sd_msg_free(r);
+    send_close(9);
+    g_sock = mine;
+    r = batch1(7, 9, 6, NULL, 0, 4, false); /* ours: still its 6 tokens, not closed */
+    ck_assert(!r->draft_reply->results[0]->need_open);
+    ck_assert_uint_eq(r->draft_reply->results[0]->base_len, 6);
+    sd_msg_free(r);
+    zmq_close(other);
     stop_drafter();
 }
 END_TEST

@@ -277,6 +277,10 @@ START_TEST(garbage_is_rejected)
     n = pack(&env, &buf);
     expect_rejected(buf, n, "request id 0");
     free(buf);
+    sub.request_id = SD_MSG_MAX_REQUEST_ID + 1; /* ids are 56 bits: the drafter keys its state by peer above */
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "request id beyond 2^56");
+    free(buf);
     /* pipelined: in_flight ids are checked like any token list */
     int32_t fl[SD_MSG_MAX_POSITIONS + 1] = {0};
     Specd__DraftItem item = SPECD__DRAFT_ITEM__INIT;
