@@ -123,6 +123,27 @@ bool sd_engine_can_admit(const sd_engine *e, const sd_req *r)
     return sd_kv_can_admit(sd_model_kv_pool(e->m), r->n_tokens + 1);
 }
 
+static int req_capacity(const sd_engine *e, const sd_req *r);
+
+sd_status sd_req_resume(const sd_engine *e, sd_req *r, const int32_t *ids, int n, char *err, size_t errlen)
+{
+    if (n <= 0) return SD_OK;
+    if (r->n_tokens != r->n_prompt || r->n_prefilled != 0)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "resume: the request already ran");
+    if (n >= r->p.max_tokens || r->n_prompt + n + 1 > req_capacity(e, r))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "resume: %d tokens leave nothing to produce (max_tokens %d)", n,
+                         r->p.max_tokens);
+    int vocab = sd_model_cfg(e->m)->vocab_size;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "resume token %d (id %d) is out of range [0, %d)", i, ids[i],
+                             vocab);
+    memcpy(r->tokens + r->n_prompt, ids, (size_t)n * sizeof *ids);
+    r->n_tokens = r->n_prompt + n;
+    r->prefill_to = r->n_tokens - 1;
+    return SD_OK;
+}
+
 void sd_req_preempt(sd_engine *e, sd_req *r)
 {
     sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);

@@ -123,6 +123,13 @@ static inline bool sd_req_prefill_samples(const sd_req *r, int chunk)
  * greedy and seeded sampling depend only on the tokens and positions. */
 void sd_req_preempt(sd_engine *e, sd_req *r);
 
+/* Failover: r (new, not yet stepped) continues output produced elsewhere —
+ * ids[0..n) become its committed output and it prefills them with its
+ * prompt before decoding on, exactly as sd_req_preempt resumes. SD_ERR_ARG
+ * (message in err) for an id out of the vocabulary, or n leaving no token
+ * to produce (max_tokens, the context). */
+sd_status sd_req_resume(const sd_engine *e, sd_req *r, const int32_t *ids, int n, char *err, size_t errlen);
+
 /* The prompt tokens each request prefills in the next step: chunk[i] for
  * reqs[i], 0 for one not prefilling or waiting for a later step. Requests
  * take their chunks (at most prefill_chunk) in order until the step's

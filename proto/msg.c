@@ -203,6 +203,8 @@ static sd_status check_submit(const Specd__Submit *m, char *err, size_t errlen)
     if (m->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: submit.request_id is beyond 2^56");
     sd_status st = check_ids("submit.prompt_ids", m->prompt_ids, m->n_prompt_ids, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK) st = check_ids("submit.stop_ids", m->stop_ids, m->n_stop_ids, SD_MSG_MAX_TOKENS, err, errlen);
+    if (st == SD_OK)
+        st = check_ids("submit.resume_ids", m->resume_ids, m->n_resume_ids, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK && m->spec && m->spec->num_draft > SD_MSG_MAX_POSITIONS)
         return BAD("msg: submit.spec.num_draft = %u (max %u)", m->spec->num_draft, SD_MSG_MAX_POSITIONS);
     return st;

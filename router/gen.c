@@ -54,6 +54,8 @@ typedef struct gen {
     size_t n_prompt;
     unsigned max_tokens;
     unsigned completion_tokens;
+    int32_t *out_ids;          /* the output so far (failover resumes after it on another lane) */
+    size_t n_out, cap_out;
     sd_tok_stream *dec;
     sd_stop *stop;
     struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
@@ -130,6 +132,7 @@ static void gen_free(gen *g)
     if (g->watch) event_free(g->watch);
     sd_api_req_clear(&g->p);
     free(g->prompt);
+    free(g->out_ids);
     sd_tok_stream_free(g->dec);
     sd_stop_free(g->stop);
     if (g->text) evbuffer_free(g->text);
@@ -351,6 +354,8 @@ static sd_status submit(gen *g, int lane, char *err, size_t errlen)
     sub.n_stop_ids = g->p.n_stop_ids;
     sub.ignore_eos = g->p.ignore_eos;
     sub.spec = &spec;
+    sub.resume_ids = g->out_ids;
+    sub.n_resume_ids = g->n_out;
     env.body_case = SPECD__ENVELOPE__BODY_SUBMIT;
     env.submit = &sub;
     return sd_lanes_send(g->svc->lanes, lane, &env, err, errlen);
@@ -396,8 +401,24 @@ static bool gen_dispatch(gen *g, int lane)
     s->metrics->active++;
     SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, g->n_prompt,
              g->max_tokens, in->endpoint);
-    if (g->p.stream) start_stream(g);
+    if (g->p.stream && !g->stream_started) start_stream(g);
     return true;
+}
+
+/* Failover: g's lane died; it goes on at lane from the output it already
+ * produced (Submit.resume_ids). The client sees no break: the same stream,
+ * the same tokens an undisturbed run gives (greedy, and sampling with the
+ * request's seed, which the router fixed at admission). */
+static void gen_failover(gen *g, int lane)
+{
+    sd_gen *s = g->svc;
+    sd_lanes_add_inflight(s->lanes, g->lane, -1);
+    s->metrics->active--;
+    s->metrics->failovers++;
+    SD_WARN("request %llu: lane %s died; resuming on %s after %zu tokens", (unsigned long long)g->id,
+            sd_lanes_info(s->lanes, g->lane)->endpoint, sd_lanes_info(s->lanes, lane)->endpoint, g->n_out);
+    g->lane = -1;
+    gen_dispatch(g, lane);
 }
 
 static void gen_drain_queue(sd_gen *s)
@@ -463,6 +484,15 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
         const char *t;
         size_t n;
         g->completion_tokens++;
+        if (g->n_out == g->cap_out) {
+            size_t cap = g->cap_out ? 2 * g->cap_out : 64;
+            int32_t *p = realloc(g->out_ids, cap * sizeof *p);
+            if (p) {
+                g->out_ids = p;
+                g->cap_out = cap;
+            }
+        }
+        if (g->n_out < g->cap_out) g->out_ids[g->n_out++] = ev->tokens[i];
         if (sd_tok_stream_push(g->dec, ev->tokens[i], &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
     }
     if (hit) {
@@ -535,7 +565,9 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
         /* Failing a request may dispatch or end others: rescan from the head. */
         for (gen *g = s->live; g;) {
             if (g->state == GEN_RUNNING && g->lane == lane) {
-                gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
+                int other = s->stopping || g->n_out + 1 >= g->max_tokens ? -1 : sd_lanes_pick(s->lanes);
+                if (other >= 0) gen_failover(g, other);
+                else gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
                 g = s->live;
             } else {
                 g = g->next;

@@ -51,6 +51,8 @@ static void render_router(FILE *f, const sd_metrics *m)
     fprintf(f, "specd_requests_active %d\n", m->active);
     header(f, "specd_requests_queued", "gauge", "Requests waiting in the router for a lane.");
     fprintf(f, "specd_requests_queued %d\n", m->queued);
+    header(f, "specd_failovers_total", "counter", "Requests resumed on another lane when theirs died.");
+    fprintf(f, "specd_failovers_total %llu\n", (unsigned long long)m->failovers);
     header(f, "specd_auth_failures_total", "counter", "Requests refused for a missing or wrong API key.");
     fprintf(f, "specd_auth_failures_total %llu\n", (unsigned long long)m->auth_failures);
 }

@@ -31,6 +31,7 @@ typedef struct sd_metrics {
     double latency_sum;
     int active, queued;
     uint64_t auth_failures;    /* requests refused for a missing or wrong API key */
+    uint64_t failovers;        /* requests resumed on another lane when theirs died */
 } sd_metrics;
 
 /* Counts one finished HTTP request (any endpoint). */

@@ -205,6 +205,13 @@ static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submi
         reject(s, peer, sub->request_id, np, st == SD_ERR_NOMEM ? "internal" : "bad_request", err);
         return;
     }
+    if (sub->n_resume_ids > 0 &&
+        sd_req_resume(s->e, vr->slot.r, sub->resume_ids, (int)sub->n_resume_ids, err, sizeof err) != SD_OK) {
+        sd_req_free(s->e, vr->slot.r);
+        free(vr);
+        reject(s, peer, sub->request_id, np, "bad_request", err);
+        return;
+    }
     vr->slot.id = vr->slot.r->id;
     /* a request that set its own num_draft keeps it; otherwise the scheduler chooses */
     sd_vf_areq_init(&vr->aq, !s->cfg->spec_adaptive || (sub->spec && sub->spec->num_draft > 0));
