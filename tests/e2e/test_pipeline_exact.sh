@@ -72,15 +72,22 @@ run_mode() {
   done
   if [ "$mode" = draft-serial-static ]; then
     check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]'
+    sleep 1.2 # the router's next health check carries the verifier's figures
+    check "[$mode] /metrics: acceptance estimates (drafts verified at every step)" \
+      '[ -n "$(metric specd_spec_acceptance_estimate)" ]'
   fi
   if [ "$mode" = draft ]; then
-    check "[$mode] pipelined: spans used, some before the step began" \
-      '[ "$(jget "$WORK/$mode.0.json" "j[\"speculative\"][\"drafting\"][\"spans_used\"] > 0 and j[\"speculative\"][\"drafting\"][\"pre_draft_hit_rate\"] > 0")" = True ]'
-    check "[$mode] adaptive: draft lengths chosen per step, an acceptance estimate" \
-      '[ "$(jget "$WORK/$mode.0.json" "(lambda d: d[\"decode_steps\"] > 0 and 0 <= d[\"mean\"] <= 12 and len(d[\"acceptance_estimate\"]) > 0)(j[\"speculative\"][\"draft_length\"])")" = True ]'
+    # adaptive: how much it drafts depends on the machine's timing (a slow machine may draft nothing),
+    # so only the figures' presence and range are checked
+    check "[$mode] adaptive: draft lengths chosen per step, within range" \
+      '[ "$(jget "$WORK/$mode.0.json" "(lambda d: d[\"decode_steps\"] > 0 and 0 <= d[\"mean\"] <= 12 and isinstance(d[\"acceptance_estimate\"], list))(j[\"speculative\"][\"draft_length\"])")" = True ]'
     sleep 1.2 # the router's next health check carries the verifier's figures
-    check "[$mode] /metrics: draft length histogram, predicted and measured step time, acceptance estimates" \
-      '[ -n "$(metric specd_spec_draft_length_total)" ] && [ "$(metric specd_spec_step_measured_seconds_total)" != 0.000000 ] && [ -n "$(metric specd_spec_acceptance_estimate)" ]'
+    check "[$mode] /metrics: draft length histogram, predicted and measured step time" \
+      '[ -n "$(metric specd_spec_draft_length_total)" ] && [ "$(metric specd_spec_step_measured_seconds_total)" != 0.000000 ] && [ -n "$(metric specd_spec_step_predicted_seconds_total)" ]'
+  fi
+  if [ "$mode" = draft-static ]; then
+    check "[$mode] pipelined: spans used" \
+      '[ "$(jget "$WORK/$mode.0.json" "j[\"speculative\"][\"drafting\"][\"spans_used\"] > 0")" = True ]'
   fi
   case $mode in *-static)
     # serial: 4 at every step (fewer only where fewer tokens are left);
