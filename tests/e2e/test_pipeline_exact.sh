@@ -12,8 +12,9 @@
 #     reproduces plain sampling);
 #   - responses carry usage and speculative stats;
 # in pipelined mode (the default: the drafter drafts ahead, spans are used
-# only when their base is the committed sequence; the responses' drafting
-# stats show spans used), in serial mode (--spec-pipeline off), with the
+# only when their base is the committed sequence; with a static length the
+# responses' drafting stats show spans used), in serial mode
+# (--spec-pipeline off), with the
 # draft length chosen per step (the default: responses and /metrics carry
 # the lengths chosen and the acceptance estimates) and with a static one
 # (--spec-adaptive off --num-draft 4). Serial and static: 4 drafts asked for
