@@ -10,33 +10,19 @@ plain, adaptive and static tok/s, adaptive / plain, adaptive / best static,
 the mean draft length the scheduler chose and its step-time prediction
 error; then the three aims of the benchmark, checked.
 """
-import json
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_metrics import metrics  # noqa: E402
+from bench_metrics import cell_sums  # noqa: E402
 
 
 def cell(outdir, rounds, cfg, th, c, t):
-    tok = dur = 0.0
-    d = {}
-    for r in range(1, rounds + 1):
-        base = os.path.join(outdir, f"{cfg}-th{th}-c{c}-t{t}-r{r}")
-        try:
-            s = json.load(open(base + ".json"))["summary"]
-        except (OSError, ValueError, KeyError):
-            continue
-        if s.get("failed"):
-            continue
-        tok += s["total_output_tokens"]
-        dur += s["wall_s"]
-        m0, m1 = metrics(base + ".m0"), metrics(base + ".m1")
-        for k in m1:
-            d[k] = d.get(k, 0.0) + m1[k] - m0.get(k, 0.0)
-    if dur == 0:
+    sums = cell_sums(outdir, rounds, cfg, th, c, t)
+    if sums is None:
         return None
+    tok, dur, d = sums
     ks = {int(m.group(1)): v for k, v in d.items() if (m := re.match(r'specd_spec_draft_length_total\{k="(\d+)"\}', k))}
     n = sum(ks.values())
     pred = d.get("specd_spec_step_predicted_seconds_total", 0.0)

@@ -1,6 +1,9 @@
 """bench_metrics.py — what the bench scripts read back from a run: the
 speculation counters of a /metrics scrape (scripts/bench_lib.sh writes one
-before, .m0, and after, .m1, each cell)."""
+before, .m0, and after, .m1, each cell), and a cell summed over its rounds."""
+
+import json
+import os
 
 
 def metrics(path):
@@ -14,3 +17,24 @@ def metrics(path):
     except OSError:
         pass
     return m
+
+
+def cell_sums(outdir, rounds, cfg, th, c, t):
+    """A cell over its rounds: (output tokens, wall seconds, {series: counter increase}); None when no
+    round has a usable specd-bench summary. Files: OUTDIR/CFG-thTH-cC-tT-rR.{json,m0,m1}."""
+    tok = dur = 0.0
+    d = {}
+    for r in range(1, rounds + 1):
+        base = os.path.join(outdir, f"{cfg}-th{th}-c{c}-t{t}-r{r}")
+        try:
+            s = json.load(open(base + ".json"))["summary"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if s.get("failed"):
+            continue
+        tok += s["total_output_tokens"]
+        dur += s["wall_s"]
+        m0, m1 = metrics(base + ".m0"), metrics(base + ".m1")
+        for k in m1:
+            d[k] = d.get(k, 0.0) + m1[k] - m0.get(k, 0.0)
+    return (tok, dur, d) if dur > 0 else None

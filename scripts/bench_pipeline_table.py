@@ -3,32 +3,19 @@
 
   bench_pipeline_table.py RESULTS_DIR ROUNDS "THREAD_SETS" "CONCS" "TEMPS" "CONFIGS"
 """
-import json, os, sys
+import os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_metrics import metrics  # noqa: E402
+from bench_metrics import cell_sums  # noqa: E402
 
 outdir, rounds = sys.argv[1], int(sys.argv[2])
 threads, concs, temps, configs = (a.split() for a in sys.argv[3:7])
 
 def cell(cfg, th, c, t):
-    tok = dur = 0.0
-    acc = steps = 0.0
-    d = {}
-    for r in range(1, rounds + 1):
-        base = os.path.join(outdir, f"{cfg}-th{th}-c{c}-t{t}-r{r}")
-        try:
-            s = json.load(open(base + ".json"))["summary"]
-        except Exception:
-            continue
-        tok += s["total_output_tokens"]
-        dur += s["wall_s"]
-        m0, m1 = metrics(base + ".m0"), metrics(base + ".m1")
-        for k in m1:
-            if k.endswith("_total"):
-                d[k] = d.get(k, 0.0) + m1[k] - m0.get(k, 0.0)
-    if dur == 0:
+    sums = cell_sums(outdir, rounds, cfg, th, c, t)
+    if sums is None:
         return None
+    tok, dur, d = sums
     g = lambda k: d.get("specd_spec_" + k + "_total", 0.0)
     out = {"tps": tok / dur}
     out["acc"] = g("accepted_tokens") / g("steps") if g("steps") else None

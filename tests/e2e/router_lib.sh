@@ -26,3 +26,12 @@ fail() { echo "FAIL - $1"; FAILS=$((FAILS + 1)); }
 check() { if eval "$2"; then ok "$1"; else fail "$1"; fi; }
 # jget FILE EXPR: evaluates a Python expression over the JSON in FILE as j.
 jget() { "$PY" -c "import json,sys; j=json.load(open('$1')); print($2)" 2>/dev/null; }
+# wait_health URL: up to 10 s for GET URL/health to answer 200.
+wait_health() {
+  local i
+  for i in $(seq 100); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$1/health")" = 200 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}

@@ -23,10 +23,7 @@ PIDS+=("$!")
 URL=http://127.0.0.1:$HPORT
 AUTH=(-H "Authorization: Bearer $KEY")
 
-for _ in $(seq 50); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break
-  sleep 0.1
-done
+wait_health "$URL"
 # post PATH BODY [curl args]: writes body to $WORK/out, prints the status.
 post() { local p=$1 b=$2; shift 2; curl -s -o "$WORK/out" -D "$WORK/hdr" -w '%{http_code}' "${AUTH[@]}" \
   -H 'Content-Type: application/json' "$@" -d "$b" "$URL$p"; }

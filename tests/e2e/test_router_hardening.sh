@@ -42,10 +42,7 @@ chmod 600 "$WORK/key"
 RT=$!; PIDS+=("$RT")
 URL=http://127.0.0.1:$HPORT
 AUTH=(-H "Authorization: Bearer $KEY")
-for _ in $(seq 100); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break
-  sleep 0.1
-done
+wait_health "$URL"
 code() { curl -s -o "$WORK/out" -w '%{http_code}' "$@"; }
 
 check "the key from the file (blanks trimmed) is accepted" '[ "$(code "${AUTH[@]}" "$URL/v1/models")" = 200 ]'
