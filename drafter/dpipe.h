@@ -21,8 +21,8 @@
  * the next token is the second choice for the guess. Their probability is
  * estimated from the drafter's own confidence in the in-flight drafts and
  * the alternative (kept from the runs that drafted them). Each such branch
- * is a span too (in-flight prefix, the alternative, k drafts) from its own
- * mirror (sd_propose_item.branch). Greedy requests only: a sampled token's
+ * is a span too (in-flight prefix, the alternative, (k + 1) / 2 drafts)
+ * from its own mirror (sd_propose_item.branch). Greedy requests only: a sampled token's
  * "second choice" is not what rejection sampling draws.
  *
  * The sampling randomness of a drafted token is keyed by its output position

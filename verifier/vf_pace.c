@@ -5,17 +5,11 @@
 
 #define ALPHA 0.2       /* EMA weight of a new sample */
 #define YIELD_ALPHA 0.05 /* tokens per step vary a lot from step to step: a slower EMA */
-#define OVER_DECAY 0.9  /* per-step decay of the overhead estimate */
 
 void sd_vf_pace_init(sd_vf_pace *p, const sd_cost *cost)
 {
     memset(p, 0, sizeof *p);
     p->cost = cost;
-}
-
-void sd_vf_pace_step(sd_vf_pace *p)
-{
-    p->over_ms *= OVER_DECAY;
 }
 
 void sd_vf_pace_span(sd_vf_pace *p, double draft_ms)
@@ -26,20 +20,20 @@ void sd_vf_pace_span(sd_vf_pace *p, double draft_ms)
 void sd_vf_pace_waited(sd_vf_pace *p, double latency_ms, double draft_ms)
 {
     sd_vf_pace_span(p, draft_ms);
-    double over = latency_ms - draft_ms;
-    p->over_ms += ALPHA * ((over > 0 ? over : 0) - p->over_ms);
+    p->lat_ms = sd_avg_update(p->lat_ms, latency_ms > 0 ? latency_ms : 0, &p->n_lat, ALPHA);
 }
 
 double sd_vf_pace_latency(const sd_vf_pace *p)
 {
-    return p->draft_ms + p->over_ms;
+    return p->n_lat ? p->lat_ms : p->draft_ms;
 }
 
 void sd_vf_pace_timeout(sd_vf_pace *p, double budget_ms)
 {
     /* a timeout says "longer than the budget": the estimate goes a quarter above it, never down */
-    double over = 1.25 * budget_ms - p->draft_ms;
-    if (over > p->over_ms) p->over_ms = over;
+    double lat = 1.25 * budget_ms;
+    if (!p->n_lat || p->lat_ms < lat) p->lat_ms = lat;
+    if (!p->n_lat) p->n_lat = 1;
 }
 
 void sd_vf_pace_yield(sd_vf_pace *p, int committed)
@@ -70,7 +64,12 @@ double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_read
     return budget > 0 ? budget : 0;
 }
 
-bool sd_vf_pace_should_wait(const sd_vf_pace *p, double budget_ms)
+bool sd_vf_pace_should_wait(sd_vf_pace *p, double budget_ms)
 {
-    return budget_ms > 0 && sd_vf_pace_latency(p) < budget_ms;
+    if (budget_ms <= 0) return false;
+    if (sd_vf_pace_latency(p) < budget_ms || ++p->declined >= SD_VF_PACE_PROBE) {
+        p->declined = 0;
+        return true;
+    }
+    return false;
 }

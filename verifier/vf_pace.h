@@ -17,16 +17,21 @@
  * t(rows) is the verifier's measured step cost (spec_model.h, shared with
  * the scheduler); E counts committed tokens: a request with a span expects
  * its measured tokens per step with drafts, one without. A wait that runs
- * out raises the latency estimate to a quarter above the budget, so a
- * stalled drafter gets no more waits until the estimate has decayed.
+ * out raises the latency estimate to a quarter above the budget.
  *
- * The latency of a span is the drafter's own drafting time (each span says
- * it) plus an overhead — messages, the drafter finishing other work — that
- * only a wait can observe (a busy verifier reads its socket late). The
- * overhead estimate decays between waits, so a drafter that got slow once
- * is tried again now and then. Every average is a plain mean over its first
- * samples and an EMA after, so neither a slow first step nor a prior holds
- * it back. No constant of one machine is in it.
+ * The latency of a span is what a wait observes: from telling the drafter
+ * the state to the span's arrival — the drafter's drafting, the messages,
+ * and the drafter finishing other work first (pre-drafts of other
+ * outcomes). Only a wait can see it (a busy verifier reads its socket
+ * late), so before the first wait the drafter's own time per span (each
+ * span says it) stands in for it. It is a plain average of the waits, not
+ * discounted between them: a discount (tried) read about 30% low at C = 1,
+ * where the verifier waits every second or third step, and made waits that
+ * cost more than the plain step they replace. Instead every
+ * SD_VF_PACE_PROBE-th declined wait is a probe, so a drafter that became
+ * faster is noticed within a few steps of misses. Every average is a plain
+ * mean over its first samples and an EMA after, so neither a slow first
+ * step nor a prior holds it back. No constant of one machine is in it.
  * Pure: the caller passes times (ms). One thread owns a pace. */
 #ifndef SD_VF_PACE_H
 #define SD_VF_PACE_H
@@ -39,15 +44,14 @@ typedef struct sd_vf_pace {
     const sd_cost *cost;               /* the verifier's step cost (borrowed) */
     double draft_ms;                   /* EMA of the drafter's time per span */
     unsigned n_draft;
-    double over_ms;                    /* overhead beyond drafting, measured by waits (decays) */
+    double lat_ms;                     /* EMA of the latency the waits measured */
+    unsigned n_lat;
+    unsigned declined;                 /* waits declined since the last wait */
     double yield;                      /* EMA committed tokens per request-step with drafts */
     unsigned n_yield;
 } sd_vf_pace;
 
 void sd_vf_pace_init(sd_vf_pace *p, const sd_cost *cost);
-
-/* A step ran (the overhead estimate decays). */
-void sd_vf_pace_step(sd_vf_pace *p);
 
 /* A span for the state last told arrived; the drafter spent draft_ms on it. */
 void sd_vf_pace_span(sd_vf_pace *p, double draft_ms);
@@ -78,8 +82,12 @@ double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_read
 /* Expected committed tokens of a request-step with drafts (>= 1). */
 double sd_vf_pace_expected(const sd_vf_pace *p);
 
-/* True when a wait of budget_ms is worth starting: the drafter's measured
- * latency (or none yet: optimistic) is below it. */
-bool sd_vf_pace_should_wait(const sd_vf_pace *p, double budget_ms);
+/* Every SD_VF_PACE_PROBE-th wait the latency estimate declines is made
+ * anyway (a probe). */
+#define SD_VF_PACE_PROBE 16
+
+/* True when a wait of budget_ms (> 0) is worth starting: the drafter's
+ * measured latency (or none yet: optimistic) is below it, or it is a probe. */
+bool sd_vf_pace_should_wait(sd_vf_pace *p, double budget_ms);
 
 #endif

@@ -521,7 +521,6 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
         SD_ERROR("engine step failed: %s", err);
     double t1 = sd_now_ms();
     note_step(s, t1 - s->step_begin_ms, pipelined);
-    sd_vf_pace_step(&s->pace);
     for (int i = 0; i < n; i++) {
         sd_vf_slot *sl = s->slots[i];
         if (s->budgets[i] <= 0) continue; /* no drafts wanted this step */

@@ -1,8 +1,9 @@
 /* test_vf_pace.c — the pipelined verifier's wait decision (vf_pace.c):
  * step-time estimates by batch rows (from the shared sd_cost), the wait budget of vf_pace.h's formula
- * on numbers worked by hand, the latency estimate (drafting time plus the
- * overhead waits observe), and that a timeout stops further waits until the
- * overhead estimate has decayed. */
+ * on numbers worked by hand, the latency estimate (the drafter's time until a
+ * wait measures the latency itself, never discounted between waits), and
+ * that a timeout stops further waits but for a probe every
+ * SD_VF_PACE_PROBE-th time. */
 #include <check.h>
 
 #include "testutil.h"
@@ -60,22 +61,27 @@ START_TEST(latency_and_timeouts)
     sd_vf_pace p;
     sd_vf_pace_init(&p, &c);
     ck_assert(sd_vf_pace_should_wait(&p, 0.5)); /* nothing known: try */
+    ck_assert(!sd_vf_pace_should_wait(&p, -1));
     ck_assert(!sd_vf_pace_should_wait(&p, 0));
     sd_vf_pace_span(&p, 0.3);
     ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.3, 1e-9);
-    sd_vf_pace_waited(&p, 0.4, 0.3); /* 0.1 ms beyond drafting */
-    ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.3 + 0.2 * 0.1, 1e-9);
-    ck_assert(sd_vf_pace_should_wait(&p, 0.5));
-    sd_vf_pace_timeout(&p, 0.5);
-    ck_assert(sd_vf_pace_latency(&p) > 0.5); /* no more waits ... */
-    ck_assert(!sd_vf_pace_should_wait(&p, 0.5));
-    int steps = 0;
-    while (!sd_vf_pace_should_wait(&p, 0.5) && steps < 1000) {
-        sd_vf_pace_step(&p); /* ... until the overhead estimate has decayed */
-        steps++;
-    }
-    ck_assert_int_gt(steps, 1);
-    ck_assert_int_lt(steps, 1000);
+    sd_vf_pace_waited(&p, 0.4, 0.3); /* a wait measures the latency itself */
+    ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.4, 1e-9);
+    sd_vf_pace_span(&p, 0.1);          /* the drafter's time no longer moves it */
+    sd_vf_pace_waited(&p, 0.6, 0.3);
+    ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.5, 1e-9); /* plain mean of the first waits */
+    for (int i = 0; i < 100; i++) sd_vf_pace_span(&p, 0.1); /* steps pass: no discount */
+    ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.5, 1e-9);
+    ck_assert(sd_vf_pace_should_wait(&p, 0.55));
+    sd_vf_pace_timeout(&p, 0.55);
+    ck_assert(sd_vf_pace_latency(&p) > 0.55); /* no more waits ... */
+    int declined = 0;
+    while (!sd_vf_pace_should_wait(&p, 0.55) && declined < 1000) declined++;
+    ck_assert_int_eq(declined, SD_VF_PACE_PROBE - 1); /* ... but for a probe now and then */
+    ck_assert(!sd_vf_pace_should_wait(&p, 0.55));
+    /* the probe finds the drafter fast again: waits resume */
+    for (int i = 0; i < 20; i++) sd_vf_pace_waited(&p, 0.2, 0.1);
+    ck_assert(sd_vf_pace_should_wait(&p, 0.55));
 }
 END_TEST
 
