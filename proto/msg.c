@@ -14,7 +14,7 @@ static int sock_is_router(void *sock)
     int type = 0;
     size_t sz = sizeof type;
     if (zmq_getsockopt(sock, ZMQ_TYPE, &type, &sz) != 0) return 0;
-    return type == ZMQ_ROUTER;
+    return type == ZMQ_ROUTER || type == ZMQ_PAIR; /* PAIR: the inside of a relay (msg.h) */
 }
 
 void *sd_msg_socket(void *zctx, int type, int hwm)

@@ -10,7 +10,9 @@
  *
  * Socket roles: the verifier binds ROUTER and routers connect DEALER; the
  * verifier connects DEALER to the drafter's ROUTER. sd_msg_* looks at the
- * socket type (ZMQ_TYPE) to decide whether an identity frame is expected.
+ * socket type (ZMQ_TYPE) to decide whether an identity frame is expected:
+ * ROUTER sockets, and PAIR sockets, which specd uses only for the inside of
+ * a relay that carries a ROUTER's frames unchanged (verifier/vf_front.h).
  * Not thread-safe beyond what ZeroMQ sockets are (one thread per socket). */
 #ifndef SD_MSG_H
 #define SD_MSG_H

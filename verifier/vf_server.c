@@ -15,10 +15,12 @@
 #include "vf_adapt.h"
 #include "vf_convert.h"
 #include "vf_draft.h"
+#include "vf_front.h"
 #include "vf_link.h"
 #include "vf_pace.h"
 
 #define IDLE_POLL_MS 100
+#define PUBLISH_MS 20   /* health published to the front thread at most this often */
 #define MAX_DRAIN 1024 /* router messages handled between two steps */
 #define CALIBRATE_MS 2000.0 /* the most time the start-up measurement of the step cost may take */
 
@@ -37,7 +39,10 @@ struct sd_vf_server {
     sd_engine *e;
     sd_kv_pool *pool;
     int vocab;
-    void *sock;
+    void *sock;                    /* the main thread's end of the front relay (vf_front.h) */
+    sd_vf_front *front;
+    double published_ms;           /* when health was last published to the front */
+    int published_active, published_queued; /* ... and the request counts it showed */
     sd_curve *curve;               /* --curve-keys: CURVE on both sockets, NULL = plain */
     sd_vf_link *link;
     vf_req **active;
@@ -244,7 +249,10 @@ static void on_cancel(sd_vf_server *s, const sd_msg_id *peer, const Specd__Cance
     req_destroy(s, vr);
 }
 
-static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__HealthRequest *h)
+/* Builds the health reply for nonce and sends it to peer, or with peer NULL
+ * publishes it to the front thread (which answers routers with it while a
+ * step runs). */
+static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
 {
     Specd__Stats st = SPECD__STATS__INIT;
     Specd__HealthReply rep = SPECD__HEALTH_REPLY__INIT;
@@ -285,7 +293,7 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     st.n_accept = (size_t)sd_vf_adapt_estimates(&s->ad, est, est_buf, SD_VF_ACCEPT_KEYS);
     for (size_t i = 0; i < st.n_accept; i++) estp[i] = &est[i];
     st.accept = estp;
-    rep.nonce = h->nonce;
+    rep.nonce = nonce;
     rep.role = "verifier";
     rep.model = s->model_name;
     rep.stats = &st;
@@ -296,7 +304,28 @@ static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__Healt
     rep.threads = (uint32_t)s->threads;
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &rep;
-    send_to(s, peer, &env);
+    if (peer) send_to(s, peer, &env);
+    else if (sd_vf_front_publish(s->front, &env) != SD_OK) SD_WARN_LIMITED("out of memory publishing health");
+}
+
+/* Publishes health to the front thread: when requests came or went since
+ * the last publication, when idle every time, else at most every
+ * PUBLISH_MS (called before each step, so a long step shows its requests). */
+static void publish_health(sd_vf_server *s)
+{
+    double now = sd_now_ms();
+    if (s->n_active > 0 && s->n_active == s->published_active && s->n_queue == s->published_queued &&
+        now - s->published_ms < PUBLISH_MS)
+        return;
+    s->published_ms = now;
+    s->published_active = s->n_active;
+    s->published_queued = s->n_queue;
+    health(s, NULL, 0);
+}
+
+static void on_health(sd_vf_server *s, const sd_msg_id *peer, const Specd__HealthRequest *h)
+{
+    health(s, peer, h->nonce);
 }
 
 /* Handles everything waiting on the router socket (bounded). */
@@ -705,6 +734,7 @@ static void step(sd_vf_server *s)
 
 sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
 {
+    publish_health(s);
     if (s->link) { /* the cost model starts from this machine's measured curve (vf_adapt.h) */
         char err[256];
         double t0 = sd_now_ms();
@@ -729,6 +759,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         admit(s);
         /* the pipelined step files the drafter's spans itself; otherwise nothing is expected */
         if (s->link && !(s->pipe_on == 1 && s->n_active > 0)) sd_vf_link_poll(s->link);
+        publish_health(s);
         if (s->n_active > 0) step(s);
         else s->last_step_end_ms = 0; /* an idle spell is no step time */
     }
@@ -795,13 +826,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
         sd_vf_server_free(s);
         return SD_ERR_IO;
     }
-    s->sock = sd_msg_socket(zctx, ZMQ_ROUTER, 10000);
-    if (s->sock && s->curve && sd_curve_server(s->curve, s->sock, err, errlen) != SD_OK) {
-        sd_vf_server_free(s);
-        return SD_ERR_IO;
-    }
-    if (!s->sock || zmq_bind(s->sock, cfg->listen) != 0) {
-        sd_seterr(err, errlen, SD_ERR_IO, "cannot bind %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
+    if (sd_vf_front_new(zctx, cfg->listen, s->curve, 10000, &s->front, &s->sock, err, errlen) != SD_OK) {
         sd_vf_server_free(s);
         return SD_ERR_IO;
     }
@@ -822,7 +847,7 @@ void sd_vf_server_free(sd_vf_server *s)
     for (int i = 0; i < s->n_active; i++) req_destroy(s, s->active[i]);
     for (int i = 0; i < s->n_queue; i++) req_destroy(s, s->queue[i]);
     sd_vf_link_free(s->link);
-    if (s->sock) zmq_close(s->sock);
+    sd_vf_front_free(s->front); /* closes s->sock */
     sd_curve_free(s->curve);
     free(s->active);
     free(s->queue);

@@ -1,15 +1,16 @@
 /* vf_server.h — the verifier's request handling and main loop.
  *
- * Binds a ROUTER socket for routers, keys requests by (router identity,
+ * Binds a ROUTER socket for routers (through the front thread), keys requests by (router identity,
  * request_id), queues submitted requests (bounded, SD_VF_QUEUE_MAX), admits
  * them into the active set (<= --max-batch) when the KV pool can hold their
  * prompt, runs one engine step at a time (with drafts from the drafter link
  * when there is one) and streams TokenEvents back. Health requests are
- * answered between steps.
+ * answered by the front thread (vf_front.h) from the state published
+ * between steps, so a long step never makes a lane look dead.
  *
- * Threading: everything here runs on the thread that calls
- * sd_vf_server_run; it owns the engine, the model's KV pool and both
- * sockets. */
+ * Threading: everything here but the front thread runs on the thread that
+ * calls sd_vf_server_run; it owns the engine, the model's KV pool, the
+ * drafter link and its end of the front relay. */
 #ifndef SD_VF_SERVER_H
 #define SD_VF_SERVER_H
 

@@ -14,7 +14,12 @@
  *      (ZMQ_MAXMSGSIZE: its peak memory grows by less than 32 MiB);
  *   4. a Cancel mid-generation ends with FINISH_CANCELLED and the next
  *      HealthReply shows kv_blocks_free == kv_blocks_total, 0 active;
- *   5. SIGTERM makes it exit 0.
+ *   5. health is answered while a step computes: a Health sent 100 ms into
+ *      the one-step prefill of a 3000-token prompt (--prefill-chunk and
+ *      --prefill-budget 4096: the step takes far longer) is answered before
+ *      the request's first token, showing it active (vf_front.h; before the
+ *      front thread, the reply came only after the step);
+ *   6. SIGTERM makes it exit 0.
  * With --drafter it also starts specd-drafter (--model $SD_MODELS/tinycode-3m)
  * and enables speculation in the Submits: the tokens must still be identical
  * and the stats must show drafts (a manual check of the full link).
@@ -339,6 +344,40 @@ static void test_cancel(void *sock)
     sd_msg_free(h);
 }
 
+/* 5. Health while a long step computes. */
+static void test_health_during_step(void *sock)
+{
+    enum { N_LONG = 3000 };
+    static int32_t ids[N_LONG];
+    for (int i = 0; i < N_LONG; i++) ids[i] = PROMPT[i % N_PROMPT] + i % 7;
+    send_submit(sock, 3, ids, N_LONG, 1);
+    usleep(100000);
+    send_health(sock, 4242);
+    int order = 0, active = -1, fin = 0; /* order 1: health first, 2: token first */
+    for (int k = 0; k < 1000 && order == 0; k++) {
+        Specd__Envelope *env = recv_env(sock, 60000);
+        if (!env) break;
+        if (env->body_case == SPECD__ENVELOPE__BODY_HEALTH_REPLY && env->health_reply->nonce == 4242) {
+            order = 1;
+            if (env->health_reply->stats) active = (int)env->health_reply->stats->active_requests;
+        } else if (env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT && env->token_event->request_id == 3) {
+            order = 2;
+            fin = env->token_event->finish;
+        }
+        sd_msg_free(env);
+    }
+    CHECK(order == 1, "health during a long step: %s", order == 2 ? "answered only after the step" : "no reply");
+    CHECK(active == 1, "the health reply during the step shows %d active requests", active);
+    for (int k = 0; k < 1000 && fin <= 0; k++) { /* the request still completes */
+        Specd__Envelope *env = recv_env(sock, 60000);
+        if (!env) break;
+        if (env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT && env->token_event->request_id == 3)
+            fin = env->token_event->finish;
+        sd_msg_free(env);
+    }
+    CHECK(fin == SPECD__FINISH_REASON__FINISH_LENGTH, "the long-prompt request finished with %d", fin);
+}
+
 static pid_t start_verifier(const char *bin, const char *model, const char *ep, const char *dep, const char *log)
 {
     char path[4096];
@@ -348,7 +387,8 @@ static pid_t start_verifier(const char *bin, const char *model, const char *ep, 
         FILE *f = freopen(log, "w", stderr);
         (void)f;
         execl(path, path, "--model", model, "--listen", ep, "--threads", "2", "--max-batch", "4", "--log-level",
-              "debug", "--drafter", dep ? dep : "", (char *)NULL);
+              "debug", "--prefill-chunk", "4096", "--prefill-budget", "4096", "--drafter", dep ? dep : "",
+              (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -417,6 +457,7 @@ int main(int argc, char **argv)
         test_garbage(sock);
         test_oversized(ctx, ep, pid, sock);
         test_cancel(sock);
+        test_health_during_step(sock);
     }
     kill(pid, SIGTERM);
     int status = wait_exit(pid, 20000);

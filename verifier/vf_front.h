@@ -1,0 +1,50 @@
+/* vf_front.h — the verifier's front thread: its router socket, and health
+ * answered while the main thread computes.
+ *
+ * The main thread runs one engine step at a time; a step can take long (a
+ * prefill chunk of --prefill-budget positions, a slow device). Routers
+ * declare a lane down after a few unanswered health checks (router/lanes.c),
+ * so health must not wait for the step. The front thread owns the ROUTER
+ * socket routers connect to (bound on --listen, CURVE when configured) and
+ * relays every message between it and an inproc PAIR socket the main
+ * thread owns, frame for frame: [router identity, envelope] both ways
+ * (proto/msg.h: a PAIR socket carries the identity frame as a ROUTER does).
+ * Health requests it answers itself, from the last state the main thread
+ * published (sd_vf_front_publish: a HealthReply envelope, published between
+ * steps), with the request's nonce.
+ *
+ * A main thread that has published nothing for SD_VF_FRONT_STALL_MS (stuck:
+ * no step ends) gets its health requests relayed instead of answered, so it
+ * misses them like before and the router takes the lane down.
+ *
+ * Threading: create, publish and free on the main thread; the front thread
+ * touches only its own socket, the relay's other end, and the published
+ * snapshot (under a mutex). */
+#ifndef SD_VF_FRONT_H
+#define SD_VF_FRONT_H
+
+#include <stddef.h>
+
+#include "curve.h"
+#include "specd.pb-c.h"
+#include "status.h"
+
+#define SD_VF_FRONT_STALL_MS 60000.0
+
+typedef struct sd_vf_front sd_vf_front;
+
+/* Binds endpoint (a CURVE server when curve is non-NULL), starts the front
+ * thread, and returns the main thread's end of the relay in *inner (a PAIR
+ * socket; closed by sd_vf_front_free). SD_ERR_IO (bind, thread) or
+ * SD_ERR_NOMEM with a message. */
+sd_status sd_vf_front_new(void *zctx, const char *endpoint, const sd_curve *curve, int hwm, sd_vf_front **out,
+                          void **inner, char *err, size_t errlen);
+
+/* Publishes the health the front thread answers with from now on (its
+ * nonce is replaced by each request's). SD_ERR_NOMEM (the old state stays). */
+sd_status sd_vf_front_publish(sd_vf_front *f, const Specd__Envelope *health_reply);
+
+/* Stops the thread, closes both sockets, frees; NULL is a no-op. */
+void sd_vf_front_free(sd_vf_front *f);
+
+#endif
