@@ -60,6 +60,8 @@ typedef struct gen {
     sd_stop *stop;
     struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
     struct event *timer;       /* request timeout */
+    struct event *park;        /* --resume-wait: how long a request whose lane died waits for another */
+    bool parked;               /* waiting (first in the queue) for a lane to resume on */
     uint64_t steps, draft_tokens, accepted_tokens, accepted_at[64];
     size_t n_accepted_at;
     sd_api_drafting drafting;  /* valid when has_drafting */
@@ -129,6 +131,7 @@ static void gen_free(gen *g)
 {
     if (!g) return;
     if (g->timer) event_free(g->timer);
+    if (g->park) event_free(g->park);
     if (g->watch) event_free(g->watch);
     sd_api_req_clear(&g->p);
     free(g->prompt);
@@ -387,6 +390,12 @@ static bool gen_dispatch(gen *g, int lane)
     }
     char err[256];
     if (g->state == GEN_QUEUED) queue_remove(s, g);
+    if (g->parked) {
+        g->parked = false;
+        evtimer_del(g->park);
+        s->metrics->failovers++;
+        SD_INFO("request %llu: resuming on %s after %zu tokens", (unsigned long long)g->id, in->endpoint, g->n_out);
+    }
     if (submit(g, lane, err, sizeof err) != SD_OK) {
         SD_WARN("request %llu: submit to %s failed: %s", (unsigned long long)g->id, in->endpoint, err);
         g->state = GEN_RUNNING;
@@ -419,6 +428,41 @@ static void gen_failover(gen *g, int lane)
             sd_lanes_info(s->lanes, g->lane)->endpoint, sd_lanes_info(s->lanes, lane)->endpoint, g->n_out);
     g->lane = -1;
     gen_dispatch(g, lane);
+}
+
+/* g's lane died and no other lane can take it: it waits, ahead of the
+ * requests that have produced nothing, up to --resume-wait for a lane to come
+ * up (the supervisor restarting the verifier), then resumes there like a
+ * failover. It gets a fresh request id, so that nothing a lane still sends
+ * for the old one is taken for the resumed request's. */
+static void gen_park(gen *g)
+{
+    sd_gen *s = g->svc;
+    sd_lanes_add_inflight(s->lanes, g->lane, -1);
+    s->metrics->active--;
+    SD_WARN("request %llu: lane %s died; waiting up to %d s for a lane to resume on after %zu tokens",
+            (unsigned long long)g->id, sd_lanes_info(s->lanes, g->lane)->endpoint, s->o.resume_wait_s, g->n_out);
+    g->lane = -1;
+    g->id = s->next_id++;
+    g->state = GEN_QUEUED;
+    g->parked = true;
+    gen **pp = &s->qhead; /* after the requests parked before it */
+    while (*pp && (*pp)->parked) pp = &(*pp)->qnext;
+    g->qnext = *pp;
+    if (!g->qnext) s->qtail = g;
+    *pp = g;
+    s->nqueued++;
+    s->metrics->queued = s->nqueued;
+    struct timeval tv = {s->o.resume_wait_s, 0};
+    evtimer_add(g->park, &tv);
+}
+
+static void on_park_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    gen *g = arg;
+    gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering and none came up within --resume-wait; retry later");
 }
 
 static void gen_drain_queue(sd_gen *s)
@@ -567,14 +611,19 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
             if (g->state == GEN_RUNNING && g->lane == lane) {
                 int other = s->stopping || g->n_out + 1 >= g->max_tokens ? -1 : sd_lanes_pick(s->lanes);
                 if (other >= 0) gen_failover(g, other);
+                else if (!s->stopping && g->park && g->n_out + 1 < g->max_tokens) gen_park(g);
                 else gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
                 g = s->live;
             } else {
                 g = g->next;
             }
         }
-        if (sd_lanes_all_down(s->lanes))
-            while (s->qhead) gen_fail(s->qhead, 503, "server_error", "no_healthy_lane", "No verifier lane is available; retry later");
+        if (sd_lanes_all_down(s->lanes)) /* those that produced nothing fail; the parked wait */
+            for (gen *g = s->qhead; g;) {
+                gen *next = g->qnext;
+                if (!g->parked) gen_fail(g, 503, "server_error", "no_healthy_lane", "No verifier lane is available; retry later");
+                g = next;
+            }
     }
     gen_drain_queue(s);
 }
@@ -673,7 +722,8 @@ static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
     g->dec = sd_tok_stream_new(s->tok, true);
     g->stop = sd_stop_new((const char *const *)g->p.stop, g->p.n_stop);
     if (s->o.request_timeout_s > 0) g->timer = evtimer_new(s->base, on_timeout, g);
-    if (!g->dec || !g->stop || (s->o.request_timeout_s > 0 && !g->timer))
+    if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
+    if (!g->dec || !g->stop || (s->o.request_timeout_s > 0 && !g->timer) || (s->o.resume_wait_s > 0 && !g->park))
         return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (g->timer) {
         double t = s->o.request_timeout_s;

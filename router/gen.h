@@ -36,6 +36,7 @@ typedef struct sd_gen_opts {
     int max_missed;
     int default_max_tokens;
     int header_timeout_s;            /* a connection's timeout outside a generation */
+    int resume_wait_s;               /* see sd_server_opts; 0 = a request no lane can take over fails */
 } sd_gen_opts;
 
 /* What generation borrows from its owner (all outlive the sd_gen). */

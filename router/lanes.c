@@ -15,6 +15,7 @@ typedef struct lane {
     void *sock;
     struct event *ev;
     uint64_t nonce_sent, nonce_acked;
+    uint64_t instance;  /* the verifier process's HealthReply.instance (0: not known yet) */
     int index;
     struct sd_lanes *owner;
 } lane;
@@ -74,6 +75,13 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
 static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
 {
     if (h->nonce > ln->nonce_sent) return; /* not ours */
+    if (h->instance && ln->instance && h->instance != ln->instance && ln->info.state == SD_LANE_UP) {
+        /* restarted before it missed enough health checks to be taken for down: the requests it
+         * had are gone all the same, so they go the way of a lane that died (failover or wait) */
+        SD_WARN("lane %s: the verifier restarted; its requests in flight are resumed", ln->endpoint);
+        set_state(l, ln, SD_LANE_DOWN);
+    }
+    if (h->instance) ln->instance = h->instance;
     ln->nonce_acked = h->nonce;
     ln->info.missed = 0;
     ln->info.max_context = h->max_context;

@@ -278,6 +278,7 @@ static void apply_defaults(sd_server_opts *o)
     if (!o->max_headers) o->max_headers = 64 << 10;
     if (o->header_timeout_s <= 0) o->header_timeout_s = 30;
     if (o->drain_timeout_s < 0) o->drain_timeout_s = 30;
+    if (o->resume_wait_s < 0) o->resume_wait_s = 0;
 }
 
 sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, size_t errlen)
@@ -296,7 +297,7 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
     if (st == SD_OK) {
         sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
-                          s->o.default_max_tokens, s->o.header_timeout_s};
+                          s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s};
         sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }

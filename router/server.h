@@ -29,6 +29,8 @@ typedef struct sd_server_opts {
     size_t max_headers;              /* bytes of request line + headers; default 64 KiB */
     int header_timeout_s;            /* reading a request, and a keep-alive connection idle; default 30 */
     int drain_timeout_s;             /* SIGTERM: how long requests in flight may take to finish; default 30 */
+    int resume_wait_s;               /* a lane died, no other can take its requests: how long they wait for one
+                                      * (a restarted verifier) to resume on; 0 = they fail at once (main: 30) */
     const char *curve_keys;          /* CURVE key directory for the lanes (proto/curve.h), NULL = plain */
     int max_queue;                   /* waiting requests; default 256 */
     size_t max_body;                 /* bytes; default 1 MiB */

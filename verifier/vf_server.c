@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -43,6 +44,7 @@ struct sd_vf_server {
     sd_vf_front *front;
     double published_ms;           /* when health was last published to the front */
     int published_active, published_queued; /* ... and the request counts it showed */
+    uint64_t instance;             /* HealthReply.instance: random per process start */
     sd_curve *curve;               /* --curve-keys: CURVE on both sockets, NULL = plain */
     sd_vf_link *link;
     vf_req **active;
@@ -302,6 +304,7 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     rep.host = s->host;
     rep.device = (char *)s->cfg->device;
     rep.threads = (uint32_t)s->threads;
+    rep.instance = s->instance;
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &rep;
     if (peer) send_to(s, peer, &env);
@@ -813,6 +816,8 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     sd_vf_adapt_init(&s->ad);
     sd_vf_pace_init(&s->pace, &s->ad.cost);
     gethostname(s->host, sizeof s->host - 1);
+    if (getrandom(&s->instance, sizeof s->instance, 0) != (ssize_t)sizeof s->instance || !s->instance)
+        s->instance = ((uint64_t)getpid() << 32) ^ (uint64_t)(sd_now_ms() * 1e3) ^ 1;
     s->threads = sd_backend_cpu_threads(sd_model_backend(sd_engine_model(e)));
     s->ncpu = sd_cpu_count();
     s->pipe_on = -1;

@@ -9,8 +9,13 @@
 #   - with --drain-timeout 1 and requests longer than that, the stream ends
 #     with an error event and [DONE], the other request with a JSON 503 —
 #     never a cut without a word;
-#   - kill -9 of the verifier: the supervisor restarts it (backoff from
-#     0.5 s), /health is 200 again and requests complete, serve runs on;
+#   - kill -9 of the verifier with a greedy stream and a seeded sampled
+#     request (1200 tokens each) in flight: the supervisor restarts it
+#     (backoff from 0.5 s), the router resumes both on the new verifier from
+#     the tokens already produced (--resume-wait; the new process is told
+#     apart by HealthReply.instance even when it answers before the lane is
+#     taken for down): both complete, equal to the same requests run
+#     undisturbed before; /health is 200 again, serve runs on;
 #   - the socket directory a supervisor killed with -9 left behind is
 #     removed by the next one.
 # Env: SD_BIN, SD_MODELS (set by CTest).
@@ -77,8 +82,40 @@ mkdir -p "/tmp/specd-$dead-stale" && touch "/tmp/specd-$dead-stale/verifier.sock
 serve_start --no-spec || fail "[restart] specd serve came up"
 check "[restart] a dead supervisor's socket directory is removed at start-up" '[ ! -e "/tmp/specd-$dead-stale" ]'
 for _ in $(seq 50); do grep -q "specd: serving" "$SERVE_LOG" && break; sleep 0.1; done # the supervisor saw it up
+greedy='{"prompt":"def main():","max_tokens":1200,"ignore_eos":true,"temperature":0'
+sampled='{"prompt":"import os","max_tokens":1200,"ignore_eos":true,"temperature":0.8,"seed":5}'
+post() { curl -s -H 'Content-Type: application/json' -d "$1" "$URL/v1/completions"; }
+post "$greedy}" >"$WORK/ref_g.json"
+post "$sampled" >"$WORK/ref_s.json"
+curl -sN -H 'Content-Type: application/json' -d "$greedy"',"stream":true}' "$URL/v1/completions" >"$WORK/kill_g.sse" &
+cg=$!
+post "$sampled" >"$WORK/kill_s.json" &
+cs=$!
+sleep 0.4
 vpid=$(pgrep -P "$SERVE_PID" -f specd-verifier)
 kill -KILL "$vpid"
+wait "$cg" "$cs"
+same_text() { # SSE-or-JSON REFERENCE.json: the same completion text, whole, without an error
+  "$PY" - "$@" <<'PY'
+import json, sys
+ref = json.load(open(sys.argv[2]))["choices"][0]["text"]
+raw = open(sys.argv[1]).read()
+if raw.startswith("data: "):
+    ev = [l[6:] for l in raw.split("\n") if l.startswith("data: ")]
+    assert ev[-1] == "[DONE]", ev[-2:]
+    js = [json.loads(e) for e in ev[:-1]]
+    assert not any("error" in j for j in js), [j for j in js if "error" in j]
+    got = "".join(c["text"] for j in js for c in j.get("choices", []))
+else:
+    got = json.loads(raw)["choices"][0]["text"]
+assert len(ref) > 1000 and got == ref, (len(got), len(ref))
+PY
+}
+check "[restart] a greedy stream in flight when the verifier was killed completed on the restarted one, equal to the undisturbed run" \
+  'same_text "$WORK/kill_g.sse" "$WORK/ref_g.json"'
+check "[restart] a seeded sampled request in flight then completed too, equal to the undisturbed run" \
+  'same_text "$WORK/kill_s.json" "$WORK/ref_s.json"'
+check "[restart] the router resumed them" 'grep -q "resuming on" "$SERVE_LOG"'
 back=0 st=
 for _ in $(seq 150); do
   sleep 0.1
