@@ -18,7 +18,7 @@ KEY=sekret
 FV=$!; PIDS+=("$FV")
 "$BIN/specd-router" --host 127.0.0.1 --port "$HPORT" --verifier "tcp://127.0.0.1:$VPORT" --tokenizer "$TOK" \
   --model-name tinycode-16m --api-key "$KEY" --max-body 4096 --health-interval-ms 200 --health-misses 3 \
-  >"$WORK/router.log" 2>&1 &
+  --resume-wait 1 >"$WORK/router.log" 2>&1 &
 PIDS+=("$!")
 URL=http://127.0.0.1:$HPORT
 AUTH=(-H "Authorization: Bearer $KEY")
@@ -149,7 +149,9 @@ sleep 0.3
 kill "$FV"; wait "$FV" 2>/dev/null
 sleep 1.5
 wait $CUT
-check "in-flight stream fails with lane_down, then [DONE]" 'grep -q "lane_down" "$WORK/cut" && [ "$(tail -n 2 "$WORK/cut" | head -n 1)" = "data: [DONE]" ]'
+check "in-flight stream, no lane back within --resume-wait 1: fails with lane_down, then [DONE]" \
+  'grep -q "lane_down" "$WORK/cut" && [ "$(tail -n 2 "$WORK/cut" | head -n 1)" = "data: [DONE]" ]'
+check "router logged the wait for a lane to resume on" 'grep -q "waiting up to 1 s for a lane" "$WORK/router.log"'
 check "/health → 503 after the verifier died" '[ "$(curl -s -o /dev/null -w "%{http_code}" "$URL/health")" = 503 ]'
 st=$(post /v1/completions '{"prompt":"x","max_tokens":2}')
 check "completion → 503 with Retry-After when every lane is down" '[ "$st" = 503 ] && grep -qi "^Retry-After:" "$WORK/hdr"'
