@@ -4,7 +4,7 @@
  *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME
  *                [--host 127.0.0.1] [--port 8000] [--api-key KEY | --api-key-file FILE]
  *                [--metrics-auth] [--max-headers 65536] [--header-timeout 30] [--drain-timeout 30]
- *                [--resume-wait 30]
+ *                [--resume-wait 30] [--max-connections 1024]
  *                [--curve-keys DIR]
  *                [--max-queue 256] [--max-body 1048576] [--request-timeout 600]
  *                [--lane-capacity 64] [--health-interval-ms 1000]
@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "                    --model-name NAME [--tokenizer-config FILE] [--host H] [--port P]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--metrics-auth]\n"
             "                    [--max-queue N] [--max-body BYTES] [--max-headers BYTES] [--header-timeout S]\n"
-            "                    [--drain-timeout S] [--resume-wait S] [--curve-keys DIR]\n"
+            "                    [--drain-timeout S] [--resume-wait S] [--max-connections N]\n"
+            "                    [--curve-keys DIR]\n"
             "                    [--request-timeout S] [--lane-capacity N] [--health-interval-ms MS]\n"
             "                    [--health-misses N] [--chat-template chatml|llama3|llama2|plain]\n"
             "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
@@ -58,6 +59,7 @@ int main(int argc, char **argv)
         {"chat-template", 1, 0, 'x'}, {"default-max-tokens", 1, 0, 'D'}, {"log-level", 1, 0, 'l'},
         {"api-key-file", 1, 0, 'K'}, {"metrics-auth", 0, 0, 'A'}, {"max-headers", 1, 0, 'R'},
         {"header-timeout", 1, 0, 'W'}, {"drain-timeout", 1, 0, 'G'}, {"resume-wait", 1, 0, 'P'},
+        {"max-connections", 1, 0, 'N'},
         {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
     const char *lanes[MAX_LANES];
     sd_server_opts o = {0};
@@ -90,6 +92,7 @@ int main(int argc, char **argv)
         case 'W': o.header_timeout_s = (int)num_arg("--header-timeout", optarg, 86400); break;
         case 'Y': o.curve_keys = optarg; break;
         case 'G': o.drain_timeout_s = (int)num_arg("--drain-timeout", optarg, 86400); break;
+        case 'N': o.max_connections = (int)num_arg("--max-connections", optarg, 1 << 20); break;
         case 'P': o.resume_wait_s = (int)num_arg("--resume-wait", optarg, 86400); break;
         case 'q': o.max_queue = (int)num_arg("--max-queue", optarg, INT_MAX); break;
         case 'b': o.max_body = (size_t)num_arg("--max-body", optarg, (long long)1 << 40); break;

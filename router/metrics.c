@@ -53,6 +53,11 @@ static void render_router(FILE *f, const sd_metrics *m)
     fprintf(f, "specd_requests_queued %d\n", m->queued);
     header(f, "specd_failovers_total", "counter", "Requests resumed on another lane when theirs died.");
     fprintf(f, "specd_failovers_total %llu\n", (unsigned long long)m->failovers);
+    header(f, "specd_http_connections", "gauge", "Open HTTP connections.");
+    fprintf(f, "specd_http_connections %d\n", m->connections);
+    header(f, "specd_http_connection_cap_reached_total", "counter",
+           "Times --max-connections connections were open and accepting paused.");
+    fprintf(f, "specd_http_connection_cap_reached_total %llu\n", (unsigned long long)m->connection_cap_reached);
     header(f, "specd_auth_failures_total", "counter", "Requests refused for a missing or wrong API key.");
     fprintf(f, "specd_auth_failures_total %llu\n", (unsigned long long)m->auth_failures);
 }

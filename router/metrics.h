@@ -32,6 +32,8 @@ typedef struct sd_metrics {
     int active, queued;
     uint64_t auth_failures;    /* requests refused for a missing or wrong API key */
     uint64_t failovers;        /* requests resumed on another lane when theirs died */
+    int connections;           /* open HTTP connections (set before rendering) */
+    uint64_t connection_cap_reached; /* times --max-connections paused accepting (likewise) */
 } sd_metrics;
 
 /* Counts one finished HTTP request (any endpoint). */

@@ -24,6 +24,7 @@
 #include "gen.h"
 #include "http_api.h"
 #include "log.h"
+#include "conncap.h"
 #include "metrics.h"
 #include "reply.h"
 #include "server.h"
@@ -35,6 +36,7 @@ struct sd_server {
     struct event_base *base;
     struct evhttp *http;
     struct evhttp_bound_socket *bound;
+    sd_conncap *conncap;       /* --max-connections */
     struct event *sigint, *sigterm, *drain_tick;
     bool draining;
     double drain_deadline;
@@ -134,6 +136,8 @@ static void handle_models(sd_server *s, struct evhttp_request *req)
 
 static void handle_metrics(sd_server *s, struct evhttp_request *req)
 {
+    s->metrics.connections = sd_conncap_open(s->conncap);
+    s->metrics.connection_cap_reached = sd_conncap_reached(s->conncap);
     char *text = sd_metrics_render(&s->metrics, sd_gen_lanes(s->gen));
     struct evbuffer *b = evbuffer_new();
     if (b && text) evbuffer_add(b, text, strlen(text));
@@ -259,6 +263,8 @@ static sd_status open_http(sd_server *s, char *err, size_t errlen)
     evhttp_set_timeout(s->http, s->o.header_timeout_s);
     s->bound = evhttp_bind_socket_with_handle(s->http, s->o.host, (ev_uint16_t)s->o.port);
     if (!s->bound) return sd_seterr(err, errlen, SD_ERR_IO, "cannot listen on %s:%d", s->o.host, s->o.port);
+    sd_status st = sd_conncap_new(s->base, s->http, &s->bound, s->o.max_connections, &s->conncap, err, errlen);
+    if (st != SD_OK) return st;
     struct sockaddr_storage ss;
     ev_socklen_t sl = sizeof ss;
     evutil_socket_t fd = evhttp_bound_socket_get_fd(s->bound);
@@ -278,6 +284,7 @@ static void apply_defaults(sd_server_opts *o)
     if (!o->max_headers) o->max_headers = 64 << 10;
     if (o->header_timeout_s <= 0) o->header_timeout_s = 30;
     if (o->drain_timeout_s < 0) o->drain_timeout_s = 30;
+    if (o->max_connections <= 0) o->max_connections = 1024;
     if (o->resume_wait_s < 0) o->resume_wait_s = 0;
 }
 
@@ -338,6 +345,7 @@ void sd_server_free(sd_server *s)
     if (s->sigterm) event_free(s->sigterm);
     if (s->drain_tick) event_free(s->drain_tick);
     if (s->http) evhttp_free(s->http);
+    sd_conncap_free(s->conncap); /* after evhttp: its last references close the sockets */
     sd_curve_free(s->curve);
     if (s->zctx) zmq_ctx_term(s->zctx);
     if (s->base) event_base_free(s->base);

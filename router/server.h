@@ -28,6 +28,7 @@ typedef struct sd_server_opts {
     bool metrics_auth;               /* /metrics needs the key too */
     size_t max_headers;              /* bytes of request line + headers; default 64 KiB */
     int header_timeout_s;            /* reading a request, and a keep-alive connection idle; default 30 */
+    int max_connections;             /* open HTTP connections; at the cap accepting pauses; default 1024 */
     int drain_timeout_s;             /* SIGTERM: how long requests in flight may take to finish; default 30 */
     int resume_wait_s;               /* a lane died, no other can take its requests: how long they wait for one
                                       * (a restarted verifier) to resume on; 0 = they fail at once (main: 30) */

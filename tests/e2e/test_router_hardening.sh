@@ -11,7 +11,9 @@
 #   - wrong methods on known paths get a JSON 405, unknown paths a JSON 404;
 #   - a 1 MiB header block is refused (--max-headers) without the router's
 #     memory growing by it, and a client that never finishes its headers is
-#     cut after --header-timeout; the router keeps serving.
+#     cut after --header-timeout; the router keeps serving;
+#   - --max-connections 4: with 4 keep-alive connections open a 5th is not
+#     served; once 2 close it is, and /metrics counts the cap.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/router_lib.sh"
 peak_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
@@ -110,6 +112,43 @@ PY
 check "unfinished headers cut after --header-timeout 1 ($(cat "$WORK/slow.out"))" \
   '"$PY" -c "import re,sys; t=float(re.search(r\"after ([0-9.]+) s\", open(\"$WORK/slow.out\").read()).group(1)); sys.exit(0 if t < 4 else 1)"'
 check "the router keeps serving" '[ "$(code "${AUTH[@]}" "$URL/v1/models")" = 200 ] && kill -0 $RT'
+
+# --- the connection cap -----------------------------------------------------------------
+CPORT=$(free_port)
+"$BIN/specd-router" --host 127.0.0.1 --port "$CPORT" --verifier "tcp://127.0.0.1:$VPORT" --tokenizer "$TOK" \
+  --model-name tinycode-16m --health-interval-ms 200 --max-connections 4 >"$WORK/cap.log" 2>&1 &
+PIDS+=("$!")
+wait_health "http://127.0.0.1:$CPORT"
+"$PY" - "$CPORT" >"$WORK/cap.out" 2>&1 <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+REQ = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+def served(s, wait):
+    s.settimeout(wait)
+    try:
+        return s.recv(200).startswith(b"HTTP/1.1 ")
+    except socket.timeout:
+        return False
+held = []
+for _ in range(4):  # keep-alive: each stays open after its answer
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(REQ)
+    held.append(served(s, 5) and s)
+print("held", sum(1 for s in held if s))
+time.sleep(0.2)
+fifth = socket.create_connection(("127.0.0.1", port))  # the kernel's backlog takes it
+fifth.sendall(REQ)
+print("fifth served while 4 open:", served(fifth, 1.0))
+held[0].close(); held[1].close()
+t0 = time.time()
+print("fifth served after 2 closed:", served(fifth, 5), "in %.2f s" % (time.time() - t0))
+PY
+check "--max-connections 4: 4 connections served and held ($(tr '\n' ' ' <"$WORK/cap.out"))" 'grep -q "held 4" "$WORK/cap.out"'
+check "--max-connections 4: a 5th is not served while they are open" 'grep -q "fifth served while 4 open: False" "$WORK/cap.out"'
+check "--max-connections 4: the 5th is served once 2 close" 'grep -q "fifth served after 2 closed: True" "$WORK/cap.out"'
+curl -s "http://127.0.0.1:$CPORT/metrics" >"$WORK/cap.metrics"
+check "/metrics counts the cap reached and the open connections" \
+  'grep -Eq "^specd_http_connection_cap_reached_total [1-9]" "$WORK/cap.metrics" && grep -Eq "^specd_http_connections [0-9]+" "$WORK/cap.metrics"'
 
 echo "$FAILS check(s) failed"
 [ "$FAILS" = 0 ] || { tail -n 20 "$WORK/router.log"; exit 1; }
