@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "convert.h"
 #include "log.h"
+#include "prompt.h"
 #include "reply.h"
 #include "stop_match.h"
 
@@ -654,36 +655,13 @@ size_t sd_gen_live(const sd_gen *s)
 /* Fills g->prompt from the request: chat template, prompt text or ids. */
 static sd_status tokenize(sd_gen *s, gen *g, sd_api_err *e)
 {
-    char err[256] = "";
-    const char *pp = g->p.kind == SD_API_CHAT ? "messages" : "prompt";
-    if (g->p.prompt_ids) {
-        for (size_t i = 0; i < g->p.n_prompt_ids; i++)
-            if (g->p.prompt_ids[i] >= s->vocab)
-                return sd_api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' token id %d at index %zu is out of "
-                                   "range (vocabulary size %d)", (int)g->p.prompt_ids[i], i, s->vocab);
-        g->prompt = g->p.prompt_ids;
-        g->n_prompt = g->p.n_prompt_ids;
-        g->p.prompt_ids = NULL;
-        return SD_OK;
-    }
-    char *text = g->p.prompt;
-    bool add_special = true;
-    if (g->p.kind == SD_API_CHAT) {
-        if (sd_chat_render(s->chat, g->p.messages, g->p.n_messages, &text, err, sizeof err) != SD_OK)
-            return sd_api_fail(e, 400, INVALID, "messages", NULL, "%s", err);
-        add_special = sd_chat_add_special(s->chat);
-    }
-    sd_status st = sd_tok_encode(s->tok, text, strlen(text), add_special, &g->prompt, &g->n_prompt, err, sizeof err);
-    if (text != g->p.prompt) free(text);
-    if (st != SD_OK) return sd_api_fail(e, 400, INVALID, pp, NULL, "'%s' could not be tokenized: %s", pp, err);
-    if (g->n_prompt == 0) return sd_api_fail(e, 400, INVALID, pp, NULL, "'%s' must not be empty", pp);
-    return SD_OK;
+    return sd_prompt_tokens(s->tok, s->chat, s->vocab, &g->p, &g->prompt, &g->n_prompt, e);
 }
 
 static sd_status check_request(sd_gen *s, gen *g, sd_api_err *e)
 {
     if (g->p.model && strcmp(g->p.model, s->o.model_name))
-        return sd_api_fail(e, 400, INVALID, "model", "model_not_found",
+        return sd_api_fail(e, 404, INVALID, "model", "model_not_found",
                            "The model '%s' does not exist; this server serves '%s'", g->p.model, s->o.model_name);
     for (size_t i = 0; i < g->p.n_stop_ids; i++)
         if (g->p.stop_ids[i] >= s->vocab)

@@ -273,8 +273,26 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     json_t *lp = field(o, "logprobs");
     if (st == SD_OK && lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
         return BADF("logprobs", "'logprobs' is not supported");
+    if (st != SD_OK) return st;
+    /* tool calling and structured output: a client relying on them must not get plain text back */
+    json_t *tools = field(o, "tools"), *functions = field(o, "functions");
+    if (tools && !(json_is_array(tools) && json_array_size(tools) == 0))
+        return BADF("tools", "'tools' is not supported: this server does not call tools");
+    if (functions && !(json_is_array(functions) && json_array_size(functions) == 0))
+        return BADF("functions", "'functions' is not supported: this server does not call tools");
+    json_t *tc = field(o, "tool_choice");
+    if (tc && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") || !strcmp(json_string_value(tc), "auto"))))
+        return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": this server does not call tools");
+    json_t *fc = field(o, "function_call");
+    if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))))
+        return BADF("function_call", "'function_call' may only be \"none\" or \"auto\": this server does not call tools");
+    json_t *rf = field(o, "response_format");
+    json_t *rft = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+    if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
+        return BADF("response_format", "'response_format' may only be {\"type\": \"text\"}: structured output "
+                    "(json_object, json_schema) is not supported");
     (void)r;
-    return st;
+    return SD_OK;
 }
 
 static sd_status parse_sampling(json_t *o, sd_api_req *r, sd_api_err *e)
@@ -313,8 +331,7 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK) st = kind == SD_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
     long long mt = -1;
     if (st == SD_OK) st = get_int(o, "max_tokens", 1, INT32_MAX, &mt, NULL, e);
-    if (st == SD_OK && kind == SD_API_CHAT && mt < 0)
-        st = get_int(o, "max_completion_tokens", 1, INT32_MAX, &mt, NULL, e);
+    if (st == SD_OK && mt < 0) st = get_int(o, "max_completion_tokens", 1, INT32_MAX, &mt, NULL, e);
     r->max_tokens = (int)mt;
     if (st == SD_OK) st = parse_sampling(o, r, e);
     if (st == SD_OK) st = parse_stop(o, r, e);

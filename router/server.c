@@ -26,6 +26,7 @@
 #include "log.h"
 #include "conncap.h"
 #include "metrics.h"
+#include "prompt.h"
 #include "reply.h"
 #include "server.h"
 #include "strbuf.h"
@@ -120,18 +121,156 @@ static void handle_health(sd_server *s, struct evhttp_request *req)
     free(body);
 }
 
-static void handle_models(sd_server *s, struct evhttp_request *req)
+/* Replies 200 with o (consumed). */
+static void reply_object(sd_server *s, struct evhttp_request *req, json_t *o)
+{
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (body) {
+        sd_reply_json(req, 200, body, &s->metrics);
+    } else {
+        sd_api_err e;
+        sd_api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        sd_reply_error(req, &e, &s->metrics);
+    }
+    free(body);
+}
+
+/* The served model as /v1/models lists it. */
+static json_t *model_json(sd_server *s)
 {
     uint32_t ctx = 0;
     sd_lanes_any_up(sd_gen_lanes(s->gen), &ctx);
     json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->o.model_name, "object", "model", "created",
                           (json_int_t)s->started, "owned_by", "specd");
-    if (ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
-    json_t *o = json_pack("{s:s, s:[o]}", "object", "list", "data", m);
-    char *body = json_dumps(o, JSON_COMPACT);
+    if (m && ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
+    return m;
+}
+
+static void handle_models(sd_server *s, struct evhttp_request *req)
+{
+    reply_object(s, req, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
+}
+
+/* False (with a 404 model_not_found sent) when name is set and is not the served model. */
+static bool model_ok(sd_server *s, struct evhttp_request *req, const char *name)
+{
+    if (!name || !strcmp(name, s->o.model_name)) return true;
+    sd_api_err e;
+    sd_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+                "The model '%s' does not exist; this server serves '%s'", name, s->o.model_name);
+    sd_reply_error(req, &e, &s->metrics);
+    return false;
+}
+
+/* GET /v1/models/{id} (id URL-encoded). */
+static void handle_model(sd_server *s, struct evhttp_request *req, const char *enc)
+{
+    char *id = evhttp_uridecode(enc, 0, NULL);
+    if (model_ok(s, req, id ? id : enc)) reply_object(s, req, model_json(s));
+    free(id);
+}
+
+/* The request body as a string, or NULL with a 413 sent when it is over --max-body. */
+static const char *small_body(sd_server *s, struct evhttp_request *req, size_t *len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    *len = evbuffer_get_length(in);
+    if (*len > s->o.max_body) {
+        sd_api_err e;
+        sd_api_fail(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                    "The request body of %zu bytes exceeds the limit of %zu bytes", *len, s->o.max_body);
+        sd_reply_error(req, &e, &s->metrics);
+        return NULL;
+    }
+    return *len ? (const char *)evbuffer_pullup(in, -1) : "";
+}
+
+/* POST /tokenize (as vLLM): {"prompt": ...} or {"messages": [...]} → the
+ * token ids a completion of it would be given. */
+static void handle_tokenize(sd_server *s, struct evhttp_request *req)
+{
+    size_t len;
+    const char *body = small_body(s, req, &len);
+    if (!body) return;
+    json_t *probe = json_loadb(body, len, 0, NULL);
+    sd_api_kind kind = json_is_object(probe) && json_object_get(probe, "messages") ? SD_API_CHAT : SD_API_COMPLETION;
+    json_decref(probe);
+    sd_api_req r;
+    sd_api_err e;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (sd_api_parse(kind, body, len, &r, &e) != SD_OK) {
+        sd_reply_error(req, &e, &s->metrics);
+        return;
+    }
+    if (model_ok(s, req, r.model)) {
+        if (sd_prompt_tokens(s->tok, s->chat, s->vocab, &r, &ids, &n, &e) != SD_OK) {
+            sd_reply_error(req, &e, &s->metrics);
+        } else {
+            uint32_t ctx = 0;
+            sd_lanes_any_up(sd_gen_lanes(s->gen), &ctx);
+            json_t *t = json_array();
+            for (size_t i = 0; i < n && t; i++) json_array_append_new(t, json_integer(ids[i]));
+            reply_object(s, req, json_pack("{s:I, s:I, s:o}", "count", (json_int_t)n, "max_model_len",
+                                           (json_int_t)ctx, "tokens", t));
+        }
+    }
+    free(ids);
+    sd_api_req_clear(&r);
+}
+
+/* POST /detokenize (as vLLM): {"tokens": [ids]} → {"prompt": text}. */
+static void handle_detokenize(sd_server *s, struct evhttp_request *req)
+{
+    size_t len;
+    const char *body = small_body(s, req, &len);
+    if (!body) return;
+    sd_api_err e;
+    json_error_t jerr;
+    json_t *o = json_loadb(body, len, 0, &jerr);
+    json_t *t = json_is_object(o) ? json_object_get(o, "tokens") : NULL, *model = json_is_object(o) ? json_object_get(o, "model") : NULL;
+    int32_t *ids = NULL;
+    size_t n = json_is_array(t) ? json_array_size(t) : 0;
+    if (!json_is_object(o)) {
+        sd_api_fail(&e, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object%s%s",
+                    o ? "" : ": ", o ? "" : jerr.text);
+    } else if (model && !json_is_string(model)) {
+        sd_api_fail(&e, 400, "invalid_request_error", "model", NULL, "'model' must be a string");
+    } else if (!json_is_array(t)) {
+        sd_api_fail(&e, 400, "invalid_request_error", "tokens", NULL, "'tokens' must be an array of token ids");
+    } else if (!(ids = malloc((n ? n : 1) * sizeof *ids))) {
+        sd_api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+    } else {
+        e.status = 0;
+        for (size_t i = 0; i < n && !e.status; i++) {
+            json_t *v = json_array_get(t, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->vocab)
+                sd_api_fail(&e, 400, "invalid_request_error", "tokens", NULL,
+                            "'tokens' entry %zu is not a token id in [0, %d)", i, s->vocab);
+            else ids[i] = (int32_t)json_integer_value(v);
+        }
+    }
+    if (e.status) {
+        sd_reply_error(req, &e, &s->metrics);
+    } else if (model_ok(s, req, model ? json_string_value(model) : NULL)) {
+        char *text = NULL, err[256];
+        size_t tl = 0;
+        if (sd_tok_decode(s->tok, ids, n, false, &text, &tl, err, sizeof err) != SD_OK) {
+            sd_api_fail(&e, 400, "invalid_request_error", "tokens", NULL, "%s", err);
+            sd_reply_error(req, &e, &s->metrics);
+        } else {
+            reply_object(s, req, json_pack("{s:s%}", "prompt", text, tl));
+        }
+        free(text);
+    }
+    free(ids);
     json_decref(o);
-    sd_reply_json(req, 200, body, &s->metrics);
-    free(body);
+}
+
+static void handle_version(sd_server *s, struct evhttp_request *req)
+{
+    reply_object(s, req, json_pack("{s:s}", "version", SD_VERSION));
 }
 
 static void handle_metrics(sd_server *s, struct evhttp_request *req)
@@ -159,15 +298,22 @@ static void on_request(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     bool post = m == EVHTTP_REQ_POST, get = m == EVHTTP_REQ_GET;
     sd_api_err e;
-    bool keyed = !strncmp(path, "/v1/", 4) || (s->o.metrics_auth && !strcmp(path, "/metrics"));
+    bool tok = !strcmp(path, "/tokenize") || !strcmp(path, "/detokenize");
+    bool model = !strncmp(path, "/v1/models/", 11) && path[11] && !strchr(path + 11, '/');
+    bool keyed = !strncmp(path, "/v1/", 4) || tok || (s->o.metrics_auth && !strcmp(path, "/metrics"));
     if (keyed && !authorized(s, req, path)) return;
     if (!strcmp(path, "/v1/completions") && post) sd_gen_handle(s->gen, req, SD_API_COMPLETION);
     else if (!strcmp(path, "/v1/chat/completions") && post) sd_gen_handle(s->gen, req, SD_API_CHAT);
     else if (!strcmp(path, "/v1/models") && get) handle_models(s, req);
+    else if (model && get) handle_model(s, req, path + 11);
+    else if (!strcmp(path, "/tokenize") && post) handle_tokenize(s, req);
+    else if (!strcmp(path, "/detokenize") && post) handle_detokenize(s, req);
+    else if (!strcmp(path, "/version") && get) handle_version(s, req);
     else if (!strcmp(path, "/health") && get) handle_health(s, req);
     else if (!strcmp(path, "/metrics") && get) handle_metrics(s, req);
-    else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") ||
-             !strcmp(path, "/v1/models") || !strcmp(path, "/health") || !strcmp(path, "/metrics")) {
+    else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") || tok || model ||
+             !strcmp(path, "/v1/models") || !strcmp(path, "/version") || !strcmp(path, "/health") ||
+             !strcmp(path, "/metrics")) {
         sd_api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "Method not allowed on %s", path);
         sd_reply_error(req, &e, &s->metrics);
     } else {

@@ -71,6 +71,23 @@ static const bad_case BAD[] = {
      "messages[0].content", "parts must be"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_completion_tokens\": 0}",
      "max_completion_tokens", "between 1"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"max_completion_tokens\": 0}", "max_completion_tokens", "between 1"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+                  "\"function\": {\"name\": \"f\"}}]}", "tools", "does not call tools"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": 1}", "tools", "not supported"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}",
+     "tool_choice", "\"none\" or \"auto\""},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": {\"type\": \"function\"}}",
+     "tool_choice", "does not call tools"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{\"name\": \"f\"}]}",
+     "functions", "not supported"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"function_call\": {\"name\": \"f\"}}",
+     "function_call", "not call tools"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
+                  "{\"type\": \"json_object\"}}", "response_format", "structured output"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}", "response_format",
+     "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"text\"}", "response_format", "may only be"},
 };
 
 START_TEST(bad_inputs)
@@ -162,6 +179,20 @@ START_TEST(chat_messages)
     ck_assert_str_eq(r.messages[1].content, "ab");
     ck_assert_str_eq(r.messages[2].content, "");
     ck_assert_int_eq(r.max_tokens, 9);
+    sd_api_req_clear(&r);
+    /* what a client that offers no tools sends: accepted */
+    const char *t = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [], \"tool_choice\": "
+                    "\"none\", \"response_format\": {\"type\": \"text\"}, \"function_call\": \"auto\"}";
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, t, strlen(t), &r, &e), SD_OK);
+    sd_api_req_clear(&r);
+    /* max_completion_tokens on completions too (max_tokens wins when both are given) */
+    const char *c = "{\"prompt\": \"x\", \"max_completion_tokens\": 7}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, c, strlen(c), &r, &e), SD_OK);
+    ck_assert_int_eq(r.max_tokens, 7);
+    sd_api_req_clear(&r);
+    c = "{\"prompt\": \"x\", \"max_tokens\": 3, \"max_completion_tokens\": 7}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, c, strlen(c), &r, &e), SD_OK);
+    ck_assert_int_eq(r.max_tokens, 3);
     sd_api_req_clear(&r);
 }
 END_TEST

@@ -98,7 +98,10 @@ bad() {
 bad "malformed JSON" '{"prompt": "x"' 400 None
 bad "prompt of wrong type" '{"prompt": 5}' 400 prompt
 bad "missing messages" '{}' 400 messages /v1/chat/completions
-bad "unknown model" '{"model":"gpt-4","prompt":"x"}' 400 model
+bad "unknown model" '{"model":"gpt-4","prompt":"x"}' 404 model
+bad "tools" '{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f"}}]}' 400 tools /v1/chat/completions
+bad "tool_choice required" '{"messages":[{"role":"user","content":"a"}],"tool_choice":"required"}' 400 tool_choice /v1/chat/completions
+bad "response_format json_object" '{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_object"}}' 400 response_format /v1/chat/completions
 bad "max_tokens 0" '{"prompt":"x","max_tokens":0}' 400 max_tokens
 bad "prompt + max_tokens beyond the context" '{"prompt":"x","max_tokens":600}' 400 max_tokens
 bad "temperature -1" '{"prompt":"x","temperature":-1}' 400 temperature
@@ -107,7 +110,31 @@ bad "n = 2" '{"prompt":"x","n":2}' 400 n
 bad "token id beyond the vocab" '{"prompt":[1, 99999]}' 400 prompt
 bad "stop of wrong type" '{"prompt":"x","stop":7}' 400 stop
 bad "speculative.num_draft too big" '{"prompt":"x","speculative":{"num_draft":1000}}' 400 speculative.num_draft
-check "unknown model has code model_not_found" '[ "$(post /v1/completions "{\"model\":\"gpt-4\",\"prompt\":\"x\"}")" = 400 ] && [ "$(jget "$WORK/out" "j[\"error\"][\"code\"]")" = model_not_found ]'
+check "unknown model → 404 model_not_found" '[ "$(post /v1/completions "{\"model\":\"gpt-4\",\"prompt\":\"x\"}")" = 404 ] && [ "$(jget "$WORK/out" "j[\"error\"][\"code\"]")" = model_not_found ]'
+check "tools: [] and tool_choice none are accepted (a client offering no tools)" \
+  '[ "$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[],\"tool_choice\":\"none\",\"max_tokens\":2}")" = 200 ]'
+check "max_completion_tokens on /v1/completions" \
+  '[ "$(post /v1/completions "{\"prompt\":\"x\",\"max_completion_tokens\":3,\"ignore_eos\":true}")" = 200 ] && [ "$(jget "$WORK/out" "j[\"usage\"][\"completion_tokens\"]")" = 3 ]'
+check "GET /v1/models/tinycode-16m → the model" \
+  '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" "$URL/v1/models/tinycode-16m")" = 200 ] && [ "$(jget "$WORK/out" "j[\"id\"]")" = tinycode-16m ]'
+check "GET /v1/models/gpt-4 → 404 model_not_found" \
+  '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" "$URL/v1/models/gpt-4")" = 404 ] && [ "$(jget "$WORK/out" "j[\"error\"][\"code\"]")" = model_not_found ]'
+check "POST /tokenize: the prompt's token ids, as many as a completion's prompt_tokens" \
+  '[ "$(post /tokenize "{\"prompt\":\"def main():\"}")" = 200 ] && cp "$WORK/out" "$WORK/tok.json" &&
+   [ "$(post /v1/completions "{\"prompt\":\"def main():\",\"max_tokens\":1}")" = 200 ] &&
+   [ "$(jget "$WORK/tok.json" "j[\"count\"]")" = "$(jget "$WORK/out" "j[\"usage\"][\"prompt_tokens\"]")" ] &&
+   [ "$(jget "$WORK/tok.json" "len(j[\"tokens\"]) == j[\"count\"] > 0")" = True ]'
+check "POST /tokenize with messages: as many as the chat completion's prompt_tokens (its template applied)" \
+  '[ "$(post /tokenize "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}]}")" = 200 ] &&
+   cp "$WORK/out" "$WORK/tokc.json" &&
+   [ "$(post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}")" = 200 ] &&
+   [ "$(jget "$WORK/tokc.json" "j[\"count\"]")" = "$(jget "$WORK/out" "j[\"usage\"][\"prompt_tokens\"]")" ]'
+check "POST /detokenize gives the text back" \
+  '[ "$(post /detokenize "{\"tokens\":$(jget "$WORK/tok.json" "json.dumps(j[\"tokens\"])")}")" = 200 ] && [ "$(jget "$WORK/out" "\"def main():\" in j[\"prompt\"]")" = True ]'
+check "POST /detokenize with an id beyond the vocabulary → 400 naming tokens" \
+  '[ "$(post /detokenize "{\"tokens\":[1,99999999]}")" = 400 ] && [ "$(jget "$WORK/out" "j[\"error\"][\"param\"]")" = tokens ]'
+check "/tokenize needs the API key" '[ "$(curl -s -o /dev/null -w "%{http_code}" -d "{\"prompt\":\"x\"}" "$URL/tokenize")" = 401 ]'
+check "GET /version" '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "$URL/version")" = 200 ] && [ -n "$(jget "$WORK/out" "j[\"version\"]")" ]'
 "$PY" -c 'import json; print(json.dumps({"prompt": "x" * 8000}))' >"$WORK/big.json"
 check "body over --max-body → 413" '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" --data-binary @"$WORK/big.json" "$URL/v1/completions")" = 413 ] && [ -n "$(jget "$WORK/out" "j[\"error\"][\"message\"]")" ]'
 st=$(post /v1/completions '{"prompt":"still here","max_tokens":3}')
