@@ -182,7 +182,8 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->n_accepted_at = g->n_accepted_at;
     spec->drafting = g->has_drafting ? &g->drafting : NULL;
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
-    sd_api_result r = {g->cid, g->svc->o.model_name, (long long)g->created, finish,
+    const char *name = g->p.model ? sd_gen_served_name(g->svc, g->p.model) : NULL;
+    sd_api_result r = {g->cid, name ? name : g->svc->o.model_name, (long long)g->created, finish,
                        (unsigned)g->n_prompt, g->completion_tokens, spec};
     return r;
 }
@@ -660,7 +661,7 @@ static sd_status tokenize(sd_gen *s, gen *g, sd_api_err *e)
 
 static sd_status check_request(sd_gen *s, gen *g, sd_api_err *e)
 {
-    if (g->p.model && strcmp(g->p.model, s->o.model_name))
+    if (g->p.model && !sd_gen_served_name(s, g->p.model))
         return sd_api_fail(e, 404, INVALID, "model", "model_not_found",
                            "The model '%s' does not exist; this server serves '%s'", g->p.model, s->o.model_name);
     for (size_t i = 0; i < g->p.n_stop_ids; i++)
@@ -807,6 +808,15 @@ sd_status sd_gen_new(const sd_gen_opts *opts, const sd_gen_env *env, sd_gen **ou
     }
     *out = s;
     return SD_OK;
+}
+
+const char *sd_gen_served_name(const sd_gen *s, const char *name)
+{
+    if (!name) return NULL;
+    if (!strcmp(name, s->o.model_name)) return s->o.model_name;
+    for (size_t i = 0; i < s->o.n_aliases; i++)
+        if (!strcmp(name, s->o.aliases[i])) return s->o.aliases[i];
+    return NULL;
 }
 
 const sd_lanes *sd_gen_lanes(const sd_gen *s)

@@ -28,6 +28,8 @@ typedef struct sd_gen_opts {
     const char *const *verifiers;    /* lane endpoints */
     size_t n_verifiers;
     const char *model_name;          /* the served model id */
+    const char *const *aliases;      /* more names for it */
+    size_t n_aliases;
     int max_queue;                   /* waiting requests */
     size_t max_body;                 /* bytes */
     double request_timeout_s;        /* 0 = none */
@@ -61,6 +63,9 @@ void sd_gen_handle(sd_gen *g, struct evhttp_request *req, sd_api_kind kind);
 
 /* The lane table (for health and metrics). */
 const sd_lanes *sd_gen_lanes(const sd_gen *g);
+
+/* The served name name equals (the model id or an alias), or NULL. */
+const char *sd_gen_served_name(const sd_gen *g, const char *name);
 
 /* Fails every live request with status and msg and takes no new work
  * (shutdown). */

@@ -1,7 +1,8 @@
 /* main.c — specd-router: command-line options → sd_server_opts → run.
  *
  *   specd-router --verifier tcp://127.0.0.1:5555 [--verifier ENDPOINT ...]
- *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME
+ *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME[,ALIAS...]
+ *                (or --served-model-name, as vLLM; repeatable: the first name is the model id)
  *                [--host 127.0.0.1] [--port 8000] [--api-key KEY | --api-key-file FILE]
  *                [--metrics-auth] [--max-headers 65536] [--header-timeout 30] [--drain-timeout 30]
  *                [--resume-wait 30] [--max-connections 1024]
@@ -27,7 +28,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: specd-router --verifier ENDPOINT [--verifier ENDPOINT ...] --tokenizer FILE\n"
-            "                    --model-name NAME [--tokenizer-config FILE] [--host H] [--port P]\n"
+            "                    --model-name NAME[,ALIAS...] [--tokenizer-config FILE] [--host H] [--port P]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--metrics-auth]\n"
             "                    [--max-queue N] [--max-body BYTES] [--max-headers BYTES] [--header-timeout S]\n"
             "                    [--drain-timeout S] [--resume-wait S] [--max-connections N]\n"
@@ -49,6 +50,30 @@ static long long num_arg(const char *name, const char *v, long long max)
     return x;
 }
 
+#define MAX_NAMES 16
+
+/* Appends the comma-separated names in v to names[*n] (at most MAX_NAMES in
+ * all; empty names and overflow: a message, -1). */
+static int add_names(const char *v, const char **names, size_t *n)
+{
+    char *copy = strdup(v), *save = NULL;
+    if (!copy) return -1;
+    size_t before = *n;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_NAMES) {
+            fprintf(stderr, "specd-router: at most %d served model names\n", MAX_NAMES);
+            return -1;
+        }
+        names[(*n)++] = t; /* copy stays allocated for the process's life */
+    }
+    if (*n == before) {
+        fprintf(stderr, "specd-router: --served-model-name / --model-name needs a name\n");
+        free(copy);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -60,8 +85,10 @@ int main(int argc, char **argv)
         {"api-key-file", 1, 0, 'K'}, {"metrics-auth", 0, 0, 'A'}, {"max-headers", 1, 0, 'R'},
         {"header-timeout", 1, 0, 'W'}, {"drain-timeout", 1, 0, 'G'}, {"resume-wait", 1, 0, 'P'},
         {"max-connections", 1, 0, 'N'},
+        {"served-model-name", 1, 0, 'S'},
         {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
-    const char *lanes[MAX_LANES];
+    const char *lanes[MAX_LANES], *names[MAX_NAMES];
+    size_t n_names = 0;
     sd_server_opts o = {0};
     o.port = 8000;
     o.max_queue = 256;
@@ -84,7 +111,10 @@ int main(int argc, char **argv)
             break;
         case 't': o.tokenizer = optarg; break;
         case 'c': o.tokenizer_config = optarg; break;
-        case 'm': o.model_name = optarg; break;
+        case 'm':
+        case 'S':
+            if (add_names(optarg, names, &n_names) != 0) return 2;
+            break;
         case 'k': key_arg = optarg; break;
         case 'K': key_file = optarg; break;
         case 'A': o.metrics_auth = true; break;
@@ -106,6 +136,11 @@ int main(int argc, char **argv)
         case 'U': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if (n_names) {
+        o.model_name = names[0];
+        o.aliases = names + 1;
+        o.n_aliases = n_names - 1;
     }
     if (optind < argc || !o.n_verifiers || !o.tokenizer || !o.model_name) {
         usage(stderr);

@@ -69,6 +69,7 @@ typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
+    const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, no_spec, metrics_auth;
     int port;
@@ -131,6 +132,7 @@ static void usage(FILE *f)
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
                "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
+               "                   [--served-model-name NAME[,ALIAS...]]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -146,7 +148,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"spec-max-draft", 1, 0, 'X'}, {"api-key-file", 1, 0, 'F'},
                                        {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
                                        {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
-                                       {"curve-keys", 1, 0, 'Y'},
+                                       {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -173,6 +175,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'G': o->prefill_budget = optarg; break;
         case 'V': o->kv_blocks = optarg; break;
         case 'Y': o->curve_keys = optarg; break;
+        case 'W': o->served_name = optarg; break;
         case 'R':
             if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) {
                 fprintf(stderr, "specd serve: %s\n", err);
@@ -299,7 +302,8 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     size_t n = strlen(name);
     while (n > 1 && name[n - 1] == '/') name[--n] = '\0';
     snprintf(g_model, sizeof g_model, "%s", basename(name));
-    add_opt(rt, "--model-name", g_model);
+    if (o->served_name) snprintf(g_model, sizeof g_model, "%.*s", (int)strcspn(o->served_name, ","), o->served_name);
+    add_opt(rt, "--model-name", o->served_name ? o->served_name : g_model);
     if (o->metrics_auth) add_arg(rt, "--metrics-auth"); /* the key itself goes by the environment */
     add_opt(rt, "--drain-timeout", o->drain_timeout);
     add_opt(rt, "--curve-keys", o->curve_keys);

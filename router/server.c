@@ -136,26 +136,29 @@ static void reply_object(sd_server *s, struct evhttp_request *req, json_t *o)
     free(body);
 }
 
-/* The served model as /v1/models lists it. */
-static json_t *model_json(sd_server *s)
+/* The served model under name, as /v1/models lists it (aliases name the model id as root). */
+static json_t *model_json(sd_server *s, const char *name)
 {
     uint32_t ctx = 0;
     sd_lanes_any_up(sd_gen_lanes(s->gen), &ctx);
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->o.model_name, "object", "model", "created",
-                          (json_int_t)s->started, "owned_by", "specd");
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", name, "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "specd", "root", s->o.model_name);
     if (m && ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
     return m;
 }
 
 static void handle_models(sd_server *s, struct evhttp_request *req)
 {
-    reply_object(s, req, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(s)));
+    json_t *data = json_array();
+    json_array_append_new(data, model_json(s, s->o.model_name));
+    for (size_t i = 0; i < s->o.n_aliases; i++) json_array_append_new(data, model_json(s, s->o.aliases[i]));
+    reply_object(s, req, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 /* False (with a 404 model_not_found sent) when name is set and is not the served model. */
 static bool model_ok(sd_server *s, struct evhttp_request *req, const char *name)
 {
-    if (!name || !strcmp(name, s->o.model_name)) return true;
+    if (!name || sd_gen_served_name(s->gen, name)) return true;
     sd_api_err e;
     sd_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
                 "The model '%s' does not exist; this server serves '%s'", name, s->o.model_name);
@@ -167,7 +170,8 @@ static bool model_ok(sd_server *s, struct evhttp_request *req, const char *name)
 static void handle_model(sd_server *s, struct evhttp_request *req, const char *enc)
 {
     char *id = evhttp_uridecode(enc, 0, NULL);
-    if (model_ok(s, req, id ? id : enc)) reply_object(s, req, model_json(s));
+    const char *name = id ? id : enc;
+    if (model_ok(s, req, name)) reply_object(s, req, model_json(s, sd_gen_served_name(s->gen, name)));
     free(id);
 }
 
@@ -448,7 +452,8 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
         st = sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot create the event base / ZeroMQ context");
     if (st == SD_OK && s->o.curve_keys) st = sd_curve_load(s->zctx, s->o.curve_keys, false, &s->curve, err, errlen);
     if (st == SD_OK) {
-        sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.max_queue, s->o.max_body,
+        sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.aliases, s->o.n_aliases,
+                          s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
                           s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s};
         sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, s->chat, &s->metrics};

@@ -23,7 +23,9 @@ typedef struct sd_server_opts {
     const char *tokenizer;           /* tokenizer.json */
     const char *tokenizer_config;    /* tokenizer_config.json or NULL */
     const char *chat_template;       /* family override ("chatml", ...) or NULL */
-    const char *model_name;          /* the served model id */
+    const char *model_name;          /* the served model id (responses name it unless the request named an alias) */
+    const char *const *aliases;      /* more names requests may use for it (--served-model-name a,b,...) */
+    size_t n_aliases;
     const char *api_key;             /* NULL: no auth */
     bool metrics_auth;               /* /metrics needs the key too */
     size_t max_headers;              /* bytes of request line + headers; default 64 KiB */

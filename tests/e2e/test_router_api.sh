@@ -18,7 +18,7 @@ KEY=sekret
 FV=$!; PIDS+=("$FV")
 "$BIN/specd-router" --host 127.0.0.1 --port "$HPORT" --verifier "tcp://127.0.0.1:$VPORT" --tokenizer "$TOK" \
   --model-name tinycode-16m --api-key "$KEY" --max-body 4096 --health-interval-ms 200 --health-misses 3 \
-  --resume-wait 1 >"$WORK/router.log" 2>&1 &
+  --resume-wait 1 --served-model-name tc16,tiny >"$WORK/router.log" 2>&1 &
 PIDS+=("$!")
 URL=http://127.0.0.1:$HPORT
 AUTH=(-H "Authorization: Bearer $KEY")
@@ -117,6 +117,11 @@ check "max_completion_tokens on /v1/completions" \
   '[ "$(post /v1/completions "{\"prompt\":\"x\",\"max_completion_tokens\":3,\"ignore_eos\":true}")" = 200 ] && [ "$(jget "$WORK/out" "j[\"usage\"][\"completion_tokens\"]")" = 3 ]'
 check "GET /v1/models/tinycode-16m → the model" \
   '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" "$URL/v1/models/tinycode-16m")" = 200 ] && [ "$(jget "$WORK/out" "j[\"id\"]")" = tinycode-16m ]'
+check "--served-model-name: /v1/models lists the model and its aliases" \
+  '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" "$URL/v1/models")" = 200 ] && [ "$(jget "$WORK/out" "\",\".join(m[\"id\"] for m in j[\"data\"])")" = tinycode-16m,tc16,tiny ]'
+check "--served-model-name: a request naming an alias is served and answered under that name" \
+  '[ "$(post /v1/completions "{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":2}")" = 200 ] && [ "$(jget "$WORK/out" "j[\"model\"]")" = tiny ] &&
+   [ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" "$URL/v1/models/tc16")" = 200 ] && [ "$(jget "$WORK/out" "j[\"root\"]")" = tinycode-16m ]'
 check "GET /v1/models/gpt-4 → 404 model_not_found" \
   '[ "$(curl -s -o "$WORK/out" -w "%{http_code}" "${AUTH[@]}" "$URL/v1/models/gpt-4")" = 404 ] && [ "$(jget "$WORK/out" "j[\"error\"][\"code\"]")" = model_not_found ]'
 check "POST /tokenize: the prompt's token ids, as many as a completion's prompt_tokens" \
