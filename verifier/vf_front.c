@@ -28,6 +28,7 @@ struct sd_vf_front {
     pthread_t thread;
     bool started;
     atomic_bool stop;
+    atomic_bool busy;   /* the main thread computes: health is answered here */
     pthread_mutex_t mu; /* guards the snapshot */
     uint8_t *snap;      /* packed HealthReply envelope */
     size_t snap_len, snap_cap;
@@ -86,10 +87,11 @@ static bool answer_health(sd_vf_front *f, const zmq_msg_t *id, const Specd__Heal
     return true;
 }
 
-/* True when message m[0..n) is a health request the front answered. */
+/* True when message m[0..n) is a health request the front answered (only
+ * while the main thread is busy). */
 static bool handled_here(sd_vf_front *f, zmq_msg_t *m, int n)
 {
-    if (n != 2 || zmq_msg_size(&m[0]) > sizeof ((sd_msg_id *)0)->data || zmq_msg_size(&m[1]) > HEALTH_MAX_BYTES)
+    if (!atomic_load(&f->busy) || n != 2 || zmq_msg_size(&m[0]) > sizeof ((sd_msg_id *)0)->data || zmq_msg_size(&m[1]) > HEALTH_MAX_BYTES)
         return false;
     Specd__Envelope *env = NULL;
     char err[128];
@@ -136,6 +138,7 @@ sd_status sd_vf_front_new(void *zctx, const char *endpoint, const sd_curve *curv
     if (!f) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&f->mu, NULL);
     atomic_init(&f->stop, false);
+    atomic_init(&f->busy, false);
     char name[64];
     snprintf(name, sizeof name, "inproc://specd-vf-front-%p", (void *)f);
     f->ext = sd_msg_socket(zctx, ZMQ_ROUTER, hwm);
@@ -176,6 +179,11 @@ sd_status sd_vf_front_publish(sd_vf_front *f, const Specd__Envelope *health_repl
     }
     pthread_mutex_unlock(&f->mu);
     return st;
+}
+
+void sd_vf_front_busy(sd_vf_front *f, bool busy)
+{
+    atomic_store(&f->busy, busy);
 }
 
 void sd_vf_front_free(sd_vf_front *f)

@@ -9,9 +9,12 @@
  * relays every message between it and an inproc PAIR socket the main
  * thread owns, frame for frame: [router identity, envelope] both ways
  * (proto/msg.h: a PAIR socket carries the identity frame as a ROUTER does).
- * Health requests it answers itself, from the last state the main thread
- * published (sd_vf_front_publish: a HealthReply envelope, published between
- * steps), with the request's nonce.
+ * While the main thread computes (sd_vf_front_busy) the front answers
+ * health requests itself, from the last state the main thread published
+ * (sd_vf_front_publish: a HealthReply envelope, published before steps),
+ * with the request's nonce. Otherwise it relays them too, and the main
+ * thread answers with its state of that moment — so a client that has seen
+ * a request end and then asks health sees it ended.
  *
  * A main thread that has published nothing for SD_VF_FRONT_STALL_MS (stuck:
  * no step ends) gets its health requests relayed instead of answered, so it
@@ -23,6 +26,7 @@
 #ifndef SD_VF_FRONT_H
 #define SD_VF_FRONT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "curve.h"
@@ -43,6 +47,10 @@ sd_status sd_vf_front_new(void *zctx, const char *endpoint, const sd_curve *curv
 /* Publishes the health the front thread answers with from now on (its
  * nonce is replaced by each request's). SD_ERR_NOMEM (the old state stays). */
 sd_status sd_vf_front_publish(sd_vf_front *f, const Specd__Envelope *health_reply);
+
+/* The main thread starts (busy) or ends a computation during which the
+ * front answers health itself. */
+void sd_vf_front_busy(sd_vf_front *f, bool busy);
 
 /* Stops the thread, closes both sockets, frees; NULL is a no-op. */
 void sd_vf_front_free(sd_vf_front *f);

@@ -311,14 +311,13 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     else if (sd_vf_front_publish(s->front, &env) != SD_OK) SD_WARN_LIMITED("out of memory publishing health");
 }
 
-/* Publishes health to the front thread: when requests came or went since
- * the last publication, when idle every time, else at most every
- * PUBLISH_MS (called before each step, so a long step shows its requests). */
+/* Publishes health to the front thread, which answers with it during the
+ * next computation: when requests came or went since the last publication,
+ * else at most every PUBLISH_MS (called before each step). */
 static void publish_health(sd_vf_server *s)
 {
     double now = sd_now_ms();
-    if (s->n_active > 0 && s->n_active == s->published_active && s->n_queue == s->published_queued &&
-        now - s->published_ms < PUBLISH_MS)
+    if (s->n_active == s->published_active && s->n_queue == s->published_queued && now - s->published_ms < PUBLISH_MS)
         return;
     s->published_ms = now;
     s->published_active = s->n_active;
@@ -738,6 +737,7 @@ static void step(sd_vf_server *s)
 sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
 {
     publish_health(s);
+    sd_vf_front_busy(s->front, true); /* health answered during the calibration too */
     if (s->link) { /* the cost model starts from this machine's measured curve (vf_adapt.h) */
         char err[256];
         double t0 = sd_now_ms();
@@ -747,6 +747,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         SD_INFO("step cost measured in %.0f ms: %.3f ms for 1 row, %.3f ms for %d", sd_now_ms() - t0,
                 sd_cost_forward_ms(&s->ad.cost, 1, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1, 1), kmax + 1);
     }
+    sd_vf_front_busy(s->front, false);
     SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks)", s->model_name, s->cfg->listen,
             s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool));
     while (!*stop) {
@@ -762,9 +763,14 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         admit(s);
         /* the pipelined step files the drafter's spans itself; otherwise nothing is expected */
         if (s->link && !(s->pipe_on == 1 && s->n_active > 0)) sd_vf_link_poll(s->link);
-        publish_health(s);
-        if (s->n_active > 0) step(s);
-        else s->last_step_end_ms = 0; /* an idle spell is no step time */
+        if (s->n_active > 0) {
+            publish_health(s);
+            sd_vf_front_busy(s->front, true);
+            step(s);
+            sd_vf_front_busy(s->front, false);
+        } else {
+            s->last_step_end_ms = 0; /* an idle spell is no step time */
+        }
     }
     SD_INFO("shutting down (%d active, %d queued requests dropped)", s->n_active, s->n_queue);
     return SD_OK;
