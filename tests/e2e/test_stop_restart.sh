@@ -3,7 +3,8 @@
 # (docs/RELIABILITY.md).
 # `specd serve` (one thread per worker) with two requests in flight, one
 # streamed, one not, gets SIGTERM:
-#   - with the default drain (30 s) both finish whole (every token, a
+#   - with a drain long enough for them (--drain-timeout 120: a sanitizer
+#     build needs ~40 s for the two) both finish whole (every token, a
 #     finish_reason, the stream's [DONE]); a new connection meanwhile is
 #     refused; serve exits 0 once they are done;
 #   - with --drain-timeout 1 and requests longer than that, the stream ends
@@ -44,7 +45,7 @@ run_case() {
 }
 
 # ---- the drain completes ------------------------------------------------------------
-run_case drained 1500
+run_case drained 1500 --drain-timeout 120
 sse_check() { # FILE EXPECT(whole|error): the stream's events, checked
   "$PY" - "$@" <<'PY'
 import json, sys
