@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "array.h"
+#include "errpage.h"
 #include "log.h"
 
 struct sd_conncap {
@@ -65,6 +66,7 @@ static struct bufferevent *on_new_connection(struct event_base *base, void *arg)
     sd_conncap *c = arg;
     struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) return NULL;
+    sd_errpage_watch(bev);
     if (sd_grow(&c->bev, &c->cap, c->n + 1, sizeof *c->bev) != SD_OK) return bev; /* uncounted, still served */
     bufferevent_incref(bev);
     c->bev[c->n++] = bev;

@@ -8,7 +8,8 @@
  * reference, which a sweep (every SD_CONNCAP_SWEEP_MS while connections are
  * open) notices and drops — the socket closes then. At the cap the
  * listening socket stops accepting (new connections wait in the kernel's
- * backlog) until a sweep finds one gone.
+ * backlog) until a sweep finds one gone. Each bufferevent is also watched
+ * for libevent's own HTML error replies (errpage.h).
  *
  * Single-threaded: the router's event loop. */
 #ifndef SD_CONNCAP_H

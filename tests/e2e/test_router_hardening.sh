@@ -12,6 +12,8 @@
 #   - a 1 MiB header block is refused (--max-headers) without the router's
 #     memory growing by it, and a client that never finishes its headers is
 #     cut after --header-timeout; the router keeps serving;
+#   - an unparsable request and headers over the limit, which libevent
+#     answers itself, get the OpenAI-shaped JSON error (router/errpage.h);
 #   - --max-connections 4: with 4 keep-alive connections open a 5th is not
 #     served; once 2 close it is, and /metrics counts the cap.
 # Env: SD_BIN, SD_MODELS (set by CTest).
@@ -112,6 +114,40 @@ PY
 check "unfinished headers cut after --header-timeout 1 ($(cat "$WORK/slow.out"))" \
   '"$PY" -c "import re,sys; t=float(re.search(r\"after ([0-9.]+) s\", open(\"$WORK/slow.out\").read()).group(1)); sys.exit(0 if t < 4 else 1)"'
 check "the router keeps serving" '[ "$(code "${AUTH[@]}" "$URL/v1/models")" = 200 ] && kill -0 $RT'
+
+# --- what libevent refuses itself gets the JSON error too --------------------------------
+"$PY" - "$HPORT" >"$WORK/raw.out" 2>&1 <<'PY'
+import json, socket, sys, time
+port = int(sys.argv[1])
+def raw(data):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(5)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    head, _, body = out.partition(b"\r\n\r\n")
+    status = head.split(b" ")[1].decode() if head.startswith(b"HTTP/") else "none"
+    ctype = [l.split(b":", 1)[1].strip().decode() for l in head.split(b"\r\n") if l.lower().startswith(b"content-type:")]
+    try:
+        err = json.loads(body)["error"]
+        shape = all(k in err for k in ("message", "type", "param", "code"))
+    except ValueError:
+        shape = False
+    return "%s %s json-error=%s" % (status, ctype[0] if ctype else "-", shape)
+print("garbage:", raw(b"GARBAGE\r\n\r\n"))
+print("headers:", raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n"))
+PY
+check "an unparsable request line → a JSON 400 ($(grep garbage "$WORK/raw.out"))" \
+  'grep -q "garbage: 400 application/json json-error=True" "$WORK/raw.out"'
+check "headers over --max-headers → a JSON 4xx ($(grep headers: "$WORK/raw.out"))" \
+  'grep -Eq "headers: 4[0-9][0-9] application/json json-error=True" "$WORK/raw.out"'
 
 # --- the connection cap -----------------------------------------------------------------
 CPORT=$(free_port)
