@@ -75,6 +75,10 @@ sd_status sd_report_summarize(const sd_bench_result *res, sd_report_summary *out
         if (r->err == SD_REQERR_NONE) {
             out->completed++;
             out->total_output_tokens += r->output_tokens;
+            if (r->input_tokens >= 0) {
+                out->total_input_tokens += r->input_tokens;
+                out->input_reported++;
+            }
             out->usage_requests += r->tokens_from_usage;
         } else if (r->err == SD_REQERR_CANCELLED) {
             out->cancelled++;
@@ -85,6 +89,7 @@ sd_status sd_report_summarize(const sd_bench_result *res, sd_report_summary *out
     out->wall = res->wall;
     out->req_per_s = res->wall > 0 ? out->completed / res->wall : NAN;
     out->out_tok_per_s = res->wall > 0 ? out->total_output_tokens / res->wall : NAN;
+    out->total_tok_per_s = res->wall > 0 ? (out->total_input_tokens + out->total_output_tokens) / res->wall : NAN;
     summarize_spec(res, out);
     return summarize_latency(res, out);
 }
@@ -183,6 +188,9 @@ void sd_report_print(FILE *f, const sd_bench_config *cfg, const sd_bench_result 
     num_or_na(f, "Request throughput (req/s):", s->req_per_s, "%.2f");
     num_or_na(f, "Output token throughput (tok/s):", s->out_tok_per_s, "%.2f");
     fprintf(f, "%-40s%ld\n", "Total output tokens:", s->total_output_tokens);
+    fprintf(f, "%-40s%ld (usage of %ld requests)\n", "Total input tokens:", s->total_input_tokens,
+            s->input_reported);
+    num_or_na(f, "Total token throughput (tok/s):", s->total_tok_per_s, "%.2f");
     fprintf(f, "%-40s%ld of %ld requests from usage\n", "Token counts:", s->usage_requests,
             s->completed);
     rule(f, "Latency (ms), successful requests");
@@ -264,6 +272,7 @@ static json_t *json_record(const sd_req_record *r)
     if (!o)
         return NULL;
     bool ok = r->err == SD_REQERR_NONE;
+    json_object_set_new(o, "input_tokens", r->input_tokens >= 0 ? json_integer(r->input_tokens) : json_null());
     json_object_set_new(o, "error", ok ? json_null() : json_string(sd_reqerr_name(r->err)));
     json_object_set_new(o, "error_message", ok ? json_null() : json_string(r->errmsg));
     json_object_set_new(o, "speculative",
@@ -278,9 +287,9 @@ static json_t *json_record(const sd_req_record *r)
 
 static json_t *json_lat(const sd_stats_summary *s)
 {
-    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "n", (json_int_t)s->n, "mean",
-                     jnum(s->mean * 1e3), "p50", jnum(s->p50 * 1e3), "p90", jnum(s->p90 * 1e3),
-                     "p99", jnum(s->p99 * 1e3), "min", jnum(s->min * 1e3), "max",
+    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "n", (json_int_t)s->n, "mean",
+                     jnum(s->mean * 1e3), "std", jnum(s->std * 1e3), "p50", jnum(s->p50 * 1e3), "p90",
+                     jnum(s->p90 * 1e3), "p99", jnum(s->p99 * 1e3), "min", jnum(s->min * 1e3), "max",
                      jnum(s->max * 1e3));
 }
 
@@ -318,6 +327,37 @@ static json_t *json_summary(const sd_bench_result *res, const sd_report_summary 
                      "server_spec_metrics", lines);
 }
 
+/* The flat keys of a `vllm bench serve` result file, beside specd's own
+ * (same units: ms, tokens, requests/s), so tools reading those files read
+ * these. */
+static void vllm_keys(json_t *root, const sd_bench_config *cfg, const sd_report_summary *s)
+{
+    json_object_set_new(root, "backend", json_string(cfg->endpoint == SD_EP_CHAT ? "openai-chat" : "vllm"));
+    json_object_set_new(root, "model_id", cfg->model ? json_string(cfg->model) : json_null());
+    json_object_set_new(root, "num_prompts", json_integer(cfg->num_prompts));
+    json_object_set_new(root, "request_rate", cfg->request_rate > 0 ? json_real(cfg->request_rate) : json_string("inf"));
+    json_object_set_new(root, "max_concurrency", json_integer(cfg->concurrency));
+    json_object_set_new(root, "duration", jnum(s->wall));
+    json_object_set_new(root, "completed", json_integer(s->completed));
+    json_object_set_new(root, "total_input_tokens", json_integer(s->total_input_tokens));
+    json_object_set_new(root, "total_output_tokens", json_integer(s->total_output_tokens));
+    json_object_set_new(root, "request_throughput", jnum(s->req_per_s));
+    json_object_set_new(root, "output_throughput", jnum(s->out_tok_per_s));
+    json_object_set_new(root, "total_token_throughput", jnum(s->total_tok_per_s));
+    const struct { const char *name; const sd_stats_summary *st; } lat[] = {
+        {"ttft", &s->ttft}, {"tpot", &s->tpot}, {"itl", &s->itl}, {"e2el", &s->e2e}};
+    for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++) {
+        const struct { const char *what; double v; } v[] = {{"mean", lat[i].st->mean}, {"median", lat[i].st->p50},
+                                                             {"std", lat[i].st->std}, {"p90", lat[i].st->p90},
+                                                             {"p99", lat[i].st->p99}};
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s_%s_ms", v[k].what, lat[i].name);
+            json_object_set_new(root, key, jnum(v[k].v * 1e3));
+        }
+    }
+}
+
 sd_status sd_report_write_json(const char *path, const sd_bench_config *cfg,
                                const sd_bench_result *res, const sd_report_summary *s,
                                const char *spec_metrics, char *err, size_t errlen)
@@ -331,6 +371,12 @@ sd_status sd_report_write_json(const char *path, const sd_bench_config *cfg,
     }
     json_t *root = json_pack("{s:o?, s:o?, s:o?}", "config", json_config(cfg), "requests", reqs,
                              "summary", json_summary(res, s, spec_metrics));
+    json_t *summary = root ? json_object_get(root, "summary") : NULL;
+    if (summary) {
+        json_object_set_new(summary, "total_input_tokens", json_integer(s->total_input_tokens));
+        json_object_set_new(summary, "total_token_throughput", jnum(s->total_tok_per_s));
+    }
+    if (root) vllm_keys(root, cfg, s);
     if (!root || !json_object_get(root, "config") || !json_object_get(root, "requests") ||
         !json_object_get(root, "summary")) {
         json_decref(root);

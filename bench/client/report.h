@@ -17,6 +17,9 @@ typedef struct {
     long cancelled;
     long by_kind[SD_REQERR_COUNT];
     long total_output_tokens;             /* successful requests only */
+    long total_input_tokens;              /* usage.prompt_tokens of the successful requests that reported it */
+    long input_reported;                  /* ... how many did */
+    double total_tok_per_s;               /* (input + output tokens) / wall */
     long usage_requests;                  /* successes whose count came from "usage" */
     double wall, req_per_s, out_tok_per_s;
     sd_stats_summary ttft, tpot, itl, e2e; /* seconds, successful requests */

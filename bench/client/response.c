@@ -91,7 +91,10 @@ sd_status sd_resp_parse(const char *json, size_t len, bool chat, sd_resp_info *o
         read_error(e, out);
     out->content_len = content_of(root, chat);
     json_t *usage = json_object_get(root, "usage");
+    out->prompt_tokens = -1;
     if (json_is_object(usage)) {
+        json_t *pt = json_object_get(usage, "prompt_tokens");
+        if (json_is_integer(pt)) out->prompt_tokens = (long)json_integer_value(pt);
         json_t *ct = json_object_get(usage, "completion_tokens");
         if (json_is_integer(ct)) {
             out->has_usage = true;

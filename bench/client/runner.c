@@ -145,6 +145,7 @@ static void absorb(xfer *x, const sd_resp_info *info, double t, bool timed)
     } else if (info->content_len > 0) {
         rec->content_chunks++;
     }
+    if (info->prompt_tokens >= 0) rec->input_tokens = info->prompt_tokens;
     if (info->has_usage) {
         rec->tokens_from_usage = true;
         rec->output_tokens = info->completion_tokens;
@@ -419,6 +420,7 @@ static sd_status issue(runner *r, bool warmup, long id)
     rec->id = id;
     rec->prompt_index = pi;
     rec->prompt_len_chars = p->len_chars;
+    rec->input_tokens = -1;
     rec->ttft = rec->tpot = rec->e2e = rec->spec_mean = NAN;
     setup_easy(r, x);
     x->t0 = sd_now_s();

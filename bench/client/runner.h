@@ -81,6 +81,7 @@ typedef struct {
     double *itl;              /* gaps between content chunks (n_itl = chunks - 1) */
     size_t n_itl, cap_itl;
     long output_tokens;
+    long input_tokens;        /* usage.prompt_tokens as the server counted them; -1: not reported */
     bool tokens_from_usage;   /* false: counted content chunks */
     long content_chunks;
     long http_status;

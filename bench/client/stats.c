@@ -33,7 +33,7 @@ sd_status sd_stats_summarize(const double *v, size_t n, sd_stats_summary *out)
     if (!out)
         return SD_ERR_ARG;
     out->n = 0;
-    out->mean = out->min = out->max = NAN;
+    out->mean = out->std = out->min = out->max = NAN;
     out->p50 = out->p90 = out->p99 = NAN;
     if (!v || n == 0)
         return SD_OK;
@@ -52,6 +52,9 @@ sd_status sd_stats_summarize(const double *v, size_t n, sd_stats_summary *out)
         qsort(s, m, sizeof *s, cmp_double);
         out->n = m;
         out->mean = sum / (double)m;
+        double ss = 0.0;
+        for (size_t i = 0; i < m; i++) ss += (s[i] - out->mean) * (s[i] - out->mean);
+        out->std = sqrt(ss / (double)m);
         out->min = s[0];
         out->max = s[m - 1];
         out->p50 = sd_stats_percentile(s, m, 50.0);

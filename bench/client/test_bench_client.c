@@ -61,6 +61,7 @@ START_TEST(test_summarize_unsorted_with_nan)
     NEAR(s.max, 9, 0);
     NEAR(s.p50, 5, 1e-12);
     NEAR(s.p90, 8.2, 1e-12);
+    NEAR(s.std, sqrt(8.0), 1e-12); /* population std of 1, 3, 5, 7, 9 (numpy's default, as vLLM) */
     ck_assert(v[0] == 9); /* input untouched */
 }
 END_TEST
@@ -262,6 +263,9 @@ START_TEST(test_response_shapes)
     ck_assert_uint_eq(i.content_len, 5);
     ck_assert(i.has_usage);
     ck_assert_int_eq(i.completion_tokens, 7);
+    ck_assert_int_eq(i.prompt_tokens, -1); /* not reported */
+    i = parse_ok("{\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7}}", false);
+    ck_assert_int_eq(i.prompt_tokens, 12);
     i = parse_ok("{\"choices\":[],\"usage\":{\"completion_tokens\":9},\"speculative\":{\"steps\":4,"
                  "\"draft_tokens\":12,\"accepted_tokens\":6,\"mean_accepted_per_step\":1.5}}", false);
     ck_assert(i.has_spec);

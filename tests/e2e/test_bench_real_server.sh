@@ -57,6 +57,10 @@ check "server: no non-200 responses (delta $((e1 - e0)))" '[ $((e1 - e0)) = 0 ]'
 check "bench: total output tokens $tokens = $NP x $MAXT (--ignore-eos)" '[ "$tokens" = $((NP * MAXT)) ]'
 check "server: generation tokens delta $((g1 - g0)) = $tokens + warm-up $((warm * MAXT))" \
   '[ $((g1 - g0)) = $((tokens + warm * MAXT)) ]'
+check "bench: input tokens from the server's usage, summed ($(jget "$WORK/run.json" 'j["summary"]["total_input_tokens"]'))" \
+  '[ "$(jget "$WORK/run.json" "j[\"summary\"][\"total_input_tokens\"] == sum(r[\"input_tokens\"] for r in j[\"requests\"]) > 0 and all(r[\"input_tokens\"] > 0 for r in j[\"requests\"])")" = True ]'
+check "bench: vLLM result keys beside its own (median_ttft_ms, p99_itl_ms, std_tpot_ms, total_token_throughput ...)" \
+  '[ "$(jget "$WORK/run.json" "all(k in j for k in (\"median_ttft_ms\", \"p99_itl_ms\", \"std_tpot_ms\", \"mean_e2el_ms\", \"completed\", \"duration\", \"request_throughput\", \"output_throughput\", \"total_token_throughput\", \"total_input_tokens\")) and j[\"completed\"] == $NP and abs(j[\"total_token_throughput\"] * j[\"duration\"] - j[\"total_input_tokens\"] - j[\"total_output_tokens\"]) < 1 and j[\"median_ttft_ms\"] == j[\"summary\"][\"ttft_ms\"][\"p50\"]")" = True ]'
 check "text table agrees with JSON" \
   '[ "$(grep -m1 "^Successful requests:" "$WORK/run.out" | awk "{print \$NF}")" = "$completed" ] &&
    [ "$(grep -m1 "^Total output tokens:" "$WORK/run.out" | awk "{print \$NF}")" = "$tokens" ]'
