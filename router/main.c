@@ -74,7 +74,16 @@ static int add_names(const char *v, const char **names, size_t *n)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line says beyond sd_server_opts. */
+typedef struct cli {
+    const char *level, *key_arg, *key_file;
+    const char *lanes[MAX_LANES], *names[MAX_NAMES];
+    size_t n_names;
+} cli;
+
+/* Parses the command line into *o and *c. Returns -1 to go on, else the
+ * exit status (0 after --help, 2 on a usage error, reported). */
+static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
 {
     static const struct option longopts[] = {
         {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'}, {"verifier", 1, 0, 'v'}, {"tokenizer", 1, 0, 't'},
@@ -84,68 +93,74 @@ int main(int argc, char **argv)
         {"chat-template", 1, 0, 'x'}, {"default-max-tokens", 1, 0, 'D'}, {"log-level", 1, 0, 'l'},
         {"api-key-file", 1, 0, 'K'}, {"metrics-auth", 0, 0, 'A'}, {"max-headers", 1, 0, 'R'},
         {"header-timeout", 1, 0, 'W'}, {"drain-timeout", 1, 0, 'G'}, {"resume-wait", 1, 0, 'P'},
-        {"max-connections", 1, 0, 'N'},
-        {"served-model-name", 1, 0, 'S'},
+        {"max-connections", 1, 0, 'N'}, {"served-model-name", 1, 0, 'S'},
         {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
-    const char *lanes[MAX_LANES], *names[MAX_NAMES];
-    size_t n_names = 0;
-    sd_server_opts o = {0};
-    o.port = 8000;
-    o.max_queue = 256;
-    o.request_timeout_s = 600;
-    o.drain_timeout_s = 30;
-    o.resume_wait_s = 30;
-    o.verifiers = lanes;
-    const char *level = "info", *key_arg = NULL, *key_file = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h': o.host = optarg; break;
-        case 'p': o.port = (int)num_arg("--port", optarg, 65535); break;
+    o->port = 8000;
+    o->max_queue = 256;
+    o->request_timeout_s = 600;
+    o->drain_timeout_s = 30;
+    o->resume_wait_s = 30;
+    o->verifiers = c->lanes;
+    c->level = "info";
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'h': o->host = optarg; break;
+        case 'p': o->port = (int)num_arg("--port", optarg, 65535); break;
         case 'v':
-            if (o.n_verifiers == MAX_LANES) {
+            if (o->n_verifiers == MAX_LANES) {
                 fprintf(stderr, "specd-router: at most %d --verifier lanes\n", MAX_LANES);
                 return 2;
             }
-            lanes[o.n_verifiers++] = optarg;
+            c->lanes[o->n_verifiers++] = optarg;
             break;
-        case 't': o.tokenizer = optarg; break;
-        case 'c': o.tokenizer_config = optarg; break;
+        case 't': o->tokenizer = optarg; break;
+        case 'c': o->tokenizer_config = optarg; break;
         case 'm':
         case 'S':
-            if (add_names(optarg, names, &n_names) != 0) return 2;
+            if (add_names(optarg, c->names, &c->n_names) != 0) return 2;
             break;
-        case 'k': key_arg = optarg; break;
-        case 'K': key_file = optarg; break;
-        case 'A': o.metrics_auth = true; break;
-        case 'R': o.max_headers = (size_t)num_arg("--max-headers", optarg, (long long)1 << 30); break;
-        case 'W': o.header_timeout_s = (int)num_arg("--header-timeout", optarg, 86400); break;
-        case 'Y': o.curve_keys = optarg; break;
-        case 'G': o.drain_timeout_s = (int)num_arg("--drain-timeout", optarg, 86400); break;
-        case 'N': o.max_connections = (int)num_arg("--max-connections", optarg, 1 << 20); break;
-        case 'P': o.resume_wait_s = (int)num_arg("--resume-wait", optarg, 86400); break;
-        case 'q': o.max_queue = (int)num_arg("--max-queue", optarg, INT_MAX); break;
-        case 'b': o.max_body = (size_t)num_arg("--max-body", optarg, (long long)1 << 40); break;
-        case 'T': o.request_timeout_s = (double)num_arg("--request-timeout", optarg, 1 << 30); break;
-        case 'C': o.lane_capacity = (int)num_arg("--lane-capacity", optarg, INT_MAX); break;
-        case 'H': o.health_interval_ms = (int)num_arg("--health-interval-ms", optarg, INT_MAX); break;
-        case 'M': o.max_missed = (int)num_arg("--health-misses", optarg, INT_MAX); break;
-        case 'x': o.chat_template = optarg; break;
-        case 'D': o.default_max_tokens = (int)num_arg("--default-max-tokens", optarg, INT_MAX); break;
-        case 'l': level = optarg; break;
+        case 'k': c->key_arg = optarg; break;
+        case 'K': c->key_file = optarg; break;
+        case 'A': o->metrics_auth = true; break;
+        case 'R': o->max_headers = (size_t)num_arg("--max-headers", optarg, (long long)1 << 30); break;
+        case 'W': o->header_timeout_s = (int)num_arg("--header-timeout", optarg, 86400); break;
+        case 'Y': o->curve_keys = optarg; break;
+        case 'G': o->drain_timeout_s = (int)num_arg("--drain-timeout", optarg, 86400); break;
+        case 'N': o->max_connections = (int)num_arg("--max-connections", optarg, 1 << 20); break;
+        case 'P': o->resume_wait_s = (int)num_arg("--resume-wait", optarg, 86400); break;
+        case 'q': o->max_queue = (int)num_arg("--max-queue", optarg, INT_MAX); break;
+        case 'b': o->max_body = (size_t)num_arg("--max-body", optarg, (long long)1 << 40); break;
+        case 'T': o->request_timeout_s = (double)num_arg("--request-timeout", optarg, 1 << 30); break;
+        case 'C': o->lane_capacity = (int)num_arg("--lane-capacity", optarg, INT_MAX); break;
+        case 'H': o->health_interval_ms = (int)num_arg("--health-interval-ms", optarg, INT_MAX); break;
+        case 'M': o->max_missed = (int)num_arg("--health-misses", optarg, INT_MAX); break;
+        case 'x': o->chat_template = optarg; break;
+        case 'D': o->default_max_tokens = (int)num_arg("--default-max-tokens", optarg, INT_MAX); break;
+        case 'l': c->level = optarg; break;
         case 'U': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (n_names) {
-        o.model_name = names[0];
-        o.aliases = names + 1;
-        o.n_aliases = n_names - 1;
+    if (c->n_names) {
+        o->model_name = c->names[0];
+        o->aliases = c->names + 1;
+        o->n_aliases = c->n_names - 1;
     }
-    if (optind < argc || !o.n_verifiers || !o.tokenizer || !o.model_name) {
+    if (optind < argc || !o->n_verifiers || !o->tokenizer || !o->model_name) {
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    sd_server_opts o = {0};
+    static cli c;
+    int rc = parse_args(argc, argv, &o, &c);
+    if (rc >= 0) return rc;
+    const char *level = c.level, *key_arg = c.key_arg, *key_file = c.key_file;
     sd_log_init("router", sd_log_parse_level(level));
     char err[512], *key = NULL;
     const char *from;
@@ -163,7 +178,7 @@ int main(int argc, char **argv)
         SD_ERROR("%s", err);
         return 1;
     }
-    int rc = sd_server_run(s);
+    rc = sd_server_run(s);
     sd_server_free(s);
     free(key);
     return rc;
