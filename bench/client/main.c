@@ -58,6 +58,8 @@ static void usage(FILE *f)
           "  --timeout S           per-request timeout (default 300)\n"
           "  --json FILE           write config, per-request records and summary\n"
           "  --plot FILE.png       latency CDFs and tokens/s over time (gnuplot)\n"
+          "  --goodput SLO[,SLO]   SLO = ttft:MS, tpot:MS or e2el:MS (as vLLM): report the\n"
+          "                        requests meeting all of them per second (request goodput)\n"
           "  --quiet               no progress output\n",
           f);
 }
@@ -71,6 +73,7 @@ static const struct option long_opts[] = {
     {"warmup", 1, 0, 'w'},       {"duration", 1, 0, 'D'},    {"grace", 1, 0, 'g'},
     {"timeout", 1, 0, 'o'},      {"json", 1, 0, 'j'},        {"plot", 1, 0, 'p'},
     {"extra-body", 1, 0, 'x'},   {"quiet", 0, 0, 'q'},       {"help", 0, 0, 'h'},
+    {"goodput", 1, 0, 'G'},
     {0, 0, 0, 0},
 };
 
@@ -96,6 +99,27 @@ static sd_status opt_long(const char *a, const char *name, long lo, long *out, c
     sd_status st = sd_opt_i64(a, name, lo, LONG_MAX, &v, err, errlen);
     if (st == SD_OK) *out = (long)v;
     return st;
+}
+
+/* --goodput KEY:MS[,KEY:MS...] into cfg->slo_ms. SD_ERR_ARG with a message. */
+static sd_status parse_goodput(sd_bench_config *cfg, const char *a, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"ttft", "tpot", "e2el"};
+    const char *p = a;
+    while (*p) {
+        size_t n = strcspn(p, ":");
+        int k = -1;
+        for (int i = 0; i < 3; i++)
+            if (strlen(keys[i]) == n && !strncmp(p, keys[i], n)) k = i;
+        char *end = NULL;
+        double ms = p[n] == ':' ? strtod(p + n + 1, &end) : 0;
+        if (k < 0 || !end || end == p + n + 1 || (*end && *end != ',') || !(ms > 0) || !isfinite(ms))
+            return sd_seterr(err, errlen, SD_ERR_ARG, "--goodput: '%s' is not KEY:MS[,KEY:MS...] with KEY ttft, "
+                             "tpot or e2el and MS > 0", a);
+        cfg->slo_ms[k] = ms;
+        p = *end ? end + 1 : end;
+    }
+    return SD_OK;
 }
 
 /* Applies one option; returns 0, -1 on a bad value (message printed), 1 for --help. */
@@ -141,6 +165,7 @@ static int apply_opt(options *o, int c, const char *a)
     case 'p': o->plot_path = a; break;
     case 'x': return parse_extra_body(o, a);
     case 'q': cfg->quiet = true; break;
+    case 'G': st = parse_goodput(cfg, a, err, sizeof err); break;
     case 'h': return 1;
     default: return -1;
     }
@@ -227,7 +252,7 @@ static int report(const options *o, const sd_bench_result *res)
     const sd_bench_config *cfg = &o->cfg;
     sd_report_summary s;
     char err[512] = "";
-    if (sd_report_summarize(res, &s) != SD_OK) {
+    if (sd_report_summarize(res, cfg->slo_ms, &s) != SD_OK) {
         fprintf(stderr, "specd-bench: out of memory summarizing\n");
         return EXIT_NONE_OK;
     }

@@ -66,9 +66,19 @@ static void summarize_spec(const sd_bench_result *res, sd_report_summary *out)
     out->spec_mean_of_means = n_means > 0 ? means / n_means : NAN;
 }
 
-sd_status sd_report_summarize(const sd_bench_result *res, sd_report_summary *out)
+/* Whether successful request r meets every objective in slo_ms. */
+static bool good_request(const sd_req_record *r, const double *slo_ms)
+{
+    if (slo_ms[0] > 0 && !(isfinite(r->ttft) && r->ttft * 1e3 <= slo_ms[0])) return false;
+    if (slo_ms[1] > 0 && isfinite(r->tpot) && r->tpot * 1e3 > slo_ms[1]) return false;
+    if (slo_ms[2] > 0 && !(isfinite(r->e2e) && r->e2e * 1e3 <= slo_ms[2])) return false;
+    return true;
+}
+
+sd_status sd_report_summarize(const sd_bench_result *res, const double *slo_ms, sd_report_summary *out)
 {
     memset(out, 0, sizeof *out);
+    bool slo = slo_ms && (slo_ms[0] > 0 || slo_ms[1] > 0 || slo_ms[2] > 0);
     for (size_t i = 0; i < res->n; i++) {
         const sd_req_record *r = &res->recs[i];
         out->by_kind[r->err]++;
@@ -80,6 +90,7 @@ sd_status sd_report_summarize(const sd_bench_result *res, sd_report_summary *out
                 out->input_reported++;
             }
             out->usage_requests += r->tokens_from_usage;
+            out->good += slo && good_request(r, slo_ms);
         } else if (r->err == SD_REQERR_CANCELLED) {
             out->cancelled++;
         } else {
@@ -90,6 +101,7 @@ sd_status sd_report_summarize(const sd_bench_result *res, sd_report_summary *out
     out->req_per_s = res->wall > 0 ? out->completed / res->wall : NAN;
     out->out_tok_per_s = res->wall > 0 ? out->total_output_tokens / res->wall : NAN;
     out->total_tok_per_s = res->wall > 0 ? (out->total_input_tokens + out->total_output_tokens) / res->wall : NAN;
+    out->goodput = slo && res->wall > 0 ? out->good / res->wall : NAN;
     summarize_spec(res, out);
     return summarize_latency(res, out);
 }
@@ -191,6 +203,10 @@ void sd_report_print(FILE *f, const sd_bench_config *cfg, const sd_bench_result 
     fprintf(f, "%-40s%ld (usage of %ld requests)\n", "Total input tokens:", s->total_input_tokens,
             s->input_reported);
     num_or_na(f, "Total token throughput (tok/s):", s->total_tok_per_s, "%.2f");
+    if (isfinite(s->goodput)) {
+        fprintf(f, "%-40s%ld of %ld\n", "Requests within the --goodput SLOs:", s->good, s->completed);
+        num_or_na(f, "Request goodput (req/s):", s->goodput, "%.2f");
+    }
     fprintf(f, "%-40s%ld of %ld requests from usage\n", "Token counts:", s->usage_requests,
             s->completed);
     rule(f, "Latency (ms), successful requests");
@@ -255,6 +271,11 @@ static json_t *json_config(const sd_bench_config *c)
     json_object_set_new(o, "temperature", c->has_temperature ? json_real(c->temperature) : json_null());
     json_object_set_new(o, "seed", c->has_seed ? json_integer((json_int_t)c->seed) : json_null());
     json_object_set_new(o, "extra_body", c->extra_body ? json_deep_copy(c->extra_body) : json_null());
+    json_t *g = json_object();
+    static const char *const names[] = {"ttft", "tpot", "e2el"};
+    for (int i = 0; i < 3; i++)
+        if (c->slo_ms[i] > 0) json_object_set_new(g, names[i], json_real(c->slo_ms[i]));
+    json_object_set_new(o, "goodput", json_object_size(g) ? g : (json_decref(g), json_null()));
     return o;
 }
 
@@ -342,6 +363,7 @@ static void vllm_keys(json_t *root, const sd_bench_config *cfg, const sd_report_
     json_object_set_new(root, "total_input_tokens", json_integer(s->total_input_tokens));
     json_object_set_new(root, "total_output_tokens", json_integer(s->total_output_tokens));
     json_object_set_new(root, "request_throughput", jnum(s->req_per_s));
+    json_object_set_new(root, "request_goodput", jnum(s->goodput));
     json_object_set_new(root, "output_throughput", jnum(s->out_tok_per_s));
     json_object_set_new(root, "total_token_throughput", jnum(s->total_tok_per_s));
     const struct { const char *name; const sd_stats_summary *st; } lat[] = {
@@ -375,6 +397,8 @@ sd_status sd_report_write_json(const char *path, const sd_bench_config *cfg,
     if (summary) {
         json_object_set_new(summary, "total_input_tokens", json_integer(s->total_input_tokens));
         json_object_set_new(summary, "total_token_throughput", jnum(s->total_tok_per_s));
+        json_object_set_new(summary, "good_requests", json_integer(s->good));
+        json_object_set_new(summary, "request_goodput", jnum(s->goodput));
     }
     if (root) vllm_keys(root, cfg, s);
     if (!root || !json_object_get(root, "config") || !json_object_get(root, "requests") ||

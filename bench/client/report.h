@@ -20,6 +20,8 @@ typedef struct {
     long total_input_tokens;              /* usage.prompt_tokens of the successful requests that reported it */
     long input_reported;                  /* ... how many did */
     double total_tok_per_s;               /* (input + output tokens) / wall */
+    long good;                            /* successful requests meeting every --goodput SLO */
+    double goodput;                       /* good / wall; NAN without --goodput */
     long usage_requests;                  /* successes whose count came from "usage" */
     double wall, req_per_s, out_tok_per_s;
     sd_stats_summary ttft, tpot, itl, e2e; /* seconds, successful requests */
@@ -29,8 +31,12 @@ typedef struct {
     double spec_mean_of_means;            /* mean of per-request mean_accepted_per_step */
 } sd_report_summary;
 
-/* Aggregates res into *out. Returns SD_OK or SD_ERR_NOMEM. */
-sd_status sd_report_summarize(const sd_bench_result *res, sd_report_summary *out);
+/* Aggregates res into *out; slo_ms (TTFT, TPOT, E2E in ms, 0: none; may be
+ * NULL) defines the good requests of the goodput, as vLLM's --goodput: a
+ * successful request whose figures are all within their objectives (a TTFT
+ * objective is not met where TTFT is not measured, without streaming; a
+ * TPOT one is met by a one-token answer). Returns SD_OK or SD_ERR_NOMEM. */
+sd_status sd_report_summarize(const sd_bench_result *res, const double *slo_ms, sd_report_summary *out);
 
 /* Returns the lines of a Prometheus text exposition whose metric name starts
  * with "specd_spec_", joined with "\n", as a malloc'd string (caller frees),

@@ -44,6 +44,7 @@ typedef struct {
     double grace;             /* in-flight requests are cancelled at duration + grace */
     double timeout;           /* per-request timeout, seconds */
     json_t *extra_body;       /* object merged into every body, or NULL (borrowed) */
+    double slo_ms[3];         /* --goodput: TTFT, TPOT, E2E service-level objectives in ms (0: none) */
     bool quiet;
     bool progress_tty;        /* stderr is a terminal: \r progress line */
 } sd_bench_config;

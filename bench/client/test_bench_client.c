@@ -359,6 +359,45 @@ START_TEST(test_dataset_jsonl)
 }
 END_TEST
 
+/* ---- summary: input tokens and goodput ---- */
+
+START_TEST(test_summary_goodput)
+{
+    sd_req_record recs[4];
+    memset(recs, 0, sizeof recs);
+    /* ttft s, tpot s, e2e s, input tokens: ok, slow first token, slow per token, failed */
+    const double f[4][3] = {{0.1, 0.02, 1.0}, {0.9, 0.02, 1.5}, {0.1, 0.2, 3.0}, {0.1, 0.02, 1.0}};
+    for (int i = 0; i < 4; i++) {
+        recs[i].ttft = f[i][0];
+        recs[i].tpot = f[i][1];
+        recs[i].e2e = f[i][2];
+        recs[i].output_tokens = 10;
+        recs[i].input_tokens = 5 + i;
+        recs[i].err = i == 3 ? SD_REQERR_HTTP_5XX : SD_REQERR_NONE;
+    }
+    recs[1].input_tokens = -1; /* not reported */
+    sd_bench_result res = {.recs = recs, .n = 4, .cap = 4, .wall = 2.0};
+    sd_report_summary s;
+    ck_assert_int_eq(sd_report_summarize(&res, NULL, &s), SD_OK);
+    ck_assert(isnan(s.goodput)); /* no objectives: no goodput */
+    ck_assert_int_eq(s.total_input_tokens, 5 + 7);
+    ck_assert_int_eq(s.input_reported, 2);
+    NEAR(s.total_tok_per_s, (12 + 30) / 2.0, 1e-12);
+    const double ttft_only[3] = {500, 0, 0}, both[3] = {500, 100, 0}, e2e[3] = {0, 0, 2000};
+    ck_assert_int_eq(sd_report_summarize(&res, ttft_only, &s), SD_OK);
+    ck_assert_int_eq(s.good, 2); /* requests 0 and 2; 1 is too slow to start, 3 failed */
+    NEAR(s.goodput, 1.0, 1e-12);
+    ck_assert_int_eq(sd_report_summarize(&res, both, &s), SD_OK);
+    ck_assert_int_eq(s.good, 1);
+    ck_assert_int_eq(sd_report_summarize(&res, e2e, &s), SD_OK);
+    ck_assert_int_eq(s.good, 2);
+    recs[0].tpot = NAN; /* a one-token answer meets a TPOT objective; no TTFT (not streamed) meets none */
+    recs[2].ttft = NAN;
+    ck_assert_int_eq(sd_report_summarize(&res, both, &s), SD_OK);
+    ck_assert_int_eq(s.good, 1);
+}
+END_TEST
+
 static Suite *bench_suite(void)
 {
     Suite *s = suite_create("bench_client");
@@ -376,6 +415,7 @@ static Suite *bench_suite(void)
     tcase_add_test(tc, test_spec_metrics_filter);
     tcase_add_test(tc, test_url_join);
     tcase_add_test(tc, test_dataset_jsonl);
+    tcase_add_test(tc, test_summary_goodput);
     suite_add_tcase(s, tc);
     return s;
 }

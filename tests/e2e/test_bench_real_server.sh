@@ -36,7 +36,7 @@ ok "specd serve --draft up at $URL"
 NP=12 CONC=4 MAXT=16 WARM=2
 read -r r0 g0 s0 a0 e0 h0 <<<"$(snapshot)"
 "$BENCH" --url "$URL" --num-prompts $NP --concurrency $CONC --max-tokens $MAXT --ignore-eos --warmup $WARM \
-    --temperature 0 --seed 3 --quiet --json "$WORK/run.json" >"$WORK/run.out" 2>"$WORK/run.err"
+    --temperature 0 --seed 3 --goodput e2el:600000,ttft:600000 --quiet --json "$WORK/run.json" >"$WORK/run.out" 2>"$WORK/run.err"
 rc=$?
 sleep 0.3 # the router counts a request when its response has been written
 read -r r1 g1 s1 a1 e1 h1 <<<"$(snapshot)"
@@ -61,6 +61,10 @@ check "bench: input tokens from the server's usage, summed ($(jget "$WORK/run.js
   '[ "$(jget "$WORK/run.json" "j[\"summary\"][\"total_input_tokens\"] == sum(r[\"input_tokens\"] for r in j[\"requests\"]) > 0 and all(r[\"input_tokens\"] > 0 for r in j[\"requests\"])")" = True ]'
 check "bench: vLLM result keys beside its own (median_ttft_ms, p99_itl_ms, std_tpot_ms, total_token_throughput ...)" \
   '[ "$(jget "$WORK/run.json" "all(k in j for k in (\"median_ttft_ms\", \"p99_itl_ms\", \"std_tpot_ms\", \"mean_e2el_ms\", \"completed\", \"duration\", \"request_throughput\", \"output_throughput\", \"total_token_throughput\", \"total_input_tokens\")) and j[\"completed\"] == $NP and abs(j[\"total_token_throughput\"] * j[\"duration\"] - j[\"total_input_tokens\"] - j[\"total_output_tokens\"]) < 1 and j[\"median_ttft_ms\"] == j[\"summary\"][\"ttft_ms\"][\"p50\"]")" = True ]'
+check "bench: --goodput with objectives every request meets: goodput = request throughput, all $NP good" \
+  '[ "$(jget "$WORK/run.json" "j[\"request_goodput\"] == j[\"request_throughput\"] and j[\"summary\"][\"good_requests\"] == $NP and j[\"config\"][\"goodput\"] == {\"e2el\": 600000.0, \"ttft\": 600000.0}")" = True ]'
+check "bench: a malformed --goodput is a usage error (exit 2)" \
+  '"$BENCH" --url "$URL" --num-prompts 1 --goodput speed:5 >/dev/null 2>"$WORK/gp.err"; [ $? = 2 ] && grep -q "KEY:MS" "$WORK/gp.err"'
 check "text table agrees with JSON" \
   '[ "$(grep -m1 "^Successful requests:" "$WORK/run.out" | awk "{print \$NF}")" = "$completed" ] &&
    [ "$(grep -m1 "^Total output tokens:" "$WORK/run.out" | awk "{print \$NF}")" = "$tokens" ]'
