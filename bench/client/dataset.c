@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "stats.h"
 
 struct sd_dataset {
     sd_prompt *items;
@@ -64,7 +65,7 @@ static sd_status ds_push(sd_dataset *ds, char *prompt, json_t *messages, size_t 
         json_decref(messages);
         return SD_ERR_NOMEM;
     }
-    ds->items[ds->n++] = (sd_prompt){prompt, messages, len_chars};
+    ds->items[ds->n++] = (sd_prompt){prompt, messages, len_chars, NULL, 0};
     return SD_OK;
 }
 
@@ -212,6 +213,45 @@ sd_status sd_dataset_builtin(sd_dataset **out)
     return SD_OK;
 }
 
+/* A length in base * (1 ± range), at least 1. */
+static long random_len(sd_rng *rng, long base, double range)
+{
+    double lo = base * (1.0 - range), hi = base * (1.0 + range);
+    long v = (long)(lo + (hi - lo) * sd_rng_uniform(rng) + 0.5);
+    return v < 1 ? 1 : v;
+}
+
+sd_status sd_dataset_random(size_t n, long in_len, long out_len, double range, uint64_t seed, sd_dataset **out)
+{
+    *out = NULL;
+    if (n < 1 || in_len < 1 || out_len < 1 || !(range >= 0 && range < 1)) return SD_ERR_ARG;
+    sd_dataset *ds;
+    if (ds_new(&ds) != SD_OK) return SD_ERR_NOMEM;
+    sd_rng rng;
+    sd_rng_seed(&rng, seed ^ 0x72616e646f6dULL);
+    for (size_t i = 0; i < n; i++) {
+        long len = random_len(&rng, in_len, range);
+        json_t *ids = json_array();
+        for (long k = 0; ids && k < len; k++)
+            if (json_array_append_new(ids, json_integer(SD_RANDOM_ID_LO + (json_int_t)(sd_rng_next(&rng) %
+                                                            (SD_RANDOM_ID_HI - SD_RANDOM_ID_LO)))) != 0) {
+                json_decref(ids);
+                ids = NULL;
+            }
+        char *text = ids ? strdup("") : NULL;
+        if (!text || ds_push(ds, text, NULL, 0) != SD_OK) { /* ds_push frees text when it fails */
+            json_decref(ids);
+            sd_dataset_free(ds);
+            return SD_ERR_NOMEM;
+        }
+        ds->items[ds->n - 1].ids = ids;
+        ds->items[ds->n - 1].len_chars = (size_t)len;
+        ds->items[ds->n - 1].max_tokens = random_len(&rng, out_len, range);
+    }
+    *out = ds;
+    return SD_OK;
+}
+
 size_t sd_dataset_count(const sd_dataset *ds)
 {
     return ds ? ds->n : 0;
@@ -229,6 +269,7 @@ void sd_dataset_free(sd_dataset *ds)
     for (size_t i = 0; i < ds->n; i++) {
         free(ds->items[i].prompt);
         json_decref(ds->items[i].messages);
+        json_decref(ds->items[i].ids);
     }
     free(ds->items);
     free(ds);

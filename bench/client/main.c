@@ -31,6 +31,8 @@ typedef struct {
     sd_bench_config cfg;
     const char *dataset, *json_path, *plot_path;
     bool strict_dataset;
+    long random_in, random_out; /* --random-input-len / --random-output-len (0: no random dataset) */
+    double random_range;        /* --random-range-ratio */
     char *model_owned;   /* model found through /v1/models */
 } options;
 
@@ -58,6 +60,9 @@ static void usage(FILE *f)
           "  --timeout S           per-request timeout (default 300)\n"
           "  --json FILE           write config, per-request records and summary\n"
           "  --plot FILE.png       latency CDFs and tokens/s over time (gnuplot)\n"
+          "  --random-input-len N  random prompts (as vLLM's random dataset; completions only):\n"
+          "                        N token ids each, and with --random-output-len M a\n"
+          "                        max_tokens of M each, both times (1 +- --random-range-ratio R)\n"
           "  --goodput SLO[,SLO]   SLO = ttft:MS, tpot:MS or e2el:MS (as vLLM): report the\n"
           "                        requests meeting all of them per second (request goodput)\n"
           "  --quiet               no progress output\n",
@@ -73,7 +78,8 @@ static const struct option long_opts[] = {
     {"warmup", 1, 0, 'w'},       {"duration", 1, 0, 'D'},    {"grace", 1, 0, 'g'},
     {"timeout", 1, 0, 'o'},      {"json", 1, 0, 'j'},        {"plot", 1, 0, 'p'},
     {"extra-body", 1, 0, 'x'},   {"quiet", 0, 0, 'q'},       {"help", 0, 0, 'h'},
-    {"goodput", 1, 0, 'G'},
+    {"goodput", 1, 0, 'G'},      {"random-input-len", 1, 0, 'I'}, {"random-output-len", 1, 0, 'O'},
+    {"random-range-ratio", 1, 0, 'R'},
     {0, 0, 0, 0},
 };
 
@@ -166,6 +172,9 @@ static int apply_opt(options *o, int c, const char *a)
     case 'x': return parse_extra_body(o, a);
     case 'q': cfg->quiet = true; break;
     case 'G': st = parse_goodput(cfg, a, err, sizeof err); break;
+    case 'I': st = opt_long(a, "--random-input-len", 1, &o->random_in, err, sizeof err); break;
+    case 'O': st = opt_long(a, "--random-output-len", 1, &o->random_out, err, sizeof err); break;
+    case 'R': st = sd_opt_double(a, "--random-range-ratio", 0, 0.999, &o->random_range, err, sizeof err); break;
     case 'h': return 1;
     default: return -1;
     }
@@ -198,6 +207,15 @@ static int parse_args(options *o, int argc, char **argv)
     if (cfg->num_prompts <= 0 && cfg->duration <= 0) {
         fprintf(stderr, "specd-bench: refusing to run without a bound: give --num-prompts N "
                         "and/or --duration SECONDS\n");
+        return -1;
+    }
+    if (o->random_in > 0 && (o->dataset || cfg->endpoint == SD_EP_CHAT)) {
+        fprintf(stderr, "specd-bench: --random-input-len makes its own token-id prompts: not with --dataset, "
+                        "and only for --endpoint completions\n");
+        return -1;
+    }
+    if ((o->random_out > 0 || o->random_range > 0) && o->random_in <= 0) {
+        fprintf(stderr, "specd-bench: --random-output-len / --random-range-ratio need --random-input-len\n");
         return -1;
     }
     if (strncmp(cfg->url, "http://", 7) && strncmp(cfg->url, "https://", 8)) {
@@ -278,6 +296,13 @@ static sd_dataset *load_dataset(const options *o)
 {
     sd_dataset *ds = NULL;
     char err[512] = "";
+    if (o->random_in > 0) {
+        size_t n = o->cfg.num_prompts > 0 ? (size_t)o->cfg.num_prompts : 1000;
+        long out = o->random_out > 0 ? o->random_out : (o->cfg.max_tokens > 0 ? o->cfg.max_tokens : 128);
+        if (sd_dataset_random(n, o->random_in, out, o->random_range, o->cfg.seed, &ds) != SD_OK)
+            fprintf(stderr, "specd-bench: out of memory\n");
+        return ds;
+    }
     if (!o->dataset) {
         if (sd_dataset_builtin(&ds) != SD_OK)
             fprintf(stderr, "specd-bench: out of memory\n");

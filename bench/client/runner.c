@@ -98,9 +98,13 @@ static char *build_body(const sd_bench_config *cfg, const sd_prompt *p)
         json_object_set_new(b, "model", json_string(cfg->model));
     if (cfg->endpoint == SD_EP_CHAT)
         json_object_set(b, "messages", p->messages);
+    else if (p->ids)
+        json_object_set(b, "prompt", p->ids);
     else
         json_object_set_new(b, "prompt", json_string(p->prompt));
-    if (cfg->max_tokens > 0)
+    if (p->max_tokens > 0)
+        json_object_set_new(b, "max_tokens", json_integer(p->max_tokens));
+    else if (cfg->max_tokens > 0)
         json_object_set_new(b, "max_tokens", json_integer(cfg->max_tokens));
     if (cfg->has_temperature)
         json_object_set_new(b, "temperature", json_real(cfg->temperature));

@@ -359,6 +359,46 @@ START_TEST(test_dataset_jsonl)
 }
 END_TEST
 
+/* ---- random dataset ---- */
+
+START_TEST(test_dataset_random)
+{
+    sd_dataset *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_eq(sd_dataset_random(50, 20, 8, 0.5, 7, &a), SD_OK);
+    ck_assert_int_eq(sd_dataset_random(50, 20, 8, 0.5, 7, &b), SD_OK);
+    ck_assert_int_eq(sd_dataset_random(50, 20, 8, 0.5, 8, &c), SD_OK);
+    ck_assert_uint_eq(sd_dataset_count(a), 50);
+    int same = 1, differs = 0;
+    size_t shortest = 1000, longest = 0;
+    for (size_t i = 0; i < 50; i++) {
+        const sd_prompt *p = sd_dataset_get(a, i);
+        ck_assert_ptr_nonnull(p->ids);
+        size_t n = json_array_size(p->ids);
+        ck_assert(n >= 10 && n <= 30);
+        ck_assert(p->max_tokens >= 4 && p->max_tokens <= 12);
+        for (size_t k = 0; k < n; k++) {
+            json_int_t v = json_integer_value(json_array_get(p->ids, k));
+            ck_assert(v >= SD_RANDOM_ID_LO && v < SD_RANDOM_ID_HI);
+        }
+        shortest = n < shortest ? n : shortest;
+        longest = n > longest ? n : longest;
+        same &= json_equal(p->ids, sd_dataset_get(b, i)->ids) && p->max_tokens == sd_dataset_get(b, i)->max_tokens;
+        differs |= !json_equal(p->ids, sd_dataset_get(c, i)->ids);
+    }
+    ck_assert(same);                      /* the same seed, the same prompts */
+    ck_assert(differs);                   /* another seed, others */
+    ck_assert(shortest < 16 && longest > 24); /* the lengths spread over the range */
+    sd_dataset_free(a);
+    sd_dataset_free(b);
+    sd_dataset_free(c);
+    ck_assert_int_eq(sd_dataset_random(5, 0, 8, 0.5, 7, &a), SD_ERR_ARG);
+    ck_assert_int_eq(sd_dataset_random(5, 10, 8, 1.0, 7, &a), SD_ERR_ARG);
+    ck_assert_int_eq(sd_dataset_random(5, 10, 8, 0.0, 7, &a), SD_OK);
+    for (size_t i = 0; i < 5; i++) ck_assert_uint_eq(json_array_size(sd_dataset_get(a, i)->ids), 10);
+    sd_dataset_free(a);
+}
+END_TEST
+
 /* ---- summary: input tokens and goodput ---- */
 
 START_TEST(test_summary_goodput)
@@ -416,6 +456,7 @@ static Suite *bench_suite(void)
     tcase_add_test(tc, test_url_join);
     tcase_add_test(tc, test_dataset_jsonl);
     tcase_add_test(tc, test_summary_goodput);
+    tcase_add_test(tc, test_dataset_random);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -65,6 +65,11 @@ check "bench: --goodput with objectives every request meets: goodput = request t
   '[ "$(jget "$WORK/run.json" "j[\"request_goodput\"] == j[\"request_throughput\"] and j[\"summary\"][\"good_requests\"] == $NP and j[\"config\"][\"goodput\"] == {\"e2el\": 600000.0, \"ttft\": 600000.0}")" = True ]'
 check "bench: a malformed --goodput is a usage error (exit 2)" \
   '"$BENCH" --url "$URL" --num-prompts 1 --goodput speed:5 >/dev/null 2>"$WORK/gp.err"; [ $? = 2 ] && grep -q "KEY:MS" "$WORK/gp.err"'
+# A random dataset (as vLLM's): token-id prompts of 20 ± 50% ids, max_tokens 8 ± 50%.
+"$BENCH" --url "$URL" --num-prompts 6 --concurrency 2 --random-input-len 20 --random-output-len 8 \
+    --random-range-ratio 0.5 --ignore-eos --temperature 0 --seed 5 --quiet --json "$WORK/rand.json" >/dev/null 2>&1
+check "bench: --random-input-len: 6 requests, prompts of 10-30 tokens, outputs of 4-12 (the server's counts)" \
+  '[ "$(jget "$WORK/rand.json" "j[\"summary\"][\"completed\"] == 6 and all(10 <= r[\"input_tokens\"] <= 30 and 4 <= r[\"output_tokens\"] <= 12 for r in j[\"requests\"]) and len(set(r[\"input_tokens\"] for r in j[\"requests\"])) > 1")" = True ]'
 check "text table agrees with JSON" \
   '[ "$(grep -m1 "^Successful requests:" "$WORK/run.out" | awk "{print \$NF}")" = "$completed" ] &&
    [ "$(grep -m1 "^Total output tokens:" "$WORK/run.out" | awk "{print \$NF}")" = "$tokens" ]'
