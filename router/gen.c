@@ -43,6 +43,7 @@ typedef struct gen {
     char cid[48];              /* "cmpl-…" / "chatcmpl-…" */
     time_t created;
     double t0;                 /* monotonic start */
+    double t_first;            /* monotonic time of the first token (0: none yet) */
     struct evhttp_request *http;
     bool client_gone;          /* the client went away: nothing more to send */
     bool detached;             /* libevent detached http from its (closed) connection */
@@ -239,7 +240,12 @@ static void gen_end(gen *g, const char *finish, const sd_api_err *e)
         free(body);
     }
     if (status) sd_metrics_count_status(s->metrics, status);
-    if (!e) sd_metrics_observe(s->metrics, (unsigned)g->n_prompt, g->completion_tokens, sd_now_s() - g->t0);
+    if (!e) {
+        double now = sd_now_s();
+        sd_metrics_req mr = {(unsigned)g->n_prompt, g->completion_tokens, now - g->t0,
+                             g->t_first ? g->t_first - g->t0 : -1, finish};
+        sd_metrics_observe(s->metrics, &mr);
+    }
     gen_free(g);
     gen_drain_queue(s);
 }
@@ -526,6 +532,7 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
 {
     bool hit = false;
     take_stats(g, ev->stats);
+    if (!g->t_first && ev->n_tokens) g->t_first = sd_now_s();
     for (size_t i = 0; i < ev->n_tokens && !hit; i++) {
         const char *t;
         size_t n;

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const double BUCKETS[SD_METRICS_NBUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 
@@ -11,10 +12,41 @@ void sd_metrics_count_status(sd_metrics *m, int status)
     if (status >= 100 && status < 600) m->by_status[status]++;
 }
 
-void sd_metrics_observe(sd_metrics *m, unsigned prompt_tokens, unsigned completion_tokens, double seconds)
+/* vLLM's bucket bounds for its request histograms. */
+static const double TTFT_B[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+static const double TPOT_B[] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
+                                0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
+static const double E2E_B[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,  15.0,  20.0,
+                               30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double LEN_B[] = {1,    2,    5,    10,    20,    50,    100,    200,    500,    1000,
+                               2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000};
+#define NB(a) ((int)(sizeof a / sizeof a[0]))
+
+static void hist_add(sd_hist *h, const double *bounds, int n, double x)
 {
-    m->prompt_tokens += prompt_tokens;
-    m->generation_tokens += completion_tokens;
+    h->count++;
+    h->sum += x;
+    for (int i = 0; i < n; i++)
+        if (x <= bounds[i]) {
+            h->counts[i]++;
+            return;
+        }
+}
+
+void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r)
+{
+    double seconds = r->e2e_s;
+    m->prompt_tokens += r->prompt_tokens;
+    m->generation_tokens += r->completion_tokens;
+    hist_add(&m->e2e, E2E_B, NB(E2E_B), r->e2e_s);
+    hist_add(&m->prompt_len, LEN_B, NB(LEN_B), r->prompt_tokens);
+    hist_add(&m->gen_len, LEN_B, NB(LEN_B), r->completion_tokens);
+    if (r->ttft_s >= 0) hist_add(&m->ttft, TTFT_B, NB(TTFT_B), r->ttft_s);
+    if (r->ttft_s >= 0 && r->completion_tokens >= 2)
+        hist_add(&m->tpot, TPOT_B, NB(TPOT_B), (r->e2e_s - r->ttft_s) / (r->completion_tokens - 1));
+    if (r->finish && !strcmp(r->finish, "length")) m->finished_length++;
+    else m->finished_stop++;
     m->latency_count++;
     m->latency_sum += seconds;
     for (int i = 0; i < SD_METRICS_NBUCKETS; i++)
@@ -194,6 +226,79 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     render_adapt(f, l);
 }
 
+static void vllm_hist(FILE *f, const char *name, const char *help, const char *model, const sd_hist *h,
+                      const double *bounds, int n)
+{
+    header(f, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += h->counts[i];
+        fprintf(f, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", name, model, bounds[i], (unsigned long long)cum);
+    }
+    fprintf(f, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)h->count);
+    fprintf(f, "%s_sum{model_name=\"%s\"} %.6f\n", name, model, h->sum);
+    fprintf(f, "%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h->count);
+}
+
+static void vllm_value(FILE *f, const char *name, const char *type, const char *help, const char *model, double v)
+{
+    header(f, name, type, help);
+    fprintf(f, "%s{model_name=\"%s\"} %.10g\n", name, model, v);
+}
+
+/* The vllm: series (metrics.h). */
+static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
+{
+    const char *model = m->model_name ? m->model_name : "";
+    vllm_value(f, "vllm:num_requests_running", "gauge", "Requests running on a lane.", model, m->active);
+    vllm_value(f, "vllm:num_requests_waiting", "gauge", "Requests waiting for a lane.", model, m->queued);
+    uint64_t kv_total = 0, kv_free = 0, steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
+    size_t npos = 0;
+    for (size_t i = 0; l && i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        kv_total += in->kv_total;
+        kv_free += in->kv_free;
+        steps += in->steps;
+        drafted += in->draft_tokens;
+        accepted += in->accepted_tokens;
+        for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];
+        if (in->n_accepted_at > npos) npos = in->n_accepted_at;
+    }
+    double usage = kv_total ? (double)(kv_total - kv_free) / (double)kv_total : 0.0;
+    vllm_value(f, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = full), over the lanes.", model, usage);
+    vllm_value(f, "vllm:gpu_cache_usage_perc", "gauge", "KV cache usage (older name).", model, usage);
+    vllm_value(f, "vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.", model,
+               (double)m->prompt_tokens);
+    vllm_value(f, "vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.", model,
+               (double)m->generation_tokens);
+    header(f, "vllm:request_success_total", "counter", "Finished requests, by finish reason.");
+    fprintf(f, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"stop\"} %llu\n", model,
+            (unsigned long long)m->finished_stop);
+    fprintf(f, "vllm:request_success_total{model_name=\"%s\",finished_reason=\"length\"} %llu\n", model,
+            (unsigned long long)m->finished_length);
+    vllm_hist(f, "vllm:time_to_first_token_seconds", "Time to first token.", model, &m->ttft, TTFT_B, NB(TTFT_B));
+    vllm_hist(f, "vllm:time_per_output_token_seconds", "Time per output token after the first.", model, &m->tpot,
+              TPOT_B, NB(TPOT_B));
+    vllm_hist(f, "vllm:e2e_request_latency_seconds", "End-to-end request latency.", model, &m->e2e, E2E_B,
+              NB(E2E_B));
+    vllm_hist(f, "vllm:request_prompt_tokens", "Prompt tokens per request.", model, &m->prompt_len, LEN_B,
+              NB(LEN_B));
+    vllm_hist(f, "vllm:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len, LEN_B,
+              NB(LEN_B));
+    if (!l) return;
+    vllm_value(f, "vllm:spec_decode_num_drafts_total", "counter", "Verify steps with drafts (summed over lanes).",
+               model, (double)steps);
+    vllm_value(f, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", model,
+               (double)drafted);
+    vllm_value(f, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", model,
+               (double)accepted);
+    header(f, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Steps whose draft token at position was accepted (0-based).");
+    for (size_t k = 0; k < npos; k++)
+        fprintf(f, "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\",position=\"%zu\"} %llu\n",
+                model, k, (unsigned long long)pos[k]);
+}
+
 char *sd_metrics_render(const sd_metrics *m, const sd_lanes *lanes)
 {
     char *buf = NULL;
@@ -202,6 +307,7 @@ char *sd_metrics_render(const sd_metrics *m, const sd_lanes *lanes)
     if (!f) return NULL;
     render_router(f, m);
     if (lanes) render_lanes(f, lanes);
+    render_vllm(f, m, lanes);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

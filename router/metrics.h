@@ -13,6 +13,16 @@
  *   specd_spec_steps_total, specd_spec_draft_tokens_total,
  *   specd_spec_accepted_tokens_total, specd_spec_accepted_per_position{pos}
  *   specd_spec_acceptance_rate             gauge (accepted / drafted)
+ * and, beside them, vLLM's names with a model_name label, so that vLLM's
+ * dashboards read specd: vllm:num_requests_running / _waiting,
+ * vllm:kv_cache_usage_perc (and its older name vllm:gpu_cache_usage_perc),
+ * vllm:prompt_tokens_total, vllm:generation_tokens_total,
+ * vllm:request_success_total{finished_reason}, the histograms
+ * vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
+ * vllm:e2e_request_latency_seconds, vllm:request_prompt_tokens,
+ * vllm:request_generation_tokens (vLLM's buckets), and
+ * vllm:spec_decode_num_drafts_total, _num_draft_tokens_total,
+ * _num_accepted_tokens_total, _num_accepted_tokens_per_pos_total{position}.
  * Single-threaded (the event loop's thread). */
 #ifndef SD_METRICS_H
 #define SD_METRICS_H
@@ -22,6 +32,22 @@
 #include "lanes.h"
 
 #define SD_METRICS_NBUCKETS 12
+#define SD_HIST_MAX 32
+
+/* A histogram's counts per bucket (not cumulative), count and sum. */
+typedef struct sd_hist {
+    uint64_t counts[SD_HIST_MAX];
+    uint64_t count;
+    double sum;
+} sd_hist;
+
+/* One finished generation, as the metrics see it. */
+typedef struct sd_metrics_req {
+    unsigned prompt_tokens, completion_tokens;
+    double e2e_s;              /* from arrival to the end */
+    double ttft_s;             /* from arrival to the first token; < 0: none came */
+    const char *finish;        /* "stop" or "length" */
+} sd_metrics_req;
 
 typedef struct sd_metrics {
     uint64_t by_status[600];   /* HTTP status → count */
@@ -34,13 +60,16 @@ typedef struct sd_metrics {
     uint64_t failovers;        /* requests resumed on another lane when theirs died */
     int connections;           /* open HTTP connections (set before rendering) */
     uint64_t connection_cap_reached; /* times --max-connections paused accepting (likewise) */
+    const char *model_name;    /* the model_name label of the vllm: series (NULL: "") */
+    sd_hist ttft, tpot, e2e, prompt_len, gen_len;
+    uint64_t finished_stop, finished_length;
 } sd_metrics;
 
 /* Counts one finished HTTP request (any endpoint). */
 void sd_metrics_count_status(sd_metrics *m, int status);
 
-/* Records a finished generation: tokens and end-to-end seconds. */
-void sd_metrics_observe(sd_metrics *m, unsigned prompt_tokens, unsigned completion_tokens, double seconds);
+/* Records a finished generation: tokens, latencies, finish reason. */
+void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r);
 
 /* Renders the exposition text; malloc'd, caller frees; NULL on OOM.
  * lanes may be NULL (no lane metrics). */

@@ -445,6 +445,7 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
     if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     s->o = *opts;
     apply_defaults(&s->o);
+    s->metrics.model_name = s->o.model_name;
     s->started = time(NULL);
     signal(SIGPIPE, SIG_IGN);
     sd_status st = load_tokenizer(s, err, errlen);

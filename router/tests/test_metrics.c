@@ -14,9 +14,11 @@ START_TEST(router_counters)
     sd_metrics_count_status(&m, 200);
     sd_metrics_count_status(&m, 400);
     sd_metrics_count_status(&m, 9999); /* ignored */
-    sd_metrics_observe(&m, 10, 5, 0.2);
-    sd_metrics_observe(&m, 1, 1, 1000);
+    sd_metrics_req a = {10, 5, 0.2, 0.04, "length"}, b = {1, 1, 1000, -1, "stop"};
+    sd_metrics_observe(&m, &a);
+    sd_metrics_observe(&m, &b);
     m.active = 3;
+    m.model_name = "tiny";
     char *t = sd_metrics_render(&m, NULL);
     ck_assert_ptr_nonnull(t);
     ck_assert_ptr_nonnull(strstr(t, "specd_http_requests_total{code=\"200\"} 2\n"));
@@ -29,6 +31,20 @@ START_TEST(router_counters)
     ck_assert_ptr_nonnull(strstr(t, "specd_request_duration_seconds_count 2\n"));
     ck_assert_ptr_nonnull(strstr(t, "specd_requests_active 3\n"));
     ck_assert_ptr_nonnull(strstr(t, "# TYPE specd_request_duration_seconds histogram\n"));
+    /* vLLM's names: a TTFT of 0.04 s in its bucket, TPOT (0.2 - 0.04) / 4 = 0.04 s, finish reasons */
+    ck_assert_ptr_nonnull(strstr(t, "# TYPE vllm:time_to_first_token_seconds histogram\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.02\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.04\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:time_to_first_token_seconds_count{model_name=\"tiny\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"0.025\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"0.05\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:e2e_request_latency_seconds_count{model_name=\"tiny\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_prompt_tokens_bucket{model_name=\"tiny\",le=\"10\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:prompt_tokens_total{model_name=\"tiny\"} 11\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:num_requests_running{model_name=\"tiny\"} 3\n"));
     free(t);
 }
 END_TEST

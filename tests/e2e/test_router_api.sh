@@ -158,6 +158,23 @@ for m in specd_http_requests_total specd_spec_steps_total specd_spec_draft_token
          specd_kv_blocks_free specd_requests_active specd_requests_queued specd_generation_tokens_total; do
   check "/metrics has $m" 'grep -qF "$m" "$WORK/metrics"'
 done
+check "/metrics has vLLM's series with model_name: TTFT / TPOT / e2e histograms, finish reasons, KV usage, spec decode" \
+  '"$PY" - "$WORK/metrics" <<'"'"'PY'"'"'
+import re, sys
+t = open(sys.argv[1]).read()
+def val(pat):
+    m = re.search("^" + re.escape(pat) + r" ([0-9.e+-]+)$", t, re.M)
+    return float(m.group(1)) if m else None
+mn = "model_name=\"tinycode-16m\""
+assert val("vllm:time_to_first_token_seconds_count{%s}" % mn) > 0
+assert val("vllm:time_per_output_token_seconds_count{%s}" % mn) > 0
+assert val("vllm:e2e_request_latency_seconds_count{%s}" % mn) == val("specd_request_duration_seconds_count")
+assert val("vllm:request_success_total{%s,finished_reason=\"length\"}" % mn) > 0
+assert val("vllm:generation_tokens_total{%s}" % mn) == val("specd_generation_tokens_total")
+assert 0 <= val("vllm:kv_cache_usage_perc{%s}" % mn) <= 1
+assert val("vllm:spec_decode_num_draft_tokens_total{%s}" % mn) == val("specd_spec_draft_tokens_total")
+assert "# TYPE vllm:request_prompt_tokens histogram" in t
+PY'
 check "/metrics counted a 400" 'grep -q "specd_http_requests_total{code=\"400\"}" "$WORK/metrics"'
 
 # --- overload: a router with no queue and one slot per lane -------------------------------
