@@ -16,6 +16,7 @@ typedef struct lane {
     struct event *ev;
     uint64_t nonce_sent, nonce_acked;
     uint64_t instance;  /* the verifier process's HealthReply.instance (0: not known yet) */
+    sd_lane_info base;  /* counters of the lane's earlier verifier processes (a restarted one counts from 0) */
     int index;
     struct sd_lanes *owner;
 } lane;
@@ -55,6 +56,7 @@ static void copy_label(char *dst, size_t cap, const char *src)
 static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
 {
     in->n_k_chosen = s->n_k_chosen < SD_LANE_MAX_K + 1 ? s->n_k_chosen : SD_LANE_MAX_K + 1;
+    memset(in->k_chosen, 0, sizeof in->k_chosen);
     if (in->n_k_chosen) memcpy(in->k_chosen, s->k_chosen, in->n_k_chosen * sizeof *s->k_chosen);
     in->step_pred_us = s->step_predicted_us;
     in->step_meas_us = s->step_measured_us;
@@ -72,14 +74,35 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     }
 }
 
+/* in's counters += base's (the totals of the lane's earlier verifier processes). */
+static void add_counters(sd_lane_info *in, const sd_lane_info *base)
+{
+    in->steps += base->steps;
+    in->draft_tokens += base->draft_tokens;
+    in->accepted_tokens += base->accepted_tokens;
+    in->tokens_generated += base->tokens_generated;
+    for (int k = 0; k < 64; k++) in->accepted_at[k] += base->accepted_at[k];
+    if (base->n_accepted_at > in->n_accepted_at) in->n_accepted_at = base->n_accepted_at;
+    for (int k = 0; k < 8; k++) in->pipe[k] += base->pipe[k];
+    for (int k = 0; k <= SD_LANE_MAX_K; k++) in->k_chosen[k] += base->k_chosen[k];
+    if (base->n_k_chosen > in->n_k_chosen) in->n_k_chosen = base->n_k_chosen;
+    in->step_pred_us += base->step_pred_us;
+    in->step_meas_us += base->step_meas_us;
+    in->step_err_us += base->step_err_us;
+    in->preemptions += base->preemptions;
+}
+
 static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
 {
     if (h->nonce > ln->nonce_sent) return; /* not ours */
-    if (h->instance && ln->instance && h->instance != ln->instance && ln->info.state == SD_LANE_UP) {
-        /* restarted before it missed enough health checks to be taken for down: the requests it
-         * had are gone all the same, so they go the way of a lane that died (failover or wait) */
-        SD_WARN("lane %s: the verifier restarted; its requests in flight are resumed", ln->endpoint);
-        set_state(l, ln, SD_LANE_DOWN);
+    if (h->instance && ln->instance && h->instance != ln->instance) {
+        if (ln->info.state == SD_LANE_UP) {
+            /* restarted before it missed enough health checks to be taken for down: the requests
+             * it had are gone all the same, so they go the way of a lane that died (failover or wait) */
+            SD_WARN("lane %s: the verifier restarted; its requests in flight are resumed", ln->endpoint);
+            set_state(l, ln, SD_LANE_DOWN);
+        }
+        ln->base = ln->info; /* its counters start from zero: the lane's go on from these */
     }
     if (h->instance) ln->instance = h->instance;
     ln->nonce_acked = h->nonce;
@@ -109,8 +132,10 @@ static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
         }
         copy_adapt(&ln->info, s);
         size_t n = s->n_accepted_at < 64 ? s->n_accepted_at : 64;
+        memset(ln->info.accepted_at, 0, sizeof ln->info.accepted_at);
         if (n) memcpy(ln->info.accepted_at, s->accepted_at, n * sizeof *s->accepted_at);
         ln->info.n_accepted_at = n;
+        add_counters(&ln->info, &ln->base);
     }
     if (h->max_context > 0) set_state(l, ln, SD_LANE_UP);
 }

@@ -252,13 +252,13 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
     const char *model = m->model_name ? m->model_name : "";
     vllm_value(f, "vllm:num_requests_running", "gauge", "Requests running on a lane.", model, m->active);
     vllm_value(f, "vllm:num_requests_waiting", "gauge", "Requests waiting for a lane.", model, m->queued);
-    uint64_t kv_total = 0, kv_free = 0, steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
+    uint64_t kv_total = 0, kv_free = 0, drafts = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; l && i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         kv_total += in->kv_total;
         kv_free += in->kv_free;
-        steps += in->steps;
+        drafts += in->pipe[3];
         drafted += in->draft_tokens;
         accepted += in->accepted_tokens;
         for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];
@@ -286,8 +286,8 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
     vllm_hist(f, "vllm:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len, LEN_B,
               NB(LEN_B));
     if (!l) return;
-    vllm_value(f, "vllm:spec_decode_num_drafts_total", "counter", "Verify steps with drafts (summed over lanes).",
-               model, (double)steps);
+    vllm_value(f, "vllm:spec_decode_num_drafts_total", "counter",
+               "Decode steps of requests taking drafts (summed over requests and lanes).", model, (double)drafts);
     vllm_value(f, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", model,
                (double)drafted);
     vllm_value(f, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", model,

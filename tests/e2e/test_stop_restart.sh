@@ -88,6 +88,9 @@ sampled='{"prompt":"import os","max_tokens":1200,"ignore_eos":true,"temperature"
 post() { curl -s -H 'Content-Type: application/json' -d "$1" "$URL/v1/completions"; }
 post "$greedy}" >"$WORK/ref_g.json"
 post "$sampled" >"$WORK/ref_s.json"
+steps() { curl -s "$URL/metrics" | awk '$1 == "specd_spec_steps_total" { print $2 }'; }
+sleep 1.2 # a health reply after the requests
+steps0=$(steps)
 curl -sN -H 'Content-Type: application/json' -d "$greedy"',"stream":true}' "$URL/v1/completions" >"$WORK/kill_g.sse" &
 cg=$!
 post "$sampled" >"$WORK/kill_s.json" &
@@ -128,6 +131,10 @@ for _ in $(seq 150); do
 done
 check "[restart] the verifier killed with -9 is restarted and requests complete again (last status $st)" \
   '[ "$back" = 1 ] && [ "$(jget "$WORK/after.json" "j[\"usage\"][\"completion_tokens\"]")" = 8 ]'
+sleep 1.2
+steps1=$(steps)
+check "[restart] the lane's counters go on from where the killed verifier left them ($steps0 → $steps1 steps)" \
+  '[ "${steps0:-0}" -gt 2000 ] && [ "${steps1:-0}" -gt "$steps0" ]'
 check "[restart] /health is 200 again" '[ "$(curl -s -o /dev/null -w "%{http_code}" "$URL/health")" = 200 ]'
 check "[restart] specd serve runs on" 'kill -0 "$SERVE_PID" && grep -q "restarting the verifier" "$SERVE_LOG"'
 serve_stop
