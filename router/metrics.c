@@ -36,7 +36,6 @@ static void hist_add(sd_hist *h, const double *bounds, int n, double x)
 
 void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r)
 {
-    double seconds = r->e2e_s;
     m->prompt_tokens += r->prompt_tokens;
     m->generation_tokens += r->completion_tokens;
     hist_add(&m->e2e, E2E_B, NB(E2E_B), r->e2e_s);
@@ -47,18 +46,32 @@ void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r)
         hist_add(&m->tpot, TPOT_B, NB(TPOT_B), (r->e2e_s - r->ttft_s) / (r->completion_tokens - 1));
     if (r->finish && !strcmp(r->finish, "length")) m->finished_length++;
     else m->finished_stop++;
-    m->latency_count++;
-    m->latency_sum += seconds;
-    for (int i = 0; i < SD_METRICS_NBUCKETS; i++)
-        if (seconds <= BUCKETS[i]) {
-            m->latency_buckets[i]++;
-            break;
-        }
+    hist_add(&m->latency, BUCKETS, SD_METRICS_NBUCKETS, r->e2e_s);
 }
 
 static void header(FILE *f, const char *name, const char *type, const char *help)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A histogram's series; labels: "" or `model_name="..."` (then joined to le with a comma). */
+static void render_hist(FILE *f, const char *name, const char *help, const char *labels, const sd_hist *h,
+                        const double *bounds, int n)
+{
+    header(f, name, "histogram", help);
+    const char *sep = *labels ? "," : "";
+    uint64_t cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += h->counts[i];
+        fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[i], (unsigned long long)cum);
+    }
+    fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)h->count);
+    if (*labels) {
+        fprintf(f, "%s_sum{%s} %.6f\n", name, labels, h->sum);
+        fprintf(f, "%s_count{%s} %llu\n", name, labels, (unsigned long long)h->count);
+    } else {
+        fprintf(f, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+    }
 }
 
 static void render_router(FILE *f, const sd_metrics *m)
@@ -70,15 +83,8 @@ static void render_router(FILE *f, const sd_metrics *m)
     fprintf(f, "specd_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     header(f, "specd_generation_tokens_total", "counter", "Generated tokens of finished requests.");
     fprintf(f, "specd_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
-    header(f, "specd_request_duration_seconds", "histogram", "End-to-end generation latency.");
-    uint64_t cum = 0;
-    for (int i = 0; i < SD_METRICS_NBUCKETS; i++) {
-        cum += m->latency_buckets[i];
-        fprintf(f, "specd_request_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[i], (unsigned long long)cum);
-    }
-    fprintf(f, "specd_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->latency_count);
-    fprintf(f, "specd_request_duration_seconds_sum %.6f\n", m->latency_sum);
-    fprintf(f, "specd_request_duration_seconds_count %llu\n", (unsigned long long)m->latency_count);
+    render_hist(f, "specd_request_duration_seconds", "End-to-end generation latency.", "", &m->latency, BUCKETS,
+                SD_METRICS_NBUCKETS);
     header(f, "specd_requests_active", "gauge", "Requests running on a lane.");
     fprintf(f, "specd_requests_active %d\n", m->active);
     header(f, "specd_requests_queued", "gauge", "Requests waiting in the router for a lane.");
@@ -229,15 +235,9 @@ static void render_lanes(FILE *f, const sd_lanes *l)
 static void vllm_hist(FILE *f, const char *name, const char *help, const char *model, const sd_hist *h,
                       const double *bounds, int n)
 {
-    header(f, name, "histogram", help);
-    uint64_t cum = 0;
-    for (int i = 0; i < n; i++) {
-        cum += h->counts[i];
-        fprintf(f, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", name, model, bounds[i], (unsigned long long)cum);
-    }
-    fprintf(f, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)h->count);
-    fprintf(f, "%s_sum{model_name=\"%s\"} %.6f\n", name, model, h->sum);
-    fprintf(f, "%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h->count);
+    char labels[200];
+    snprintf(labels, sizeof labels, "model_name=\"%s\"", model);
+    render_hist(f, name, help, labels, h, bounds, n);
 }
 
 static void vllm_value(FILE *f, const char *name, const char *type, const char *help, const char *model, double v)

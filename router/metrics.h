@@ -52,9 +52,7 @@ typedef struct sd_metrics_req {
 typedef struct sd_metrics {
     uint64_t by_status[600];   /* HTTP status → count */
     uint64_t prompt_tokens, generation_tokens;
-    uint64_t latency_buckets[SD_METRICS_NBUCKETS]; /* cumulative at render */
-    uint64_t latency_count;
-    double latency_sum;
+    sd_hist latency;           /* specd_request_duration_seconds */
     int active, queued;
     uint64_t auth_failures;    /* requests refused for a missing or wrong API key */
     uint64_t failovers;        /* requests resumed on another lane when theirs died */
