@@ -700,6 +700,23 @@ static gen *gen_new(sd_gen *s, struct evhttp_request *req)
 }
 
 /* Creates the per-request machinery once the request is valid. */
+/* echo: the output starts with the prompt's text (as given, or the ids
+ * decoded); stop strings apply to the generated text only. */
+static sd_status echo_prompt(sd_gen *s, gen *g, sd_api_err *e)
+{
+    if (g->p.prompt) {
+        evbuffer_add(g->text, g->p.prompt, strlen(g->p.prompt));
+        return SD_OK;
+    }
+    char *text = NULL, err[256];
+    size_t n = 0;
+    if (sd_tok_decode(s->tok, g->prompt, g->n_prompt, true, &text, &n, err, sizeof err) != SD_OK)
+        return sd_api_fail(e, 400, INVALID, "prompt", NULL, "the prompt could not be decoded for 'echo': %s", err);
+    evbuffer_add(g->text, text, n);
+    free(text);
+    return SD_OK;
+}
+
 static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
 {
     snprintf(g->cid, sizeof g->cid, "%s-%016llx", g->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl",
@@ -716,7 +733,7 @@ static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
         struct timeval tv = {(time_t)t, (suseconds_t)((t - (double)(time_t)t) * 1e6)};
         evtimer_add(g->timer, &tv);
     }
-    return SD_OK;
+    return g->p.echo ? echo_prompt(s, g, e) : SD_OK;
 }
 
 /* Admits a valid request: dispatch now, queue, or refuse (429 / 503). */

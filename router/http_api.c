@@ -258,7 +258,8 @@ static sd_status parse_stream(json_t *o, sd_api_req *r, sd_api_err *e)
     return st;
 }
 
-/* Features of the OpenAI API specd does not implement: refused, not ignored. */
+/* n, best_of, echo (taken on completions), and the features of the OpenAI API specd does not
+ * implement: refused, not ignored. */
 static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
 {
     long long n = 1;
@@ -267,9 +268,9 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     if (n != 1) return BADF("n", "'n' must be 1: several choices per request are not supported");
     st = get_int(o, "best_of", 1, 128, &n, NULL, e);
     if (st == SD_OK && n != 1) return BADF("best_of", "'best_of' must be 1: not supported");
-    bool b = false;
-    if (st == SD_OK) st = get_bool(o, "echo", &b, e);
-    if (st == SD_OK && b) return BADF("echo", "'echo' is not supported");
+    if (st == SD_OK) st = get_bool(o, "echo", &r->echo, e);
+    if (st == SD_OK && r->echo && r->kind == SD_API_CHAT)
+        return BADF("echo", "'echo' is supported on /v1/completions only");
     json_t *lp = field(o, "logprobs");
     if (st == SD_OK && lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
         return BADF("logprobs", "'logprobs' is not supported");
@@ -291,7 +292,6 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
         return BADF("response_format", "'response_format' may only be {\"type\": \"text\"}: structured output "
                     "(json_object, json_schema) is not supported");
-    (void)r;
     return SD_OK;
 }
 

@@ -57,6 +57,7 @@ typedef struct sd_api_req {
     bool stream;
     bool include_usage;        /* stream_options.include_usage */
     bool ignore_eos;
+    bool echo;                 /* completions: the prompt's text comes first in the output */
     bool spec_enabled;         /* speculative.enabled (default true) */
     unsigned num_draft;        /* speculative.num_draft (0 = server default) */
     sd_api_verify verify;      /* speculative.verify */
@@ -70,8 +71,8 @@ sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *p
 /* Parses and validates a request body of the given kind. On SD_OK *r is
  * filled (free with sd_api_req_clear); on failure *e says why (400 unless
  * noted) and *r holds nothing to free. Sampling ranges are checked with
- * sd_sampling_validate plus the OpenAI bounds. n > 1, best_of > 1, echo and
- * logprobs are refused (400, unsupported). */
+ * sd_sampling_validate plus the OpenAI bounds. n > 1, best_of > 1, logprobs,
+ * echo on chat, tools and structured output are refused (400, unsupported). */
 sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_req *r,
                        sd_api_err *e);
 

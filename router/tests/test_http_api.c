@@ -52,7 +52,8 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": 2}", "n", "'n' must be 1"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": \"2\"}", "n", "integer"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "not supported"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo", "not supported"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", "echo", "completions only"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", "echo", "boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 5}", "logprobs", "not supported"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": 3}", "speculative", "object"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"enabled\": \"no\"}}", "speculative.enabled", "boolean"},
@@ -189,6 +190,10 @@ START_TEST(chat_messages)
     const char *c = "{\"prompt\": \"x\", \"max_completion_tokens\": 7}";
     ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, c, strlen(c), &r, &e), SD_OK);
     ck_assert_int_eq(r.max_tokens, 7);
+    sd_api_req_clear(&r);
+    c = "{\"prompt\": \"x\", \"echo\": true}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, c, strlen(c), &r, &e), SD_OK);
+    ck_assert(r.echo);
     sd_api_req_clear(&r);
     c = "{\"prompt\": \"x\", \"max_tokens\": 3, \"max_completion_tokens\": 7}";
     ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, c, strlen(c), &r, &e), SD_OK);

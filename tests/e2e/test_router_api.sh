@@ -113,6 +113,12 @@ bad "speculative.num_draft too big" '{"prompt":"x","speculative":{"num_draft":10
 check "unknown model → 404 model_not_found" '[ "$(post /v1/completions "{\"model\":\"gpt-4\",\"prompt\":\"x\"}")" = 404 ] && [ "$(jget "$WORK/out" "j[\"error\"][\"code\"]")" = model_not_found ]'
 check "tools: [] and tool_choice none are accepted (a client offering no tools)" \
   '[ "$(post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[],\"tool_choice\":\"none\",\"max_tokens\":2}")" = 200 ]'
+check "echo: the completion's text starts with the prompt (usage counts the generated tokens only)" \
+  '[ "$(post /v1/completions "{\"prompt\":\"def main():\",\"max_tokens\":3,\"ignore_eos\":true,\"echo\":true}")" = 200 ] &&
+   [ "$(jget "$WORK/out" "j[\"choices\"][0][\"text\"].startswith(\"def main():\") and len(j[\"choices\"][0][\"text\"]) > len(\"def main():\") and j[\"usage\"][\"completion_tokens\"] == 3")" = True ]'
+check "echo, streamed: the first text is the prompt" \
+  'curl -sN "${AUTH[@]}" -d "{\"prompt\":\"def main():\",\"max_tokens\":3,\"ignore_eos\":true,\"echo\":true,\"stream\":true}" "$URL/v1/completions" >"$WORK/echo.sse" &&
+   [ "$("$PY" -c "import json; ev=[json.loads(l[6:]) for l in open(\"$WORK/echo.sse\") if l.startswith(\"data: {\")]; print(\"\".join(c[\"text\"] for e in ev for c in e[\"choices\"]).startswith(\"def main():\"))")" = True ]'
 check "max_completion_tokens on /v1/completions" \
   '[ "$(post /v1/completions "{\"prompt\":\"x\",\"max_completion_tokens\":3,\"ignore_eos\":true}")" = 200 ] && [ "$(jget "$WORK/out" "j[\"usage\"][\"completion_tokens\"]")" = 3 ]'
 check "GET /v1/models/tinycode-16m → the model" \
