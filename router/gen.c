@@ -44,6 +44,7 @@ typedef struct gen {
     time_t created;
     double t0;                 /* monotonic start */
     double t_first;            /* monotonic time of the first token (0: none yet) */
+    double t_dispatch;         /* monotonic time of the first dispatch to a lane (0: not yet) */
     struct evhttp_request *http;
     bool client_gone;          /* the client went away: nothing more to send */
     bool detached;             /* libevent detached http from its (closed) connection */
@@ -242,8 +243,9 @@ static void gen_end(gen *g, const char *finish, const sd_api_err *e)
     if (status) sd_metrics_count_status(s->metrics, status);
     if (!e) {
         double now = sd_now_s();
+        double queue = g->t_dispatch ? g->t_dispatch - g->t0 : now - g->t0;
         sd_metrics_req mr = {(unsigned)g->n_prompt, g->completion_tokens, now - g->t0,
-                             g->t_first ? g->t_first - g->t0 : -1, finish};
+                             g->t_first ? g->t_first - g->t0 : -1, queue, finish};
         sd_metrics_observe(s->metrics, &mr);
     }
     gen_free(g);
@@ -414,6 +416,7 @@ static bool gen_dispatch(gen *g, int lane)
     }
     g->state = GEN_RUNNING;
     g->lane = lane;
+    if (!g->t_dispatch) g->t_dispatch = sd_now_s();
     sd_lanes_add_inflight(s->lanes, lane, 1);
     s->metrics->active++;
     SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, g->n_prompt,

@@ -44,6 +44,12 @@ void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r)
     if (r->ttft_s >= 0) hist_add(&m->ttft, TTFT_B, NB(TTFT_B), r->ttft_s);
     if (r->ttft_s >= 0 && r->completion_tokens >= 2)
         hist_add(&m->tpot, TPOT_B, NB(TPOT_B), (r->e2e_s - r->ttft_s) / (r->completion_tokens - 1));
+    hist_add(&m->queue, E2E_B, NB(E2E_B), r->queue_s);
+    hist_add(&m->inference, E2E_B, NB(E2E_B), r->e2e_s - r->queue_s);
+    if (r->ttft_s >= 0) {
+        hist_add(&m->prefill, E2E_B, NB(E2E_B), r->ttft_s - r->queue_s);
+        hist_add(&m->decode, E2E_B, NB(E2E_B), r->e2e_s - r->ttft_s);
+    }
     if (r->finish && !strcmp(r->finish, "length")) m->finished_length++;
     else m->finished_stop++;
     hist_add(&m->latency, BUCKETS, SD_METRICS_NBUCKETS, r->e2e_s);
@@ -285,6 +291,14 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
               NB(LEN_B));
     vllm_hist(f, "vllm:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len, LEN_B,
               NB(LEN_B));
+    vllm_hist(f, "vllm:request_queue_time_seconds", "Time in the router's queue.", model, &m->queue, E2E_B,
+              NB(E2E_B));
+    vllm_hist(f, "vllm:request_prefill_time_seconds", "From dispatch to a lane to the first token.", model,
+              &m->prefill, E2E_B, NB(E2E_B));
+    vllm_hist(f, "vllm:request_decode_time_seconds", "From the first token to the end.", model, &m->decode, E2E_B,
+              NB(E2E_B));
+    vllm_hist(f, "vllm:request_inference_time_seconds", "From dispatch to a lane to the end.", model,
+              &m->inference, E2E_B, NB(E2E_B));
     if (!l) return;
     vllm_value(f, "vllm:spec_decode_num_drafts_total", "counter",
                "Decode steps of requests taking drafts (summed over requests and lanes).", model, (double)drafts);

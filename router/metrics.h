@@ -20,7 +20,10 @@
  * vllm:request_success_total{finished_reason}, the histograms
  * vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
  * vllm:e2e_request_latency_seconds, vllm:request_prompt_tokens,
- * vllm:request_generation_tokens (vLLM's buckets), and
+ * vllm:request_generation_tokens, vllm:request_queue_time_seconds,
+ * vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds,
+ * vllm:request_inference_time_seconds (vLLM's buckets; queue = the router's
+ * queue, prefill = dispatch to first token, decode = first token to end), and
  * vllm:spec_decode_num_drafts_total, _num_draft_tokens_total,
  * _num_accepted_tokens_total, _num_accepted_tokens_per_pos_total{position}.
  * Single-threaded (the event loop's thread). */
@@ -46,6 +49,7 @@ typedef struct sd_metrics_req {
     unsigned prompt_tokens, completion_tokens;
     double e2e_s;              /* from arrival to the end */
     double ttft_s;             /* from arrival to the first token; < 0: none came */
+    double queue_s;            /* from arrival to its first dispatch to a lane (the router's queue) */
     const char *finish;        /* "stop" or "length" */
 } sd_metrics_req;
 
@@ -59,7 +63,7 @@ typedef struct sd_metrics {
     int connections;           /* open HTTP connections (set before rendering) */
     uint64_t connection_cap_reached; /* times --max-connections paused accepting (likewise) */
     const char *model_name;    /* the model_name label of the vllm: series (NULL: "") */
-    sd_hist ttft, tpot, e2e, prompt_len, gen_len;
+    sd_hist ttft, tpot, e2e, prompt_len, gen_len, queue, prefill, decode, inference;
     uint64_t finished_stop, finished_length;
 } sd_metrics;
 

@@ -14,7 +14,7 @@ START_TEST(router_counters)
     sd_metrics_count_status(&m, 200);
     sd_metrics_count_status(&m, 400);
     sd_metrics_count_status(&m, 9999); /* ignored */
-    sd_metrics_req a = {10, 5, 0.2, 0.04, "length"}, b = {1, 1, 1000, -1, "stop"};
+    sd_metrics_req a = {10, 5, 0.2, 0.04, 0.01, "length"}, b = {1, 1, 1000, -1, 0.5, "stop"};
     sd_metrics_observe(&m, &a);
     sd_metrics_observe(&m, &b);
     m.active = 3;
@@ -45,6 +45,12 @@ START_TEST(router_counters)
     ck_assert_ptr_nonnull(strstr(t, "vllm:request_prompt_tokens_bucket{model_name=\"tiny\",le=\"10\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:prompt_tokens_total{model_name=\"tiny\"} 11\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:num_requests_running{model_name=\"tiny\"} 3\n"));
+    /* queue 0.01 and 0.5 s; prefill 0.04 - 0.01 = 0.03 s (b had no token); decode 0.2 - 0.04 = 0.16 s */
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_queue_time_seconds_bucket{model_name=\"tiny\",le=\"0.3\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_queue_time_seconds_bucket{model_name=\"tiny\",le=\"0.5\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_prefill_time_seconds_count{model_name=\"tiny\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_decode_time_seconds_bucket{model_name=\"tiny\",le=\"0.3\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:request_inference_time_seconds_count{model_name=\"tiny\"} 2\n"));
     free(t);
 }
 END_TEST
