@@ -164,10 +164,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'N': o->no_spec = true; break;
         case 'h': o->host = optarg; break;
         case 'p':
-            if (sd_opt_int(optarg, "--port", 1, 65535, &o->port, err, sizeof err) != SD_OK) {
-                fprintf(stderr, "specd serve: %s\n", err);
-                return -1;
-            }
+            if (sd_opt_int(optarg, "--port", 1, 65535, &o->port, err, sizeof err) != SD_OK) goto bad;
             break;
         case 'k': o->api_key = optarg; break;
         case 'F': o->api_key_file = optarg; break;
@@ -177,10 +174,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'Y': o->curve_keys = optarg; break;
         case 'W': o->served_name = optarg; break;
         case 'R':
-            if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) {
-                fprintf(stderr, "specd serve: %s\n", err);
-                return -1;
-            }
+            if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) goto bad;
             o->drain_timeout = optarg;
             break;
         case 'j': o->threads = optarg; break;
@@ -193,10 +187,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'B': o->draft_branches = optarg; break;
         case 'A': {
             bool on;
-            if (sd_opt_on_off(optarg, "--spec-adaptive", &on, err, sizeof err) != SD_OK) {
-                fprintf(stderr, "specd serve: %s\n", err);
-                return -1;
-            }
+            if (sd_opt_on_off(optarg, "--spec-adaptive", &on, err, sizeof err) != SD_OK) goto bad;
             o->spec_adaptive = optarg;
             break;
         }
@@ -216,6 +207,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         return -1;
     if (!o->no_spec && !o->draft) o->ngram = true;
     return 0;
+bad:
+    fprintf(stderr, "specd serve: %s\n", err);
+    return -1;
 }
 
 /* Removes a socket directory: its two sockets, then itself. */

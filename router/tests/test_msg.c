@@ -200,6 +200,7 @@ START_TEST(every_type_roundtrips)
     hr.host = "node-1";
     hr.device = "cpu";
     hr.threads = 2;
+    hr.instance = 0x1234567890abcdefULL;
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &hr;
     roundtrip(&env);
