@@ -20,6 +20,7 @@ struct sd_engine {
     int *chunk;             /* prompt tokens per request this step */
     size_t cap;             /* entries of batch, slot, span_k, chunk and spans */
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
+    float *raw;             /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
     sd_step_timing timing;  /* of the last step */
 };
 
@@ -48,6 +49,7 @@ void sd_engine_free(sd_engine *e)
     free(e->span_k);
     free(e->chunk);
     free(e->spans);
+    free(e->raw);
     free(e);
 }
 
@@ -81,6 +83,8 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
         return sd_seterr(err, errlen, SD_ERR_ARG, "at most %d stop ids", SD_MAX_STOP_IDS);
     if (p->verify < SD_VERIFY_AUTO || p->verify > SD_VERIFY_REJECTION)
         return sd_seterr(err, errlen, SD_ERR_ARG, "unknown verify mode %d", p->verify);
+    if (p->top_logprobs < 0 || p->top_logprobs > SD_MAX_LOGPROBS)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "top_logprobs must be in [0, %d]", SD_MAX_LOGPROBS);
     sd_status st = sd_sampling_validate(&p->sampling, err, errlen);
     if (st != SD_OK) return st;
     for (int i = 0; i < n_prompt; i++)
@@ -91,8 +95,15 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
     long cap = (long)n_prompt + p->max_tokens;
     if (cap > (long)c->max_position + 1) cap = (long)c->max_position + 1;
     if (r) r->tokens = malloc((size_t)cap * sizeof(int32_t));
-    if (!r || !r->tokens) {
-        if (r) free(r);
+    if (r && p->logprobs) r->lp = malloc((SD_MAX_DRAFT + 1) * sizeof *r->lp);
+    if (r && p->prompt_logprobs) r->prompt_lp = calloc((size_t)n_prompt, sizeof *r->prompt_lp);
+    if (!r || !r->tokens || (p->logprobs && !r->lp) || (p->prompt_logprobs && !r->prompt_lp)) {
+        if (r) {
+            free(r->tokens);
+            free(r->lp);
+            free(r->prompt_lp);
+            free(r);
+        }
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
     memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -109,6 +120,8 @@ void sd_req_free(sd_engine *e, sd_req *r)
     if (!r) return;
     sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
     free(r->tokens);
+    free(r->lp);
+    free(r->prompt_lp);
     free(r);
 }
 
@@ -185,6 +198,7 @@ static sd_status grow(sd_engine *e, int n, int rows)
     const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch), SD_GROW_ITEM(e->slot), SD_GROW_ITEM(e->span_k),
                                     SD_GROW_ITEM(e->chunk), {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans}};
     if (sd_grow_all(per_req, 5, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
+    if (!e->raw && !(e->raw = malloc((SD_MAX_DRAFT + 1) * V * sizeof *e->raw))) return SD_ERR_NOMEM;
     return sd_grow(&e->logits, &e->cap_rows, (size_t)rows, V * sizeof *e->logits);
 }
 
@@ -212,6 +226,13 @@ int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *
     return total;
 }
 
+/* True when r's prefill is to report its prompt tokens' log-probabilities: a
+ * fresh request (not one prefilling again after a preemption or a resume). */
+static bool wants_prompt_lp(const sd_req *r)
+{
+    return r->prompt_lp && r->n_tokens == r->n_prompt;
+}
+
 /* Adds request r to the batch: a prompt chunk of `chunk` tokens or a verify
  * span with up to `k` drafts. Returns the number of logits rows it needs, or
  * -1 if it could not get KV (then it is failed). */
@@ -224,10 +245,10 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
             fail_req(e, r, "KV pool exhausted");
             return -1;
         }
-        int last = sd_req_prefill_samples(r, chunk);
-        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, last};
+        int rows = wants_prompt_lp(r) ? chunk : sd_req_prefill_samples(r, chunk);
+        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, rows};
         e->span_k[bi] = -1;
-        return last;
+        return rows;
     }
     int k = d ? d->n : 0, budget = sd_req_draft_budget(e, r);
     if (k > budget) k = budget;
@@ -261,6 +282,18 @@ static void append_tokens(sd_engine *e, sd_req *r, const int32_t *toks, int n)
     if (r->finish != SD_FINISH_NONE) sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
 }
 
+/* The prompt tokens a prefill chunk with a logits row per position predicts:
+ * row j gives the log-probability of the token at pos0 + j + 1. */
+static void prompt_logprobs(sd_engine *e, sd_req *r, const sd_batch_seq *b, const float *logits)
+{
+    int V = sd_model_cfg(e->m)->vocab_size;
+    for (int j = 0; j < b->n; j++) {
+        int pos = b->pos0 + j + 1;
+        if (pos >= r->n_prompt) break;
+        sd_logprob_row(logits + (size_t)j * (size_t)V, V, r->tokens[pos], r->p.top_logprobs, &r->prompt_lp[pos]);
+    }
+}
+
 /* Accept + commit for one request after the forward pass. */
 static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, float *logits)
 {
@@ -270,9 +303,12 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
     if (k < 0) { /* prompt chunk */
         sd_kv_commit(pool, &r->kv, b->n);
         r->n_prefilled += b->n;
-        if (b->n_logits == 0) return SD_OK;
+        if (b->n_logits == b->n && wants_prompt_lp(r)) prompt_logprobs(e, r, b, logits);
+        if (!sd_req_prefill_samples(r, 0)) return SD_OK;
+        logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size; /* the last row samples */
         k = 0;
     }
+    if (r->lp) memcpy(e->raw, logits, (size_t)(k + 1) * (size_t)sd_model_cfg(e->m)->vocab_size * sizeof *logits);
     bool have_q = k > 0 && d && d->q[0] != NULL;
     sd_verify_in in = {
         .logits = logits, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
@@ -295,6 +331,8 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
         for (int i = 0; i < c - 1; i++) r->stats.accepted_at[i]++;
     }
     append_tokens(e, r, out, c);
+    for (int i = 0; r->lp && i < r->n_new; i++)
+        sd_logprob_row(e->raw + (size_t)i * (size_t)in.vocab, in.vocab, out[i], r->p.top_logprobs, &r->lp[i]);
     return SD_OK;
 }
 
@@ -303,7 +341,8 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
 {
     int rows = 0, nb = 0;
     for (int i = 0; i < n; i++)
-        if (reqs[i]->finish == SD_FINISH_NONE) rows += sd_req_prefilling(reqs[i]) ? 1 : SD_MAX_DRAFT + 1;
+        if (reqs[i]->finish == SD_FINISH_NONE)
+            rows += !sd_req_prefilling(reqs[i]) ? SD_MAX_DRAFT + 1 : wants_prompt_lp(reqs[i]) ? e->opts.prefill_chunk : 1;
     if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     sd_engine_prefill_plan(e, reqs, n, e->chunk);
     for (int i = 0; i < n; i++) {
@@ -332,7 +371,8 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         tm->rows += b->n;
         tm->seqs++;
         bool sampled = reqs[i]->p.sampling.temperature > 0;
-        if (b->n_logits > 0 && !sampled) tm->greedy_rows += b->n_logits; /* argmax over every row */
+        int scored = e->span_k[j] < 0 ? (b->n_logits > 0) : b->n_logits; /* prompt logprob rows are not argmax'd */
+        if (scored > 0 && !sampled) tm->greedy_rows += scored; /* argmax over every row */
         finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, row);
         /* a sampled distribution per position reached: up to the first rejection */
         if (b->n_logits > 0 && sampled) tm->sampled_pos += reqs[i]->n_new > 0 ? reqs[i]->n_new : 1;

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "logprob.h"
 #include "model.h"
 #include "proposer.h"
 #include "sampler.h"
@@ -45,6 +46,9 @@ typedef struct sd_req_params {
     bool speculate;                  /* accept drafts for this request */
     int num_draft;                   /* K, 0..SD_MAX_DRAFT */
     int verify;                      /* sd_verify_mode or SD_VERIFY_AUTO */
+    bool logprobs;                   /* report each output token's log-probability (logprob.h) */
+    int top_logprobs;                /* ... with this many alternatives, 0..SD_MAX_LOGPROBS */
+    bool prompt_logprobs;            /* ... and each prompt token's (from the second on) */
 } sd_req_params;
 
 typedef struct sd_spec_stats {
@@ -68,6 +72,9 @@ typedef struct sd_req {
     char error[160];     /* set with SD_FINISH_ERROR */
     int n_new;           /* tokens committed by the last step */
     sd_spec_stats stats;
+    sd_token_lp *lp;     /* p.logprobs: [SD_MAX_DRAFT + 1], those of the n_new tokens the last step committed */
+    sd_token_lp *prompt_lp; /* p.prompt_logprobs: [n_prompt]; entry i is prompt token i's (i >= 1), filled
+                             * when the prefill passes it (all of them once the first token is out) */
 } sd_req;
 
 typedef struct sd_engine_opts {

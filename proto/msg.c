@@ -207,7 +207,28 @@ static sd_status check_submit(const Specd__Submit *m, char *err, size_t errlen)
         st = check_ids("submit.resume_ids", m->resume_ids, m->n_resume_ids, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK && m->spec && m->spec->num_draft > SD_MSG_MAX_POSITIONS)
         return BAD("msg: submit.spec.num_draft = %u (max %u)", m->spec->num_draft, SD_MSG_MAX_POSITIONS);
+    if (st == SD_OK && m->logprobs && m->logprobs->top > SD_MSG_MAX_LOGPROBS)
+        return BAD("msg: submit.logprobs.top = %u (max %u)", m->logprobs->top, SD_MSG_MAX_LOGPROBS);
     return st;
+}
+
+/* A list of per-position log-probabilities: entries present, at most
+ * SD_MSG_MAX_LOGPROBS alternatives each, token ids >= 0, no NaN. */
+static sd_status check_logprobs(const char *what, Specd__TokenLogprob *const *lp, size_t n, char *err,
+                                size_t errlen)
+{
+    if (n > SD_MSG_MAX_TOKENS) return BAD("msg: %s has %zu entries", what, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!lp[i]) return BAD("msg: %s[%zu] missing", what, i);
+        if (lp[i]->logprob != lp[i]->logprob) return BAD("msg: %s[%zu].logprob is NaN", what, i);
+        if (lp[i]->n_top > SD_MSG_MAX_LOGPROBS) return BAD("msg: %s[%zu] has %zu alternatives", what, i, lp[i]->n_top);
+        for (size_t j = 0; j < lp[i]->n_top; j++) {
+            const Specd__TopLogprob *t = lp[i]->top[j];
+            if (!t || t->token < 0 || t->logprob != t->logprob)
+                return BAD("msg: %s[%zu].top[%zu] is missing or invalid", what, i, j);
+        }
+    }
+    return SD_OK;
 }
 
 static sd_status check_token_event(const Specd__TokenEvent *m, char *err, size_t errlen)
@@ -218,6 +239,11 @@ static sd_status check_token_event(const Specd__TokenEvent *m, char *err, size_t
     if (st == SD_OK && m->stats && m->stats->adapt)
         st = check_probs("token_event.stats.adapt.accept", m->stats->adapt->accept, m->stats->adapt->n_accept, err,
                          errlen);
+    if (st == SD_OK && m->n_logprobs != 0 && m->n_logprobs != m->n_tokens)
+        return BAD("msg: token_event has %zu logprobs for %zu tokens", m->n_logprobs, m->n_tokens);
+    if (st == SD_OK) st = check_logprobs("token_event.logprobs", m->logprobs, m->n_logprobs, err, errlen);
+    if (st == SD_OK)
+        st = check_logprobs("token_event.prompt_logprobs", m->prompt_logprobs, m->n_prompt_logprobs, err, errlen);
     return st;
 }
 

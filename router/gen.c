@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "convert.h"
 #include "log.h"
+#include "logprobs.h"
 #include "prompt.h"
 #include "reply.h"
 #include "stop_match.h"
@@ -62,6 +63,8 @@ typedef struct gen {
     sd_tok_stream *dec;
     sd_stop *stop;
     struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
+    sd_lp *lp;                 /* logprobs: the entries not yet sent (non-stream: all) */
+    bool prompt_lp_done;       /* echo + logprobs: the prompt's entries are in lp */
     struct event *timer;       /* request timeout */
     struct event *park;        /* --resume-wait: how long a request whose lane died waits for another */
     bool parked;               /* waiting (first in the queue) for a lane to resume on */
@@ -142,6 +145,7 @@ static void gen_free(gen *g)
     sd_tok_stream_free(g->dec);
     sd_stop_free(g->stop);
     if (g->text) evbuffer_free(g->text);
+    sd_lp_free(g->lp);
     free(g);
 }
 
@@ -186,7 +190,7 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
     const char *name = g->p.model ? sd_gen_served_name(g->svc, g->p.model) : NULL;
     sd_api_result r = {g->cid, name ? name : g->svc->o.model_name, (long long)g->created, finish,
-                       (unsigned)g->n_prompt, g->completion_tokens, spec};
+                       (unsigned)g->n_prompt, g->completion_tokens, spec, NULL};
     return r;
 }
 
@@ -234,8 +238,10 @@ static void gen_end(gen *g, const char *finish, const sd_api_err *e)
     } else {
         sd_api_spec spec;
         sd_api_result r = gen_result(g, finish, &spec);
+        r.logprobs = g->lp ? sd_lp_take(g->lp) : NULL;
         char *body = sd_api_response_json(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1),
                                           evbuffer_get_length(g->text));
+        json_decref(r.logprobs);
         sd_reply_json(g->http, 200, body, s->metrics);
         status = 0; /* counted by sd_reply_json */
         free(body);
@@ -353,8 +359,14 @@ static sd_status submit(gen *g, int lane, char *err, size_t errlen)
     Specd__SamplingParams sp;
     Specd__SpecParams spec = SPECD__SPEC_PARAMS__INIT;
     Specd__Submit sub = SPECD__SUBMIT__INIT;
+    Specd__LogprobParams lp = SPECD__LOGPROB_PARAMS__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
     sd_pb_sampling_set(&g->p.sampling, &sp);
+    if (g->p.logprobs) {
+        lp.top = (uint32_t)g->p.top_logprobs;
+        lp.prompt = g->p.echo && !g->prompt_lp_done && g->n_out == 0;
+        sub.logprobs = &lp;
+    }
     spec.enabled = g->p.spec_enabled;
     spec.num_draft = g->p.num_draft;
     spec.verify = (Specd__VerifyMode)g->p.verify;
@@ -496,15 +508,29 @@ static bool gen_text(gen *g, const char *t, size_t n)
     return hit;
 }
 
+/* Streams the text and log-probabilities gathered since the last chunk. */
 static void flush_chunk(gen *g)
 {
     size_t n = evbuffer_get_length(g->text);
-    if (!g->stream_started || n == 0) return;
+    bool lp = g->lp && sd_lp_pending(g->lp) > 0;
+    if (!g->stream_started || (n == 0 && !lp)) return;
     sd_api_spec spec;
     sd_api_result r = gen_result(g, NULL, &spec);
+    r.logprobs = lp ? sd_lp_take(g->lp) : NULL;
     send_sse(g, sd_api_chunk_sse(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false,
                                  g->p.include_usage));
+    json_decref(r.logprobs);
     evbuffer_drain(g->text, n);
+}
+
+/* echo + logprobs: the prompt's entries (the first has no value) come before
+ * the output's, once, with the first event that carries them. */
+static void take_prompt_logprobs(gen *g, const Specd__TokenEvent *ev)
+{
+    if (!g->lp || !g->p.echo || g->prompt_lp_done || ev->n_prompt_logprobs + 1 != g->n_prompt) return;
+    sd_lp_add(g->lp, g->prompt[0], NULL);
+    for (size_t i = 0; i < ev->n_prompt_logprobs; i++) sd_lp_add(g->lp, g->prompt[i + 1], ev->prompt_logprobs[i]);
+    g->prompt_lp_done = true;
 }
 
 static void take_stats(gen *g, const Specd__SpecStats *st)
@@ -535,6 +561,7 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
 {
     bool hit = false;
     take_stats(g, ev->stats);
+    take_prompt_logprobs(g, ev);
     if (!g->t_first && ev->n_tokens) g->t_first = sd_now_s();
     for (size_t i = 0; i < ev->n_tokens && !hit; i++) {
         const char *t;
@@ -549,6 +576,7 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
             }
         }
         if (g->n_out < g->cap_out) g->out_ids[g->n_out++] = ev->tokens[i];
+        if (g->lp && ev->n_logprobs == ev->n_tokens) sd_lp_add(g->lp, ev->tokens[i], ev->logprobs[i]);
         if (sd_tok_stream_push(g->dec, ev->tokens[i], &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
     }
     if (hit) {
@@ -727,6 +755,8 @@ static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
     if (!g->p.seed_set) g->p.sampling.seed = g->id * 0xD1B54A32D192ED03ULL ^ (uint64_t)g->t0;
     g->dec = sd_tok_stream_new(s->tok, true);
     g->stop = sd_stop_new((const char *const *)g->p.stop, g->p.n_stop);
+    if (g->p.logprobs && !(g->lp = sd_lp_new(s->tok, g->p.kind, g->p.top_logprobs)))
+        return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (s->o.request_timeout_s > 0) g->timer = evtimer_new(s->base, on_timeout, g);
     if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
     if (!g->dec || !g->stop || (s->o.request_timeout_s > 0 && !g->timer) || (s->o.resume_wait_s > 0 && !g->park))

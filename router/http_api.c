@@ -258,6 +258,30 @@ static sd_status parse_stream(json_t *o, sd_api_req *r, sd_api_err *e)
     return st;
 }
 
+/* Log-probabilities. Completions: "logprobs": N alternatives (0..20).
+ * Chat: "logprobs": true, with "top_logprobs": N (0..20). */
+static sd_status parse_logprobs(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    long long n = 0;
+    bool given = false;
+    json_t *lp = field(o, "logprobs");
+    if (r->kind == SD_API_COMPLETION) {
+        if (json_is_boolean(lp))
+            return BADF("logprobs", "'logprobs' on /v1/completions is the number of alternatives per token "
+                        "(0..%d), not a boolean", SD_API_MAX_LOGPROBS);
+        sd_status st = get_int(o, "logprobs", 0, SD_API_MAX_LOGPROBS, &n, &given, e);
+        r->logprobs = given;
+        r->top_logprobs = (int)n;
+        return st;
+    }
+    sd_status st = get_bool(o, "logprobs", &r->logprobs, e);
+    if (st == SD_OK) st = get_int(o, "top_logprobs", 0, SD_API_MAX_LOGPROBS, &n, &given, e);
+    if (st == SD_OK && given && n > 0 && !r->logprobs)
+        return BADF("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    r->top_logprobs = (int)n;
+    return st;
+}
+
 /* n, best_of, echo (taken on completions), and the features of the OpenAI API specd does not
  * implement: refused, not ignored. */
 static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
@@ -271,9 +295,6 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     if (st == SD_OK) st = get_bool(o, "echo", &r->echo, e);
     if (st == SD_OK && r->echo && r->kind == SD_API_CHAT)
         return BADF("echo", "'echo' is supported on /v1/completions only");
-    json_t *lp = field(o, "logprobs");
-    if (st == SD_OK && lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
-        return BADF("logprobs", "'logprobs' is not supported");
     if (st != SD_OK) return st;
     /* tool calling and structured output: a client relying on them must not get plain text back */
     json_t *tools = field(o, "tools"), *functions = field(o, "functions");
@@ -340,6 +361,7 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK) st = get_bool(o, "ignore_eos", &r->ignore_eos, e);
     if (st == SD_OK) st = parse_spec(o, r, e);
     if (st == SD_OK) st = parse_unsupported(o, r, e);
+    if (st == SD_OK) st = parse_logprobs(o, r, e);
     return st;
 }
 
@@ -449,11 +471,18 @@ static json_t *head_json(const sd_api_result *res, const char *object)
                      (json_int_t)res->created, "model", res->model);
 }
 
+/* choices[0] without its text: index, logprobs, finish_reason. */
+static json_t *choice_json(const sd_api_result *res)
+{
+    json_t *lp = res->logprobs ? json_incref(res->logprobs) : json_null();
+    return json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", lp, "finish_reason", str_or_null(res->finish));
+}
+
 char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const char *text, size_t len)
 {
     bool chat = kind == SD_API_CHAT;
     json_t *o = head_json(res, chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason", str_or_null(res->finish));
+    json_t *choice = choice_json(res);
     json_t *t = text_json(text, len);
     if (chat)
         json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", t));
@@ -485,7 +514,7 @@ char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *t
 {
     bool chat = kind == SD_API_CHAT;
     json_t *o = head_json(res, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason", str_or_null(res->finish));
+    json_t *choice = choice_json(res);
     if (chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));

@@ -19,6 +19,7 @@
 #define SD_API_MAX_STOP 16        /* stop strings per request */
 #define SD_API_MAX_STOP_LEN 1024  /* bytes per stop string */
 #define SD_API_MAX_NUM_DRAFT 64
+#define SD_API_MAX_LOGPROBS 20   /* alternatives per token (as vLLM's default max_logprobs) */
 
 typedef enum { SD_API_COMPLETION = 0, SD_API_CHAT = 1 } sd_api_kind;
 
@@ -58,6 +59,8 @@ typedef struct sd_api_req {
     bool include_usage;        /* stream_options.include_usage */
     bool ignore_eos;
     bool echo;                 /* completions: the prompt's text comes first in the output */
+    bool logprobs;             /* report the output tokens' log-probabilities (completions: "logprobs" given) */
+    int top_logprobs;          /* ... with this many alternatives each (0..SD_API_MAX_LOGPROBS) */
     bool spec_enabled;         /* speculative.enabled (default true) */
     unsigned num_draft;        /* speculative.num_draft (0 = server default) */
     sd_api_verify verify;      /* speculative.verify */
@@ -71,7 +74,7 @@ sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *p
 /* Parses and validates a request body of the given kind. On SD_OK *r is
  * filled (free with sd_api_req_clear); on failure *e says why (400 unless
  * noted) and *r holds nothing to free. Sampling ranges are checked with
- * sd_sampling_validate plus the OpenAI bounds. n > 1, best_of > 1, logprobs,
+ * sd_sampling_validate plus the OpenAI bounds. n > 1, best_of > 1,
  * echo on chat, tools and structured output are refused (400, unsupported). */
 sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_req *r,
                        sd_api_err *e);
@@ -105,6 +108,8 @@ typedef struct sd_api_spec {
     const sd_api_adapt *adapt;       /* NULL: not reported */
 } sd_api_spec;
 
+struct json_t;
+
 /* What a finished (or in-progress) generation reports. */
 typedef struct sd_api_result {
     const char *id;           /* "cmpl-…" / "chatcmpl-…" */
@@ -113,6 +118,7 @@ typedef struct sd_api_result {
     const char *finish;       /* "stop" | "length" | NULL (not finished) */
     unsigned prompt_tokens, completion_tokens;
     const sd_api_spec *spec;  /* may be NULL */
+    struct json_t *logprobs;  /* choices[0].logprobs (borrowed; NULL: null) */
 } sd_api_result;
 
 /* Non-streaming response body: text_completion or chat.completion with
@@ -137,7 +143,6 @@ char *sd_api_usage_sse(sd_api_kind kind, const sd_api_result *res);
  * draft_time_hidden (1 - (step - verify) / draft), and "draft_length":
  * mean (drafts chosen per decode step), steps_without_drafts and
  * acceptance_estimate (per position). New ref. */
-struct json_t;
 struct json_t *sd_api_spec_json(const sd_api_spec *s);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include "convert.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Maps the proto verify mode; -2 for an unknown value. */
@@ -30,6 +31,14 @@ sd_status sd_vf_params_from_submit(const Specd__Submit *s, int default_k, bool h
     for (size_t i = 0; i < s->n_stop_ids; i++) p.stop_ids[i] = s->stop_ids[i];
     p.n_stop = (int)s->n_stop_ids;
     p.ignore_eos = s->ignore_eos;
+    if (s->logprobs) {
+        if (s->logprobs->top > SD_MAX_LOGPROBS)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "at most %d top logprobs (got %u)", SD_MAX_LOGPROBS,
+                             s->logprobs->top);
+        p.logprobs = true;
+        p.top_logprobs = (int)s->logprobs->top;
+        p.prompt_logprobs = s->logprobs->prompt;
+    }
     if (default_k < 0) default_k = 0;
     if (default_k > SD_MAX_DRAFT) default_k = SD_MAX_DRAFT;
     p.num_draft = default_k;
@@ -71,4 +80,31 @@ void sd_vf_stats_to_proto(const sd_spec_stats *st, int n, Specd__SpecStats *out)
 const char *sd_vf_error_code(const char *msg)
 {
     return msg && (strstr(msg, "KV") || strstr(msg, "kv")) ? "kv_exhausted" : "internal";
+}
+
+Specd__TokenLogprob **sd_vf_logprobs_to_proto(const sd_token_lp *lp, size_t n, int top)
+{
+    if (top < 0) top = 0;
+    size_t nt = n * (size_t)top;
+    char *block = malloc(n * (sizeof(Specd__TokenLogprob *) + sizeof(Specd__TokenLogprob)) +
+                         nt * (sizeof(Specd__TopLogprob *) + sizeof(Specd__TopLogprob)) + 1);
+    if (!block) return NULL;
+    Specd__TokenLogprob **ptr = (Specd__TokenLogprob **)block;
+    Specd__TokenLogprob *ents = (Specd__TokenLogprob *)(ptr + n);
+    Specd__TopLogprob **tptr = (Specd__TopLogprob **)(ents + n);
+    Specd__TopLogprob *tops = (Specd__TopLogprob *)(tptr + nt);
+    for (size_t i = 0; i < n; i++) {
+        specd__token_logprob__init(&ents[i]);
+        ents[i].logprob = lp[i].lp;
+        ents[i].top = tptr + i * (size_t)top;
+        for (int j = 0; j < top && lp[i].top_id[j] >= 0; j++) {
+            Specd__TopLogprob *t = &tops[i * (size_t)top + (size_t)j];
+            specd__top_logprob__init(t);
+            t->token = lp[i].top_id[j];
+            t->logprob = lp[i].top_lp[j];
+            ents[i].top[ents[i].n_top++] = t;
+        }
+        ptr[i] = &ents[i];
+    }
+    return ptr;
 }

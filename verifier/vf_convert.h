@@ -28,6 +28,11 @@ Specd__FinishReason sd_vf_finish_to_proto(sd_finish f);
 /* Fills *out from st; accepted_at points into st (n entries, n <= SD_MAX_DRAFT). */
 void sd_vf_stats_to_proto(const sd_spec_stats *st, int n, Specd__SpecStats *out);
 
+/* Proto views of lp[0..n) with up to top alternatives each, all in one
+ * malloc'd block that the returned array starts (free() it); NULL when out
+ * of memory. */
+Specd__TokenLogprob **sd_vf_logprobs_to_proto(const sd_token_lp *lp, size_t n, int top);
+
 /* The ErrorEvent code for a request that finished with SD_FINISH_ERROR:
  * "kv_exhausted" when its message mentions KV, else "internal". */
 const char *sd_vf_error_code(const char *msg);

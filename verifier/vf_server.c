@@ -100,12 +100,38 @@ static void send_error(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, con
     send_to(s, peer, &env);
 }
 
+/* Sets ev's log-probabilities from r (which asked for them): those of its n
+ * newest tokens, and with the first output tokens of a fresh request those of
+ * its prompt. Returns the blocks to free after sending (NULL entries when
+ * none, or out of memory: the event goes without). */
+static void attach_logprobs(const sd_req *r, int n, Specd__TokenEvent *ev, void *blocks[2])
+{
+    blocks[0] = blocks[1] = NULL;
+    if (!r || !r->lp || n <= 0) return;
+    int top = r->p.top_logprobs;
+    Specd__TokenLogprob **lp = sd_vf_logprobs_to_proto(r->lp, (size_t)n, top);
+    if (lp) {
+        ev->logprobs = lp;
+        ev->n_logprobs = (size_t)n;
+        blocks[0] = lp;
+    }
+    if (!r->prompt_lp || sd_req_n_output(r) != n || r->n_prompt < 2) return;
+    Specd__TokenLogprob **pl = sd_vf_logprobs_to_proto(r->prompt_lp + 1, (size_t)r->n_prompt - 1, top);
+    if (pl) {
+        ev->prompt_logprobs = pl;
+        ev->n_prompt_logprobs = (size_t)r->n_prompt - 1;
+        blocks[1] = pl;
+    }
+}
+
 /* A TokenEvent with tokens[0..n); stats always set (ps: drafting, as: the
- * adaptive figures; either may be NULL). */
+ * adaptive figures; either may be NULL); lp: the request, when its
+ * log-probabilities go with the tokens. */
 static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
                         sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at,
-                        const sd_vf_pipe_stats *ps, Specd__AdaptStats *as)
+                        const sd_vf_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *lp)
 {
+    void *blocks[2];
     static const sd_spec_stats zero;
     Specd__SpecStats ss;
     Specd__PipeStats pb;
@@ -124,9 +150,12 @@ static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, co
     ev.prompt_tokens = (uint32_t)n_prompt;
     ev.completion_tokens = (uint32_t)n_output;
     ev.stats = &ss;
+    attach_logprobs(lp, n, &ev, blocks);
     env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
     env.token_event = &ev;
     send_to(s, peer, &env);
+    free(blocks[0]);
+    free(blocks[1]);
 }
 
 /* Tokens committed by the last step (or none) for vr, with its finish. */
@@ -140,7 +169,7 @@ static void send_req_event(sd_vf_server *s, const vf_req *vr, bool with_new)
     float acc[SD_MAX_DRAFT];
     sd_vf_adapt_stats_to_proto(&vr->aq, acc, &as);
     send_tokens(s, &vr->peer, vr->rid, r->tokens + r->n_tokens - n, n, r->finish, r->n_prompt, sd_req_n_output(r),
-                &r->stats, n_at, r->p.speculate ? &ps : NULL, r->p.speculate ? &as : NULL);
+                &r->stats, n_at, r->p.speculate ? &ps : NULL, r->p.speculate ? &as : NULL, r);
 }
 
 /* A request that never got an engine request: ErrorEvent + final event. */
@@ -149,7 +178,7 @@ static void reject(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, int n_p
 {
     SD_INFO("request %llu rejected: %s: %s", (unsigned long long)rid, code, msg);
     send_error(s, peer, rid, code, msg);
-    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL, NULL);
+    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL, NULL, NULL);
 }
 
 /* ------------------------------------------------------------ requests */

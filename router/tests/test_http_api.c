@@ -54,7 +54,13 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "not supported"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", "echo", "completions only"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", "echo", "boolean"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 5}", "logprobs", "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs", "between 0 and 20"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs", "not a boolean"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 3}", "logprobs", "boolean"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 2}", "top_logprobs",
+     "needs 'logprobs'"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 30}",
+     "top_logprobs", "between 0 and 20"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": 3}", "speculative", "object"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"enabled\": \"no\"}}", "speculative.enabled", "boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"num_draft\": 99}}", "speculative.num_draft", "between 0 and 64"},
@@ -230,7 +236,7 @@ static const sd_api_spec SPEC = {10, 40, 8, AT, 2, &DRAFTING, &ADAPT};
 
 START_TEST(completion_response_shape)
 {
-    sd_api_result res = {"cmpl-1", "tiny", 1700000000, "length", 3, 4, &SPEC};
+    sd_api_result res = {"cmpl-1", "tiny", 1700000000, "length", 3, 4, &SPEC, NULL};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, "a\"b", 3));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     ck_assert_str_eq(json_string_value(json_object_get(o, "id")), "cmpl-1");
@@ -262,9 +268,44 @@ START_TEST(completion_response_shape)
 }
 END_TEST
 
+START_TEST(logprobs_fields)
+{
+    sd_api_req r;
+    sd_api_err e;
+    const char *b = "{\"prompt\": \"x\", \"logprobs\": 3, \"echo\": true}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.logprobs && r.top_logprobs == 3 && r.echo);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"logprobs\": 0}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.logprobs && r.top_logprobs == 0);
+    sd_api_req_clear(&r);
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 20}";
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.logprobs && r.top_logprobs == 20);
+    sd_api_req_clear(&r);
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": false, \"top_logprobs\": 0}";
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(!r.logprobs);
+    sd_api_req_clear(&r);
+    /* the choice carries the object it is given, else null */
+    json_t *lp = json_pack("{s:[]}", "content");
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, lp};
+    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, "hi", 2));
+    ck_assert(json_is_array(json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                                                            "logprobs"), "content")));
+    json_decref(o);
+    res.logprobs = NULL;
+    o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "x", 1, false, false));
+    ck_assert(json_is_null(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs")));
+    json_decref(o);
+    json_decref(lp);
+}
+END_TEST
+
 START_TEST(chat_response_shape)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, "hi", 2));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *m = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
@@ -279,7 +320,7 @@ END_TEST
 
 START_TEST(sse_chunk_shapes)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL};
     json_t *o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, true, true));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);
@@ -341,6 +382,7 @@ int main(void)
     TCase *tr = tcase_create("responses");
     tcase_add_test(tr, completion_response_shape);
     tcase_add_test(tr, chat_response_shape);
+    tcase_add_test(tr, logprobs_fields);
     tcase_add_test(tr, sse_chunk_shapes);
     tcase_add_test(tr, error_json_shape);
     suite_add_tcase(s, tr);

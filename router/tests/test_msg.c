@@ -3,6 +3,7 @@
  * truncated envelopes, empty frames, no body, unknown body, bad ids, oversize
  * lists, extra frames) is rejected with a message, never a crash. */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -303,6 +304,40 @@ START_TEST(garbage_is_rejected)
     item.n_in_flight = SD_MSG_MAX_POSITIONS + 1;
     n = pack(&env, &buf);
     expect_rejected(buf, n, "in_flight longer than a span");
+    free(buf);
+    /* log-probabilities: one per token, no NaN, at most 20 alternatives */
+    int32_t toks[2] = {4, 5};
+    Specd__TopLogprob tl = SPECD__TOP_LOGPROB__INIT, *tls[SD_MSG_MAX_LOGPROBS + 1];
+    Specd__TokenLogprob lp = SPECD__TOKEN_LOGPROB__INIT, *lps[2] = {&lp, &lp};
+    Specd__TokenEvent te = SPECD__TOKEN_EVENT__INIT;
+    for (size_t i = 0; i <= SD_MSG_MAX_LOGPROBS; i++) tls[i] = &tl;
+    te.request_id = 3;
+    te.tokens = toks;
+    te.n_tokens = 2;
+    te.logprobs = lps;
+    te.n_logprobs = 1;
+    env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
+    env.token_event = &te;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "1 logprob for 2 tokens");
+    free(buf);
+    te.n_logprobs = 2;
+    lp.logprob = NAN;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "NaN logprob");
+    free(buf);
+    lp.logprob = -1.0f;
+    lp.top = tls;
+    lp.n_top = SD_MSG_MAX_LOGPROBS + 1;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "21 alternatives");
+    free(buf);
+    lp.n_top = 1;
+    tl.token = -2;
+    te.prompt_logprobs = lps;
+    te.n_prompt_logprobs = 1;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "negative alternative id");
     free(buf);
     const uint8_t unknown[] = {0x7a, 0x02, 0x08, 0x01}; /* field 15, length-delimited */
     expect_rejected(unknown, sizeof unknown, "unknown body");

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "engine.h"
 #include "model.h"
 #include "sampler.h"
 #include "testutil.h"
@@ -229,6 +230,47 @@ START_TEST(bad_batches_rejected)
 }
 END_TEST
 
+/* Prompt log-probabilities through the engine (chunked prefill, top 5) equal
+ * log-softmax of Hugging Face's logits: the oracle for the values the API
+ * reports. */
+START_TEST(prompt_logprobs_reference)
+{
+    ref_case rc;
+    load_ref("qwen3-tiny", &rc);
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = tu_open_model("qwen3-tiny", be, rc.n_input + 2);
+    sd_engine_opts eo = {.prefill_chunk = 64, .prefill_budget = 64};
+    sd_engine *e = sd_engine_new(m, &eo);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 1;
+    p.logprobs = p.prompt_logprobs = true;
+    p.top_logprobs = 5;
+    sd_req *r;
+    char err[256];
+    ck_assert_int_eq(sd_req_new(e, 1, rc.input, rc.n_input, &p, &r, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_engine_run(e, NULL, &r, 1, NULL, NULL, err, sizeof err), SD_OK);
+    double maxd = 0;
+    for (int pos = 1; pos < rc.n_input; pos++) {
+        const float *ref = rc.logits + (size_t)(pos - 1) * rc.vocab;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < rc.vocab; v++) mx = ref[v] > mx ? ref[v] : mx;
+        for (int v = 0; v < rc.vocab; v++) sum += exp(ref[v] - mx);
+        double lse = mx + log(sum);
+        const sd_token_lp *x = &r->prompt_lp[pos];
+        double d = fabs(x->lp - (ref[rc.input[pos]] - lse));
+        for (int t = 0; t < 5; t++) d = fmax(d, fabs(x->top_lp[t] - (ref[x->top_id[t]] - lse)));
+        if (d > maxd) maxd = d;
+    }
+    fprintf(stderr, "prompt logprobs: max |lp - ref| = %.3g over %d positions\n", maxd, rc.n_input - 1);
+    ck_assert_msg(maxd <= 2e-4, "prompt logprobs differ from the reference by %g", maxd);
+    sd_req_free(e, r);
+    sd_engine_free(e);
+    sd_model_free(m);
+    sd_backend_free(be);
+    free_ref(&rc);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -245,6 +287,7 @@ int main(void)
     tcase_add_test(tc, batch_invariance_f32);
     tcase_add_test(tc, batch_invariance_demo_bf16);
     tcase_add_test(tc, bad_batches_rejected);
+    tcase_add_test(tc, prompt_logprobs_reference);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

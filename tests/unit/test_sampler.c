@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "vecmath.h"
+#include "logprob.h"
 #include "sampler.h"
 #include "testutil.h"
 
@@ -89,6 +90,33 @@ static void check_sums_to_one(const sd_tokprob *d, size_t n)
 }
 
 /* ---- softmax and temperature ------------------------------------------- */
+
+/* Log-softmax of a raw row: the chosen token's value, the top n descending
+ * (lower id first on ties), NaN counted as -inf, padding past the vocabulary. */
+START_TEST(test_logprob_row)
+{
+    const float l[5] = {1.0f, 2.0f, 3.0f, 0.0f, 3.0f};
+    double lse = log(exp(1.0) + exp(2.0) + 2 * exp(3.0) + 1.0);
+    sd_token_lp o;
+    sd_logprob_row(l, 5, 1, 3, &o);
+    ck_assert_double_eq_tol(o.lp, 2.0 - lse, 1e-6);
+    ck_assert_int_eq(o.top_id[0], 2);
+    ck_assert_int_eq(o.top_id[1], 4);
+    ck_assert_int_eq(o.top_id[2], 1);
+    ck_assert_double_eq_tol(o.top_lp[0], 3.0 - lse, 1e-6);
+    ck_assert_double_eq_tol(o.top_lp[2], 2.0 - lse, 1e-6);
+    const float m[3] = {NAN, 0.0f, -INFINITY};
+    sd_logprob_row(m, 3, 0, 4, &o);
+    ck_assert(isinf(o.lp) && o.lp < 0);
+    ck_assert_int_eq(o.top_id[0], 1);
+    ck_assert_double_eq_tol(o.top_lp[0], 0.0, 1e-7);
+    ck_assert_int_eq(o.top_id[1], 2);
+    ck_assert_int_eq(o.top_id[2], -1);
+    ck_assert_int_eq(o.top_id[3], -1);
+    sd_logprob_row(l, 5, 7, 0, &o); /* an id outside the vocabulary: -inf */
+    ck_assert(isinf(o.lp));
+}
+END_TEST
 
 START_TEST(test_softmax_analytic)
 {
@@ -795,6 +823,7 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_sample_sparse_edges);
     tcase_add_test(tc, test_empirical_sampling);
     tcase_add_test(tc, test_chain_sampling_distribution);
+    tcase_add_test(tc, test_logprob_row);
     suite_add_tcase(s, tc);
     return s;
 }

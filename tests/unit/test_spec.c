@@ -9,6 +9,7 @@
  * same outputs as alone. The KV pool is back to full after every run.
  * (The distributional exactness of rejection sampling is test_verify's.) */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,6 +389,122 @@ START_TEST(stops_and_exhaustion)
 }
 END_TEST
 
+/* Log-probabilities collected step by step (sd_engine_run's callback). */
+typedef struct lp_log {
+    sd_token_lp lp[256];
+    int n;
+} lp_log;
+
+static void collect_lp(void *ctx, const sd_req *r)
+{
+    lp_log *l = ctx;
+    for (int i = 0; i < r->n_new && l->n < 256; i++) l->lp[l->n++] = r->lp[i];
+}
+
+/* Runs one request with logprobs on, proposing with pr; fills log. */
+static void gen_lp(fixture *f, sd_proposer *pr, const int32_t *ids, int n, const sd_req_params *p, lp_log *log,
+                   int32_t *out)
+{
+    sd_req *r;
+    char err[256];
+    log->n = 0;
+    ck_assert_msg(sd_req_new(f->eng, 9, ids, n, p, &r, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert_int_eq(sd_engine_run(f->eng, pr, &r, 1, collect_lp, log, err, sizeof err), SD_OK);
+    ck_assert_int_eq(log->n, sd_req_n_output(r));
+    memcpy(out, sd_req_output(r), (size_t)log->n * sizeof *out);
+    sd_req_free(f->eng, r);
+}
+
+/* The log-probabilities of every output token (and its top 5) are the same
+ * with and without speculation — greedy with a repetition penalty (which
+ * must not touch them) and seeded sampling with match verification — and
+ * they are the target's: the chosen token's value is among the top ones
+ * where it is the argmax, the top list descends and sums to at most 1. */
+START_TEST(logprobs_same_with_speculation)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    static lp_log a, b;
+    int32_t oa[256], ob[256];
+    for (int c = 0; c < 2; c++) {
+        int n;
+        int32_t *ids = encode(&f, PROMPTS[3 + c], &n);
+        sd_req_params p = sd_req_params_default();
+        p.max_tokens = 80;
+        p.ignore_eos = true;
+        p.logprobs = true;
+        p.top_logprobs = 5;
+        p.sampling.repetition_penalty = 1.3f;
+        p.sampling.temperature = c == 0 ? 0.0f : 0.9f;
+        p.sampling.seed = 3;
+        gen_lp(&f, NULL, ids, n, &p, &a, oa);
+        p.speculate = true;
+        p.num_draft = 4;
+        p.verify = c == 0 ? SD_VERIFY_AUTO : SD_VERIFY_MATCH;
+        gen_lp(&f, pr, ids, n, &p, &b, ob);
+        ck_assert_int_eq(a.n, b.n);
+        ck_assert_mem_eq(oa, ob, (size_t)a.n * sizeof *oa);
+        for (int j = 0; j < a.n; j++) {
+            ck_assert_msg(a.lp[j].lp == b.lp[j].lp, "config %d token %d: %.9g vs %.9g", c, j, (double)a.lp[j].lp,
+                          (double)b.lp[j].lp);
+            ck_assert_mem_eq(a.lp[j].top_id, b.lp[j].top_id, 5 * sizeof(int32_t));
+            ck_assert_mem_eq(a.lp[j].top_lp, b.lp[j].top_lp, 5 * sizeof(float));
+            double sum = 0;
+            for (int t = 0; t < 5; t++) {
+                sum += exp(a.lp[j].top_lp[t]);
+                if (t) ck_assert(a.lp[j].top_lp[t] <= a.lp[j].top_lp[t - 1]);
+            }
+            ck_assert(sum <= 1.0 + 1e-5 && a.lp[j].lp <= 0.0f);
+            ck_assert(a.lp[j].lp <= a.lp[j].top_lp[0]);
+        }
+        free(ids);
+    }
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+/* Prompt log-probabilities: prefilling prompt + output with small chunks
+ * gives, at the output's positions, the values decoding reported for them. */
+START_TEST(prompt_logprobs_match_decoding)
+{
+    fixture f;
+    open_demo(&f);
+    static lp_log a;
+    int32_t out[256], all[512];
+    int n;
+    int32_t *ids = encode(&f, PROMPTS[7], &n);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 40;
+    p.ignore_eos = true;
+    p.logprobs = true;
+    p.top_logprobs = 3;
+    gen_lp(&f, NULL, ids, n, &p, &a, out);
+    memcpy(all, ids, (size_t)n * sizeof *ids);
+    memcpy(all + n, out, (size_t)a.n * sizeof *out);
+    sd_engine_opts eo = {.prefill_chunk = 7, .prefill_budget = 7};
+    sd_engine *small = sd_engine_new(f.target, &eo);
+    sd_req *r;
+    char err[256];
+    p.prompt_logprobs = true;
+    p.max_tokens = 1;
+    ck_assert_int_eq(sd_req_new(small, 1, all, n + a.n, &p, &r, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_engine_run(small, NULL, &r, 1, NULL, NULL, err, sizeof err), SD_OK);
+    for (int j = 0; j < a.n; j++) {
+        const sd_token_lp *x = &r->prompt_lp[n + j], *y = &a.lp[j];
+        ck_assert_msg(fabsf(x->lp - y->lp) < 1e-4f, "token %d: prompt %g, decoded %g", j, (double)x->lp,
+                      (double)y->lp);
+        for (int t = 0; t < 3; t++) ck_assert(fabsf(x->top_lp[t] - y->top_lp[t]) < 1e-4f);
+    }
+    for (int j = 1; j < n; j++) ck_assert(r->prompt_lp[j].lp <= 0.0f && r->prompt_lp[j].lp > -50.0f);
+    sd_req_free(small, r);
+    sd_engine_free(small);
+    free(ids);
+    close_fixture(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spec");
@@ -401,6 +518,8 @@ int main(void)
     tcase_add_test(tc, batched_requests_equal_single);
     tcase_add_test(tc, rejection_mode_runs);
     tcase_add_test(tc, stops_and_exhaustion);
+    tcase_add_test(tc, logprobs_same_with_speculation);
+    tcase_add_test(tc, prompt_logprobs_match_decoding);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -65,6 +65,17 @@ START_TEST(fields)
     ck_assert(!p.speculate); /* no drafter */
     ck_assert_int_eq(p.num_draft, 3);
     ck_assert_int_eq(p.verify, SD_VERIFY_MATCH);
+    ck_assert(!p.logprobs && !p.prompt_logprobs);
+    Specd__LogprobParams lp = SPECD__LOGPROB_PARAMS__INIT;
+    lp.top = 7;
+    lp.prompt = 1;
+    s.logprobs = &lp;
+    ck_assert_int_eq(sd_vf_params_from_submit(&s, 3, true, &p, err, sizeof err), SD_OK);
+    ck_assert(p.logprobs && p.prompt_logprobs && p.top_logprobs == 7);
+    lp.top = SD_MAX_LOGPROBS + 1;
+    ck_assert_int_eq(sd_vf_params_from_submit(&s, 3, true, &p, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "logprobs"));
+    lp.top = 0;
     spec.verify = (Specd__VerifyMode)17;
     ck_assert_int_eq(sd_vf_params_from_submit(&s, 3, true, &p, err, sizeof err), SD_ERR_ARG);
 }
