@@ -45,6 +45,7 @@ typedef struct gen {
     time_t created;
     double t0;                 /* monotonic start */
     double t_first;            /* monotonic time of the first token (0: none yet) */
+    double t_last;             /* ... and of the last token event */
     double t_dispatch;         /* monotonic time of the first dispatch to a lane (0: not yet) */
     struct evhttp_request *http;
     bool client_gone;          /* the client went away: nothing more to send */
@@ -562,7 +563,12 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
     bool hit = false;
     take_stats(g, ev->stats);
     take_prompt_logprobs(g, ev);
-    if (!g->t_first && ev->n_tokens) g->t_first = sd_now_s();
+    if (ev->n_tokens) {
+        double now = sd_now_s();
+        if (!g->t_first) g->t_first = now;
+        else sd_metrics_observe_itl(g->svc->metrics, now - g->t_last);
+        g->t_last = now;
+    }
     for (size_t i = 0; i < ev->n_tokens && !hit; i++) {
         const char *t;
         size_t n;

@@ -55,6 +55,11 @@ void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r)
     hist_add(&m->latency, BUCKETS, SD_METRICS_NBUCKETS, r->e2e_s);
 }
 
+void sd_metrics_observe_itl(sd_metrics *m, double seconds)
+{
+    hist_add(&m->itl, TPOT_B, NB(TPOT_B), seconds);
+}
+
 static void header(FILE *f, const char *name, const char *type, const char *help)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -203,10 +208,10 @@ static void render_lanes(FILE *f, const sd_lanes *l)
 {
     lane_series(f, l, "specd_lane_up", "gauge", "1 when the lane's verifier answers health checks.", 0);
     lane_series(f, l, "specd_lane_inflight", "gauge", "Requests routed to the lane and not finished.", 1);
-    lane_series(f, l, "specd_kv_blocks_total", "gauge", "KV pool blocks of the lane's verifier.", 2);
+    lane_series(f, l, "specd_kv_blocks", "gauge", "KV pool blocks of the lane's verifier.", 2);
     lane_series(f, l, "specd_kv_blocks_free", "gauge", "Free KV pool blocks of the lane's verifier.", 3);
     lane_series(f, l, "specd_drafter_requests", "gauge", "Requests the lane's drafter holds state for.", 4);
-    lane_series(f, l, "specd_drafter_kv_blocks_total", "gauge", "KV mirror pool blocks of the lane's drafter.", 5);
+    lane_series(f, l, "specd_drafter_kv_blocks", "gauge", "KV mirror pool blocks of the lane's drafter.", 5);
     lane_series(f, l, "specd_drafter_kv_blocks_free", "gauge", "Free KV mirror pool blocks of the lane's drafter.", 6);
     lane_series(f, l, "specd_step_rows_max", "gauge",
                "The most rows (prompt tokens, decode and draft positions) one engine step of the lane had.", 7);
@@ -229,9 +234,9 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     fprintf(f, "specd_spec_draft_tokens_total %llu\n", (unsigned long long)drafted);
     header(f, "specd_spec_accepted_tokens_total", "counter", "Draft tokens accepted (summed over lanes).");
     fprintf(f, "specd_spec_accepted_tokens_total %llu\n", (unsigned long long)accepted);
-    header(f, "specd_spec_accepted_per_position", "counter", "Steps whose draft token at position pos was accepted.");
+    header(f, "specd_spec_accepted_per_position_total", "counter", "Steps whose draft token at position pos was accepted.");
     for (size_t k = 0; k < npos; k++)
-        fprintf(f, "specd_spec_accepted_per_position{pos=\"%zu\"} %llu\n", k + 1, (unsigned long long)pos[k]);
+        fprintf(f, "specd_spec_accepted_per_position_total{pos=\"%zu\"} %llu\n", k + 1, (unsigned long long)pos[k]);
     header(f, "specd_spec_acceptance_rate", "gauge", "Accepted / drafted tokens since start.");
     fprintf(f, "specd_spec_acceptance_rate %.6f\n", drafted ? (double)accepted / (double)drafted : 0.0);
     render_pipe(f, l);
@@ -264,7 +269,7 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         kv_total += in->kv_total;
         kv_free += in->kv_free;
-        drafts += in->pipe[3];
+        drafts += in->pipe[0]; /* spans_used: steps that verified drafts */
         drafted += in->draft_tokens;
         accepted += in->accepted_tokens;
         for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];
@@ -285,6 +290,8 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
     vllm_hist(f, "vllm:time_to_first_token_seconds", "Time to first token.", model, &m->ttft, TTFT_B, NB(TTFT_B));
     vllm_hist(f, "vllm:time_per_output_token_seconds", "Time per output token after the first.", model, &m->tpot,
               TPOT_B, NB(TPOT_B));
+    vllm_hist(f, "vllm:inter_token_latency_seconds", "Time between two token events of a request (a speculative "
+              "step's tokens come together).", model, &m->itl, TPOT_B, NB(TPOT_B));
     vllm_hist(f, "vllm:e2e_request_latency_seconds", "End-to-end request latency.", model, &m->e2e, E2E_B,
               NB(E2E_B));
     vllm_hist(f, "vllm:request_prompt_tokens", "Prompt tokens per request.", model, &m->prompt_len, LEN_B,
@@ -301,7 +308,7 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
               &m->inference, E2E_B, NB(E2E_B));
     if (!l) return;
     vllm_value(f, "vllm:spec_decode_num_drafts_total", "counter",
-               "Decode steps of requests taking drafts (summed over requests and lanes).", model, (double)drafts);
+               "Verify steps that had drafts (summed over requests and lanes).", model, (double)drafts);
     vllm_value(f, "vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", model,
                (double)drafted);
     vllm_value(f, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", model,

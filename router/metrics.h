@@ -9,9 +9,9 @@
  *   specd_request_duration_seconds         histogram (le buckets, _sum, _count)
  *   specd_requests_active / _queued        gauges (router view)
  *   specd_lane_up{lane}, specd_lane_inflight{lane}
- *   specd_kv_blocks_total{lane}, specd_kv_blocks_free{lane}
+ *   specd_kv_blocks{lane}, specd_kv_blocks_free{lane}
  *   specd_spec_steps_total, specd_spec_draft_tokens_total,
- *   specd_spec_accepted_tokens_total, specd_spec_accepted_per_position{pos}
+ *   specd_spec_accepted_tokens_total, specd_spec_accepted_per_position_total{pos}
  *   specd_spec_acceptance_rate             gauge (accepted / drafted)
  * and, beside them, vLLM's names with a model_name label, so that vLLM's
  * dashboards read specd: vllm:num_requests_running / _waiting,
@@ -19,6 +19,7 @@
  * vllm:prompt_tokens_total, vllm:generation_tokens_total,
  * vllm:request_success_total{finished_reason}, the histograms
  * vllm:time_to_first_token_seconds, vllm:time_per_output_token_seconds,
+ * vllm:inter_token_latency_seconds,
  * vllm:e2e_request_latency_seconds, vllm:request_prompt_tokens,
  * vllm:request_generation_tokens, vllm:request_queue_time_seconds,
  * vllm:request_prefill_time_seconds, vllm:request_decode_time_seconds,
@@ -63,7 +64,7 @@ typedef struct sd_metrics {
     int connections;           /* open HTTP connections (set before rendering) */
     uint64_t connection_cap_reached; /* times --max-connections paused accepting (likewise) */
     const char *model_name;    /* the model_name label of the vllm: series (NULL: "") */
-    sd_hist ttft, tpot, e2e, prompt_len, gen_len, queue, prefill, decode, inference;
+    sd_hist ttft, tpot, itl, e2e, prompt_len, gen_len, queue, prefill, decode, inference;
     uint64_t finished_stop, finished_length;
 } sd_metrics;
 
@@ -72,6 +73,10 @@ void sd_metrics_count_status(sd_metrics *m, int status);
 
 /* Records a finished generation: tokens, latencies, finish reason. */
 void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r);
+
+/* Records the time between two token events of one request
+ * (vllm:inter_token_latency_seconds). */
+void sd_metrics_observe_itl(sd_metrics *m, double seconds);
 
 /* Renders the exposition text; malloc'd, caller frees; NULL on OOM.
  * lanes may be NULL (no lane metrics). */

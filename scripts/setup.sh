@@ -12,6 +12,9 @@ PKGS=(build-essential cmake pkg-config xz-utils curl python3
 # Node.js + npm: only for the end-to-end test that drives the official
 # `openai` npm client against the server.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
+# promtool + Prometheus: only for the test that checks /metrics with them
+# (tests/e2e/test_prometheus.sh).
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || PKGS+=(prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -258,10 +258,10 @@ static void handle_metrics(mock *m, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     evbuffer_add_printf(b,
-                        "# HELP specd_spec_accepted_per_position accepted draft tokens by position\n"
-                        "# TYPE specd_spec_accepted_per_position counter\n"
-                        "specd_spec_accepted_per_position{pos=\"1\"} %ld\n"
-                        "specd_spec_accepted_per_position{pos=\"2\"} %ld\n"
+                        "# HELP specd_spec_accepted_per_position_total accepted draft tokens by position\n"
+                        "# TYPE specd_spec_accepted_per_position_total counter\n"
+                        "specd_spec_accepted_per_position_total{pos=\"1\"} %ld\n"
+                        "specd_spec_accepted_per_position_total{pos=\"2\"} %ld\n"
                         "specd_spec_steps_total %ld\n"
                         "specd_requests_total %ld\n",
                         m->pos_accepted[0], m->pos_accepted[1], m->steps_total, m->n_requests);

@@ -290,11 +290,11 @@ END_TEST
 
 START_TEST(test_spec_metrics_filter)
 {
-    const char *text = "# HELP specd_spec_x help\nspecd_spec_accepted_per_position{pos=\"1\"} 123\r\n"
+    const char *text = "# HELP specd_spec_x help\nspecd_spec_accepted_per_position_total{pos=\"1\"} 123\r\n"
                        "other_metric 1\nspecd_spec_steps_total 9";
     char *f = sd_report_spec_metrics(text);
     ck_assert_ptr_nonnull(f);
-    ck_assert_str_eq(f, "specd_spec_accepted_per_position{pos=\"1\"} 123\nspecd_spec_steps_total 9");
+    ck_assert_str_eq(f, "specd_spec_accepted_per_position_total{pos=\"1\"} 123\nspecd_spec_steps_total 9");
     free(f);
     ck_assert_ptr_null(sd_report_spec_metrics("vllm_x 1\n"));
     ck_assert_ptr_null(sd_report_spec_metrics(NULL));

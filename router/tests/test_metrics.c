@@ -17,6 +17,8 @@ START_TEST(router_counters)
     sd_metrics_req a = {10, 5, 0.2, 0.04, 0.01, "length"}, b = {1, 1, 1000, -1, 0.5, "stop"};
     sd_metrics_observe(&m, &a);
     sd_metrics_observe(&m, &b);
+    sd_metrics_observe_itl(&m, 0.02);
+    sd_metrics_observe_itl(&m, 0.06);
     m.active = 3;
     m.model_name = "tiny";
     char *t = sd_metrics_render(&m, NULL);
@@ -38,6 +40,8 @@ START_TEST(router_counters)
     ck_assert_ptr_nonnull(strstr(t, "vllm:time_to_first_token_seconds_count{model_name=\"tiny\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"0.025\"} 0\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:time_per_output_token_seconds_bucket{model_name=\"tiny\",le=\"0.05\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:inter_token_latency_seconds_bucket{model_name=\"tiny\",le=\"0.025\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(t, "vllm:inter_token_latency_seconds_bucket{model_name=\"tiny\",le=\"0.075\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:e2e_request_latency_seconds_count{model_name=\"tiny\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(t, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1\n"));

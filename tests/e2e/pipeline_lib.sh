@@ -158,7 +158,7 @@ metric() { curl -s "$URL/metrics" | awk -v n="$1" '$1 == n || index($1, n "{") =
 kv_settled() {
   local i f t
   for i in $(seq 50); do
-    f=$(metric specd_kv_blocks_free); t=$(metric specd_kv_blocks_total)
+    f=$(metric specd_kv_blocks_free); t=$(metric specd_kv_blocks)
     if [ -n "$t" ] && [ -n "$f" ] && [ "$t" != 0 ] && [ "$f" = "$t" ]; then return 0; fi
     sleep 0.2
   done

@@ -74,7 +74,7 @@ ge "$itl" 15 || fail "ITL p50 $itl ms < 15"
 ge "$ttft" 15 || fail "TTFT p50 $ttft ms < 15"
 ge "$e2e" 200 && ge 20000 "$e2e" || fail "E2E p50 $e2e ms not in [200, 20000] for 12 x 20 ms"
 grep -q '^Accepted tokens per step: *[0-9]' "$OUT" || fail "no speculation stats"
-grep -q 'specd_spec_accepted_per_position{pos="1"}' "$OUT" || fail "no specd_spec_ metrics"
+grep -q 'specd_spec_accepted_per_position_total{pos="1"}' "$OUT" || fail "no specd_spec_ metrics"
 if command -v python3 >/dev/null 2>&1; then
     python3 - "$TMP/a.json" <<'PY' || fail "--json content"
 import json, sys

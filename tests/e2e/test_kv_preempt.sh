@@ -49,7 +49,7 @@ run_mode() {
   local n; n=$(metric specd_preemptions_total)
   check "[$mode] the pool ran short and requests were preempted (specd_preemptions_total $n)" '[ -n "$n" ] && [ "$n" -gt 0 ]'
   kv_settled
-  check "[$mode] every KV block is free again" '[ "$(metric specd_kv_blocks_free)" = "$(metric specd_kv_blocks_total)" ]'
+  check "[$mode] every KV block is free again" '[ "$(metric specd_kv_blocks_free)" = "$(metric specd_kv_blocks)" ]'
   serve_stop
 }
 

@@ -139,7 +139,7 @@ check "(d) ... and the output is exact" 'text_of "$WORK/resumed.json" "$WORK/res
 drafter_idle() {
   local i f t r
   for i in $(seq 50); do
-    f=$(metric specd_drafter_kv_blocks_free); t=$(metric specd_drafter_kv_blocks_total); r=$(metric specd_drafter_requests)
+    f=$(metric specd_drafter_kv_blocks_free); t=$(metric specd_drafter_kv_blocks); r=$(metric specd_drafter_requests)
     if [ -n "$t" ] && [ "$t" != 0 ] && [ "$f" = "$t" ] && [ "$r" = 0 ]; then return 0; fi
     sleep 0.2
   done

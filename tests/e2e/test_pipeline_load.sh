@@ -3,7 +3,7 @@
 # `specd serve` (draft-model drafter): every stream completes, each text
 # equals the same prompt's output when it runs alone (continuous batching
 # and speculation are batch-invariant on CPU), and the verifier's KV pool is
-# whole again afterwards (specd_kv_blocks_free == specd_kv_blocks_total).
+# whole again afterwards (specd_kv_blocks_free == specd_kv_blocks).
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 

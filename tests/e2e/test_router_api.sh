@@ -160,7 +160,7 @@ check "client disconnects → Cancel reaches the verifier (stream and not)" '[ "
 # --- metrics ---------------------------------------------------------------------
 curl -s "$URL/metrics" >"$WORK/metrics"
 for m in specd_http_requests_total specd_spec_steps_total specd_spec_draft_tokens_total \
-         specd_spec_accepted_tokens_total 'specd_spec_accepted_per_position{pos="1"}' specd_kv_blocks_total \
+         specd_spec_accepted_tokens_total 'specd_spec_accepted_per_position_total{pos="1"}' specd_kv_blocks \
          specd_kv_blocks_free specd_requests_active specd_requests_queued specd_generation_tokens_total; do
   check "/metrics has $m" 'grep -qF "$m" "$WORK/metrics"'
 done
