@@ -28,6 +28,7 @@
 #include "logprobs.h"
 #include "prompt.h"
 #include "reply.h"
+#include "responses.h"
 #include "stop_match.h"
 
 #define INVALID "invalid_request_error"
@@ -41,7 +42,8 @@ typedef struct gen {
     struct gen *qnext;         /* FIFO of waiting requests */
     struct sd_gen *svc;
     uint64_t id;
-    char cid[48];              /* "cmpl-…" / "chatcmpl-…" */
+    char cid[48];              /* "cmpl-…" / "chatcmpl-…" / "resp_…" */
+    char msg_id[24];           /* /v1/responses: the output message's id "msg_…" */
     time_t created;
     double t0;                 /* monotonic start */
     double t_first;            /* monotonic time of the first token (0: none yet) */
@@ -65,6 +67,8 @@ typedef struct gen {
     sd_stop *stop;
     struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
     sd_lp *lp;                 /* logprobs: the entries not yet sent (non-stream: all) */
+    struct evbuffer *all;      /* /v1/responses streaming: all output (for the .done events) */
+    unsigned seq;              /* /v1/responses streaming: the next event's sequence_number */
     bool prompt_lp_done;       /* echo + logprobs: the prompt's entries are in lp */
     struct event *timer;       /* request timeout */
     struct event *park;        /* --resume-wait: how long a request whose lane died waits for another */
@@ -147,6 +151,7 @@ static void gen_free(gen *g)
     sd_stop_free(g->stop);
     if (g->text) evbuffer_free(g->text);
     sd_lp_free(g->lp);
+    if (g->all) evbuffer_free(g->all);
     free(g);
 }
 
@@ -207,6 +212,88 @@ static void send_sse(gen *g, char *event)
     free(event);
 }
 
+/* /v1/responses: what the response reports now. */
+static sd_resp resp_of(const gen *g, const char *finish, bool streamed)
+{
+    struct evbuffer *b = streamed ? g->all : g->text;
+    const char *name = g->p.model ? sd_gen_served_name(g->svc, g->p.model) : NULL;
+    sd_resp r = {g->cid, g->msg_id, name ? name : g->svc->o.model_name, (long long)g->created,
+                 !finish ? "in_progress" : !strcmp(finish, "length") ? "incomplete" : "completed",
+                 finish && !strcmp(finish, "length"), (unsigned)g->n_prompt, g->completion_tokens, &g->p,
+                 b ? (const char *)evbuffer_pullup(b, -1) : "", b ? evbuffer_get_length(b) : 0};
+    return r;
+}
+
+static void send_sse(gen *g, char *event);
+
+/* /v1/responses streaming: the events that open the stream, and those that
+ * close it (finish: the generation's end). */
+static void resp_open(gen *g)
+{
+    sd_resp r = resp_of(g, NULL, true);
+    send_sse(g, sd_resp_event("response.created", json_pack("{s:o}", "response", sd_resp_object(&r)), &g->seq));
+    send_sse(g, sd_resp_event("response.in_progress", json_pack("{s:o}", "response", sd_resp_object(&r)), &g->seq));
+    send_sse(g, sd_resp_event("response.output_item.added",
+                              json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, false)), &g->seq));
+    send_sse(g, sd_resp_event("response.content_part.added",
+                              json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", r.msg_id, "output_index", 0,
+                                        "content_index", 0, "part", "type", "output_text", "text", "",
+                                        "annotations"), &g->seq));
+}
+
+static void resp_close(gen *g, const char *finish)
+{
+    sd_resp r = resp_of(g, finish, true);
+    send_sse(g, sd_resp_event("response.output_text.done",
+                              json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r.msg_id, "output_index", 0,
+                                        "content_index", 0, "text", r.text, r.len), &g->seq));
+    send_sse(g, sd_resp_event("response.content_part.done",
+                              json_pack("{s:s, s:i, s:i, s:{s:s, s:s%, s:[]}}", "item_id", r.msg_id, "output_index",
+                                        0, "content_index", 0, "part", "type", "output_text", "text", r.text, r.len,
+                                        "annotations"), &g->seq));
+    send_sse(g, sd_resp_event("response.output_item.done",
+                              json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, true)), &g->seq));
+    send_sse(g, sd_resp_event(r.length ? "response.incomplete" : "response.completed",
+                              json_pack("{s:o}", "response", sd_resp_object(&r)), &g->seq));
+}
+
+/* The whole non-streamed answer of a successful generation. */
+static char *final_body(gen *g, const char *finish)
+{
+    if (g->p.responses) {
+        sd_resp r = resp_of(g, finish, false);
+        json_t *o = sd_resp_object(&r);
+        char *body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8));
+        json_decref(o);
+        return body;
+    }
+    sd_api_spec spec;
+    sd_api_result r = gen_result(g, finish, &spec);
+    r.logprobs = g->lp ? sd_lp_take(g->lp) : NULL;
+    char *body = sd_api_response_json(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1),
+                                      evbuffer_get_length(g->text));
+    json_decref(r.logprobs);
+    return body;
+}
+
+/* A streamed generation's error: the API's error event, then the end. */
+static void stream_error(gen *g, const sd_api_err *e)
+{
+    if (g->p.responses) {
+        send_sse(g, sd_resp_event("error", json_pack("{s:s, s:s, s:o}", "code", e->code[0] ? e->code : e->type,
+                                                     "message", e->message, "param",
+                                                     e->param[0] ? json_string(e->param) : json_null()), &g->seq));
+        return;
+    }
+    char *j = sd_api_error_json(e);
+    size_t n = j ? strlen(j) + 9 : 0;
+    char *ev = j ? malloc(n) : NULL;
+    if (ev) snprintf(ev, n, "data: %s\n\n", j);
+    free(j);
+    send_sse(g, ev);
+    send_sse(g, strdup("data: [DONE]\n\n"));
+}
+
 /* Ends the request: error (e != NULL) or finish reason. Frees g. */
 static void gen_end(gen *g, const char *finish, const sd_api_err *e)
 {
@@ -221,28 +308,20 @@ static void gen_end(gen *g, const char *finish, const sd_api_err *e)
         sd_api_spec spec;
         sd_api_result r = gen_result(g, finish, &spec);
         if (e) {
-            char *j = sd_api_error_json(e);
-            size_t n = j ? strlen(j) + 9 : 0;
-            char *ev = j ? malloc(n) : NULL;
-            if (ev) snprintf(ev, n, "data: %s\n\n", j);
-            free(j);
-            send_sse(g, ev);
+            stream_error(g, e);
+        } else if (g->p.responses) {
+            resp_close(g, finish);
         } else {
             send_sse(g, sd_api_chunk_sse(g->p.kind, &r, "", 0, false, g->p.include_usage));
             if (g->p.include_usage) send_sse(g, sd_api_usage_sse(g->p.kind, &r));
+            send_sse(g, strdup("data: [DONE]\n\n"));
         }
-        send_sse(g, strdup("data: [DONE]\n\n"));
         evhttp_send_reply_end(g->http);
     } else if (e) {
         sd_reply_error(g->http, e, s->metrics);
         status = 0; /* counted by sd_reply_error */
     } else {
-        sd_api_spec spec;
-        sd_api_result r = gen_result(g, finish, &spec);
-        r.logprobs = g->lp ? sd_lp_take(g->lp) : NULL;
-        char *body = sd_api_response_json(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1),
-                                          evbuffer_get_length(g->text));
-        json_decref(r.logprobs);
+        char *body = final_body(g, finish);
         sd_reply_json(g->http, 200, body, s->metrics);
         status = 0; /* counted by sd_reply_json */
         free(body);
@@ -394,7 +473,9 @@ static void start_stream(gen *g)
     evhttp_add_header(h, "Cache-Control", "no-cache");
     evhttp_send_reply_start(g->http, 200, "OK");
     g->stream_started = true;
-    if (g->p.kind == SD_API_CHAT) {
+    if (g->p.responses) {
+        resp_open(g);
+    } else if (g->p.kind == SD_API_CHAT) {
         sd_api_spec spec;
         sd_api_result r = gen_result(g, NULL, &spec);
         send_sse(g, sd_api_chunk_sse(g->p.kind, &r, "", 0, true, g->p.include_usage));
@@ -515,6 +596,15 @@ static void flush_chunk(gen *g)
     size_t n = evbuffer_get_length(g->text);
     bool lp = g->lp && sd_lp_pending(g->lp) > 0;
     if (!g->stream_started || (n == 0 && !lp)) return;
+    if (g->p.responses) {
+        const char *t = (const char *)evbuffer_pullup(g->text, -1);
+        send_sse(g, sd_resp_event("response.output_text.delta",
+                                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", g->msg_id,
+                                            "output_index", 0, "content_index", 0, "delta", t, n), &g->seq));
+        evbuffer_add(g->all, t, n);
+        evbuffer_drain(g->text, n);
+        return;
+    }
     sd_api_spec spec;
     sd_api_result r = gen_result(g, NULL, &spec);
     r.logprobs = lp ? sd_lp_take(g->lp) : NULL;
@@ -756,8 +846,15 @@ static sd_status echo_prompt(sd_gen *s, gen *g, sd_api_err *e)
 
 static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
 {
-    snprintf(g->cid, sizeof g->cid, "%s-%016llx", g->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)(g->id * 0x9E3779B97F4A7C15ULL));
+    unsigned long long h = (unsigned long long)(g->id * 0x9E3779B97F4A7C15ULL);
+    if (g->p.responses) {
+        snprintf(g->cid, sizeof g->cid, "resp_%016llx", h);
+        snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx", h ^ 0x5bd1e995ULL);
+        if (g->p.stream && !(g->all = evbuffer_new()))
+            return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    } else {
+        snprintf(g->cid, sizeof g->cid, "%s-%016llx", g->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl", h);
+    }
     if (!g->p.seed_set) g->p.sampling.seed = g->id * 0xD1B54A32D192ED03ULL ^ (uint64_t)g->t0;
     g->dec = sd_tok_stream_new(s->tok, true);
     g->stop = sd_stop_new((const char *const *)g->p.stop, g->p.n_stop);
@@ -838,7 +935,9 @@ void sd_gen_handle(sd_gen *s, struct evhttp_request *req, sd_api_kind kind)
         return;
     }
     const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
-    if (sd_api_parse(kind, body, len, &g->p, &e) != SD_OK || check_request(s, g, &e) != SD_OK ||
+    sd_status ps = kind == SD_API_RESPONSES ? sd_api_parse_responses(body, len, &g->p, &e)
+                                            : sd_api_parse(kind, body, len, &g->p, &e);
+    if (ps != SD_OK || check_request(s, g, &e) != SD_OK ||
         gen_prepare(s, g, &e) != SD_OK) {
         sd_reply_error(req, &e, s->metrics);
         gen_free(g);

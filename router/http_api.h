@@ -21,7 +21,9 @@
 #define SD_API_MAX_NUM_DRAFT 64
 #define SD_API_MAX_LOGPROBS 20   /* alternatives per token (as vLLM's default max_logprobs) */
 
-typedef enum { SD_API_COMPLETION = 0, SD_API_CHAT = 1 } sd_api_kind;
+/* The generation endpoints. A parsed request is a completion or a chat; a
+ * /v1/responses one is a chat with sd_api_req.responses set. */
+typedef enum { SD_API_COMPLETION = 0, SD_API_CHAT = 1, SD_API_RESPONSES = 2 } sd_api_kind;
 
 typedef enum {
     SD_API_VERIFY_AUTO = 0, /* values match specd.VerifyMode */
@@ -59,6 +61,7 @@ typedef struct sd_api_req {
     bool include_usage;        /* stream_options.include_usage */
     bool ignore_eos;
     bool echo;                 /* completions: the prompt's text comes first in the output */
+    bool responses;            /* a /v1/responses request (responses.h): chat, answered in that API's shapes */
     bool logprobs;             /* report the output tokens' log-probabilities (completions: "logprobs" given) */
     int top_logprobs;          /* ... with this many alternatives each (0..SD_API_MAX_LOGPROBS) */
     bool spec_enabled;         /* speculative.enabled (default true) */

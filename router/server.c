@@ -308,6 +308,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (keyed && !authorized(s, req, path)) return;
     if (!strcmp(path, "/v1/completions") && post) sd_gen_handle(s->gen, req, SD_API_COMPLETION);
     else if (!strcmp(path, "/v1/chat/completions") && post) sd_gen_handle(s->gen, req, SD_API_CHAT);
+    else if (!strcmp(path, "/v1/responses") && post) sd_gen_handle(s->gen, req, SD_API_RESPONSES);
     else if (!strcmp(path, "/v1/models") && get) handle_models(s, req);
     else if (model && get) handle_model(s, req, path + 11);
     else if (!strcmp(path, "/tokenize") && post) handle_tokenize(s, req);
@@ -315,7 +316,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     else if (!strcmp(path, "/version") && get) handle_version(s, req);
     else if (!strcmp(path, "/health") && get) handle_health(s, req);
     else if (!strcmp(path, "/metrics") && get) handle_metrics(s, req);
-    else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") || tok || model ||
+    else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") ||
+             !strcmp(path, "/v1/responses") || tok || model ||
              !strcmp(path, "/v1/models") || !strcmp(path, "/version") || !strcmp(path, "/health") ||
              !strcmp(path, "/metrics")) {
         sd_api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "Method not allowed on %s", path);

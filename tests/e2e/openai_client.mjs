@@ -1,6 +1,8 @@
 // openai_client.mjs — drives `specd serve` with the official OpenAI Node
-// client (npm package `openai`, v4): completions.create, chat.completions.create
-// and a streamed chat completion. Usage: node openai_client.mjs BASE_URL API_KEY MODEL
+// client (npm package `openai`, v4): completions.create, chat.completions.create,
+// a streamed chat completion, logprobs (chat; completions with echo),
+// responses.create (plain and streamed), models.retrieve, and the errors of
+// a wrong key and a wrong model. Usage: node openai_client.mjs BASE_URL API_KEY MODEL
 // (OPENAI_MODULE: path of the installed package's directory). Prints one
 // "ok"/"FAIL" line per check; exit status 0 only when every check passed.
 const [baseURL, apiKey, model] = process.argv.slice(2);
@@ -50,6 +52,55 @@ try {
   check("chat stream: finish_reason", ["stop", "length"].includes(finish), finish);
   check("chat stream: usage chunk", usageOk(usage), usage);
 } catch (e) { check("chat stream", false, String(e)); }
+
+try {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0, logprobs: true,
+    top_logprobs: 2 });
+  const c = r.choices[0].logprobs && r.choices[0].logprobs.content;
+  check("chat logprobs: one entry per token, 2 alternatives each", Array.isArray(c) &&
+        c.length === r.usage.completion_tokens && c.every((e) => e.logprob <= 0 && e.top_logprobs.length === 2 &&
+        Array.isArray(e.bytes)), r.choices[0].logprobs);
+  check("chat logprobs: the tokens spell the message", c && c.map((e) => e.token).join("") ===
+        r.choices[0].message.content, c && c.map((e) => e.token));
+} catch (e) { check("chat logprobs", false, String(e)); }
+
+try {
+  const r = await client.completions.create({ model, prompt: "import os", max_tokens: 8, temperature: 0, logprobs: 1,
+    echo: true });
+  const l = r.choices[0].logprobs;
+  check("completions logprobs + echo: prompt and output entries", l && l.tokens.length ===
+        r.usage.prompt_tokens + r.usage.completion_tokens && l.token_logprobs[0] === null, l);
+} catch (e) { check("completions logprobs", false, String(e)); }
+
+try {
+  const r = await client.responses.create({ model, input: "Write a function that adds two numbers.",
+    instructions: "You write Python.", max_output_tokens: 24, temperature: 0 });
+  check("responses.create: output_text", typeof r.output_text === "string" && r.output_text.length > 0, r);
+  check("responses.create: status and usage", ["completed", "incomplete"].includes(r.status) &&
+        r.usage.input_tokens > 0 && r.usage.output_tokens > 0, r);
+  const stream = await client.responses.create({ model, input: [{ role: "user", content: "Sort a list." }],
+    max_output_tokens: 24, temperature: 0, stream: true });
+  let text = "", done = null, last = null, seq = -1, ordered = true;
+  for await (const ev of stream) {
+    if (ev.sequence_number !== seq + 1) ordered = false;
+    seq = ev.sequence_number;
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    if (ev.type === "response.output_text.done") done = ev.text;
+    last = ev;
+  }
+  check("responses stream: deltas join to the done text", text.length > 0 && text === done, { text, done });
+  check("responses stream: ends with response.completed / .incomplete, numbered in order", ordered && last &&
+        ["response.completed", "response.incomplete"].includes(last.type) && last.response.output[0].content[0].text === text,
+        last && last.type);
+} catch (e) { check("responses", false, String(e)); }
+
+try {
+  const m = await client.models.retrieve(model);
+  check("models.retrieve", m.id === model, m);
+  await client.completions.create({ model: "no-such-model", prompt: "x", max_tokens: 2 });
+  check("wrong model raises NotFoundError", false, "no error");
+} catch (e) { check("wrong model raises NotFoundError (404 model_not_found)", e.status === 404 &&
+                    e.code === "model_not_found", String(e)); }
 
 try {
   const bad = new OpenAI({ baseURL, apiKey: "wrong-key", maxRetries: 0 });

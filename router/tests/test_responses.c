@@ -1,0 +1,124 @@
+/* test_responses.c — the Responses API over the chat machinery
+ * (router/responses.h): parsing into a chat request, refusals naming the
+ * field, the response object and the streaming event format. */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "responses.h"
+#include "testutil.h"
+
+static sd_status parse(const char *body, sd_api_req *r, sd_api_err *e)
+{
+    return sd_api_parse_responses(body, strlen(body), r, e);
+}
+
+START_TEST(input_forms)
+{
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(parse("{\"model\": \"m\", \"input\": \"hi\", \"instructions\": \"be brief\", "
+                           "\"max_output_tokens\": 9, \"temperature\": 0.5, \"stream\": true, \"store\": true, "
+                           "\"reasoning\": null, \"metadata\": {\"a\": \"b\"}}", &r, &e), SD_OK);
+    ck_assert(r.responses && r.kind == SD_API_CHAT && r.stream);
+    ck_assert_uint_eq(r.n_messages, 2);
+    ck_assert_str_eq(r.messages[0].role, "system");
+    ck_assert_str_eq(r.messages[0].content, "be brief");
+    ck_assert_str_eq(r.messages[1].role, "user");
+    ck_assert_str_eq(r.messages[1].content, "hi");
+    ck_assert_int_eq(r.max_tokens, 9);
+    ck_assert_float_eq_tol(r.sampling.temperature, 0.5, 1e-6);
+    ck_assert_str_eq(r.model, "m");
+    sd_api_req_clear(&r);
+    ck_assert_int_eq(parse("{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"a\"},"
+                           "{\"type\": \"input_text\", \"text\": \"b\"}]}, {\"type\": \"message\", \"role\": "
+                           "\"assistant\", \"content\": [{\"type\": \"output_text\", \"text\": \"c\"}]}, "
+                           "{\"role\": \"user\", \"content\": \"d\"}]}", &r, &e), SD_OK);
+    ck_assert_uint_eq(r.n_messages, 3);
+    ck_assert_str_eq(r.messages[0].content, "ab");
+    ck_assert_str_eq(r.messages[1].role, "assistant");
+    ck_assert_str_eq(r.messages[2].content, "d");
+    ck_assert_int_eq(r.max_tokens, -1);
+    sd_api_req_clear(&r);
+}
+END_TEST
+
+static const struct { const char *body, *param, *msg; } BAD[] = {
+    {"{}", "input", "required"},
+    {"{\"input\": 3}", "input", "string or a non-empty array"},
+    {"{\"input\": []}", "input", "string or a non-empty array"},
+    {"{\"input\": \"x\", \"instructions\": 1}", "instructions", "string"},
+    {"{\"input\": [{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": \"o\"}]}", "input[0]",
+     "function_call_output"},
+    {"{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_image\", \"image_url\": \"u\"}]}]}",
+     "input[0].content", "input_image"},
+    {"{\"input\": \"x\", \"tools\": [{\"type\": \"function\", \"name\": \"f\"}]}", "tools", "not supported"},
+    {"{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice", "none"},
+    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_object\"}}}", "text.format", "structured"},
+    {"{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", "previous_response_id", "not stored"},
+    {"{\"input\": \"x\", \"background\": true}", "background", "not supported"},
+    {"{\"input\": \"x\", \"include\": [\"message.output_text.logprobs\"]}", "include", "not supported"},
+    {"{\"input\": \"x\", \"max_output_tokens\": 0}", "max_output_tokens", "positive"},
+    {"{\"input\": \"x\", \"temperature\": 9}", "temperature", "between"},
+    {"[1]", NULL, "JSON object"},
+};
+
+START_TEST(refusals)
+{
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(parse(BAD[_i].body, &r, &e), SD_ERR_ARG);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.param, BAD[_i].param ? BAD[_i].param : "");
+    ck_assert_msg(strstr(e.message, BAD[_i].msg), "%s: %s", BAD[_i].body, e.message);
+}
+END_TEST
+
+START_TEST(object_and_events)
+{
+    sd_api_req q;
+    sd_api_err e;
+    ck_assert_int_eq(parse("{\"input\": \"x\", \"max_output_tokens\": 4}", &q, &e), SD_OK);
+    sd_resp r = {"resp_1", "msg_1", "tiny", 7, "incomplete", true, 3, 4, &q, "abc", 3};
+    json_t *o = sd_resp_object(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "response");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "status")), "incomplete");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "incomplete_details"), "reason")),
+                     "max_output_tokens");
+    json_t *item = json_array_get(json_object_get(o, "output"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(item, "id")), "msg_1");
+    json_t *part = json_array_get(json_object_get(item, "content"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(part, "type")), "output_text");
+    ck_assert_str_eq(json_string_value(json_object_get(part, "text")), "abc");
+    json_t *u = json_object_get(o, "usage");
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "total_tokens")), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "max_output_tokens")), 4);
+    json_decref(o);
+    r.status = "in_progress";
+    o = sd_resp_object(&r);
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "output")), 0);
+    ck_assert(json_is_null(json_object_get(o, "usage")));
+    json_decref(o);
+    unsigned seq = 5;
+    char *ev = sd_resp_event("response.output_text.delta", json_pack("{s:s}", "delta", "d"), &seq);
+    ck_assert_uint_eq(seq, 6);
+    ck_assert_ptr_nonnull(strstr(ev, "event: response.output_text.delta\ndata: {"));
+    ck_assert_ptr_nonnull(strstr(ev, "\"sequence_number\":5"));
+    ck_assert_ptr_nonnull(strstr(ev, "\"type\":\"response.output_text.delta\""));
+    ck_assert(strlen(ev) > 2 && !strcmp(ev + strlen(ev) - 2, "\n\n"));
+    free(ev);
+    sd_api_req_clear(&q);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("responses");
+    TCase *tc = tcase_create("api");
+    tcase_add_test(tc, input_forms);
+    tcase_add_loop_test(tc, refusals, 0, (int)(sizeof BAD / sizeof *BAD));
+    tcase_add_test(tc, object_and_events);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
