@@ -216,11 +216,12 @@ static void send_sse(gen *g, char *event)
 static sd_resp resp_of(const gen *g, const char *finish, bool streamed)
 {
     struct evbuffer *b = streamed ? g->all : g->text;
+    const char *text = b && evbuffer_get_length(b) ? (const char *)evbuffer_pullup(b, -1) : NULL;
     const char *name = g->p.model ? sd_gen_served_name(g->svc, g->p.model) : NULL;
     sd_resp r = {g->cid, g->msg_id, name ? name : g->svc->o.model_name, (long long)g->created,
                  !finish ? "in_progress" : !strcmp(finish, "length") ? "incomplete" : "completed",
                  finish && !strcmp(finish, "length"), (unsigned)g->n_prompt, g->completion_tokens, &g->p,
-                 b ? (const char *)evbuffer_pullup(b, -1) : "", b ? evbuffer_get_length(b) : 0};
+                 text ? text : "", text ? evbuffer_get_length(b) : 0};
     return r;
 }
 

@@ -66,6 +66,8 @@ static void roundtrip(const Specd__Envelope *env)
 /* Kept whole on purpose: one envelope of every oneof case, filled field by
  * field, in the order of specd.proto, so a missing case is visible at a
  * glance next to the schema. */
+/* One case per message type, in proto order: long, but a flat list that reads
+ * as the table of messages it checks. */
 START_TEST(every_type_roundtrips)
 {
     int32_t ids[] = {1, 2, 3, 8191};
@@ -305,7 +307,15 @@ START_TEST(garbage_is_rejected)
     n = pack(&env, &buf);
     expect_rejected(buf, n, "in_flight longer than a span");
     free(buf);
-    /* log-probabilities: one per token, no NaN, at most 20 alternatives */
+    const uint8_t unknown[] = {0x7a, 0x02, 0x08, 0x01}; /* field 15, length-delimited */
+    expect_rejected(unknown, sizeof unknown, "unknown body");
+    still_works();
+}
+END_TEST
+
+/* Log-probabilities: one per token, no NaN, at most 20 alternatives, ids >= 0. */
+START_TEST(bad_logprobs_are_rejected)
+{
     int32_t toks[2] = {4, 5};
     Specd__TopLogprob tl = SPECD__TOP_LOGPROB__INIT, *tls[SD_MSG_MAX_LOGPROBS + 1];
     Specd__TokenLogprob lp = SPECD__TOKEN_LOGPROB__INIT, *lps[2] = {&lp, &lp};
@@ -316,6 +326,9 @@ START_TEST(garbage_is_rejected)
     te.n_tokens = 2;
     te.logprobs = lps;
     te.n_logprobs = 1;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    uint8_t *buf;
+    size_t n;
     env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
     env.token_event = &te;
     n = pack(&env, &buf);
@@ -339,8 +352,6 @@ START_TEST(garbage_is_rejected)
     n = pack(&env, &buf);
     expect_rejected(buf, n, "negative alternative id");
     free(buf);
-    const uint8_t unknown[] = {0x7a, 0x02, 0x08, 0x01}; /* field 15, length-delimited */
-    expect_rejected(unknown, sizeof unknown, "unknown body");
     still_works();
 }
 END_TEST
@@ -408,6 +419,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, every_type_roundtrips);
     tcase_add_test(tc, garbage_is_rejected);
+    tcase_add_test(tc, bad_logprobs_are_rejected);
     tcase_add_test(tc, oversize_list_is_rejected);
     tcase_add_test(tc, extra_frames_are_rejected);
     tcase_add_test(tc, nonblocking_and_send_errors);
