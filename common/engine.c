@@ -22,6 +22,7 @@ struct sd_engine {
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
     float *raw;             /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
     sd_step_timing timing;  /* of the last step */
+    uint64_t prefix_queries, prefix_hits; /* sd_engine_prefix_stats */
 };
 
 sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
@@ -31,6 +32,7 @@ sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
     e->m = m;
     e->opts.prefill_chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 256;
     e->opts.prefill_budget = opts && opts->prefill_budget > 0 ? opts->prefill_budget : 512;
+    e->opts.no_prefix_sharing = opts && opts->no_prefix_sharing;
     e->ver = sd_verifier_new(sd_model_cfg(m)->vocab_size);
     if (!e->ver) {
         free(e);
@@ -161,6 +163,8 @@ void sd_req_preempt(sd_engine *e, sd_req *r)
 {
     sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
     r->n_prefilled = 0;
+    r->share_looked = false;
+    r->shared = 0;
     r->prefill_to = r->n_tokens > r->n_prompt ? r->n_tokens - 1 : r->n_prompt;
     r->n_new = 0;
 }
@@ -209,13 +213,94 @@ static void fail_req(sd_engine *e, sd_req *r, const char *msg)
     sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
 }
 
+/* True when r's prefill is to report its prompt tokens' log-probabilities: a
+ * fresh request (not one prefilling again after a preemption or a resume). */
+static bool wants_prompt_lp(const sd_req *r)
+{
+    return r->prompt_lp && r->n_tokens == r->n_prompt;
+}
+
+/* ---------------------------------------------------------------- prefix sharing */
+
+/* A request that prefills from position 0 and may take shared blocks. */
+static bool share_taker(const sd_req *r)
+{
+    return r->finish == SD_FINISH_NONE && r->n_prefilled == 0 && r->kv.n_blocks == 0 && sd_req_prefilling(r) &&
+           !wants_prompt_lp(r);
+}
+
+/* The positions r can take: its prefill, but a fresh request's last prompt
+ * position, whose logits it samples from. */
+static int share_limit(const sd_req *r)
+{
+    return r->n_tokens == r->n_prompt ? r->prefill_to - 1 : r->prefill_to;
+}
+
+/* Whole blocks of the common prefix of r's first `limit` tokens and d's first `upto`. */
+static int shareable(const sd_req *r, int limit, const sd_req *d, int upto, int bs)
+{
+    int m = limit < upto ? limit : upto, i = 0;
+    while (i < m && r->tokens[i] == d->tokens[i]) i++;
+    return i / bs * bs;
+}
+
+/* Shares into reqs[i] (a taker) and sets its share_wait. */
+static void share_into(sd_engine *e, sd_req *const *reqs, int n, int i)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(e->m);
+    int bs = sd_kv_pool_block_size(pool);
+    sd_req *r = reqs[i];
+    int limit = share_limit(r), now = 0, later = 0;
+    const sd_req *from = NULL;
+    for (int j = 0; j < n; j++) {
+        const sd_req *d = reqs[j];
+        if (d == r || d->finish != SD_FINISH_NONE) continue;
+        int got = d->kv.len > 0 ? shareable(r, limit, d, d->kv.len, bs) : 0;
+        if (got > now) {
+            now = got;
+            from = d;
+        }
+        /* one computing the prefix now, or about to (before r, not waiting itself) */
+        bool computing = sd_req_prefilling(d) && (d->n_prefilled > 0 || (j < i && !d->share_wait));
+        if (computing && d->prefill_to > d->kv.len) {
+            int will = shareable(r, limit, d, d->prefill_to, bs);
+            if (will > later) later = will;
+        }
+    }
+    r->share_wait = later > now;
+    if (r->share_wait) return;
+    if (!r->share_looked) {
+        r->share_looked = true;
+        e->prefix_queries += (uint64_t)r->prefill_to;
+    }
+    if (now > 0 && sd_kv_seq_share_prefix(pool, &r->kv, &from->kv, now) == SD_OK) {
+        r->n_prefilled = r->kv.len;
+        r->shared = r->kv.len;
+        e->prefix_hits += (uint64_t)r->kv.len;
+    }
+}
+
+void sd_engine_share_prefixes(sd_engine *e, sd_req *const *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        reqs[i]->share_wait = false;
+        if (!e->opts.no_prefix_sharing && share_taker(reqs[i])) share_into(e, reqs, n, i);
+    }
+}
+
+void sd_engine_prefix_stats(const sd_engine *e, uint64_t *queries, uint64_t *hits)
+{
+    *queries = e->prefix_queries;
+    *hits = e->prefix_hits;
+}
+
 int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *chunk)
 {
     int left = e->opts.prefill_budget, total = 0; /* >= 1: the first prefilling request gets tokens */
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
         chunk[i] = 0;
-        if (r->finish != SD_FINISH_NONE || !sd_req_prefilling(r)) continue;
+        if (r->finish != SD_FINISH_NONE || !sd_req_prefilling(r) || r->share_wait) continue;
         int c = r->prefill_to - r->n_prefilled;
         if (c > e->opts.prefill_chunk) c = e->opts.prefill_chunk;
         if (c > left) c = left;
@@ -226,12 +311,6 @@ int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *
     return total;
 }
 
-/* True when r's prefill is to report its prompt tokens' log-probabilities: a
- * fresh request (not one prefilling again after a preemption or a resume). */
-static bool wants_prompt_lp(const sd_req *r)
-{
-    return r->prompt_lp && r->n_tokens == r->n_prompt;
-}
 
 /* Adds request r to the batch: a prompt chunk of `chunk` tokens or a verify
  * span with up to `k` drafts. Returns the number of logits rows it needs, or
@@ -344,6 +423,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         if (reqs[i]->finish == SD_FINISH_NONE)
             rows += !sd_req_prefilling(reqs[i]) ? SD_MAX_DRAFT + 1 : wants_prompt_lp(reqs[i]) ? e->opts.prefill_chunk : 1;
     if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    sd_engine_share_prefixes(e, reqs, n);
     sd_engine_prefill_plan(e, reqs, n, e->chunk);
     for (int i = 0; i < n; i++) {
         sd_req *r = reqs[i];

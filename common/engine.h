@@ -75,6 +75,9 @@ typedef struct sd_req {
     sd_token_lp *lp;     /* p.logprobs: [SD_MAX_DRAFT + 1], those of the n_new tokens the last step committed */
     sd_token_lp *prompt_lp; /* p.prompt_logprobs: [n_prompt]; entry i is prompt token i's (i >= 1), filled
                              * when the prefill passes it (all of them once the first token is out) */
+    bool share_wait;     /* prefix sharing: its prefill waits for a request computing the same prefix */
+    bool share_looked;   /* prefix sharing: counted in the engine's queries */
+    int shared;          /* positions of its KV taken from another request (sd_engine_share_prefixes) */
 } sd_req;
 
 typedef struct sd_engine_opts {
@@ -83,6 +86,7 @@ typedef struct sd_engine_opts {
                           * a step's time however many long prompts arrive together, so the
                           * requests already decoding keep streaming and the verifier keeps
                           * answering between steps */
+    bool no_prefix_sharing; /* prefill every prompt in full (sd_engine_share_prefixes does nothing) */
 } sd_engine_opts;
 
 typedef struct sd_engine sd_engine;
@@ -143,6 +147,25 @@ sd_status sd_req_resume(const sd_engine *e, sd_req *r, const int32_t *ids, int n
  * prefill_budget is spent; the first prefilling request always gets one.
  * Returns the total. sd_engine_step follows the same plan. */
 int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *chunk);
+
+/* Prefix sharing. A request about to prefill from scratch (fresh, or
+ * preempted) takes, from another request in reqs[0..n), the KV blocks of
+ * the longest common prefix of their tokens that the other has computed and
+ * committed — whole blocks only, and never the position whose logits the
+ * request samples from, so it computes the rest itself and reads no KV but
+ * that of its own tokens at their own positions (the pool's blocks are
+ * reference-counted; shared blocks are full and never written again). A
+ * request whose prefix another one is still computing waits for it
+ * (share_wait: sd_engine_prefill_plan gives it nothing) when that gains it a
+ * block; it only waits on a request that has started or comes before it.
+ * Requests that report prompt log-probabilities prefill in full. Idempotent
+ * within a step; sd_engine_step calls it first, and a caller planning with
+ * sd_engine_prefill_plan calls it before. Off with opts.no_prefix_sharing. */
+void sd_engine_share_prefixes(sd_engine *e, sd_req *const *reqs, int n);
+
+/* Prefix-sharing totals: prompt positions looked up (queries) and taken
+ * from another request (hits), as vLLM's prefix-cache counters. */
+void sd_engine_prefix_stats(const sd_engine *e, uint64_t *queries, uint64_t *hits);
 
 /* How many drafts the request can use this step (0 while prefilling, when
  * speculation is off, or near max_tokens / the context end). */

@@ -1,9 +1,14 @@
 /* gen.c — generation in the router (see gen.h).
  *
- * Ending paths, all through gen_end(): normal finish, stop string (Cancel sent
- * to the verifier), error event / lane down (503), timeout (Cancel, 504),
- * client disconnect (Cancel; the detached evhttp request is released).
- * Everything runs on the event-loop thread. */
+ * A request (job) is answered by n choices, each its own generation (gen)
+ * on the verifier with seed + index: queued, dispatched to a lane, failed
+ * over, parked and cancelled on its own; the choices of one request go to
+ * one lane when it has room, where they share the prompt's KV. Ending
+ * paths, all through job_end(): every choice finished (gen_finish), stop
+ * string (Cancel sent to the verifier), error event / lane down (503; the
+ * other choices cancelled), timeout (Cancel, 504), client disconnect
+ * (Cancel; the detached evhttp request is released). Everything runs on the
+ * event-loop thread. */
 #include "gen.h"
 
 #include <errno.h>
@@ -33,33 +38,21 @@
 
 #define INVALID "invalid_request_error"
 
-typedef enum { GEN_QUEUED = 0, GEN_RUNNING = 1 } gen_state;
+typedef enum { GEN_QUEUED = 0, GEN_RUNNING = 1, GEN_DONE = 2 } gen_state;
 
-/* One generation request, from validation to its last byte. Owned by the
- * sd_gen's list; freed by gen_end. */
+struct job;
+
+/* One choice's generation on a verifier. Owned by its job. */
 typedef struct gen {
-    struct gen *prev, *next;   /* all live requests */
-    struct gen *qnext;         /* FIFO of waiting requests */
-    struct sd_gen *svc;
-    uint64_t id;
-    char cid[48];              /* "cmpl-…" / "chatcmpl-…" / "resp_…" */
-    char msg_id[24];           /* /v1/responses: the output message's id "msg_…" */
-    time_t created;
-    double t0;                 /* monotonic start */
-    double t_first;            /* monotonic time of the first token (0: none yet) */
-    double t_last;             /* ... and of the last token event */
-    double t_dispatch;         /* monotonic time of the first dispatch to a lane (0: not yet) */
-    struct evhttp_request *http;
-    bool client_gone;          /* the client went away: nothing more to send */
-    bool detached;             /* libevent detached http from its (closed) connection */
-    struct event *watch;       /* EOF watch on the client's socket */
-    bool stream_started;
+    struct gen *prev, *next;   /* all live generations (sd_gen.live) */
+    struct gen *qnext;         /* FIFO of waiting generations */
+    struct job *j;
+    unsigned index;            /* choice index; samples with the request's seed + index */
+    uint64_t id;               /* the verifier's request id */
+    bool linked;               /* in sd_gen.live */
+    double t_last;             /* monotonic time of the last token event (0: none yet) */
     gen_state state;
     int lane;                  /* -1 while queued */
-    sd_api_req p;
-    int32_t *prompt;
-    size_t n_prompt;
-    unsigned max_tokens;
     unsigned completion_tokens;
     int32_t *out_ids;          /* the output so far (failover resumes after it on another lane) */
     size_t n_out, cap_out;
@@ -67,12 +60,11 @@ typedef struct gen {
     sd_stop *stop;
     struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
     sd_lp *lp;                 /* logprobs: the entries not yet sent (non-stream: all) */
-    struct evbuffer *all;      /* /v1/responses streaming: all output (for the .done events) */
-    unsigned seq;              /* /v1/responses streaming: the next event's sequence_number */
+    double cum_logprob;        /* best_of: the output tokens' summed log-probabilities */
     bool prompt_lp_done;       /* echo + logprobs: the prompt's entries are in lp */
-    struct event *timer;       /* request timeout */
-    struct event *park;        /* --resume-wait: how long a request whose lane died waits for another */
+    struct event *park;        /* --resume-wait: how long a generation whose lane died waits for another */
     bool parked;               /* waiting (first in the queue) for a lane to resume on */
+    const char *finish;        /* "stop" / "length" once finished */
     uint64_t steps, draft_tokens, accepted_tokens, accepted_at[64];
     size_t n_accepted_at;
     sd_api_drafting drafting;  /* valid when has_drafting */
@@ -80,6 +72,32 @@ typedef struct gen {
     sd_api_adapt adapt;        /* valid when has_adapt */
     bool has_adapt;
 } gen;
+
+/* One generation request, from validation to its last byte. */
+typedef struct job {
+    struct sd_gen *svc;
+    char cid[48];              /* "cmpl-…" / "chatcmpl-…" / "resp_…" */
+    char msg_id[24];           /* /v1/responses: the output message's id "msg_…" */
+    time_t created;
+    double t0;                 /* monotonic start */
+    double t_first;            /* monotonic time of the first token (0: none yet) */
+    double t_dispatch;         /* monotonic time of the first dispatch to a lane (0: not yet) */
+    struct evhttp_request *http;
+    bool client_gone;          /* the client went away: nothing more to send */
+    bool detached;             /* libevent detached http from its (closed) connection */
+    struct event *watch;       /* EOF watch on the client's socket */
+    struct event *timer;       /* request timeout */
+    bool stream_started;
+    bool admitted;             /* counted in sd_gen.n_jobs */
+    sd_api_req p;
+    int32_t *prompt;
+    size_t n_prompt;
+    unsigned max_tokens;
+    struct evbuffer *all;      /* /v1/responses streaming: all output (for the .done events) */
+    unsigned seq;              /* /v1/responses streaming: the next event's sequence_number */
+    gen **gens;                /* p.best_of choices */
+    unsigned n_gens, n_done;
+} job;
 
 struct sd_gen {
     sd_gen_opts o;
@@ -89,9 +107,10 @@ struct sd_gen {
     int vocab;
     sd_chat_family chat;
     sd_metrics *metrics;
-    gen *live;                 /* list of live requests */
-    gen *qhead, *qtail;        /* waiting requests */
+    gen *live;                 /* list of live generations */
+    gen *qhead, *qtail;        /* waiting generations */
     int nqueued;
+    size_t n_jobs;             /* requests admitted and not finished */
     uint64_t next_id;
     bool stopping;             /* shutting down: dispatch nothing more */
     bool draining;             /* shutting down: accept nothing more */
@@ -106,14 +125,17 @@ static void gen_link(sd_gen *s, gen *g)
     g->next = s->live;
     if (s->live) s->live->prev = g;
     s->live = g;
+    g->linked = true;
 }
 
 static void gen_unlink(sd_gen *s, gen *g)
 {
+    if (!g->linked) return;
     if (g->prev) g->prev->next = g->next;
     else s->live = g->next;
     if (g->next) g->next->prev = g->prev;
     g->prev = g->next = NULL;
+    g->linked = false;
 }
 
 static void queue_remove(sd_gen *s, gen *g)
@@ -131,6 +153,16 @@ static void queue_remove(sd_gen *s, gen *g)
     s->metrics->queued = s->nqueued;
 }
 
+static void queue_push(sd_gen *s, gen *g)
+{
+    g->state = GEN_QUEUED;
+    if (s->qtail) s->qtail->qnext = g;
+    else s->qhead = g;
+    s->qtail = g;
+    s->nqueued++;
+    s->metrics->queued = s->nqueued;
+}
+
 static gen *gen_find(sd_gen *s, uint64_t id)
 {
     for (gen *g = s->live; g; g = g->next)
@@ -141,18 +173,26 @@ static gen *gen_find(sd_gen *s, uint64_t id)
 static void gen_free(gen *g)
 {
     if (!g) return;
-    if (g->timer) event_free(g->timer);
     if (g->park) event_free(g->park);
-    if (g->watch) event_free(g->watch);
-    sd_api_req_clear(&g->p);
-    free(g->prompt);
     free(g->out_ids);
     sd_tok_stream_free(g->dec);
     sd_stop_free(g->stop);
     if (g->text) evbuffer_free(g->text);
     sd_lp_free(g->lp);
-    if (g->all) evbuffer_free(g->all);
     free(g);
+}
+
+static void job_free(job *j)
+{
+    if (!j) return;
+    for (unsigned i = 0; i < j->n_gens; i++) gen_free(j->gens[i]);
+    free(j->gens);
+    if (j->timer) event_free(j->timer);
+    if (j->watch) event_free(j->watch);
+    sd_api_req_clear(&j->p);
+    free(j->prompt);
+    if (j->all) evbuffer_free(j->all);
+    free(j);
 }
 
 static void send_cancel(gen *g)
@@ -164,27 +204,105 @@ static void send_cancel(gen *g)
     env.body_case = SPECD__ENVELOPE__BODY_CANCEL;
     env.cancel = &c;
     char err[256];
-    if (sd_lanes_send(g->svc->lanes, g->lane, &env, err, sizeof err) != SD_OK)
+    if (sd_lanes_send(g->j->svc->lanes, g->lane, &env, err, sizeof err) != SD_OK)
         SD_WARN("request %llu: cancel not sent: %s", (unsigned long long)g->id, err);
 }
 
-/* Detaches g from the server: queue, lane accounting, list, close callback. */
+/* Detaches g from the server: queue, lane accounting, list. */
 static void gen_detach(gen *g)
 {
-    sd_gen *s = g->svc;
+    sd_gen *s = g->j->svc;
     if (g->state == GEN_QUEUED) queue_remove(s, g);
     if (g->state == GEN_RUNNING) {
         sd_lanes_add_inflight(s->lanes, g->lane, -1);
         s->metrics->active--;
     }
+    if (g->park) evtimer_del(g->park);
     gen_unlink(s, g);
-    if (g->watch) event_del(g->watch);
-    if (g->http && !g->detached) {
-        struct evhttp_connection *c = evhttp_request_get_connection(g->http);
+    g->state = GEN_DONE;
+}
+
+/* Detaches the whole request: its generations, the close callback. */
+static void job_detach(job *j)
+{
+    for (unsigned i = 0; i < j->n_gens; i++) gen_detach(j->gens[i]);
+    if (j->admitted) j->svc->n_jobs--;
+    j->admitted = false;
+    if (j->watch) event_del(j->watch);
+    if (j->http && !j->detached) {
+        struct evhttp_connection *c = evhttp_request_get_connection(j->http);
         if (c) evhttp_connection_set_closecb(c, NULL, NULL);
     }
 }
 
+/* The speculation statistics of a request: its choices' summed. */
+typedef struct job_stats {
+    uint64_t accepted_at[64];
+    size_t n_accepted_at;
+    sd_api_drafting drafting;
+    sd_api_adapt adapt;
+    bool has_drafting, has_adapt;
+    unsigned completion_tokens;
+} job_stats;
+
+static void add_drafting(sd_api_drafting *t, const sd_api_drafting *d)
+{
+    t->spans_used += d->spans_used;
+    t->spans_stale += d->spans_stale;
+    t->spans_ready += d->spans_ready;
+    t->spec_steps += d->spec_steps;
+    t->wait_us += d->wait_us;
+    t->draft_us += d->draft_us;
+    t->step_us += d->step_us;
+    t->verify_us += d->verify_us;
+}
+
+/* Sums the choices' statistics into *spec (pointing into *t). The
+ * acceptance estimate is the first choice's that has one. */
+static void job_sum(const job *j, sd_api_spec *spec, job_stats *t)
+{
+    memset(t, 0, sizeof *t);
+    *spec = (sd_api_spec){0};
+    for (unsigned i = 0; i < j->n_gens; i++) {
+        const gen *g = j->gens[i];
+        spec->steps += g->steps;
+        spec->draft_tokens += g->draft_tokens;
+        spec->accepted_tokens += g->accepted_tokens;
+        t->completion_tokens += g->completion_tokens;
+        for (size_t k = 0; k < g->n_accepted_at; k++) t->accepted_at[k] += g->accepted_at[k];
+        if (g->n_accepted_at > t->n_accepted_at) t->n_accepted_at = g->n_accepted_at;
+        if (g->has_drafting) add_drafting(&t->drafting, &g->drafting);
+        t->has_drafting |= g->has_drafting;
+        if (g->has_adapt && !t->has_adapt) t->adapt = g->adapt;
+        else if (g->has_adapt) {
+            t->adapt.k_sum += g->adapt.k_sum;
+            t->adapt.k_steps += g->adapt.k_steps;
+            t->adapt.k_zero += g->adapt.k_zero;
+        }
+        t->has_adapt |= g->has_adapt;
+    }
+    spec->accepted_at = t->accepted_at;
+    spec->n_accepted_at = t->n_accepted_at;
+    spec->drafting = t->has_drafting ? &t->drafting : NULL;
+    spec->adapt = t->has_adapt ? &t->adapt : NULL;
+}
+
+static const char *job_model(const job *j)
+{
+    const char *name = j->p.model ? sd_gen_served_name(j->svc, j->p.model) : NULL;
+    return name ? name : j->svc->o.model_name;
+}
+
+/* What the whole request reports (usage, summed statistics). */
+static sd_api_result job_result(const job *j, const char *finish, sd_api_spec *spec, job_stats *t)
+{
+    job_sum(j, spec, t);
+    sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
+                       t->completion_tokens, spec, NULL, 0};
+    return r;
+}
+
+/* What one choice reports in a stream chunk. */
 static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *spec)
 {
     spec->steps = g->steps;
@@ -194,169 +312,240 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->n_accepted_at = g->n_accepted_at;
     spec->drafting = g->has_drafting ? &g->drafting : NULL;
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
-    const char *name = g->p.model ? sd_gen_served_name(g->svc, g->p.model) : NULL;
-    sd_api_result r = {g->cid, name ? name : g->svc->o.model_name, (long long)g->created, finish,
-                       (unsigned)g->n_prompt, g->completion_tokens, spec, NULL};
+    const job *j = g->j;
+    sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
+                       g->completion_tokens, spec, NULL, g->index};
     return r;
 }
 
-static void send_sse(gen *g, char *event)
+static void send_sse(job *j, char *event)
 {
     if (!event) return;
     struct evbuffer *b = evbuffer_new();
     if (b) {
         evbuffer_add(b, event, strlen(event));
-        evhttp_send_reply_chunk(g->http, b);
+        evhttp_send_reply_chunk(j->http, b);
         evbuffer_free(b);
     }
     free(event);
 }
 
-/* /v1/responses: what the response reports now. */
-static sd_resp resp_of(const gen *g, const char *finish, bool streamed)
+/* /v1/responses (one choice): what the response reports now. */
+static sd_resp resp_of(const job *j, const char *finish, bool streamed)
 {
-    struct evbuffer *b = streamed ? g->all : g->text;
+    struct evbuffer *b = streamed ? j->all : j->gens[0]->text;
     const char *text = b && evbuffer_get_length(b) ? (const char *)evbuffer_pullup(b, -1) : NULL;
-    const char *name = g->p.model ? sd_gen_served_name(g->svc, g->p.model) : NULL;
-    sd_resp r = {g->cid, g->msg_id, name ? name : g->svc->o.model_name, (long long)g->created,
+    sd_resp r = {j->cid, j->msg_id, job_model(j), (long long)j->created,
                  !finish ? "in_progress" : !strcmp(finish, "length") ? "incomplete" : "completed",
-                 finish && !strcmp(finish, "length"), (unsigned)g->n_prompt, g->completion_tokens, &g->p,
+                 finish && !strcmp(finish, "length"), (unsigned)j->n_prompt, j->gens[0]->completion_tokens, &j->p,
                  text ? text : "", text ? evbuffer_get_length(b) : 0};
     return r;
 }
 
-static void send_sse(gen *g, char *event);
-
 /* /v1/responses streaming: the events that open the stream, and those that
  * close it (finish: the generation's end). */
-static void resp_open(gen *g)
+static void resp_open(job *j)
 {
-    sd_resp r = resp_of(g, NULL, true);
-    send_sse(g, sd_resp_event("response.created", json_pack("{s:o}", "response", sd_resp_object(&r)), &g->seq));
-    send_sse(g, sd_resp_event("response.in_progress", json_pack("{s:o}", "response", sd_resp_object(&r)), &g->seq));
-    send_sse(g, sd_resp_event("response.output_item.added",
-                              json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, false)), &g->seq));
-    send_sse(g, sd_resp_event("response.content_part.added",
+    sd_resp r = resp_of(j, NULL, true);
+    send_sse(j, sd_resp_event("response.created", json_pack("{s:o}", "response", sd_resp_object(&r)), &j->seq));
+    send_sse(j, sd_resp_event("response.in_progress", json_pack("{s:o}", "response", sd_resp_object(&r)), &j->seq));
+    send_sse(j, sd_resp_event("response.output_item.added",
+                              json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, false)), &j->seq));
+    send_sse(j, sd_resp_event("response.content_part.added",
                               json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", r.msg_id, "output_index", 0,
                                         "content_index", 0, "part", "type", "output_text", "text", "",
-                                        "annotations"), &g->seq));
+                                        "annotations"), &j->seq));
 }
 
-static void resp_close(gen *g, const char *finish)
+static void resp_close(job *j, const char *finish)
 {
-    sd_resp r = resp_of(g, finish, true);
-    send_sse(g, sd_resp_event("response.output_text.done",
+    sd_resp r = resp_of(j, finish, true);
+    send_sse(j, sd_resp_event("response.output_text.done",
                               json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r.msg_id, "output_index", 0,
-                                        "content_index", 0, "text", r.text, r.len), &g->seq));
-    send_sse(g, sd_resp_event("response.content_part.done",
+                                        "content_index", 0, "text", r.text, r.len), &j->seq));
+    send_sse(j, sd_resp_event("response.content_part.done",
                               json_pack("{s:s, s:i, s:i, s:{s:s, s:s%, s:[]}}", "item_id", r.msg_id, "output_index",
                                         0, "content_index", 0, "part", "type", "output_text", "text", r.text, r.len,
-                                        "annotations"), &g->seq));
-    send_sse(g, sd_resp_event("response.output_item.done",
-                              json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, true)), &g->seq));
-    send_sse(g, sd_resp_event(r.length ? "response.incomplete" : "response.completed",
-                              json_pack("{s:o}", "response", sd_resp_object(&r)), &g->seq));
+                                        "annotations"), &j->seq));
+    send_sse(j, sd_resp_event("response.output_item.done",
+                              json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, true)), &j->seq));
+    send_sse(j, sd_resp_event(r.length ? "response.incomplete" : "response.completed",
+                              json_pack("{s:o}", "response", sd_resp_object(&r)), &j->seq));
 }
 
-/* The whole non-streamed answer of a successful generation. */
-static char *final_body(gen *g, const char *finish)
+/* best_of: the choices in the order they are returned, likeliest first
+ * (ties: lower index); otherwise as generated. */
+static void rank_choices(const job *j, gen **order)
 {
-    if (g->p.responses) {
-        sd_resp r = resp_of(g, finish, false);
+    for (unsigned i = 0; i < j->n_gens; i++) order[i] = j->gens[i];
+    if (j->p.best_of == j->p.n) return;
+    for (unsigned i = 1; i < j->n_gens; i++) { /* insertion sort: stable */
+        gen *g = order[i];
+        unsigned k = i;
+        for (; k > 0 && order[k - 1]->cum_logprob < g->cum_logprob; k--) order[k] = order[k - 1];
+        order[k] = g;
+    }
+}
+
+/* The whole non-streamed answer of a successful request. */
+static char *final_body(job *j)
+{
+    if (j->p.responses) {
+        sd_resp r = resp_of(j, j->gens[0]->finish, false);
         json_t *o = sd_resp_object(&r);
         char *body = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8));
         json_decref(o);
         return body;
     }
-    sd_api_spec spec;
-    sd_api_result r = gen_result(g, finish, &spec);
-    r.logprobs = g->lp ? sd_lp_take(g->lp) : NULL;
-    char *body = sd_api_response_json(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1),
-                                      evbuffer_get_length(g->text));
-    json_decref(r.logprobs);
+    gen **order = calloc(j->n_gens, sizeof *order);
+    sd_api_choice *ch = calloc(j->p.n, sizeof *ch);
+    char *body = NULL;
+    if (order && ch) {
+        rank_choices(j, order);
+        for (unsigned i = 0; i < j->p.n; i++) {
+            gen *g = order[i];
+            ch[i] = (sd_api_choice){(const char *)evbuffer_pullup(g->text, -1), evbuffer_get_length(g->text),
+                                    g->finish, g->lp ? sd_lp_take(g->lp) : NULL};
+        }
+        sd_api_spec spec;
+        job_stats t;
+        sd_api_result r = job_result(j, NULL, &spec, &t);
+        body = sd_api_response_json(j->p.kind, &r, ch, j->p.n);
+        for (unsigned i = 0; i < j->p.n; i++) json_decref(ch[i].logprobs);
+    }
+    free(order);
+    free(ch);
     return body;
 }
 
-/* A streamed generation's error: the API's error event, then the end. */
-static void stream_error(gen *g, const sd_api_err *e)
+/* A streamed request's error: the API's error event, then the end. */
+static void stream_error(job *j, const sd_api_err *e)
 {
-    if (g->p.responses) {
-        send_sse(g, sd_resp_event("error", json_pack("{s:s, s:s, s:o}", "code", e->code[0] ? e->code : e->type,
+    if (j->p.responses) {
+        send_sse(j, sd_resp_event("error", json_pack("{s:s, s:s, s:o}", "code", e->code[0] ? e->code : e->type,
                                                      "message", e->message, "param",
-                                                     e->param[0] ? json_string(e->param) : json_null()), &g->seq));
+                                                     e->param[0] ? json_string(e->param) : json_null()), &j->seq));
         return;
     }
-    char *j = sd_api_error_json(e);
-    size_t n = j ? strlen(j) + 9 : 0;
-    char *ev = j ? malloc(n) : NULL;
-    if (ev) snprintf(ev, n, "data: %s\n\n", j);
-    free(j);
-    send_sse(g, ev);
-    send_sse(g, strdup("data: [DONE]\n\n"));
+    char *s = sd_api_error_json(e);
+    size_t n = s ? strlen(s) + 9 : 0;
+    char *ev = s ? malloc(n) : NULL;
+    if (ev) snprintf(ev, n, "data: %s\n\n", s);
+    free(s);
+    send_sse(j, ev);
+    send_sse(j, strdup("data: [DONE]\n\n"));
 }
 
-/* Ends the request: error (e != NULL) or finish reason. Frees g. */
-static void gen_end(gen *g, const char *finish, const sd_api_err *e)
+/* The end of a successful stream: the Responses closing events, or usage
+ * (include_usage) and [DONE]. Each choice's final chunk went out as it finished. */
+static void stream_end(job *j)
 {
-    sd_gen *s = g->svc;
-    gen_detach(g);
-    int status = e ? e->status : 200;
-    if (g->client_gone) {
-        status = 499;
-        if (g->stream_started) evhttp_send_reply_end(g->http); /* frees the detached request */
-        else evhttp_send_reply(g->http, 499, "Client Closed Request", NULL);
-    } else if (g->stream_started) {
+    if (j->p.responses) {
+        resp_close(j, j->gens[0]->finish);
+        return;
+    }
+    if (j->p.include_usage) {
         sd_api_spec spec;
-        sd_api_result r = gen_result(g, finish, &spec);
-        if (e) {
-            stream_error(g, e);
-        } else if (g->p.responses) {
-            resp_close(g, finish);
-        } else {
-            send_sse(g, sd_api_chunk_sse(g->p.kind, &r, "", 0, false, g->p.include_usage));
-            if (g->p.include_usage) send_sse(g, sd_api_usage_sse(g->p.kind, &r));
-            send_sse(g, strdup("data: [DONE]\n\n"));
-        }
-        evhttp_send_reply_end(g->http);
+        job_stats t;
+        sd_api_result r = job_result(j, NULL, &spec, &t);
+        send_sse(j, sd_api_usage_sse(j->p.kind, &r));
+    }
+    send_sse(j, strdup("data: [DONE]\n\n"));
+}
+
+static void job_observe(job *j)
+{
+    double now = sd_now_s();
+    double queue = j->t_dispatch ? j->t_dispatch - j->t0 : now - j->t0;
+    unsigned tokens = 0;
+    for (unsigned i = 0; i < j->n_gens; i++) tokens += j->gens[i]->completion_tokens;
+    sd_metrics_req mr = {(unsigned)j->n_prompt, tokens, now - j->t0, j->t_first ? j->t_first - j->t0 : -1, queue,
+                         j->gens[0]->finish ? j->gens[0]->finish : "stop"};
+    sd_metrics_observe(j->svc->metrics, &mr);
+}
+
+/* Ends the request: error (e != NULL) or every choice finished. Frees j. */
+static void job_end(job *j, const sd_api_err *e)
+{
+    sd_gen *s = j->svc;
+    job_detach(j);
+    int status = e ? e->status : 200;
+    if (j->client_gone) {
+        status = 499;
+        if (j->stream_started) evhttp_send_reply_end(j->http); /* frees the detached request */
+        else evhttp_send_reply(j->http, 499, "Client Closed Request", NULL);
+    } else if (j->stream_started) {
+        if (e) stream_error(j, e);
+        else stream_end(j);
+        evhttp_send_reply_end(j->http);
     } else if (e) {
-        sd_reply_error(g->http, e, s->metrics);
+        sd_reply_error(j->http, e, s->metrics);
         status = 0; /* counted by sd_reply_error */
     } else {
-        char *body = final_body(g, finish);
-        sd_reply_json(g->http, 200, body, s->metrics);
+        char *body = final_body(j);
+        if (body) {
+            sd_reply_json(j->http, 200, body, s->metrics);
+        } else {
+            sd_api_err oom;
+            sd_api_fail(&oom, 500, "server_error", NULL, NULL, "out of memory");
+            sd_reply_error(j->http, &oom, s->metrics);
+        }
         status = 0; /* counted by sd_reply_json */
         free(body);
     }
     if (status) sd_metrics_count_status(s->metrics, status);
-    if (!e) {
-        double now = sd_now_s();
-        double queue = g->t_dispatch ? g->t_dispatch - g->t0 : now - g->t0;
-        sd_metrics_req mr = {(unsigned)g->n_prompt, g->completion_tokens, now - g->t0,
-                             g->t_first ? g->t_first - g->t0 : -1, queue, finish};
-        sd_metrics_observe(s->metrics, &mr);
-    }
-    gen_free(g);
+    if (!e && !j->client_gone) job_observe(j);
+    job_free(j);
     gen_drain_queue(s);
 }
 
-static void gen_fail(gen *g, int status, const char *type, const char *code, const char *fmt_msg)
+/* Ends the request with an error; its running choices are cancelled on
+ * their verifiers (but `except`, whose verifier ended it). */
+static void job_abort(job *j, const gen *except, const sd_api_err *e)
 {
-    sd_api_err e;
-    sd_api_fail(&e, status, type, NULL, code, "%s", fmt_msg);
-    gen_end(g, NULL, &e);
+    for (unsigned i = 0; i < j->n_gens; i++)
+        if (j->gens[i] != except) send_cancel(j->gens[i]);
+    job_end(j, e);
 }
 
+static void job_fail(job *j, const gen *except, int status, const char *type, const char *code, const char *msg)
+{
+    sd_api_err e;
+    sd_api_fail(&e, status, type, NULL, code, "%s", msg);
+    job_abort(j, except, &e);
+}
+
+/* Streams the final chunk of a finished choice (its finish_reason, its own
+ * statistics). */
+static void send_finish_chunk(gen *g)
+{
+    job *j = g->j;
+    if (!j->stream_started || j->client_gone || j->p.responses) return;
+    sd_api_spec spec;
+    sd_api_result r = gen_result(g, g->finish, &spec);
+    send_sse(j, sd_api_chunk_sse(j->p.kind, &r, "", 0, false, j->p.include_usage));
+}
+
+/* Choice g finished normally; the request ends with its last choice. */
+static void gen_finish(gen *g, const char *finish)
+{
+    job *j = g->j;
+    g->finish = finish;
+    gen_detach(g);
+    send_finish_chunk(g);
+    if (++j->n_done == j->n_gens) job_end(j, NULL);
+    else gen_drain_queue(j->svc);
+}
 /* ------------------------------------------------------------ callbacks */
 
 static void on_client_close(struct evhttp_connection *c, void *arg)
 {
     (void)c;
-    gen *g = arg;
-    SD_INFO("request %llu: client disconnected; cancelling", (unsigned long long)g->id);
-    g->client_gone = true;
-    g->detached = true;
-    send_cancel(g);
-    gen_end(g, NULL, NULL);
+    job *j = arg;
+    SD_INFO("request %s: client disconnected; cancelling", j->cid);
+    j->client_gone = true;
+    j->detached = true;
+    job_abort(j, NULL, NULL);
 }
 
 /* The answer is written: the connection idles (keep-alive) on the short timeout again. */
@@ -373,21 +562,20 @@ static void on_answered(struct evhttp_request *req, void *arg)
 static void on_client_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
-    gen *g = arg;
+    job *j = arg;
     char c;
     ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    event_del(g->watch);
+    event_del(j->watch);
     if (n > 0) return; /* the client pipelined more data: not a hang-up */
-    SD_INFO("request %llu: client hung up; cancelling", (unsigned long long)g->id);
-    g->client_gone = true;
-    send_cancel(g);
-    gen_end(g, NULL, NULL);
+    SD_INFO("request %s: client hung up; cancelling", j->cid);
+    j->client_gone = true;
+    job_abort(j, NULL, NULL);
 }
 
-static void watch_client(gen *g)
+static void watch_client(job *j)
 {
-    struct evhttp_connection *c = evhttp_request_get_connection(g->http);
+    struct evhttp_connection *c = evhttp_request_get_connection(j->http);
     struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
     evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
     if (fd < 0) return;
@@ -395,102 +583,116 @@ static void watch_client(gen *g)
      * first one until the client's delayed ACK (~40 ms on keep-alive). */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    g->watch = event_new(g->svc->base, fd, EV_READ | EV_PERSIST, on_client_readable, g);
-    if (g->watch) event_add(g->watch, NULL);
+    j->watch = event_new(j->svc->base, fd, EV_READ | EV_PERSIST, on_client_readable, j);
+    if (j->watch) event_add(j->watch, NULL);
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    gen *g = arg;
-    SD_WARN("request %llu: timed out", (unsigned long long)g->id);
-    send_cancel(g);
-    gen_fail(g, g->state == GEN_QUEUED ? 503 : 504, "server_error", "timeout",
-             g->state == GEN_QUEUED ? "Timed out waiting for a free verifier lane" : "The request timed out");
+    job *j = arg;
+    bool ran = false;
+    for (unsigned i = 0; i < j->n_gens; i++) ran |= j->gens[i]->state != GEN_QUEUED;
+    SD_WARN("request %s: timed out", j->cid);
+    job_fail(j, NULL, ran ? 504 : 503, "server_error", "timeout",
+             ran ? "The request timed out" : "Timed out waiting for a free verifier lane");
 }
 
 /* ------------------------------------------------------------ submit */
 
-/* Checks prompt + max_tokens against ctx and fixes g->max_tokens. */
-static sd_status fit_context(gen *g, uint32_t ctx, sd_api_err *e)
+/* Checks prompt + max_tokens against ctx and fixes j->max_tokens. */
+static sd_status fit_context(job *j, uint32_t ctx, sd_api_err *e)
 {
-    const char *pp = g->p.kind == SD_API_CHAT ? "messages" : "prompt";
-    if (g->n_prompt >= ctx)
+    const char *pp = j->p.kind == SD_API_CHAT ? "messages" : "prompt";
+    if (j->n_prompt >= ctx)
         return sd_api_fail(e, 400, INVALID, pp, "context_length_exceeded",
                            "This model's maximum context length is %u tokens, but the prompt has %zu tokens",
-                           ctx, g->n_prompt);
-    unsigned room = ctx - (unsigned)g->n_prompt;
-    if (g->p.max_tokens < 0) {
-        unsigned d = (unsigned)g->svc->o.default_max_tokens;
-        g->max_tokens = d < room ? d : room;
+                           ctx, j->n_prompt);
+    unsigned room = ctx - (unsigned)j->n_prompt;
+    if (j->p.max_tokens < 0) {
+        unsigned d = (unsigned)j->svc->o.default_max_tokens;
+        j->max_tokens = d < room ? d : room;
         return SD_OK;
     }
-    if ((unsigned)g->p.max_tokens > room)
+    if ((unsigned)j->p.max_tokens > room)
         return sd_api_fail(e, 400, INVALID, "max_tokens", "context_length_exceeded",
                            "This model's maximum context length is %u tokens. However, you requested %zu tokens "
                            "(%zu in the %s, %d for max_tokens). Please reduce the length of the %s or max_tokens",
-                           ctx, g->n_prompt + (size_t)g->p.max_tokens, g->n_prompt, pp, g->p.max_tokens, pp);
-    g->max_tokens = (unsigned)g->p.max_tokens;
+                           ctx, j->n_prompt + (size_t)j->p.max_tokens, j->n_prompt, pp, j->p.max_tokens, pp);
+    j->max_tokens = (unsigned)j->p.max_tokens;
     return SD_OK;
+}
+
+/* best_of: the choices are ranked by their log-probabilities */
+static bool ranked(const job *j)
+{
+    return j->p.best_of != j->p.n;
 }
 
 static sd_status submit(gen *g, int lane, char *err, size_t errlen)
 {
+    job *j = g->j;
     Specd__SamplingParams sp;
     Specd__SpecParams spec = SPECD__SPEC_PARAMS__INIT;
     Specd__Submit sub = SPECD__SUBMIT__INIT;
     Specd__LogprobParams lp = SPECD__LOGPROB_PARAMS__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
-    sd_pb_sampling_set(&g->p.sampling, &sp);
-    if (g->p.logprobs) {
-        lp.top = (uint32_t)g->p.top_logprobs;
-        lp.prompt = g->p.echo && !g->prompt_lp_done && g->n_out == 0;
+    sd_sampling sampling = j->p.sampling;
+    sampling.seed += g->index;
+    sd_pb_sampling_set(&sampling, &sp);
+    if (j->p.logprobs || ranked(j)) {
+        lp.top = j->p.logprobs ? (uint32_t)j->p.top_logprobs : 0;
+        lp.prompt = j->p.logprobs && j->p.echo && !g->prompt_lp_done && g->n_out == 0;
         sub.logprobs = &lp;
     }
-    spec.enabled = g->p.spec_enabled;
-    spec.num_draft = g->p.num_draft;
-    spec.verify = (Specd__VerifyMode)g->p.verify;
+    spec.enabled = j->p.spec_enabled;
+    spec.num_draft = j->p.num_draft;
+    spec.verify = (Specd__VerifyMode)j->p.verify;
     sub.request_id = g->id;
-    sub.prompt_ids = g->prompt;
-    sub.n_prompt_ids = g->n_prompt;
+    sub.prompt_ids = j->prompt;
+    sub.n_prompt_ids = j->n_prompt;
     sub.sampling = &sp;
-    sub.max_tokens = g->max_tokens;
-    sub.stop_ids = g->p.stop_ids;
-    sub.n_stop_ids = g->p.n_stop_ids;
-    sub.ignore_eos = g->p.ignore_eos;
+    sub.max_tokens = j->max_tokens;
+    sub.stop_ids = j->p.stop_ids;
+    sub.n_stop_ids = j->p.n_stop_ids;
+    sub.ignore_eos = j->p.ignore_eos;
     sub.spec = &spec;
     sub.resume_ids = g->out_ids;
     sub.n_resume_ids = g->n_out;
     env.body_case = SPECD__ENVELOPE__BODY_SUBMIT;
     env.submit = &sub;
-    return sd_lanes_send(g->svc->lanes, lane, &env, err, errlen);
+    return sd_lanes_send(j->svc->lanes, lane, &env, err, errlen);
 }
 
-static void start_stream(gen *g)
+/* The stream's headers and opening events (chat: each choice's role chunk). */
+static void start_stream(job *j)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(g->http);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(j->http);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
-    evhttp_send_reply_start(g->http, 200, "OK");
-    g->stream_started = true;
-    if (g->p.responses) {
-        resp_open(g);
-    } else if (g->p.kind == SD_API_CHAT) {
-        sd_api_spec spec;
-        sd_api_result r = gen_result(g, NULL, &spec);
-        send_sse(g, sd_api_chunk_sse(g->p.kind, &r, "", 0, true, g->p.include_usage));
+    evhttp_send_reply_start(j->http, 200, "OK");
+    j->stream_started = true;
+    if (j->p.responses) {
+        resp_open(j);
+    } else if (j->p.kind == SD_API_CHAT) {
+        for (unsigned i = 0; i < j->n_gens; i++) {
+            sd_api_spec spec;
+            sd_api_result r = gen_result(j->gens[i], NULL, &spec);
+            send_sse(j, sd_api_chunk_sse(j->p.kind, &r, "", 0, true, j->p.include_usage));
+        }
     }
 }
 
-/* Sends g to lane. On failure ends g (error reply) and returns false. */
+/* Sends g to lane. On failure ends its request (error reply) and returns false. */
 static bool gen_dispatch(gen *g, int lane)
 {
-    sd_gen *s = g->svc;
+    job *j = g->j;
+    sd_gen *s = j->svc;
     sd_api_err e;
     const sd_lane_info *in = sd_lanes_info(s->lanes, lane);
-    if (fit_context(g, in->max_context, &e) != SD_OK) {
-        gen_end(g, NULL, &e);
+    if (fit_context(j, in->max_context, &e) != SD_OK) {
+        job_abort(j, NULL, &e);
         return false;
     }
     char err[256];
@@ -506,17 +708,17 @@ static bool gen_dispatch(gen *g, int lane)
         g->state = GEN_RUNNING;
         g->lane = -1;
         s->metrics->active++;
-        gen_fail(g, 503, "server_error", "lane_unavailable", "The verifier lane is not reachable; retry later");
+        job_fail(j, g, 503, "server_error", "lane_unavailable", "The verifier lane is not reachable; retry later");
         return false;
     }
     g->state = GEN_RUNNING;
     g->lane = lane;
-    if (!g->t_dispatch) g->t_dispatch = sd_now_s();
+    if (!j->t_dispatch) j->t_dispatch = sd_now_s();
     sd_lanes_add_inflight(s->lanes, lane, 1);
     s->metrics->active++;
-    SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, g->n_prompt,
-             g->max_tokens, in->endpoint);
-    if (g->p.stream && !g->stream_started) start_stream(g);
+    SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, j->n_prompt,
+             j->max_tokens, in->endpoint);
+    if (j->p.stream && !j->stream_started) start_stream(j);
     return true;
 }
 
@@ -526,7 +728,7 @@ static bool gen_dispatch(gen *g, int lane)
  * request's seed, which the router fixed at admission). */
 static void gen_failover(gen *g, int lane)
 {
-    sd_gen *s = g->svc;
+    sd_gen *s = g->j->svc;
     sd_lanes_add_inflight(s->lanes, g->lane, -1);
     s->metrics->active--;
     s->metrics->failovers++;
@@ -543,7 +745,7 @@ static void gen_failover(gen *g, int lane)
  * for the old one is taken for the resumed request's. */
 static void gen_park(gen *g)
 {
-    sd_gen *s = g->svc;
+    sd_gen *s = g->j->svc;
     sd_lanes_add_inflight(s->lanes, g->lane, -1);
     s->metrics->active--;
     SD_WARN("request %llu: lane %s died; waiting up to %d s for a lane to resume on after %zu tokens",
@@ -568,14 +770,24 @@ static void on_park_timeout(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     gen *g = arg;
-    gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering and none came up within --resume-wait; retry later");
+    job_fail(g->j, g, 503, "server_error", "lane_down",
+             "The verifier lane stopped answering and none came up within --resume-wait; retry later");
+}
+
+/* The lane for g: its running siblings' when it has room. */
+static int pick_lane(const sd_gen *s, const gen *g)
+{
+    int pref = -1;
+    for (unsigned i = 0; i < g->j->n_gens && pref < 0; i++)
+        if (g->j->gens[i]->state == GEN_RUNNING) pref = g->j->gens[i]->lane;
+    return sd_lanes_pick_near(s->lanes, pref);
 }
 
 static void gen_drain_queue(sd_gen *s)
 {
     int lane;
     if (s->stopping) return;
-    while (s->qhead && (lane = sd_lanes_pick(s->lanes)) >= 0) gen_dispatch(s->qhead, lane);
+    while (s->qhead && (lane = pick_lane(s, s->qhead)) >= 0) gen_dispatch(s->qhead, lane);
 }
 
 /* ------------------------------------------------------------ token events */
@@ -596,21 +808,22 @@ static void flush_chunk(gen *g)
 {
     size_t n = evbuffer_get_length(g->text);
     bool lp = g->lp && sd_lp_pending(g->lp) > 0;
-    if (!g->stream_started || (n == 0 && !lp)) return;
-    if (g->p.responses) {
+    job *j = g->j;
+    if (!j->stream_started || (n == 0 && !lp)) return;
+    if (j->p.responses) {
         const char *t = (const char *)evbuffer_pullup(g->text, -1);
-        send_sse(g, sd_resp_event("response.output_text.delta",
-                                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", g->msg_id,
-                                            "output_index", 0, "content_index", 0, "delta", t, n), &g->seq));
-        evbuffer_add(g->all, t, n);
+        send_sse(j, sd_resp_event("response.output_text.delta",
+                                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", j->msg_id,
+                                            "output_index", 0, "content_index", 0, "delta", t, n), &j->seq));
+        evbuffer_add(j->all, t, n);
         evbuffer_drain(g->text, n);
         return;
     }
     sd_api_spec spec;
     sd_api_result r = gen_result(g, NULL, &spec);
     r.logprobs = lp ? sd_lp_take(g->lp) : NULL;
-    send_sse(g, sd_api_chunk_sse(g->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false,
-                                 g->p.include_usage));
+    send_sse(j, sd_api_chunk_sse(j->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false,
+                                 j->p.include_usage));
     json_decref(r.logprobs);
     evbuffer_drain(g->text, n);
 }
@@ -619,9 +832,10 @@ static void flush_chunk(gen *g)
  * the output's, once, with the first event that carries them. */
 static void take_prompt_logprobs(gen *g, const Specd__TokenEvent *ev)
 {
-    if (!g->lp || !g->p.echo || g->prompt_lp_done || ev->n_prompt_logprobs + 1 != g->n_prompt) return;
-    sd_lp_add(g->lp, g->prompt[0], NULL);
-    for (size_t i = 0; i < ev->n_prompt_logprobs; i++) sd_lp_add(g->lp, g->prompt[i + 1], ev->prompt_logprobs[i]);
+    const job *j = g->j;
+    if (!g->lp || !j->p.echo || g->prompt_lp_done || ev->n_prompt_logprobs + 1 != j->n_prompt) return;
+    sd_lp_add(g->lp, j->prompt[0], NULL);
+    for (size_t i = 0; i < ev->n_prompt_logprobs; i++) sd_lp_add(g->lp, j->prompt[i + 1], ev->prompt_logprobs[i]);
     g->prompt_lp_done = true;
 }
 
@@ -656,8 +870,8 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
     take_prompt_logprobs(g, ev);
     if (ev->n_tokens) {
         double now = sd_now_s();
-        if (!g->t_first) g->t_first = now;
-        else sd_metrics_observe_itl(g->svc->metrics, now - g->t_last);
+        if (!g->j->t_first) g->j->t_first = now;
+        if (g->t_last) sd_metrics_observe_itl(g->j->svc->metrics, now - g->t_last);
         g->t_last = now;
     }
     for (size_t i = 0; i < ev->n_tokens && !hit; i++) {
@@ -673,13 +887,16 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
             }
         }
         if (g->n_out < g->cap_out) g->out_ids[g->n_out++] = ev->tokens[i];
-        if (g->lp && ev->n_logprobs == ev->n_tokens) sd_lp_add(g->lp, ev->tokens[i], ev->logprobs[i]);
+        if (ev->n_logprobs == ev->n_tokens) {
+            g->cum_logprob += ev->logprobs[i]->logprob;
+            if (g->lp) sd_lp_add(g->lp, ev->tokens[i], ev->logprobs[i]);
+        }
         if (sd_tok_stream_push(g->dec, ev->tokens[i], &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
     }
     if (hit) {
         send_cancel(g);
         flush_chunk(g);
-        gen_end(g, "stop", NULL);
+        gen_finish(g, "stop");
         return;
     }
     if (ev->finish == SPECD__FINISH_REASON__FINISH_NONE) {
@@ -695,9 +912,9 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
     }
     flush_chunk(g);
     switch (ev->finish) {
-    case SPECD__FINISH_REASON__FINISH_STOP: gen_end(g, "stop", NULL); break;
-    case SPECD__FINISH_REASON__FINISH_LENGTH: gen_end(g, hit ? "stop" : "length", NULL); break;
-    default: gen_fail(g, 503, "server_error", "cancelled", "The verifier ended the request early"); break;
+    case SPECD__FINISH_REASON__FINISH_STOP: gen_finish(g, "stop"); break;
+    case SPECD__FINISH_REASON__FINISH_LENGTH: gen_finish(g, hit ? "stop" : "length"); break;
+    default: job_fail(g->j, g, 503, "server_error", "cancelled", "The verifier ended the request early"); break;
     }
 }
 
@@ -736,7 +953,7 @@ static void gen_on_event(void *ud, int lane, const Specd__Envelope *env)
     char msg[400];
     snprintf(msg, sizeof msg, "verifier: %s", env->error->message ? env->error->message : "error");
     int st = error_status(env->error->code);
-    gen_fail(g, st, st == 400 ? INVALID : "server_error", env->error->code, msg);
+    job_fail(g->j, g, st, st == 400 ? INVALID : "server_error", env->error->code, msg);
 }
 
 static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
@@ -746,10 +963,11 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
         /* Failing a request may dispatch or end others: rescan from the head. */
         for (gen *g = s->live; g;) {
             if (g->state == GEN_RUNNING && g->lane == lane) {
-                int other = s->stopping || g->n_out + 1 >= g->max_tokens ? -1 : sd_lanes_pick(s->lanes);
+                bool room = !s->stopping && g->n_out + 1 < g->j->max_tokens;
+                int other = room ? sd_lanes_pick(s->lanes) : -1;
                 if (other >= 0) gen_failover(g, other);
-                else if (!s->stopping && g->park && g->n_out + 1 < g->max_tokens) gen_park(g);
-                else gen_fail(g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
+                else if (room && g->park) gen_park(g);
+                else job_fail(g->j, g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
                 g = s->live;
             } else {
                 g = g->next;
@@ -757,9 +975,12 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
         }
         if (sd_lanes_all_down(s->lanes)) /* those that produced nothing fail; the parked wait */
             for (gen *g = s->qhead; g;) {
-                gen *next = g->qnext;
-                if (!g->parked) gen_fail(g, 503, "server_error", "no_healthy_lane", "No verifier lane is available; retry later");
-                g = next;
+                if (g->parked) {
+                    g = g->qnext;
+                    continue;
+                }
+                job_fail(g->j, NULL, 503, "server_error", "no_healthy_lane", "No verifier lane is available; retry later");
+                g = s->qhead; /* the request's other choices went with it */
             }
     }
     gen_drain_queue(s);
@@ -768,10 +989,7 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
 void sd_gen_fail_all(sd_gen *s, int status, const char *msg)
 {
     s->stopping = true;
-    while (s->live) {
-        send_cancel(s->live);
-        gen_fail(s->live, status, "server_error", "shutdown", msg);
-    }
+    while (s->live) job_fail(s->live->j, NULL, status, "server_error", "shutdown", msg);
 }
 
 void sd_gen_drain(sd_gen *s)
@@ -781,134 +999,151 @@ void sd_gen_drain(sd_gen *s)
 
 size_t sd_gen_live(const sd_gen *s)
 {
-    size_t n = 0;
-    for (const gen *g = s->live; g; g = g->next) n++;
-    return n;
+    return s->n_jobs;
 }
 
 /* ------------------------------------------------------------ admission */
 
-/* Fills g->prompt from the request: chat template, prompt text or ids. */
-static sd_status tokenize(sd_gen *s, gen *g, sd_api_err *e)
+/* Fills j->prompt from the request: chat template, prompt text or ids. */
+static sd_status tokenize(sd_gen *s, job *j, sd_api_err *e)
 {
-    return sd_prompt_tokens(s->tok, s->chat, s->vocab, &g->p, &g->prompt, &g->n_prompt, e);
+    return sd_prompt_tokens(s->tok, s->chat, s->vocab, &j->p, &j->prompt, &j->n_prompt, e);
 }
 
-static sd_status check_request(sd_gen *s, gen *g, sd_api_err *e)
+static sd_status check_request(sd_gen *s, job *j, sd_api_err *e)
 {
-    if (g->p.model && !sd_gen_served_name(s, g->p.model))
+    if (j->p.model && !sd_gen_served_name(s, j->p.model))
         return sd_api_fail(e, 404, INVALID, "model", "model_not_found",
-                           "The model '%s' does not exist; this server serves '%s'", g->p.model, s->o.model_name);
-    for (size_t i = 0; i < g->p.n_stop_ids; i++)
-        if (g->p.stop_ids[i] >= s->vocab)
+                           "The model '%s' does not exist; this server serves '%s'", j->p.model, s->o.model_name);
+    for (size_t i = 0; i < j->p.n_stop_ids; i++)
+        if (j->p.stop_ids[i] >= s->vocab)
             return sd_api_fail(e, 400, INVALID, "stop_token_ids", NULL, "'stop_token_ids' id %d is out of range "
-                               "(vocabulary size %d)", (int)g->p.stop_ids[i], s->vocab);
-    sd_status st = tokenize(s, g, e);
+                               "(vocabulary size %d)", (int)j->p.stop_ids[i], s->vocab);
+    sd_status st = tokenize(s, j, e);
     uint32_t ctx = 0;
-    if (st == SD_OK && sd_lanes_any_up(s->lanes, &ctx) && ctx) st = fit_context(g, ctx, e);
+    if (st == SD_OK && sd_lanes_any_up(s->lanes, &ctx) && ctx) st = fit_context(j, ctx, e);
     return st;
 }
 
-static gen *gen_new(sd_gen *s, struct evhttp_request *req)
+static job *job_new(sd_gen *s, struct evhttp_request *req)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->svc = s;
+    j->http = req;
+    j->created = time(NULL);
+    j->t0 = sd_now_s();
+    return j;
+}
+
+/* echo: each choice's output starts with the prompt's text (as given, or
+ * the ids decoded); stop strings apply to the generated text only. */
+static sd_status echo_prompt(sd_gen *s, job *j, sd_api_err *e)
+{
+    char *text = NULL, err[256];
+    size_t n = 0;
+    if (j->p.prompt) {
+        n = strlen(j->p.prompt);
+    } else if (sd_tok_decode(s->tok, j->prompt, j->n_prompt, true, &text, &n, err, sizeof err) != SD_OK) {
+        return sd_api_fail(e, 400, INVALID, "prompt", NULL, "the prompt could not be decoded for 'echo': %s", err);
+    }
+    for (unsigned i = 0; i < j->n_gens; i++) evbuffer_add(j->gens[i]->text, text ? text : j->p.prompt, n);
+    free(text);
+    return SD_OK;
+}
+
+/* Choice i's generation. NULL when out of memory. */
+static gen *gen_new(sd_gen *s, job *j, unsigned i)
 {
     gen *g = calloc(1, sizeof *g);
     if (!g) return NULL;
-    g->svc = s;
-    g->http = req;
+    g->j = j;
+    g->index = i;
     g->lane = -1;
     g->id = s->next_id++;
-    g->created = time(NULL);
-    g->t0 = sd_now_s();
     g->text = evbuffer_new();
-    if (!g->text) {
-        free(g);
+    g->dec = sd_tok_stream_new(s->tok, true);
+    g->stop = sd_stop_new((const char *const *)j->p.stop, j->p.n_stop);
+    if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
+    bool lp_ok = !j->p.logprobs || (g->lp = sd_lp_new(s->tok, j->p.kind, j->p.top_logprobs));
+    if (!g->text || !g->dec || !g->stop || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok) {
+        gen_free(g);
         return NULL;
     }
     return g;
 }
 
-/* Creates the per-request machinery once the request is valid. */
-/* echo: the output starts with the prompt's text (as given, or the ids
- * decoded); stop strings apply to the generated text only. */
-static sd_status echo_prompt(sd_gen *s, gen *g, sd_api_err *e)
+static sd_status job_prepare(sd_gen *s, job *j, sd_api_err *e)
 {
-    if (g->p.prompt) {
-        evbuffer_add(g->text, g->p.prompt, strlen(g->p.prompt));
-        return SD_OK;
-    }
-    char *text = NULL, err[256];
-    size_t n = 0;
-    if (sd_tok_decode(s->tok, g->prompt, g->n_prompt, true, &text, &n, err, sizeof err) != SD_OK)
-        return sd_api_fail(e, 400, INVALID, "prompt", NULL, "the prompt could not be decoded for 'echo': %s", err);
-    evbuffer_add(g->text, text, n);
-    free(text);
-    return SD_OK;
-}
-
-static sd_status gen_prepare(sd_gen *s, gen *g, sd_api_err *e)
-{
-    unsigned long long h = (unsigned long long)(g->id * 0x9E3779B97F4A7C15ULL);
-    if (g->p.responses) {
-        snprintf(g->cid, sizeof g->cid, "resp_%016llx", h);
-        snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx", h ^ 0x5bd1e995ULL);
-        if (g->p.stream && !(g->all = evbuffer_new()))
+    unsigned long long h = (unsigned long long)(s->next_id * 0x9E3779B97F4A7C15ULL);
+    if (j->p.responses) {
+        snprintf(j->cid, sizeof j->cid, "resp_%016llx", h);
+        snprintf(j->msg_id, sizeof j->msg_id, "msg_%016llx", h ^ 0x5bd1e995ULL);
+        if (j->p.stream && !(j->all = evbuffer_new()))
             return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     } else {
-        snprintf(g->cid, sizeof g->cid, "%s-%016llx", g->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl", h);
+        snprintf(j->cid, sizeof j->cid, "%s-%016llx", j->p.kind == SD_API_CHAT ? "chatcmpl" : "cmpl", h);
     }
-    if (!g->p.seed_set) g->p.sampling.seed = g->id * 0xD1B54A32D192ED03ULL ^ (uint64_t)g->t0;
-    g->dec = sd_tok_stream_new(s->tok, true);
-    g->stop = sd_stop_new((const char *const *)g->p.stop, g->p.n_stop);
-    if (g->p.logprobs && !(g->lp = sd_lp_new(s->tok, g->p.kind, g->p.top_logprobs)))
+    if (!j->p.seed_set) j->p.sampling.seed = s->next_id * 0xD1B54A32D192ED03ULL ^ (uint64_t)j->t0;
+    if (!(j->gens = calloc(j->p.best_of, sizeof *j->gens)))
         return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    if (s->o.request_timeout_s > 0) g->timer = evtimer_new(s->base, on_timeout, g);
-    if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
-    if (!g->dec || !g->stop || (s->o.request_timeout_s > 0 && !g->timer) || (s->o.resume_wait_s > 0 && !g->park))
-        return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    if (g->timer) {
+    for (; j->n_gens < j->p.best_of; j->n_gens++)
+        if (!(j->gens[j->n_gens] = gen_new(s, j, j->n_gens)))
+            return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (s->o.request_timeout_s > 0) {
+        if (!(j->timer = evtimer_new(s->base, on_timeout, j)))
+            return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         double t = s->o.request_timeout_s;
         struct timeval tv = {(time_t)t, (suseconds_t)((t - (double)(time_t)t) * 1e6)};
-        evtimer_add(g->timer, &tv);
+        evtimer_add(j->timer, &tv);
     }
-    return g->p.echo ? echo_prompt(s, g, e) : SD_OK;
+    return j->p.echo ? echo_prompt(s, j, e) : SD_OK;
 }
 
-/* Admits a valid request: dispatch now, queue, or refuse (429 / 503). */
-static void gen_admit(sd_gen *s, gen *g)
+/* Refuses j now (all lanes down, or its choices would overflow the queue):
+ * fills e and returns true. */
+static bool refuse(sd_gen *s, const job *j, sd_api_err *e)
+{
+    if (sd_lanes_all_down(s->lanes)) {
+        sd_api_fail(e, 503, "server_error", NULL, "no_healthy_lane", "No verifier lane is available; retry later");
+        return true;
+    }
+    int room = s->qhead ? 0 : sd_lanes_room(s->lanes);
+    int wait = (int)j->n_gens > room ? (int)j->n_gens - room : 0;
+    if (wait > 0 && s->nqueued + wait > s->o.max_queue) {
+        sd_api_fail(e, 429, "rate_limit_error", NULL, "overloaded",
+                    "The server is overloaded (%d requests waiting); retry later", s->nqueued);
+        return true;
+    }
+    return false;
+}
+
+/* Admits a valid request: its choices dispatched now or queued, or it is
+ * refused (429 / 503). */
+static void job_admit(sd_gen *s, job *j)
 {
     sd_api_err e;
-    if (sd_lanes_all_down(s->lanes)) {
-        sd_api_fail(&e, 503, "server_error", NULL, "no_healthy_lane", "No verifier lane is available; retry later");
-        sd_reply_error(g->http, &e, s->metrics);
-        gen_free(g);
+    if (refuse(s, j, &e)) {
+        sd_reply_error(j->http, &e, s->metrics);
+        job_free(j);
         return;
     }
-    int lane = s->qhead ? -1 : sd_lanes_pick(s->lanes);
-    if (lane < 0 && s->nqueued >= s->o.max_queue) {
-        sd_api_fail(&e, 429, "rate_limit_error", NULL, "overloaded",
-                    "The server is overloaded (%d requests waiting); retry later", s->nqueued);
-        sd_reply_error(g->http, &e, s->metrics);
-        gen_free(g);
-        return;
-    }
-    gen_link(s, g);
-    struct evhttp_connection *conn = evhttp_request_get_connection(g->http);
-    evhttp_connection_set_closecb(conn, on_client_close, g);
+    j->admitted = true;
+    s->n_jobs++;
+    for (unsigned i = 0; i < j->n_gens; i++) gen_link(s, j->gens[i]);
+    struct evhttp_connection *conn = evhttp_request_get_connection(j->http);
+    evhttp_connection_set_closecb(conn, on_client_close, j);
     /* the connection's short timeout (reading a request, idling) must not cut a
      * generation: --request-timeout bounds it; back to short once answered */
     evhttp_connection_set_timeout(conn, s->o.request_timeout_s > 0 ? (int)s->o.request_timeout_s + 5 : 3600);
-    evhttp_request_set_on_complete_cb(g->http, on_answered, s);
-    watch_client(g);
-    if (lane >= 0) {
-        gen_dispatch(g, lane);
-        return;
+    evhttp_request_set_on_complete_cb(j->http, on_answered, s);
+    watch_client(j);
+    for (unsigned i = 0; i < j->n_gens; i++) {
+        gen *g = j->gens[i];
+        int lane = s->qhead ? -1 : pick_lane(s, g);
+        if (lane < 0) queue_push(s, g);
+        else if (!gen_dispatch(g, lane)) return; /* the request ended */
     }
-    g->state = GEN_QUEUED;
-    if (s->qtail) s->qtail->qnext = g;
-    else s->qhead = g;
-    s->qtail = g;
-    s->nqueued++;
-    s->metrics->queued = s->nqueued;
 }
 
 void sd_gen_handle(sd_gen *s, struct evhttp_request *req, sd_api_kind kind)
@@ -929,22 +1164,21 @@ void sd_gen_handle(sd_gen *s, struct evhttp_request *req, sd_api_kind kind)
         sd_reply_error(req, &e, s->metrics);
         return;
     }
-    gen *g = gen_new(s, req);
-    if (!g) {
+    job *j = job_new(s, req);
+    if (!j) {
         sd_api_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         sd_reply_error(req, &e, s->metrics);
         return;
     }
     const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
-    sd_status ps = kind == SD_API_RESPONSES ? sd_api_parse_responses(body, len, &g->p, &e)
-                                            : sd_api_parse(kind, body, len, &g->p, &e);
-    if (ps != SD_OK || check_request(s, g, &e) != SD_OK ||
-        gen_prepare(s, g, &e) != SD_OK) {
+    sd_status ps = kind == SD_API_RESPONSES ? sd_api_parse_responses(body, len, &j->p, &e)
+                                            : sd_api_parse(kind, body, len, &j->p, &e);
+    if (ps != SD_OK || check_request(s, j, &e) != SD_OK || job_prepare(s, j, &e) != SD_OK) {
         sd_reply_error(req, &e, s->metrics);
-        gen_free(g);
+        job_free(j);
         return;
     }
-    gen_admit(s, g);
+    job_admit(s, j);
 }
 
 /* ------------------------------------------------------------ life */

@@ -286,12 +286,18 @@ static sd_status parse_logprobs(json_t *o, sd_api_req *r, sd_api_err *e)
  * implement: refused, not ignored. */
 static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
 {
-    long long n = 1;
-    sd_status st = get_int(o, "n", 1, 128, &n, NULL, e);
+    long long n = 1, best_of = 1;
+    bool given = false;
+    sd_status st = get_int(o, "n", 1, SD_API_MAX_N, &n, NULL, e);
+    if (st == SD_OK) st = get_int(o, "best_of", 1, SD_API_MAX_N, &best_of, &given, e);
     if (st != SD_OK) return st;
-    if (n != 1) return BADF("n", "'n' must be 1: several choices per request are not supported");
-    st = get_int(o, "best_of", 1, 128, &n, NULL, e);
-    if (st == SD_OK && n != 1) return BADF("best_of", "'best_of' must be 1: not supported");
+    r->n = (unsigned)n;
+    r->best_of = given ? (unsigned)best_of : r->n;
+    if (given && r->kind == SD_API_CHAT && best_of != 1)
+        return BADF("best_of", "'best_of' is supported on /v1/completions only");
+    if (r->best_of < r->n) return BADF("best_of", "'best_of' (%u) must be at least 'n' (%u)", r->best_of, r->n);
+    if (r->stream && r->best_of != r->n)
+        return BADF("best_of", "'best_of' other than 'n' cannot be streamed: set 'stream' to false");
     if (st == SD_OK) st = get_bool(o, "echo", &r->echo, e);
     if (st == SD_OK && r->echo && r->kind == SD_API_CHAT)
         return BADF("echo", "'echo' is supported on /v1/completions only");
@@ -373,6 +379,7 @@ sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_re
     r->sampling = sd_sampling_default();
     r->sampling.temperature = 1.0f;
     r->spec_enabled = true;
+    r->n = r->best_of = 1;
     json_error_t jerr;
     json_t *o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
     if (!o)
@@ -472,23 +479,27 @@ static json_t *head_json(const sd_api_result *res, const char *object)
 }
 
 /* choices[0] without its text: index, logprobs, finish_reason. */
-static json_t *choice_json(const sd_api_result *res)
+static json_t *choice_json(unsigned index, json_t *logprobs, const char *finish)
 {
-    json_t *lp = res->logprobs ? json_incref(res->logprobs) : json_null();
-    return json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", lp, "finish_reason", str_or_null(res->finish));
+    json_t *lp = logprobs ? json_incref(logprobs) : json_null();
+    return json_pack("{s:i, s:o, s:o}", "index", (int)index, "logprobs", lp, "finish_reason", str_or_null(finish));
 }
 
-char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const char *text, size_t len)
+char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const sd_api_choice *ch, size_t n)
 {
     bool chat = kind == SD_API_CHAT;
     json_t *o = head_json(res, chat ? "chat.completion" : "text_completion");
-    json_t *choice = choice_json(res);
-    json_t *t = text_json(text, len);
-    if (chat)
-        json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", t));
-    else
-        json_object_set_new(choice, "text", t);
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_t *choices = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *choice = choice_json((unsigned)i, ch[i].logprobs, ch[i].finish);
+        json_t *t = text_json(ch[i].text, ch[i].len);
+        if (chat)
+            json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", t));
+        else
+            json_object_set_new(choice, "text", t);
+        json_array_append_new(choices, choice);
+    }
+    json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(res));
     json_object_set_new(o, "speculative", sd_api_spec_json(res->spec));
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8));
@@ -514,7 +525,7 @@ char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *t
 {
     bool chat = kind == SD_API_CHAT;
     json_t *o = head_json(res, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = choice_json(res);
+    json_t *choice = choice_json(res->index, res->logprobs, res->finish);
     if (chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));

@@ -20,6 +20,7 @@
 #define SD_API_MAX_STOP_LEN 1024  /* bytes per stop string */
 #define SD_API_MAX_NUM_DRAFT 64
 #define SD_API_MAX_LOGPROBS 20   /* alternatives per token (as vLLM's default max_logprobs) */
+#define SD_API_MAX_N 128         /* n and best_of (OpenAI's bound on n) */
 
 /* The generation endpoints. A parsed request is a completion or a chat; a
  * /v1/responses one is a chat with sd_api_req.responses set. */
@@ -60,6 +61,9 @@ typedef struct sd_api_req {
     bool stream;
     bool include_usage;        /* stream_options.include_usage */
     bool ignore_eos;
+    unsigned n;                /* choices to return (1..SD_API_MAX_N) */
+    unsigned best_of;          /* completions: choices to generate, the n likeliest returned (>= n; = n
+                                * unless given) */
     bool echo;                 /* completions: the prompt's text comes first in the output */
     bool responses;            /* a /v1/responses request (responses.h): chat, answered in that API's shapes */
     bool logprobs;             /* report the output tokens' log-probabilities (completions: "logprobs" given) */
@@ -77,8 +81,9 @@ sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *p
 /* Parses and validates a request body of the given kind. On SD_OK *r is
  * filled (free with sd_api_req_clear); on failure *e says why (400 unless
  * noted) and *r holds nothing to free. Sampling ranges are checked with
- * sd_sampling_validate plus the OpenAI bounds. n > 1, best_of > 1,
- * echo on chat, tools and structured output are refused (400, unsupported). */
+ * sd_sampling_validate plus the OpenAI bounds. best_of on chat or with
+ * stream (unless = n), echo on chat, tools and structured output are
+ * refused (400, unsupported). */
 sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_req *r,
                        sd_api_err *e);
 
@@ -121,13 +126,23 @@ typedef struct sd_api_result {
     const char *finish;       /* "stop" | "length" | NULL (not finished) */
     unsigned prompt_tokens, completion_tokens;
     const sd_api_spec *spec;  /* may be NULL */
-    struct json_t *logprobs;  /* choices[0].logprobs (borrowed; NULL: null) */
+    struct json_t *logprobs;  /* a chunk's choice's logprobs (borrowed; NULL: null) */
+    unsigned index;           /* a chunk's choice index */
 } sd_api_result;
 
+/* One choice of a non-streamed response. */
+typedef struct sd_api_choice {
+    const char *text;
+    size_t len;
+    const char *finish;       /* "stop" | "length" */
+    struct json_t *logprobs;  /* borrowed; NULL: null */
+} sd_api_choice;
+
 /* Non-streaming response body: text_completion or chat.completion with
- * choices[0].text / choices[0].message, usage and "speculative". malloc'd. */
-char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const char *text,
-                           size_t len);
+ * choices[i].text / choices[i].message (index i) for ch[0..n), usage and
+ * "speculative" from res (its finish / logprobs / index are not used).
+ * malloc'd. */
+char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const sd_api_choice *ch, size_t n);
 
 /* One SSE event "data: {...}\n\n" for a streaming chunk (malloc'd).
  * text / len: new text (chat: delta.content). first: chat's first chunk carries

@@ -63,6 +63,8 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     in->step_err_us = s->step_error_us;
     in->step_rows_max = s->step_rows_max;
     in->preemptions = s->preemptions;
+    in->prefix_queries = s->prefix_queries;
+    in->prefix_hits = s->prefix_hits;
     in->n_accept = 0;
     for (size_t i = 0; i < s->n_accept && in->n_accept < SD_LANE_MAX_ACCEPT; i++) {
         const Specd__AcceptEstimate *e = s->accept[i];
@@ -90,6 +92,8 @@ static void add_counters(sd_lane_info *in, const sd_lane_info *base)
     in->step_meas_us += base->step_meas_us;
     in->step_err_us += base->step_err_us;
     in->preemptions += base->preemptions;
+    in->prefix_queries += base->prefix_queries;
+    in->prefix_hits += base->prefix_hits;
 }
 
 static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
@@ -283,15 +287,34 @@ const sd_lane_info *sd_lanes_info(const sd_lanes *l, int i)
     return (i >= 0 && (size_t)i < l->n) ? &l->lanes[i].info : NULL;
 }
 
+static bool has_room(const sd_lanes *l, int i)
+{
+    const sd_lane_info *in = &l->lanes[i].info;
+    return in->state == SD_LANE_UP && in->inflight < l->opts.capacity;
+}
+
 int sd_lanes_pick(const sd_lanes *l)
 {
     int best = -1;
     for (size_t i = 0; i < l->n; i++) {
         const sd_lane_info *in = &l->lanes[i].info;
-        if (in->state != SD_LANE_UP || in->inflight >= l->opts.capacity) continue;
+        if (!has_room(l, (int)i)) continue;
         if (best < 0 || in->inflight < l->lanes[best].info.inflight) best = (int)i;
     }
     return best;
+}
+
+int sd_lanes_pick_near(const sd_lanes *l, int pref)
+{
+    return pref >= 0 && (size_t)pref < l->n && has_room(l, pref) ? pref : sd_lanes_pick(l);
+}
+
+int sd_lanes_room(const sd_lanes *l)
+{
+    int room = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (has_room(l, (int)i)) room += l->opts.capacity - l->lanes[i].info.inflight;
+    return room;
 }
 
 bool sd_lanes_any_up(const sd_lanes *l, uint32_t *max_context)

@@ -57,6 +57,7 @@ typedef struct sd_lane_info {
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
     uint32_t step_rows_max;          /* the most rows one of its engine steps had */
     uint64_t preemptions;            /* requests its verifier preempted (KV short) */
+    uint64_t prefix_queries, prefix_hits; /* prompt positions looked up / shared (prefix sharing) */
     sd_lane_accept accept[SD_LANE_MAX_ACCEPT];  /* adaptive: the verifier's acceptance estimates */
     size_t n_accept;
     char model[128];
@@ -98,6 +99,13 @@ const sd_lane_info *sd_lanes_info(const sd_lanes *l, int i);
 /* Index of the UP lane with the fewest in-flight requests below capacity
  * (ties: lowest index), or -1. */
 int sd_lanes_pick(const sd_lanes *l);
+
+/* Lane pref when it is UP with room (the choices of one request go to one
+ * lane, where they share the prompt's KV), else sd_lanes_pick. */
+int sd_lanes_pick_near(const sd_lanes *l, int pref);
+
+/* Requests the UP lanes can take now (capacity left, summed). */
+int sd_lanes_room(const sd_lanes *l);
 
 /* True when some lane is UP; *max_context gets the smallest max_context
  * among UP lanes (0 when none is known). */

@@ -122,6 +122,8 @@ static long long lane_value(const sd_lane_info *in, int which)
     case 5: return in->drafter_kv_total;
     case 6: return in->drafter_kv_free;
     case 7: return in->step_rows_max;
+    case 9: return (long long)in->prefix_queries;
+    case 10: return (long long)in->prefix_hits;
     default: return (long long)in->preemptions;
     }
 }
@@ -218,6 +220,10 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     lane_series(f, l, "specd_preemptions_total", "counter",
                "Requests the lane's verifier preempted: KV given back when the pool ran short, prefilled again later.",
                8);
+    lane_series(f, l, "specd_prefix_queries_total", "counter",
+               "Prompt positions the lane's verifier looked up for a prefix another request holds.", 9);
+    lane_series(f, l, "specd_prefix_hits_total", "counter",
+               "Prompt positions whose KV the lane's verifier took from another request instead of computing it.", 10);
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
@@ -263,7 +269,7 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
     const char *model = m->model_name ? m->model_name : "";
     vllm_value(f, "vllm:num_requests_running", "gauge", "Requests running on a lane.", model, m->active);
     vllm_value(f, "vllm:num_requests_waiting", "gauge", "Requests waiting for a lane.", model, m->queued);
-    uint64_t kv_total = 0, kv_free = 0, drafts = 0, drafted = 0, accepted = 0, pos[64] = {0};
+    uint64_t kv_total = 0, kv_free = 0, drafts = 0, drafted = 0, accepted = 0, pos[64] = {0}, pq = 0, ph = 0;
     size_t npos = 0;
     for (size_t i = 0; l && i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
@@ -274,10 +280,16 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
         accepted += in->accepted_tokens;
         for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];
         if (in->n_accepted_at > npos) npos = in->n_accepted_at;
+        pq += in->prefix_queries;
+        ph += in->prefix_hits;
     }
     double usage = kv_total ? (double)(kv_total - kv_free) / (double)kv_total : 0.0;
     vllm_value(f, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = full), over the lanes.", model, usage);
     vllm_value(f, "vllm:gpu_cache_usage_perc", "gauge", "KV cache usage (older name).", model, usage);
+    vllm_value(f, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", model,
+               (double)pq);
+    vllm_value(f, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", model,
+               (double)ph);
     vllm_value(f, "vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.", model,
                (double)m->prompt_tokens);
     vllm_value(f, "vllm:generation_tokens_total", "counter", "Generated tokens of finished requests.", model,

@@ -71,7 +71,7 @@ typedef struct serve_opts {
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
-    bool ngram, no_spec, metrics_auth;
+    bool ngram, no_spec, metrics_auth, no_prefix_cache;
     int port;
 } serve_opts;
 
@@ -132,7 +132,7 @@ static void usage(FILE *f)
                "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
                "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
-               "                   [--served-model-name NAME[,ALIAS...]]\n"
+               "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -149,7 +149,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
                                        {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
                                        {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
-                                       {0, 0, 0, 0}};
+                                       {"no-prefix-cache", 0, 0, 'C'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -169,6 +169,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'k': o->api_key = optarg; break;
         case 'F': o->api_key_file = optarg; break;
         case 'M': o->metrics_auth = true; break;
+        case 'C': o->no_prefix_cache = true; break;
         case 'G': o->prefill_budget = optarg; break;
         case 'V': o->kv_blocks = optarg; break;
         case 'Y': o->curve_keys = optarg; break;
@@ -264,6 +265,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--prefill-budget", o->prefill_budget);
     add_opt(ver, "--kv-blocks", o->kv_blocks);
     add_opt(ver, "--curve-keys", o->curve_keys);
+    if (o->no_prefix_cache) add_arg(ver, "--no-prefix-cache");
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", o->device);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);

@@ -7,7 +7,8 @@
 # A CONFIG is "[BIN=DIR] [extra serve args]" — e.g. "BIN=/tmp/old/build/bin"
 # (another build's binaries), "--spec-pipeline off", or "" (the defaults);
 # SD_BENCH_ARGS are passed to every server (e.g. "--draft models/tinycode-3m"),
-# SD_BENCH_THREADS as --threads. Per configuration it prints output tok/s
+# SD_BENCH_THREADS as --threads, SD_BENCH_CLIENT_ARGS to specd-bench (e.g.
+# "--random-input-len 512 --extra-body {\"n\":4}"). Per configuration it prints output tok/s
 # summed over the rounds (and the ratio to the first), and from the
 # verifier's counters (/metrics, scraped before and after each run): the
 # pre-draft hit rate, accepted drafts per step, per decode step the step,
@@ -40,7 +41,7 @@ for r in $(seq "$ROUNDS"); do
     base=$OUTDIR/c$i-r$r
     curl -s "$URL/metrics" >"$base.m0"
     fg "$BIN/specd-bench" --url "$URL" --num-prompts "$N" --concurrency "$C" --max-tokens 128 --temperature "$T" \
-      --seed 1 --ignore-eos --warmup 2 --quiet --json "$base.json" >/dev/null 2>&1 || echo "bench_ab: specd-bench failed ($cfg)" >&2
+      --seed 1 --ignore-eos --warmup 2 --quiet --json "$base.json" ${SD_BENCH_CLIENT_ARGS:-} >/dev/null 2>&1 || echo "bench_ab: specd-bench failed ($cfg)" >&2
     curl -s "$URL/metrics" >"$base.m1"
     serve_stop
     i=$((i + 1))

@@ -83,7 +83,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (load_model(&cfg, be, &m) != 0) goto out;
-    sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget};
+    sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
+                         .no_prefix_sharing = cfg.no_prefix_cache};
     e = sd_engine_new(m, &eo);
     zctx = zmq_ctx_new();
     if (!e || !zctx) {

@@ -303,6 +303,7 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     st.tokens_generated = s->tokens_generated;
     st.step_rows_max = s->step_rows_max;
     st.preemptions = s->preemptions;
+    sd_engine_prefix_stats(s->e, &st.prefix_queries, &st.prefix_hits);
     st.drafter_up = s->link && sd_vf_link_up(s->link);
     if (s->link) {
         sd_vf_drafter_stats ds = sd_vf_link_drafter_stats(s->link);
@@ -522,6 +523,7 @@ static void plan_step(sd_vf_server *s)
         int behind = s->reqs[i]->n_tokens - sl->drafter_known;
         s->catchup[i] = sl->drafter_known == 0 ? s->reqs[i]->n_tokens : behind > SD_MAX_DRAFT + 1 ? behind : 0;
     }
+    sd_engine_share_prefixes(s->e, s->reqs, n);
     sd_engine_prefill_plan(s->e, s->reqs, n, s->chunk);
     if (s->link)
         sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);

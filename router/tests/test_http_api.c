@@ -49,9 +49,13 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
      "stream_options.include_usage", "boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"ignore_eos\": 1}", "ignore_eos", "boolean"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": 2}", "n", "'n' must be 1"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": 0}", "n", "between 1 and 128"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": 129}", "n", "between 1 and 128"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": \"2\"}", "n", "integer"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"n\": 3, \"best_of\": 2}", "best_of", "at least 'n'"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3, \"stream\": true}", "best_of", "cannot be streamed"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"best_of\": 2}", "best_of",
+     "completions only"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", "echo", "completions only"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", "echo", "boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs", "between 0 and 20"},
@@ -234,10 +238,58 @@ static const sd_api_drafting DRAFTING = {9, 3, 8, 10, 500, 4000, 12000, 9000};
 static const sd_api_adapt ADAPT = {32, 10, 2, {0.9f, 0.75f}, 2};
 static const sd_api_spec SPEC = {10, 40, 8, AT, 2, &DRAFTING, &ADAPT};
 
+START_TEST(choices_fields)
+{
+    sd_api_req r;
+    sd_api_err e;
+    const char *b = "{\"prompt\": \"x\"}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.n == 1 && r.best_of == 1);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"n\": 3}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.n == 3 && r.best_of == 3);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"n\": 2, \"best_of\": 5}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.n == 2 && r.best_of == 5);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"n\": 2, \"best_of\": 2, \"stream\": true}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    sd_api_req_clear(&r);
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"n\": 4, \"best_of\": 1}";
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_ERR_ARG); /* best_of < n */
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"n\": 4}";
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.n == 4 && r.best_of == 4);
+    sd_api_req_clear(&r);
+    /* a response with several choices: index i, each its text and finish reason */
+    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0};
+    sd_api_choice ch[3] = {{"a", 1, "stop", NULL}, {"bb", 2, "length", NULL}, {"", 0, "stop", NULL}};
+    json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, ch, 3));
+    json_t *cs = json_object_get(o, "choices");
+    ck_assert_int_eq(json_array_size(cs), 3);
+    for (int i = 0; i < 3; i++) {
+        json_t *c = json_array_get(cs, (size_t)i);
+        ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), i);
+        ck_assert_str_eq(json_string_value(json_object_get(c, "text")), ch[i].text);
+        ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), ch[i].finish);
+    }
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 9);
+    json_decref(o);
+    /* a chunk names its choice */
+    res.index = 2;
+    o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "x", 1, false, false));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "index")), 2);
+    json_decref(o);
+}
+END_TEST
+
 START_TEST(completion_response_shape)
 {
-    sd_api_result res = {"cmpl-1", "tiny", 1700000000, "length", 3, 4, &SPEC, NULL};
-    json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, "a\"b", 3));
+    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0};
+    sd_api_choice ch = {"a\"b", 3, "length", NULL};
+    json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     ck_assert_str_eq(json_string_value(json_object_get(o, "id")), "cmpl-1");
     ck_assert_int_eq(json_integer_value(json_object_get(o, "created")), 1700000000);
@@ -290,8 +342,9 @@ START_TEST(logprobs_fields)
     sd_api_req_clear(&r);
     /* the choice carries the object it is given, else null */
     json_t *lp = json_pack("{s:[]}", "content");
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, lp};
-    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, "hi", 2));
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0};
+    sd_api_choice ch = {"hi", 2, "stop", lp};
+    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert(json_is_array(json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
                                                             "logprobs"), "content")));
     json_decref(o);
@@ -305,8 +358,9 @@ END_TEST
 
 START_TEST(chat_response_shape)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL};
-    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, "hi", 2));
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0};
+    sd_api_choice ch = {"hi", 2, "stop", NULL};
+    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *m = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
     ck_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
@@ -320,7 +374,7 @@ END_TEST
 
 START_TEST(sse_chunk_shapes)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0};
     json_t *o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, true, true));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);
@@ -381,6 +435,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("responses");
     tcase_add_test(tr, completion_response_shape);
+    tcase_add_test(tr, choices_fields);
     tcase_add_test(tr, chat_response_shape);
     tcase_add_test(tr, logprobs_fields);
     tcase_add_test(tr, sse_chunk_shapes);

@@ -1,6 +1,7 @@
 // openai_client.mjs — drives `specd serve` with the official OpenAI Node
 // client (npm package `openai`, v4): completions.create, chat.completions.create,
-// a streamed chat completion, logprobs (chat; completions with echo),
+// a streamed chat completion, logprobs (chat; completions with echo), n > 1
+// (chat, plain and streamed; completions with best_of),
 // responses.create (plain and streamed), models.retrieve, and the errors of
 // a wrong key and a wrong model. Usage: node openai_client.mjs BASE_URL API_KEY MODEL
 // (OPENAI_MODULE: path of the installed package's directory). Prints one
@@ -71,6 +72,24 @@ try {
   check("completions logprobs + echo: prompt and output entries", l && l.tokens.length ===
         r.usage.prompt_tokens + r.usage.completion_tokens && l.token_logprobs[0] === null, l);
 } catch (e) { check("completions logprobs", false, String(e)); }
+
+try {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0.9, seed: 5, n: 3 });
+  check("chat n=3: three choices, indexed 0..2", r.choices.length === 3 && r.choices.every((c, i) => c.index === i &&
+        typeof c.message.content === "string"), r.choices);
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0.9, seed: 5,
+    n: 3, stream: true });
+  const text = ["", "", ""], done = [0, 0, 0];
+  for await (const ch of stream)
+    for (const c of ch.choices) {
+      text[c.index] += c.delta.content || "";
+      if (c.finish_reason) done[c.index]++;
+    }
+  check("chat n=3 stream: every choice finishes once", done.every((d) => d === 1), done);
+  const b = await client.completions.create({ model, prompt: "def add(a, b):", max_tokens: 8, temperature: 0.9,
+    n: 2, best_of: 3 });
+  check("completions n=2 best_of=3: two choices", b.choices.length === 2 && b.usage.completion_tokens === 24, b);
+} catch (e) { check("n > 1", false, String(e)); }
 
 try {
   const r = await client.responses.create({ model, input: "Write a function that adds two numbers.",

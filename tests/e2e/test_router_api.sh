@@ -106,7 +106,8 @@ bad "max_tokens 0" '{"prompt":"x","max_tokens":0}' 400 max_tokens
 bad "prompt + max_tokens beyond the context" '{"prompt":"x","max_tokens":600}' 400 max_tokens
 bad "temperature -1" '{"prompt":"x","temperature":-1}' 400 temperature
 bad "top_p 0" '{"prompt":"x","top_p":0}' 400 top_p
-bad "n = 2" '{"prompt":"x","n":2}' 400 n
+bad "n = 0" '{"prompt":"x","n":0}' 400 n
+bad "best_of < n" '{"prompt":"x","n":3,"best_of":2}' 400 best_of
 bad "token id beyond the vocab" '{"prompt":[1, 99999]}' 400 prompt
 bad "stop of wrong type" '{"prompt":"x","stop":7}' 400 stop
 bad "speculative.num_draft too big" '{"prompt":"x","speculative":{"num_draft":1000}}' 400 speculative.num_draft
@@ -119,6 +120,9 @@ check "echo: the completion's text starts with the prompt (usage counts the gene
 check "echo, streamed: the first text is the prompt" \
   'curl -sN "${AUTH[@]}" -d "{\"prompt\":\"def main():\",\"max_tokens\":3,\"ignore_eos\":true,\"echo\":true,\"stream\":true}" "$URL/v1/completions" >"$WORK/echo.sse" &&
    [ "$("$PY" -c "import json; ev=[json.loads(l[6:]) for l in open(\"$WORK/echo.sse\") if l.startswith(\"data: {\")]; print(\"\".join(c[\"text\"] for e in ev for c in e[\"choices\"]).startswith(\"def main():\"))")" = True ]'
+check "n = 3: three choices (index 0..2), usage summed, each submitted to the verifier" \
+  '[ "$(post /v1/completions "{\"prompt\":\"ab\",\"n\":3,\"max_tokens\":4,\"ignore_eos\":true}")" = 200 ] &&
+   [ "$(jget "$WORK/out" "[c[\"index\"] for c in j[\"choices\"]] == [0, 1, 2] and all(c[\"text\"] == \"abababab\" for c in j[\"choices\"]) and j[\"usage\"][\"completion_tokens\"] == 12")" = True ]'
 check "max_completion_tokens on /v1/completions" \
   '[ "$(post /v1/completions "{\"prompt\":\"x\",\"max_completion_tokens\":3,\"ignore_eos\":true}")" = 200 ] && [ "$(jget "$WORK/out" "j[\"usage\"][\"completion_tokens\"]")" = 3 ]'
 check "GET /v1/models/tinycode-16m → the model" \

@@ -317,6 +317,87 @@ START_TEST(batched_requests_equal_single)
 }
 END_TEST
 
+/* Prefix sharing (engine.h): requests stepped together whose prompts share
+ * a prefix take its KV from one another and still give the outputs they give
+ * alone — identical prompts (greedy with and without drafts, seeded
+ * sampling), a longer prompt starting with another, prompts diverging in
+ * the middle of a block, a request that wants prompt log-probabilities (it
+ * prefills in full), and a request joining later whose prompt runs into
+ * another's committed output (a next chat turn). */
+START_TEST(shared_prefixes_equal_alone)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 8);
+    enum { N = 7 };
+    int np, nq;
+    char text[4096];
+    snprintf(text, sizeof text, "%s\n%s\n%s\n%s", PROMPTS[2], PROMPTS[6], PROMPTS[7], PROMPTS[8]);
+    int32_t *pp = encode(&f, text, &np), *qq = encode(&f, PROMPTS[3], &nq);
+    ck_assert_int_gt(np, 40);
+    ck_assert_int_ne(np % 16, 0); /* P ends inside a block */
+    int32_t *ids[N], n[N];
+    sd_req_params p[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = malloc((size_t)(np + nq + 20) * sizeof *ids[i]);
+        memcpy(ids[i], pp, (size_t)np * sizeof *pp);
+        n[i] = np;
+        p[i] = sd_req_params_default();
+        p[i].max_tokens = 40;
+        p[i].ignore_eos = true;
+        p[i].speculate = i % 2 == 0;
+        p[i].num_draft = 4;
+    }
+    p[2].sampling.temperature = 0.8f;
+    p[2].sampling.seed = 5;
+    p[2].verify = SD_VERIFY_MATCH;
+    memcpy(ids[3] + np, qq, (size_t)nq * sizeof *qq); /* longer: the whole of P, then more */
+    n[3] = np + nq;
+    n[4] = np - 3; /* diverges inside P's third-to-last position's block */
+    ids[4][n[4] - 1] = ids[4][n[4] - 1] == 7 ? 8 : 7;
+    p[5].prompt_logprobs = true; /* prefills in full */
+    int32_t *alone[N];
+    int nalone[N];
+    char err[256];
+    for (int i = 0; i < N - 1; i++) alone[i] = gen(&f, pr, ids[i], n[i], &p[i], &nalone[i], NULL);
+    /* the last joins after request 0 has committed tokens: P + 0's first 20 tokens + Q */
+    memcpy(ids[6] + np, alone[0], 20 * sizeof *alone[0]);
+    memcpy(ids[6] + np + 20, qq, (size_t)(nq - 20 > 0 ? nq - 20 : 0) * sizeof *qq);
+    n[6] = np + (nq > 20 ? nq : 20);
+    alone[6] = gen(&f, pr, ids[6], n[6], &p[6], &nalone[6], NULL);
+    uint64_t q0, h0, q1, h1;
+    sd_engine_prefix_stats(f.eng, &q0, &h0);
+    ck_assert_int_eq((int)h0, 0); /* alone, nothing to share */
+    sd_req *reqs[N];
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(200 + i), ids[i], n[i], &p[i], &reqs[i], err, sizeof err), SD_OK);
+    while (sd_req_n_output(reqs[0]) < 24) /* request 0 alone first, plain steps */
+        ck_assert_int_eq(sd_engine_step(f.eng, reqs, 1, NULL, err, sizeof err), SD_OK);
+    run_reqs(&f, pr, reqs, N);
+    sd_engine_prefix_stats(f.eng, &q1, &h1);
+    int bs = 16;
+    ck_assert_int_eq(reqs[1]->shared, (np - 1) / bs * bs);
+    ck_assert_int_eq(reqs[2]->shared, (np - 1) / bs * bs);
+    ck_assert_int_eq(reqs[3]->shared, np / bs * bs);
+    ck_assert_int_eq(reqs[4]->shared, (n[4] - 1) / bs * bs);
+    ck_assert_int_eq(reqs[5]->shared, 0);
+    ck_assert_int_eq(reqs[6]->shared, (np + 20) / bs * bs);
+    ck_assert_int_gt((int)(h1 - h0), 4 * bs);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(sd_req_n_output(reqs[i]), nalone[i]);
+        ck_assert_msg(!memcmp(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t)),
+                      "request %d: output differs with shared prefixes", i);
+        sd_req_free(f.eng, reqs[i]);
+        free(alone[i]);
+        free(ids[i]);
+    }
+    free(pp);
+    free(qq);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
 /* Rejection mode runs end to end with the drafter's q and accepts drafts;
  * its distributional exactness is proven in test_verify. */
 START_TEST(rejection_mode_runs)
@@ -516,6 +597,7 @@ int main(void)
     tcase_add_test(tc, self_draft_reference_models);
     tcase_add_test(tc, sampled_match_equals_plain);
     tcase_add_test(tc, batched_requests_equal_single);
+    tcase_add_test(tc, shared_prefixes_equal_alone);
     tcase_add_test(tc, rejection_mode_runs);
     tcase_add_test(tc, stops_and_exhaustion);
     tcase_add_test(tc, logprobs_same_with_speculation);
