@@ -21,6 +21,8 @@ struct sd_engine {
     size_t cap;             /* entries of batch, slot, span_k, chunk and spans */
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
     float *raw;             /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
+    int32_t *match;         /* prefix cache matches (sd_kv_cache_match) */
+    size_t cap_match;
     sd_step_timing timing;  /* of the last step */
     uint64_t prefix_queries, prefix_hits; /* sd_engine_prefix_stats */
 };
@@ -52,6 +54,7 @@ void sd_engine_free(sd_engine *e)
     free(e->chunk);
     free(e->spans);
     free(e->raw);
+    free(e->match);
     free(e);
 }
 
@@ -165,6 +168,7 @@ void sd_req_preempt(sd_engine *e, sd_req *r)
     r->n_prefilled = 0;
     r->share_looked = false;
     r->shared = 0;
+    r->n_registered = 0;
     r->prefill_to = r->n_tokens > r->n_prompt ? r->n_tokens - 1 : r->n_prompt;
     r->n_new = 0;
 }
@@ -244,40 +248,57 @@ static int shareable(const sd_req *r, int limit, const sd_req *d, int upto, int 
     return i / bs * bs;
 }
 
-/* Shares into reqs[i] (a taker) and sets its share_wait. */
+/* Positions of r's prefix another request in reqs is computing now, or is
+ * about to (it comes before r and does not wait itself): r waits for them
+ * when they are more than the cache holds. */
+static int share_later(sd_req *const *reqs, int n, int i, int limit, int bs)
+{
+    const sd_req *r = reqs[i];
+    int later = 0;
+    for (int j = 0; j < n; j++) {
+        const sd_req *d = reqs[j];
+        if (d == r || d->finish != SD_FINISH_NONE || !sd_req_prefilling(d) || d->prefill_to <= d->kv.len) continue;
+        if (d->n_prefilled == 0 && (j > i || d->share_wait)) continue;
+        int will = shareable(r, limit, d, d->prefill_to, bs);
+        if (will > later) later = will;
+    }
+    return later;
+}
+
+/* Takes the cached prefix into reqs[i] (a taker), or sets its share_wait. */
 static void share_into(sd_engine *e, sd_req *const *reqs, int n, int i)
 {
     sd_kv_pool *pool = sd_model_kv_pool(e->m);
     int bs = sd_kv_pool_block_size(pool);
     sd_req *r = reqs[i];
-    int limit = share_limit(r), now = 0, later = 0;
-    const sd_req *from = NULL;
-    for (int j = 0; j < n; j++) {
-        const sd_req *d = reqs[j];
-        if (d == r || d->finish != SD_FINISH_NONE) continue;
-        int got = d->kv.len > 0 ? shareable(r, limit, d, d->kv.len, bs) : 0;
-        if (got > now) {
-            now = got;
-            from = d;
-        }
-        /* one computing the prefix now, or about to (before r, not waiting itself) */
-        bool computing = sd_req_prefilling(d) && (d->n_prefilled > 0 || (j < i && !d->share_wait));
-        if (computing && d->prefill_to > d->kv.len) {
-            int will = shareable(r, limit, d, d->prefill_to, bs);
-            if (will > later) later = will;
-        }
-    }
-    r->share_wait = later > now;
+    int limit = share_limit(r);
+    if (sd_grow(&e->match, &e->cap_match, (size_t)(limit / bs + 1), sizeof *e->match) != SD_OK) return;
+    int got = sd_kv_cache_match(pool, r->tokens, limit / bs, e->match);
+    r->share_wait = share_later(reqs, n, i, limit, bs) > got * bs;
     if (r->share_wait) return;
     if (!r->share_looked) {
         r->share_looked = true;
         e->prefix_queries += (uint64_t)r->prefill_to;
     }
-    if (now > 0 && sd_kv_seq_share_prefix(pool, &r->kv, &from->kv, now) == SD_OK) {
+    if (got > 0 && sd_kv_seq_take(pool, &r->kv, e->match, got) == SD_OK) {
         r->n_prefilled = r->kv.len;
         r->shared = r->kv.len;
+        r->n_registered = got;
         e->prefix_hits += (uint64_t)r->kv.len;
     }
+}
+
+/* Registers r's full committed blocks whose tokens are known in the prefix
+ * cache (KV at a position depends on the tokens up to it only). */
+static void register_blocks(sd_engine *e, sd_req *r)
+{
+    if (e->opts.no_prefix_sharing) return;
+    sd_kv_pool *pool = sd_model_kv_pool(e->m);
+    int known = r->kv.len < r->n_tokens ? r->kv.len : r->n_tokens;
+    int full = known / sd_kv_pool_block_size(pool);
+    for (; r->n_registered < full; r->n_registered++)
+        sd_kv_cache_register(pool, &r->kv, r->n_registered,
+                             r->tokens + (size_t)r->n_registered * (size_t)sd_kv_pool_block_size(pool));
 }
 
 void sd_engine_share_prefixes(sd_engine *e, sd_req *const *reqs, int n)
@@ -358,6 +379,7 @@ static void append_tokens(sd_engine *e, sd_req *r, const int32_t *toks, int n)
         if (stop) r->finish = SD_FINISH_STOP;
         else if (r->n_tokens >= cap) r->finish = SD_FINISH_LENGTH;
     }
+    register_blocks(e, r); /* before a finished request's KV goes: it stays cached */
     if (r->finish != SD_FINISH_NONE) sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
 }
 
@@ -382,6 +404,7 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
     if (k < 0) { /* prompt chunk */
         sd_kv_commit(pool, &r->kv, b->n);
         r->n_prefilled += b->n;
+        register_blocks(e, r);
         if (b->n_logits == b->n && wants_prompt_lp(r)) prompt_logprobs(e, r, b, logits);
         if (!sd_req_prefill_samples(r, 0)) return SD_OK;
         logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size; /* the last row samples */

@@ -77,7 +77,8 @@ typedef struct sd_req {
                              * when the prefill passes it (all of them once the first token is out) */
     bool share_wait;     /* prefix sharing: its prefill waits for a request computing the same prefix */
     bool share_looked;   /* prefix sharing: counted in the engine's queries */
-    int shared;          /* positions of its KV taken from another request (sd_engine_share_prefixes) */
+    int shared;          /* positions of its KV taken from the prefix cache (sd_engine_share_prefixes) */
+    int n_registered;    /* its KV blocks registered in the prefix cache */
 } sd_req;
 
 typedef struct sd_engine_opts {
@@ -148,23 +149,28 @@ sd_status sd_req_resume(const sd_engine *e, sd_req *r, const int32_t *ids, int n
  * Returns the total. sd_engine_step follows the same plan. */
 int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *chunk);
 
-/* Prefix sharing. A request about to prefill from scratch (fresh, or
- * preempted) takes, from another request in reqs[0..n), the KV blocks of
- * the longest common prefix of their tokens that the other has computed and
- * committed — whole blocks only, and never the position whose logits the
- * request samples from, so it computes the rest itself and reads no KV but
- * that of its own tokens at their own positions (the pool's blocks are
- * reference-counted; shared blocks are full and never written again). A
- * request whose prefix another one is still computing waits for it
- * (share_wait: sd_engine_prefill_plan gives it nothing) when that gains it a
- * block; it only waits on a request that has started or comes before it.
- * Requests that report prompt log-probabilities prefill in full. Idempotent
- * within a step; sd_engine_step calls it first, and a caller planning with
- * sd_engine_prefill_plan calls it before. Off with opts.no_prefix_sharing. */
+/* Prefix caching. Every request's full committed KV blocks are registered
+ * in the pool's prefix cache with their tokens (kv_pool.h) as they are
+ * committed, and stay cached after the request ends until a reservation
+ * needs the block. A request about to prefill from scratch (fresh, or
+ * preempted) takes the cached blocks of the longest prefix of its tokens —
+ * held by a running request or by nobody — and prefills only the rest.
+ * Whole blocks only, and never the position whose logits the request
+ * samples from, so it computes at least one position itself and reads no
+ * KV but that of its own tokens at their own positions (matches compare
+ * tokens, not only hashes; cached blocks are full and never written
+ * again). A request whose prefix another one in reqs[0..n) is still
+ * computing waits for it (share_wait: sd_engine_prefill_plan gives it
+ * nothing) when that gains it a block; it only waits on a request that has
+ * started or comes before it. Requests that report prompt
+ * log-probabilities prefill in full. Idempotent within a step;
+ * sd_engine_step calls it first, and a caller planning with
+ * sd_engine_prefill_plan calls it before. Off with opts.no_prefix_sharing
+ * (nothing registered, nothing taken). */
 void sd_engine_share_prefixes(sd_engine *e, sd_req *const *reqs, int n);
 
-/* Prefix-sharing totals: prompt positions looked up (queries) and taken
- * from another request (hits), as vLLM's prefix-cache counters. */
+/* Prefix-cache totals: prompt positions looked up (queries) and taken from
+ * the cache (hits), as vLLM's prefix-cache counters. */
 void sd_engine_prefix_stats(const sd_engine *e, uint64_t *queries, uint64_t *hits);
 
 /* How many drafts the request can use this step (0 while prefilling, when

@@ -8,7 +8,12 @@
  * then the caller commits the accepted prefix and the rest is released,
  * last-allocated block first (LIFO), so freed blocks are reused warm.
  * Blocks carry reference counts (for shared prefixes); a block returns to the
- * free list when its count drops to zero. Not thread-safe: one owner. */
+ * free list when its count drops to zero — unless it is registered in the
+ * prefix cache: full committed blocks a caller registers with their tokens
+ * (sd_kv_cache_register) are found again by token prefix
+ * (sd_kv_cache_match) and taken by another sequence (sd_kv_seq_take); when
+ * nobody holds them they stay cached, and a reservation that finds no free
+ * block evicts the least recently released one. Not thread-safe: one owner. */
 #ifndef SD_KV_POOL_H
 #define SD_KV_POOL_H
 
@@ -33,7 +38,11 @@ void sd_kv_pool_free(sd_kv_pool *pool);
 
 int sd_kv_pool_block_size(const sd_kv_pool *pool);
 int sd_kv_pool_total(const sd_kv_pool *pool);
+/* Blocks a reservation can get: free ones plus cached ones nobody holds. */
 int sd_kv_pool_free_count(const sd_kv_pool *pool);
+/* Cached blocks nobody holds (evictable), and evictions so far. */
+int sd_kv_pool_cached_count(const sd_kv_pool *pool);
+uint64_t sd_kv_pool_evictions(const sd_kv_pool *pool);
 
 /* Blocks needed to hold n positions. */
 int sd_kv_blocks_for(const sd_kv_pool *pool, int n_positions);
@@ -55,15 +64,30 @@ sd_status sd_kv_reserve(sd_kv_pool *pool, sd_kv_seq *seq, int n);
 void sd_kv_commit(sd_kv_pool *pool, sd_kv_seq *seq, int n);
 
 /* Rolls the committed prefix back to new_len (<= len) and releases surplus
- * blocks, LIFO. */
+ * blocks, LIFO. A block left partly filled is unregistered (it will be
+ * written again); one shared with another sequence is released instead,
+ * so len ends at the block boundary below new_len. */
 void sd_kv_truncate(sd_kv_pool *pool, sd_kv_seq *seq, int new_len);
 
 /* Releases every block of seq and frees its table; seq is empty afterwards. */
 void sd_kv_seq_release(sd_kv_pool *pool, sd_kv_seq *seq);
 
-/* Makes dst share src's committed full blocks (reference counts +1) — for a
- * common prefix. dst must be empty. SD_ERR_NOMEM on table allocation. */
-sd_status sd_kv_seq_share_prefix(sd_kv_pool *pool, sd_kv_seq *dst, const sd_kv_seq *src, int n_positions);
+/* Prefix cache. Registers full committed block i of seq as holding
+ * tokens[0..block_size) (the tokens at its positions), chained to block
+ * i - 1's registration: found again only after the same blocks before it.
+ * Nothing happens when the block is not full and committed, is registered
+ * already, follows an unregistered block, or an equal block is registered. */
+void sd_kv_cache_register(sd_kv_pool *pool, const sd_kv_seq *seq, int i, const int32_t *tokens);
+
+/* The registered blocks holding tokens' first whole blocks, in order, at
+ * most max_blocks: out[0..n), n returned. Matches compare the tokens
+ * themselves (and the chain), not only a hash. */
+int sd_kv_cache_match(const sd_kv_pool *pool, const int32_t *tokens, int max_blocks, int32_t *out);
+
+/* Makes the empty seq hold blocks[0..n) (from sd_kv_cache_match; reference
+ * counts +1, taken off the evictable list) as its committed prefix.
+ * SD_ERR_ARG when seq is not empty, SD_ERR_NOMEM on table allocation. */
+sd_status sd_kv_seq_take(sd_kv_pool *pool, sd_kv_seq *seq, const int32_t *blocks, int n);
 
 /* Slot index (block * block_size + offset) of position pos in seq. */
 static inline int32_t sd_kv_slot(const sd_kv_seq *seq, int block_size, int pos)

@@ -54,6 +54,7 @@ typedef struct gen {
     gen_state state;
     int lane;                  /* -1 while queued */
     unsigned completion_tokens;
+    unsigned cached_tokens;    /* prompt tokens the verifier took from its prefix cache */
     int32_t *out_ids;          /* the output so far (failover resumes after it on another lane) */
     size_t n_out, cap_out;
     sd_tok_stream *dec;
@@ -298,7 +299,7 @@ static sd_api_result job_result(const job *j, const char *finish, sd_api_spec *s
 {
     job_sum(j, spec, t);
     sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
-                       t->completion_tokens, spec, NULL, 0};
+                       t->completion_tokens, spec, NULL, 0, j->gens[0]->cached_tokens};
     return r;
 }
 
@@ -314,7 +315,7 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
     const job *j = g->j;
     sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
-                       g->completion_tokens, spec, NULL, g->index};
+                       g->completion_tokens, spec, NULL, g->index, g->cached_tokens};
     return r;
 }
 
@@ -337,8 +338,8 @@ static sd_resp resp_of(const job *j, const char *finish, bool streamed)
     const char *text = b && evbuffer_get_length(b) ? (const char *)evbuffer_pullup(b, -1) : NULL;
     sd_resp r = {j->cid, j->msg_id, job_model(j), (long long)j->created,
                  !finish ? "in_progress" : !strcmp(finish, "length") ? "incomplete" : "completed",
-                 finish && !strcmp(finish, "length"), (unsigned)j->n_prompt, j->gens[0]->completion_tokens, &j->p,
-                 text ? text : "", text ? evbuffer_get_length(b) : 0};
+                 finish && !strcmp(finish, "length"), (unsigned)j->n_prompt, j->gens[0]->completion_tokens,
+                 j->gens[0]->cached_tokens, &j->p, text ? text : "", text ? evbuffer_get_length(b) : 0};
     return r;
 }
 
@@ -868,6 +869,7 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
     bool hit = false;
     take_stats(g, ev->stats);
     take_prompt_logprobs(g, ev);
+    if (ev->cached_tokens > g->cached_tokens) g->cached_tokens = ev->cached_tokens;
     if (ev->n_tokens) {
         double now = sd_now_s();
         if (!g->j->t_first) g->j->t_first = now;

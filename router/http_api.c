@@ -468,8 +468,9 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
 
 static json_t *usage_json(const sd_api_result *res)
 {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (int)res->prompt_tokens, "completion_tokens",
-                     (int)res->completion_tokens, "total_tokens", (int)(res->prompt_tokens + res->completion_tokens));
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (int)res->prompt_tokens, "completion_tokens",
+                     (int)res->completion_tokens, "total_tokens", (int)(res->prompt_tokens + res->completion_tokens),
+                     "prompt_tokens_details", "cached_tokens", (int)res->cached_tokens);
 }
 
 static json_t *head_json(const sd_api_result *res, const char *object)

@@ -128,6 +128,7 @@ typedef struct sd_api_result {
     const sd_api_spec *spec;  /* may be NULL */
     struct json_t *logprobs;  /* a chunk's choice's logprobs (borrowed; NULL: null) */
     unsigned index;           /* a chunk's choice index */
+    unsigned cached_tokens;   /* usage.prompt_tokens_details.cached_tokens: prompt tokens from the prefix cache */
 } sd_api_result;
 
 /* One choice of a non-streamed response. */

@@ -65,6 +65,8 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     in->preemptions = s->preemptions;
     in->prefix_queries = s->prefix_queries;
     in->prefix_hits = s->prefix_hits;
+    in->prefix_evictions = s->prefix_evictions;
+    in->prefix_cached = s->prefix_cached_blocks;
     in->n_accept = 0;
     for (size_t i = 0; i < s->n_accept && in->n_accept < SD_LANE_MAX_ACCEPT; i++) {
         const Specd__AcceptEstimate *e = s->accept[i];
@@ -94,6 +96,7 @@ static void add_counters(sd_lane_info *in, const sd_lane_info *base)
     in->preemptions += base->preemptions;
     in->prefix_queries += base->prefix_queries;
     in->prefix_hits += base->prefix_hits;
+    in->prefix_evictions += base->prefix_evictions;
 }
 
 static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)

@@ -57,7 +57,9 @@ typedef struct sd_lane_info {
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
     uint32_t step_rows_max;          /* the most rows one of its engine steps had */
     uint64_t preemptions;            /* requests its verifier preempted (KV short) */
-    uint64_t prefix_queries, prefix_hits; /* prompt positions looked up / shared (prefix sharing) */
+    uint64_t prefix_queries, prefix_hits; /* prompt positions looked up / taken from the prefix cache */
+    uint64_t prefix_evictions;       /* cached blocks reused for new work */
+    uint32_t prefix_cached;          /* blocks cached that no request holds */
     sd_lane_accept accept[SD_LANE_MAX_ACCEPT];  /* adaptive: the verifier's acceptance estimates */
     size_t n_accept;
     char model[128];

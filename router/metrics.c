@@ -124,6 +124,8 @@ static long long lane_value(const sd_lane_info *in, int which)
     case 7: return in->step_rows_max;
     case 9: return (long long)in->prefix_queries;
     case 10: return (long long)in->prefix_hits;
+    case 11: return in->prefix_cached;
+    case 12: return (long long)in->prefix_evictions;
     default: return (long long)in->preemptions;
     }
 }
@@ -221,9 +223,13 @@ static void render_lanes(FILE *f, const sd_lanes *l)
                "Requests the lane's verifier preempted: KV given back when the pool ran short, prefilled again later.",
                8);
     lane_series(f, l, "specd_prefix_queries_total", "counter",
-               "Prompt positions the lane's verifier looked up for a prefix another request holds.", 9);
+               "Prompt positions the lane's verifier looked up in its prefix cache.", 9);
     lane_series(f, l, "specd_prefix_hits_total", "counter",
-               "Prompt positions whose KV the lane's verifier took from another request instead of computing it.", 10);
+               "Prompt positions whose KV the lane's verifier took from its prefix cache instead of computing it.", 10);
+    lane_series(f, l, "specd_prefix_cached_blocks", "gauge",
+               "KV blocks the lane's verifier keeps for its prefix cache that no request holds.", 11);
+    lane_series(f, l, "specd_prefix_evictions_total", "counter",
+               "Cached KV blocks the lane's verifier gave to new work, least recently used first.", 12);
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {

@@ -167,7 +167,7 @@ json_t *sd_resp_object(const sd_resp *r)
     json_t *output = json_array();
     if (started) json_array_append_new(output, sd_resp_message(r, true));
     json_t *usage = started ? json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", (int)r->input_tokens,
-                                        "input_tokens_details", "cached_tokens", 0, "output_tokens",
+                                        "input_tokens_details", "cached_tokens", (int)r->cached_tokens, "output_tokens",
                                         (int)r->output_tokens, "output_tokens_details", "reasoning_tokens", 0,
                                         "total_tokens", (int)(r->input_tokens + r->output_tokens))
                             : json_null();

@@ -35,6 +35,7 @@ typedef struct sd_resp {
     const char *status;        /* "in_progress" | "completed" | "incomplete" */
     bool length;               /* incomplete because of max_output_tokens */
     unsigned input_tokens, output_tokens;
+    unsigned cached_tokens;    /* input_tokens_details.cached_tokens */
     const sd_api_req *req;     /* for temperature, top_p, max_output_tokens */
     const char *text;
     size_t len;

@@ -129,7 +129,7 @@ static void attach_logprobs(const sd_req *r, int n, Specd__TokenEvent *ev, void 
  * log-probabilities go with the tokens. */
 static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
                         sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at,
-                        const sd_vf_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *lp)
+                        const sd_vf_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *r)
 {
     void *blocks[2];
     static const sd_spec_stats zero;
@@ -150,7 +150,8 @@ static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, co
     ev.prompt_tokens = (uint32_t)n_prompt;
     ev.completion_tokens = (uint32_t)n_output;
     ev.stats = &ss;
-    attach_logprobs(lp, n, &ev, blocks);
+    if (r) ev.cached_tokens = (uint32_t)(r->shared < r->n_prompt ? r->shared : r->n_prompt);
+    attach_logprobs(r, n, &ev, blocks);
     env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
     env.token_event = &ev;
     send_to(s, peer, &env);
@@ -304,6 +305,8 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     st.step_rows_max = s->step_rows_max;
     st.preemptions = s->preemptions;
     sd_engine_prefix_stats(s->e, &st.prefix_queries, &st.prefix_hits);
+    st.prefix_cached_blocks = (uint32_t)sd_kv_pool_cached_count(s->pool);
+    st.prefix_evictions = sd_kv_pool_evictions(s->pool);
     st.drafter_up = s->link && sd_vf_link_up(s->link);
     if (s->link) {
         sd_vf_drafter_stats ds = sd_vf_link_drafter_stats(s->link);

@@ -264,7 +264,7 @@ START_TEST(choices_fields)
     ck_assert(r.n == 4 && r.best_of == 4);
     sd_api_req_clear(&r);
     /* a response with several choices: index i, each its text and finish reason */
-    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0};
+    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0, 0};
     sd_api_choice ch[3] = {{"a", 1, "stop", NULL}, {"bb", 2, "length", NULL}, {"", 0, "stop", NULL}};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, ch, 3));
     json_t *cs = json_object_get(o, "choices");
@@ -287,7 +287,7 @@ END_TEST
 
 START_TEST(completion_response_shape)
 {
-    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0};
+    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0, 2};
     sd_api_choice ch = {"a\"b", 3, "length", NULL};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
@@ -299,6 +299,7 @@ START_TEST(completion_response_shape)
     ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), 0);
     json_t *u = json_object_get(o, "usage");
     ck_assert_int_eq(json_integer_value(json_object_get(u, "total_tokens")), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
     json_t *sp = json_object_get(o, "speculative");
     ck_assert_int_eq(json_integer_value(json_object_get(sp, "steps")), 10);
     ck_assert_float_eq_tol(json_real_value(json_object_get(sp, "mean_accepted_per_step")), 0.8, 1e-9);
@@ -342,7 +343,7 @@ START_TEST(logprobs_fields)
     sd_api_req_clear(&r);
     /* the choice carries the object it is given, else null */
     json_t *lp = json_pack("{s:[]}", "content");
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0};
     sd_api_choice ch = {"hi", 2, "stop", lp};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert(json_is_array(json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
@@ -358,7 +359,7 @@ END_TEST
 
 START_TEST(chat_response_shape)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0};
     sd_api_choice ch = {"hi", 2, "stop", NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
@@ -374,7 +375,7 @@ END_TEST
 
 START_TEST(sse_chunk_shapes)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0, 0};
     json_t *o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, true, true));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);

@@ -80,7 +80,7 @@ START_TEST(object_and_events)
     sd_api_req q;
     sd_api_err e;
     ck_assert_int_eq(parse("{\"input\": \"x\", \"max_output_tokens\": 4}", &q, &e), SD_OK);
-    sd_resp r = {"resp_1", "msg_1", "tiny", 7, "incomplete", true, 3, 4, &q, "abc", 3};
+    sd_resp r = {"resp_1", "msg_1", "tiny", 7, "incomplete", true, 3, 4, 0, &q, "abc", 3};
     json_t *o = sd_resp_object(&r);
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "response");
     ck_assert_str_eq(json_string_value(json_object_get(o, "status")), "incomplete");

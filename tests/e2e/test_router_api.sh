@@ -43,7 +43,7 @@ check "completion usage + finish_reason length" '[ "$(jget "$WORK/out" "(j[\"usa
 check "completion carries speculative stats" '[ "$(jget "$WORK/out" "j[\"speculative\"][\"steps\"] > 0 and \"acceptance_rate\" in j[\"speculative\"]")" = True ]'
 
 st=$(post /v1/completions '{"prompt":[100,200,300],"max_tokens":4,"speculative":{"enabled":false}}')
-check "token-id prompt → 200, 4 tokens" '[ "$st" = 200 ] && [ "$(jget "$WORK/out" "j[\"usage\"]")" = "{'"'"'prompt_tokens'"'"': 3, '"'"'completion_tokens'"'"': 4, '"'"'total_tokens'"'"': 7}" ]'
+check "token-id prompt → 200, 4 tokens" '[ "$st" = 200 ] && [ "$(jget "$WORK/out" "j[\"usage\"]")" = "{'"'"'prompt_tokens'"'"': 3, '"'"'completion_tokens'"'"': 4, '"'"'total_tokens'"'"': 7, '"'"'prompt_tokens_details'"'"': {'"'"'cached_tokens'"'"': 0}}" ]'
 
 st=$(post /v1/completions '{"prompt":"hello world","max_tokens":50,"stop":["world"]}')
 check "stop string cuts the text, finish stop" '[ "$st" = 200 ] && [ "$(jget "$WORK/out" "repr(j[\"choices\"][0][\"text\"]) + j[\"choices\"][0][\"finish_reason\"]")" = "'"'"'hello '"'"'stop" ]'

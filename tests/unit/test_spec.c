@@ -339,7 +339,7 @@ START_TEST(shared_prefixes_equal_alone)
     int32_t *ids[N], n[N];
     sd_req_params p[N];
     for (int i = 0; i < N; i++) {
-        ids[i] = malloc((size_t)(np + nq + 20) * sizeof *ids[i]);
+        ids[i] = malloc((size_t)(np + nq + 64) * sizeof *ids[i]);
         memcpy(ids[i], pp, (size_t)np * sizeof *pp);
         n[i] = np;
         p[i] = sd_req_params_default();
@@ -359,15 +359,20 @@ START_TEST(shared_prefixes_equal_alone)
     int32_t *alone[N];
     int nalone[N];
     char err[256];
+    sd_engine *on = f.eng, *off = sd_engine_new(f.target, &(sd_engine_opts){.no_prefix_sharing = true});
+    ck_assert_ptr_nonnull(off);
+    f.eng = off; /* the outputs alone: every prompt prefilled in full */
     for (int i = 0; i < N - 1; i++) alone[i] = gen(&f, pr, ids[i], n[i], &p[i], &nalone[i], NULL);
     /* the last joins after request 0 has committed tokens: P + 0's first 20 tokens + Q */
     memcpy(ids[6] + np, alone[0], 20 * sizeof *alone[0]);
     memcpy(ids[6] + np + 20, qq, (size_t)(nq - 20 > 0 ? nq - 20 : 0) * sizeof *qq);
     n[6] = np + (nq > 20 ? nq : 20);
     alone[6] = gen(&f, pr, ids[6], n[6], &p[6], &nalone[6], NULL);
+    f.eng = on;
     uint64_t q0, h0, q1, h1;
-    sd_engine_prefix_stats(f.eng, &q0, &h0);
-    ck_assert_int_eq((int)h0, 0); /* alone, nothing to share */
+    sd_engine_prefix_stats(off, &q0, &h0);
+    ck_assert_int_eq((int)(q0 + h0), 0); /* off: nothing looked up */
+    ck_assert_int_eq(sd_kv_pool_cached_count(sd_model_kv_pool(f.target)), 0); /* nor registered */
     sd_req *reqs[N];
     for (int i = 0; i < N; i++)
         ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(200 + i), ids[i], n[i], &p[i], &reqs[i], err, sizeof err), SD_OK);
@@ -388,9 +393,31 @@ START_TEST(shared_prefixes_equal_alone)
         ck_assert_msg(!memcmp(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t)),
                       "request %d: output differs with shared prefixes", i);
         sd_req_free(f.eng, reqs[i]);
+    }
+    /* everyone is gone: the blocks stay cached, and a request with P, then one
+     * with P + 0's whole output (the next turn), take them */
+    ck_assert_int_gt(sd_kv_pool_cached_count(sd_model_kv_pool(f.target)), np / bs);
+    for (int k = 0; k < 2; k++) {
+        sd_req *r;
+        int len = k ? np + nalone[0] : np;
+        if (k) memcpy(ids[3] + np, alone[0], (size_t)nalone[0] * sizeof *alone[0]);
+        ck_assert_int_eq(sd_req_new(f.eng, 300, ids[3], len, &p[0], &r, err, sizeof err), SD_OK);
+        run_reqs(&f, pr, &r, 1);
+        ck_assert_int_eq(r->shared, (len - 1) / bs * bs);
+        int nref;
+        f.eng = off;
+        int32_t *ref = gen(&f, pr, ids[3], len, &p[0], &nref, NULL);
+        f.eng = on;
+        ck_assert_int_eq(sd_req_n_output(r), nref);
+        ck_assert_msg(!memcmp(sd_req_output(r), ref, (size_t)nref * sizeof *ref), "turn %d differs from the cache", k);
+        free(ref);
+        sd_req_free(f.eng, r);
+    }
+    for (int i = 0; i < N; i++) {
         free(alone[i]);
         free(ids[i]);
     }
+    sd_engine_free(off);
     free(pp);
     free(qq);
     sd_proposer_free(pr);
