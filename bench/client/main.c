@@ -56,6 +56,8 @@ static void usage(FILE *f)
           "  --ignore-eos          send \"ignore_eos\": true (vLLM/specd)\n"
           "  --dataset FILE        JSONL with \"prompt\" or \"messages\" per line\n"
           "  --strict-dataset      fail on the first bad dataset line (default: skip)\n"
+          "  --in-order            send the prompts in the dataset's order (default: shuffled\n"
+          "                        by --seed); for multi-turn datasets\n"
           "  --extra-body JSON     object merged into every request body\n"
           "  --timeout S           per-request timeout (default 300)\n"
           "  --json FILE           write config, per-request records and summary\n"
@@ -79,7 +81,7 @@ static const struct option long_opts[] = {
     {"timeout", 1, 0, 'o'},      {"json", 1, 0, 'j'},        {"plot", 1, 0, 'p'},
     {"extra-body", 1, 0, 'x'},   {"quiet", 0, 0, 'q'},       {"help", 0, 0, 'h'},
     {"goodput", 1, 0, 'G'},      {"random-input-len", 1, 0, 'I'}, {"random-output-len", 1, 0, 'O'},
-    {"random-range-ratio", 1, 0, 'R'},
+    {"random-range-ratio", 1, 0, 'R'}, {"in-order", 0, 0, 'Q'},
     {0, 0, 0, 0},
 };
 
@@ -159,6 +161,7 @@ static int apply_opt(options *o, int c, const char *a)
     case 'S': cfg->stream = true; break;
     case 'N': cfg->stream = false; break;
     case 'i': cfg->ignore_eos = true; break;
+    case 'Q': cfg->in_order = true; break;
     case 'd': o->dataset = a; break;
     case 'X': o->strict_dataset = true; break;
     case 'w': st = opt_long(a, "--warmup", 0, &cfg->warmup, err, sizeof err); break;

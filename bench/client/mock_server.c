@@ -87,9 +87,9 @@ static json_t *spec_stats(mock *m, int n, bool count)
 
 static json_t *usage_obj(gen *g)
 {
-    return json_pack("{s:I, s:i, s:I}", "prompt_tokens", (json_int_t)(g->prompt_chars / 4 + 1),
-                     "completion_tokens", g->n, "total_tokens",
-                     (json_int_t)(g->prompt_chars / 4 + 1 + g->n));
+    return json_pack("{s:I, s:i, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)(g->prompt_chars / 4 + 1),
+                     "completion_tokens", g->n, "total_tokens", (json_int_t)(g->prompt_chars / 4 + 1 + g->n),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)(g->prompt_chars / 8));
 }
 
 /* One streamed chunk carrying token i (i < 0: chat role-only chunk). */

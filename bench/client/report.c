@@ -88,6 +88,7 @@ sd_status sd_report_summarize(const sd_bench_result *res, const double *slo_ms, 
             if (r->input_tokens >= 0) {
                 out->total_input_tokens += r->input_tokens;
                 out->input_reported++;
+                if (r->cached_tokens > 0) out->total_cached_tokens += r->cached_tokens;
             }
             out->usage_requests += r->tokens_from_usage;
             out->good += slo && good_request(r, slo_ms);
@@ -202,6 +203,9 @@ void sd_report_print(FILE *f, const sd_bench_config *cfg, const sd_bench_result 
     fprintf(f, "%-40s%ld\n", "Total output tokens:", s->total_output_tokens);
     fprintf(f, "%-40s%ld (usage of %ld requests)\n", "Total input tokens:", s->total_input_tokens,
             s->input_reported);
+    if (s->total_cached_tokens > 0)
+        fprintf(f, "%-40s%ld (%.1f%%)\n", "Cached input tokens (prefix cache):", s->total_cached_tokens,
+                100.0 * (double)s->total_cached_tokens / (double)s->total_input_tokens);
     num_or_na(f, "Total token throughput (tok/s):", s->total_tok_per_s, "%.2f");
     if (isfinite(s->goodput)) {
         fprintf(f, "%-40s%ld of %ld\n", "Requests within the --goodput SLOs:", s->good, s->completed);
@@ -294,6 +298,7 @@ static json_t *json_record(const sd_req_record *r)
         return NULL;
     bool ok = r->err == SD_REQERR_NONE;
     json_object_set_new(o, "input_tokens", r->input_tokens >= 0 ? json_integer(r->input_tokens) : json_null());
+    json_object_set_new(o, "cached_tokens", r->cached_tokens >= 0 ? json_integer(r->cached_tokens) : json_null());
     json_object_set_new(o, "error", ok ? json_null() : json_string(sd_reqerr_name(r->err)));
     json_object_set_new(o, "error_message", ok ? json_null() : json_string(r->errmsg));
     json_object_set_new(o, "speculative",
@@ -396,6 +401,7 @@ sd_status sd_report_write_json(const char *path, const sd_bench_config *cfg,
     json_t *summary = root ? json_object_get(root, "summary") : NULL;
     if (summary) {
         json_object_set_new(summary, "total_input_tokens", json_integer(s->total_input_tokens));
+        json_object_set_new(summary, "total_cached_tokens", json_integer(s->total_cached_tokens));
         json_object_set_new(summary, "total_token_throughput", jnum(s->total_tok_per_s));
         json_object_set_new(summary, "good_requests", json_integer(s->good));
         json_object_set_new(summary, "request_goodput", jnum(s->goodput));

@@ -18,6 +18,7 @@ typedef struct {
     long by_kind[SD_REQERR_COUNT];
     long total_output_tokens;             /* successful requests only */
     long total_input_tokens;              /* usage.prompt_tokens of the successful requests that reported it */
+    long total_cached_tokens;             /* ... and of those, the prompt tokens the server's prefix cache held */
     long input_reported;                  /* ... how many did */
     double total_tok_per_s;               /* (input + output tokens) / wall */
     long good;                            /* successful requests meeting every --goodput SLO */

@@ -91,10 +91,12 @@ sd_status sd_resp_parse(const char *json, size_t len, bool chat, sd_resp_info *o
         read_error(e, out);
     out->content_len = content_of(root, chat);
     json_t *usage = json_object_get(root, "usage");
-    out->prompt_tokens = -1;
+    out->prompt_tokens = out->cached_tokens = -1;
     if (json_is_object(usage)) {
         json_t *pt = json_object_get(usage, "prompt_tokens");
         if (json_is_integer(pt)) out->prompt_tokens = (long)json_integer_value(pt);
+        json_t *cached = json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+        if (json_is_integer(cached)) out->cached_tokens = (long)json_integer_value(cached);
         json_t *ct = json_object_get(usage, "completion_tokens");
         if (json_is_integer(ct)) {
             out->has_usage = true;

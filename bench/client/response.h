@@ -22,6 +22,7 @@ typedef struct {
     bool has_usage;          /* "usage" object with completion_tokens */
     long completion_tokens;
     long prompt_tokens;      /* usage.prompt_tokens; -1 when absent */
+    long cached_tokens;      /* usage.prompt_tokens_details.cached_tokens; -1 when absent */
     bool has_spec;           /* a "speculative" object was found */
     long spec_steps, spec_draft, spec_accepted;
     double spec_mean;        /* mean_accepted_per_step (computed if absent) */

@@ -150,6 +150,7 @@ static void absorb(xfer *x, const sd_resp_info *info, double t, bool timed)
         rec->content_chunks++;
     }
     if (info->prompt_tokens >= 0) rec->input_tokens = info->prompt_tokens;
+    if (info->cached_tokens >= 0) rec->cached_tokens = info->cached_tokens;
     if (info->has_usage) {
         rec->tokens_from_usage = true;
         rec->output_tokens = info->completion_tokens;
@@ -425,6 +426,7 @@ static sd_status issue(runner *r, bool warmup, long id)
     rec->prompt_index = pi;
     rec->prompt_len_chars = p->len_chars;
     rec->input_tokens = -1;
+    rec->cached_tokens = -1;
     rec->ttft = rec->tpot = rec->e2e = rec->spec_mean = NAN;
     setup_easy(r, x);
     x->t0 = sd_now_s();
@@ -534,7 +536,7 @@ static sd_status runner_init(runner *r, const sd_bench_config *cfg, const sd_dat
     for (size_t i = 0; i < r->n_order; i++)
         r->order[i] = i;
     sd_rng_seed(&r->rng, cfg->seed);
-    sd_rng_shuffle(&r->rng, r->order, r->n_order);
+    if (!cfg->in_order) sd_rng_shuffle(&r->rng, r->order, r->n_order);
     char auth[1100];
     r->hdrs = curl_slist_append(r->hdrs, "Content-Type: application/json");
     r->hdrs = curl_slist_append(r->hdrs, "Expect:");

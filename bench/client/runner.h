@@ -37,6 +37,7 @@ typedef struct {
     double temperature;
     bool has_seed;            /* "seed" is sent only when given */
     uint64_t seed;            /* also seeds arrivals and prompt order */
+    bool in_order;            /* prompts in the dataset's order (multi-turn datasets), not shuffled */
     bool stream;
     bool ignore_eos;
     long warmup;              /* warm-up requests, not recorded */
@@ -83,6 +84,7 @@ typedef struct {
     size_t n_itl, cap_itl;
     long output_tokens;
     long input_tokens;        /* usage.prompt_tokens as the server counted them; -1: not reported */
+    long cached_tokens;       /* usage.prompt_tokens_details.cached_tokens (prefix cache); -1: not reported */
     bool tokens_from_usage;   /* false: counted content chunks */
     long content_chunks;
     long http_status;

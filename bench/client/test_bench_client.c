@@ -266,6 +266,10 @@ START_TEST(test_response_shapes)
     ck_assert_int_eq(i.prompt_tokens, -1); /* not reported */
     i = parse_ok("{\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7}}", false);
     ck_assert_int_eq(i.prompt_tokens, 12);
+    ck_assert_int_eq(i.cached_tokens, -1);
+    i = parse_ok("{\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,"
+                 "\"prompt_tokens_details\":{\"cached_tokens\":8}}}", false);
+    ck_assert_int_eq(i.cached_tokens, 8);
     i = parse_ok("{\"choices\":[],\"usage\":{\"completion_tokens\":9},\"speculative\":{\"steps\":4,"
                  "\"draft_tokens\":12,\"accepted_tokens\":6,\"mean_accepted_per_step\":1.5}}", false);
     ck_assert(i.has_spec);

@@ -164,6 +164,19 @@ else
 fi
 ok "duration, Poisson rate, dataset, plot"
 
+# --- 7. --in-order: the dataset's order; cached input tokens reported ----------
+for i in 0 1 2 3 4; do printf '{"prompt": "turn %d of a conversation with a long enough prompt"}\n' "$i"; done >"$TMP/mt.jsonl"
+"$BENCH" --url "http://127.0.0.1:$PORT" --num-prompts 5 --max-tokens 2 --dataset "$TMP/mt.jsonl" --in-order \
+    --json "$TMP/mt.json" >"$OUT" 2>&1 || fail "--in-order run failed"
+python3 - "$TMP/mt.json" <<'PY' || fail "--in-order: prompts not in the dataset's order, or no cached tokens"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert [r["prompt_index"] for r in sorted(j["requests"], key=lambda r: r["id"])] == [0, 1, 2, 3, 4], j["requests"]
+assert all(r["cached_tokens"] > 0 for r in j["requests"]) and j["summary"]["total_cached_tokens"] > 0
+PY
+grep -q 'Cached input tokens (prefix cache):' "$OUT" || fail "no cached input tokens line"
+ok "--in-order, cached input tokens"
+
 if [ "$FAILS" -ne 0 ]; then
     echo "test_bench_client: $FAILS failure(s)"
     exit 1
