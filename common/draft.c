@@ -34,6 +34,7 @@ typedef struct draft_seq {
     sd_kv_seq kv;       /* the KV mirror */
     int32_t *cached;    /* [cap] tokens whose K/V the mirror holds */
     int n_cached;
+    int n_registered;   /* its full blocks registered in the pool's prefix cache */
     size_t cap;
 } draft_seq;
 
@@ -55,6 +56,9 @@ typedef struct draft_impl {
     int vlimit;         /* ids drafted are < vlimit */
     int max_pos;
     float p_min;        /* stop drafting an item after a token of probability < p_min */
+    bool prefix_cache;  /* mirrors register and take cached KV blocks */
+    int32_t *match;     /* sd_kv_cache_match scratch */
+    size_t cap_match;
     draft_seq *seqs;
     int n_seqs;
     size_t cap_seqs;
@@ -112,6 +116,7 @@ static int seq_get(draft_impl *d, uint64_t id, uint32_t branch, bool create)
     s->branch = branch;
     s->live = true;
     s->n_cached = 0;
+    s->n_registered = 0;
     s->stamp = 0;
     return free_slot;
 }
@@ -121,11 +126,43 @@ static bool seq_fit(draft_seq *s, int n)
     return sd_grow(&s->cached, &s->cap, (size_t)n, sizeof *s->cached) == SD_OK;
 }
 
-/* Rolls s's mirror back to its first len positions. */
+/* Rolls s's mirror back to its first len positions (fewer when the block
+ * len falls in is shared: see sd_kv_truncate). */
 static void seq_truncate(draft_impl *d, draft_seq *s, int len)
 {
-    sd_kv_truncate(sd_model_kv_pool(d->m), &s->kv, len);
-    if (s->n_cached > len) s->n_cached = len;
+    sd_kv_pool *pool = sd_model_kv_pool(d->m);
+    sd_kv_truncate(pool, &s->kv, len);
+    if (s->n_cached > s->kv.len) s->n_cached = s->kv.len;
+    int full = s->kv.len / sd_kv_pool_block_size(pool);
+    if (s->n_registered > full) s->n_registered = full;
+}
+
+/* A new mirror takes the cached KV of the longest prefix of context (all
+ * but its last token, which the first pass feeds); returns the positions. */
+static int seq_take_cached(draft_impl *d, draft_seq *s, const int32_t *context, int nc)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(d->m);
+    int bs = sd_kv_pool_block_size(pool), max = (nc - 1) / bs;
+    if (!d->prefix_cache || s->kv.n_blocks != 0 || max <= 0 ||
+        sd_grow(&d->match, &d->cap_match, (size_t)max, sizeof *d->match) != SD_OK)
+        return 0;
+    int n = sd_kv_cache_match(pool, context, max, d->match);
+    if (n <= 0 || sd_kv_seq_take(pool, &s->kv, d->match, n) != SD_OK) return 0;
+    memcpy(s->cached, context, (size_t)s->kv.len * sizeof *context);
+    s->n_cached = s->kv.len;
+    s->n_registered = n;
+    return s->kv.len;
+}
+
+/* Registers s's full committed blocks whose tokens it knows. */
+static void seq_register(draft_impl *d, draft_seq *s)
+{
+    if (!d->prefix_cache) return;
+    sd_kv_pool *pool = sd_model_kv_pool(d->m);
+    int bs = sd_kv_pool_block_size(pool);
+    int known = s->kv.len < s->n_cached ? s->kv.len : s->n_cached;
+    for (; s->n_registered < known / bs; s->n_registered++)
+        sd_kv_cache_register(pool, &s->kv, s->n_registered, s->cached + (size_t)s->n_registered * (size_t)bs);
 }
 
 /* ---- per-call buffers ------------------------------------------------------ */
@@ -163,12 +200,13 @@ static void prepare_item(draft_impl *d, const sd_propose_item *it, item_state *s
     draft_seq *s = &d->seqs[si];
     if (s->stamp == d->stamp) return; /* the same seq_id twice in one batch */
     s->stamp = d->stamp;
-    int common = 0;
-    while (common < s->n_cached && common < nc - 1 && s->cached[common] == it->context[common]) common++;
-    for (int t = common; t < nc; t++)
+    for (int t = 0; t < nc; t++)
         if (it->context[t] < 0 || it->context[t] >= d->vocab) return;
-    seq_truncate(d, s, common);
     if (!seq_fit(s, nc + kk)) return;
+    int common = s->n_cached == 0 ? seq_take_cached(d, s, it->context, nc) : 0;
+    while (common < s->n_cached && common < nc - 1 && s->cached[common] == it->context[common]) common++;
+    seq_truncate(d, s, common);
+    common = s->n_cached < common ? s->n_cached : common;
     if (sd_kv_reserve(sd_model_kv_pool(d->m), &s->kv, nc - common + kk - 1) != SD_OK) return;
     st->seq = si;
     st->common = common;
@@ -285,6 +323,7 @@ static void finish_items(draft_impl *d, const sd_propose_item *items, int n, sd_
         memcpy(s->cached + st->common, it->context + st->common, (size_t)(nc - st->common) * sizeof(int32_t));
         memcpy(s->cached + nc, out[i].tokens, (size_t)(out[i].n - 1) * sizeof(int32_t));
         s->n_cached = nc + out[i].n - 1;
+        seq_register(d, s);
         if (!it->want_q) continue;
         for (int t = 0; t < out[i].n; t++) out[i].q[t] = d->arena + st->qoff[t];
     }
@@ -319,6 +358,7 @@ static void draft_release(sd_proposer *p, uint64_t seq_id)
         sd_kv_seq_release(sd_model_kv_pool(d->m), &s->kv);
         s->live = false;
         s->n_cached = 0;
+        s->n_registered = 0;
     }
 }
 
@@ -337,6 +377,7 @@ static void draft_destroy(sd_proposer *p)
         free(d->logits);
         free(d->dist);
         free(d->arena);
+        free(d->match);
         sd_sampler_free(d->sp);
         sd_model_free(d->m);
         if (d->own_be) sd_backend_free(d->be);
@@ -367,6 +408,7 @@ static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts 
     d->max_pos = cfg->max_position;
     d->vlimit = o->vocab_limit > 0 && o->vocab_limit < d->vocab ? o->vocab_limit : d->vocab;
     d->p_min = o->p_min;
+    d->prefix_cache = !o->no_prefix_cache;
     int max_ctx = o->max_context > 0 ? o->max_context : (d->max_pos < 4096 ? d->max_pos : 4096);
     long per_seq = (max_ctx + SD_MAX_DRAFT + 1 + o->block_size - 1) / o->block_size;
     long blocks = per_seq * o->max_seqs;

@@ -58,6 +58,8 @@ typedef struct sd_draft_opts {
     float p_min;      /* > 0: an item stops drafting after a token whose drafter
                          probability is below p_min (its later drafts would
                          likely be rejected); 0 = always draft k */
+    bool no_prefix_cache; /* mirrors do not share KV blocks of common prefixes (kv_pool.h): a new
+                             mirror prefills its whole context */
 } sd_draft_opts;
 
 /* "auto", "int8" or "none" -> SD_DRAFT_QUANT_*; -1 for anything else. */

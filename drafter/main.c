@@ -59,6 +59,7 @@ typedef struct drafter_opts {
     float p_min;
     bool pipeline;    /* --spec-pipeline: draft ahead when the verifier pipelines */
     int branches;     /* --spec-branches: other outcomes drafted for per request and step */
+    bool no_prefix_cache; /* --no-prefix-cache: mirrors do not reuse cached prefixes */
 } drafter_opts;
 
 /* Everything the serving loop owns. */
@@ -107,6 +108,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
                "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
+               "                     [--no-prefix-cache]\n"
                "                     [--spec-branches N] [--curve-keys DIR]\n"
                "                     [--log-level debug|info|warn|error]\n");
 }
@@ -119,7 +121,7 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
         {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
         {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {"spec-branches", 1, 0, 'B'},
-        {"curve-keys", 1, 0, 'K'}, {0, 0, 0, 0}};
+        {"curve-keys", 1, 0, 'K'}, {"no-prefix-cache", 0, 0, 'C'}, {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
@@ -132,6 +134,7 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         switch (c) {
         case 'l': o->listen = optarg; break;
         case 'K': o->curve_keys = optarg; break;
+        case 'C': o->no_prefix_cache = true; break;
         case 'm': o->model = optarg; break;
         case 'n': o->ngram = true; break;
         case 'a': st = sd_opt_int(optarg, "--ngram-min", 1, SD_NGRAM_MAX_N, &o->ngram_min, err, sizeof err); break;
@@ -193,6 +196,7 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     dopts.max_seqs = o->max_seqs * (o->pipeline ? 1 + o->branches : 1);
     dopts.quant = o->quant;
     dopts.p_min = o->p_min;
+    dopts.no_prefix_cache = o->no_prefix_cache;
     dopts.max_context = o->max_context ? o->max_context
                                        : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position
                                                                                       : DEFAULT_MAX_CONTEXT_CAP);

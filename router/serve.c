@@ -276,6 +276,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
         add_opt(dra, "--quant", o->draft_quant);
         add_opt(dra, "--p-min", o->draft_p_min);
         add_opt(dra, "--spec-branches", o->draft_branches);
+        if (o->no_prefix_cache) add_arg(dra, "--no-prefix-cache");
     } else {
         add_arg(dra, "--ngram");
     }

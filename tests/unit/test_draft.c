@@ -159,6 +159,72 @@ static void same_as_fresh(sd_proposer *p, uint64_t id, const int32_t *ctx, int n
     sd_proposer_free(fresh);
 }
 
+/* Mirrors reuse cached prefixes (kv_pool.h): a new mirror whose context
+ * starts like another's — live, or released — takes its KV blocks and
+ * drafts exactly what a drafter without the cache drafts; rolling a mirror
+ * back into a shared block leaves the other's intact. */
+START_TEST(cached_prefixes_draft_the_same)
+{
+    int n0, n1, n2;
+    int32_t *a = encode(0, &n0), *b = encode(1, &n1), *c = encode(2, &n2);
+    int n = n0 + n1 + n2;
+    int32_t *ctx = malloc((size_t)(n + 8) * sizeof *ctx);
+    memcpy(ctx, a, (size_t)n0 * sizeof *ctx);
+    memcpy(ctx + n0, b, (size_t)n1 * sizeof *ctx);
+    memcpy(ctx + n0 + n1, c, (size_t)n2 * sizeof *ctx);
+    ck_assert_int_gt(n, 40);
+    char dir[512], err[512];
+    sd_draft_opts o = sd_draft_opts_default();
+    o.quant = SD_DRAFT_QUANT_NONE;
+    o.p_min = 0.0f;
+    o.n_threads = 2;
+    o.max_seqs = 6;
+    o.max_context = 256;
+    o.no_prefix_cache = true;
+    sd_proposer *off = NULL, *on = make(6, 256);
+    ck_assert_msg(sd_draft_new(drafter_dir(dir, sizeof dir), &o, &off, err, sizeof err) == SD_OK, "%s", err);
+    sd_kv_pool *pon = sd_model_kv_pool(sd_draft_model(on)), *poff = sd_model_kv_pool(sd_draft_model(off));
+    /* ids 1, 2: the same context; 3: longer; then 2 rolls back into a shared block */
+    const int lens[] = {n, n, n - 5};
+    for (int id = 1; id <= 3; id++) {
+        sd_proposal x, y;
+        propose1(on, (uint64_t)id, ctx, lens[id - 1], 6, &x);
+        propose1(off, (uint64_t)id, ctx, lens[id - 1], 6, &y);
+        ck_assert_int_eq(x.n, y.n);
+        for (int i = 0; i < x.n; i++) ck_assert_msg(x.tokens[i] == y.tokens[i], "id %d draft %d", id, i);
+    }
+    ck_assert_int_lt(sd_kv_pool_total(pon) - sd_kv_pool_free_count(pon),
+                     sd_kv_pool_total(poff) - sd_kv_pool_free_count(poff)); /* fewer blocks held */
+    int n2b;
+    sd_proposal d;
+    propose1(on, 2, ctx, n, 6, &d);
+    int32_t *ctx2 = partial_accept(ctx, n - 20, &d, 0, &n2b); /* back into the shared blocks */
+    same_as_fresh(on, 2, ctx2, n2b, 6);
+    same_as_fresh(on, 1, ctx, n, 6);
+    for (int id = 1; id <= 3; id++) {
+        on->ops->release(on, (uint64_t)id);
+        off->ops->release(off, (uint64_t)id);
+    }
+    ck_assert_int_gt(sd_kv_pool_cached_count(pon), 0); /* kept after the release */
+    ck_assert_int_eq(sd_kv_pool_cached_count(poff), 0);
+    sd_proposal x, y;
+    propose1(on, 9, ctx, n, 6, &x);
+    propose1(off, 9, ctx, n, 6, &y);
+    for (int i = 0; i < x.n; i++) ck_assert_int_eq(x.tokens[i], y.tokens[i]);
+    on->ops->release(on, 9);
+    off->ops->release(off, 9);
+    pool_full(on);
+    pool_full(off);
+    sd_proposer_free(on);
+    sd_proposer_free(off);
+    free(ctx);
+    free(ctx2);
+    free(a);
+    free(b);
+    free(c);
+}
+END_TEST
+
 START_TEST(resync_after_partial_accept)
 {
     int n;
@@ -460,6 +526,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, greedy_equals_plain);
     tcase_add_test(tc, resync_after_partial_accept);
+    tcase_add_test(tc, cached_prefixes_draft_the_same);
     tcase_add_test(tc, batch_equals_single);
     tcase_add_test(tc, sampled_reproducible_with_q);
     tcase_add_test(tc, kv_exhaustion_and_limits);
