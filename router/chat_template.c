@@ -187,3 +187,99 @@ sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, ch
     sd_buf_free(&b);
     return st;
 }
+
+/* ---------------------------------------------------------------- templates */
+
+/* A token of tokenizer_config.json: a string or {"content": string}. */
+static char *config_token(json_t *cfg, const char *key)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return strdup(json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* The config's template text: a string, or the "default" of a list of
+ * {name, template}. */
+static const char *config_template(json_t *cfg)
+{
+    json_t *t = json_object_get(cfg, "chat_template");
+    if (json_is_string(t)) return json_string_value(t);
+    for (size_t i = 0; json_is_array(t) && i < json_array_size(t); i++) {
+        json_t *e = json_array_get(t, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (name && !strcmp(name, "default")) return json_string_value(json_object_get(e, "template"));
+    }
+    return NULL;
+}
+
+static sd_status load_override(sd_chat *c, const char *path, char *err, size_t errlen)
+{
+    char *src = NULL, perr[400];
+    size_t len;
+    sd_status st = sd_read_file(path, (size_t)1 << 20, &src, &len, perr, sizeof perr);
+    if (st != SD_OK)
+        return sd_seterr(err, errlen, st, "--chat-template '%s' is neither a family (chatml, llama3, llama2, plain) "
+                         "nor a readable file: %s", path, perr);
+    st = sd_jinja_parse(src, &c->tmpl, perr, sizeof perr);
+    free(src);
+    if (st != SD_OK) return sd_seterr(err, errlen, st, "--chat-template %s: %s", path, perr);
+    c->source = strdup(path);
+    return SD_OK;
+}
+
+sd_status sd_chat_load(sd_chat *c, const sd_tok *tok, const char *config_json, const char *override, char *warn,
+                       size_t warnlen, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    if (warn && warnlen) warn[0] = '\0';
+    c->family = sd_chat_detect(tok, config_json);
+    json_t *cfg = config_json ? json_loads(config_json, 0, NULL) : NULL;
+    c->bos = config_token(cfg, "bos_token");
+    c->eos = config_token(cfg, "eos_token");
+    sd_status st = SD_OK;
+    if (override && sd_chat_family_parse(override, &c->family) == SD_OK) {
+        /* a family by name: no template */
+    } else if (override) {
+        st = load_override(c, override, err, errlen);
+    } else if (config_template(cfg)) {
+        char perr[400];
+        if (sd_jinja_parse(config_template(cfg), &c->tmpl, perr, sizeof perr) == SD_OK)
+            c->source = strdup("tokenizer_config.json");
+        else if (warn)
+            snprintf(warn, warnlen, "the checkpoint's chat template is not supported (%s); using the %s format",
+                     perr, sd_chat_family_name(c->family));
+    }
+    json_decref(cfg);
+    if (st == SD_OK && (!c->bos || !c->eos)) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    if (st != SD_OK) sd_chat_clear(c);
+    return st;
+}
+
+void sd_chat_clear(sd_chat *c)
+{
+    sd_jinja_free(c->tmpl);
+    free(c->source);
+    free(c->bos);
+    free(c->eos);
+    memset(c, 0, sizeof *c);
+}
+
+sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, char **out, bool *add_special,
+                        char *err, size_t errlen)
+{
+    if (!c->tmpl) {
+        *add_special = sd_chat_add_special(c->family);
+        return sd_chat_render(c->family, msgs, n, out, err, errlen);
+    }
+    *add_special = false; /* as apply_chat_template: the template writes the special tokens */
+    json_t *m = json_array();
+    for (size_t i = 0; m && i < n; i++)
+        json_array_append_new(m, json_pack("{s:s, s:s}", "role", msgs[i].role ? msgs[i].role : "",
+                                           "content", msgs[i].content ? msgs[i].content : ""));
+    json_t *vars = json_pack("{s:o, s:b, s:s, s:s}", "messages", m, "add_generation_prompt", 1, "bos_token",
+                             c->bos, "eos_token", c->eos);
+    if (!vars) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    sd_status st = sd_jinja_render(c->tmpl, vars, out, err, errlen);
+    json_decref(vars);
+    return st;
+}

@@ -1,7 +1,10 @@
-/* chat_template.h — chat messages → prompt text for the model families specd
- * loads. There is no Jinja here: the family is detected from the tokenizer's
- * special tokens or from tokenizer_config.json's chat_template, and the known
- * format is rendered in C, followed by the generation prompt.
+/* chat_template.h — chat messages → prompt text. A checkpoint's own
+ * template (tokenizer_config.json's chat_template, or --chat-template FILE)
+ * is rendered with jinja.h, as Hugging Face's apply_chat_template does
+ * (messages, add_generation_prompt, bos_token, eos_token; tools absent);
+ * without one — or when it uses what jinja.h does not support — a known
+ * family is detected from the tokenizer's special tokens or from the
+ * template's text, and rendered in C, followed by the generation prompt:
  *
  *   ChatML (Qwen)  <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
  *   Llama 3        <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
@@ -19,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "jinja.h"
 #include "status.h"
 #include "tokenizer.h"
 
@@ -58,5 +62,30 @@ sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, ch
 
 /* Whether rendered text of this family is tokenized with add_special. */
 bool sd_chat_add_special(sd_chat_family f);
+
+/* How a server turns messages into a prompt. */
+typedef struct sd_chat {
+    sd_chat_family family; /* used when tmpl is NULL */
+    sd_jinja *tmpl;        /* the Jinja template, or NULL */
+    char *source;          /* where tmpl came from (for logs): a path, or "tokenizer_config.json" */
+    char *bos, *eos;       /* bos_token / eos_token given to the template ("" when unknown) */
+} sd_chat;
+
+/* Sets c up. config_json: tokenizer_config.json's text or NULL. override:
+ * --chat-template (NULL: none) — a family name (chatml, llama3, llama2,
+ * plain) or the path of a Jinja file. A template of the config that does
+ * not parse is reported in *warn (when not NULL; the family is used); an
+ * override that does not, or names no family and no readable file, is an
+ * error (SD_ERR_ARG / SD_ERR_IO / SD_ERR_FORMAT, message in err). */
+sd_status sd_chat_load(sd_chat *c, const sd_tok *tok, const char *config_json, const char *override, char *warn,
+                       size_t warnlen, char *err, size_t errlen);
+void sd_chat_clear(sd_chat *c);
+
+/* Renders the messages with the generation prompt: the template, else the
+ * family. *add_special: whether the text is tokenized with add_special (a
+ * template's text carries its own special tokens: false). SD_ERR_ARG with
+ * the template's message (raise_exception, a role the family lacks). */
+sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, char **out, bool *add_special,
+                        char *err, size_t errlen);
 
 #endif

@@ -106,7 +106,7 @@ struct sd_gen {
     sd_lanes *lanes;
     const sd_tok *tok;
     int vocab;
-    sd_chat_family chat;
+    const sd_chat *chat;
     sd_metrics *metrics;
     gen *live;                 /* list of live generations */
     gen *qhead, *qtail;        /* waiting generations */

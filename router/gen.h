@@ -47,7 +47,7 @@ typedef struct sd_gen_env {
     void *zctx;                      /* ZeroMQ context for the lane sockets */
     const sd_curve *curve;           /* CURVE keys for them, NULL = plain */
     const sd_tok *tok;
-    sd_chat_family chat;
+    const sd_chat *chat;             /* how messages become a prompt */
     sd_metrics *metrics;
 } sd_gen_env;
 

@@ -9,7 +9,7 @@
  *                [--curve-keys DIR]
  *                [--max-queue 256] [--max-body 1048576] [--request-timeout 600]
  *                [--lane-capacity 64] [--health-interval-ms 1000]
- *                [--health-misses 3] [--chat-template chatml|llama3|llama2|plain]
+ *                [--health-misses 3] [--chat-template FAMILY|FILE]
  *                [--default-max-tokens 256] [--log-level info] */
 #include <getopt.h>
 #include <limits.h>
@@ -34,7 +34,7 @@ static void usage(FILE *f)
             "                    [--drain-timeout S] [--resume-wait S] [--max-connections N]\n"
             "                    [--curve-keys DIR]\n"
             "                    [--request-timeout S] [--lane-capacity N] [--health-interval-ms MS]\n"
-            "                    [--health-misses N] [--chat-template chatml|llama3|llama2|plain]\n"
+            "                    [--health-misses N] [--chat-template FAMILY|FILE]\n"
             "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
 }
 

@@ -6,10 +6,10 @@
 
 #define INVALID "invalid_request_error"
 
-sd_status sd_prompt_tokens(const sd_tok *tok, sd_chat_family chat, int vocab, sd_api_req *r, int32_t **ids,
+sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd_api_req *r, int32_t **ids,
                            size_t *n, sd_api_err *e)
 {
-    char err[256] = "";
+    char err[480] = "";
     const char *pp = r->kind == SD_API_CHAT ? "messages" : "prompt";
     *ids = NULL;
     *n = 0;
@@ -27,9 +27,8 @@ sd_status sd_prompt_tokens(const sd_tok *tok, sd_chat_family chat, int vocab, sd
     char *text = r->prompt;
     bool add_special = true;
     if (r->kind == SD_API_CHAT) {
-        if (sd_chat_render(chat, r->messages, r->n_messages, &text, err, sizeof err) != SD_OK)
+        if (sd_chat_apply(chat, r->messages, r->n_messages, &text, &add_special, err, sizeof err) != SD_OK)
             return sd_api_fail(e, 400, INVALID, "messages", NULL, "%s", err);
-        add_special = sd_chat_add_special(chat);
     }
     sd_status st = sd_tok_encode(tok, text, strlen(text), add_special, ids, n, err, sizeof err);
     if (text != r->prompt) free(text);

@@ -46,7 +46,7 @@ struct sd_server {
     sd_gen *gen;               /* lanes and completion requests */
     sd_tok *tok;
     int vocab;
-    sd_chat_family chat;
+    sd_chat chat;
     sd_metrics metrics;
     time_t started;
     int port;
@@ -209,7 +209,7 @@ static void handle_tokenize(sd_server *s, struct evhttp_request *req)
         return;
     }
     if (model_ok(s, req, r.model)) {
-        if (sd_prompt_tokens(s->tok, s->chat, s->vocab, &r, &ids, &n, &e) != SD_OK) {
+        if (sd_prompt_tokens(s->tok, &s->chat, s->vocab, &r, &ids, &n, &e) != SD_OK) {
             sd_reply_error(req, &e, &s->metrics);
         } else {
             uint32_t ctx = 0;
@@ -387,12 +387,15 @@ static sd_status load_tokenizer(sd_server *s, char *err, size_t errlen)
     if (s->o.tokenizer_config &&
         (st = sd_read_file(s->o.tokenizer_config, (size_t)16 << 20, &cfg, &cfg_len, err, errlen)) != SD_OK)
         return st;
-    s->chat = sd_chat_detect(s->tok, cfg);
+    char warn[600];
+    st = sd_chat_load(&s->chat, s->tok, cfg, s->o.chat_template, warn, sizeof warn, err, errlen);
     free(cfg);
-    if (s->o.chat_template && sd_chat_family_parse(s->o.chat_template, &s->chat) != SD_OK)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "unknown chat template '%s' (chatml, llama3, llama2, plain)",
-                         s->o.chat_template);
-    SD_INFO("tokenizer %s: %d ids, chat format %s", s->o.tokenizer, s->vocab, sd_chat_family_name(s->chat));
+    if (st != SD_OK) return st;
+    if (warn[0]) SD_WARN("%s", warn);
+    if (s->chat.tmpl)
+        SD_INFO("tokenizer %s: %d ids, chat template from %s", s->o.tokenizer, s->vocab, s->chat.source);
+    else
+        SD_INFO("tokenizer %s: %d ids, chat format %s", s->o.tokenizer, s->vocab, sd_chat_family_name(s->chat.family));
     return SD_OK;
 }
 
@@ -459,7 +462,7 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
                           s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
                           s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s};
-        sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, s->chat, &s->metrics};
+        sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, &s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }
     if (st == SD_OK) st = open_http(s, err, errlen);
@@ -504,5 +507,6 @@ void sd_server_free(sd_server *s)
     if (s->zctx) zmq_ctx_term(s->zctx);
     if (s->base) event_base_free(s->base);
     sd_tok_free(s->tok);
+    sd_chat_clear(&s->chat);
     free(s);
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include "chat_template.h"
 #include "testutil.h"
 
@@ -122,6 +124,63 @@ START_TEST(family_names)
 }
 END_TEST
 
+/* sd_chat_load / sd_chat_apply: the config's template, an override file,
+ * a family by name, an unsupported template falling back, errors. */
+START_TEST(templates_load_and_apply)
+{
+    sd_chat c;
+    char warn[600], err[600], *out = NULL;
+    bool add_special = true;
+    const sd_chat_msg msgs[] = {{"user", "hi"}};
+    const char *cfg = "{\"chat_template\": \"{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                      "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}\", "
+                      "\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"</s>\"}";
+    ck_assert_int_eq(sd_chat_load(&c, NULL, cfg, NULL, warn, sizeof warn, err, sizeof err), SD_OK);
+    ck_assert_ptr_nonnull(c.tmpl);
+    ck_assert_str_eq(warn, "");
+    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, &out, &add_special, err, sizeof err), SD_OK);
+    ck_assert_str_eq(out, "<s><user>hi<assistant>");
+    ck_assert(!add_special);
+    free(out);
+    sd_chat_clear(&c);
+    /* a family by name overrides the template */
+    ck_assert_int_eq(sd_chat_load(&c, NULL, cfg, "chatml", warn, sizeof warn, err, sizeof err), SD_OK);
+    ck_assert_ptr_null(c.tmpl);
+    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, &out, &add_special, err, sizeof err), SD_OK);
+    ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    sd_chat_clear(&c);
+    /* a list of named templates: the default; macros are not supported: warned, the family is used */
+    const char *listed = "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}, {\"name\": \"default\", "
+                         "\"template\": \"{% macro f() %}{% endmacro %}<|im_start|>\"}]}";
+    ck_assert_int_eq(sd_chat_load(&c, NULL, listed, NULL, warn, sizeof warn, err, sizeof err), SD_OK);
+    ck_assert_ptr_null(c.tmpl);
+    ck_assert_ptr_nonnull(strstr(warn, "macro"));
+    ck_assert_int_eq(c.family, SD_CHAT_CHATML);
+    sd_chat_clear(&c);
+    /* an override file that is missing or does not parse is an error */
+    ck_assert_int_ne(sd_chat_load(&c, NULL, NULL, "/nonexistent/t.jinja", warn, sizeof warn, err, sizeof err), SD_OK);
+    ck_assert_ptr_nonnull(strstr(err, "neither a family"));
+    char path[] = "/tmp/sd_tmpl_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "{% if %}", 8), 8);
+    close(fd);
+    ck_assert_int_eq(sd_chat_load(&c, NULL, NULL, path, warn, sizeof warn, err, sizeof err), SD_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err, path));
+    /* raise_exception: SD_ERR_ARG with its message */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    const char *t = "{{ raise_exception('only one role') if messages|length > 0 }}";
+    ck_assert_int_eq(write(fd, t, strlen(t)), (ssize_t)strlen(t));
+    close(fd);
+    ck_assert_int_eq(sd_chat_load(&c, NULL, NULL, path, warn, sizeof warn, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, &out, &add_special, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "only one role"));
+    sd_chat_clear(&c);
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("chat_template");
@@ -134,6 +193,7 @@ int main(void)
     tcase_add_test(tc, detect_from_config_text);
     tcase_add_test(tc, detect_from_fixtures);
     tcase_add_test(tc, family_names);
+    tcase_add_test(tc, templates_load_and_apply);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
