@@ -4,7 +4,7 @@
 # specd-test-jinja must equal Python's jinja2 as transformers' apply_chat_template
 # sets it up (trim_blocks, lstrip_blocks, raise_exception, strftime_now, its
 # tojson) and @huggingface/jinja (npm); a template error must be an error in
-# both. Templates: Qwen3 and Llama 3 (tests/fixtures,
+# both. Templates: Qwen3, Qwen2.5, Llama 3, Mistral Instruct and v7 (tests/fixtures,
 # from the checkpoints' tokenizer_config.json), a template written to use the
 # whole supported subset (tests/fixtures/chat_templates/features.jinja; Python
 # only: it uses jinja2 syntax @huggingface/jinja lacks), and — when npm can
@@ -43,7 +43,8 @@ for name, msgs in cases.items():
             v["enable_thinking"] = False
         json.dump(v, open(f"{w}/{name}-{int(gen)}.json", "w"))
 PY
-TEMPLATES=("$FIX/qwen3.jinja" "$FIX/llama3.jinja" "$FIX/features.jinja")
+TEMPLATES=("$FIX/qwen3.jinja" "$FIX/qwen2.5.jinja" "$FIX/llama3.jinja" "$FIX/mistral-instruct.jinja" "$FIX/mistral-v7.jinja"
+           "$FIX/features.jinja")
 
 # --- the npm templates and @huggingface/jinja -------------------------------------
 NODE_DIR=${SD_NODE_DIR:-${HOME:-/tmp}/.cache/specd-e2e-node}
