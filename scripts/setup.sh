@@ -16,6 +16,8 @@ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(node
 # promtool + Prometheus: only for the test that checks /metrics with them
 # (tests/e2e/test_prometheus.sh).
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || PKGS+=(prometheus)
+# systemd-analyze: only for the test of the units in deploy/systemd (tests/e2e/test_deploy_units.sh).
+command -v systemd-analyze >/dev/null 2>&1 || PKGS+=(systemd)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
