@@ -29,6 +29,7 @@
 
 #include "clock.h"
 #include "convert.h"
+#include "discovery.h"
 #include "log.h"
 #include "logprobs.h"
 #include "prompt.h"
@@ -104,6 +105,7 @@ struct sd_gen {
     sd_gen_opts o;
     struct event_base *base;
     sd_lanes *lanes;
+    sd_disc *disc;             /* lanes from DNS, or NULL */
     const sd_tok *tok;
     int vocab;
     const sd_chat *chat;
@@ -1201,7 +1203,11 @@ sd_status sd_gen_new(const sd_gen_opts *opts, const sd_gen_env *env, sd_gen **ou
     sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};
     sd_status st = sd_lanes_new(s->base, env->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err,
                                 errlen);
+    if (st == SD_OK && s->o.n_verifier_dns)
+        st = sd_disc_new(s->base, s->lanes, s->o.verifier_dns, s->o.n_verifier_dns, s->o.dns_interval_s,
+                         s->o.dns_server, &s->disc, err, errlen);
     if (st != SD_OK) {
+        sd_lanes_free(s->lanes);
         free(s);
         return st;
     }
@@ -1227,6 +1233,7 @@ void sd_gen_free(sd_gen *s)
 {
     if (!s) return;
     if (s->live) sd_gen_fail_all(s, 503, "The server is shutting down");
+    sd_disc_free(s->disc);
     sd_lanes_free(s->lanes);
     free(s);
 }

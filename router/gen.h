@@ -39,6 +39,10 @@ typedef struct sd_gen_opts {
     int default_max_tokens;
     int header_timeout_s;            /* a connection's timeout outside a generation */
     int resume_wait_s;               /* see sd_server_opts; 0 = a request no lane can take over fails */
+    const char *const *verifier_dns; /* lanes from DNS names (discovery.h) */
+    size_t n_verifier_dns;
+    double dns_interval_s;
+    const char *dns_server;
 } sd_gen_opts;
 
 /* What generation borrows from its owner (all outlive the sd_gen). */

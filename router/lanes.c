@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "array.h"
 #include "log.h"
 
 typedef struct lane {
@@ -23,8 +24,9 @@ typedef struct lane {
 
 struct sd_lanes {
     struct event_base *base;
-    lane *lanes;
-    size_t n;
+    void *zctx;
+    lane **lanes;       /* pointers: a lane's events hold its address while the table grows */
+    size_t n, cap;
     sd_lanes_opts opts;
     sd_lane_cbs cbs;
     struct event *timer;
@@ -32,7 +34,7 @@ struct sd_lanes {
 
 static void set_state(sd_lanes *l, lane *ln, sd_lane_state st)
 {
-    if (ln->info.state == st) return;
+    if (ln->info.state == st || (ln->info.retired && st != SD_LANE_DOWN)) return;
     ln->info.state = st;
     if (st == SD_LANE_UP) SD_INFO("lane %s is up (model %s, max_context %u)", ln->endpoint, ln->info.model, ln->info.max_context);
     if (st == SD_LANE_DOWN) SD_WARN("lane %s is down (%d health requests unanswered)", ln->endpoint, ln->info.missed);
@@ -202,7 +204,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     sd_lanes *l = arg;
     for (size_t i = 0; i < l->n; i++) {
-        lane *ln = &l->lanes[i];
+        lane *ln = l->lanes[i];
+        if (ln->info.retired) continue;
         if (ln->nonce_sent > ln->nonce_acked) {
             ln->info.missed++;
             if (ln->info.missed >= l->opts.max_missed) set_state(l, ln, SD_LANE_DOWN);
@@ -229,32 +232,44 @@ static sd_status lane_open(sd_lanes *l, void *zctx, lane *ln, char *err, size_t 
     return SD_OK;
 }
 
+/* A new lane for endpoint, connected (its socket watched): its index, or -1
+ * with err set. */
+static int lane_add(sd_lanes *l, const char *endpoint, char *err, size_t errlen)
+{
+    if (sd_grow(&l->lanes, &l->cap, l->n + 1, sizeof *l->lanes) != SD_OK) {
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    lane *ln = calloc(1, sizeof *ln);
+    if (!ln) {
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    ln->index = (int)l->n;
+    ln->owner = l;
+    ln->endpoint = strdup(endpoint);
+    ln->info.endpoint = ln->endpoint;
+    l->lanes[l->n++] = ln; /* freed with the table even when opening fails */
+    if (!ln->endpoint) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory"), -1;
+    return lane_open(l, l->zctx, ln, err, errlen) == SD_OK ? ln->index : -1;
+}
+
 sd_status sd_lanes_new(struct event_base *base, void *zctx, const char *const *endpoints, size_t n,
                        const sd_lanes_opts *opts, sd_lane_cbs cbs, sd_lanes **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (n == 0) return sd_seterr(err, errlen, SD_ERR_ARG, "no verifier endpoint given");
     sd_lanes *l = calloc(1, sizeof *l);
-    if (!l || !(l->lanes = calloc(n, sizeof *l->lanes))) {
-        free(l);
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
-    }
+    if (!l) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     l->base = base;
-    l->n = n;
+    l->zctx = zctx;
     l->cbs = cbs;
     l->opts.health_interval_ms = opts && opts->health_interval_ms > 0 ? opts->health_interval_ms : 1000;
     l->opts.max_missed = opts && opts->max_missed > 0 ? opts->max_missed : 3;
     l->opts.capacity = opts && opts->capacity > 0 ? opts->capacity : 64;
     l->opts.curve = opts ? opts->curve : NULL;
     sd_status st = SD_OK;
-    for (size_t i = 0; i < n && st == SD_OK; i++) {
-        lane *ln = &l->lanes[i];
-        ln->index = (int)i;
-        ln->owner = l;
-        ln->endpoint = strdup(endpoints[i]);
-        ln->info.endpoint = ln->endpoint;
-        st = ln->endpoint ? lane_open(l, zctx, ln, err, errlen) : SD_ERR_NOMEM;
-    }
+    for (size_t i = 0; i < n && st == SD_OK; i++)
+        if (lane_add(l, endpoints[i], err, errlen) < 0) st = SD_ERR_IO;
     struct timeval tv = {l->opts.health_interval_ms / 1000, (l->opts.health_interval_ms % 1000) * 1000};
     if (st == SD_OK && (!(l->timer = event_new(base, -1, EV_PERSIST, on_tick, l)) || event_add(l->timer, &tv) != 0))
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot start the health timer");
@@ -262,9 +277,40 @@ sd_status sd_lanes_new(struct event_base *base, void *zctx, const char *const *e
         sd_lanes_free(l);
         return st;
     }
-    for (size_t i = 0; i < n; i++) send_health(l, &l->lanes[i]);
+    for (size_t i = 0; i < l->n; i++) send_health(l, l->lanes[i]);
     *out = l;
     return SD_OK;
+}
+
+int sd_lanes_add(sd_lanes *l, const char *endpoint, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        lane *ln = l->lanes[i];
+        if (strcmp(ln->endpoint, endpoint)) continue;
+        if (ln->info.retired) {
+            SD_INFO("lane %s is back", ln->endpoint);
+            ln->info.retired = false;
+            ln->info.missed = 0;
+            ln->info.state = SD_LANE_STARTING;
+            send_health(l, ln);
+        }
+        return (int)i;
+    }
+    int i = lane_add(l, endpoint, err, errlen);
+    if (i >= 0) {
+        SD_INFO("lane %s added", endpoint);
+        send_health(l, l->lanes[i]);
+    }
+    return i;
+}
+
+void sd_lanes_retire(sd_lanes *l, int i)
+{
+    if (i < 0 || (size_t)i >= l->n || l->lanes[i]->info.retired) return;
+    lane *ln = l->lanes[i];
+    SD_INFO("lane %s retired: its name no longer resolves to it", ln->endpoint);
+    set_state(l, ln, SD_LANE_DOWN); /* its requests go elsewhere (the owner's on_state) */
+    ln->info.retired = true;
 }
 
 void sd_lanes_free(sd_lanes *l)
@@ -272,9 +318,11 @@ void sd_lanes_free(sd_lanes *l)
     if (!l) return;
     if (l->timer) event_free(l->timer);
     for (size_t i = 0; i < l->n; i++) {
-        if (l->lanes[i].ev) event_free(l->lanes[i].ev);
-        if (l->lanes[i].sock) zmq_close(l->lanes[i].sock);
-        free(l->lanes[i].endpoint);
+        lane *ln = l->lanes[i];
+        if (ln->ev) event_free(ln->ev);
+        if (ln->sock) zmq_close(ln->sock);
+        free(ln->endpoint);
+        free(ln);
     }
     free(l->lanes);
     free(l);
@@ -287,22 +335,22 @@ size_t sd_lanes_count(const sd_lanes *l)
 
 const sd_lane_info *sd_lanes_info(const sd_lanes *l, int i)
 {
-    return (i >= 0 && (size_t)i < l->n) ? &l->lanes[i].info : NULL;
+    return (i >= 0 && (size_t)i < l->n) ? &l->lanes[i]->info : NULL;
 }
 
 static bool has_room(const sd_lanes *l, int i)
 {
-    const sd_lane_info *in = &l->lanes[i].info;
-    return in->state == SD_LANE_UP && in->inflight < l->opts.capacity;
+    const sd_lane_info *in = &l->lanes[i]->info;
+    return in->state == SD_LANE_UP && !in->retired && in->inflight < l->opts.capacity;
 }
 
 int sd_lanes_pick(const sd_lanes *l)
 {
     int best = -1;
     for (size_t i = 0; i < l->n; i++) {
-        const sd_lane_info *in = &l->lanes[i].info;
+        const sd_lane_info *in = &l->lanes[i]->info;
         if (!has_room(l, (int)i)) continue;
-        if (best < 0 || in->inflight < l->lanes[best].info.inflight) best = (int)i;
+        if (best < 0 || in->inflight < l->lanes[best]->info.inflight) best = (int)i;
     }
     return best;
 }
@@ -316,7 +364,7 @@ int sd_lanes_room(const sd_lanes *l)
 {
     int room = 0;
     for (size_t i = 0; i < l->n; i++)
-        if (has_room(l, (int)i)) room += l->opts.capacity - l->lanes[i].info.inflight;
+        if (has_room(l, (int)i)) room += l->opts.capacity - l->lanes[i]->info.inflight;
     return room;
 }
 
@@ -325,8 +373,8 @@ bool sd_lanes_any_up(const sd_lanes *l, uint32_t *max_context)
     bool up = false;
     uint32_t ctx = 0;
     for (size_t i = 0; i < l->n; i++) {
-        const sd_lane_info *in = &l->lanes[i].info;
-        if (in->state != SD_LANE_UP) continue;
+        const sd_lane_info *in = &l->lanes[i]->info;
+        if (in->state != SD_LANE_UP || in->retired) continue;
         up = true;
         if (in->max_context && (ctx == 0 || in->max_context < ctx)) ctx = in->max_context;
     }
@@ -337,14 +385,14 @@ bool sd_lanes_any_up(const sd_lanes *l, uint32_t *max_context)
 bool sd_lanes_all_down(const sd_lanes *l)
 {
     for (size_t i = 0; i < l->n; i++)
-        if (l->lanes[i].info.state != SD_LANE_DOWN) return false;
+        if (l->lanes[i]->info.state != SD_LANE_DOWN && !l->lanes[i]->info.retired) return false;
     return true;
 }
 
 sd_status sd_lanes_send(sd_lanes *l, int i, const Specd__Envelope *env, char *err, size_t errlen)
 {
     if (i < 0 || (size_t)i >= l->n) return sd_seterr(err, errlen, SD_ERR_ARG, "no lane %d", i);
-    lane *ln = &l->lanes[i];
+    lane *ln = l->lanes[i];
     sd_status st = sd_msg_send(ln->sock, NULL, env, err, errlen);
     if (sd_msg_readable(ln->sock)) event_active(ln->ev, EV_READ, 0);
     return st;
@@ -353,7 +401,7 @@ sd_status sd_lanes_send(sd_lanes *l, int i, const Specd__Envelope *env, char *er
 void sd_lanes_add_inflight(sd_lanes *l, int i, int delta)
 {
     if (i >= 0 && (size_t)i < l->n) {
-        l->lanes[i].info.inflight += delta;
-        if (l->lanes[i].info.inflight < 0) l->lanes[i].info.inflight = 0;
+        l->lanes[i]->info.inflight += delta;
+        if (l->lanes[i]->info.inflight < 0) l->lanes[i]->info.inflight = 0;
     }
 }

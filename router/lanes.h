@@ -40,6 +40,7 @@ typedef struct sd_lane_accept {
 typedef struct sd_lane_info {
     const char *endpoint;
     sd_lane_state state;
+    bool retired;           /* discovery dropped it (sd_lanes_retire): DOWN, no health checks, no work */
     int inflight;           /* requests routed here and not finished */
     int missed;             /* consecutive unanswered health requests */
     uint32_t max_context;   /* 0 until the verifier reported it */
@@ -84,11 +85,19 @@ typedef struct sd_lanes_opts {
 
 /* Creates the table: one DEALER per endpoint (connect, ZMQ_IMMEDIATE so
  * nothing queues for an absent verifier, linger 0), events on base, health
- * timer started. zctx: a ZeroMQ context owned by the caller, outliving the
+ * timer started; n may be 0 (lanes come from discovery). zctx: a ZeroMQ context owned by the caller, outliving the
  * table. SD_ERR_IO naming the endpoint when a socket cannot be set up. */
 sd_status sd_lanes_new(struct event_base *base, void *zctx, const char *const *endpoints, size_t n,
                        const sd_lanes_opts *opts, sd_lane_cbs cbs, sd_lanes **out, char *err,
                        size_t errlen);
+
+/* Lane discovery (discovery.h). sd_lanes_add: the lane of endpoint — a new
+ * one (STARTING, health-checked from now on), or the existing one, brought
+ * back when it was retired; its index, or -1 with err. sd_lanes_retire: the
+ * lane goes DOWN (on_state: its requests are failed over) and stays out of
+ * health checks and routing until added again. Indices are never reused. */
+int sd_lanes_add(sd_lanes *l, const char *endpoint, char *err, size_t errlen);
+void sd_lanes_retire(sd_lanes *l, int i);
 
 /* Closes sockets and events; NULL is a no-op. */
 void sd_lanes_free(sd_lanes *l);

@@ -1,6 +1,7 @@
 /* main.c — specd-router: command-line options → sd_server_opts → run.
  *
  *   specd-router --verifier tcp://127.0.0.1:5555 [--verifier ENDPOINT ...]
+ *                [--verifier-dns HOST:PORT ...] [--dns-interval-s 10] [--dns-server IP[:PORT]]
  *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME[,ALIAS...]
  *                (or --served-model-name, as vLLM; repeatable: the first name is the model id)
  *                [--host 127.0.0.1] [--port 8000] [--api-key KEY | --api-key-file FILE]
@@ -27,7 +28,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: specd-router --verifier ENDPOINT [--verifier ENDPOINT ...] --tokenizer FILE\n"
+            "usage: specd-router (--verifier ENDPOINT | --verifier-dns HOST:PORT) ... --tokenizer FILE\n"
+            "                    [--dns-interval-s S] [--dns-server IP[:PORT]]\n"
             "                    --model-name NAME[,ALIAS...] [--tokenizer-config FILE] [--host H] [--port P]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--metrics-auth]\n"
             "                    [--max-queue N] [--max-body BYTES] [--max-headers BYTES] [--header-timeout S]\n"
@@ -77,7 +79,7 @@ static int add_names(const char *v, const char **names, size_t *n)
 /* What the command line says beyond sd_server_opts. */
 typedef struct cli {
     const char *level, *key_arg, *key_file;
-    const char *lanes[MAX_LANES], *names[MAX_NAMES];
+    const char *lanes[MAX_LANES], *names[MAX_NAMES], *dns[MAX_LANES];
     size_t n_names;
 } cli;
 
@@ -94,13 +96,15 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         {"api-key-file", 1, 0, 'K'}, {"metrics-auth", 0, 0, 'A'}, {"max-headers", 1, 0, 'R'},
         {"header-timeout", 1, 0, 'W'}, {"drain-timeout", 1, 0, 'G'}, {"resume-wait", 1, 0, 'P'},
         {"max-connections", 1, 0, 'N'}, {"served-model-name", 1, 0, 'S'},
-        {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {0, 0, 0, 0}};
+        {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {"verifier-dns", 1, 0, 'n'},
+        {"dns-interval-s", 1, 0, 'i'}, {"dns-server", 1, 0, 'd'}, {0, 0, 0, 0}};
     o->port = 8000;
     o->max_queue = 256;
     o->request_timeout_s = 600;
     o->drain_timeout_s = 30;
     o->resume_wait_s = 30;
     o->verifiers = c->lanes;
+    o->verifier_dns = c->dns;
     c->level = "info";
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -114,6 +118,22 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
             }
             c->lanes[o->n_verifiers++] = optarg;
             break;
+        case 'n':
+            if (o->n_verifier_dns == MAX_LANES) {
+                fprintf(stderr, "specd-router: at most %d --verifier-dns names\n", MAX_LANES);
+                return 2;
+            }
+            c->dns[o->n_verifier_dns++] = optarg;
+            break;
+        case 'i': {
+            char err[256];
+            if (sd_opt_double(optarg, "--dns-interval-s", 0.1, 86400, &o->dns_interval_s, err, sizeof err) != SD_OK) {
+                fprintf(stderr, "specd-router: %s\n", err);
+                return 2;
+            }
+            break;
+        }
+        case 'd': o->dns_server = optarg; break;
         case 't': o->tokenizer = optarg; break;
         case 'c': o->tokenizer_config = optarg; break;
         case 'm':
@@ -147,7 +167,7 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         o->aliases = c->names + 1;
         o->n_aliases = c->n_names - 1;
     }
-    if (optind < argc || !o->n_verifiers || !o->tokenizer || !o->model_name) {
+    if (optind < argc || (!o->n_verifiers && !o->n_verifier_dns) || !o->tokenizer || !o->model_name) {
         usage(stderr);
         return 2;
     }

@@ -461,7 +461,8 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
         sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.aliases, s->o.n_aliases,
                           s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
-                          s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s};
+                          s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s,
+                          s->o.verifier_dns, s->o.n_verifier_dns, s->o.dns_interval_s, s->o.dns_server};
         sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, &s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }
@@ -482,8 +483,8 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
 
 int sd_server_run(sd_server *s)
 {
-    SD_INFO("serving %s at http://%s:%d (%zu lane%s)", s->o.model_name, s->o.host, s->port,
-            s->o.n_verifiers, s->o.n_verifiers == 1 ? "" : "s");
+    SD_INFO("serving %s at http://%s:%d (%zu lane%s%s)", s->o.model_name, s->o.host, s->port,
+            s->o.n_verifiers, s->o.n_verifiers == 1 ? "" : "s", s->o.n_verifier_dns ? ", more from DNS" : "");
     event_base_dispatch(s->base);
     sd_gen_fail_all(s->gen, 503, "The server is shutting down"); /* nothing should be left */
     return 0;

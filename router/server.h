@@ -20,6 +20,10 @@ typedef struct sd_server_opts {
     int port;                        /* default 8000; 0 = any free port */
     const char *const *verifiers;    /* lane endpoints */
     size_t n_verifiers;
+    const char *const *verifier_dns; /* lanes from DNS: "HOST:PORT" each (discovery.h) */
+    size_t n_verifier_dns;
+    double dns_interval_s;           /* how often they are resolved again; default 10 */
+    const char *dns_server;          /* the nameserver "IP[:PORT]", NULL = the system's */
     const char *tokenizer;           /* tokenizer.json */
     const char *tokenizer_config;    /* tokenizer_config.json or NULL */
     const char *chat_template;       /* family override ("chatml", ...) or NULL */
