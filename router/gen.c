@@ -706,8 +706,23 @@ static bool gen_dispatch(gen *g, int lane)
         s->metrics->failovers++;
         SD_INFO("request %llu: resuming on %s after %zu tokens", (unsigned long long)g->id, in->endpoint, g->n_out);
     }
-    if (submit(g, lane, err, sizeof err) != SD_OK) {
+    /* a verifier that died a moment ago is still UP until its health checks miss: its socket refuses
+     * the submit, and another lane with room takes the request instead */
+    int tried[8], n_tried = 0;
+    bool sent = false;
+    while (!sent && n_tried < 8) {
+        if (submit(g, lane, err, sizeof err) == SD_OK) {
+            sent = true;
+            break;
+        }
         SD_WARN("request %llu: submit to %s failed: %s", (unsigned long long)g->id, in->endpoint, err);
+        tried[n_tried++] = lane;
+        int other = sd_lanes_pick_except(s->lanes, tried, n_tried);
+        if (other < 0 || fit_context(j, sd_lanes_info(s->lanes, other)->max_context, &e) != SD_OK) break;
+        lane = other;
+        in = sd_lanes_info(s->lanes, lane);
+    }
+    if (!sent) {
         g->state = GEN_RUNNING;
         g->lane = -1;
         s->metrics->active++;

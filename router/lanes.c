@@ -355,6 +355,17 @@ int sd_lanes_pick(const sd_lanes *l)
     return best;
 }
 
+int sd_lanes_pick_except(const sd_lanes *l, const int *except, int n_except)
+{
+    int best = -1;
+    for (size_t i = 0; i < l->n; i++) {
+        bool skip = !has_room(l, (int)i);
+        for (int k = 0; k < n_except && !skip; k++) skip = except[k] == (int)i;
+        if (!skip && (best < 0 || l->lanes[i]->info.inflight < l->lanes[best]->info.inflight)) best = (int)i;
+    }
+    return best;
+}
+
 int sd_lanes_pick_near(const sd_lanes *l, int pref)
 {
     return pref >= 0 && (size_t)pref < l->n && has_room(l, pref) ? pref : sd_lanes_pick(l);

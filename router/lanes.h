@@ -115,6 +115,9 @@ int sd_lanes_pick(const sd_lanes *l);
  * lane, where they share the prompt's KV), else sd_lanes_pick. */
 int sd_lanes_pick_near(const sd_lanes *l, int pref);
 
+/* sd_lanes_pick among the lanes not in except[0..n_except). */
+int sd_lanes_pick_except(const sd_lanes *l, const int *except, int n_except);
+
 /* Requests the UP lanes can take now (capacity left, summed). */
 int sd_lanes_room(const sd_lanes *l);
 

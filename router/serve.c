@@ -6,6 +6,12 @@
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
  *               [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]
  *               [--api-key-file F] [--metrics-auth] [--prefill-budget N] [--drain-timeout S]
+ *               [--lanes N] [--device D[,D...]] [--router-arg ARG ...]
+ *
+ * --lanes N starts N verifier + drafter pairs (lane i's verifier on the i-th
+ * device of --device's list, cyclically: one lane per GPU of a machine) and
+ * gives the router a --verifier for each; --router-arg passes an argument to
+ * the router as it is (--router-arg --max-queue=512).
  *
  * SIGTERM / SIGINT: the router is stopped first and drains (no new requests;
  * those in flight finish, up to --drain-timeout seconds, default 30, then end
@@ -53,7 +59,9 @@
 #include "opt.h"
 
 #define GRACE_S 5.0
-#define MAX_ARGS 40
+#define MAX_ARGS 96
+#define MAX_LANES 16
+#define MAX_ROUTER_ARGS 32
 
 typedef struct child {
     const char *name;
@@ -73,6 +81,9 @@ typedef struct serve_opts {
     int drain_s;
     bool ngram, no_spec, metrics_auth, no_prefix_cache;
     int port;
+    int lanes;               /* --lanes N: verifier + drafter pairs (default 1) */
+    const char *router_args[MAX_ROUTER_ARGS]; /* --router-arg ARG: passed to the router as they are */
+    int n_router_args;
 } serve_opts;
 
 static char g_model[256]; /* basename of --target: the served model id */
@@ -133,6 +144,7 @@ static void usage(FILE *f)
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
                "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
                "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
+               "                   [--lanes N] [--device D[,D...]] [--router-arg ARG ...]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -149,8 +161,10 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
                                        {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
                                        {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
-                                       {"no-prefix-cache", 0, 0, 'C'}, {0, 0, 0, 0}};
+                                       {"no-prefix-cache", 0, 0, 'C'}, {"lanes", 1, 0, 'l'},
+                                       {"router-arg", 1, 0, 'r'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
+    o->lanes = 1;
     o->host = "127.0.0.1";
     o->port = 8000;
     o->drain_s = 30;
@@ -200,6 +214,16 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
             }
             o->spec_pipeline = optarg;
             break;
+        case 'l':
+            if (sd_opt_int(optarg, "--lanes", 1, MAX_LANES, &o->lanes, err, sizeof err) != SD_OK) goto bad;
+            break;
+        case 'r':
+            if (o->n_router_args == MAX_ROUTER_ARGS) {
+                snprintf(err, sizeof err, "at most %d --router-arg", MAX_ROUTER_ARGS);
+                goto bad;
+            }
+            o->router_args[o->n_router_args++] = optarg;
+            break;
         case 'U': usage(stdout); exit(0);
         default: return -1;
         }
@@ -213,14 +237,19 @@ bad:
     return -1;
 }
 
-/* Removes a socket directory: its two sockets, then itself. */
+/* Removes a socket directory: its sockets (*.sock), then itself. */
 static void remove_sock_dir(const char *tmp)
 {
-    char sock[PATH_MAX + 32];
-    snprintf(sock, sizeof sock, "%s/verifier.sock", tmp);
-    unlink(sock);
-    snprintf(sock, sizeof sock, "%s/drafter.sock", tmp);
-    unlink(sock);
+    DIR *d = opendir(tmp);
+    struct dirent *e;
+    char sock[PATH_MAX + 300];
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n <= 5 || strcmp(e->d_name + n - 5, ".sock")) continue;
+        snprintf(sock, sizeof sock, "%s/%s", tmp, e->d_name);
+        unlink(sock);
+    }
+    if (d) closedir(d);
     rmdir(tmp);
 }
 
@@ -245,12 +274,25 @@ static void remove_stale_sock_dirs(void)
     closedir(d);
 }
 
-/* Fills the three command lines. dir: binaries; tmp: socket directory. */
-static void build_children(const serve_opts *o, const char *dir, const char *tmp, child *ver, child *dra, child *rt)
+/* Lane i's device: the i-th (cyclically) of --device's comma-separated list. */
+static const char *lane_device(const char *list, int i, char *buf, size_t n)
 {
-    char path[PATH_MAX + 32], vep[PATH_MAX + 16], dep[PATH_MAX + 16], tok[PATH_MAX], cfg[PATH_MAX], port[16];
-    snprintf(vep, sizeof vep, "ipc://%s/verifier.sock", tmp);
-    snprintf(dep, sizeof dep, "ipc://%s/drafter.sock", tmp);
+    if (!list) return NULL;
+    int k = 0;
+    for (const char *p = list; *p; k++) p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',');
+    int want = i % (k ? k : 1);
+    const char *p = list;
+    for (int j = 0; j < want; j++) p += strcspn(p, ",") + 1;
+    snprintf(buf, n, "%.*s", (int)strcspn(p, ","), p);
+    return buf;
+}
+
+/* Fills lane i's two command lines. dir: binaries; tmp: socket directory. */
+static void build_lane(const serve_opts *o, const char *dir, const char *tmp, int i, child *ver, child *dra)
+{
+    char path[PATH_MAX + 32], vep[PATH_MAX + 32], dep[PATH_MAX + 32], dev[64];
+    snprintf(vep, sizeof vep, "ipc://%s/verifier-%d.sock", tmp, i);
+    snprintf(dep, sizeof dep, "ipc://%s/drafter-%d.sock", tmp, i);
     snprintf(path, sizeof path, "%s/specd-verifier", dir);
     add_arg(ver, path);
     add_opt(ver, "--model", o->target);
@@ -267,7 +309,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(ver, "--curve-keys", o->curve_keys);
     if (o->no_prefix_cache) add_arg(ver, "--no-prefix-cache");
     add_opt(ver, "--threads", o->threads);
-    add_opt(ver, "--device", o->device);
+    add_opt(ver, "--device", lane_device(o->device, i, dev, sizeof dev));
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
     add_arg(dra, path);
     add_opt(dra, "--listen", dep);
@@ -284,6 +326,12 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_opt(dra, "--curve-keys", o->curve_keys);
     /* the drafter drafts ahead whenever the verifier pipelines: only "off" concerns it */
     if (o->spec_pipeline && !strcmp(o->spec_pipeline, "off")) add_opt(dra, "--spec-pipeline", "off");
+}
+
+/* Fills the router's command line: a --verifier per lane, then --router-arg's. */
+static void build_router(const serve_opts *o, const char *dir, const char *tmp, child *rt)
+{
+    char path[PATH_MAX + 32], vep[PATH_MAX + 32], tok[PATH_MAX], cfg[PATH_MAX], port[16];
     snprintf(path, sizeof path, "%s/specd-router", dir);
     snprintf(tok, sizeof tok, "%s/tokenizer.json", o->target);
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", o->target);
@@ -291,7 +339,10 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     add_arg(rt, path);
     add_opt(rt, "--host", o->host);
     add_opt(rt, "--port", port);
-    add_opt(rt, "--verifier", vep);
+    for (int i = 0; i < o->lanes; i++) {
+        snprintf(vep, sizeof vep, "ipc://%s/verifier-%d.sock", tmp, i);
+        add_opt(rt, "--verifier", vep);
+    }
     add_opt(rt, "--tokenizer", tok);
     if (access(cfg, R_OK) == 0) add_opt(rt, "--tokenizer-config", cfg);
     char name[PATH_MAX];
@@ -304,6 +355,7 @@ static void build_children(const serve_opts *o, const char *dir, const char *tmp
     if (o->metrics_auth) add_arg(rt, "--metrics-auth"); /* the key itself goes by the environment */
     add_opt(rt, "--drain-timeout", o->drain_timeout);
     add_opt(rt, "--curve-keys", o->curve_keys);
+    for (int i = 0; i < o->n_router_args; i++) add_arg(rt, o->router_args[i]);
 }
 
 /* SIGTERM to every live child of cs[0..n), wait up to grace seconds, then
@@ -391,7 +443,7 @@ static int reap(child **cs, int n, bool started)
             if (c->pid != pid) continue;
             c->pid = 0;
             describe_exit(c, status);
-            if (!started && strcmp(c->name, "drafter")) return 1;
+            if (!started && strncmp(c->name, "drafter", 7)) return 1;
             double ran = sd_now_s() - c->started;
             c->backoff = ran > 30 ? 0.5 : (c->backoff ? c->backoff * 2 : 0.5);
             if (c->backoff > 10) c->backoff = 10;
@@ -496,12 +548,20 @@ int main(int argc, char **argv)
         return 1;
     }
     chmod(tmp, 0700);
-    child ver = {.name = "verifier"}, dra = {.name = "drafter"}, rt = {.name = "router"};
-    build_children(&o, dir, tmp, &ver, &dra, &rt);
-    child *cs[3];
+    static child ver[MAX_LANES], dra[MAX_LANES], rt = {.name = "router"};
+    static char names[2 * MAX_LANES][24];
+    child *cs[2 * MAX_LANES + 1];
     int n = 0;
-    cs[n++] = &ver;
-    if (!o.no_spec) cs[n++] = &dra;
+    for (int i = 0; i < o.lanes; i++) {
+        snprintf(names[2 * i], sizeof names[0], o.lanes > 1 ? "verifier-%d" : "verifier", i);
+        snprintf(names[2 * i + 1], sizeof names[0], o.lanes > 1 ? "drafter-%d" : "drafter", i);
+        ver[i].name = names[2 * i];
+        dra[i].name = names[2 * i + 1];
+        build_lane(&o, dir, tmp, i, &ver[i], &dra[i]);
+        cs[n++] = &ver[i];
+        if (!o.no_spec) cs[n++] = &dra[i];
+    }
+    build_router(&o, dir, tmp, &rt);
     cs[n++] = &rt;
     sigset_t set;
     sigemptyset(&set);
@@ -517,8 +577,8 @@ int main(int argc, char **argv)
         }
     rc = rc ? (stop_all(cs, n, &rt, 0), 1) : supervise(&o, cs, n, &rt);
     remove_sock_dir(tmp);
-    for (int i = 0; i < 3; i++) {
-        child *c = i == 0 ? &ver : i == 1 ? &dra : &rt;
+    for (int i = 0; i < 2 * o.lanes + 1; i++) {
+        child *c = i == 2 * o.lanes ? &rt : i % 2 ? &dra[i / 2] : &ver[i / 2];
         for (int k = 0; k < c->argc; k++) free(c->argv[k]);
     }
     return rc;
