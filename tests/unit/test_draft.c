@@ -8,6 +8,7 @@
  * the seed and come with valid q; KV exhaustion and an over-long context
  * give no draft without disturbing other items; pool accounting returns to
  * full after release; the tokenizer compatibility check. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +44,9 @@ static int32_t *encode(int i, int *n)
     return ids;
 }
 
-/* A drafter with the checkpoint's weights and no early stop (quant, p_min
- * have their own tests below). */
-static sd_proposer *make_q(int max_seqs, int max_context, int quant, float p_min)
+/* A drafter with the checkpoint's weights (quant, p_min and the prefix cache as given; they have
+ * their own tests below). */
+static sd_proposer *make_c(int max_seqs, int max_context, int quant, float p_min, bool prefix_cache)
 {
     char dir[512], err[512];
     sd_draft_opts o = sd_draft_opts_default();
@@ -54,11 +55,17 @@ static sd_proposer *make_q(int max_seqs, int max_context, int quant, float p_min
     o.n_threads = 2;
     o.max_seqs = max_seqs;
     o.max_context = max_context;
+    o.no_prefix_cache = !prefix_cache;
     sd_proposer *p = NULL;
     sd_status st = sd_draft_new(drafter_dir(dir, sizeof dir), &o, &p, err, sizeof err);
     ck_assert_msg(st == SD_OK, "draft_new: %s", err);
     ck_assert_ptr_nonnull(sd_draft_model(p));
     return p;
+}
+
+static sd_proposer *make_q(int max_seqs, int max_context, int quant, float p_min)
+{
+    return make_c(max_seqs, max_context, quant, p_min, true);
 }
 
 static sd_proposer *make(int max_seqs, int max_context)
@@ -173,16 +180,7 @@ START_TEST(cached_prefixes_draft_the_same)
     memcpy(ctx + n0, b, (size_t)n1 * sizeof *ctx);
     memcpy(ctx + n0 + n1, c, (size_t)n2 * sizeof *ctx);
     ck_assert_int_gt(n, 40);
-    char dir[512], err[512];
-    sd_draft_opts o = sd_draft_opts_default();
-    o.quant = SD_DRAFT_QUANT_NONE;
-    o.p_min = 0.0f;
-    o.n_threads = 2;
-    o.max_seqs = 6;
-    o.max_context = 256;
-    o.no_prefix_cache = true;
-    sd_proposer *off = NULL, *on = make(6, 256);
-    ck_assert_msg(sd_draft_new(drafter_dir(dir, sizeof dir), &o, &off, err, sizeof err) == SD_OK, "%s", err);
+    sd_proposer *off = make_c(6, 256, SD_DRAFT_QUANT_NONE, 0.0f, false), *on = make(6, 256);
     sd_kv_pool *pon = sd_model_kv_pool(sd_draft_model(on)), *poff = sd_model_kv_pool(sd_draft_model(off));
     /* ids 1, 2: the same context; 3: longer; then 2 rolls back into a shared block */
     const int lens[] = {n, n, n - 5};
