@@ -30,6 +30,7 @@ struct sd_disc {
     name *names;
     size_t n;
     unsigned long rounds;
+    bool closing;        /* sd_disc_free: lookups ending now change nothing */
 };
 
 /* "tcp://ADDRESS:PORT" of one result. */
@@ -81,7 +82,10 @@ static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
 {
     name *nm = arg;
     nm->pending = NULL;
-    if (result == EVUTIL_EAI_CANCEL) return;
+    if (result == EVUTIL_EAI_CANCEL || nm->d->closing) {
+        if (res) evutil_freeaddrinfo(res);
+        return;
+    }
     if (result != 0) {
         SD_WARN_LIMITED("--verifier-dns %s: %s (the lanes stay as they are)", nm->host, evutil_gai_strerror(result));
     } else {
@@ -166,9 +170,8 @@ void sd_disc_free(sd_disc *d)
 {
     if (!d) return;
     if (d->timer) event_free(d->timer);
-    for (size_t i = 0; i < d->n; i++)
-        if (d->names[i].pending) evdns_getaddrinfo_cancel(d->names[i].pending); /* calls back: CANCEL */
-    if (d->dns) evdns_base_free(d->dns, 0);
+    d->closing = true;
+    if (d->dns) evdns_base_free(d->dns, 1); /* pending lookups fail now (their callbacks run): nothing leaks */
     for (size_t i = 0; i < d->n; i++) {
         free(d->names[i].host);
         free(d->names[i].port);
