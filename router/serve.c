@@ -148,6 +148,7 @@ static void usage(FILE *f)
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
+/* One switch over the options, kept whole (a table in code). */
 static int parse_opts(int argc, char **argv, serve_opts *o)
 {
     static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"ngram", 0, 0, 'n'},
@@ -499,6 +500,27 @@ static int supervise(const serve_opts *o, child **cs, int n, child *rt)
     }
 }
 
+/* Every child's command line: per lane a verifier and (unless --no-spec) a
+ * drafter, then the router, last. Returns how many (cs[0..n)). */
+static int build_children(const serve_opts *o, const char *dir, const char *tmp, child **cs)
+{
+    static child ver[MAX_LANES], dra[MAX_LANES], rt = {.name = "router"};
+    static char names[2 * MAX_LANES][24];
+    int n = 0;
+    for (int i = 0; i < o->lanes; i++) {
+        snprintf(names[2 * i], sizeof names[0], o->lanes > 1 ? "verifier-%d" : "verifier", i);
+        snprintf(names[2 * i + 1], sizeof names[0], o->lanes > 1 ? "drafter-%d" : "drafter", i);
+        ver[i].name = names[2 * i];
+        dra[i].name = names[2 * i + 1];
+        build_lane(o, dir, tmp, i, &ver[i], &dra[i]);
+        cs[n++] = &ver[i];
+        if (!o->no_spec) cs[n++] = &dra[i];
+    }
+    build_router(o, dir, tmp, &rt);
+    cs[n++] = &rt;
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "keygen")) {
@@ -548,21 +570,9 @@ int main(int argc, char **argv)
         return 1;
     }
     chmod(tmp, 0700);
-    static child ver[MAX_LANES], dra[MAX_LANES], rt = {.name = "router"};
-    static char names[2 * MAX_LANES][24];
     child *cs[2 * MAX_LANES + 1];
-    int n = 0;
-    for (int i = 0; i < o.lanes; i++) {
-        snprintf(names[2 * i], sizeof names[0], o.lanes > 1 ? "verifier-%d" : "verifier", i);
-        snprintf(names[2 * i + 1], sizeof names[0], o.lanes > 1 ? "drafter-%d" : "drafter", i);
-        ver[i].name = names[2 * i];
-        dra[i].name = names[2 * i + 1];
-        build_lane(&o, dir, tmp, i, &ver[i], &dra[i]);
-        cs[n++] = &ver[i];
-        if (!o.no_spec) cs[n++] = &dra[i];
-    }
-    build_router(&o, dir, tmp, &rt);
-    cs[n++] = &rt;
+    int n = build_children(&o, dir, tmp, cs);
+    child *rt = cs[n - 1];
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -575,11 +585,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "specd: cannot start the %s: %s\n", cs[i]->name, strerror(errno));
             rc = 1;
         }
-    rc = rc ? (stop_all(cs, n, &rt, 0), 1) : supervise(&o, cs, n, &rt);
+    rc = rc ? (stop_all(cs, n, rt, 0), 1) : supervise(&o, cs, n, rt);
     remove_sock_dir(tmp);
-    for (int i = 0; i < 2 * o.lanes + 1; i++) {
-        child *c = i == 2 * o.lanes ? &rt : i % 2 ? &dra[i / 2] : &ver[i / 2];
-        for (int k = 0; k < c->argc; k++) free(c->argv[k]);
-    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < cs[i]->argc; k++) free(cs[i]->argv[k]);
     return rc;
 }
