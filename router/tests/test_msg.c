@@ -64,10 +64,8 @@ static void roundtrip(const Specd__Envelope *env)
 }
 
 /* Kept whole on purpose: one envelope of every oneof case, filled field by
- * field, in the order of specd.proto, so a missing case is visible at a
- * glance next to the schema. */
-/* One case per message type, in proto order: long, but a flat list that reads
- * as the table of messages it checks. */
+ * field, in the order of specd.proto — a flat list that reads as the table
+ * of messages it checks, so a missing case is visible next to the schema. */
 START_TEST(every_type_roundtrips)
 {
     int32_t ids[] = {1, 2, 3, 8191};
@@ -111,6 +109,7 @@ START_TEST(every_type_roundtrips)
     te.n_tokens = 4;
     te.finish = SPECD__FINISH_REASON__FINISH_LENGTH;
     te.stats = &ss;
+    te.cached_tokens = 64;
     env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
     env.token_event = &te;
     roundtrip(&env);
@@ -192,6 +191,10 @@ START_TEST(every_type_roundtrips)
 
     Specd__Stats st = SPECD__STATS__INIT;
     st.kv_blocks_total = 100;
+    st.prefix_queries = 300;
+    st.prefix_hits = 256;
+    st.prefix_cached_blocks = 12;
+    st.prefix_evictions = 3;
     st.accepted_at = at;
     st.n_accepted_at = 3;
     Specd__HealthReply hr = SPECD__HEALTH_REPLY__INIT;
