@@ -11,22 +11,19 @@
  * event-loop thread. */
 #include "gen.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
+#include "client_watch.h"
 #include "clock.h"
 #include "convert.h"
 #include "discovery.h"
@@ -87,7 +84,7 @@ typedef struct job {
     struct evhttp_request *http;
     bool client_gone;          /* the client went away: nothing more to send */
     bool detached;             /* libevent detached http from its (closed) connection */
-    struct event *watch;       /* EOF watch on the client's socket */
+    sd_cwatch *watch;          /* hang-up watch on the client's socket */
     struct event *timer;       /* request timeout */
     bool stream_started;
     bool admitted;             /* counted in sd_gen.n_jobs */
@@ -191,7 +188,7 @@ static void job_free(job *j)
     for (unsigned i = 0; i < j->n_gens; i++) gen_free(j->gens[i]);
     free(j->gens);
     if (j->timer) event_free(j->timer);
-    if (j->watch) event_free(j->watch);
+    sd_cwatch_free(j->watch);
     sd_api_req_clear(&j->p);
     free(j->prompt);
     if (j->all) evbuffer_free(j->all);
@@ -231,7 +228,7 @@ static void job_detach(job *j)
     for (unsigned i = 0; i < j->n_gens; i++) gen_detach(j->gens[i]);
     if (j->admitted) j->svc->n_jobs--;
     j->admitted = false;
-    if (j->watch) event_del(j->watch);
+    sd_cwatch_stop(j->watch);
     if (j->http && !j->detached) {
         struct evhttp_connection *c = evhttp_request_get_connection(j->http);
         if (c) evhttp_connection_set_closecb(c, NULL, NULL);
@@ -557,20 +554,13 @@ static void on_answered(struct evhttp_request *req, void *arg)
     const sd_gen *s = arg;
     struct evhttp_connection *c = evhttp_request_get_connection(req);
     if (c) evhttp_connection_set_timeout(c, s->o.header_timeout_s);
+    sd_cwatch_answered(req);
 }
 
-/* libevent 2.1 does not read from a connection while its request is being
- * answered, so a client that hangs up before any byte is written would go
- * unnoticed: watch the socket for EOF ourselves. */
-static void on_client_readable(evutil_socket_t fd, short what, void *arg)
+/* The client hung up before its answer was written (client_watch.h). */
+static void on_client_gone(void *arg)
 {
-    (void)what;
     job *j = arg;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    event_del(j->watch);
-    if (n > 0) return; /* the client pipelined more data: not a hang-up */
     SD_INFO("request %s: client hung up; cancelling", j->cid);
     j->client_gone = true;
     job_abort(j, NULL, NULL);
@@ -578,16 +568,7 @@ static void on_client_readable(evutil_socket_t fd, short what, void *arg)
 
 static void watch_client(job *j)
 {
-    struct evhttp_connection *c = evhttp_request_get_connection(j->http);
-    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    if (fd < 0) return;
-    /* Streamed chunks are small: without this, Nagle's algorithm holds the
-     * first one until the client's delayed ACK (~40 ms on keep-alive). */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    j->watch = event_new(j->svc->base, fd, EV_READ | EV_PERSIST, on_client_readable, j);
-    if (j->watch) event_add(j->watch, NULL);
+    j->watch = sd_cwatch_new(j->svc->base, j->http, &j->stream_started, on_client_gone, j);
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)

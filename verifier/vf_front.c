@@ -54,14 +54,75 @@ static int recv_message(void *sock, zmq_msg_t *m)
     }
 }
 
-/* Sends frames m[0..n) as one message (consumed; dropped on failure). */
-static void send_message(void *sock, zmq_msg_t *m, int n, int flags, const char *towards)
+/* Sends frames m[0..n) as one message. Returns the number of frames sent
+ * (with errno set when < n); the unsent ones are still the caller's. */
+static int send_frames(void *sock, zmq_msg_t *m, int n, int flags)
 {
     int i = 0;
     for (; i < n; i++)
         if (zmq_msg_send(&m[i], sock, flags | (i + 1 < n ? ZMQ_SNDMORE : 0)) < 0) break;
+    return i;
+}
+
+static void close_frames(zmq_msg_t *m, int from, int n)
+{
+    for (int i = from; i < n; i++) zmq_msg_close(&m[i]);
+}
+
+/* Sends frames m[0..n) as one message (consumed; dropped on failure). */
+static void send_message(void *sock, zmq_msg_t *m, int n, int flags, const char *towards)
+{
+    int i = send_frames(sock, m, n, flags);
     if (i < n) SD_WARN_LIMITED("relay towards %s dropped a message: %s", towards, zmq_strerror(zmq_errno()));
-    for (; i < n; i++) zmq_msg_close(&m[i]);
+    close_frames(m, i, n);
+}
+
+/* The router the unsent event m[0..n) was for is gone (ZeroMQ no longer
+ * knows its identity: the process died, or it reconnected as another peer,
+ * which never gets this request's tokens): the main thread is told to
+ * cancel the request, as the router would have, so that it stops computing
+ * for nobody and frees its KV. Consumes m. */
+static void cancel_for_gone(sd_vf_front *f, zmq_msg_t *m, int n)
+{
+    Specd__Envelope *env = NULL;
+    char err[128];
+    uint64_t rid = 0;
+    if (n == 2 && zmq_msg_size(&m[0]) <= sizeof ((sd_msg_id *)0)->data &&
+        sd_msg_decode(zmq_msg_data(&m[1]), zmq_msg_size(&m[1]), &env, err, sizeof err) == SD_OK &&
+        env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT && env->token_event->finish == SPECD__FINISH_REASON__FINISH_NONE)
+        rid = env->token_event->request_id;
+    sd_msg_free(env);
+    if (!rid) {
+        close_frames(m, 0, n);
+        return;
+    }
+    SD_INFO("request %llu: its router is gone; cancelling", (unsigned long long)rid);
+    Specd__Cancel c = SPECD__CANCEL__INIT;
+    Specd__Envelope cenv = SPECD__ENVELOPE__INIT;
+    c.request_id = rid;
+    cenv.body_case = SPECD__ENVELOPE__BODY_CANCEL;
+    cenv.cancel = &c;
+    size_t len = specd__envelope__get_packed_size(&cenv);
+    zmq_msg_close(&m[1]);
+    if (zmq_msg_init_size(&m[1], len) != 0) {
+        zmq_msg_close(&m[0]);
+        return;
+    }
+    specd__envelope__pack(&cenv, zmq_msg_data(&m[1]));
+    send_message(f->relay, m, 2, 0, "the main thread");
+}
+
+/* Relays m[0..n) from the main thread to a router (consumed). */
+static void to_router(sd_vf_front *f, zmq_msg_t *m, int n)
+{
+    int i = send_frames(f->ext, m, n, ZMQ_DONTWAIT);
+    if (i == n) return;
+    if (i == 0 && zmq_errno() == EHOSTUNREACH) {
+        cancel_for_gone(f, m, n);
+        return;
+    }
+    SD_WARN_LIMITED("relay towards a router dropped a message: %s", zmq_strerror(zmq_errno()));
+    close_frames(m, i, n);
 }
 
 /* Answers a health request env from identity id with the snapshot. False
@@ -123,7 +184,7 @@ static void *front_main(void *arg)
         for (int k = 0; k < MAX_BATCH && (it[1].revents & ZMQ_POLLIN); k++) {
             int n = recv_message(f->relay, m);
             if (n == 0) break;
-            send_message(f->ext, m, n, ZMQ_DONTWAIT, "a router");
+            to_router(f, m, n);
         }
     }
     return NULL;
@@ -147,6 +208,8 @@ sd_status sd_vf_front_new(void *zctx, const char *endpoint, const sd_curve *curv
     sd_status st = SD_OK;
     if (!f->ext || !f->relay || !f->inner)
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot create sockets: %s", zmq_strerror(zmq_errno()));
+    else if (zmq_setsockopt(f->ext, ZMQ_ROUTER_MANDATORY, &(int){1}, sizeof(int)) != 0)
+        st = sd_seterr(err, errlen, SD_ERR_IO, "cannot set ZMQ_ROUTER_MANDATORY: %s", zmq_strerror(zmq_errno()));
     else if (curve && sd_curve_server(curve, f->ext, err, errlen) != SD_OK)
         st = SD_ERR_IO;
     else if (zmq_bind(f->ext, endpoint) != 0)

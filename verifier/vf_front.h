@@ -20,6 +20,12 @@
  * no step ends) gets its health requests relayed instead of answered, so it
  * misses them like before and the router takes the lane down.
  *
+ * The router socket is ZMQ_ROUTER_MANDATORY: an event for a router that is
+ * gone (died, or reconnected as another peer — it never gets that request's
+ * tokens) fails to send, and the front then relays a Cancel of that request
+ * to the main thread in the router's name, so that nothing is computed or
+ * held for nobody.
+ *
  * Threading: create, publish and free on the main thread; the front thread
  * touches only its own socket, the relay's other end, and the published
  * snapshot (under a mutex). */

@@ -7,7 +7,7 @@
 # completions and chat (plain and SSE), /v1/models, /health, /metrics, stop
 # strings, every bad-input status (400 naming the field, 401, 404, 413, 429
 # with Retry-After), that the server keeps serving, that a client disconnect
-# cancels on the verifier, and that killing the verifier marks the lane down
+# cancels on the verifier while a half-close does not, and that killing the verifier marks the lane down
 # (503 with Retry-After). Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/router_lib.sh"
 
@@ -160,6 +160,46 @@ curl -sN --max-time 0.4 "${AUTH[@]}" "$URL/v1/completions" -d '{"prompt":"loop",
 curl -s --max-time 0.4 "${AUTH[@]}" "$URL/v1/completions" -d '{"prompt":"loop","max_tokens":400}' >/dev/null
 sleep 0.5
 check "client disconnects → Cancel reaches the verifier (stream and not)" '[ "$(grep -c "cancel request" "$WORK/fv.log")" -ge 3 ]'
+
+# --- half-close: a client that shuts down its sending side still gets its answer --------
+# rawreq MODE STREAM MAX_TOKENS: sends a completion request on a raw socket, then
+# "half" shuts down writing (shutdown(SHUT_WR)) and prints all it receives,
+# or "close" closes the socket.
+rawreq() { "$PY" - "$HPORT" "$KEY" "$@" <<'PY'
+import json, socket, sys, time
+port, key, mode, stream, mt = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
+body = json.dumps({"prompt": "loop", "max_tokens": mt, "stream": stream}).encode()
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+          + key.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+time.sleep(0.05)
+if mode == "close":
+    s.close()
+    sys.exit(0)
+s.shutdown(socket.SHUT_WR)
+s.settimeout(30)
+data = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    data += d
+sys.stdout.write(data.decode("utf-8", "replace"))
+PY
+}
+rawreq half 0 60 >"$WORK/hc1"
+check "half-close, not streamed: 100 Continue, then 200 with all 60 tokens" \
+  'head -1 "$WORK/hc1" | grep -q "^HTTP/1.1 100 Continue" && grep -q "^HTTP/1.1 200 OK" "$WORK/hc1" &&
+   [ "$("$PY" -c "import json,sys; t=open(sys.argv[1]).read(); print(json.loads(t[t.index(\"{\"):])[\"usage\"][\"completion_tokens\"])" "$WORK/hc1")" = 60 ]'
+rawreq half 1 60 >"$WORK/hc2"
+check "half-close, streamed: the whole stream (60 tokens), [DONE] last" \
+  'grep -q "^HTTP/1.1 200 OK" "$WORK/hc2" && grep -q "data: \[DONE\]" "$WORK/hc2" &&
+   [ "$("$PY" -c "import json,sys; print(sum(json.loads(l[6:])[\"choices\"][0][\"text\"].count(\"loop\") for l in open(sys.argv[1]) if l.startswith(\"data: {\")))" "$WORK/hc2")" = 60 ]'
+before=$(grep -c "cancel request" "$WORK/fv.log")
+rawreq close 0 400
+sleep 0.5
+check "a client that closes (not half-closes) a non-streamed request is still cancelled within 0.5 s" \
+  '[ "$(grep -c "cancel request" "$WORK/fv.log")" -gt "$before" ] && grep -q "client hung up" "$WORK/router.log"'
 
 # --- metrics ---------------------------------------------------------------------
 curl -s "$URL/metrics" >"$WORK/metrics"

@@ -17,6 +17,10 @@
 #     apart by HealthReply.instance even when it answers before the lane is
 #     taken for down): both complete, equal to the same requests run
 #     undisturbed before; /health is 200 again, serve runs on;
+#   - kill -9 of the router mid-stream: the client sees the transfer broken
+#     (no [DONE], curl exit 18), the supervisor restarts the router, the
+#     verifier cancels the dead router's request (ZMQ_ROUTER_MANDATORY: its
+#     next event is undeliverable) and its KV is free again;
 #   - the socket directory a supervisor killed with -9 left behind is
 #     removed by the next one.
 # Env: SD_BIN, SD_MODELS (set by CTest).
@@ -137,5 +141,31 @@ check "[restart] the lane's counters go on from where the killed verifier left t
   '[ "${steps0:-0}" -gt 2000 ] && [ "${steps1:-0}" -gt "$steps0" ]'
 check "[restart] /health is 200 again" '[ "$(curl -s -o /dev/null -w "%{http_code}" "$URL/health")" = 200 ]'
 check "[restart] specd serve runs on" 'kill -0 "$SERVE_PID" && grep -q "restarting the verifier" "$SERVE_LOG"'
+
+# ---- the router dies ------------------------------------------------------------------
+kvfree() { curl -s "$URL/metrics" | awk '$1 ~ /^specd_kv_blocks_free/ { print $2 }'; }
+free0=$(kvfree)
+{ curl -sN -H 'Content-Type: application/json' -d '{"prompt":"def main():","max_tokens":4000,"ignore_eos":true,"stream":true}' \
+  "$URL/v1/completions" >"$WORK/kr.sse"; echo $? >"$WORK/kr.exit"; } &
+ck=$!
+for _ in $(seq 500); do grep -q "^data: {" "$WORK/kr.sse" 2>/dev/null && break; sleep 0.01; done # streaming (~0.5 s in all)
+rpid=$(pgrep -P "$SERVE_PID" -f specd-router)
+kill -KILL "$rpid"
+wait "$ck"
+check "[router] kill -9 of the router: its client sees the stream broken, not ended (curl exit $(cat "$WORK/kr.exit"): 18, no [DONE])" \
+  '[ "$(cat "$WORK/kr.exit")" = 18 ] && grep -q "^data: {" "$WORK/kr.sse" && ! grep -q "\[DONE\]" "$WORK/kr.sse"'
+back=0 st=
+for _ in $(seq 100); do
+  sleep 0.1
+  st=$(curl -s -o "$WORK/after.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d '{"prompt":"def main():","max_tokens":8}' "$URL/v1/completions" 2>/dev/null)
+  [ "$st" = 200 ] && { back=1; break; }
+done
+check "[router] the supervisor restarts the router and requests complete again (last status $st)" \
+  '[ "$back" = 1 ] && grep -q "restarting the router" "$SERVE_LOG"'
+check "[router] the verifier cancels the dead router's request at its next event (nothing computed for nobody)" \
+  'grep -q "its router is gone; cancelling" "$SERVE_LOG"'
+sleep 1.2 # a health reply after the cancel
+check "[router] the verifier's KV is all free again ($free0 → $(kvfree) free blocks)" '[ -n "$free0" ] && [ "$(kvfree)" = "$free0" ]'
 serve_stop
 finish
