@@ -12,7 +12,7 @@ ok "specd serve came up on port $PORT"
 P='def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 
 # Completions, greedy, 3 alternatives: speculation on vs off.
-post /v1/completions "$(body "$P" 48 0 '{"logprobs": 3}')" "$WORK/spec.json" >/dev/null
+post /v1/completions "$(body "$P" 48 0 '{"logprobs": 3, "speculative": {"num_draft": 4}}')" "$WORK/spec.json" >/dev/null
 post /v1/completions "$(body "$P" 48 0 '{"logprobs": 3, "speculative": {"enabled": false}}')" "$WORK/plain.json" >/dev/null
 "$PY" - "$WORK/spec.json" "$WORK/plain.json" <<'PY' && ok "completions: logprobs shape, identical with and without speculation" || fail "completions logprobs"
 import json, sys

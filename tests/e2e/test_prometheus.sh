@@ -45,7 +45,7 @@ for i in $(seq 150); do
 done
 check "prometheus scrapes the router" '[ "$up" = 1 ]' || { tail -n 20 "$WORK/prometheus.log"; kill "$PROM"; finish; }
 for i in 1 2 3 4 5 6; do
-  post /v1/completions "$(body "def f$i(x):" 32 0)" "$WORK/r$i.json" >/dev/null
+  post /v1/completions "$(body "def f$i(x):" 32 0 '{"speculative": {"num_draft": 4}}')" "$WORK/r$i.json" >/dev/null
   post /v1/chat/completions '{"messages": [{"role": "user", "content": "Sort a list in Python."}], "max_tokens": 24, "temperature": 0.7, "stream": true}' "$WORK/c$i.sse" >/dev/null
 done
 "$PY" - "$DASH" "$PROMQ" tinycode-16m <<'PY' && ok "every dashboard query returns a finite value" || fail "dashboard queries"
