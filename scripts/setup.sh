@@ -9,7 +9,8 @@ PKGS=(build-essential cmake pkg-config xz-utils curl python3
       libjansson-dev libpcre2-dev libutf8proc-dev check
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libevent-dev
       libcurl4-openssl-dev gnuplot-nox
-      python3-jinja2)  # python3-jinja2: the reference renderer of tests/e2e/test_chat_templates.sh
+      python3-jinja2   # python3-jinja2: the reference renderer of tests/e2e/test_chat_templates.sh
+      buildah debootstrap systemd-container)  # only for tests/e2e/test_image.sh and test_systemd_boot.sh (the image; the units under systemd)
 # Node.js + npm: only for the end-to-end test that drives the official
 # `openai` npm client against the server.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
