@@ -2,6 +2,7 @@
  * memory roofline, measured in one run on this machine.
  *
  *   specd-bench-decode [--model DIR] [--threads N] [--tokens N] [--runs N]
+ *                      [--quant none|int8] [--isa auto|avx512|avx2|scalar]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
@@ -9,9 +10,13 @@
  * convention: bytes read + bytes written), and the ratio of achieved
  * weight-read bandwidth to it. Then the cost of one forward pass over a span of
  * T = 1..16 positions after a 300-token context (a verify pass is T = K+1),
- * relative to one decode step (T = 1): speculation pays when this stays near 1. */
+ * relative to one decode step (T = 1): speculation pays when this stays near 1.
+ * --quant int8 measures the int8 weights (sd_model_quantize_q8); --isa caps
+ * the bf16/f32 kernels' instruction set (an AVX2-only machine measured on an
+ * AVX-512 one; the int8 kernels keep their own choice). */
 #include <getopt.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,9 +147,12 @@ static void span_table(sd_model *m)
 int main(int argc, char **argv)
 {
     const char *dir = "models/tinycode-16m";
-    int threads = 0, n_tokens = 256, runs = 3;
+    int threads = 0, n_tokens = 256, runs = 3, isa = -1;
+    bool int8 = false;
     static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
-                                       {"runs", 1, 0, 'r'}, {0, 0, 0, 0}};
+                                       {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
+                                       {0, 0, 0, 0}};
+    static const char *const isas[] = {"scalar", "avx2", "avx512"};
     char err[512];
     sd_status st = SD_OK;
     int c;
@@ -153,8 +161,13 @@ int main(int argc, char **argv)
         else if (c == 't') st = sd_opt_int(optarg, "--threads", 0, 1024, &threads, err, sizeof err);
         else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &n_tokens, err, sizeof err);
         else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &runs, err, sizeof err);
+        else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) int8 = !strcmp(optarg, "int8");
+        else if (c == 'i' && !strcmp(optarg, "auto")) isa = -1;
+        else if (c == 'i' && (!strcmp(optarg, "scalar") || !strcmp(optarg, "avx2") || !strcmp(optarg, "avx512")))
+            isa = !strcmp(optarg, "scalar") ? 0 : !strcmp(optarg, "avx2") ? 1 : 2;
         else {
-            fprintf(stderr, "usage: specd-bench-decode [--model DIR] [--threads N] [--tokens N] [--runs N]\n");
+            fprintf(stderr, "usage: specd-bench-decode [--model DIR] [--threads N] [--tokens N] [--runs N]\n"
+                            "                          [--quant none|int8] [--isa auto|avx512|avx2|scalar]\n");
             return 2;
         }
     }
@@ -163,8 +176,13 @@ int main(int argc, char **argv)
         return 2;
     }
     sd_backend *be = sd_backend_cpu_new(threads);
+    if (isa >= 0 && sd_cpu_set_isa_level(isa) != isa) {
+        fprintf(stderr, "specd-bench-decode: this CPU has no %s\n", isas[isa]);
+        return 1;
+    }
     sd_model *m = NULL;
     if (!be || sd_model_load(dir, be, &m, err, sizeof err) != SD_OK ||
+        (int8 && sd_model_quantize_q8(m, err, sizeof err) != SD_OK) ||
         sd_model_kv_init(m, (n_tokens + 64) / 16 + 24, 16, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 1;
@@ -183,7 +201,8 @@ int main(int argc, char **argv)
     double tps = n_tokens / best;
     double bw = copy_bandwidth((size_t)512 << 20, nt, 5);
     double achieved = tps * (double)wb / 1e9;
-    printf("model                      %s (%s activations)\n", dir, sd_model_act_bf16(m) ? "bf16" : "f32");
+    printf("model                      %s (%s weights, %s activations; kernels %s)\n", dir, int8 ? "int8" : "checkpoint",
+           sd_model_act_bf16(m) ? "bf16" : "f32", sd_cpu_isa());
     printf("threads                    %d\n", nt);
     printf("decode tokens/s            %.1f  (best of %d runs x %d tokens)\n", tps, runs, n_tokens);
     printf("weight bytes per token     %.2f MB\n", wb / 1e6);

@@ -162,6 +162,15 @@ void sd_backend_free(sd_backend *be);
 /* Number of threads the CPU backend runs; 0 for another backend. */
 int sd_backend_cpu_threads(const sd_backend *be);
 
+/* Caps the CPU kernels' instruction set for the bf16 / f32 paths (0 scalar,
+ * 1 AVX2, 2 AVX-512 where present) — for benchmarks that measure an older
+ * machine's path on this one; the results are the same bit for bit. Returns
+ * the level in effect. Process-wide; call before the first forward pass. */
+int sd_cpu_set_isa_level(int level);
+
+/* The CPU kernels' instruction set in effect ("avx512-bf16", "avx512", "avx2", "scalar"). */
+const char *sd_cpu_isa(void);
+
 /* CPUs this process may run on (its affinity mask; at least 1): what "all
  * cores" means for the CPU backend. */
 int sd_cpu_count(void);

@@ -77,6 +77,7 @@ typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
+    const char *quant;       /* --quant none|int8: the target's weights (the verifier's --quant) */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, no_spec, metrics_auth, no_prefix_cache;
@@ -144,7 +145,7 @@ static void usage(FILE *f)
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
                "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
                "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
-               "                   [--lanes N] [--device D[,D...]] [--router-arg ARG ...]\n"
+               "                   [--lanes N] [--device D[,D...]] [--router-arg ARG ...] [--quant none|int8]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -163,7 +164,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
                                        {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
                                        {"no-prefix-cache", 0, 0, 'C'}, {"lanes", 1, 0, 'l'},
-                                       {"router-arg", 1, 0, 'r'}, {0, 0, 0, 0}};
+                                       {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -185,6 +186,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'F': o->api_key_file = optarg; break;
         case 'M': o->metrics_auth = true; break;
         case 'C': o->no_prefix_cache = true; break;
+        case 'q': o->quant = optarg; break;
         case 'G': o->prefill_budget = optarg; break;
         case 'V': o->kv_blocks = optarg; break;
         case 'Y': o->curve_keys = optarg; break;
@@ -305,6 +307,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--spec-pipeline", o->spec_pipeline);
     add_opt(ver, "--spec-adaptive", o->spec_adaptive);
     add_opt(ver, "--spec-max-draft", o->spec_max_draft);
+    add_opt(ver, "--quant", o->quant);
     add_opt(ver, "--prefill-budget", o->prefill_budget);
     add_opt(ver, "--kv-blocks", o->kv_blocks);
     add_opt(ver, "--curve-keys", o->curve_keys);

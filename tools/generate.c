@@ -40,6 +40,7 @@ typedef struct gen_opts {
     bool ngram;
     int num_draft;
     int draft_quant;     /* SD_DRAFT_QUANT_* */
+    bool quant_int8;     /* --quant int8: the target's weights int8 (sd_model_quantize_q8) */
     float draft_p_min;
     int verify;          /* sd_verify_mode or SD_VERIFY_AUTO */
     bool ignore_eos;
@@ -55,7 +56,8 @@ static void usage(FILE *f)
             "       [--presence-penalty X] [--frequency-penalty X] [--seed S] [--ignore-eos]\n"
             "       [--threads N] [--json] [--dump-logits FILE]\n"
             "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
-            "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n");
+            "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
+            "       [--quant none|int8]\n");
 }
 
 static int parse_args(int argc, char **argv, gen_opts *o)
@@ -68,7 +70,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
         {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
         {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
-        {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {0, 0, 0, 0}};
+        {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -106,6 +108,13 @@ static int parse_args(int argc, char **argv, gen_opts *o)
                 fprintf(stderr, "specd-generate: --draft-quant must be auto, int8 or none\n");
                 return -1;
             }
+            break;
+        case 'q':
+            if (strcmp(optarg, "none") && strcmp(optarg, "int8")) {
+                fprintf(stderr, "specd-generate: --quant must be none or int8\n");
+                return -1;
+            }
+            o->quant_int8 = !strcmp(optarg, "int8");
             break;
         case 'R': st = sd_opt_float(optarg, "--draft-p-min", 0, 1, &o->draft_p_min, err, sizeof err); break;
         case 'V':
@@ -379,7 +388,8 @@ int main(int argc, char **argv)
     if (!be) fprintf(stderr, "specd-generate: %s\n", err);
     if ((o.prompt && !tok) || !be) goto out;
     if (prompt_ids(&o, tok, &ids, &np) != 0) goto out;
-    if (sd_model_load(o.model_dir, be, &m, err, sizeof err) != SD_OK) {
+    if (sd_model_load(o.model_dir, be, &m, err, sizeof err) != SD_OK ||
+        (o.quant_int8 && sd_model_quantize_q8(m, err, sizeof err) != SD_OK)) {
         fprintf(stderr, "specd-generate: %s\n", err);
         goto out;
     }

@@ -45,6 +45,13 @@ static int load_model(const sd_vf_config *cfg, sd_backend *be, sd_model **m)
         SD_ERROR("cannot load %s: %s", cfg->model_dir, err);
         return 1;
     }
+    if (cfg->quant_int8) {
+        if (sd_model_quantize_q8(*m, err, sizeof err) != SD_OK) {
+            SD_ERROR("--quant int8: %s", err);
+            return 1;
+        }
+        SD_INFO("--quant int8: matmul weights and the LM head are int8 (outputs are the quantised model's)");
+    }
     const sd_model_config *c = sd_model_cfg(*m);
     int blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks : sd_vf_default_kv_blocks(cfg->max_batch, c->max_position);
     if (sd_model_kv_init(*m, blocks, SD_VF_BLOCK_SIZE, err, sizeof err) != SD_OK) {

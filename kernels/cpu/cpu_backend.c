@@ -507,6 +507,16 @@ fail:
     return NULL;
 }
 
+int sd_cpu_set_isa_level(int level)
+{
+    return sd_cpu_dot_set_level(level);
+}
+
+const char *sd_cpu_isa(void)
+{
+    return sd_cpu_dot_isa();
+}
+
 int sd_backend_cpu_threads(const sd_backend *be)
 {
     return be && be->ops == &cpu_ops ? sd_pool_size(((const cpu_impl *)be->impl)->pool) : 0;

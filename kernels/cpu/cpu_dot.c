@@ -41,7 +41,7 @@ int sd_cpu_dot_set_level(int level)
 const char *sd_cpu_dot_isa(void)
 {
     sd_cpu_dot_init();
-    return g_avx2 ? "avx2" : "scalar";
+    return g_bf16dot ? "avx512-bf16" : g_avx512 ? "avx512" : g_avx2 ? "avx2" : "scalar";
 }
 
 /* ---------------------------------------------------------------- scalar */
@@ -130,6 +130,8 @@ SD_AVX2 __attribute__((always_inline)) static inline float hsum1(__m256 s)
                a7 = a0;                                                                           \
         int k = 0;                                                                                \
         for (; k + 8 <= K; k += 8) {                                                              \
+            if (!(k & 31)) /* one line of each of the next 8 rows per 64 bytes of bf16 */          \
+                for (int p = 8; p < 16; p++) _mm_prefetch((const char *)(w0 + p * (size_t)K + k), _MM_HINT_T0); \
             __m256 xv = _mm256_loadu_ps(x + k);                                                   \
             a0 = _mm256_fmadd_ps(LOAD(w0 + k), xv, a0);                                           \
             a1 = _mm256_fmadd_ps(LOAD(w1 + k), xv, a1);                                           \
@@ -150,50 +152,45 @@ SD_AVX2 __attribute__((always_inline)) static inline float hsum1(__m256 s)
         y[7] = TAIL(hsum1(a7), w7, x, k, K);                                                      \
     }
 
-/* Two weight rows x four tokens: y[t * ldy + r], 8 accumulators, each weight
- * chunk converted once for four tokens and each x chunk loaded once for two
- * rows. */
-#define SD_TILE24(NAME, WT, LOAD, TAIL)                                                           \
-    SD_AVX2 static inline void NAME(float *y, int ldy, const WT *w0, const WT *w1, const float *x, \
-                                    int ldx, int K)                                               \
+/* RR weight rows x UU tokens (RR * UU + UU + 1 <= 16 registers): the UU
+ * token chunks stay in registers, each weight chunk is loaded (and
+ * converted) once for all UU tokens. Spans of a few tokens (a verify pass)
+ * cost about one weight read and UU times the FMAs, not UU passes. */
+#define SD_TILE_RU(NAME, WT, LOAD, TAIL, RR, UU)                                                  \
+    SD_AVX2 static inline void NAME(float *y, int ldy, const WT *w, const float *x, int ldx,      \
+                                    int K)                                                        \
     {                                                                                             \
-        const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * (size_t)ldx, *x3 = x + 3 * (size_t)ldx; \
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                        \
-        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                        \
+        __m256 a[RR][UU];                                                                         \
+        _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++)                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++) a[i][j] = _mm256_setzero_ps();   \
         int k = 0;                                                                                \
         for (; k + 8 <= K; k += 8) {                                                              \
-            /* the next row pair: two short streams defeat the hardware prefetcher */             \
-            _mm_prefetch((const char *)(w1 + K + k), _MM_HINT_T0);                                \
-            _mm_prefetch((const char *)(w1 + 2 * (size_t)K + k), _MM_HINT_T0);                    \
-            __m256 wa = LOAD(w0 + k), wb = LOAD(w1 + k), xv = _mm256_loadu_ps(x0 + k);           \
-            a00 = _mm256_fmadd_ps(wa, xv, a00);                                                   \
-            a10 = _mm256_fmadd_ps(wb, xv, a10);                                                   \
-            xv = _mm256_loadu_ps(x1 + k);                                                         \
-            a01 = _mm256_fmadd_ps(wa, xv, a01);                                                   \
-            a11 = _mm256_fmadd_ps(wb, xv, a11);                                                   \
-            xv = _mm256_loadu_ps(x2 + k);                                                         \
-            a02 = _mm256_fmadd_ps(wa, xv, a02);                                                   \
-            a12 = _mm256_fmadd_ps(wb, xv, a12);                                                   \
-            xv = _mm256_loadu_ps(x3 + k);                                                         \
-            a03 = _mm256_fmadd_ps(wa, xv, a03);                                                   \
-            a13 = _mm256_fmadd_ps(wb, xv, a13);                                                   \
+            __m256 xv[UU];                                                                        \
+            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)                                  \
+                xv[j] = _mm256_loadu_ps(x + (size_t)j * ldx + k);                                 \
+            _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++) {                                \
+                /* the next rows: short parallel streams defeat the hardware prefetcher */        \
+                _mm_prefetch((const char *)(w + (size_t)(RR + i) * K + k), _MM_HINT_T0);          \
+                __m256 wv = LOAD(w + (size_t)i * K + k);                                          \
+                _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)                              \
+                    a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]);                                \
+            }                                                                                     \
         }                                                                                         \
-        y[0] = TAIL(hsum1(a00), w0, x0, k, K);                                                    \
-        y[1] = TAIL(hsum1(a10), w1, x0, k, K);                                                    \
-        y[ldy] = TAIL(hsum1(a01), w0, x1, k, K);                                                  \
-        y[ldy + 1] = TAIL(hsum1(a11), w1, x1, k, K);                                              \
-        y[2 * (size_t)ldy] = TAIL(hsum1(a02), w0, x2, k, K);                                      \
-        y[2 * (size_t)ldy + 1] = TAIL(hsum1(a12), w1, x2, k, K);                                  \
-        y[3 * (size_t)ldy] = TAIL(hsum1(a03), w0, x3, k, K);                                      \
-        y[3 * (size_t)ldy + 1] = TAIL(hsum1(a13), w1, x3, k, K);                                  \
+        _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++)                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)                                  \
+                y[(size_t)j * ldy + i] = TAIL(hsum1(a[i][j]), w + (size_t)i * K,                  \
+                                              x + (size_t)j * ldx, k, K);                         \
     }
+
+SD_TILE_RU(tile43_f32, float, _mm256_loadu_ps, tail_f32, 4, 3)
+SD_TILE_RU(tile43_bf16, uint16_t, load_bf16, tail_bf16, 4, 3)
+SD_TILE_RU(tile42_f32, float, _mm256_loadu_ps, tail_f32, 4, 2)
+SD_TILE_RU(tile42_bf16, uint16_t, load_bf16, tail_bf16, 4, 2)
 
 SD_DOT1(dot1_f32, float, _mm256_loadu_ps, tail_f32)
 SD_DOT1(dot1_bf16, uint16_t, load_bf16, tail_bf16)
 SD_ROWS8(rows8_f32, float, _mm256_loadu_ps, tail_f32)
 SD_ROWS8(rows8_bf16, uint16_t, load_bf16, tail_bf16)
-SD_TILE24(tile24_f32, float, _mm256_loadu_ps, tail_f32)
-SD_TILE24(tile24_bf16, uint16_t, load_bf16, tail_bf16)
 
 /* R rows x 1 token. */
 #define SD_DOT_ROWS(NAME, WT, ROWS8, DOT1)                                                        \
@@ -205,36 +202,40 @@ SD_TILE24(tile24_bf16, uint16_t, load_bf16, tail_bf16)
     }
 
 /* R rows x U tokens: y[t * ldy + r] = dot(w_r, x_t). Rows go in blocks of
- * 16 (their weights stay in L1 across tokens): 2x4 tiles for each group of
- * four tokens, then the 8-row kernel for each leftover token. */
-#define SD_DOT_TILE(NAME, WT, TILE24, ROWS8, DOT1)                                                \
+ * 16 (their weights stay in L1 across tokens): 4x3 tiles for each group of
+ * three tokens, a 4x2 tile for two left over, the 8-row kernel for one;
+ * rows past a multiple of four one dot product at a time. */
+#define SD_DOT_TILE(NAME, WT, T43, T42, ROWS8, DOT1)                                              \
     SD_AVX2 static void NAME(float *y, int ldy, const WT *w, const float *x, int ldx, int K,      \
                              int R, int U)                                                        \
     {                                                                                             \
         for (int r0 = 0; r0 < R; r0 += 16) {                                                      \
             int r1 = r0 + 16 < R ? r0 + 16 : R, t = 0;                                            \
-            for (; t + 4 <= U; t += 4) {                                                          \
-                int r = r0;                                                                       \
-                for (; r + 2 <= r1; r += 2)                                                       \
-                    TILE24(y + (size_t)t * ldy + r, ldy, w + (size_t)r * K, w + (size_t)(r + 1) * K, \
-                           x + (size_t)t * ldx, ldx, K);                                          \
-                for (; r < r1; r++)                                                               \
-                    for (int j = 0; j < 4; j++)                                                   \
-                        y[(size_t)(t + j) * ldy + r] = DOT1(w + (size_t)r * K, x + (size_t)(t + j) * ldx, K); \
-            }                                                                                     \
-            for (; t < U; t++) {                                                                  \
+            for (; t < U; ) {                                                                     \
+                int n = U - t >= 3 ? 3 : U - t;                                                   \
+                float *yt = y + (size_t)t * ldy;                                                  \
                 const float *xt = x + (size_t)t * ldx;                                            \
                 int r = r0;                                                                       \
-                for (; r + 8 <= r1; r += 8) ROWS8(y + (size_t)t * ldy + r, w + (size_t)r * K, xt, K); \
-                for (; r < r1; r++) y[(size_t)t * ldy + r] = DOT1(w + (size_t)r * K, xt, K);      \
+                if (n == 1) {                                                                     \
+                    for (; r + 8 <= r1; r += 8) ROWS8(yt + r, w + (size_t)r * K, xt, K);          \
+                } else {                                                                          \
+                    for (; r + 4 <= r1; r += 4) {                                                 \
+                        if (n == 3) T43(yt + r, ldy, w + (size_t)r * K, xt, ldx, K);              \
+                        else T42(yt + r, ldy, w + (size_t)r * K, xt, ldx, K);                     \
+                    }                                                                             \
+                }                                                                                 \
+                for (; r < r1; r++)                                                               \
+                    for (int j = 0; j < n; j++)                                                   \
+                        yt[(size_t)j * ldy + r] = DOT1(w + (size_t)r * K, xt + (size_t)j * ldx, K); \
+                t += n;                                                                           \
             }                                                                                     \
         }                                                                                         \
     }
 
 SD_DOT_ROWS(rows_f32_avx2, float, rows8_f32, dot1_f32)
 SD_DOT_ROWS(rows_bf16_avx2, uint16_t, rows8_bf16, dot1_bf16)
-SD_DOT_TILE(tile_f32_avx2, float, tile24_f32, rows8_f32, dot1_f32)
-SD_DOT_TILE(tile_bf16_avx2, uint16_t, tile24_bf16, rows8_bf16, dot1_bf16)
+SD_DOT_TILE(tile_f32_avx2, float, tile43_f32, tile42_f32, rows8_f32, dot1_f32)
+SD_DOT_TILE(tile_bf16_avx2, uint16_t, tile43_bf16, tile42_bf16, rows8_bf16, dot1_bf16)
 
 /* ----------------------------------------------------------- dispatch */
 

@@ -202,8 +202,8 @@ SD_VNNI __attribute__((always_inline)) static inline void vnni_ru(float *y, int 
                     xq + (size_t)t * K, xs + t, K, 1, UU);                                         \
     } while (0)
 
-SD_VNNI static void tile_vnni(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
-                              const int8_t *xq, const float *xs, int K, int R, int U)
+SD_VNNI static void tile_vnni_block(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
+                                    const int8_t *xq, const float *xs, int K, int R, int U)
 {
     for (int t = 0; t < U;) {
         int n = U - t, r = 0;
@@ -223,6 +223,22 @@ SD_VNNI static void tile_vnni(float *y, int ldy, const int8_t *wq, const float *
     }
 }
 #undef VNNI_ROWS
+
+/* Rows in blocks of 24 (a multiple of every tile height above): a span's
+ * token groups take the block's weights from L1 / L2 after the first group,
+ * so a verify pass streams the weights from memory once, not once a group. */
+SD_VNNI static void tile_vnni(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
+                              const int8_t *xq, const float *xs, int K, int R, int U)
+{
+    if (U <= 4) {
+        tile_vnni_block(y, ldy, wq, ws, wsum, xq, xs, K, R, U);
+        return;
+    }
+    for (int r0 = 0; r0 < R; r0 += 24) {
+        int rb = R - r0 < 24 ? R - r0 : 24;
+        tile_vnni_block(y + r0, ldy, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, xs, K, rb, U);
+    }
+}
 
 void sd_q8_tile(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
                 const float *xs, int K, int R, int U)

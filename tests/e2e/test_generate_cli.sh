@@ -3,7 +3,8 @@
 # the reference layout (float32 LE [n_tokens, vocab]) and matches the
 # transformers logits; --json prints exactly one JSON object on one line with
 # the documented fields and reproduces the reference greedy output; bad input
-# gives a message and a non-zero exit.
+# gives a message and a non-zero exit; --quant int8 stays close to bf16 and
+# speculation over it stays exact.
 set -euo pipefail
 BIN=${SD_BIN:-build/bin}
 FIX=${SD_FIXTURES:-tests/fixtures}
@@ -65,8 +66,45 @@ assert 4 * (b["steps"] - 3) <= b["draft_tokens"] <= 4 * b["steps"], (b["draft_to
 assert c["draft_tokens"] < 6 * c["steps"], "p_min 0.9 never stopped drafting"
 PY
 
+# --quant int8 (the target's weights): its logits differ from bf16 by little
+# (KL < 0.02 nats a position), and greedy speculation over the quantised
+# target equals its own plain decoding bit for bit (batch-invariant int8 GEMM)
+P='def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:'
+P=$(printf '%b' "$P")
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$P" --dump-logits "$tmp/lb.f32"
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$P" --quant int8 --dump-logits "$tmp/lq.f32"
+python3 - "$tmp/lb.f32" "$tmp/lq.f32" <<'PY' || fail "--quant int8 logits"
+import math, struct, sys
+a = open(sys.argv[1], 'rb').read(); b = open(sys.argv[2], 'rb').read()
+assert len(a) == len(b) and a != b, "int8 logits identical to bf16: not quantised"
+V = 8192
+x = struct.unpack('<%df' % (len(a) // 4), a); y = struct.unpack('<%df' % (len(b) // 4), b)
+worst = 0.0
+for r in range(len(x) // V):
+    p, q = x[r * V:(r + 1) * V], y[r * V:(r + 1) * V]
+    mp, mq = max(p), max(q)
+    lp = math.log(sum(math.exp(v - mp) for v in p)); lq = math.log(sum(math.exp(v - mq) for v in q))
+    kl = sum(math.exp(u - mp - lp) * ((u - mp - lp) - (v - mq - lq)) for u, v in zip(p, q))
+    worst = max(worst, kl)
+print("int8 vs bf16: worst KL over %d positions = %.4f" % (len(x) // V, worst))
+assert worst < 0.02, worst
+PY
+for prompt in "$P" "import os" "class Stack:"; do
+  "$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$prompt" --max-tokens 96 --ignore-eos --quant int8 --json >"$tmp/q8p.json"
+  "$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$prompt" --max-tokens 96 --ignore-eos --quant int8 \
+      --draft "$MOD/tinycode-3m" --json >"$tmp/q8s.json"
+  python3 - "$tmp/q8p.json" "$tmp/q8s.json" <<'PY' || fail "--quant int8: speculative differs from plain ($prompt)"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] and len(a["tokens"]) == 96, (a["tokens"], b["tokens"])
+assert b["accepted_tokens"] > 0
+PY
+done
+
 # errors: clear message, non-zero exit, no crash
 set +e
+"$BIN/specd-generate" --model "$ref" --prompt-ids 1,2 --quant int4 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q -- "--quant" "$tmp/err" || fail "bad --quant: rc=$rc"
 "$BIN/specd-generate" --model "$tmp/nope" --prompt-ids 1,2 2> "$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "config.json" "$tmp/err" || fail "missing model: rc=$rc $(cat "$tmp/err")"
 "$BIN/specd-generate" --model "$ref" --prompt-ids 1,x 2> "$tmp/err"; rc=$?

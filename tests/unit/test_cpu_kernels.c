@@ -13,6 +13,7 @@
  * - argmax: first maximum, NaNs ignored, on every path; softmax weights
  *   (sampling) within 4e-7 of exp(). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,44 @@ static uint16_t bf16_bits(float f)
     union { float f; uint32_t u; } v = {.f = sd_round_bf16(f)};
     return (uint16_t)(v.u >> 16);
 }
+
+/* ------------------------------------------------- AVX2 / scalar tiles */
+
+/* The f32-accumulating tiles (AVX2 4x3 / 4x2 tiles, the 8-row kernel, the
+ * scalar fallback): every token of every span bit-identical to the
+ * one-token kernel, at every instruction-set level (a machine keeps its
+ * level; the scalar path does not fuse multiply-adds, so levels differ in the
+ * last bits) — rows not a multiple of 4 or 16, K with a tail. */
+START_TEST(tiles_batch_invariant_all_levels)
+{
+    const int Ks[] = {32, 70, 384};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int K = Ks[ki], R = 37, U = 16;
+        uint16_t *wb = malloc((size_t)R * K * 2);
+        float *wf = malloc((size_t)R * K * 4), *x = malloc((size_t)U * K * 4);
+        float *y = malloc((size_t)U * R * 4), *y1 = malloc((size_t)R * 4);
+        for (int i = 0; i < R * K; i++) wf[i] = frand(), wb[i] = bf16_bits(frand());
+        for (int i = 0; i < U * K; i++) x[i] = frand();
+        for (int level = 0; level <= 2; level++) {
+            if (sd_cpu_dot_set_level(level) != level) continue;
+            for (int bf = 0; bf < 2; bf++)
+                for (int u = 1; u <= U; u++) {
+                    if (bf) sd_dot_tile_bf16(y, R, wb, x, K, K, R, u);
+                    else sd_dot_tile_f32(y, R, wf, x, K, K, R, u);
+                    for (int t = 0; t < u; t++) {
+                        if (bf) sd_dot_rows_bf16(y1, wb, x + (size_t)t * K, K, R);
+                        else sd_dot_rows_f32(y1, wf, x + (size_t)t * K, K, R);
+                        ck_assert_msg(memcmp(&y[(size_t)t * R], y1, (size_t)R * 4) == 0,
+                                      "level %d %s K %d span %d: token %d differs from the one-token kernel", level,
+                                      bf ? "bf16" : "f32", K, u, t);
+                    }
+                }
+        }
+        free(wb), free(wf), free(x), free(y), free(y1);
+    }
+    sd_cpu_dot_set_level(2);
+}
+END_TEST
 
 /* ------------------------------------------------------------ bf16 tiles */
 
@@ -307,6 +346,7 @@ int main(void)
     Suite *s = suite_create("cpu_kernels");
     TCase *tc = tcase_create("kernels");
     tcase_add_test(tc, bf16_tiles_batch_invariant);
+    tcase_add_test(tc, tiles_batch_invariant_all_levels);
     tcase_add_test(tc, attention_paths_match_reference);
     tcase_add_test(tc, argmax_first_max_nan_ignored);
     tcase_add_test(tc, exp_weights_accuracy);
