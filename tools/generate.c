@@ -60,6 +60,7 @@ static void usage(FILE *f)
             "       [--quant none|int8]\n");
 }
 
+/* One switch over the options, kept whole (a table in code). */
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     static const struct option lo[] = {
