@@ -21,6 +21,8 @@
 # at every step and greedy accepts some (deterministic; an adaptive choice
 # or a pipelined span's length depends on the machine's timing, so there
 # only the figures' presence and range are checked).
+# And with --quant int8 (serial, 4 drafts a step): greedy equals
+# specd-generate --quant int8.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -107,4 +109,26 @@ run_mode draft-serial --draft "$DRAFT" --spec-pipeline off
 run_mode draft-static --draft "$DRAFT" --spec-adaptive off --num-draft 4
 run_mode draft-serial-static --draft "$DRAFT" --spec-pipeline off --spec-adaptive off --num-draft 4
 run_mode ngram --ngram
+
+# --quant int8: the int8 target's greedy output through the pipeline (4 drafts
+# a step, serial) equals specd-generate on the int8 target alone
+for i in "${!PROMPTS[@]}"; do
+  reference "${PROMPTS[$i]}" "$WORK/ref.q8.$i" --max-tokens 64 --ignore-eos --quant int8 ||
+    { fail "specd-generate --quant int8 reference $i"; cat "$WORK/ref.q8.$i.err"; }
+done
+if serve_start --draft "$DRAFT" --quant int8 --spec-pipeline off --spec-adaptive off --num-draft 4; then
+  acc=0
+  for i in "${!PROMPTS[@]}"; do
+    f=$WORK/q8.$i
+    st=$(post /v1/completions "$(body "${PROMPTS[$i]}" 64 0)" "$f.json")
+    check "[int8] prompt $i greedy == specd-generate --quant int8 (status $st)" \
+      '[ "$st" = 200 ] && text_of "$f.json" "$f.txt" && cmp -s "$f.txt" "$WORK/ref.q8.$i"'
+    acc=$((acc + $(jget "$f.json" 'j["speculative"]["accepted_tokens"]' || echo 0)))
+  done
+  check "[int8] drafts were accepted (total $acc)" '[ "$acc" -gt 0 ]'
+  check "[int8] the verifier runs the int8 weights (its log says so)" 'grep -q -- "--quant int8: matmul weights" "$SERVE_LOG"'
+  serve_stop
+else
+  fail "[int8] specd serve --quant int8 came up"
+fi
 finish
