@@ -12,8 +12,8 @@
  * T = 1..16 positions after a 300-token context (a verify pass is T = K+1),
  * relative to one decode step (T = 1): speculation pays when this stays near 1.
  * --quant int8 measures the int8 weights (sd_model_quantize_q8); --isa caps
- * the bf16/f32 kernels' instruction set (an AVX2-only machine measured on an
- * AVX-512 one; the int8 kernels keep their own choice). */
+ * the kernels' instruction set (an AVX2-only machine measured on an AVX-512
+ * one). */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdbool.h>

@@ -162,9 +162,9 @@ void sd_backend_free(sd_backend *be);
 /* Number of threads the CPU backend runs; 0 for another backend. */
 int sd_backend_cpu_threads(const sd_backend *be);
 
-/* Caps the CPU kernels' instruction set for the bf16 / f32 paths (0 scalar,
- * 1 AVX2, 2 AVX-512 where present) — for benchmarks that measure an older
- * machine's path on this one; the results are the same bit for bit. Returns
+/* Caps the CPU kernels' instruction set (0 scalar, 1 AVX2, 2 AVX-512 where
+ * present; the int8 kernels' too: 2 is VNNI there) — for benchmarks that measure an older
+ * machine's path on this one (levels may differ in the last bits). Returns
  * the level in effect. Process-wide; call before the first forward pass. */
 int sd_cpu_set_isa_level(int level);
 

@@ -509,6 +509,7 @@ fail:
 
 int sd_cpu_set_isa_level(int level)
 {
+    sd_q8_set_path(level);
     return sd_cpu_dot_set_level(level);
 }
 

@@ -127,25 +127,71 @@ __attribute__((target("avx2"))) static inline int32_t hsum_epi32_256(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-__attribute__((target("avx2"))) static void tile_avx2(float *y, int ldy, const int8_t *wq, const float *ws,
-                                                      const int32_t *wsum, const int8_t *xq, const float *xs, int K,
-                                                      int R, int U)
+#define SD_Q8AVX2 __attribute__((target("avx2")))
+
+/* RR rows x UU tokens, RR * UU accumulators (RR * UU + UU + 1 <= 16
+ * registers): each 16-byte weight chunk is widened once for all UU tokens;
+ * the next rows are prefetched (short parallel streams outrun the hardware
+ * prefetcher). Integer sums are exact: any tiling gives the same results. */
+#define SD_Q8_RU(NAME, RR, UU)                                                                     \
+    SD_Q8AVX2 static inline void NAME(float *y, int ldy, const int8_t *wq, const float *ws,        \
+                                      const int8_t *xq, const float *xs, int K)                    \
+    {                                                                                              \
+        __m256i a[RR][UU];                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++)                                       \
+            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) a[r][u] = _mm256_setzero_si256(); \
+        int k = 0;                                                                                 \
+        for (; k + 16 <= K; k += 16) {                                                             \
+            __m256i xv[UU];                                                                        \
+            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++)                                   \
+                xv[u] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)u * K + k))); \
+            _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++) {                                 \
+                if (!(k & 63)) _mm_prefetch((const char *)(wq + (size_t)(RR + r) * K + k), _MM_HINT_T0); \
+                __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + (size_t)r * K + k))); \
+                _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++)                               \
+                    a[r][u] = _mm256_add_epi32(a[r][u], _mm256_madd_epi16(wv, xv[u]));             \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++)                                       \
+            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) {                                 \
+                int32_t s = hsum_epi32_256(a[r][u]);                                               \
+                for (int kk = k; kk < K; kk++) s += (int32_t)wq[(size_t)r * K + kk] * xq[(size_t)u * K + kk]; \
+                y[(size_t)u * ldy + r] = q8_out(s, ws[r], xs[u]);                                  \
+            }                                                                                      \
+    }
+
+SD_Q8_RU(q8_81, 8, 1)
+SD_Q8_RU(q8_42, 4, 2)
+SD_Q8_RU(q8_43, 4, 3)
+SD_Q8_RU(q8_11, 1, 1)
+SD_Q8_RU(q8_12, 1, 2)
+SD_Q8_RU(q8_13, 1, 3)
+
+/* Rows in blocks of 24 (the weights of a block stay in cache across a span's
+ * token groups); tokens in groups of three, two, one. */
+SD_Q8AVX2 static void tile_avx2(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
+                                const int8_t *xq, const float *xs, int K, int R, int U)
 {
     (void)wsum;
-    int K16 = K & ~15;
-    for (int t = 0; t < U; t++) {
-        const int8_t *x = xq + (size_t)t * K;
-        for (int r = 0; r < R; r++) {
-            const int8_t *w = wq + (size_t)r * K;
-            __m256i acc = _mm256_setzero_si256();
-            for (int k = 0; k < K16; k += 16) {
-                __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
-                __m256i xv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + k)));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(wv, xv));
+    for (int r0 = 0; r0 < R; r0 += 24) {
+        int r1 = r0 + 24 < R ? r0 + 24 : R;
+        for (int t = 0; t < U;) {
+            int n = U - t >= 3 ? 3 : U - t, step = n == 1 ? 8 : 4, r = r0;
+            float *yt = y + (size_t)t * ldy;
+            const int8_t *xt = xq + (size_t)t * K;
+            for (; r + step <= r1; r += step) {
+                const int8_t *w = wq + (size_t)r * K;
+                if (n == 3) q8_43(yt + r, ldy, w, ws + r, xt, xs + t, K);
+                else if (n == 2) q8_42(yt + r, ldy, w, ws + r, xt, xs + t, K);
+                else q8_81(yt + r, ldy, w, ws + r, xt, xs + t, K);
             }
-            int32_t s = hsum_epi32_256(acc);
-            for (int k = K16; k < K; k++) s += (int32_t)w[k] * x[k];
-            y[(size_t)t * ldy + r] = q8_out(s, ws[r], xs[t]);
+            for (; r < r1; r++) {
+                const int8_t *w = wq + (size_t)r * K;
+                if (n == 3) q8_13(yt + r, ldy, w, ws + r, xt, xs + t, K);
+                else if (n == 2) q8_12(yt + r, ldy, w, ws + r, xt, xs + t, K);
+                else q8_11(yt + r, ldy, w, ws + r, xt, xs + t, K);
+            }
+            t += n;
         }
     }
 }
