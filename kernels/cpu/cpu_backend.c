@@ -8,9 +8,9 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "array.h"
 #include "backend.h"
@@ -485,9 +485,21 @@ static const sd_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+/* SD_CPU_ISA=scalar|avx2|avx512: the kernels of an older machine on this one
+ * (benchmarks; sd_cpu_set_isa_level). */
+static void isa_from_env(void)
+{
+    const char *v = getenv("SD_CPU_ISA");
+    if (!v || !*v) return;
+    int level = !strcmp(v, "scalar") ? 0 : !strcmp(v, "avx2") ? 1 : !strcmp(v, "avx512") ? 2 : -1;
+    if (level < 0) fprintf(stderr, "SD_CPU_ISA=%s ignored: scalar, avx2 or avx512\n", v);
+    else sd_cpu_set_isa_level(level);
+}
+
 sd_backend *sd_backend_cpu_new(int n_threads)
 {
     sd_cpu_dot_init();
+    isa_from_env();
     if (n_threads <= 0) n_threads = sd_cpu_count();
     sd_backend *be = calloc(1, sizeof *be);
     cpu_impl *impl = calloc(1, sizeof *impl);
