@@ -20,7 +20,6 @@ struct sd_cwatch {
     struct bufferevent *bev;
     const bool *started;
     bool http11;
-    bool fin;
     sd_cwatch_gone_cb gone;
     void *arg;
 };
@@ -87,15 +86,16 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
 static void on_fin(sd_cwatch *w)
 {
     static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    w->fin = true;
     if (w->http11 && !*w->started && evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
         ssize_t n = send(w->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             fire_gone(w);
             return;
         }
-        /* n < the probe's length: the send buffer of a fresh connection is
-         * never that full; a partial interim line would still provoke the reset */
+        /* what the socket did not take goes first in the output buffer: the
+         * answer evhttp writes later follows it */
+        size_t sent = n > 0 ? (size_t)n : 0;
+        if (sent < sizeof probe - 1) evbuffer_add(bufferevent_get_output(w->bev), probe + sent, sizeof probe - 1 - sent);
     }
     arm_poll(w);
 }
@@ -136,11 +136,6 @@ sd_cwatch *sd_cwatch_new(struct event_base *base, struct evhttp_request *req, co
         return NULL;
     }
     return w;
-}
-
-bool sd_cwatch_half_closed(const sd_cwatch *w)
-{
-    return w && w->fin;
 }
 
 void sd_cwatch_stop(sd_cwatch *w)

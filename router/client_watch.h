@@ -51,9 +51,6 @@ sd_cwatch *sd_cwatch_new(struct event_base *base, struct evhttp_request *req, co
  * the request's on-complete callback of every watched request. */
 void sd_cwatch_answered(struct evhttp_request *req);
 
-/* True once a FIN came (the client half-closed, or is gone and not yet known to be). */
-bool sd_cwatch_half_closed(const sd_cwatch *w);
-
 /* Stops watching (no callback after this); the watch stays allocated. */
 void sd_cwatch_stop(sd_cwatch *w);
 
