@@ -130,7 +130,7 @@ SD_AVX2 __attribute__((always_inline)) static inline float hsum1(__m256 s)
                a7 = a0;                                                                           \
         int k = 0;                                                                                \
         for (; k + 8 <= K; k += 8) {                                                              \
-            if (!(k & 31)) /* one line of each of the next 8 rows per 64 bytes of bf16 */          \
+            if (!(k % (64 / (int)sizeof(WT)))) /* one line of each of the next 8 rows per 64 bytes */ \
                 for (int p = 8; p < 16; p++) _mm_prefetch((const char *)(w0 + p * (size_t)K + k), _MM_HINT_T0); \
             __m256 xv = _mm256_loadu_ps(x + k);                                                   \
             a0 = _mm256_fmadd_ps(LOAD(w0 + k), xv, a0);                                           \
