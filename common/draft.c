@@ -255,8 +255,9 @@ static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st,
             o->alt[t] = second_choice(row, d->vlimit, tok);
             o->alt_p[t] = o->alt[t] >= 0 ? p * expf(row[o->alt[t]] - row[tok]) : 0.0f;
         }
-        /* stop drafting this item after a token the drafter itself doubts */
-        if (d->p_min > 0.0f && p < d->p_min) st->kk = t + 1;
+        /* stop drafting this item after a token the drafter itself doubts (a guess of a token
+         * the verifier decodes anyway is no draft: the drafts after it serve when it is right) */
+        if (d->p_min > 0.0f && p < d->p_min && t >= it->n_guess) st->kk = t + 1;
     }
     if (it->want_q) {
         sd_tokprob one = {tok, 1.0f};

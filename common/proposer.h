@@ -38,6 +38,9 @@ typedef struct sd_propose_item {
     bool want_q;               /* sample from the filtered distribution, fill q */
     bool want_alt;             /* greedy: fill p / alt / alt_p (when the proposer knows them) */
     uint64_t out_pos;          /* output position of the first draft token (RNG key) */
+    int n_guess;               /* the first n_guess tokens are guesses of the committed sequence's
+                                * next tokens (pipelined drafting: of the verifier's own token), not
+                                * drafts to verify: a doubt there does not end the item (p_min) */
 } sd_propose_item;
 
 /* Its result. q[i] (when want_q) is the proposal distribution token i was

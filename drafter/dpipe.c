@@ -50,9 +50,11 @@ int sd_dpipe_collect(sd_dstate *t, sd_propose_item *items, sd_dreq **reqs, int c
         int k = p->n_in_flight > 0 ? p->k + 1 : p->k;
         if (k > SD_MAX_DRAFT) k = SD_MAX_DRAFT;
         int64_t pos = (int64_t)n_ctx - p->n_prompt;
+        /* the first token guesses the verifier's next one (with nothing in flight: the token of a
+         * plain step, unless the verifier waits for this span): a doubt there does not end it */
         items[n] = (sd_propose_item){.seq_id = r->id, .context = r->ctx, .n_context = n_ctx, .k = k,
                                      .sampling = &r->sampling, .want_q = p->want_q, .want_alt = !p->want_q,
-                                     .out_pos = pos > 0 ? (uint64_t)pos : 0};
+                                     .out_pos = pos > 0 ? (uint64_t)pos : 0, .n_guess = 1};
         reqs[n++] = r;
     }
     return n;

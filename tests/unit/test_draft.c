@@ -491,6 +491,34 @@ START_TEST(p_min_stops_drafting)
 }
 END_TEST
 
+/* n_guess: the first n_guess tokens are guesses, not drafts: a doubt there
+ * does not end the item, later doubts still do; the tokens are the same. */
+START_TEST(p_min_spares_guesses)
+{
+    int spared = 0;
+    for (int t = 0; t < 3; t++) {
+        int n;
+        int32_t *ctx = encode(t, &n);
+        sd_proposer *all = make_q(1, 256, SD_DRAFT_QUANT_NONE, 0.0f);
+        sd_proposer *cut = make_q(1, 256, SD_DRAFT_QUANT_NONE, 0.999f);
+        sd_proposal a, b0, b2;
+        char err[512];
+        propose1(all, 1, ctx, n, 12, &a);
+        propose1(cut, 1, ctx, n, 12, &b0);
+        sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = n, .k = 12, .n_guess = 2};
+        ck_assert_msg(cut->ops->propose(cut, &it, 1, &b2, err, sizeof err) == SD_OK, "%s", err);
+        ck_assert_int_ge(b2.n, 3);
+        ck_assert_int_ge(b2.n, b0.n);
+        for (int i = 0; i < b2.n; i++) ck_assert_int_eq(a.tokens[i], b2.tokens[i]);
+        spared += b0.n < 3;
+        sd_proposer_free(all);
+        sd_proposer_free(cut);
+        free(ctx);
+    }
+    ck_assert_int_gt(spared, 0); /* without the guesses spared, some item stopped sooner */
+}
+END_TEST
+
 START_TEST(bad_options)
 {
     char dir[512], err[512] = "";
@@ -531,6 +559,7 @@ int main(void)
     tcase_add_test(tc, tokenizer_check);
     tcase_add_test(tc, int8_drafter_is_the_quantised_model);
     tcase_add_test(tc, p_min_stops_drafting);
+    tcase_add_test(tc, p_min_spares_guesses);
     tcase_add_test(tc, bad_options);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
