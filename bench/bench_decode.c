@@ -1,8 +1,9 @@
 /* bench_decode.c — specd-bench-decode: single-stream decode speed vs the
  * memory roofline, measured in one run on this machine.
  *
- *   specd-bench-decode [--model DIR] [--threads N] [--tokens N] [--runs N]
- *                      [--quant none|int8] [--isa auto|avx512|avx2|scalar]
+ *   specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]
+ *                      [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]
+ *                      [--isa auto|avx512|avx2|scalar]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
@@ -13,7 +14,11 @@
  * relative to one decode step (T = 1): speculation pays when this stays near 1.
  * --quant int8 measures the int8 weights (sd_model_quantize_q8); --isa caps
  * the kernels' instruction set (an AVX2-only machine measured on an AVX-512
- * one). */
+ * one); --random-weights measures a model of a config.json's shapes with
+ * random weights (sd_model_random: a published model's size without its
+ * checkpoint, e.g. bench/configs/); --device runs it on a GPU (the host
+ * copy bandwidth then says nothing: the weight read bandwidth is printed to
+ * compare with the device's). */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -23,6 +28,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backend_open.h"
 #include "clock.h"
 #include "opt.h"
 #include "model.h"
@@ -144,20 +150,55 @@ static void span_table(sd_model *m)
     sd_kv_seq_release(pool, &seq);
 }
 
+/* Prints the figures of a measured decode speed (best seconds for n_tokens)
+ * and the span table. */
+static void report(sd_model *m, sd_backend *be, const char *name, const char *device, bool int8, bool random,
+                   double best, int runs, int n_tokens)
+{
+    int nt = sd_backend_cpu_threads(be);
+    size_t wb = sd_model_weight_bytes(m);
+    double tps = n_tokens / best, achieved = tps * (double)wb / 1e9;
+    printf("model                      %s (%s weights, %s activations; %s %s)\n", name,
+           int8 ? "int8" : random ? "random" : "checkpoint", sd_model_act_bf16(m) ? "bf16" : "f32",
+           nt ? "kernels" : "device", nt ? sd_cpu_isa() : device);
+    if (nt) printf("threads                    %d\n", nt);
+    printf("decode tokens/s            %.1f  (best of %d runs x %d tokens)\n", tps, runs, n_tokens);
+    printf("weight bytes per token     %.2f MB\n", wb / 1e6);
+    printf("weight read bandwidth      %.2f GB/s\n", achieved);
+    if (nt) { /* the host's memory: a copy measured here */
+        double bw = copy_bandwidth((size_t)512 << 20, nt, 5);
+        printf("memory copy bandwidth      %.2f GB/s  (512 MiB memcpy, %d threads, read+write)\n", bw, nt);
+        printf("roofline tokens/s          %.1f\n", bw * 1e9 / (double)wb);
+        printf("fraction of roofline       %.0f%%\n", 100.0 * achieved / bw);
+    } else {
+        printf("roofline                   not measured on a device: compare the weight read bandwidth with its own\n");
+    }
+    span_table(m);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]\n"
+                    "                          [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]\n"
+                    "                          [--isa auto|avx512|avx2|scalar]\n");
+}
+
 int main(int argc, char **argv)
 {
-    const char *dir = "models/tinycode-16m";
+    const char *dir = "models/tinycode-16m", *random_cfg = NULL, *device = "cpu";
     int threads = 0, n_tokens = 256, runs = 3, isa = -1;
     bool int8 = false;
     static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
                                        {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
-                                       {0, 0, 0, 0}};
+                                       {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'}, {0, 0, 0, 0}};
     static const char *const isas[] = {"scalar", "avx2", "avx512"};
     char err[512];
     sd_status st = SD_OK;
-    int c;
+    int c, dev_index;
     while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         if (c == 'm') dir = optarg;
+        else if (c == 'w') random_cfg = optarg;
+        else if (c == 'd') device = optarg;
         else if (c == 't') st = sd_opt_int(optarg, "--threads", 0, 1024, &threads, err, sizeof err);
         else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &n_tokens, err, sizeof err);
         else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &runs, err, sizeof err);
@@ -166,28 +207,30 @@ int main(int argc, char **argv)
         else if (c == 'i' && (!strcmp(optarg, "scalar") || !strcmp(optarg, "avx2") || !strcmp(optarg, "avx512")))
             isa = !strcmp(optarg, "scalar") ? 0 : !strcmp(optarg, "avx2") ? 1 : 2;
         else {
-            fprintf(stderr, "usage: specd-bench-decode [--model DIR] [--threads N] [--tokens N] [--runs N]\n"
-                            "                          [--quant none|int8] [--isa auto|avx512|avx2|scalar]\n");
+            usage();
             return 2;
         }
     }
-    if (st != SD_OK) {
+    int kind = st == SD_OK ? sd_device_parse(device, &dev_index, err, sizeof err) : 0;
+    if (st == SD_OK && kind > 0 && isa >= 0) st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--isa applies to the CPU");
+    if (st != SD_OK || kind < 0) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 2;
     }
-    sd_backend *be = sd_backend_cpu_new(threads);
+    sd_backend *be = sd_backend_open(device, threads, err, sizeof err);
     if (isa >= 0 && sd_cpu_set_isa_level(isa) != isa) {
         fprintf(stderr, "specd-bench-decode: this CPU has no %s\n", isas[isa]);
         return 1;
     }
     sd_model *m = NULL;
-    if (!be || sd_model_load(dir, be, &m, err, sizeof err) != SD_OK ||
+    if (!be ||
+        (random_cfg ? sd_model_random(random_cfg, 1, be, &m, err, sizeof err)
+                    : sd_model_load(dir, be, &m, err, sizeof err)) != SD_OK ||
         (int8 && sd_model_quantize_q8(m, err, sizeof err) != SD_OK) ||
         sd_model_kv_init(m, (n_tokens + 64) / 16 + 24, 16, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 1;
     }
-    int nt = sd_backend_cpu_threads(be);
     double best = 1e30;
     for (int r = 0; r < runs; r++) {
         double t = decode_run(m, n_tokens, err, sizeof err);
@@ -197,20 +240,7 @@ int main(int argc, char **argv)
         }
         if (t < best) best = t;
     }
-    size_t wb = sd_model_weight_bytes(m);
-    double tps = n_tokens / best;
-    double bw = copy_bandwidth((size_t)512 << 20, nt, 5);
-    double achieved = tps * (double)wb / 1e9;
-    printf("model                      %s (%s weights, %s activations; kernels %s)\n", dir, int8 ? "int8" : "checkpoint",
-           sd_model_act_bf16(m) ? "bf16" : "f32", sd_cpu_isa());
-    printf("threads                    %d\n", nt);
-    printf("decode tokens/s            %.1f  (best of %d runs x %d tokens)\n", tps, runs, n_tokens);
-    printf("weight bytes per token     %.2f MB\n", wb / 1e6);
-    printf("weight read bandwidth      %.2f GB/s\n", achieved);
-    printf("memory copy bandwidth      %.2f GB/s  (512 MiB memcpy, %d threads, read+write)\n", bw, nt);
-    printf("roofline tokens/s          %.1f\n", bw * 1e9 / (double)wb);
-    printf("fraction of roofline       %.0f%%\n", 100.0 * achieved / bw);
-    span_table(m);
+    report(m, be, random_cfg ? random_cfg : dir, device, int8, random_cfg != NULL, best, runs, n_tokens);
     sd_model_free(m);
     sd_backend_free(be);
     return 0;

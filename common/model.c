@@ -36,7 +36,10 @@ typedef struct scratch {
 struct sd_model {
     sd_model_config cfg;
     sd_backend *be;
-    sd_st *st;
+    sd_st *st;             /* the checkpoint; NULL for random weights */
+    uint64_t seed;         /* random weights: their seed */
+    void **host;           /* random weights the backend references in place (owned) */
+    size_t n_host, cap_host;
     sd_weight embed, final_norm, lm_head;
     const sd_weight *head; /* &lm_head or &embed when tied */
     layer_w *layers;
@@ -57,9 +60,62 @@ struct sd_model {
 
 /* ------------------------------------------------------------ loading */
 
+/* splitmix64: a well-mixed 64-bit value from x. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Fills n values of a random tensor named name: norm weights 1, biases 0,
+ * others uniform in ±0.02·√3 (standard deviation 0.02, as the published
+ * models' initialisers), from the model's seed and the name only. */
+static void fill_random(const sd_model *m, const char *name, sd_dtype dt, void *data, size_t n)
+{
+    size_t len = strlen(name);
+    bool norm = len >= 11 && !strcmp(name + len - 11, "norm.weight"), bias = len >= 4 && !strcmp(name + len - 4, "bias");
+    uint64_t h = m->seed;
+    for (const char *c = name; *c; c++) h = mix64(h ^ (uint8_t)*c);
+    for (size_t i = 0; i < n; i++) {
+        float v = norm ? 1.0f : bias ? 0.0f : (float)(((double)(mix64(h + i) >> 11) * 0x1.0p-53 * 2 - 1) * 0.0346410);
+        if (dt == SD_DTYPE_BF16) {
+            float r = sd_round_bf16(v);
+            uint32_t u;
+            memcpy(&u, &r, sizeof u);
+            ((uint16_t *)data)[i] = (uint16_t)(u >> 16);
+        } else {
+            ((float *)data)[i] = v;
+        }
+    }
+}
+
+/* A random weight of the given shape in the checkpoint's dtype (bf16 or
+ * f32), uploaded; the host copy is kept while the backend references it. */
+static sd_status random_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w,
+                         char *err, size_t errlen)
+{
+    sd_dtype dt = strcmp(m->cfg.torch_dtype, "bfloat16") ? SD_DTYPE_F32 : SD_DTYPE_BF16;
+    size_t n = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1), nbytes = n * sd_dtype_size(dt);
+    void *data = malloc(nbytes ? nbytes : 1);
+    if (!data || sd_grow(&m->host, &m->cap_host, m->n_host + 1, sizeof *m->host) != SD_OK) {
+        free(data);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: out of memory for random weights", name);
+    }
+    fill_random(m, name, dt, data, n);
+    sd_tensor t = {.name = name, .dtype = dt, .ndim = ndim, .shape = {d0, d1}, .data = data, .nbytes = nbytes};
+    sd_status st = m->be->ops->upload(m->be, &t, w, err, errlen);
+    if (st == SD_OK && w->data == data) m->host[m->n_host++] = data; /* referenced in place */
+    else free(data);
+    if (st == SD_OK) m->weight_bytes += nbytes;
+    return st;
+}
+
 static sd_status load_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w,
                         char *err, size_t errlen)
 {
+    if (!m->st) return random_w(m, name, ndim, d0, d1, w, err, errlen);
     const sd_tensor *t;
     int64_t shape[2] = {d0, d1};
     sd_status st = sd_st_get(m->st, name, ndim, shape, &t, err, errlen);
@@ -142,7 +198,7 @@ static sd_status load_weights(sd_model *m, char *err, size_t errlen)
     for (int i = 0; i < c->n_layers && st == SD_OK; i++) st = load_layer(m, i, err, errlen);
     if (st == SD_OK) st = load_w(m, "model.norm.weight", 1, c->hidden_size, 0, &m->final_norm, err, errlen);
     if (st != SD_OK) return st;
-    if (c->tie_embeddings && !sd_st_find(m->st, "lm_head.weight")) {
+    if (c->tie_embeddings && (!m->st || !sd_st_find(m->st, "lm_head.weight"))) {
         m->head = &m->embed;
         m->weight_bytes += (size_t)c->vocab_size * c->hidden_size * (m->embed.dtype == SD_DTYPE_BF16 ? 2 : 4);
         return SD_OK;
@@ -152,16 +208,21 @@ static sd_status load_weights(sd_model *m, char *err, size_t errlen)
     return st;
 }
 
-sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *err, size_t errlen)
+/* Loads a model: dir's checkpoint, or (dir NULL) random weights of the
+ * shapes config_path describes. */
+static sd_status model_open(const char *dir, const char *config_path, uint64_t seed, sd_backend *be, sd_model **out,
+                            char *err, size_t errlen)
 {
     *out = NULL;
     sd_model *m = calloc(1, sizeof *m);
     if (!m) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     m->be = be;
-    sd_status st = sd_config_load_dir(dir, &m->cfg, err, errlen);
+    m->seed = seed;
+    sd_status st = dir ? sd_config_load_dir(dir, &m->cfg, err, errlen)
+                       : sd_config_load_file(config_path, &m->cfg, err, errlen);
     if (st == SD_OK && (m->cfg.head_dim % 2 != 0 || m->cfg.head_dim > 512))
         st = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "head_dim %d is not supported", m->cfg.head_dim);
-    if (st == SD_OK) st = sd_st_open_dir(dir, &m->st, err, errlen);
+    if (st == SD_OK && dir) st = sd_st_open_dir(dir, &m->st, err, errlen);
     if (st == SD_OK) {
         m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
         m->inv_freq = calloc((size_t)m->cfg.head_dim / 2, sizeof(float));
@@ -176,6 +237,17 @@ sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *e
     m->act_bf16 = strcmp(m->cfg.torch_dtype, "bfloat16") == 0;
     *out = m;
     return SD_OK;
+}
+
+sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *err, size_t errlen)
+{
+    return model_open(dir, NULL, 0, be, out, err, errlen);
+}
+
+sd_status sd_model_random(const char *config_path, uint64_t seed, sd_backend *be, sd_model **out, char *err,
+                          size_t errlen)
+{
+    return model_open(NULL, config_path, seed, be, out, err, errlen);
 }
 
 /* Bytes a forward pass reads from w. */
@@ -280,6 +352,8 @@ void sd_model_free(sd_model *m)
     free(m->layers);
     free(m->inv_freq);
     sd_st_free(m->st);
+    for (size_t i = 0; i < m->n_host; i++) free(m->host[i]);
+    free(m->host);
     free(m);
 }
 

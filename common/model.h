@@ -35,6 +35,14 @@ typedef struct sd_batch_seq {
  * tensor, bad file) come back as a status and a message. */
 sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *err, size_t errlen);
 
+/* A model with the shapes of a config.json file (config_path, any name) and
+ * random weights in its torch_dtype (bf16 or f32): norm weights 1, biases 0,
+ * the rest uniform with standard deviation 0.02, a function of seed and each
+ * tensor's name only. For benchmarks on published model shapes without their
+ * checkpoints (the logits mean nothing). Errors as sd_model_load. */
+sd_status sd_model_random(const char *config_path, uint64_t seed, sd_backend *be, sd_model **out, char *err,
+                          size_t errlen);
+
 /* Frees the model, its KV storage and pool; NULL is a no-op. */
 void sd_model_free(sd_model *m);
 

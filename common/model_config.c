@@ -460,11 +460,9 @@ static sd_status apply_generation_config(const char *path, sd_model_config *cfg,
     return st;
 }
 
-sd_status sd_config_load_dir(const char *dir, sd_model_config *cfg, char *err, size_t errlen)
+sd_status sd_config_load_file(const char *path, sd_model_config *cfg, char *err, size_t errlen)
 {
-    if (!dir || !cfg) return sd_seterr(err, errlen, SD_ERR_ARG, "config: NULL argument");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!path || !cfg) return sd_seterr(err, errlen, SD_ERR_ARG, "config: NULL argument");
     char *text;
     size_t len;
     char msg[512] = "";
@@ -474,6 +472,16 @@ sd_status sd_config_load_dir(const char *dir, sd_model_config *cfg, char *err, s
     free(text);
     if (st != SD_OK)
         return sd_seterr(err, errlen, st, "%s: %s", path, strncmp(msg, "config: ", 8) == 0 ? msg + 8 : msg);
+    return SD_OK;
+}
+
+sd_status sd_config_load_dir(const char *dir, sd_model_config *cfg, char *err, size_t errlen)
+{
+    if (!dir || !cfg) return sd_seterr(err, errlen, SD_ERR_ARG, "config: NULL argument");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sd_status st = sd_config_load_file(path, cfg, err, errlen);
+    if (st != SD_OK) return st;
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (access(path, F_OK) != 0) return SD_OK;
     return apply_generation_config(path, cfg, err, errlen);

@@ -65,6 +65,10 @@ typedef struct sd_model_config {
  * naming the field or feature. */
 sd_status sd_config_parse(const char *json_text, sd_model_config *cfg, char *err, size_t errlen);
 
+/* Reads a config.json file (any name): sd_config_parse of its text, plus
+ * SD_ERR_IO when it cannot be read. */
+sd_status sd_config_load_file(const char *path, sd_model_config *cfg, char *err, size_t errlen);
+
 /* Reads DIR/config.json, then DIR/generation_config.json if present (its
  * eos_token_id / bos_token_id take precedence). Same errors as sd_config_parse,
  * plus SD_ERR_IO when config.json cannot be read. */

@@ -203,6 +203,64 @@ START_TEST(batch_invariance_demo_bf16)
 }
 END_TEST
 
+/* Logits of the last position after n tokens of ids (one pass). */
+static void last_logits(sd_model *m, const int32_t *ids, int n, float *out)
+{
+    char err[256];
+    sd_kv_seq s;
+    sd_kv_seq_init(&s);
+    ck_assert_int_eq(sd_kv_reserve(sd_model_kv_pool(m), &s, n), SD_OK);
+    sd_batch_seq b = {ids, n, 0, &s, 1};
+    ck_assert_msg(sd_model_forward(m, &b, 1, out, err, sizeof err) == SD_OK, "%s", err);
+    sd_kv_seq_release(sd_model_kv_pool(m), &s);
+}
+
+/* Random weights of a config's shapes: the same bytes per token as the
+ * checkpoint of that config, finite logits, the same logits for the same
+ * seed and others for another; a bad config path is an error. */
+START_TEST(random_weights)
+{
+    char dir[512], cfg[600], err[512];
+    tu_model(dir, sizeof dir, "tinycode-16m");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *ck = NULL, *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_eq(sd_model_load(dir, be, &ck, err, sizeof err), SD_OK);
+    ck_assert_msg(sd_model_random(cfg, 1, be, &a, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert_int_eq(sd_model_random(cfg, 1, be, &b, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_model_random(cfg, 2, be, &c, err, sizeof err), SD_OK);
+    ck_assert_uint_eq(sd_model_weight_bytes(a), sd_model_weight_bytes(ck));
+    ck_assert_int_eq(sd_model_act_bf16(a), sd_model_act_bf16(ck));
+    int vocab = sd_model_cfg(a)->vocab_size;
+    float *la = malloc((size_t)vocab * 4), *lb = malloc((size_t)vocab * 4), *lc = malloc((size_t)vocab * 4);
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = (int32_t)((i * 7919 + 5) % vocab);
+    sd_model *ms[3] = {a, b, c};
+    float *ls[3] = {la, lb, lc};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(sd_model_kv_init(ms[i], 4, 16, err, sizeof err), SD_OK);
+        last_logits(ms[i], ids, 12, ls[i]);
+    }
+    int differ = 0;
+    for (int v = 0; v < vocab; v++) {
+        ck_assert(isfinite(la[v]));
+        differ += la[v] != lc[v];
+    }
+    ck_assert_int_eq(memcmp(la, lb, (size_t)vocab * 4), 0);
+    ck_assert_int_gt(differ, vocab / 2);
+    for (int i = 0; i < 3; i++) sd_model_free(ms[i]);
+    sd_model_free(ck);
+    sd_model *bad = (sd_model *)1;
+    ck_assert_int_eq(sd_model_random("/nonexistent/config.json", 1, be, &bad, err, sizeof err), SD_ERR_IO);
+    ck_assert_ptr_null(bad);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/config.json"));
+    free(la);
+    free(lb);
+    free(lc);
+    sd_backend_free(be);
+}
+END_TEST
+
 START_TEST(bad_batches_rejected)
 {
     sd_backend *be = sd_backend_cpu_new(1);
@@ -287,6 +345,7 @@ int main(void)
     tcase_add_test(tc, batch_invariance_f32);
     tcase_add_test(tc, batch_invariance_demo_bf16);
     tcase_add_test(tc, bad_batches_rejected);
+    tcase_add_test(tc, random_weights);
     tcase_add_test(tc, prompt_logprobs_reference);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

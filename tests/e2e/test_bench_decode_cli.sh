@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# test_bench_decode_cli.sh — specd-bench-decode on random weights of a
+# config's shapes (--random-weights CONFIG.json, sd_model_random): it runs
+# without a checkpoint, reports the same weight bytes per token as the
+# checkpoint of that config, names its weights "random", prints the span
+# table; a config that cannot be read gives a message and exit 1, an
+# unknown --device exit 2.
+set -euo pipefail
+BIN=${SD_BIN:-build/bin}
+MOD=${SD_MODELS:-models}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+cp "$MOD/tinycode-16m/config.json" "$tmp/shapes.json" # a config alone, away from its checkpoint
+"$BIN/specd-bench-decode" --random-weights "$tmp/shapes.json" --threads 1 --tokens 8 --runs 1 > "$tmp/r.txt" ||
+  fail "random weights: exit $?"
+"$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --threads 1 --tokens 8 --runs 1 > "$tmp/c.txt" ||
+  fail "checkpoint: exit $?"
+grep -q "random weights" "$tmp/r.txt" || fail "the weights are not named random: $(head -1 "$tmp/r.txt")"
+wb() { sed -n 's/^weight bytes per token *//p' "$1"; }
+[ -n "$(wb "$tmp/r.txt")" ] && [ "$(wb "$tmp/r.txt")" = "$(wb "$tmp/c.txt")" ] ||
+  fail "weight bytes per token: random '$(wb "$tmp/r.txt")', checkpoint '$(wb "$tmp/c.txt")'"
+grep -Eq '^ +6 +[0-9.]+ +[0-9.]+$' "$tmp/r.txt" || fail "no span table: $(cat "$tmp/r.txt")"
+
+set +e
+"$BIN/specd-bench-decode" --random-weights "$tmp/none.json" --tokens 8 --runs 1 > /dev/null 2> "$tmp/e.txt"
+rc=$?
+set -e
+[ $rc -eq 1 ] || fail "missing config: exit $rc, want 1"
+grep -q "none.json" "$tmp/e.txt" || fail "missing config: the message does not name the file: $(cat "$tmp/e.txt")"
+set +e
+"$BIN/specd-bench-decode" --device tpu > /dev/null 2> "$tmp/e.txt"
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "unknown device 'tpu'" "$tmp/e.txt" || fail "bad --device: exit $rc, $(cat "$tmp/e.txt")"
+echo "PASS test_bench_decode_cli"
