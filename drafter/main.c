@@ -201,6 +201,10 @@ static int make_proposer(drafter *d, const drafter_opts *o)
                                        : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position
                                                                                       : DEFAULT_MAX_CONTEXT_CAP);
     if (sd_draft_new(o->model, &dopts, &d->prop, err, sizeof err) != SD_OK) goto fail;
+    /* --quant auto quantises only where the device has int8 kernels: say which it did */
+    if (o->quant == SD_DRAFT_QUANT_AUTO)
+        SD_INFO("--quant auto: draft weights %s", d->be->ops->quantize_q8 ? "int8 (this device has int8 kernels)"
+                                                  : "as stored in the checkpoint (this device has no int8 kernels)");
     d->max_context = dopts.max_context;
     d->vocab = cfg.vocab_size;
     char name[PATH_MAX];

@@ -78,6 +78,7 @@ typedef struct serve_opts {
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
     const char *quant;       /* --quant none|int8: the target's weights (the verifier's --quant) */
+    const char *draft_device; /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, no_spec, metrics_auth, no_prefix_cache;
@@ -145,7 +146,8 @@ static void usage(FILE *f)
                "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
                "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
                "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
-               "                   [--lanes N] [--device D[,D...]] [--router-arg ARG ...] [--quant none|int8]\n"
+               "                   [--lanes N] [--device D[,D...]] [--draft-device D[,D...]]\n"
+               "                   [--router-arg ARG ...] [--quant none|int8]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -164,7 +166,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
                                        {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
                                        {"no-prefix-cache", 0, 0, 'C'}, {"lanes", 1, 0, 'l'},
-                                       {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {0, 0, 0, 0}};
+                                       {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'},
+                                       {"draft-device", 1, 0, 'E'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -198,6 +201,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'j': o->threads = optarg; break;
         case 'K': o->num_draft = optarg; break;
         case 'D': o->device = optarg; break;
+        case 'E': o->draft_device = optarg; break;
         case 'Q': o->draft_quant = optarg; break;
         case 'P': o->draft_p_min = optarg; break;
         case 'S': o->spec_max_batch = optarg; break;
@@ -319,6 +323,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(dra, "--listen", dep);
     if (o->draft) {
         add_opt(dra, "--model", o->draft);
+        add_opt(dra, "--device", lane_device(o->draft_device, i, dev, sizeof dev));
         add_opt(dra, "--quant", o->draft_quant);
         add_opt(dra, "--p-min", o->draft_p_min);
         add_opt(dra, "--spec-branches", o->draft_branches);
@@ -565,6 +570,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd serve: --api-key is visible in the process list; --api-key-file or SPECD_API_KEY "
                         "keep the key out of it\n");
     free(key);
+    if (o.draft && o.device && strncmp(o.device, "cpu", 3) && !o.draft_device)
+        fprintf(stderr, "specd serve: the verifier runs on %s, the drafter on the CPU (--draft-device puts it on a "
+                        "GPU)\n", o.device);
     remove_stale_sock_dirs();
     char dir[PATH_MAX], tmp[64];
     snprintf(tmp, sizeof tmp, "/tmp/specd-%ld-XXXXXX", (long)getpid());
