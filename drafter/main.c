@@ -91,6 +91,7 @@ typedef struct drafter {
     int threads;
     uint64_t last_step;  /* step of the last DraftBatch seen */
     double tok_ms;       /* EMA of the time per drafted token and item of a propose call */
+    bool lost;           /* the device is lost (sd_backend_lost): exit 1 */
     int32_t *bctx[SD_MAX_BRANCH_CALL]; /* branch contexts: committed + in-flight prefix + alternative */
     size_t bcap[SD_MAX_BRANCH_CALL];
 } drafter;
@@ -375,6 +376,11 @@ static uint32_t propose_all(drafter *d, int n, uint64_t step)
     if (d->prop->ops->propose(d->prop, d->items, n, d->props, err, sizeof err) != SD_OK) {
         SD_WARN("propose failed (step %llu): %s (answering without drafts)", (unsigned long long)step, err);
         for (int i = 0; i < n; i++) d->props[i].n = 0;
+        if (sd_backend_lost(d->be)) {
+            SD_ERROR("the device is lost (a sticky error): exiting, so that a supervisor starts a new drafter");
+            d->lost = true;
+            g_stop = 1;
+        }
     }
     double us = (sd_now_s() - t0) * 1e6;
     int tokens = 0;
@@ -658,7 +664,7 @@ int main(int argc, char **argv)
         SD_ERROR("%s", cerr);
     } else if (zctx && open_socket(&d, zctx, o.listen, curve) == 0) {
         SD_INFO("drafting with %s (%d threads, %d sequences) on %s", d.model_name, o.threads, o.max_seqs, o.listen);
-        rc = serve(&d);
+        rc = serve(&d) || d.lost;
         SD_INFO("stopping");
     }
     if (d.sock) zmq_close(d.sock);

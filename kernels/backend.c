@@ -9,6 +9,11 @@ void sd_backend_free(sd_backend *be)
     if (be && be->ops && be->ops->destroy) be->ops->destroy(be);
 }
 
+bool sd_backend_lost(sd_backend *be)
+{
+    return be && be->ops && be->ops->lost && be->ops->lost(be);
+}
+
 int sd_cpu_count(void)
 {
     cpu_set_t set;

@@ -16,6 +16,7 @@
 #ifndef SD_BACKEND_H
 #define SD_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -135,6 +136,10 @@ typedef struct sd_backend_ops {
     /* Returns and clears the first error recorded by an op that returns
      * void (device backends); NULL when ops cannot fail that way. */
     sd_status (*take_error)(sd_backend *be);
+    /* True once the device failed in a way only a new process recovers from
+     * (CUDA: a sticky error, the context is unusable): a worker should exit so
+     * that its supervisor starts a new one. NULL: never. */
+    bool (*lost)(sd_backend *be);
     void (*destroy)(sd_backend *be);
 } sd_backend_ops;
 
@@ -158,6 +163,9 @@ sd_backend *sd_backend_cpu_new(int n_threads);
 
 /* Destroys a backend; NULL is a no-op. */
 void sd_backend_free(sd_backend *be);
+
+/* True when be's device is lost (sd_backend_ops.lost); false for NULL. */
+bool sd_backend_lost(sd_backend *be);
 
 /* Number of threads the CPU backend runs; 0 for another backend. */
 int sd_backend_cpu_threads(const sd_backend *be);

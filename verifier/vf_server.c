@@ -75,6 +75,7 @@ struct sd_vf_server {
     char host[256];         /* gethostname */
     int threads, ncpu;      /* the CPU backend's threads (0: not on the CPU), CPUs of this process */
     int pipe_on;            /* the last pipelining decision, -1 before the first (for the log) */
+    bool lost;              /* the device is lost (sd_backend_lost): the serving loop ends */
     double last_step_end_ms;/* 0 after an idle spell */
     double step_begin_ms;   /* when this step's planning began */
     char model_name[256];
@@ -582,8 +583,16 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
     char err[256];
     double t0 = sd_now_ms();
-    if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK)
+    if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK) {
         SD_ERROR("engine step failed: %s", err);
+        if (sd_backend_lost(sd_model_backend(sd_engine_model(s->e)))) {
+            /* no token events: the requests are not failed but left to the router, which resumes them
+             * on a verifier that works (as after a crash) */
+            SD_ERROR("the device is lost (a sticky error): exiting, so that a supervisor starts a new verifier");
+            s->lost = true;
+            return;
+        }
+    }
     double t1 = sd_now_ms();
     note_step(s, t1 - s->step_begin_ms, pipelined);
     for (int i = 0; i < n; i++) {
@@ -784,7 +793,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
     sd_vf_front_busy(s->front, false);
     SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks)", s->model_name, s->cfg->listen,
             s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool));
-    while (!*stop) {
+    while (!*stop && !s->lost) {
         zmq_pollitem_t it[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {NULL, 0, ZMQ_POLLIN, 0}};
         int nit = 1;
         if (s->link) it[nit++].socket = sd_vf_link_socket(s->link);
@@ -807,7 +816,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         }
     }
     SD_INFO("shutting down (%d active, %d queued requests dropped)", s->n_active, s->n_queue);
-    return SD_OK;
+    return s->lost ? SD_ERR_DEVICE : SD_OK;
 }
 
 /* ------------------------------------------------------------ lifetime */

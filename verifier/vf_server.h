@@ -30,7 +30,9 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
                            size_t errlen);
 
 /* Serves until *stop becomes non-zero (set from a signal handler). Returns
- * SD_OK, or SD_ERR_IO when the router socket fails. */
+ * SD_OK, SD_ERR_IO when the router socket fails, or SD_ERR_DEVICE when the
+ * device is lost (sd_backend_lost after a failed step): the process should
+ * exit so that its supervisor starts a new one. */
 sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop);
 
 /* Frees every request (releasing its KV), closes the sockets, frees the

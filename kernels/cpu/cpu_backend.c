@@ -27,6 +27,9 @@ typedef struct cpu_impl {
     size_t xq_len, xqs_len;
     float *attn_scratch;   /* [n_threads][scratch_len] attention scores */
     size_t scratch_len;
+    long lose_after;       /* fault injection (SD_FAULT_DEVICE_LOST_AFTER): attention calls before the
+                            * "device" is lost; < 0 never */
+    bool lost;
 } cpu_impl;
 
 static cpu_impl *impl_of(sd_backend *be)
@@ -432,10 +435,28 @@ static int grow_scratch(cpu_impl *impl, size_t need)
     return sd_grow(&impl->attn_scratch, &impl->scratch_len, need, per_entry) == SD_OK ? 0 : -1;
 }
 
+/* Fault injection for the test suite: SD_FAULT_DEVICE_LOST_AFTER=N in the
+ * environment makes the CPU backend behave as a device that is lost after N
+ * attention calls (every later one fails, sd_backend_lost says so), so the
+ * workers' handling of a lost GPU is tested without one. */
+static bool inject_lost(cpu_impl *impl)
+{
+    if (impl->lose_after < 0) return false;
+    if (impl->lose_after == 0) impl->lost = true;
+    else impl->lose_after--;
+    return impl->lost;
+}
+
+static bool cpu_lost(sd_backend *be)
+{
+    return impl_of(be)->lost;
+}
+
 static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
                           const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape)
 {
     cpu_impl *impl = impl_of(be);
+    if (inject_lost(impl)) return SD_ERR_DEVICE;
     int rp = attn_rows_per(shape), G = shape->n_heads / shape->n_kv_heads, items = 0, max_pos = 0;
     size_t work = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -482,6 +503,7 @@ static const sd_backend_ops cpu_ops = {
     .matmul_fused = cpu_matmul_fused,
     .quantize_q8 = cpu_quantize_q8,
     .sync = cpu_sync,
+    .lost = cpu_lost,
     .destroy = cpu_destroy,
 };
 
@@ -508,6 +530,8 @@ sd_backend *sd_backend_cpu_new(int n_threads)
     if (!impl->pool || grow_scratch(impl, 4096) != 0) goto fail;
     be->ops = &cpu_ops;
     be->impl = impl;
+    const char *f = getenv("SD_FAULT_DEVICE_LOST_AFTER");
+    impl->lose_after = f && *f ? strtol(f, NULL, 10) : -1;
     return be;
 fail:
     if (impl) {

@@ -15,6 +15,20 @@
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
 
+/* Set once a CUDA error was sticky: the context is unusable and only a new
+ * process gets a working one (cuda_lost). */
+static volatile int g_cuda_lost;
+
+/* After a failed CUDA call: a non-sticky error (a bad argument, an
+ * allocation) is cleared and the device works on; a sticky one (an illegal
+ * address, a kernel fault, an uncorrectable ECC error) fails every later
+ * call, a synchronisation included. */
+static void probe_lost(void)
+{
+    (void)cudaGetLastError();
+    if (cudaDeviceSynchronize() != cudaSuccess) g_cuda_lost = 1;
+}
+
 /* Logs file:line and returns SD_ERR_DEVICE from the enclosing function. */
 #define SD_CUDA_CHECK(call)                                                                              \
     do {                                                                                                 \
@@ -22,6 +36,7 @@
         if (e_ != cudaSuccess) {                                                                         \
             fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, cudaGetErrorName(e_),      \
                     cudaGetErrorString(e_));                                                             \
+            probe_lost();                                                                                \
             return SD_ERR_DEVICE;                                                                        \
         }                                                                                                \
     } while (0)
@@ -382,6 +397,12 @@ static void cuda_destroy(sd_backend *be)
     free(be);
 }
 
+static bool cuda_lost(sd_backend *be)
+{
+    (void)be;
+    return g_cuda_lost != 0;
+}
+
 static const sd_backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = cuda_alloc,
@@ -400,6 +421,7 @@ static const sd_backend_ops cuda_ops = {
     .add = cuda_add,
     .sync = cuda_sync,
     .take_error = sd_cuda_take_error,
+    .lost = cuda_lost,
     .destroy = cuda_destroy,
 };
 
