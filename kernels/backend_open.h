@@ -55,4 +55,18 @@ static inline sd_backend *sd_backend_open(const char *device, int n_threads, cha
 #endif
 }
 
+/* --batch-invariant: results that do not depend on the batch a sequence is
+ * in, so that greedy speculation is bit-exact (speculative == plain). The CPU
+ * backend always computes so; the CUDA backend switches its matmuls from
+ * cuBLAS to a deterministic kernel (slower). Returns whether be now is
+ * batch-invariant. */
+static inline bool sd_backend_set_batch_invariant(sd_backend *be, bool on)
+{
+#ifdef SD_HAVE_CUDA
+    if (sd_backend_is_cuda(be)) return sd_cuda_set_batch_invariant(be, on) == SD_OK && on;
+#endif
+    (void)on;
+    return sd_backend_cpu_threads(be) > 0;
+}
+
 #endif

@@ -81,7 +81,7 @@ typedef struct serve_opts {
     const char *draft_device; /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
-    bool ngram, no_spec, metrics_auth, no_prefix_cache;
+    bool ngram, no_spec, metrics_auth, no_prefix_cache, batch_invariant;
     int port;
     int lanes;               /* --lanes N: verifier + drafter pairs (default 1) */
     const char *router_args[MAX_ROUTER_ARGS]; /* --router-arg ARG: passed to the router as they are */
@@ -147,7 +147,7 @@ static void usage(FILE *f)
                "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
                "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
                "                   [--lanes N] [--device D[,D...]] [--draft-device D[,D...]]\n"
-               "                   [--router-arg ARG ...] [--quant none|int8]\n"
+               "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -167,7 +167,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
                                        {"no-prefix-cache", 0, 0, 'C'}, {"lanes", 1, 0, 'l'},
                                        {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'},
-                                       {"draft-device", 1, 0, 'E'}, {0, 0, 0, 0}};
+                                       {"draft-device", 1, 0, 'E'}, {"batch-invariant", 0, 0, 'I'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -189,6 +189,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'F': o->api_key_file = optarg; break;
         case 'M': o->metrics_auth = true; break;
         case 'C': o->no_prefix_cache = true; break;
+        case 'I': o->batch_invariant = true; break;
         case 'q': o->quant = optarg; break;
         case 'G': o->prefill_budget = optarg; break;
         case 'V': o->kv_blocks = optarg; break;
@@ -316,6 +317,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--kv-blocks", o->kv_blocks);
     add_opt(ver, "--curve-keys", o->curve_keys);
     if (o->no_prefix_cache) add_arg(ver, "--no-prefix-cache");
+    if (o->batch_invariant) add_arg(ver, "--batch-invariant");
     add_opt(ver, "--threads", o->threads);
     add_opt(ver, "--device", lane_device(o->device, i, dev, sizeof dev));
     snprintf(path, sizeof path, "%s/specd-drafter", dir);

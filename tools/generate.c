@@ -45,6 +45,7 @@ typedef struct gen_opts {
     int verify;          /* sd_verify_mode or SD_VERIFY_AUTO */
     bool ignore_eos;
     bool json;
+    bool batch_invariant; /* --batch-invariant (sd_backend_set_batch_invariant) */
     sd_sampling sampling;
 } gen_opts;
 
@@ -57,7 +58,7 @@ static void usage(FILE *f)
             "       [--threads N] [--json] [--dump-logits FILE]\n"
             "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
             "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
-            "       [--quant none|int8]\n");
+            "       [--quant none|int8] [--batch-invariant]\n");
 }
 
 /* One switch over the options, kept whole (a table in code). */
@@ -71,7 +72,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
         {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
         {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
-        {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'}, {0, 0, 0, 0}};
+        {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
+        {"batch-invariant", 0, 0, 'I'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -89,6 +91,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'i': o->prompt_ids = optarg; break;
         case 'd': o->dump_logits = optarg; break;
         case 'E': o->ignore_eos = true; break;
+        case 'I': o->batch_invariant = true; break;
         case 'j': o->json = true; break;
         case 'n': st = sd_opt_int(optarg, "--max-tokens", 0, 1000000000, &o->max_tokens, err, sizeof err); break;
         case 'T': st = sd_opt_int(optarg, "--threads", 0, 1024, &o->threads, err, sizeof err); break;
@@ -387,6 +390,7 @@ int main(int argc, char **argv)
     sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
     sd_backend *be = sd_backend_open(o.device, o.threads, err, sizeof err);
     if (!be) fprintf(stderr, "specd-generate: %s\n", err);
+    else sd_backend_set_batch_invariant(be, o.batch_invariant);
     if ((o.prompt && !tok) || !be) goto out;
     if (prompt_ids(&o, tok, &ids, &np) != 0) goto out;
     if (sd_model_load(o.model_dir, be, &m, err, sizeof err) != SD_OK ||

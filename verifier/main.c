@@ -89,6 +89,11 @@ int main(int argc, char **argv)
         SD_ERROR("%s", err);
         goto out;
     }
+    if (sd_backend_set_batch_invariant(be, cfg.batch_invariant))
+        SD_INFO("batch-invariant: a sequence's results do not depend on its batch (greedy speculation bit-exact)");
+    else
+        SD_WARN("not batch-invariant (%s without --batch-invariant): greedy speculative output may differ from plain "
+                "decoding where two tokens' logits nearly tie", cfg.device);
     if (load_model(&cfg, be, &m) != 0) goto out;
     sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};

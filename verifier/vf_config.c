@@ -18,7 +18,8 @@ const char *sd_vf_usage(void)
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
            "                      [--spec-adaptive on|off] [--spec-max-draft N] [--curve-keys DIR]\n"
-           "                      [--no-prefix-cache] [--quant none|int8] [--log-level debug|info|warn|error]\n";
+           "                      [--no-prefix-cache] [--quant none|int8] [--batch-invariant]\n"
+           "                      [--log-level debug|info|warn|error]\n";
 }
 
 int sd_vf_default_kv_blocks(int max_batch, int max_position)
@@ -76,7 +77,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
         {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
         {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
-        {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {0, 0, 0, 0}};
+        {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'}, {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -92,6 +93,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'L': cfg->log_level = sd_log_parse_level(optarg); break;
         case 'h': cfg->help = true; break;
         case 'C': cfg->no_prefix_cache = true; break;
+        case 'I': cfg->batch_invariant = true; break;
         case 'Q':
             if (strcmp(optarg, "none") && strcmp(optarg, "int8"))
                 st = sd_seterr(err, errlen, SD_ERR_ARG, "--quant must be none or int8, got '%s'", optarg);

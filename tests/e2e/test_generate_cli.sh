@@ -4,7 +4,8 @@
 # transformers logits; --json prints exactly one JSON object on one line with
 # the documented fields and reproduces the reference greedy output; bad input
 # gives a message and a non-zero exit; --quant int8 stays close to bf16 and
-# speculation over it stays exact.
+# speculation over it stays exact; --batch-invariant is accepted, speculation
+# with it exact.
 set -euo pipefail
 BIN=${SD_BIN:-build/bin}
 FIX=${SD_FIXTURES:-tests/fixtures}
@@ -100,6 +101,18 @@ assert a["tokens"] == b["tokens"] and len(a["tokens"]) == 96, (a["tokens"], b["t
 assert b["accepted_tokens"] > 0
 PY
 done
+
+# --batch-invariant (the CPU backend always is; on a GPU it selects the deterministic matmuls):
+# accepted, and speculative == plain with it
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$P" --max-tokens 64 --ignore-eos --batch-invariant \
+    --json >"$tmp/bip.json"
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$P" --max-tokens 64 --ignore-eos --batch-invariant \
+    --draft "$MOD/tinycode-3m" --json >"$tmp/bis.json"
+python3 - "$tmp/bip.json" "$tmp/bis.json" <<'PY' || fail "--batch-invariant: speculative differs from plain"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] and len(a["tokens"]) == 64 and b["accepted_tokens"] > 0
+PY
 
 # errors: clear message, non-zero exit, no crash
 set +e

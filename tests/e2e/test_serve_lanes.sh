@@ -4,10 +4,10 @@
 # --router-arg): both lanes come up, concurrent requests use both, outputs
 # equal the target's plain decoding, and a lane's verifier killed with -9 is
 # restarted while the other lane serves; --draft-device reaches each lane's
-# drafter (cpu: the one device here). Env: SD_BIN, SD_MODELS (set by CTest).
+# drafter (cpu: the one device here), --batch-invariant each verifier. Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
-if ! serve_start --lanes 2 --draft "$DRAFT" --draft-device cpu,cpu --router-arg --lane-capacity=1 --router-arg --health-interval-ms=300; then
+if ! serve_start --lanes 2 --draft "$DRAFT" --draft-device cpu,cpu --batch-invariant --router-arg --lane-capacity=1 --router-arg --health-interval-ms=300; then
   fail "specd serve --lanes 2 came up"; finish
 fi
 lanes_up() { curl -s "$URL/metrics" | awk '$1 ~ /^specd_lane_up\{/ && $2 == 1' | wc -l; }
@@ -16,6 +16,7 @@ for i in $(seq 100); do [ "$(lanes_up)" = 2 ] && { up=true; break; }; sleep 0.1;
 check "two lanes up behind the router" '$up'
 check "the supervisor started 2 verifiers and 2 drafters" \
   '[ "$(pgrep -P "$SERVE_PID" -f specd-verifier | wc -l)" = 2 ] && [ "$(pgrep -P "$SERVE_PID" -f specd-drafter | wc -l)" = 2 ]'
+check "--batch-invariant reached both verifiers" '[ "$(grep -c "verifier info: batch-invariant" "$SERVE_LOG")" = 2 ]'
 check "each drafter was given --draft-device's entry" \
   '[ "$(pgrep -a -P "$SERVE_PID" -f specd-drafter | grep -c -- "--device cpu")" = 2 ]'
 
