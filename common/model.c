@@ -25,9 +25,12 @@ typedef struct layer_w {
     sd_weight gate, up, down;
 } layer_w;
 
-/* Activation scratch in backend memory, sized for cap rows. */
+/* Activation scratch in backend memory, sized for cap rows; the LM head's
+ * input and output only for cap_out rows (the rows that want logits: a
+ * prompt chunk of 256 rows needs one, and a row of logits is the vocabulary
+ * wide — 0.6 MB for 152k ids). */
 typedef struct scratch {
-    int cap;
+    int cap, cap_out;
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *head_in, *logits;
     float *cos, *sin;
     int32_t *ids, *slots;
@@ -395,10 +398,25 @@ nomem:
 
 /* ------------------------------------------------------------ scratch */
 
-static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs)
+/* Room for n_out rows of logits (kept apart from the per-row buffers). */
+static sd_status ensure_out(sd_model *m, int n_out)
+{
+    scratch *s = &m->s;
+    if (n_out <= s->cap_out) return SD_OK;
+    sd_backend *be = m->be;
+    be->ops->free(be, s->head_in);
+    be->ops->free(be, s->logits);
+    size_t R = (size_t)n_out;
+    s->head_in = be->ops->alloc(be, R * (size_t)m->cfg.hidden_size * sizeof(float));
+    s->logits = be->ops->alloc(be, R * (size_t)m->cfg.vocab_size * sizeof(float));
+    s->cap_out = s->head_in && s->logits ? n_out : 0;
+    return s->cap_out ? SD_OK : SD_ERR_NOMEM;
+}
+
+static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs, int n_out)
 {
     if (sd_grow(&m->aseqs, &m->cap_seqs, (size_t)n_seqs, sizeof *m->aseqs) != SD_OK) return SD_ERR_NOMEM;
-    if (rows <= m->s.cap) return SD_OK;
+    if (rows <= m->s.cap) return ensure_out(m, n_out);
     free_scratch(m);
     const sd_model_config *c = &m->cfg;
     size_t R = (size_t)rows, C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
@@ -408,8 +426,7 @@ static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs)
 #define A(p, n) ((p) = be->ops->alloc(be, (n) * sizeof *(p)))
     int ok = A(s->x, R * C) && A(s->xn, R * C) && A(s->q, R * qd) && A(s->k, R * kvd) && A(s->v, R * kvd) &&
              A(s->att, R * big) && A(s->o, R * C) && A(s->gate, R * F) && A(s->up, R * F) &&
-             A(s->head_in, R * C) && A(s->logits, R * (size_t)c->vocab_size) && A(s->cos, R * hd / 2) &&
-             A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R);
+             A(s->cos, R * hd / 2) && A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R);
 #undef A
     m->h_ids = malloc(R * sizeof(int32_t));
     m->h_slots = malloc(R * sizeof(int32_t));
@@ -421,7 +438,7 @@ static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs)
         return SD_ERR_NOMEM;
     }
     s->cap = rows;
-    return SD_OK;
+    return ensure_out(m, n_out);
 }
 
 /* ------------------------------------------------------------ forward */
@@ -528,10 +545,13 @@ sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, fl
     sd_backend *be = m->be;
     if (!m->pool) return sd_seterr(err, errlen, SD_ERR_STATE, "forward before sd_model_kv_init");
     if (n_seqs <= 0) return sd_seterr(err, errlen, SD_ERR_ARG, "empty batch");
-    long rows = 0;
-    for (int i = 0; i < n_seqs; i++) rows += seqs[i].n > 0 ? seqs[i].n : 0;
+    long rows = 0, outs = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        rows += seqs[i].n > 0 ? seqs[i].n : 0;
+        outs += seqs[i].n_logits > 0 && seqs[i].n_logits <= seqs[i].n ? seqs[i].n_logits : 0;
+    }
     if (rows <= 0 || rows > (1 << 20)) return sd_seterr(err, errlen, SD_ERR_ARG, "bad batch size %ld", rows);
-    if (ensure_scratch(m, (int)rows, n_seqs) != SD_OK)
+    if (ensure_scratch(m, (int)rows, n_seqs, outs > 0 ? (int)outs : 1) != SD_OK)
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory for a batch of %ld rows", rows);
     int T = (int)rows, n_out = 0, half = c->head_dim / 2, C = c->hidden_size;
     sd_status st = prepare_batch(m, seqs, n_seqs, &n_out, err, errlen);
