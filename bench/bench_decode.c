@@ -3,7 +3,7 @@
  *
  *   specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]
  *                      [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]
- *                      [--isa auto|avx512|avx2|scalar]
+ *                      [--isa auto|amx|avx512|avx2|scalar]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
@@ -180,7 +180,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]\n"
                     "                          [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]\n"
-                    "                          [--isa auto|avx512|avx2|scalar]\n");
+                    "                          [--isa auto|amx|avx512|avx2|scalar]\n");
 }
 
 int main(int argc, char **argv)
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
                                        {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
                                        {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'}, {0, 0, 0, 0}};
-    static const char *const isas[] = {"scalar", "avx2", "avx512"};
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "amx"};
     char err[512];
     sd_status st = SD_OK;
     int c, dev_index;
@@ -204,9 +204,13 @@ int main(int argc, char **argv)
         else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &runs, err, sizeof err);
         else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) int8 = !strcmp(optarg, "int8");
         else if (c == 'i' && !strcmp(optarg, "auto")) isa = -1;
-        else if (c == 'i' && (!strcmp(optarg, "scalar") || !strcmp(optarg, "avx2") || !strcmp(optarg, "avx512")))
-            isa = !strcmp(optarg, "scalar") ? 0 : !strcmp(optarg, "avx2") ? 1 : 2;
-        else {
+        else if (c == 'i') {
+            for (isa = 3; isa >= 0 && strcmp(optarg, isas[isa]); isa--) continue;
+            if (isa < 0) {
+                usage();
+                return 2;
+            }
+        } else {
             usage();
             return 2;
         }

@@ -171,12 +171,14 @@ bool sd_backend_lost(sd_backend *be);
 int sd_backend_cpu_threads(const sd_backend *be);
 
 /* Caps the CPU kernels' instruction set (0 scalar, 1 AVX2, 2 AVX-512 where
- * present; the int8 kernels' too: 2 is VNNI there) — for benchmarks that measure an older
- * machine's path on this one (levels may differ in the last bits). Returns
- * the level in effect. Process-wide; call before the first forward pass. */
+ * present, 3 AMX tiles for bf16 matmuls where present; the int8 kernels' too:
+ * 2 and 3 are VNNI there) — for benchmarks that measure an older machine's
+ * path on this one (levels may differ in the last bits). Returns the level
+ * in effect. Process-wide; call before the model is loaded (the AMX level
+ * aligns the weights it reads) and before the first forward pass. */
 int sd_cpu_set_isa_level(int level);
 
-/* The CPU kernels' instruction set in effect ("avx512-bf16", "avx512", "avx2", "scalar"). */
+/* The CPU kernels' instruction set in effect ("amx-bf16", "avx512-bf16", "avx512", "avx2", "scalar"). */
 const char *sd_cpu_isa(void);
 
 /* CPUs this process may run on (its affinity mask; at least 1): what "all

@@ -4,8 +4,9 @@
 #
 #   scripts/bench_ab.sh ROUNDS CONC TEMP N CONFIG...
 #
-# A CONFIG is "[BIN=DIR] [extra serve args]" — e.g. "BIN=/tmp/old/build/bin"
-# (another build's binaries), "--spec-pipeline off", or "" (the defaults);
+# A CONFIG is "[BIN=DIR] [NAME=VALUE ...] [extra serve args]" — e.g.
+# "BIN=/tmp/old/build/bin" (another build's binaries), "SD_CPU_ISA=avx2" (an
+# environment variable for that server), "--spec-pipeline off", or "" (the defaults);
 # SD_BENCH_ARGS are passed to every server (e.g. "--draft models/tinycode-3m"),
 # SD_BENCH_THREADS as --threads, SD_BENCH_CLIENT_ARGS to specd-bench (e.g.
 # "--random-input-len 512 --extra-body {\"n\":4}"). Per configuration it prints output tok/s
@@ -17,7 +18,7 @@
 # specd-bench runs N requests of 128 tokens (--ignore-eos --seed 1 --warmup 2).
 # Results (json, metrics, logs) in ${SD_BENCH_OUT:-/tmp/specd-ab}.
 set -u
-[ $# -ge 5 ] || { sed -n 2,18p "$0" >&2; exit 2; }
+[ $# -ge 5 ] || { sed -n 2,19p "$0" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=$1 C=$2 T=$3 N=$4
 shift 4
@@ -34,10 +35,13 @@ for r in $(seq "$ROUNDS"); do
   i=0
   for cfg in "$@"; do
     BIN=$DEFAULT_BIN
-    args=()
-    for w in $cfg; do case $w in BIN=*) BIN=${w#BIN=} ;; *) args+=("$w") ;; esac; done
+    args=() envs=()
+    for w in $cfg; do
+      case $w in BIN=*) BIN=${w#BIN=} ;; [A-Z]*=*) envs+=("${w%%=*}"); export "${w?}" ;; *) args+=("$w") ;; esac
+    done
     # shellcheck disable=SC2086
     serve_start "c$i-r$r" ${SD_BENCH_ARGS:-} "${args[@]}" || exit 1
+    for v in "${envs[@]}"; do unset "$v"; done
     base=$OUTDIR/c$i-r$r
     curl -s "$URL/metrics" >"$base.m0"
     fg "$BIN/specd-bench" --url "$URL" --num-prompts "$N" --concurrency "$C" --max-tokens 128 --temperature "$T" \

@@ -14,6 +14,7 @@
 
 #include "array.h"
 #include "backend.h"
+#include "cpu_amx.h"
 #include "cpu_dot.h"
 #include "cpu_q8.h"
 #include "threadpool.h"
@@ -22,6 +23,8 @@ typedef struct cpu_impl {
     sd_pool *pool;
     uint16_t *xbf;         /* matmul input converted to bf16 (bf16 activation mode) */
     size_t xbf_len;
+    uint16_t *xamx;        /* ... and packed for the AMX tiles (sd_amx_pack) */
+    size_t xamx_len;
     int8_t *xq;            /* matmul input quantised for Q8 weights, and its row scales */
     float *xqs;
     size_t xq_len, xqs_len;
@@ -40,18 +43,30 @@ static cpu_impl *impl_of(sd_backend *be)
 /* ------------------------------------------------------------- memory */
 
 /* calloc: large blocks come from fresh zero pages, so a big KV pool costs
- * no start-up time or resident memory until it is used. Kernels use
- * unaligned loads, so malloc's 16-byte alignment is enough. */
+ * no start-up time or resident memory until it is used. Blocks are aligned
+ * to a cache line (64 bytes): an AMX tile row is one line only when its
+ * start is (cpu_amx.h). The block calloc returned is kept just below. */
+#define CPU_ALIGN 64
+
 static void *cpu_alloc(sd_backend *be, size_t bytes)
 {
     (void)be;
-    return calloc(1, bytes ? bytes : 1);
+    if (bytes > SIZE_MAX - CPU_ALIGN) return NULL;
+    char *raw = calloc(1, bytes + CPU_ALIGN);
+    if (!raw) return NULL;
+    /* malloc aligns to 16 at least: the gap is 16..64 bytes, room for the pointer */
+    char *p = (char *)(((uintptr_t)raw + CPU_ALIGN) & ~(uintptr_t)(CPU_ALIGN - 1));
+    memcpy(p - sizeof raw, &raw, sizeof raw);
+    return p;
 }
 
 static void cpu_free(sd_backend *be, void *p)
 {
     (void)be;
-    free(p);
+    if (!p) return;
+    char *raw;
+    memcpy(&raw, (char *)p - sizeof raw, sizeof raw);
+    free(raw);
 }
 
 static sd_status cpu_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, char *err, size_t errlen)
@@ -66,6 +81,16 @@ static sd_status cpu_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, ch
     if (t->ndim == 2 && (t->dtype == SD_DTYPE_F32 || t->dtype == SD_DTYPE_BF16)) {
         w->dtype = t->dtype;
         w->data = t->data;
+        /* the AMX tiles read a weight row's 64-byte pieces: in the file they may straddle two cache
+         * lines (measured: decode 1.3x slower); such a matrix is copied to an aligned block */
+        if (t->dtype == SD_DTYPE_BF16 && sd_cpu_has_amx() && sd_amx_fits(w->cols) &&
+            ((uintptr_t)t->data & (CPU_ALIGN - 1))) {
+            size_t bytes = (size_t)rows * (size_t)cols * sizeof(uint16_t);
+            void *p = cpu_alloc(be, bytes);
+            if (!p) return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: out of memory", t->name);
+            memcpy(p, t->data, bytes);
+            w->data = w->owned = p;
+        }
         return SD_OK;
     }
     size_t n = (size_t)rows * (size_t)cols;
@@ -131,6 +156,7 @@ typedef struct mm_ctx {
     int T;
     int bf16;
     const uint16_t *xbf;   /* x as bf16 when the vdpbf16ps path is used, else NULL */
+    bool amx;              /* ... and xbf is packed for the AMX tiles instead */
     const int8_t *xq;      /* x quantised per row for Q8 weights, else NULL */
     const float *xqs;
 } mm_ctx;
@@ -142,6 +168,10 @@ static void mm_rows(const mm_ctx *c, float *y, const sd_weight *w, int n0, int n
     if (w->dtype == SD_DTYPE_Q8) {
         sd_q8_tile(y + n0, N, (const int8_t *)w->data + (size_t)n0 * K, w->qscale + n0, w->qsum + n0, c->xq, c->xqs,
                    K, n1 - n0, c->T);
+        return;
+    }
+    if (c->xbf && c->amx) {
+        sd_amx_tile(y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->xbf, K, n1 - n0, c->T);
         return;
     }
     if (c->xbf) {
@@ -211,14 +241,25 @@ static void mm_task(void *ctx, int i, int n)
 }
 
 /* In bf16 activation mode x holds exact bf16 values: keep their upper
- * halves for the vdpbf16ps kernels. NULL when that path does not apply. */
-static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weight *w, int T, int bf16)
+ * halves for the vdpbf16ps kernels, packed for the AMX tiles where those
+ * take the shape (*amx set). NULL when that path does not apply. */
+static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weight *w, int T, int bf16, bool *amx)
 {
+    *amx = false;
     if (!bf16 || w->dtype != SD_DTYPE_BF16 || !sd_cpu_has_bf16dot()) return NULL;
     size_t n = (size_t)T * w->cols;
     if (sd_grow(&impl->xbf, &impl->xbf_len, n, sizeof *impl->xbf) != SD_OK) return NULL;
     sd_f32_to_bf16_n(impl->xbf, x, n);
-    return impl->xbf;
+    if (!sd_cpu_has_amx() || !sd_amx_fits(w->cols)) return impl->xbf;
+    *amx = true;
+    if (T == 1) return impl->xbf; /* one token's packed layout is its row */
+    if (sd_grow(&impl->xamx, &impl->xamx_len, sd_amx_packed_len(w->cols, T), sizeof *impl->xamx) != SD_OK) {
+        /* no other path computes the AMX order: going on would change the numbers */
+        fprintf(stderr, "specd: AMX matmul: out of memory packing %d tokens\n", T);
+        abort();
+    }
+    sd_amx_pack(impl->xamx, impl->xbf, w->cols, w->cols, T);
+    return impl->xamx;
 }
 
 /* below this many multiply-adds a hand-off to the pool costs more than it saves */
@@ -235,7 +276,9 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
         same &= f->w[k]->dtype == w0->dtype && f->w[k]->cols == w0->cols;
         macs += (size_t)f->w[k]->rows * f->w[k]->cols * T;
     }
-    mm_ctx c = {f, x, T, bf16, same ? bf16_input(impl_of(be), x, w0, T, bf16) : NULL, NULL, NULL};
+    bool amx = false;
+    const uint16_t *xbf = same ? bf16_input(impl_of(be), x, w0, T, bf16, &amx) : NULL;
+    mm_ctx c = {f, x, T, bf16, xbf, amx, NULL, NULL};
     if (w0->dtype == SD_DTYPE_Q8) {
         cpu_impl *impl = impl_of(be);
         size_t n = (size_t)T * w0->cols;
@@ -478,6 +521,7 @@ static void cpu_destroy(sd_backend *be)
     sd_pool_free(impl->pool);
     free(impl->attn_scratch);
     free(impl->xbf);
+    free(impl->xamx);
     free(impl->xq);
     free(impl->xqs);
     free(impl);
@@ -507,14 +551,14 @@ static const sd_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-/* SD_CPU_ISA=scalar|avx2|avx512: the kernels of an older machine on this one
+/* SD_CPU_ISA=scalar|avx2|avx512|amx: the kernels of an older machine on this one
  * (benchmarks; sd_cpu_set_isa_level). */
 static void isa_from_env(void)
 {
     const char *v = getenv("SD_CPU_ISA");
     if (!v || !*v) return;
-    int level = !strcmp(v, "scalar") ? 0 : !strcmp(v, "avx2") ? 1 : !strcmp(v, "avx512") ? 2 : -1;
-    if (level < 0) fprintf(stderr, "SD_CPU_ISA=%s ignored: scalar, avx2 or avx512\n", v);
+    int level = !strcmp(v, "scalar") ? 0 : !strcmp(v, "avx2") ? 1 : !strcmp(v, "avx512") ? 2 : !strcmp(v, "amx") ? 3 : -1;
+    if (level < 0) fprintf(stderr, "SD_CPU_ISA=%s ignored: scalar, avx2, avx512 or amx\n", v);
     else sd_cpu_set_isa_level(level);
 }
 

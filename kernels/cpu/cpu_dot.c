@@ -12,10 +12,12 @@
 #include <stdbool.h>
 
 #include "backend.h"
+#include "cpu_amx.h"
 
 static bool g_avx2;
 static bool g_bf16dot; /* AVX-512 BF16 dot products (vdpbf16ps) */
 static bool g_avx512;  /* AVX-512F: 16-lane attention */
+static bool g_amx;     /* AMX-BF16 tiles for bf16 matmuls (cpu_amx.h) */
 static bool g_inited;
 
 void sd_cpu_dot_init(void)
@@ -26,6 +28,7 @@ void sd_cpu_dot_init(void)
     g_avx512 = g_avx2 && __builtin_cpu_supports("avx512f");
     g_bf16dot = g_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    g_amx = g_bf16dot && sd_amx_available();
     g_inited = true;
 }
 
@@ -33,15 +36,16 @@ int sd_cpu_dot_set_level(int level)
 {
     g_inited = false;
     sd_cpu_dot_init();
+    if (level < 3) g_amx = false;
     if (level < 2) g_avx512 = g_bf16dot = false;
     if (level < 1) g_avx2 = false;
-    return g_avx512 ? 2 : g_avx2 ? 1 : 0;
+    return g_amx ? 3 : g_avx512 ? 2 : g_avx2 ? 1 : 0;
 }
 
 const char *sd_cpu_dot_isa(void)
 {
     sd_cpu_dot_init();
-    return g_bf16dot ? "avx512-bf16" : g_avx512 ? "avx512" : g_avx2 ? "avx2" : "scalar";
+    return g_amx ? "amx-bf16" : g_bf16dot ? "avx512-bf16" : g_avx512 ? "avx512" : g_avx2 ? "avx2" : "scalar";
 }
 
 /* ---------------------------------------------------------------- scalar */
@@ -852,6 +856,12 @@ int sd_cpu_has_bf16dot(void)
 {
     sd_cpu_dot_init();
     return g_bf16dot;
+}
+
+int sd_cpu_has_amx(void)
+{
+    sd_cpu_dot_init();
+    return g_amx;
 }
 
 void sd_dot_tile_bf16x(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R, int U)

@@ -16,11 +16,13 @@
 
 /* Selects the SIMD path once (AVX2+FMA when the CPU has it). */
 void sd_cpu_dot_init(void);
-/* Caps the SIMD paths (tests, comparisons): 0 scalar, 1 AVX2, 2 everything
- * the CPU has (AVX-512 attention, vdpbf16ps). Returns the level in effect.
+/* Caps the SIMD paths (tests, comparisons): 0 scalar, 1 AVX2, 2 AVX-512
+ * (attention, vdpbf16ps), 3 (SD_CPU_LEVEL_MAX) everything the CPU has: AMX
+ * tiles for bf16 matmuls (cpu_amx.h). Returns the level in effect.
  * Not thread-safe: call before any kernel runs. */
+#define SD_CPU_LEVEL_MAX 3
 int sd_cpu_dot_set_level(int level);
-/* "avx2" or "scalar". */
+/* "amx-bf16", "avx512-bf16", "avx512", "avx2" or "scalar". */
 const char *sd_cpu_dot_isa(void);
 
 /* y[r] = dot(w + r*K, x, K) for r in [0, R): f32 weights. */
@@ -33,6 +35,8 @@ void sd_dot_tile_f32(float *y, int ldy, const float *w, const float *x, int ldx,
 void sd_dot_tile_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int R, int U);
 /* True when the CPU has AVX-512 BF16 dot products (vdpbf16ps). */
 int sd_cpu_has_bf16dot(void);
+/* True when bf16 matmuls with sd_amx_fits(K) run on AMX tiles (level 3). */
+int sd_cpu_has_amx(void);
 /* R bf16 weight rows x U bf16 token rows (both operands exactly bf16):
  * y[t*ldy + r] = dot(w + r*K, x + t*ldx, K) with vdpbf16ps in one fixed
  * order per output. Only when sd_cpu_has_bf16dot(). */

@@ -40,21 +40,21 @@ for n in "${NS[@]}"; do
   ip -n "$P-$n" link set lo up
 done
 in_ns() { local n=$1; shift; ip netns exec "$P-$n" "$@"; }
+# spawn NS LOG CMD...: CMD in the background in namespace NS; its pid (ip execs CMD) in PIDS — a
+# backgrounded in_ns would leave the pid of a subshell, whose child outlives the cleanup's kill
+spawn() { local n=$1 log=$2; shift 2; ip netns exec "$P-$n" "$@" >"$log" 2>&1 & PIDS+=("$!"); }
 link() { ip -n "$P-$1" link set "$P$1" "$2"; } # link NS up|down
 
 "$BIN/specd" keygen "$WORK/keys" >/dev/null
-in_ns d "$BIN/specd-drafter" --model "$DRAFT" --listen "tcp://${IP[d]}:5556" --threads 1 --curve-keys "$WORK/keys" \
-  >"$WORK/drafter.log" 2>&1 &
-PIDS+=("$!")
+spawn d "$WORK/drafter.log" "$BIN/specd-drafter" --model "$DRAFT" --listen "tcp://${IP[d]}:5556" --threads 1 \
+  --curve-keys "$WORK/keys"
 for v in v1 v2; do
-  in_ns "$v" "$BIN/specd-verifier" --model "$TARGET" --listen "tcp://${IP[$v]}:5555" --drafter "tcp://${IP[d]}:5556" \
-    --threads 1 --curve-keys "$WORK/keys" >"$WORK/$v.log" 2>&1 &
-  PIDS+=("$!")
+  spawn "$v" "$WORK/$v.log" "$BIN/specd-verifier" --model "$TARGET" --listen "tcp://${IP[$v]}:5555" \
+    --drafter "tcp://${IP[d]}:5556" --threads 1 --curve-keys "$WORK/keys"
 done
-in_ns r "$BIN/specd-router" --host "${IP[r]}" --port 8000 --verifier "tcp://${IP[v1]}:5555" \
+spawn r "$WORK/router.log" "$BIN/specd-router" --host "${IP[r]}" --port 8000 --verifier "tcp://${IP[v1]}:5555" \
   --verifier "tcp://${IP[v2]}:5555" --tokenizer "$TARGET/tokenizer.json" --model-name tinycode-16m \
-  --curve-keys "$WORK/keys" --health-interval-ms 300 --health-misses 3 >"$WORK/router.log" 2>&1 &
-PIDS+=("$!")
+  --curve-keys "$WORK/keys" --health-interval-ms 300 --health-misses 3
 R=http://${IP[r]}:8000
 rcurl() { in_ns r curl -s -m 60 "$@"; }
 lane_up() { rcurl "$R/metrics" | awk -v ep="tcp://$1:5555" '$1 == "specd_lane_up{lane=\"" ep "\"}" { print $2 }'; }

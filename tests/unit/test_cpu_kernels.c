@@ -3,6 +3,8 @@
  *
  * - bf16 tiles (vdpbf16ps): a span of U tokens gives each output the bits of
  *   the one-token kernel, for every U and row count (batch invariance).
+ * - AMX tiles (where the CPU has them): the same, across groups of 16 tokens
+ *   and partial row blocks, and close to the exact dot product.
  * - Attention: sd_attn_group (queries sharing a KV head, block by block) is
  *   bit-identical to sd_attn_row per query, and both match a double
  *   precision softmax-attention over a shuffled block table; on the scalar,
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_amx.h"
 #include "cpu_dot.h"
 #include "cpu_q8.h"
 #include "testutil.h"
@@ -38,6 +41,49 @@ static uint16_t bf16_bits(float f)
     union { float f; uint32_t u; } v = {.f = sd_round_bf16(f)};
     return (uint16_t)(v.u >> 16);
 }
+
+/* ------------------------------------------------------------- AMX tiles */
+
+START_TEST(amx_tiles_batch_invariant)
+{
+    if (!sd_amx_available()) {
+        fprintf(stderr, "no AMX-BF16 on this CPU (or not permitted): AMX tiles not tested\n");
+        return;
+    }
+    const int Ks[] = {32, 384, 1024}, Rs[] = {5, 37, 133};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+        for (size_t ri = 0; ri < sizeof Rs / sizeof Rs[0]; ri++) {
+            int K = Ks[ki], R = Rs[ri], U = 20;
+            uint16_t *w = malloc((size_t)R * K * 2), *x = malloc((size_t)U * K * 2);
+            uint16_t *xp = malloc(sd_amx_packed_len(K, U) * 2);
+            float *y = malloc((size_t)U * R * 4), *y1 = malloc((size_t)R * 4);
+            for (int i = 0; i < R * K; i++) w[i] = bf16_bits(frand());
+            for (int i = 0; i < U * K; i++) x[i] = bf16_bits(frand());
+            for (int u = 1; u <= U; u += (u < 8 ? 1 : 5)) {
+                sd_amx_pack(xp, x, K, K, u);
+                sd_amx_tile(y, R, w, xp, K, R, u);
+                for (int t = 0; t < u; t++) {
+                    sd_amx_tile(y1, R, w, x + (size_t)t * K, K, R, 1); /* one token: its row is its packing */
+                    for (int r = 0; r < R; r++) {
+                        ck_assert_msg(memcmp(&y[(size_t)t * R + r], &y1[r], 4) == 0,
+                                      "K %d R %d span %d: token %d row %d differs from the one-token tile", K, R, u,
+                                      t, r);
+                        double ref = 0, mag = 0;
+                        for (int k = 0; k < K; k++) {
+                            double p = (double)sd_bf16_to_f32(w[(size_t)r * K + k]) *
+                                       sd_bf16_to_f32(x[(size_t)t * K + k]);
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        ck_assert_msg(fabs(y1[r] - ref) <= 1e-5 * mag + 1e-6, "K %d R %d token %d row %d: %g vs %g",
+                                      K, R, t, r, y1[r], ref);
+                    }
+                }
+            }
+            free(w), free(x), free(xp), free(y), free(y1);
+        }
+}
+END_TEST
 
 /* ------------------------------------------------- AVX2 / scalar tiles */
 
@@ -73,7 +119,7 @@ START_TEST(tiles_batch_invariant_all_levels)
         }
         free(wb), free(wf), free(x), free(y), free(y1);
     }
-    sd_cpu_dot_set_level(2);
+    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -190,7 +236,7 @@ START_TEST(attention_paths_match_reference)
     for (int level = 0; level <= 2; level++)
         for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
             for (int bf16 = 0; bf16 <= 1; bf16++) attention_case(level, hds[h], bf16);
-    sd_cpu_dot_set_level(2);
+    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -303,7 +349,7 @@ START_TEST(exp_weights_accuracy)
         ck_assert_float_eq(w[18], 0.0f);
         ck_assert_float_eq_tol(w[0], 1.0f, 1e-7f);
     }
-    sd_cpu_dot_set_level(2);
+    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -336,7 +382,7 @@ START_TEST(argmax_first_max_nan_ignored)
         for (int i = 0; i < 40; i++) x[i] = -INFINITY;
         ck_assert_int_eq(sd_argmax_f32(x, 40), 0);
     }
-    sd_cpu_dot_set_level(2);
+    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -346,6 +392,7 @@ int main(void)
     Suite *s = suite_create("cpu_kernels");
     TCase *tc = tcase_create("kernels");
     tcase_add_test(tc, bf16_tiles_batch_invariant);
+    tcase_add_test(tc, amx_tiles_batch_invariant);
     tcase_add_test(tc, tiles_batch_invariant_all_levels);
     tcase_add_test(tc, attention_paths_match_reference);
     tcase_add_test(tc, argmax_first_max_nan_ignored);
