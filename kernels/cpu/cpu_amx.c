@@ -16,17 +16,31 @@
 #define XFEATURE_XTILEDATA 18
 
 #define SD_AMX __attribute__((target("amx-tile,amx-bf16")))
+#define SD_AMX8 __attribute__((target("amx-tile,amx-int8")))
+
+/* CPUID.(EAX=7,ECX=0):EDX: bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8 (0 when
+ * the leaf is missing); then the kernel's permission, asked once. */
+static unsigned amx_edx(void)
+{
+    static int perm = -1;
+    static unsigned edx;
+    if (perm < 0) {
+        unsigned a, b, c;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &edx)) edx = 0;
+        perm = (edx >> 24 & 1) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        if (!perm) edx = 0;
+    }
+    return edx;
+}
 
 bool sd_amx_available(void)
 {
-    static int avail = -1;
-    if (avail < 0) {
-        unsigned a, b, c, d;
-        /* CPUID.(EAX=7,ECX=0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE */
-        bool hw = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1);
-        avail = hw && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    }
-    return avail == 1;
+    return amx_edx() >> 22 & 1;
+}
+
+bool sd_amx_int8_available(void)
+{
+    return amx_edx() >> 25 & 1;
 }
 
 void sd_amx_pack(uint16_t *dst, const uint16_t *x, int ldx, int K, int U)
@@ -147,4 +161,74 @@ void sd_amx_tile(float *y, int ldy, const uint16_t *w, const uint16_t *xp, int K
                 block16(yb + b, ldy, wb + (size_t)b * K, xg, K, nt, rows - b < 16 ? rows - b : 16);
         }
     }
+}
+
+/* ---------------------------------------------------------------- int8 */
+
+void sd_amx_pack_s8(int8_t *dst, const int8_t *x, int ldx, int K, int U)
+{
+    for (int t0 = 0; t0 < U; t0 += 16) {
+        int nt = U - t0 < 16 ? U - t0 : 16;
+        int8_t *g = dst + (size_t)t0 * K;
+        for (int n = 0; n < nt; n++) {
+            const int8_t *xr = x + (size_t)(t0 + n) * ldx;
+            for (int k = 0; k < K; k += 4)
+                memcpy(g + (size_t)(k / 64) * 64 * nt + (size_t)(k % 64 / 4) * 4 * nt + 4 * (size_t)n, xr + k, 4);
+        }
+    }
+}
+
+/* 64 full int8 weight rows; sums to acc[m * 16 + n]. */
+SD_AMX8 static void band64_s8(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int nt)
+{
+    const int8_t *w1 = w + 16 * (size_t)K, *w2 = w + 32 * (size_t)K, *w3 = w + 48 * (size_t)K;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int k = 0; k < K; k += 64) {
+        _tile_loadd(6, xg + (size_t)k * nt, nt * 4);
+        _tile_loadd(4, w + k, K);
+        _tile_dpbssd(0, 4, 6);
+        _tile_loadd(5, w1 + k, K);
+        _tile_dpbssd(1, 5, 6);
+        _tile_loadd(4, w2 + k, K);
+        _tile_dpbssd(2, 4, 6);
+        _tile_loadd(5, w3 + k, K);
+        _tile_dpbssd(3, 5, 6);
+    }
+    _tile_stored(0, acc, 64);
+    _tile_stored(1, acc + 16 * 16, 64);
+    _tile_stored(2, acc + 32 * 16, 64);
+    _tile_stored(3, acc + 48 * 16, 64);
+}
+
+/* rows <= 16 int8 weight rows (a short block through a zero-padded copy). */
+SD_AMX8 static void block16_s8(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int nt, int rows)
+{
+    int8_t pad[16 * 64] __attribute__((aligned(64)));
+    if (rows < 16) memset(pad, 0, sizeof pad);
+    _tile_zero(0);
+    for (int k = 0; k < K; k += 64) {
+        _tile_loadd(6, xg + (size_t)k * nt, nt * 4);
+        if (rows == 16) {
+            _tile_loadd(4, w + k, K);
+        } else {
+            for (int m = 0; m < rows; m++) memcpy(pad + 64 * m, w + (size_t)m * K + k, 64);
+            _tile_loadd(4, pad, 64);
+        }
+        _tile_dpbssd(0, 4, 6);
+    }
+    _tile_stored(0, acc, 64);
+}
+
+void sd_amx_s8_block(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int rows, int nt)
+{
+    configure(nt);
+    if (rows == 64) {
+        band64_s8(acc, w, xg, K, nt);
+        return;
+    }
+    for (int b = 0; b < rows; b += 16)
+        block16_s8(acc + 16 * b, w + (size_t)b * K, xg, K, nt, rows - b < 16 ? rows - b : 16);
 }

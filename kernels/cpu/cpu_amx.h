@@ -51,4 +51,27 @@ void sd_amx_pack(uint16_t *dst, const uint16_t *x, int ldx, int K, int U);
  * Only when sd_amx_available() and sd_amx_fits(K). */
 void sd_amx_tile(float *y, int ldy, const uint16_t *w, const uint16_t *xp, int K, int R, int U);
 
+/* --- int8 (AMX-INT8, TDPBSSD): exact int32 sums of int8 products, so any
+ * tile or path gives the same bits as the VNNI / AVX2 / scalar Q8 kernels
+ * (cpu_q8.h uses this for spans, whose weights it then reads once). */
+
+/* True when the CPU also has AMX-INT8 (and AMX is permitted). */
+bool sd_amx_int8_available(void);
+
+/* Whether a K-wide int8 matmul can take the AMX path (K a positive multiple of 64). */
+static inline bool sd_amx_fits_s8(int K)
+{
+    return K > 0 && K % 64 == 0;
+}
+
+/* Packs U int8 token rows (x[t * ldx + k]) into dst (K * U bytes): groups of
+ * 16 tokens, each [k/64][(k%64)/4][token][4]. */
+void sd_amx_pack_s8(int8_t *dst, const int8_t *x, int ldx, int K, int U);
+
+/* acc[m * 16 + n] = sum_k w[m * K + k] * x_n[k] (exact) for m < rows (<= 64)
+ * weight rows and n < nt (<= 16) tokens of one packed group xg (the group's
+ * start in sd_amx_pack_s8's output: t0 * K). Only when
+ * sd_amx_int8_available() and sd_amx_fits_s8(K). */
+void sd_amx_s8_block(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int rows, int nt);
+
 #endif

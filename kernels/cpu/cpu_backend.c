@@ -28,6 +28,8 @@ typedef struct cpu_impl {
     int8_t *xq;            /* matmul input quantised for Q8 weights, and its row scales */
     float *xqs;
     size_t xq_len, xqs_len;
+    int8_t *xqp;           /* ... packed for the AMX-INT8 tiles (sd_q8_pack) */
+    size_t xqp_len;
     float *attn_scratch;   /* [n_threads][scratch_len] attention scores */
     size_t scratch_len;
     long lose_after;       /* fault injection (SD_FAULT_DEVICE_LOST_AFTER): attention calls before the
@@ -158,6 +160,7 @@ typedef struct mm_ctx {
     const uint16_t *xbf;   /* x as bf16 when the vdpbf16ps path is used, else NULL */
     bool amx;              /* ... and xbf is packed for the AMX tiles instead */
     const int8_t *xq;      /* x quantised per row for Q8 weights, else NULL */
+    const int8_t *xqp;     /* ... and packed for AMX-INT8 spans, else NULL */
     const float *xqs;
 } mm_ctx;
 
@@ -166,8 +169,8 @@ static void mm_rows(const mm_ctx *c, float *y, const sd_weight *w, int n0, int n
 {
     int K = w->cols, N = w->rows;
     if (w->dtype == SD_DTYPE_Q8) {
-        sd_q8_tile(y + n0, N, (const int8_t *)w->data + (size_t)n0 * K, w->qscale + n0, w->qsum + n0, c->xq, c->xqs,
-                   K, n1 - n0, c->T);
+        sd_q8_tile(y + n0, N, (const int8_t *)w->data + (size_t)n0 * K, w->qscale + n0, w->qsum + n0, c->xq, c->xqp,
+                   c->xqs, K, n1 - n0, c->T);
         return;
     }
     if (c->xbf && c->amx) {
@@ -278,7 +281,7 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
     }
     bool amx = false;
     const uint16_t *xbf = same ? bf16_input(impl_of(be), x, w0, T, bf16, &amx) : NULL;
-    mm_ctx c = {f, x, T, bf16, xbf, amx, NULL, NULL};
+    mm_ctx c = {f, x, T, bf16, xbf, amx, NULL, NULL, NULL};
     if (w0->dtype == SD_DTYPE_Q8) {
         cpu_impl *impl = impl_of(be);
         size_t n = (size_t)T * w0->cols;
@@ -290,6 +293,11 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
         sd_q8_quantize_x(x, T, w0->cols, w0->cols, impl->xq, impl->xqs);
         c.xq = impl->xq;
         c.xqs = impl->xqs;
+        /* without room to pack, the span takes the VNNI path: the same bits (exact sums) */
+        if (sd_q8_wants_packed(w0->cols, T) && sd_grow(&impl->xqp, &impl->xqp_len, n, 1) == SD_OK) {
+            sd_q8_pack(impl->xqp, impl->xq, w0->cols, T);
+            c.xqp = impl->xqp;
+        }
     }
     if (macs < (w0->dtype == SD_DTYPE_Q8 ? SD_MM_INLINE_MACS_Q8 : SD_MM_INLINE_MACS)) mm_task(&c, 0, 1);
     else sd_pool_run(impl_of(be)->pool, mm_task, &c);
@@ -523,6 +531,7 @@ static void cpu_destroy(sd_backend *be)
     free(impl->xbf);
     free(impl->xamx);
     free(impl->xq);
+    free(impl->xqp);
     free(impl->xqs);
     free(impl);
     free(be);

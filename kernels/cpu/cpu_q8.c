@@ -5,7 +5,9 @@
 #include <math.h>
 #include <stdbool.h>
 
-static int g_path = -1; /* 2 AVX-512 VNNI, 1 AVX2, 0 scalar */
+#include "cpu_amx.h"
+
+static int g_path = -1; /* 3 AMX-INT8 for spans (VNNI for one token), 2 AVX-512 VNNI, 1 AVX2, 0 scalar */
 
 static int q8_path(void)
 {
@@ -13,7 +15,7 @@ static int q8_path(void)
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vnni"))
-            g_path = 2;
+            g_path = sd_amx_int8_available() ? 3 : 2;
         else if (__builtin_cpu_supports("avx2"))
             g_path = 1;
         else
@@ -286,10 +288,45 @@ SD_VNNI static void tile_vnni(float *y, int ldy, const int8_t *wq, const float *
     }
 }
 
-void sd_q8_tile(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
-                const float *xs, int K, int R, int U)
+/* ------------------------------------------------------------ AMX-INT8 */
+
+/* Spans: 64 weight rows x 16 tokens per pass over the weights (cpu_amx.h);
+ * the sums are exact, so the output bits are every other path's. */
+static void tile_amx(float *y, int ldy, const int8_t *wq, const float *ws, const int8_t *xp, const float *xs, int K,
+                     int R, int U)
 {
+    int32_t acc[64 * 16];
+    for (int r0 = 0; r0 < R; r0 += 64) {
+        int rows = R - r0 < 64 ? R - r0 : 64;
+        for (int t0 = 0; t0 < U; t0 += 16) {
+            int nt = U - t0 < 16 ? U - t0 : 16;
+            sd_amx_s8_block(acc, wq + (size_t)r0 * K, xp + (size_t)t0 * K, K, rows, nt);
+            for (int n = 0; n < nt; n++)
+                for (int m = 0; m < rows; m++)
+                    y[(size_t)(t0 + n) * ldy + r0 + m] = q8_out(acc[m * 16 + n], ws[r0 + m], xs[t0 + n]);
+        }
+    }
+}
+
+bool sd_q8_wants_packed(int K, int U)
+{
+    return U > 1 && q8_path() == 3 && sd_amx_fits_s8(K);
+}
+
+void sd_q8_pack(int8_t *dst, const int8_t *xq, int K, int U)
+{
+    sd_amx_pack_s8(dst, xq, K, K, U);
+}
+
+void sd_q8_tile(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
+                const int8_t *xp, const float *xs, int K, int R, int U)
+{
+    if (xp && sd_q8_wants_packed(K, U)) {
+        tile_amx(y, ldy, wq, ws, xp, xs, K, R, U);
+        return;
+    }
     switch (q8_path()) {
+    case 3:
     case 2: tile_vnni(y, ldy, wq, ws, wsum, xq, xs, K, R, U); break;
     case 1: tile_avx2(y, ldy, wq, ws, wsum, xq, xs, K, R, U); break;
     default: tile_scalar(y, ldy, wq, ws, wsum, xq, xs, K, R, U); break;

@@ -9,8 +9,8 @@
  *   bit-identical to sd_attn_row per query, and both match a double
  *   precision softmax-attention over a shuffled block table; on the scalar,
  *   AVX2 and AVX-512 paths, head sizes that take each of them.
- * - Q8: the integer sums are exact, so every path and tile shape equals the
- *   scalar formula bit for bit; the quantised product stays close to the
+ * - Q8: the integer sums are exact, so every path (AMX-INT8 spans included)
+ *   and tile shape equals the scalar formula bit for bit; the quantised product stays close to the
  *   f32 one; quantisation itself (scales, row sums, zero rows).
  * - argmax: first maximum, NaNs ignored, on every path; softmax weights
  *   (sampling) within 4e-7 of exp(). */
@@ -267,13 +267,15 @@ START_TEST(q8_paths_exact_and_close)
 {
     const int Ks[] = {1, 31, 64, 100, 256, 1000};
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        int K = Ks[ki], R = 13, U = 9;
+        /* 77 rows: a 64-row AMX band and a short block; 18 tokens: two AMX token groups */
+        enum { R = 77, U = 18 };
+        int K = Ks[ki];
         float *w = malloc((size_t)R * K * 4), *x = malloc((size_t)U * K * 4);
         for (int i = 0; i < R * K; i++) w[i] = frand();
         for (int i = 0; i < U * K; i++) x[i] = frand() * 3.0f;
-        int8_t *wq = malloc((size_t)R * K), *xq = malloc((size_t)U * K);
-        float ws[13], xs[9], y[9 * 13], ref[9 * 13];
-        int32_t wsum[13];
+        int8_t *wq = malloc((size_t)R * K), *xq = malloc((size_t)U * K), *xp = malloc((size_t)U * K);
+        float ws[R], xs[U], y[U * R], ref[U * R];
+        int32_t wsum[R];
         sd_q8_quantize_rows(w, R, K, wq, ws, wsum);
         sd_q8_set_path(0);
         sd_q8_quantize_x(x, U, K, K, xq, xs);
@@ -284,26 +286,29 @@ START_TEST(q8_paths_exact_and_close)
                 for (int k = 0; k < K; k++) acc += (int32_t)wq[(size_t)r * K + k] * xq[(size_t)t * K + k];
                 ref[t * R + r] = ((float)acc * ws[r]) * xs[t];
             }
-        for (int level = 0; level <= 2; level++) {
+        for (int level = 0; level <= 3; level++) {
             if (sd_q8_set_path(level) != level) continue;
             int8_t *xq2 = malloc((size_t)U * K);
-            float xs2[9];
+            float xs2[U];
             sd_q8_quantize_x(x, U, K, K, xq2, xs2);
             ck_assert_msg(memcmp(xq, xq2, (size_t)U * K) == 0 && memcmp(xs, xs2, sizeof xs) == 0,
                           "path %d K %d: activation quantisation differs from the scalar one", level, K);
             free(xq2);
-            for (int u = 1; u <= U; u++)
-                for (int pass = 0; pass < 2; pass++)  /* all 13 rows at once, then 5 at a time */
+            for (int u = 1; u <= U; u++) {
+                const int8_t *packed = sd_q8_wants_packed(K, u) ? (sd_q8_pack(xp, xq, K, u), xp) : NULL;
+                if (level == 3 && u > 1 && K % 64 == 0) ck_assert_msg(packed, "K %d span %d: AMX not used", K, u);
+                for (int pass = 0; pass < 2; pass++)  /* all rows at once, then 5 at a time */
                 for (int r0 = 0, chunk = pass ? 5 : R; r0 < R; r0 += chunk) {
                     int rn = R - r0 < chunk ? R - r0 : chunk;
                     memset(y, 0xff, sizeof y);
-                    sd_q8_tile(y + r0, R, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, xs, K, rn, u);
+                    sd_q8_tile(y + r0, R, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, packed, xs, K, rn, u);
                     for (int t = 0; t < u; t++)
                         for (int r = r0; r < r0 + rn; r++)
                             ck_assert_msg(memcmp(&y[t * R + r], &ref[t * R + r], 4) == 0,
                                           "path %d K %d span %d: token %d row %d: %g vs %g", level, K, u, t, r,
                                           y[t * R + r], ref[t * R + r]);
                 }
+            }
         }
         /* close to the f32 product: error of two 8-bit roundings */
         for (int t = 0; t < U; t++)
@@ -320,8 +325,9 @@ START_TEST(q8_paths_exact_and_close)
         free(x);
         free(wq);
         free(xq);
+        free(xp);
     }
-    sd_q8_set_path(2);
+    sd_q8_set_path(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
