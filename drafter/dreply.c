@@ -75,6 +75,7 @@ sd_status sd_dreply_build(sd_dreply *r, uint64_t step, const sd_dspan *spans, si
         res->base_len = s->base_len;
         res->base_hash = s->base_hash;
         res->draft_us = s->draft_us;
+        res->dry = s->dry;
         int nt = n_tokens(s);
         res->tokens = &r->toks[ik];
         res->n_tokens = (size_t)nt;

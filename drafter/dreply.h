@@ -28,6 +28,7 @@ typedef struct sd_dspan {
     const sd_proposal *p;       /* the drafts; NULL: none */
     bool with_q;
     uint32_t draft_us;
+    bool dry;                   /* the proposer had no drafts past these tokens (DraftResult.dry) */
 } sd_dspan;
 
 typedef struct sd_dreply {

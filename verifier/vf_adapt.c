@@ -120,14 +120,19 @@ static sd_status fit(sd_vf_adapt *ad, int n)
 
 /* A decoding request's place in the schedule: its estimate (seeded from its
  * kind's at its first decode step), and the drafts it may verify. */
+/* A request's estimate, seeded from its kind's at its first use. */
+static void seed(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
+{
+    if (q->key >= 0) return;
+    q->key = sd_vf_adapt_key(ad, r);
+    const sd_accept *prior = &ad->prior[q->key];
+    if (prior->steps > 0) sd_accept_init(&q->acc, prior, SEED_WEIGHT);
+}
+
 static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, int avail,
                               double resume_ms)
 {
-    if (q->key < 0) {
-        q->key = sd_vf_adapt_key(ad, r);
-        const sd_accept *prior = &ad->prior[q->key];
-        if (prior->steps > 0) sd_accept_init(&q->acc, prior, SEED_WEIGHT);
-    }
+    seed(ad, r, q);
     int kmax = avail >= 0 && avail < budget ? avail : budget;
     return (sd_sched_req){&q->acc, q->fixed ? kmax : 0, kmax, r->p.sampling.temperature > 0, r->kv.len,
                           r->kv.n_blocks, resume_ms};
@@ -295,6 +300,14 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
         q->zero_run = 0;
         q->probe_every = SD_VF_PROBE_FIRST;
     }
+}
+
+void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
+{
+    if (q->fixed) return;
+    seed(ad, r, q);
+    sd_accept_observe(&q->acc, 1, 0, 0, ACC_ALPHA, true);
+    sd_accept_observe(&ad->prior[q->key], 1, 0, 0, PRIOR_ALPHA, false);
 }
 
 void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,

@@ -125,6 +125,13 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
                            const int *chunk, bool pipelined);
 
+/* Pipelined: the drafter answered for a state of r with a dry span (no
+ * drafts past the committed tokens it continues): the proposer's supply
+ * there was nothing — observed as a step that asked one draft and was
+ * offered none. (A step without a span teaches nothing: the drafter may
+ * only be late.) Not for a request whose num_draft is its own. */
+void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
+
 /* After the step: t is the engine's timing, wall_ms the step's wall time
  * (from the start of its planning — drafter exchange and waits included,
  * router I/O not — to the end of the engine step; <= 0: unknown),

@@ -650,6 +650,10 @@ static void pick_spans(sd_vf_server *s, double now)
         const sd_vf_span *used = NULL;
         if (sd_vf_spans_sync(&sl->spans, r->tokens, r->n_tokens) == SD_OK)
             sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
+        if (sl->spans.dry) { /* the proposer had nothing (vf_adapt.h): its supply, not a late drafter */
+            sd_vf_adapt_dry(&s->ad, r, s->aqs[i]);
+            sl->spans.dry = 0;
+        }
         if (used) sl->prop_draft_us = used->draft_us;
         s->ready[i] = sl->prop.n > 0;
         s->avail[i] = s->ready[i] ? sl->prop.n : -1;
@@ -700,7 +704,7 @@ static double wait_spans(sd_vf_server *s, double budget_ms)
             const sd_vf_span *used = NULL;
             sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
             if (used) sl->prop_draft_us = used->draft_us;
-            left += sl->prop.n == 0;
+            left += sl->prop.n == 0 && !sl->spans.dry; /* a dry answer ends the wait: nothing is coming */
         }
     }
     if (left > 0) sd_vf_pace_timeout(&s->pace, budget_ms);

@@ -91,7 +91,7 @@ static void drop(sd_vf_spans *sp, int i)
 
 bool sd_vf_spans_add(sd_vf_spans *sp, const Specd__DraftResult *res, int vocab, double arrived_ms)
 {
-    if (res->n_tokens == 0 || res->n_tokens > SD_VF_SPAN_MAX_TOKENS) return false;
+    if ((res->n_tokens == 0 && !res->dry) || res->n_tokens > SD_VF_SPAN_MAX_TOKENS) return false;
     for (size_t i = 0; i < res->n_tokens; i++)
         if (res->tokens[i] < 0 || res->tokens[i] >= vocab) return false;
     if (sp->n == SD_VF_MAX_SPANS) drop(sp, sp->s[0].in_use ? 1 : 0); /* full: the oldest unused goes */
@@ -101,9 +101,11 @@ bool sd_vf_spans_add(sd_vf_spans *sp, const Specd__DraftResult *res, int vocab, 
     s->base_hash = res->base_hash;
     s->n = (int)res->n_tokens;
     s->has_q = false;
-    memcpy(s->tokens, res->tokens, res->n_tokens * sizeof *s->tokens);
-    s->has_q = res->n_q == res->n_tokens && copy_q(s, res, vocab); /* bad q: the tokens still serve (match / greedy) */
+    if (res->n_tokens) memcpy(s->tokens, res->tokens, res->n_tokens * sizeof *s->tokens);
+    /* bad q: the tokens still serve (match / greedy) */
+    s->has_q = res->n_tokens > 0 && res->n_q == res->n_tokens && copy_q(s, res, vocab);
     s->draft_us = res->draft_us;
+    s->dry = res->dry;
     s->arrived_ms = arrived_ms;
     sp->n++;
     return true;
@@ -131,6 +133,7 @@ int sd_vf_spans_pick(sd_vf_spans *sp, const int32_t *c, int L, int budget, bool 
         int left = remaining(sp, &sp->s[i], c, L);
         if (left <= 0) {
             if (left < 0) sp->stale++;
+            else if (sp->s[i].dry) sp->dry++;
             drop(sp, i);
             continue;
         }

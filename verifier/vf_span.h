@@ -44,6 +44,7 @@ typedef struct sd_vf_span {
     sd_tokprob *qbuf;                    /* owned */
     size_t qcap;
     uint32_t draft_us;                   /* drafter time behind it */
+    bool dry;                            /* DraftResult.dry: no drafts past its tokens */
     double arrived_ms;                   /* caller's clock, when added */
     bool in_use;                         /* the last pick's: never evicted by an add */
 } sd_vf_span;
@@ -55,6 +56,7 @@ typedef struct sd_vf_spans {
     size_t hash_cap;
     int n_hash;
     uint64_t stale;                      /* spans dropped because their base was not C */
+    unsigned dry;                        /* valid dry spans dropped since the caller last reset it */
 } sd_vf_spans;
 
 /* An empty store. */
@@ -74,7 +76,7 @@ sd_status sd_vf_spans_sync(sd_vf_spans *sp, const int32_t *c, int L);
 uint64_t sd_vf_spans_hash(const sd_vf_spans *sp, int len);
 
 /* Stores a DraftResult as a span. Refused (returns false, nothing stored)
- * when it has no tokens, more than SD_VF_SPAN_MAX_TOKENS, or a token outside
+ * when it has no tokens (unless dry: "nothing past the base"), more than SD_VF_SPAN_MAX_TOKENS, or a token outside
  * [0, vocab). Its q lists are kept only when there is one valid list per
  * token (entries in [0, vocab) with finite probabilities in [0, 1], each
  * token having q > 0); otherwise the tokens are stored without q (the engine
@@ -82,7 +84,8 @@ uint64_t sd_vf_spans_hash(const sd_vf_spans *sp, int len);
 bool sd_vf_spans_add(sd_vf_spans *sp, const Specd__DraftResult *res, int vocab, double arrived_ms);
 
 /* Chooses this step's drafts for the committed sequence c[0..L) (synced):
- * drops the stale spans (counted) and those with nothing left past L, then
+ * drops the stale spans (counted) and those with nothing left past L (a
+ * dry one counted in sp->dry: the proposer had nothing at a position of C), then
  * fills *prop from the valid span with the most drafts (at most budget;
  * ties: the newest), with q when the span has it and want_q. Returns the
  * number of drafts (0: none; prop->n is 0 then) and, when a span was used,

@@ -227,6 +227,45 @@ START_TEST(late_spans_teach_nothing)
 }
 END_TEST
 
+/* Pipelined: good drafts, then the proposer has nothing (n-gram without a
+ * match). Its dry answers teach the supply (the estimate that a draft is
+ * offered at all falls, and with it what the scheduler expects of drafting);
+ * steps that only lacked their span (late) leave it where it was. */
+static double supply_after(bool dry)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    int offered[1] = {0}, accepted[1] = {0}, catchup[1] = {0};
+    bool had_q[1] = {false}, ready[1] = {false};
+    double dms[1] = {0};
+    s.p_accept = 0.9;
+    for (int i = 0; i < 160; i++) {
+        int budgets[1] = {12}, avail[1] = {i < 100 ? 12 : -1}, tell[1] = {0};
+        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
+                         SD_OK);
+        int k = offered[0] = i < 100 ? budgets[0] : 0;
+        accepted[0] = 0;
+        while (accepted[0] < k && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
+        ready[0] = k > 0;
+        if (i >= 100 && dry) sd_vf_adapt_dry(&s.ad, s.rp[0], s.qp[0]); /* the answer for the state told */
+        sd_step_timing t = timing_of(1 + k);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+                         catchup, dms, ready, 1, true);
+        if (i == 99) ck_assert_double_gt(sd_accept_offered(&s.q[0].acc, 1), 0.9);
+    }
+    double off = sd_accept_offered(&s.q[0].acc, 1);
+    sd_vf_adapt_free(&s.ad);
+    return off;
+}
+
+START_TEST(dry_answers_teach_supply)
+{
+    double late = supply_after(false), dry = supply_after(true);
+    ck_assert_msg(late > 0.9, "late spans changed the supply estimate: %g", late);
+    ck_assert_msg(dry < 0.3, "dry answers left the supply estimate at %g", dry);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vf_adapt");
@@ -235,6 +274,7 @@ int main(void)
     tcase_add_test(tc, new_requests_start_from_their_kind);
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
+    tcase_add_test(tc, dry_answers_teach_supply);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -3,7 +3,8 @@
  * leading tokens are what was committed after it; stale spans — a wrong
  * hash, a wrong length, a leading token that was not committed — are never
  * offered as drafts and are counted; q lists follow their tokens; the span
- * in use survives a full store. */
+ * in use survives a full store; a dry answer ("nothing past these tokens")
+ * is counted once its tokens are committed, never when stale. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +203,50 @@ START_TEST(span_in_use_survives_a_full_store)
 }
 END_TEST
 
+START_TEST(dry_answers_counted_when_valid)
+{
+    sd_vf_spans sp;
+    sd_vf_spans_init(&sp);
+    sd_vf_spans_sync(&sp, C, 6);
+    res_buf b;
+    sd_proposal p;
+    /* nothing at all past C[0..6): no tokens, dry */
+    res_make(&b, 6, sd_vf_spans_hash(&sp, 6), C, 0, false);
+    b.res.dry = true;
+    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 6, 4, false, &p, NULL), 0);
+    ck_assert_uint_eq(sp.dry, 1);
+    ck_assert_int_eq(sp.n, 0);
+    /* assumed in-flight {2, 6} and nothing after: dry once those are committed */
+    sp.dry = 0;
+    int32_t t[] = {2, 6};
+    res_make(&b, 6, sd_vf_spans_hash(&sp, 6), t, 2, false);
+    b.res.dry = true;
+    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    sd_vf_spans_sync(&sp, C, 8);
+    ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 8, 4, false, &p, NULL), 0);
+    ck_assert_uint_eq(sp.dry, 1);
+    /* a dry answer for a base that was not committed: stale, not dry */
+    sp.dry = 0;
+    int32_t wrong[] = {2, 7};
+    res_make(&b, 6, sd_vf_spans_hash(&sp, 6), wrong, 2, false);
+    b.res.dry = true;
+    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    uint64_t stale = sp.stale;
+    ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 8, 4, false, &p, NULL), 0);
+    ck_assert_uint_eq(sp.dry, 0);
+    ck_assert_uint_eq(sp.stale, stale + 1);
+    /* drafts of a dry span still serve until its tokens are all committed (only the end is dry) */
+    int32_t g[] = {5, 3};
+    res_make(&b, 8, sd_vf_spans_hash(&sp, 8), g, 2, false);
+    b.res.dry = true;
+    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 8, 4, false, &p, NULL), 2);
+    ck_assert_uint_eq(sp.dry, 0);
+    sd_vf_spans_release(&sp);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vf_span");
@@ -211,6 +256,7 @@ int main(void)
     tcase_add_test(tc, stale_spans_are_never_verified);
     tcase_add_test(tc, bad_results_refused);
     tcase_add_test(tc, span_in_use_survives_a_full_store);
+    tcase_add_test(tc, dry_answers_counted_when_valid);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
