@@ -1,9 +1,10 @@
 /* cpu_amx.c — see cpu_amx.h.
  *
  * Tile registers: tmm0..3 accumulate 4 blocks of 16 weight rows x nt tokens
- * (f32), tmm4/5 take the weight blocks (16 rows x 32 bf16, straight from the
- * row-major weights), tmm6 the packed tokens (16 pairs x nt). A thread keeps
- * its tile configuration between calls and reloads it only when nt changes. */
+ * (f32 or int32), tmm4/5 take the weight blocks (16 rows x 64 bytes: 32 bf16
+ * or 64 int8, straight from the row-major weights), tmm6 the packed tokens
+ * (16 units of 4 bytes x nt). A thread keeps its tile configuration between
+ * calls and reloads it only when nt changes; bf16 and int8 share it. */
 #include "cpu_amx.h"
 
 #include <cpuid.h>
@@ -43,20 +44,25 @@ bool sd_amx_int8_available(void)
     return amx_edx() >> 25 & 1;
 }
 
-void sd_amx_pack(uint16_t *dst, const uint16_t *x, int ldx, int K, int U)
+/* Both element types pack the same way in bytes: a token row of kb bytes
+ * goes in 4-byte units (a bf16 pair, four int8), 16 units (64 bytes) a
+ * chunk: unit u of token n of a group of nt lands at
+ * [u / 16][u % 16][n] (4 bytes each); groups of 16 tokens one after another. */
+static void pack_units(char *dst, const char *x, size_t ldx, size_t kb, int U)
 {
     for (int t0 = 0; t0 < U; t0 += 16) {
-        int nt = U - t0 < 16 ? U - t0 : 16;
-        uint16_t *g = dst + (size_t)t0 * K;
-        for (int n = 0; n < nt; n++) {
-            const uint16_t *xr = x + (size_t)(t0 + n) * ldx;
-            for (int k = 0; k < K; k += 2) {
-                uint16_t *p = g + (size_t)(k / 32) * 32 * nt + (size_t)(k % 32 / 2) * 2 * nt + 2 * (size_t)n;
-                p[0] = xr[k];
-                p[1] = xr[k + 1];
-            }
+        size_t nt = (size_t)(U - t0 < 16 ? U - t0 : 16);
+        char *g = dst + (size_t)t0 * kb;
+        for (size_t n = 0; n < nt; n++) {
+            const char *xr = x + (size_t)(t0 + (int)n) * ldx;
+            for (size_t b = 0; b < kb; b += 4) memcpy(g + b / 64 * 64 * nt + b % 64 / 4 * 4 * nt + 4 * n, xr + b, 4);
         }
     }
+}
+
+void sd_amx_pack(uint16_t *dst, const uint16_t *x, int ldx, int K, int U)
+{
+    pack_units((char *)dst, (const char *)x, (size_t)ldx * sizeof *x, (size_t)K * sizeof *x, U);
 }
 
 typedef struct amx_cfg {
@@ -83,152 +89,113 @@ SD_AMX static void configure(int nt)
     t_nt = nt;
 }
 
-/* c[m * nt + n] (rows x nt) -> y[n * ldy + m]. */
-static void store_block(float *y, int ldy, const float *c, int rows, int nt)
+/* The kernels of one element type T (bf16 or int8), generated once per
+ * type: KSTEP elements make a 64-byte tile row, DP is the tile product
+ * (TDPBF16PS, TDPBSSD), ACC the accumulator type (f32, int32). Results go
+ * to acc[m * 16 + n] for weight row m < rows (<= 64) and token n < nt.
+ *
+ * band64: 64 full weight rows against one group of nt packed tokens. No
+ * software prefetch: prefetching the next band into L2 gained ~5% on a
+ * matrix far larger than the caches but lost ~7% on the demo model's
+ * (which sit in the last-level cache); into L1 it lost more.
+ * block16: rows <= 16 weight rows; a short block goes through a
+ * zero-padded copy, one 64-byte slice at a time. */
+#define AMX_KERNELS(SUF, ATTR, T, KSTEP, DP, ACC)                                                \
+    ATTR static void band64_##SUF(ACC *acc, const T *w, const T *xg, int K, int nt)               \
+    {                                                                                             \
+        size_t ld = (size_t)K * sizeof *w;                                                        \
+        const T *w1 = w + 16 * (size_t)K, *w2 = w + 32 * (size_t)K, *w3 = w + 48 * (size_t)K;    \
+        _tile_zero(0);                                                                            \
+        _tile_zero(1);                                                                            \
+        _tile_zero(2);                                                                            \
+        _tile_zero(3);                                                                            \
+        for (int k = 0; k < K; k += KSTEP) {                                                      \
+            _tile_loadd(6, xg + (size_t)k * nt, nt * 4);                                          \
+            _tile_loadd(4, w + k, ld);                                                            \
+            DP(0, 4, 6);                                                                          \
+            _tile_loadd(5, w1 + k, ld);                                                           \
+            DP(1, 5, 6);                                                                          \
+            _tile_loadd(4, w2 + k, ld);                                                           \
+            DP(2, 4, 6);                                                                          \
+            _tile_loadd(5, w3 + k, ld);                                                           \
+            DP(3, 5, 6);                                                                          \
+        }                                                                                         \
+        _tile_stored(0, acc, 64);                                                                 \
+        _tile_stored(1, acc + 16 * 16, 64);                                                       \
+        _tile_stored(2, acc + 32 * 16, 64);                                                       \
+        _tile_stored(3, acc + 48 * 16, 64);                                                       \
+    }                                                                                             \
+    ATTR static void block16_##SUF(ACC *acc, const T *w, const T *xg, int K, int nt, int rows)    \
+    {                                                                                             \
+        T pad[16 * KSTEP] __attribute__((aligned(64)));                                           \
+        if (rows < 16) memset(pad, 0, sizeof pad);                                                \
+        _tile_zero(0);                                                                            \
+        for (int k = 0; k < K; k += KSTEP) {                                                      \
+            _tile_loadd(6, xg + (size_t)k * nt, nt * 4);                                          \
+            if (rows == 16) {                                                                     \
+                _tile_loadd(4, w + k, (size_t)K * sizeof *w);                                     \
+            } else {                                                                              \
+                for (int m = 0; m < rows; m++) memcpy(pad + KSTEP * m, w + (size_t)m * K + k, 64); \
+                _tile_loadd(4, pad, 64);                                                          \
+            }                                                                                     \
+            DP(0, 4, 6);                                                                          \
+        }                                                                                         \
+        _tile_stored(0, acc, 64);                                                                 \
+    }                                                                                             \
+    static void blocks_##SUF(ACC *acc, const T *w, const T *xg, int K, int rows, int nt)          \
+    {                                                                                             \
+        configure(nt);                                                                            \
+        if (rows == 64) {                                                                         \
+            band64_##SUF(acc, w, xg, K, nt);                                                      \
+            return;                                                                               \
+        }                                                                                         \
+        for (int b = 0; b < rows; b += 16)                                                        \
+            block16_##SUF(acc + 16 * b, w + (size_t)b * K, xg, K, nt, rows - b < 16 ? rows - b : 16); \
+    }                                                                                             \
+    /* R rows x U tokens, a block (<= 64 rows x <= 16 tokens) at a time, each handed to emit */   \
+    static void drive_##SUF(const T *w, const T *xp, int K, int R, int U,                         \
+                            void (*emit)(void *, const ACC *, int, int, int, int), void *ctx)     \
+    {                                                                                             \
+        ACC acc[64 * 16] __attribute__((aligned(64)));                                            \
+        for (int r0 = 0; r0 < R; r0 += 64) {                                                      \
+            int rows = R - r0 < 64 ? R - r0 : 64;                                                 \
+            for (int t0 = 0; t0 < U; t0 += 16) {                                                  \
+                int nt = U - t0 < 16 ? U - t0 : 16;                                               \
+                blocks_##SUF(acc, w + (size_t)r0 * K, xp + (size_t)t0 * K, K, rows, nt);          \
+                emit(ctx, acc, r0, rows, t0, nt);                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+AMX_KERNELS(bf16, SD_AMX, uint16_t, 32, _tile_dpbf16ps, float)
+AMX_KERNELS(s8, SD_AMX8, int8_t, 64, _tile_dpbssd, int32_t)
+
+typedef struct f32_out {
+    float *y;
+    int ldy;
+} f32_out;
+
+static void emit_f32(void *ctx, const float *acc, int r0, int rows, int t0, int nt)
 {
+    const f32_out *o = ctx;
     for (int n = 0; n < nt; n++)
-        for (int m = 0; m < rows; m++) y[(size_t)n * ldy + m] = c[m * nt + n];
-}
-
-/* 64 full weight rows against one group of nt packed tokens. No software
- * prefetch: prefetching the next band into L2 gained ~5% on a matrix far
- * larger than the caches but lost ~7% on the demo model's (which sit in
- * the last-level cache); into L1 it lost more. */
-SD_AMX static void band64(float *y, int ldy, const uint16_t *w, const uint16_t *xg, int K, int nt)
-{
-    size_t ld = (size_t)K * sizeof *w;
-    const uint16_t *w1 = w + 16 * (size_t)K, *w2 = w + 32 * (size_t)K, *w3 = w + 48 * (size_t)K;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int k = 0; k < K; k += 32) {
-        _tile_loadd(6, xg + (size_t)k * nt, nt * 4);
-        _tile_loadd(4, w + k, ld);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(5, w1 + k, ld);
-        _tile_dpbf16ps(1, 5, 6);
-        _tile_loadd(4, w2 + k, ld);
-        _tile_dpbf16ps(2, 4, 6);
-        _tile_loadd(5, w3 + k, ld);
-        _tile_dpbf16ps(3, 5, 6);
-    }
-    float c[4][16 * 16] __attribute__((aligned(64)));
-    _tile_stored(0, c[0], nt * 4);
-    _tile_stored(1, c[1], nt * 4);
-    _tile_stored(2, c[2], nt * 4);
-    _tile_stored(3, c[3], nt * 4);
-    for (int i = 0; i < 4; i++) store_block(y + 16 * i, ldy, c[i], 16, nt);
-}
-
-/* rows <= 16 weight rows against one group; a short block goes through a
- * zero-padded copy, one 32-column slice at a time. */
-SD_AMX static void block16(float *y, int ldy, const uint16_t *w, const uint16_t *xg, int K, int nt, int rows)
-{
-    uint16_t pad[16 * 32] __attribute__((aligned(64)));
-    if (rows < 16) memset(pad, 0, sizeof pad);
-    _tile_zero(0);
-    for (int k = 0; k < K; k += 32) {
-        _tile_loadd(6, xg + (size_t)k * nt, nt * 4);
-        if (rows == 16) {
-            _tile_loadd(4, w + k, (size_t)K * sizeof *w);
-        } else {
-            for (int m = 0; m < rows; m++) memcpy(pad + 32 * m, w + (size_t)m * K + k, 32 * sizeof *w);
-            _tile_loadd(4, pad, 64);
-        }
-        _tile_dpbf16ps(0, 4, 6);
-    }
-    float c[16 * 16] __attribute__((aligned(64)));
-    _tile_stored(0, c, nt * 4);
-    store_block(y, ldy, c, rows, nt);
+        for (int m = 0; m < rows; m++) o->y[(size_t)(t0 + n) * o->ldy + r0 + m] = acc[m * 16 + n];
 }
 
 void sd_amx_tile(float *y, int ldy, const uint16_t *w, const uint16_t *xp, int K, int R, int U)
 {
-    for (int r0 = 0; r0 < R; r0 += 64) {
-        int rows = R - r0 < 64 ? R - r0 : 64;
-        const uint16_t *wb = w + (size_t)r0 * K;
-        for (int t0 = 0; t0 < U; t0 += 16) {
-            int nt = U - t0 < 16 ? U - t0 : 16;
-            configure(nt);
-            const uint16_t *xg = xp + (size_t)t0 * K;
-            float *yb = y + (size_t)t0 * ldy + r0;
-            if (rows == 64) {
-                band64(yb, ldy, wb, xg, K, nt);
-                continue;
-            }
-            for (int b = 0; b < rows; b += 16)
-                block16(yb + b, ldy, wb + (size_t)b * K, xg, K, nt, rows - b < 16 ? rows - b : 16);
-        }
-    }
+    f32_out o = {y, ldy};
+    drive_bf16(w, xp, K, R, U, emit_f32, &o);
 }
 
 /* ---------------------------------------------------------------- int8 */
 
 void sd_amx_pack_s8(int8_t *dst, const int8_t *x, int ldx, int K, int U)
 {
-    for (int t0 = 0; t0 < U; t0 += 16) {
-        int nt = U - t0 < 16 ? U - t0 : 16;
-        int8_t *g = dst + (size_t)t0 * K;
-        for (int n = 0; n < nt; n++) {
-            const int8_t *xr = x + (size_t)(t0 + n) * ldx;
-            for (int k = 0; k < K; k += 4)
-                memcpy(g + (size_t)(k / 64) * 64 * nt + (size_t)(k % 64 / 4) * 4 * nt + 4 * (size_t)n, xr + k, 4);
-        }
-    }
+    pack_units((char *)dst, (const char *)x, (size_t)ldx, (size_t)K, U);
 }
 
-/* 64 full int8 weight rows; sums to acc[m * 16 + n]. */
-SD_AMX8 static void band64_s8(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int nt)
+void sd_amx_tile_s8(const int8_t *w, const int8_t *xp, int K, int R, int U, sd_amx_emit_s8 emit, void *ctx)
 {
-    const int8_t *w1 = w + 16 * (size_t)K, *w2 = w + 32 * (size_t)K, *w3 = w + 48 * (size_t)K;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int k = 0; k < K; k += 64) {
-        _tile_loadd(6, xg + (size_t)k * nt, nt * 4);
-        _tile_loadd(4, w + k, K);
-        _tile_dpbssd(0, 4, 6);
-        _tile_loadd(5, w1 + k, K);
-        _tile_dpbssd(1, 5, 6);
-        _tile_loadd(4, w2 + k, K);
-        _tile_dpbssd(2, 4, 6);
-        _tile_loadd(5, w3 + k, K);
-        _tile_dpbssd(3, 5, 6);
-    }
-    _tile_stored(0, acc, 64);
-    _tile_stored(1, acc + 16 * 16, 64);
-    _tile_stored(2, acc + 32 * 16, 64);
-    _tile_stored(3, acc + 48 * 16, 64);
-}
-
-/* rows <= 16 int8 weight rows (a short block through a zero-padded copy). */
-SD_AMX8 static void block16_s8(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int nt, int rows)
-{
-    int8_t pad[16 * 64] __attribute__((aligned(64)));
-    if (rows < 16) memset(pad, 0, sizeof pad);
-    _tile_zero(0);
-    for (int k = 0; k < K; k += 64) {
-        _tile_loadd(6, xg + (size_t)k * nt, nt * 4);
-        if (rows == 16) {
-            _tile_loadd(4, w + k, K);
-        } else {
-            for (int m = 0; m < rows; m++) memcpy(pad + 64 * m, w + (size_t)m * K + k, 64);
-            _tile_loadd(4, pad, 64);
-        }
-        _tile_dpbssd(0, 4, 6);
-    }
-    _tile_stored(0, acc, 64);
-}
-
-void sd_amx_s8_block(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int rows, int nt)
-{
-    configure(nt);
-    if (rows == 64) {
-        band64_s8(acc, w, xg, K, nt);
-        return;
-    }
-    for (int b = 0; b < rows; b += 16)
-        block16_s8(acc + 16 * b, w + (size_t)b * K, xg, K, nt, rows - b < 16 ? rows - b : 16);
+    drive_s8(w, xp, K, R, U, emit, ctx);
 }

@@ -68,10 +68,13 @@ static inline bool sd_amx_fits_s8(int K)
  * 16 tokens, each [k/64][(k%64)/4][token][4]. */
 void sd_amx_pack_s8(int8_t *dst, const int8_t *x, int ldx, int K, int U);
 
-/* acc[m * 16 + n] = sum_k w[m * K + k] * x_n[k] (exact) for m < rows (<= 64)
- * weight rows and n < nt (<= 16) tokens of one packed group xg (the group's
- * start in sd_amx_pack_s8's output: t0 * K). Only when
+/* Receives one block of exact sums: acc[m * 16 + n] = sum_k w[r0 + m, k] *
+ * x[t0 + n, k] for m < rows (<= 64), n < nt (<= 16). */
+typedef void (*sd_amx_emit_s8)(void *ctx, const int32_t *acc, int r0, int rows, int t0, int nt);
+
+/* R int8 weight rows (row-major, K wide) against U packed tokens xp
+ * (sd_amx_pack_s8), block by block into emit. Only when
  * sd_amx_int8_available() and sd_amx_fits_s8(K). */
-void sd_amx_s8_block(int32_t *acc, const int8_t *w, const int8_t *xg, int K, int rows, int nt);
+void sd_amx_tile_s8(const int8_t *w, const int8_t *xp, int K, int R, int U, sd_amx_emit_s8 emit, void *ctx);
 
 #endif

@@ -290,22 +290,27 @@ SD_VNNI static void tile_vnni(float *y, int ldy, const int8_t *wq, const float *
 
 /* ------------------------------------------------------------ AMX-INT8 */
 
+typedef struct q8_out_ctx {
+    float *y;
+    int ldy;
+    const float *ws, *xs;
+} q8_out_ctx;
+
+static void emit_q8(void *ctx, const int32_t *acc, int r0, int rows, int t0, int nt)
+{
+    const q8_out_ctx *o = ctx;
+    for (int n = 0; n < nt; n++)
+        for (int m = 0; m < rows; m++)
+            o->y[(size_t)(t0 + n) * o->ldy + r0 + m] = q8_out(acc[m * 16 + n], o->ws[r0 + m], o->xs[t0 + n]);
+}
+
 /* Spans: 64 weight rows x 16 tokens per pass over the weights (cpu_amx.h);
  * the sums are exact, so the output bits are every other path's. */
 static void tile_amx(float *y, int ldy, const int8_t *wq, const float *ws, const int8_t *xp, const float *xs, int K,
                      int R, int U)
 {
-    int32_t acc[64 * 16];
-    for (int r0 = 0; r0 < R; r0 += 64) {
-        int rows = R - r0 < 64 ? R - r0 : 64;
-        for (int t0 = 0; t0 < U; t0 += 16) {
-            int nt = U - t0 < 16 ? U - t0 : 16;
-            sd_amx_s8_block(acc, wq + (size_t)r0 * K, xp + (size_t)t0 * K, K, rows, nt);
-            for (int n = 0; n < nt; n++)
-                for (int m = 0; m < rows; m++)
-                    y[(size_t)(t0 + n) * ldy + r0 + m] = q8_out(acc[m * 16 + n], ws[r0 + m], xs[t0 + n]);
-        }
-    }
+    q8_out_ctx o = {y, ldy, ws, xs};
+    sd_amx_tile_s8(wq, xp, K, R, U, emit_q8, &o);
 }
 
 bool sd_q8_wants_packed(int K, int U)
