@@ -494,12 +494,13 @@ static void draft_owed(drafter *d)
         sd_dreq *r = d->preqs[i];
         uint64_t h = sd_span_hash(r->ctx_hash, r->pipe.in_flight, (size_t)r->pipe.n_in_flight);
         sd_dpipe_record(r, (int64_t)r->n_ctx + r->pipe.n_in_flight, h, &d->props[i]);
-        /* no drafts past the guess of the verifier's next token: say so, the verifier then knows the
-         * proposer's supply instead of waiting for a span that is not coming */
+        /* drafts asked for and none past the guess of the verifier's next token (a guess only with
+         * drafts in flight, dpipe.c): say so, the verifier then knows the proposer's supply instead of
+         * waiting for a span that is not coming */
         d->spans[i] = (sd_dspan){.id = r->id, .base_len = (uint32_t)r->n_ctx, .base_hash = r->ctx_hash,
                                  .assumed = r->pipe.in_flight, .n_assumed = r->pipe.n_in_flight, .p = &d->props[i],
                                  .with_q = r->pipe.want_q, .draft_us = us,
-                                 .dry = d->items[i].k > 0 && d->props[i].n <= d->items[i].n_guess};
+                                 .dry = r->pipe.k > 0 && d->props[i].n <= (r->pipe.n_in_flight > 0)};
     }
     send_by_peer(d, d->spans, d->preqs, n);
 }
