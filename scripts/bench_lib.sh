@@ -81,7 +81,7 @@ serve_start() {
 bench_header() {
   {
     echo "# $1 — $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1) ($(grep -o -w 'avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')), git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')"
+    echo "# host: $(nproc) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1) ($(grep -o -w 'amx_bf16\|amx_int8\|avx512_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')), git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   } | tee "$OUTDIR/header.txt"
 }
