@@ -118,8 +118,6 @@ static sd_status fit(sd_vf_adapt *ad, int n)
     return SD_OK;
 }
 
-/* A decoding request's place in the schedule: its estimate (seeded from its
- * kind's at its first decode step), and the drafts it may verify. */
 /* A request's estimate, seeded from its kind's at its first use. */
 static void seed(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
 {
@@ -129,6 +127,8 @@ static void seed(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
     if (prior->steps > 0) sd_accept_init(&q->acc, prior, SEED_WEIGHT);
 }
 
+/* A decoding request's place in the schedule: its estimate (seeded from its
+ * kind's at its first decode step), and the drafts it may verify. */
 static sd_sched_req sched_req(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, int avail,
                               double resume_ms)
 {
