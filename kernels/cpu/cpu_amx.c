@@ -95,9 +95,8 @@ SD_AMX static void configure(int nt)
  * to acc[m * 16 + n] for weight row m < rows (<= 64) and token n < nt.
  *
  * band64: 64 full weight rows against one group of nt packed tokens. No
- * software prefetch: prefetching the next band into L2 gained ~5% on a
- * matrix far larger than the caches but lost ~7% on the demo model's
- * (which sit in the last-level cache); into L1 it lost more.
+ * software prefetch: prefetching the next band did not help the demo model
+ * (docs/BENCHMARKS.md).
  * block16: rows <= 16 weight rows; a short block goes through a
  * zero-padded copy, one 64-byte slice at a time. */
 #define AMX_KERNELS(SUF, ATTR, T, KSTEP, DP, ACC)                                                \

@@ -3,7 +3,7 @@
  * Where the CPU has AMX, a span's matmuls cost about what one token's cost:
  * a tile instruction multiplies 16 weight rows by 32 inputs for up to 16
  * tokens at once, so the weights are read once and the arithmetic is no
- * longer the bound (with vdpbf16ps a 6-token span costs ~2.6 one-token
+ * longer the bound (with vdpbf16ps a 6-token span costs 2.3–2.6 one-token
  * steps on a Xeon with AMX).
  *
  * Batch invariance: TDPBF16PS computes each element of the result tile from

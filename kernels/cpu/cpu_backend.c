@@ -84,7 +84,7 @@ static sd_status cpu_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, ch
         w->dtype = t->dtype;
         w->data = t->data;
         /* the AMX tiles read a weight row's 64-byte pieces: in the file they may straddle two cache
-         * lines (measured: decode 1.3x slower); such a matrix is copied to an aligned block */
+         * lines (measured: decode ~20% slower, docs/BENCHMARKS.md); such a matrix is copied to an aligned block */
         if (t->dtype == SD_DTYPE_BF16 && sd_cpu_has_amx() && sd_amx_fits(w->cols) &&
             ((uintptr_t)t->data & (CPU_ALIGN - 1))) {
             size_t bytes = (size_t)rows * (size_t)cols * sizeof(uint16_t);
