@@ -3,7 +3,8 @@
  *
  *   specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]
  *                      [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]
- *                      [--isa auto|amx|avx512|avx2|scalar]
+ *                      [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]
+ *                      [--graphs on|off|ab]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
@@ -18,7 +19,9 @@
  * random weights (sd_model_random: a published model's size without its
  * checkpoint, e.g. bench/configs/); --device runs it on a GPU (the host
  * copy bandwidth then says nothing: the weight read bandwidth is printed to
- * compare with the device's). */
+ * compare with the device's). --batch-invariant measures that mode (CUDA's
+ * deterministic matmuls); --graphs off runs a CUDA device's passes eagerly,
+ * ab interleaves runs with and without CUDA graphs and prints both. */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -176,21 +179,35 @@ static void report(sd_model *m, sd_backend *be, const char *name, const char *de
     span_table(m);
 }
 
+/* --graphs: CUDA graphs on or off (on, the default, is all other backends have). */
+static sd_status set_graphs(sd_backend *be, int on)
+{
+#ifdef SD_HAVE_CUDA
+    if (sd_backend_is_cuda(be)) return sd_cuda_set_graphs(be, on);
+#endif
+    (void)be;
+    return on ? SD_OK : SD_ERR_ARG;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]\n"
                     "                          [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]\n"
-                    "                          [--isa auto|amx|avx512|avx2|scalar]\n");
+                    "                          [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]\n"
+                    "                          [--graphs on|off|ab]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = "models/tinycode-16m", *random_cfg = NULL, *device = "cpu";
     int threads = 0, n_tokens = 256, runs = 3, isa = -1;
-    bool int8 = false;
+    int graphs = 1; /* CUDA: 0 off, 1 on, 2 both (interleaved runs) */
+    bool int8 = false, invariant = false;
     static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
                                        {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
-                                       {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'}, {0, 0, 0, 0}};
+                                       {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'},
+                                       {"batch-invariant", 0, 0, 'b'}, {"graphs", 1, 0, 'g'}, {0, 0, 0, 0}};
+    static const char *const graph_modes[] = {"off", "on", "ab"};
     static const char *const isas[] = {"scalar", "avx2", "avx512", "amx"};
     char err[512];
     sd_status st = SD_OK;
@@ -203,7 +220,14 @@ int main(int argc, char **argv)
         else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &n_tokens, err, sizeof err);
         else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &runs, err, sizeof err);
         else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) int8 = !strcmp(optarg, "int8");
-        else if (c == 'i' && !strcmp(optarg, "auto")) isa = -1;
+        else if (c == 'b') invariant = true;
+        else if (c == 'g') {
+            for (graphs = 2; graphs >= 0 && strcmp(optarg, graph_modes[graphs]); graphs--) continue;
+            if (graphs < 0) {
+                usage();
+                return 2;
+            }
+        } else if (c == 'i' && !strcmp(optarg, "auto")) isa = -1;
         else if (c == 'i') {
             for (isa = 3; isa >= 0 && strcmp(optarg, isas[isa]); isa--) continue;
             if (isa < 0) {
@@ -235,16 +259,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 1;
     }
-    double best = 1e30;
+    if (invariant) printf("batch-invariant            %s\n", sd_backend_set_batch_invariant(be, true) ? "yes" : "no");
+    /* best[1]: the configuration reported (graphs as asked); best[0]: eager, with --graphs ab */
+    double best[2] = {1e30, 1e30};
     for (int r = 0; r < runs; r++) {
-        double t = decode_run(m, n_tokens, err, sizeof err);
-        if (t < 0) {
-            fprintf(stderr, "specd-bench-decode: %s\n", err);
-            return 1;
+        for (int g = graphs == 2 ? 0 : 1; g < 2; g++) {
+            if (set_graphs(be, graphs == 2 ? g : graphs) != SD_OK) {
+                fprintf(stderr, "specd-bench-decode: --graphs applies to a CUDA device\n");
+                return 2;
+            }
+            double t = decode_run(m, n_tokens, err, sizeof err);
+            if (t < 0) {
+                fprintf(stderr, "specd-bench-decode: %s\n", err);
+                return 1;
+            }
+            if (t < best[g]) best[g] = t;
         }
-        if (t < best) best = t;
     }
-    report(m, be, random_cfg ? random_cfg : dir, device, int8, random_cfg != NULL, best, runs, n_tokens);
+    if (graphs == 2)
+        printf("without graphs tokens/s    %.1f  (eager, runs interleaved with the graphed ones below)\n",
+               n_tokens / best[0]);
+    report(m, be, random_cfg ? random_cfg : dir, device, int8, random_cfg != NULL, best[1], runs, n_tokens);
     sd_model_free(m);
     sd_backend_free(be);
     return 0;

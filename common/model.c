@@ -537,6 +537,30 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     return SD_OK;
 }
 
+/* The embedding and every layer of a pass of T rows, one op at a time. */
+static sd_status layers(sd_model *m, int T, int n_seqs, char *err, size_t errlen)
+{
+    m->be->ops->embed(m->be, m->s.x, &m->embed, m->s.ids, T);
+    for (int li = 0; li < m->cfg.n_layers; li++) {
+        sd_status st = layer_forward(m, li, T, n_seqs);
+        if (st != SD_OK) return sd_seterr(err, errlen, st, "layer %d: %s", li, sd_status_str(st));
+    }
+    return SD_OK;
+}
+
+/* layers(), recorded once and replayed where the backend offers it (CUDA
+ * graphs: one per model and T); a recording that fails runs eagerly. */
+static sd_status run_layers(sd_model *m, int T, int n_seqs, char *err, size_t errlen)
+{
+    const sd_backend_ops *op = m->be->ops;
+    int mode = op->graph_begin ? op->graph_begin(m->be, m, T) : SD_GRAPH_EAGER;
+    if (mode == SD_GRAPH_REPLAYED) return SD_OK;
+    sd_status st = layers(m, T, n_seqs, err, errlen);
+    if (mode != SD_GRAPH_RECORD) return st;
+    if (op->graph_end(m->be, st == SD_OK) == SD_OK) return SD_OK;
+    return layers(m, T, n_seqs, err, errlen);
+}
+
 sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
                            size_t errlen)
 {
@@ -561,11 +585,10 @@ sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, fl
     op->to_backend(be, s->slots, m->h_slots, (size_t)T * sizeof(int32_t));
     op->to_backend(be, s->cos, m->h_cos, (size_t)T * half * sizeof(float));
     op->to_backend(be, s->sin, m->h_sin, (size_t)T * half * sizeof(float));
-    op->embed(be, s->x, &m->embed, s->ids, T);
-    for (int li = 0; li < c->n_layers; li++) {
-        st = layer_forward(m, li, T, n_seqs);
-        if (st != SD_OK) return sd_seterr(err, errlen, st, "layer %d: %s", li, sd_status_str(st));
-    }
+    if (op->attn_stage && (st = op->attn_stage(be, m->aseqs, n_seqs, m->block_size)) != SD_OK)
+        return sd_seterr(err, errlen, st, "attention tables: %s", sd_status_str(st));
+    st = run_layers(m, T, n_seqs, err, errlen);
+    if (st != SD_OK) return st;
     if (n_out == 0) {
         if (op->take_error && (st = op->take_error(be)) != SD_OK)
             return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));

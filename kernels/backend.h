@@ -85,6 +85,9 @@ typedef struct sd_mm_fused {
     float *res;                /* RESIDUAL: the residual stream [T, w[0]->rows] */
 } sd_mm_fused;
 
+/* graph_begin's answers (see sd_backend_ops). */
+enum { SD_GRAPH_EAGER = 0, SD_GRAPH_RECORD = 1, SD_GRAPH_REPLAYED = 2 };
+
 typedef struct sd_backend_ops {
     const char *name;
     /* memory */
@@ -131,6 +134,21 @@ typedef struct sd_backend_ops {
      * per-row scales (an approximation, for drafters only); matmul then
      * quantises its input per row (kernels/cpu/cpu_q8.h). */
     sd_status (*quantize_q8)(sd_backend *be, sd_weight *w, char *err, size_t errlen);
+    /* Optional (NULL: every pass runs its ops one by one): recorded passes
+     * (CUDA graphs). Before the layers of a pass of T rows, graph_begin(be,
+     * owner, T) returns SD_GRAPH_REPLAYED (the layers recorded under (owner,
+     * T) ran: skip them), SD_GRAPH_RECORD (run the layers, then call
+     * graph_end) or SD_GRAPH_EAGER (run them, no graph_end). graph_end(be, ok)
+     * stops recording; when ok it runs what was recorded and keeps it, SD_OK;
+     * otherwise (or when recording failed) nothing ran and the caller runs
+     * the layers again, eagerly. A recorded op must read everything that
+     * changes between passes from backend memory filled before graph_begin
+     * (ids, slots, RoPE tables; the attention tables through attn_stage). */
+    int (*graph_begin)(sd_backend *be, const void *owner, int T);
+    sd_status (*graph_end)(sd_backend *be, bool ok);
+    /* Optional: copies the attention tables of the next pass (as attention
+     * would) so that the layers' attention calls find them in place. */
+    sd_status (*attn_stage)(sd_backend *be, const sd_attn_seq *seqs, int n_seqs, int block_size);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
     /* Returns and clears the first error recorded by an op that returns

@@ -1,39 +1,45 @@
 #!/usr/bin/env bash
 # gpu_check.sh — the whole GPU check in one command (issue "GPU bring-up").
 #
-#   scripts/gpu_check.sh pack            # here, after a build with CUDA: binaries + the non-CUDA
-#                                        # shared libraries they need into .devcarry/ (git-ignored)
+#   scripts/gpu_check.sh pack            # here, after a build with CUDA
 #   scripts/gpu_check.sh run [OUTDIR]    # on the GPU machine, from the repository root
+#   scripts/gpu_check.sh shell 'CMD'     # there: CMD with the carried programs ($BIN) and libraries
 #
 # `pack` copies the programs the check runs (build/bin, build/tests/test_cuda_backend) and
 # every shared library they link that is neither glibc, the C++ runtime nor CUDA's (a GPU
 # machine brings those; it may lack ZeroMQ, protobuf-c, jansson, Check ...) into
-# .devcarry/{bin,lib}, and prints its size: the working tree plus it must stay under the
-# device tool's 64 MiB. With the device tool: run `pack` here, then one call
+# .devcarry/carry.txz (git-ignored; compressed, since the tracked tree with the demo models is
+# ~48 MB and the device tool takes 64 MiB). With the device tool: `pack` here, then one call
 #
 #   run(command="scripts/gpu_check.sh run $OUT", carry=[".devcarry"])
 #
-# `run` (without a GPU it says so and exits 77, "skipped") writes to OUTDIR (default
-# ${OUT:-/tmp/gpu-check}): gpu.txt (nvidia-smi), one log per step and summary.txt —
-#   1. the GPU-labelled tests (test_cuda_backend: every kernel against the CPU backend);
-#   2. specd-bench-decode on the GPU: the demo target, and Qwen3-8B's shapes with random
-#      weights (bench/configs/qwen3-8b.json): decode tok/s, weight read bandwidth (compare
-#      with the device's), span cost in decode steps;
-#   3. exactness on the GPU: specd-generate greedy, plain against speculative (draft model on
-#      the GPU too), over the demo prompts, with --batch-invariant (must be equal: a failed
-#      step) and without (the fast default: prompts that differ, at near-ties, are counted);
-#   4. the same specd-generate runs on the CPU (always batch-invariant) for comparison.
-# A step that fails is recorded and the others still run; the exit status is the number of
-# failed steps (0: all passed).
+# `run` (without a GPU it says so and exits 77, "skipped") writes OUTDIR (default
+# ${OUT:-/tmp/gpu-check}): summary.txt and logs.tgz (every step's log, refreshed after each
+# step, so a call stopped at its limit still returns what finished). Each step has its own
+# time limit:
+#   1. the GPU-labelled tests (test_cuda_backend: every kernel against the CPU backend, model
+#      logits, batch invariance, graphs and fused matmuls against the eager ops);
+#   2. exactness: specd-generate greedy, plain against speculative (draft model on the GPU
+#      too), over the demo prompts, with --batch-invariant (must be equal: a failed step) and
+#      without (the fast default: prompts that differ, at near-ties, are counted);
+#   3. specd-bench-decode on the GPU: the demo target and Qwen3-8B's shapes with random
+#      weights (bench/configs/qwen3-8b.json), CUDA graphs on and off interleaved, and with
+#      --batch-invariant: decode tok/s, weight read bandwidth, span cost in decode steps;
+#   4. specd serve through specd-bench (C = 1 and 4): plain, the drafter on the GPU, the
+#      drafter on the CPU;
+#   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute).
+# SD_GPU_CHECK_DEVICE=cpu rehearses steps 2-4 on the CPU (no GPU needed). A step that fails is
+# recorded and the others still run; the exit status is the number of failed steps.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACK=$ROOT/.devcarry
-PROGS="specd-bench-decode specd-generate specd-bench-spec specd-verifier specd-drafter specd-router specd"
+PROGS="specd-bench specd-bench-decode specd-generate specd-bench-spec specd-verifier specd-drafter specd-router specd"
 
 pack() {
   local b=$ROOT/build
   [ -x "$b/tests/test_cuda_backend" ] || { echo "gpu_check: build/tests/test_cuda_backend is missing (a build with CUDA and Check)" >&2; exit 1; }
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" || exit 1
+  trap 'rm -rf "$PACK/bin" "$PACK/lib"' EXIT
   cp -p "$b/tests/test_cuda_backend" "$PACK/bin/" || exit 1
   for p in $PROGS; do cp -p "$b/bin/$p" "$PACK/bin/" || exit 1; done
   ldd "$PACK"/bin/* 2>/dev/null | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
@@ -44,45 +50,54 @@ pack() {
       *) cp -pL "$lib" "$PACK/lib/" ;;
     esac
   done
-  echo "gpu_check: packed $(ls "$PACK/bin" | wc -l) programs, $(ls "$PACK/lib" | wc -l) libraries, $(du -sh "$PACK" | cut -f1) in $PACK"
+  # compressed: the tracked tree (the demo models, ~48 MB) plus this must stay under 64 MiB
+  tar -C "$PACK" -cJf "$PACK/carry.txz" bin lib || exit 1
+  echo "gpu_check: packed $(ls "$PACK/bin" | wc -l) programs, $(ls "$PACK/lib" | wc -l) libraries:" \
+    "$(du -h "$PACK/carry.txz" | cut -f1) in $PACK/carry.txz"
 }
 
 FAILED=0
-# step NAME CMD...: runs CMD with its output in OUTDIR/NAME.log, records pass/fail in the summary
-# (with OPTIONAL=1 a failure is a NOTE, not counted).
+# step NAME SECONDS CMD...: runs CMD (killed after SECONDS) with its output in WORK/NAME.log,
+# records pass/fail in the summary (with OPTIONAL=1 a failure is a NOTE, not counted), then
+# refreshes OUTDIR/logs.tgz, so that a run stopped at the device tool's limit still returns
+# every finished step.
 step() {
-  local name=$1
-  shift
-  local t0=$SECONDS
-  if "$@" > "$OUTDIR/$name.log" 2>&1; then
-    echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$OUTDIR/summary.txt"
+  local name=$1 secs=$2
+  shift 2
+  local t0=$SECONDS rc=0
+  # through bash -c, so that CMD may be a function of this script (exported in run)
+  timeout -k 5 "$secs" bash -c '"$@"' "$name" "$@" > "$WORK/$name.log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
+    echo "PASS $name ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
   else
-    local rc=$?
-    echo "$([ -n "${OPTIONAL:-}" ] && echo NOTE || echo FAIL) $name (exit $rc, $((SECONDS - t0)) s): tail of $name.log:" |
-      tee -a "$OUTDIR/summary.txt"
-    tail -n 15 "$OUTDIR/$name.log" | sed 's/^/    /' | tee -a "$OUTDIR/summary.txt"
+    local why="exit $rc"
+    [ "$rc" = 124 ] && why="timed out after $secs s"
+    echo "$([ -n "${OPTIONAL:-}" ] && echo NOTE || echo FAIL) $name ($why, $((SECONDS - t0)) s): tail of $name.log:" |
+      tee -a "$SUMMARY"
+    tail -n 25 "$WORK/$name.log" | cut -c1-300 | sed 's/^/    /' | tee -a "$SUMMARY"
     [ -n "${OPTIONAL:-}" ] || FAILED=$((FAILED + 1))
   fi
+  cp "$SUMMARY" "$WORK/summary.txt"
+  tar -czf "$OUTDIR/logs.tgz" -C "$WORK" . 2>/dev/null
 }
 
 # exactness DEVICE [ARGS...]: greedy plain vs speculative on the demo prompts (ARGS to both),
 # every prompt equal.
 exactness() {
-  local dev=$1 n=0 same=0
+  local dev=$1 n=0 same=0 tag
   shift
+  tag=$(echo "$dev$*" | tr -c 'a-zA-Z0-9\n' '_')
   while IFS= read -r prompt; do
     n=$((n + 1))
     "$BIN/specd-generate" --model "$ROOT/models/tinycode-16m" --device "$dev" --prompt "$prompt" --max-tokens 64 \
-      --ignore-eos --json "$@" > "$OUTDIR/plain-$dev-$n.json" || return 1
+      --ignore-eos --json "$@" > "$WORK/plain-$tag-$n.json" || return 1
     "$BIN/specd-generate" --model "$ROOT/models/tinycode-16m" --draft "$ROOT/models/tinycode-3m" --device "$dev" \
-      --prompt "$prompt" --max-tokens 64 --ignore-eos --json "$@" > "$OUTDIR/spec-$dev-$n.json" || return 1
-    if python3 - "$OUTDIR/plain-$dev-$n.json" "$OUTDIR/spec-$dev-$n.json" <<'PY'
-import json, sys
+      --prompt "$prompt" --max-tokens 64 --ignore-eos --json "$@" > "$WORK/spec-$tag-$n.json" || return 1
+    if python3 -c 'import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 print("prompt tokens/s plain %.1f speculative %.1f, accepted %s of %s drafts"
       % (a["tokens_per_second"], b["tokens_per_second"], b.get("accepted_tokens"), b.get("draft_tokens")))
-sys.exit(0 if a["text"] == b["text"] else 1)
-PY
+sys.exit(0 if a["text"] == b["text"] else 1)' "$WORK/plain-$tag-$n.json" "$WORK/spec-$tag-$n.json"
     then same=$((same + 1)); else echo "prompt $n: speculative output differs from plain"; fi
   done < <(printf '%s\n' 'def fibonacci(n):' 'class Stack:' 'import os' 'def binary_search(a, x):' \
                          'def merge_sort(xs):' 'for i in range(10):')
@@ -90,37 +105,120 @@ PY
   [ "$same" = "$n" ]
 }
 
+# serve_bench DEVICE: specd serve with the verifier on DEVICE through specd-bench, one round
+# each, C = 1 and 4 (scripts/bench_ab.sh): plain, speculative with the drafter on DEVICE too,
+# speculative with the drafter on the CPU.
+serve_bench() {
+  local dev=$1 c
+  for c in 1 4; do
+    echo "== C = $c"
+    SD_BENCH_BIN=$BIN SD_BENCH_OUT=$WORK/serve-c$c "$ROOT/scripts/bench_ab.sh" 1 "$c" 0 16 \
+      "--device $dev --no-spec" "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m" \
+      "--device $dev --draft-device cpu --draft $ROOT/models/tinycode-3m" || return 1
+  done
+}
+
+# A curl stand-in (python3) for a machine without curl: the benchmark scripts' two uses.
+curl_shim() {
+  mkdir -p "$1"
+  cat > "$1/curl" <<'PY'
+#!/usr/bin/env python3
+import sys, urllib.request, urllib.error
+a = sys.argv[1:]; url = [x for x in a if x.startswith("http")][-1]
+out = a[a.index("-o") + 1] if "-o" in a else None
+try:
+    r = urllib.request.urlopen(url, timeout=5); code, body = r.status, r.read()
+except urllib.error.HTTPError as e:
+    code, body = e.code, e.read()
+except Exception:
+    code, body = 0, b""
+if out != "/dev/null": sys.stdout.buffer.write(body)
+if "-w" in a: sys.stdout.write(str(code))
+PY
+  chmod +x "$1/curl"
+  PATH=$1:$PATH
+}
+
+# run [OUTDIR]: the check on a GPU. SD_GPU_CHECK_DEVICE=cpu rehearses the steps that need no
+# GPU on the CPU (no GPU test, no 8B model), to try this script without a device.
+# setup: the carried programs unpacked, BIN and LD_LIBRARY_PATH set (CUDA's libraries found).
+# A CPU rehearsal takes the programs of this build (SD_BIN, default build/bin).
+setup() {
+  if [ "${SD_GPU_CHECK_DEVICE:-}" = cpu ]; then
+    BIN=${SD_BIN:-$ROOT/build/bin}
+  else
+    [ -f "$PACK/carry.txz" ] && [ ! -d "$PACK/bin" ] && tar -C "$PACK" -xJf "$PACK/carry.txz"
+    [ -d "$PACK/bin" ] && BIN=$PACK/bin || BIN=$ROOT/build/bin
+  fi
+  local d libs=$PACK/lib
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && libs=$libs:$d
+  done
+  export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if ldd "$BIN/specd-generate" | grep -q "not found"; then # CUDA's libraries elsewhere (the Python wheels)
+    for d in $(find / -xdev -name 'libcublas.so.*' -printf '%h\n' 2>/dev/null | sort -u); do
+      LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+    done
+  fi
+  curl --version > /dev/null 2>&1 || curl_shim "$PACK/shim" # none, or one the carried libraries break
+  export BIN ROOT PATH
+}
+
 run() {
   OUTDIR=${1:-${OUT:-/tmp/gpu-check}}
   mkdir -p "$OUTDIR" || exit 1
-  : > "$OUTDIR/summary.txt"
-  if ! nvidia-smi > "$OUTDIR/gpu.txt" 2>&1; then
-    echo "gpu_check: no GPU here (nvidia-smi failed): skipped" | tee -a "$OUTDIR/summary.txt"
+  WORK=$(mktemp -d) || exit 1
+  SUMMARY=$OUTDIR/summary.txt
+  : > "$SUMMARY"
+  local dev=${SD_GPU_CHECK_DEVICE:-cuda:0}
+  if [ "$dev" != cpu ] && ! nvidia-smi > "$WORK/gpu.txt" 2>&1; then
+    echo "gpu_check: no GPU here (nvidia-smi failed): skipped" | tee -a "$SUMMARY"
     exit 77
   fi
-  [ -d "$PACK/bin" ] && BIN=$PACK/bin || BIN=$ROOT/build/bin
-  export LD_LIBRARY_PATH=$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export SD_FIXTURES=$ROOT/tests/fixtures SD_MODELS=$ROOT/models SD_BIN=$BIN CK_DEFAULT_TIMEOUT=600
+  setup
+  { echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldd "$BIN/specd-generate"; nproc; free -g; } > "$WORK/env.txt" 2>&1
+  export -f exactness serve_bench
+  export WORK
+  export SD_FIXTURES=$ROOT/tests/fixtures SD_MODELS=$ROOT/models SD_BIN=$BIN
+  export CK_DEFAULT_TIMEOUT=600
   local tcb=$BIN/test_cuda_backend
   [ -x "$tcb" ] || tcb=$ROOT/build/tests/test_cuda_backend
-  echo "gpu_check: $(head -n 12 "$OUTDIR/gpu.txt" | grep -m1 -E 'H100|H200|NVIDIA' | sed 's/  */ /g')" | tee -a "$OUTDIR/summary.txt"
-  step gpu_tests "$tcb"
-  step decode_demo "$BIN/specd-bench-decode" --device cuda:0 --model "$ROOT/models/tinycode-16m" --runs 3
-  step decode_qwen3_8b "$BIN/specd-bench-decode" --device cuda:0 --random-weights "$ROOT/bench/configs/qwen3-8b.json" \
-    --tokens 64 --runs 3
-  step exact_gpu_invariant exactness cuda:0 --batch-invariant
-  OPTIONAL=1 step exact_gpu_fast exactness cuda:0 # the fast default: differences counted, not failed
-  step exact_cpu exactness cpu
-  for f in decode_demo decode_qwen3_8b; do
-    grep -E "decode tokens/s|weight read bandwidth|^ +(2|6|8|16) " "$OUTDIR/$f.log" | sed "s/^/    $f: /" >> "$OUTDIR/summary.txt"
-  done
-  grep -h "equal" "$OUTDIR"/exact_*.log | sed 's/^/    /' >> "$OUTDIR/summary.txt"
-  echo "gpu_check: $FAILED step(s) failed; summary in $OUTDIR/summary.txt" | tee -a "$OUTDIR/summary.txt"
+  local gpu=$dev
+  [ "$dev" = cpu ] || gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)
+  echo "gpu_check: $gpu, git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)" | tee -a "$SUMMARY"
+  [ "$dev" = cpu ] || step gpu_tests 200 "$tcb"
+  step exact_invariant 120 exactness "$dev" --batch-invariant
+  OPTIONAL=1 step exact_fast 90 exactness "$dev" # the fast default: differences counted, not failed
+  local ab=(--graphs ab)
+  [ "$dev" = cpu ] && ab=()
+  step decode_demo 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" --runs 3 "${ab[@]}"
+  step decode_demo_inv 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" --runs 3 \
+    --batch-invariant
+  step serve_demo 200 serve_bench "$dev"
+  if [ "$dev" != cpu ]; then
+    step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" \
+      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 "${ab[@]}"
+    step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" \
+      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --batch-invariant
+    OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
+  fi
+  {
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv; do
+      [ -f "$WORK/$f.log" ] &&
+        grep -E "tokens/s|weight read bandwidth|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
+    done
+    grep -h "equal" "$WORK"/exact_*.log | sed 's/^/    /'
+    grep -h "^c[0-9] \[" "$WORK/serve_demo.log" 2>/dev/null | cut -c1-160 | sed 's/^/    serve: /'
+    echo "gpu_check: $FAILED step(s) failed; logs of every step in $OUTDIR/logs.tgz"
+  } | tee -a "$SUMMARY"
+  cp "$SUMMARY" "$WORK/summary.txt"
+  tar -czf "$OUTDIR/logs.tgz" -C "$WORK" . 2>/dev/null
   exit "$FAILED"
 }
 
 case ${1:-} in
   pack) pack ;;
+  shell) shift; setup; bash -c "$*" ;; # any command with the carried programs ($BIN) and libraries
   run) shift; run "$@" ;;
-  *) sed -n 2,27p "$0" >&2; exit 2 ;;
+  *) sed -n "2,/^set -u/p" "$0" | grep "^#" >&2; exit 2 ;;
 esac

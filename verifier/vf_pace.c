@@ -52,15 +52,21 @@ double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows)
     return sd_cost_forward_ms(p->cost, rows, 0) + sd_cost_accept_ms(p->cost, rows, 0);
 }
 
-double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k)
+double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k,
+                              double e_span)
 {
-    if (n_waiting <= 0 || k <= 0 || !p->n_yield) return 0;
-    double e = sd_vf_pace_expected(p);
+    if (n_waiting <= 0 || k <= 0) return 0;
+    double e = p->n_yield ? sd_vf_pace_expected(p) : e_span > 1 ? e_span : 1;
     double t_with = sd_vf_pace_step_ms(p, rows_ready + n_waiting * (k + 1));
     double t_without = sd_vf_pace_step_ms(p, rows_ready + n_waiting);
     if (t_with <= 0 || t_without <= 0) return 0;
     double e_with = e_ready + n_waiting * e, e_without = e_ready + n_waiting;
-    double budget = t_without - e_without * t_with / e_with;
+    /* a drafter quicker than a plain step delivers during it: not waiting costs the shorter step's rate
+     * only; a slower one (its own time per span, not the latency, which a hiccup inflates) loses its
+     * span unless waited for: wait while the step with drafts, the wait included, commits at a plain
+     * step's rate or better */
+    bool slow = p->n_draft && p->draft_ms > t_without;
+    double budget = slow ? e_with * t_without / e_without - t_with : t_without - e_without * t_with / e_with;
     return budget > 0 ? budget : 0;
 }
 

@@ -14,6 +14,19 @@
  *     budget = t_without − E_without · t_with / E_with
  *
  * and only when the measured latency of the drafter's spans is below it.
+ * That holds while the drafter is quicker than a plain step (its own time
+ * per span, as the spans report it). A slower one's
+ * span comes after the plain step has moved the state on, and is lost (the
+ * drafter drafts again for the new state): then not waiting costs every
+ * span, and the verifier waits while the step with drafts, the wait
+ * included, commits at least at the plain step's rate:
+ *
+ *     budget = E_with · t_without / E_without − t_with
+ *
+ * (measured on a GPU, where a small drafter is launch-bound and drafts a
+ * span in longer than the verifier's plain step: never waiting there used
+ * no span at all). Before any step with drafts has measured E_with, the
+ * requests' acceptance estimates stand in for it.
  * t(rows) is the verifier's measured step cost (spec_model.h, shared with
  * the scheduler); E counts committed tokens: a request with a span expects
  * its measured tokens per step with drafts, one without. A wait that runs
@@ -75,9 +88,11 @@ double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows);
 /* The longest wait that pays for one step: rows_ready rows and e_ready
  * expected tokens come from the requests that are ready (spans, prefills,
  * requests without drafts), n_waiting requests lack their span and would
- * verify k drafts with it. 0 when waiting cannot pay or the measurements
- * are missing. */
-double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k);
+ * verify k drafts with it, committing e_span tokens each by their acceptance
+ * estimates (used until a step with drafts measured the yield). 0 when
+ * waiting cannot pay or the step cost is not measured yet. */
+double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k,
+                              double e_span);
 
 /* Expected committed tokens of a request-step with drafts (>= 1). */
 double sd_vf_pace_expected(const sd_vf_pace *p);

@@ -19,6 +19,9 @@
  * process gets a working one (cuda_lost). */
 static volatile int g_cuda_lost;
 
+/* Set while this thread records a graph (graph_begin .. graph_end). */
+static __thread int t_recording;
+
 /* After a failed CUDA call: a non-sticky error (a bad argument, an
  * allocation) is cleared and the device works on; a sticky one (an illegal
  * address, a kernel fault, an uncorrectable ECC error) fails every later
@@ -26,6 +29,7 @@ static volatile int g_cuda_lost;
 static void probe_lost(void)
 {
     (void)cudaGetLastError();
+    if (t_recording) return; /* nothing ran: the error belongs to the recording, which graph_end drops */
     if (cudaDeviceSynchronize() != cudaSuccess) g_cuda_lost = 1;
 }
 
@@ -53,6 +57,22 @@ static void probe_lost(void)
 /* Elements converted per staging round at upload. */
 #define UPLOAD_CHUNK ((size_t)1 << 22)
 
+/* Recorded passes: at most GRAPH_MAX (owner, T) pairs, T <= GRAPH_MAX_T (decode
+ * and verify steps; a long prefill chunk gains nothing from a graph). A pair is
+ * recorded the second time it is seen, so that the buffers its ops grow have
+ * grown in the first, eager pass. */
+#define GRAPH_MAX 96
+#define GRAPH_MAX_T 256
+#define GRAPH_RECORD_AT 2
+#define CUBLAS_WORKSPACE ((size_t)32 << 20) /* cuBLAS's advice for Hopper; set, so recording allocates nothing */
+
+typedef struct graph_entry {
+    const void *owner; /* the model (one backend may run a target and a drafter) */
+    int T;
+    int seen;          /* passes seen; -1: recording failed, always eager */
+    cudaGraphExec_t exec;
+} graph_entry;
+
 typedef struct cuda_impl {
     int device;
     cudaStream_t stream;
@@ -69,6 +89,11 @@ typedef struct cuda_impl {
     size_t last_len;     /* elements of h_last (0: meta holds nothing) */
     int32_t *amax;       /* device [amax_cap] argmax results */
     size_t amax_cap;
+    void *blas_ws;       /* device [CUBLAS_WORKSPACE] */
+    int graphs_on;       /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
+    graph_entry graphs[GRAPH_MAX];
+    int n_graphs;
+    graph_entry *rec;    /* being recorded */
 } cuda_impl;
 
 static const sd_backend_ops cuda_ops;
@@ -86,10 +111,19 @@ static void note(cuda_impl *im, sd_status st)
     if (st != SD_OK && im->error == SD_OK) im->error = st;
 }
 
+/* Forgets every recorded pass: device buffers they use were freed or moved. */
+static void drop_graphs(cuda_impl *im)
+{
+    for (int i = 0; i < im->n_graphs; i++)
+        if (im->graphs[i].exec) cudaGraphExecDestroy(im->graphs[i].exec);
+    im->n_graphs = 0;
+}
+
 /* Grows a device buffer to hold `need` bytes (contents not kept). */
 static sd_status grow_dev(cuda_impl *im, void **p, size_t *cap, size_t need)
 {
     if (need <= *cap) return SD_OK;
+    drop_graphs(im);
     SD_CUDA_CHECK(cudaStreamSynchronize(im->stream)); /* the old buffer may be in use */
     SD_CUDA_CHECK(cudaFree(*p));
     *p = NULL;
@@ -106,6 +140,7 @@ static void *cuda_alloc(sd_backend *be, size_t bytes)
 {
     cuda_impl *im = cu(be);
     void *p = NULL;
+    drop_graphs(im); /* a buffer that moves (the model's scratch grows) leaves them stale */
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream);
     if (e != cudaSuccess) {
@@ -119,7 +154,7 @@ static void *cuda_alloc(sd_backend *be, size_t bytes)
 static void cuda_free(sd_backend *be, void *p)
 {
     if (!p) return;
-    cu(be);
+    drop_graphs(cu(be));
     cudaFree(p); /* synchronises the device */
 }
 
@@ -227,44 +262,84 @@ static void cuda_to_host(sd_backend *be, void *dst, const void *src, size_t byte
 
 /* ------------------------------------------------------------- matmul */
 
-/* cuBLAS sees row-major y[T, N] as column-major y^T [N, T]:
- * y^T = W · x^T with W row-major [N, K] = column-major [K, N] transposed. */
-static sd_status matmul_cublas(cuda_impl *im, float *y, const float *x, const sd_weight *w, const float *bias,
-                               int T, int bf16)
+/* x[T, K] as bf16 in im->xbf, for the cuBLAS matmuls that read it. */
+static sd_status x_to_bf16(cuda_impl *im, const float *x, int T, int K)
 {
-    int N = w->rows, K = w->cols;
     size_t n = (size_t)T * K;
     sd_status st = grow_dev(im, (void **)&im->xbf, &im->xbf_cap, n * sizeof(uint16_t));
     if (st != SD_OK) return st;
     SD_CUDA_CHECK(sd_cu_f32_to_bf16(im->stream, im->xbf, x, n));
+    return SD_OK;
+}
+
+/* y = xbf · W^T with cuBLAS, then the epilogue (bias, rounding, res += y).
+ * cuBLAS sees row-major y[T, N] as column-major y^T [N, T]:
+ * y^T = W · x^T with W row-major [N, K] = column-major [K, N] transposed. */
+static sd_status gemm_cublas(cuda_impl *im, float *y, const sd_weight *w, const float *bias, float *res, int T,
+                             int bf16)
+{
+    int N = w->rows, K = w->cols;
     const float one = 1.0f, zero = 0.0f;
     SD_CUBLAS_CHECK(cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w->data, CUDA_R_16BF, K,
                                  im->xbf, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
-    if (bias || bf16) SD_CUDA_CHECK(sd_cu_bias_round(im->stream, y, bias, T, N, bf16));
+    if (bias || bf16 || res) SD_CUDA_CHECK(sd_cu_bias_round(im->stream, y, bias, res, T, N, bf16));
     return SD_OK;
+}
+
+/* The batch-invariant matmul (own kernel), then res += y when res is given. */
+static sd_status gemm_invariant(cuda_impl *im, float *y, const float *x, const sd_weight *w, const float *bias,
+                                float *res, int T, int bf16)
+{
+    SD_CUDA_CHECK(sd_cu_gemm_bf16(im->stream, y, x, w->data, bias, T, w->rows, w->cols, bf16));
+    if (res) SD_CUDA_CHECK(sd_cu_add(im->stream, res, y, (size_t)T * w->rows, bf16));
+    return SD_OK;
+}
+
+static bool uploaded(cuda_impl *im, const sd_weight *w)
+{
+    if (w->dtype == SD_DTYPE_BF16) return true;
+    fprintf(stderr, "%s:%d: matmul: weight not uploaded by the CUDA backend\n", __FILE__, __LINE__);
+    note(im, SD_ERR_ARG);
+    return false;
 }
 
 static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
                         int bf16)
 {
     cuda_impl *im = cu(be);
-    if (T <= 0) return;
-    if (w->dtype != SD_DTYPE_BF16) {
-        fprintf(stderr, "%s:%d: matmul: weight not uploaded by the CUDA backend\n", __FILE__, __LINE__);
-        note(im, SD_ERR_ARG);
-        return;
-    }
+    if (T <= 0 || !uploaded(im, w)) return;
     const float *b = bias ? bias->data : NULL;
-    if (im->batch_invariant) {
-        cudaError_t e = sd_cu_gemm_bf16(im->stream, y, x, w->data, b, T, w->rows, w->cols, bf16);
-        if (e != cudaSuccess) {
-            fprintf(stderr, "%s:%d: gemm: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
-            note(im, SD_ERR_DEVICE);
-        }
-        return;
+    sd_status st;
+    if (im->batch_invariant) st = gemm_invariant(im, y, x, w, b, NULL, T, bf16);
+    else if ((st = x_to_bf16(im, x, T, w->cols)) == SD_OK) st = gemm_cublas(im, y, w, b, NULL, T, bf16);
+    note(im, st);
+}
+
+/* A fused group (backend.h): x converted to bf16 once for all its matmuls,
+ * the residual add in the matmul's epilogue; the same arithmetic as the
+ * composed ops, so the same bits. */
+static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16)
+{
+    cuda_impl *im = cu(be);
+    if (T <= 0) return;
+    for (int i = 0; i < f->n; i++)
+        if (!uploaded(im, f->w[i])) return;
+    float *res = f->kind == SD_MM_RESIDUAL ? f->res : NULL;
+    sd_status st = im->batch_invariant ? SD_OK : x_to_bf16(im, x, T, f->w[0]->cols);
+    for (int i = 0; i < f->n && st == SD_OK; i++) {
+        const float *b = f->bias[i] ? f->bias[i]->data : NULL;
+        st = im->batch_invariant ? gemm_invariant(im, f->y[i], x, f->w[i], b, res, T, bf16)
+                                 : gemm_cublas(im, f->y[i], f->w[i], b, res, T, bf16);
     }
-    note(im, matmul_cublas(im, y, x, w, b, T, bf16));
+    if (st == SD_OK && f->kind == SD_MM_SWIGLU) {
+        cudaError_t e = sd_cu_silu_mul(im->stream, f->y[0], f->y[0], f->y[1], (size_t)T * f->w[0]->rows, bf16);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "%s:%d: silu_mul: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
+            st = SD_ERR_DEVICE;
+        }
+    }
+    note(im, st);
 }
 
 /* ------------------------------------------------------ elementwise ops */
@@ -347,22 +422,18 @@ static sd_status stage_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, 
     return SD_OK;
 }
 
-static sd_status cuda_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
-                                const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *sh)
+/* Puts the tables of seqs (T rows) in im->meta. Every layer of a forward
+ * pass sends the same tables: they are copied only when they changed (so
+ * never while recording, after attn_stage). */
+static sd_status put_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, int T, int bs)
 {
-    cuda_impl *im = cu(be);
-    int T = 0;
-    for (int s = 0; s < n_seqs; s++) T += seqs[s].n;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].n < 0 || seqs[s].pos0 < 0 || seqs[s].row0 < 0 || seqs[s].row0 + seqs[s].n > T) return SD_ERR_ARG;
-    if (sh->head_dim <= 0 || sh->head_dim > SD_CU_MAX_HEAD_DIM || sh->n_kv_heads <= 0 || sh->block_size <= 0 ||
-        sh->n_heads % sh->n_kv_heads != 0)
-        return SD_ERR_ARG;
+    if (bs <= 0) return SD_ERR_ARG;
     if (T == 0) return SD_OK;
     size_t len = 0;
-    sd_status st = stage_meta(im, seqs, n_seqs, T, sh->block_size, &len);
+    sd_status st = stage_meta(im, seqs, n_seqs, T, bs, &len);
     if (st != SD_OK) return st;
-    /* Every layer of a forward pass sends the same tables: copy only on change. */
     if (len != im->last_len || memcmp(im->h_meta, im->h_last, len * sizeof(int32_t)) != 0) {
         im->last_len = 0;
         st = grow_dev(im, (void **)&im->meta, &im->meta_cap, len * sizeof(int32_t));
@@ -375,8 +446,104 @@ static sd_status cuda_attention(sd_backend *be, float *out, const float *q, cons
         im->h_meta = t;
         im->last_len = len;
     }
+    return SD_OK;
+}
+
+static int rows_of(const sd_attn_seq *seqs, int n_seqs)
+{
+    int T = 0;
+    for (int s = 0; s < n_seqs; s++) T += seqs[s].n;
+    return T;
+}
+
+static sd_status cuda_attn_stage(sd_backend *be, const sd_attn_seq *seqs, int n_seqs, int block_size)
+{
+    return put_meta(cu(be), seqs, n_seqs, rows_of(seqs, n_seqs), block_size);
+}
+
+static sd_status cuda_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
+                                const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *sh)
+{
+    cuda_impl *im = cu(be);
+    int T = rows_of(seqs, n_seqs);
+    if (sh->head_dim <= 0 || sh->head_dim > SD_CU_MAX_HEAD_DIM || sh->n_kv_heads <= 0 ||
+        sh->n_heads % sh->n_kv_heads != 0)
+        return SD_ERR_ARG;
+    sd_status st = put_meta(im, seqs, n_seqs, T, sh->block_size);
+    if (st != SD_OK || T == 0) return st;
     SD_CUDA_CHECK(sd_cu_attention(im->stream, out, q, kv->k, kv->v, im->meta, T, sh->n_heads, sh->n_kv_heads,
                                   sh->head_dim, sh->block_size, sh->scale, sh->bf16));
+    return SD_OK;
+}
+
+/* --------------------------------------------------------------- graphs */
+
+static graph_entry *find_graph(cuda_impl *im, const void *owner, int T)
+{
+    for (int i = 0; i < im->n_graphs; i++)
+        if (im->graphs[i].owner == owner && im->graphs[i].T == T) return &im->graphs[i];
+    if (im->n_graphs == GRAPH_MAX) return NULL;
+    graph_entry *g = &im->graphs[im->n_graphs++];
+    *g = (graph_entry){owner, T, 0, NULL};
+    return g;
+}
+
+static int cuda_graph_begin(sd_backend *be, const void *owner, int T)
+{
+    cuda_impl *im = cu(be);
+    if (!im->graphs_on || T <= 0 || T > GRAPH_MAX_T || t_recording) return SD_GRAPH_EAGER;
+    graph_entry *g = find_graph(im, owner, T);
+    if (!g || g->seen < 0) return SD_GRAPH_EAGER;
+    if (g->exec) {
+        cudaError_t e = cudaGraphLaunch(g->exec, im->stream);
+        if (e == cudaSuccess) return SD_GRAPH_REPLAYED;
+        fprintf(stderr, "%s:%d: graph launch (T=%d): %s; eager from now on\n", __FILE__, __LINE__, T,
+                cudaGetErrorString(e));
+        probe_lost();
+        cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        g->seen = -1;
+        return SD_GRAPH_EAGER;
+    }
+    if (++g->seen < GRAPH_RECORD_AT) return SD_GRAPH_EAGER;
+    if (cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        g->seen = -1;
+        return SD_GRAPH_EAGER;
+    }
+    t_recording = 1;
+    im->rec = g;
+    return SD_GRAPH_RECORD;
+}
+
+static sd_status cuda_graph_end(sd_backend *be, bool ok)
+{
+    cuda_impl *im = cu(be);
+    graph_entry *g = im->rec;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(im->stream, &graph);
+    t_recording = 0;
+    im->rec = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (ok && e == cudaSuccess && graph && im->error == SD_OK) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (!exec) {
+        /* nothing ran: errors recorded meanwhile belong to the recording */
+        (void)cudaGetLastError();
+        im->error = SD_OK;
+        if (g) g->seen = -1;
+        return SD_ERR_DEVICE;
+    }
+    e = cudaGraphLaunch(exec, im->stream);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s:%d: graph launch: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
+        probe_lost();
+        cudaGraphExecDestroy(exec);
+        if (g) g->seen = -1;
+        return SD_ERR_DEVICE;
+    }
+    if (g) g->exec = exec;
+    else cudaGraphExecDestroy(exec);
     return SD_OK;
 }
 
@@ -386,6 +553,8 @@ static void cuda_destroy(sd_backend *be)
 {
     cuda_impl *im = cu(be);
     if (im->stream) cudaStreamSynchronize(im->stream);
+    drop_graphs(im);
+    cudaFree(im->blas_ws);
     cudaFree(im->xbf);
     cudaFree(im->meta);
     cudaFree(im->amax);
@@ -412,6 +581,7 @@ static const sd_backend_ops cuda_ops = {
     .to_backend = cuda_to_backend,
     .to_host = cuda_to_host,
     .matmul = cuda_matmul,
+    .matmul_fused = cuda_matmul_fused,
     .rmsnorm = cuda_rmsnorm,
     .embed = cuda_embed,
     .rope = cuda_rope,
@@ -419,6 +589,9 @@ static const sd_backend_ops cuda_ops = {
     .attention = cuda_attention,
     .silu_mul = cuda_silu_mul,
     .add = cuda_add,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .attn_stage = cuda_attn_stage,
     .sync = cuda_sync,
     .take_error = sd_cuda_take_error,
     .lost = cuda_lost,
@@ -442,11 +615,18 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess)
         return sd_seterr(err, errlen, SD_ERR_DEVICE, "CUDA device %d: %s", im->device, cudaGetErrorString(e));
+    e = cudaMalloc(&im->blas_ws, CUBLAS_WORKSPACE);
+    if (e != cudaSuccess)
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "CUDA device %d: cuBLAS workspace: %s", im->device,
+                         cudaGetErrorString(e));
     cublasStatus_t s = cublasCreate(&im->blas);
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(im->blas, im->stream);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetWorkspace(im->blas, im->blas_ws, CUBLAS_WORKSPACE);
     if (s != CUBLAS_STATUS_SUCCESS)
         return sd_seterr(err, errlen, SD_ERR_DEVICE, "cuBLAS on device %d: %s", im->device,
                          cublasGetStatusString(s));
+    const char *g = getenv("SD_CUDA_GRAPHS");
+    im->graphs_on = !(g && strcmp(g, "0") == 0);
     return SD_OK;
 }
 
@@ -484,8 +664,28 @@ int sd_backend_is_cuda(const sd_backend *be)
 sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on)
 {
     if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
-    ((cuda_impl *)be->impl)->batch_invariant = on != 0;
+    cuda_impl *im = cu(be);
+    if (im->batch_invariant != (on != 0)) drop_graphs(im);
+    im->batch_invariant = on != 0;
     return SD_OK;
+}
+
+sd_status sd_cuda_set_graphs(sd_backend *be, int on)
+{
+    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
+    cuda_impl *im = cu(be);
+    drop_graphs(im);
+    im->graphs_on = on != 0;
+    return SD_OK;
+}
+
+int sd_cuda_graph_count(sd_backend *be)
+{
+    if (!sd_backend_is_cuda(be)) return 0;
+    cuda_impl *im = be->impl;
+    int n = 0;
+    for (int i = 0; i < im->n_graphs; i++) n += im->graphs[i].exec != NULL;
+    return n;
 }
 
 sd_status sd_cuda_take_error(sd_backend *be)

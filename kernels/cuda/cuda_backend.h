@@ -48,6 +48,18 @@ int sd_backend_is_cuda(const sd_backend *be);
  * batch-invariant kernel. SD_ERR_ARG when be is not a CUDA backend. */
 sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on);
 
+/* Recorded passes (CUDA graphs, default on; the environment variable
+ * SD_CUDA_GRAPHS=0 starts a backend with them off): the layers of a forward
+ * pass of T <= 256 rows are recorded the second time a model runs a pass of
+ * T rows, and replayed from then on: one launch instead of ~30 per layer.
+ * The same kernels run with the same arguments, so results are bit-identical
+ * to the eager pass. Any device buffer freed or moved drops every recording.
+ * SD_ERR_ARG when be is not a CUDA backend. */
+sd_status sd_cuda_set_graphs(sd_backend *be, int on);
+
+/* Number of recorded passes held (tests, statistics); 0 for other backends. */
+int sd_cuda_graph_count(sd_backend *be);
+
 /* Returns the first error recorded by a void op (matmul, rmsnorm, copies,
  * ...) since the last call, and clears it; SD_OK when none. */
 sd_status sd_cuda_take_error(sd_backend *be);

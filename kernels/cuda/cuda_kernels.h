@@ -23,8 +23,10 @@ extern "C" {
 cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, const float *src, size_t n);
 
 /* y[T, N] = y + bias[N] (bias may be NULL), rounded to bf16 when bf16:
- * the epilogue of the cuBLAS matmul. */
-cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, int T, int N, int bf16);
+ * the epilogue of the cuBLAS matmul; then, when res is not NULL,
+ * res[T, N] += y, rounded likewise (the add op fused). */
+cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, float *res, int T, int N,
+                             int bf16);
 
 /* Deterministic GEMM: y[T, N] = x[T, K] · W[N, K]^T (+ bias[N]), W bf16.
  * Each output element is reduced in one fixed order that depends on K

@@ -4,7 +4,8 @@
 # without a checkpoint, reports the same weight bytes per token as the
 # checkpoint of that config, names its weights "random", prints the span
 # table; a config that cannot be read gives a message and exit 1, an
-# unknown --device exit 2.
+# unknown --device exit 2, --graphs on the CPU exit 2; --batch-invariant says
+# the CPU is.
 set -euo pipefail
 BIN=${SD_BIN:-build/bin}
 MOD=${SD_MODELS:-models}
@@ -34,4 +35,14 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "unknown device 'tpu'" "$tmp/e.txt" || fail "bad --device: exit $rc, $(cat "$tmp/e.txt")"
+# --graphs is CUDA's (exit 2 with a message elsewhere); --batch-invariant says what it got
+set +e
+"$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --graphs ab --tokens 8 --runs 1 > /dev/null 2> "$tmp/e.txt"
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "graphs applies to a CUDA device" "$tmp/e.txt" ||
+  fail "--graphs ab on the CPU: exit $rc, $(cat "$tmp/e.txt")"
+"$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --batch-invariant --threads 1 --tokens 8 --runs 1 \
+  > "$tmp/i.txt" || fail "--batch-invariant: exit $?"
+grep -q "^batch-invariant *yes" "$tmp/i.txt" || fail "--batch-invariant: $(head -3 "$tmp/i.txt")"
 echo "PASS test_bench_decode_cli"

@@ -1,6 +1,7 @@
 /* test_vf_pace.c — the pipelined verifier's wait decision (vf_pace.c):
- * step-time estimates by batch rows (from the shared sd_cost), the wait budget of vf_pace.h's formula
- * on numbers worked by hand, the latency estimate (the drafter's time until a
+ * step-time estimates by batch rows (from the shared sd_cost), the wait budget of vf_pace.h's
+ * formulas (a drafter quicker and slower than a plain step) on numbers worked by hand, the
+ * latency estimate (the drafter's time until a
  * wait measures the latency itself, never discounted between waits), and
  * that a timeout stops further waits but for a probe every
  * SD_VF_PACE_PROBE-th time. */
@@ -39,18 +40,49 @@ START_TEST(wait_budget)
     measured_cost(&c);
     sd_vf_pace p;
     sd_vf_pace_init(&p, &c);
-    ck_assert(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6) == 0); /* no yield measured yet */
+    /* no yield measured yet: the acceptance estimates' expectation stands in */
+    ck_assert(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0) == 0);
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 4.0), 0.6, 0.01);
     sd_vf_pace_yield(&p, 4);
     ck_assert_double_eq_tol(sd_vf_pace_expected(&p), 4.0, 1e-9);
-    /* alone: t_plain - t_spec / e = 1.0 - 1.6 / 4 */
-    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6), 0.6, 0.01);
+    /* alone: t_plain - t_spec / e = 1.0 - 1.6 / 4 (the measured yield, not the estimate, counts now) */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 0.6, 0.01);
     /* beside a ready request (7 rows, 4 tokens): t_without = t(8) = 1.7, t_with = t(14) = 2.3,
      * E_without = 5, E_with = 8: 1.7 - 5 * 2.3 / 8 */
-    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 7, 4, 1, 6), 1.7 - 5 * 2.3 / 8, 0.02);
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 7, 4, 1, 6, 1.0), 1.7 - 5 * 2.3 / 8, 0.02);
     /* drafts that commit little never pay a wait */
     sd_vf_pace q = p;
     for (int i = 0; i < 200; i++) sd_vf_pace_yield(&q, 1);
-    ck_assert(sd_vf_pace_wait_budget(&q, 0, 0, 1, 6) == 0);
+    ck_assert(sd_vf_pace_wait_budget(&q, 0, 0, 1, 6, 4.0) == 0);
+}
+END_TEST
+
+/* A drafter slower than a plain step (a launch-bound drafter on a GPU): its
+ * span comes after the plain step has moved on, so the budget is the wait
+ * after which the step with drafts commits no faster than a plain one:
+ * E_with * t_without / E_without - t_with; and such a wait is made. */
+START_TEST(slow_drafter_budget)
+{
+    sd_cost c;
+    measured_cost(&c);
+    sd_vf_pace p;
+    sd_vf_pace_init(&p, &c);
+    sd_vf_pace_yield(&p, 4);
+    sd_vf_pace_span(&p, 2.0); /* 2 ms per span, a plain step takes 1 ms */
+    /* alone: 4 * 1.0 / 1 - 1.6 */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 2.4, 0.02);
+    ck_assert(sd_vf_pace_should_wait(&p, sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0)));
+    /* beside a ready request: E_with 8, E_without 5, t_without 1.7, t_with 2.3 */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 7, 4, 1, 6, 1.0), 8 * 1.7 / 5 - 2.3, 0.03);
+    /* a drafter that slow next to drafts that commit little: still no wait */
+    for (int i = 0; i < 400; i++) sd_vf_pace_yield(&p, 1);
+    ck_assert(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 4.0) < 0.5);
+    /* measured waits that come in longer than the budget stop the waits (but for probes) */
+    sd_vf_pace r;
+    sd_vf_pace_init(&r, &c);
+    sd_vf_pace_yield(&r, 4);
+    for (int i = 0; i < 10; i++) sd_vf_pace_waited(&r, 3.0, 2.0);
+    ck_assert(!sd_vf_pace_should_wait(&r, sd_vf_pace_wait_budget(&r, 0, 0, 1, 6, 1.0)));
 }
 END_TEST
 
@@ -91,6 +123,7 @@ int main(void)
     TCase *tc = tcase_create("pace");
     tcase_add_test(tc, step_time_by_rows);
     tcase_add_test(tc, wait_budget);
+    tcase_add_test(tc, slow_drafter_budget);
     tcase_add_test(tc, latency_and_timeouts);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

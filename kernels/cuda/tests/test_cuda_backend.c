@@ -153,11 +153,67 @@ START_TEST(matmul_vs_cpu)
 }
 END_TEST
 
+/* matmul_fused (x converted once, the residual add in the epilogue) gives
+ * the bits of the composed matmul / add / silu_mul ops, for every kind, with
+ * cuBLAS and with the batch-invariant kernel. */
+START_TEST(matmul_fused_is_composed)
+{
+    const int T = 5, K = 96, N = 130;
+    wpair w[3], b;
+    for (int i = 0; i < 3; i++) make_weight(&w[i], N, K, 1, (uint32_t)(11 + i), 0.1f, 0.0f);
+    make_weight(&b, 1, N, 0, 5u, 0.5f, 0.0f);
+    float *x = rand_vec((size_t)T * K, 3u, 1.0f, 1), *r0 = rand_vec((size_t)T * N, 4u, 1.0f, 1);
+    size_t n = (size_t)T * N;
+    for (int inv = 0; inv < 2; inv++)
+        for (int kind = 0; kind < 3; kind++) {
+            ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, inv), SD_OK);
+            int nw = kind == SD_MM_SHARED ? 3 : kind == SD_MM_SWIGLU ? 2 : 1;
+            float *xg = on(g_gpu, x, (size_t)T * K), *ra = on(g_gpu, r0, n), *rb = on(g_gpu, r0, n);
+            float *ya[3], *yb[3];
+            sd_mm_fused f = {(sd_mm_kind)kind, nw, {0}, {0}, {0}, kind == SD_MM_RESIDUAL ? rb : NULL};
+            for (int i = 0; i < nw; i++) {
+                ya[i] = on(g_gpu, NULL, n);
+                yb[i] = on(g_gpu, NULL, n);
+                const sd_weight *bias = kind == SD_MM_SWIGLU ? NULL : &b.g;
+                g_gpu->ops->matmul(g_gpu, ya[i], xg, &w[i].g, bias, T, 1);
+                f.w[i] = &w[i].g;
+                f.bias[i] = bias;
+                f.y[i] = yb[i];
+            }
+            if (kind == SD_MM_RESIDUAL) g_gpu->ops->add(g_gpu, ra, ya[0], n, 1);
+            if (kind == SD_MM_SWIGLU) g_gpu->ops->silu_mul(g_gpu, ya[0], ya[0], ya[1], n, 1);
+            g_gpu->ops->matmul_fused(g_gpu, &f, xg, T, 1);
+            for (int i = 0; i < (kind == SD_MM_SWIGLU ? 1 : nw); i++) {
+                float *a = gpu_read(ya[i], n), *c = gpu_read(yb[i], n);
+                ck_assert_msg(memcmp(a, c, n * sizeof *a) == 0, "kind %d inv %d: y[%d] differs", kind, inv, i);
+                free(a);
+                free(c);
+            }
+            float *a = gpu_read(ra, n), *c = gpu_read(rb, n);
+            ck_assert_msg(memcmp(a, c, n * sizeof *a) == 0, "kind %d inv %d: residual differs", kind, inv);
+            free(a);
+            free(c);
+            for (int i = 0; i < nw; i++) {
+                g_gpu->ops->free(g_gpu, ya[i]);
+                g_gpu->ops->free(g_gpu, yb[i]);
+            }
+            g_gpu->ops->free(g_gpu, xg);
+            g_gpu->ops->free(g_gpu, ra);
+            g_gpu->ops->free(g_gpu, rb);
+        }
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    for (int i = 0; i < 3; i++) free_weight(&w[i]);
+    free_weight(&b);
+    free(x);
+    free(r0);
+}
+END_TEST
+
 /* ---------------------------------------------------- rmsnorm / embed */
 
 START_TEST(rmsnorm_vs_cpu)
 {
-    static const int shapes[][2] = {{1, 16}, {7, 64}, {3, 128}, {2, 1000}, {33, 48}};
+    static const int shapes[][2] = {{1, 16}, {7, 64}, {3, 128}, {2, 1000}, {33, 48}, {1, 4096}, {3, 5000}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int mode = 0; mode < 4; mode++) {
             int T = shapes[s][0], D = shapes[s][1], b16 = mode & 1, inplace = mode >> 1;
@@ -468,12 +524,68 @@ START_TEST(model_batch_invariant)
 }
 END_TEST
 
+/* Token by token over n ids (T = 1), then spans of 3 of two sequences batched
+ * (T = 6, every replay with other positions and tables); the logits of every
+ * pass go to out [3 n V]. */
+static void graph_workload(sd_model *m, const int32_t *ids, int n, float *out)
+{
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    int V = sd_model_cfg(m)->vocab_size;
+    char err[256];
+    sd_kv_seq a, b;
+    sd_kv_seq_init(&a);
+    sd_kv_seq_init(&b);
+    float *o = out;
+    for (int i = 0; i < n; i++, o += V) tu_forward(m, &a, ids + i, 1, i, o);
+    for (int p = 0; p + 3 <= n; p += 3, o += 6 * (size_t)V) {
+        ck_assert_int_eq(sd_kv_reserve(pool, &a, 3), SD_OK);
+        ck_assert_int_eq(sd_kv_reserve(pool, &b, 3), SD_OK);
+        sd_batch_seq bs[2] = {{ids + p, 3, n + p, &a, 3}, {ids + p, 3, p, &b, 3}};
+        ck_assert_int_eq(sd_model_forward(m, bs, 2, o, err, sizeof err), SD_OK);
+        sd_kv_commit(pool, &a, 3);
+        sd_kv_commit(pool, &b, 3);
+    }
+    sd_kv_seq_release(pool, &a);
+    sd_kv_seq_release(pool, &b);
+}
+
+/* Recorded passes (CUDA graphs) replay the eager pass bit for bit, with
+ * cuBLAS and with the batch-invariant matmul. */
+START_TEST(model_graphs_exact)
+{
+    int n = 24;
+    for (int inv = 0; inv < 2; inv++) {
+        ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, inv), SD_OK);
+        sd_model *m = tu_open_model("qwen3-tiny", g_gpu, 2 * n);
+        int V = sd_model_cfg(m)->vocab_size;
+        int32_t *ids = prompt(n, V);
+        size_t len = (size_t)3 * n * V;
+        float *eager = calloc(len, sizeof(float)), *graphed = calloc(len, sizeof(float));
+        ck_assert_int_eq(sd_cuda_set_graphs(g_gpu, 0), SD_OK);
+        graph_workload(m, ids, n, eager);
+        ck_assert_int_eq(sd_cuda_graph_count(g_gpu), 0);
+        ck_assert_int_eq(sd_cuda_set_graphs(g_gpu, 1), SD_OK);
+        graph_workload(m, ids, n, graphed);
+        int held = sd_cuda_graph_count(g_gpu);
+        fprintf(stderr, "graphs (invariant=%d): %d recorded passes held\n", inv, held);
+        ck_assert_msg(held >= 2, "expected the T = 1 and T = 6 passes recorded, %d held", held);
+        ck_assert_msg(memcmp(eager, graphed, len * sizeof(float)) == 0, "replayed logits differ from eager ones");
+        free(eager);
+        free(graphed);
+        free(ids);
+        sd_model_free(m);
+    }
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+}
+END_TEST
+
 START_TEST(bad_device_rejected)
 {
     char err[256] = "";
     ck_assert_ptr_null(sd_backend_cuda_new(4096, err, sizeof err));
     ck_assert_msg(strstr(err, "4096") != NULL, "message: %s", err);
     ck_assert_int_eq(sd_cuda_set_batch_invariant(g_cpu, 1), SD_ERR_ARG);
+    ck_assert_int_eq(sd_cuda_set_graphs(g_cpu, 1), SD_ERR_ARG);
 }
 END_TEST
 
@@ -495,6 +607,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, bad_device_rejected);
     tcase_add_test(tc, matmul_vs_cpu);
+    tcase_add_test(tc, matmul_fused_is_composed);
     tcase_add_test(tc, rmsnorm_vs_cpu);
     tcase_add_test(tc, embed_vs_cpu);
     tcase_add_test(tc, rope_vs_cpu);
@@ -503,6 +616,7 @@ int main(void)
     tcase_add_test(tc, argmax_vs_cpu);
     tcase_add_test(tc, model_logits_vs_cpu);
     tcase_add_test(tc, model_batch_invariant);
+    tcase_add_test(tc, model_graphs_exact);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
