@@ -203,6 +203,14 @@ START_TEST(span_in_use_survives_a_full_store)
 }
 END_TEST
 
+/* Files a dry answer (no q) for the committed base C[0..base) with tokens t[0..n). */
+static void add_dry(sd_vf_spans *sp, res_buf *b, uint32_t base, const int32_t *t, int n)
+{
+    res_make(b, base, sd_vf_spans_hash(sp, base), t, n, false);
+    b->res.dry = true;
+    ck_assert(sd_vf_spans_add(sp, &b->res, VOCAB, 0));
+}
+
 START_TEST(dry_answers_counted_when_valid)
 {
     sd_vf_spans sp;
@@ -211,36 +219,28 @@ START_TEST(dry_answers_counted_when_valid)
     res_buf b;
     sd_proposal p;
     /* nothing at all past C[0..6): no tokens, dry */
-    res_make(&b, 6, sd_vf_spans_hash(&sp, 6), C, 0, false);
-    b.res.dry = true;
-    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    add_dry(&sp, &b, 6, C, 0);
     ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 6, 4, false, &p, NULL), 0);
     ck_assert_uint_eq(sp.dry, 1);
     ck_assert_int_eq(sp.n, 0);
     /* assumed in-flight {2, 6} and nothing after: dry once those are committed */
     sp.dry = 0;
     int32_t t[] = {2, 6};
-    res_make(&b, 6, sd_vf_spans_hash(&sp, 6), t, 2, false);
-    b.res.dry = true;
-    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    add_dry(&sp, &b, 6, t, 2);
     sd_vf_spans_sync(&sp, C, 8);
     ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 8, 4, false, &p, NULL), 0);
     ck_assert_uint_eq(sp.dry, 1);
     /* a dry answer for a base that was not committed: stale, not dry */
     sp.dry = 0;
     int32_t wrong[] = {2, 7};
-    res_make(&b, 6, sd_vf_spans_hash(&sp, 6), wrong, 2, false);
-    b.res.dry = true;
-    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    add_dry(&sp, &b, 6, wrong, 2);
     uint64_t stale = sp.stale;
     ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 8, 4, false, &p, NULL), 0);
     ck_assert_uint_eq(sp.dry, 0);
     ck_assert_uint_eq(sp.stale, stale + 1);
     /* drafts of a dry span still serve until its tokens are all committed (only the end is dry) */
     int32_t g[] = {5, 3};
-    res_make(&b, 8, sd_vf_spans_hash(&sp, 8), g, 2, false);
-    b.res.dry = true;
-    ck_assert(sd_vf_spans_add(&sp, &b.res, VOCAB, 0));
+    add_dry(&sp, &b, 8, g, 2);
     ck_assert_int_eq(sd_vf_spans_pick(&sp, C, 8, 4, false, &p, NULL), 2);
     ck_assert_uint_eq(sp.dry, 0);
     sd_vf_spans_release(&sp);
