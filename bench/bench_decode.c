@@ -4,7 +4,7 @@
  *   specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]
  *                      [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]
  *                      [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]
- *                      [--graphs on|off|ab]
+ *                      [--graphs on|off|ab] [--context N] [--kv-dtype auto|f32|bf16]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
@@ -21,7 +21,10 @@
  * copy bandwidth then says nothing: the weight read bandwidth is printed to
  * compare with the device's). --batch-invariant measures that mode (CUDA's
  * deterministic matmuls); --graphs off runs a CUDA device's passes eagerly,
- * ab interleaves runs with and without CUDA graphs and prints both. */
+ * ab interleaves runs with and without CUDA graphs and prints both.
+ * --context N decodes after a prompt of N tokens (default 32), so that
+ * attention over a long context is in the step (its cost: the difference
+ * from a short context); --kv-dtype chooses the KV cache's element type. */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -76,26 +79,40 @@ static double copy_bandwidth(size_t bytes, int threads, int reps)
     return best;
 }
 
-/* Greedy-decodes n_tokens after a fixed prompt; returns decode seconds. */
-static double decode_run(sd_model *m, int n_tokens, char *err, size_t errlen)
+/* Prefills a fixed prompt of n tokens (chunks of 256) into seq; the last
+ * position's logits into logits. */
+static sd_status prefill(sd_model *m, sd_kv_seq *seq, int n, float *logits, char *err, size_t errlen)
+{
+    const sd_model_config *c = sd_model_cfg(m);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    int32_t chunk[256];
+    for (int p = 0; p < n; p += 256) {
+        int k = n - p < 256 ? n - p : 256;
+        for (int i = 0; i < k; i++) chunk[i] = (int32_t)(((p + i) * 7919 + 13) % c->vocab_size);
+        sd_batch_seq b = {chunk, k, p, seq, p + k == n};
+        sd_status st = sd_kv_reserve(pool, seq, k);
+        if (st == SD_OK) st = sd_model_forward(m, &b, 1, logits, err, errlen);
+        if (st != SD_OK) return st;
+        sd_kv_commit(pool, seq, k);
+    }
+    return SD_OK;
+}
+
+/* Greedy-decodes n_tokens after a fixed prompt of ctx tokens; returns decode seconds. */
+static double decode_run(sd_model *m, int ctx, int n_tokens, char *err, size_t errlen)
 {
     const sd_model_config *c = sd_model_cfg(m);
     sd_kv_pool *pool = sd_model_kv_pool(m);
     float *logits = malloc((size_t)c->vocab_size * sizeof(float));
-    int32_t prompt[32];
-    for (int i = 0; i < 32; i++) prompt[i] = (int32_t)((i * 7919 + 13) % c->vocab_size);
     sd_kv_seq seq;
     sd_kv_seq_init(&seq);
     double t = -1;
-    if (!logits || sd_kv_reserve(pool, &seq, 32) != SD_OK) goto out;
-    sd_batch_seq b = {prompt, 32, 0, &seq, 1};
-    if (sd_model_forward(m, &b, 1, logits, err, errlen) != SD_OK) goto out;
-    sd_kv_commit(pool, &seq, 32);
+    if (!logits || prefill(m, &seq, ctx, logits, err, errlen) != SD_OK) goto out;
     int32_t tok = sd_argmax(logits, c->vocab_size);
     double t0 = sd_now_s();
     for (int i = 0; i < n_tokens; i++) {
         if (sd_kv_reserve(pool, &seq, 1) != SD_OK) goto out;
-        sd_batch_seq d = {&tok, 1, 32 + i, &seq, 1};
+        sd_batch_seq d = {&tok, 1, ctx + i, &seq, 1};
         if (sd_model_forward(m, &d, 1, logits, err, errlen) != SD_OK) goto out;
         sd_kv_commit(pool, &seq, 1);
         tok = sd_argmax(logits, c->vocab_size);
@@ -194,81 +211,112 @@ static void usage(void)
     fprintf(stderr, "usage: specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]\n"
                     "                          [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]\n"
                     "                          [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]\n"
-                    "                          [--graphs on|off|ab]\n");
+                    "                          [--graphs on|off|ab] [--context N] [--kv-dtype auto|f32|bf16]\n");
 }
 
-int main(int argc, char **argv)
+typedef struct bd_opts {
+    const char *dir, *random_cfg, *device;
+    int threads, n_tokens, runs, isa, ctx, kv_dtype;
+    int graphs; /* CUDA: 0 off, 1 on, 2 both (interleaved runs) */
+    bool int8, invariant;
+} bd_opts;
+
+static const char *const g_isas[] = {"scalar", "avx2", "avx512", "amx"};
+
+/* Index of s in names[0..n), or -1. */
+static int pick(const char *s, const char *const *names, int n)
 {
-    const char *dir = "models/tinycode-16m", *random_cfg = NULL, *device = "cpu";
-    int threads = 0, n_tokens = 256, runs = 3, isa = -1;
-    int graphs = 1; /* CUDA: 0 off, 1 on, 2 both (interleaved runs) */
-    bool int8 = false, invariant = false;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+/* Fills o from argv. Returns 0, or 2 after a message (usage error). */
+static int parse_opts(int argc, char **argv, bd_opts *o)
+{
     static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
                                        {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
                                        {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'},
-                                       {"batch-invariant", 0, 0, 'b'}, {"graphs", 1, 0, 'g'}, {0, 0, 0, 0}};
+                                       {"batch-invariant", 0, 0, 'b'}, {"graphs", 1, 0, 'g'},
+                                       {"context", 1, 0, 'c'}, {"kv-dtype", 1, 0, 'k'}, {0, 0, 0, 0}};
     static const char *const graph_modes[] = {"off", "on", "ab"};
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "amx"};
+    *o = (bd_opts){.dir = "models/tinycode-16m", .device = "cpu", .n_tokens = 256, .runs = 3, .isa = -1,
+                   .ctx = 32, .graphs = 1};
     char err[512];
     sd_status st = SD_OK;
-    int c, dev_index;
-    while (st == SD_OK && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        if (c == 'm') dir = optarg;
-        else if (c == 'w') random_cfg = optarg;
-        else if (c == 'd') device = optarg;
-        else if (c == 't') st = sd_opt_int(optarg, "--threads", 0, 1024, &threads, err, sizeof err);
-        else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &n_tokens, err, sizeof err);
-        else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &runs, err, sizeof err);
-        else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) int8 = !strcmp(optarg, "int8");
-        else if (c == 'b') invariant = true;
-        else if (c == 'g') {
-            for (graphs = 2; graphs >= 0 && strcmp(optarg, graph_modes[graphs]); graphs--) continue;
-            if (graphs < 0) {
-                usage();
-                return 2;
-            }
-        } else if (c == 'i' && !strcmp(optarg, "auto")) isa = -1;
-        else if (c == 'i') {
-            for (isa = 3; isa >= 0 && strcmp(optarg, isas[isa]); isa--) continue;
-            if (isa < 0) {
-                usage();
-                return 2;
-            }
-        } else {
-            usage();
-            return 2;
-        }
+    int c, dev_index, bad = 0;
+    while (st == SD_OK && !bad && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (c == 'm') o->dir = optarg;
+        else if (c == 'w') o->random_cfg = optarg;
+        else if (c == 'd') o->device = optarg;
+        else if (c == 't') st = sd_opt_int(optarg, "--threads", 0, 1024, &o->threads, err, sizeof err);
+        else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &o->n_tokens, err, sizeof err);
+        else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &o->runs, err, sizeof err);
+        else if (c == 'c') st = sd_opt_int(optarg, "--context", 1, 1 << 20, &o->ctx, err, sizeof err);
+        else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) o->int8 = !strcmp(optarg, "int8");
+        else if (c == 'b') o->invariant = true;
+        else if (c == 'g') bad = (o->graphs = pick(optarg, graph_modes, 3)) < 0;
+        else if (c == 'k') bad = (o->kv_dtype = sd_kv_dtype_parse(optarg)) < 0;
+        else if (c == 'i') bad = strcmp(optarg, "auto") && (o->isa = pick(optarg, g_isas, 4)) < 0;
+        else bad = 1;
     }
-    int kind = st == SD_OK ? sd_device_parse(device, &dev_index, err, sizeof err) : 0;
-    if (st == SD_OK && kind > 0 && isa >= 0) st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--isa applies to the CPU");
+    if (bad || optind < argc) {
+        usage();
+        return 2;
+    }
+    int kind = st == SD_OK ? sd_device_parse(o->device, &dev_index, err, sizeof err) : 0;
+    if (st == SD_OK && kind > 0 && o->isa >= 0) st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--isa applies to the CPU");
     if (st != SD_OK || kind < 0) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 2;
     }
-    sd_backend *be = sd_backend_open(device, threads, err, sizeof err);
-    if (isa >= 0 && sd_cpu_set_isa_level(isa) != isa) {
-        fprintf(stderr, "specd-bench-decode: this CPU has no %s\n", isas[isa]);
+    return 0;
+}
+
+/* Opens the backend and the model of o with its KV pool. Returns 0, or 1 after a message. */
+static int open_model(const bd_opts *o, sd_backend **be, sd_model **m)
+{
+    char err[512];
+    *be = sd_backend_open(o->device, o->threads, err, sizeof err);
+    if (*be && o->isa >= 0 && sd_cpu_set_isa_level(o->isa) != o->isa) {
+        fprintf(stderr, "specd-bench-decode: this CPU has no %s\n", g_isas[o->isa]);
         return 1;
     }
-    sd_model *m = NULL;
-    if (!be ||
-        (random_cfg ? sd_model_random(random_cfg, 1, be, &m, err, sizeof err)
-                    : sd_model_load(dir, be, &m, err, sizeof err)) != SD_OK ||
-        (int8 && sd_model_quantize_q8(m, err, sizeof err) != SD_OK) ||
-        sd_model_kv_init(m, (n_tokens + 64) / 16 + 24, 16, err, sizeof err) != SD_OK) {
+    if (!*be ||
+        (o->random_cfg ? sd_model_random(o->random_cfg, 1, *be, m, err, sizeof err)
+                       : sd_model_load(o->dir, *be, m, err, sizeof err)) != SD_OK ||
+        (o->int8 && sd_model_quantize_q8(*m, err, sizeof err) != SD_OK)) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 1;
     }
-    if (invariant) printf("batch-invariant            %s\n", sd_backend_set_batch_invariant(be, true) ? "yes" : "no");
+    sd_model_set_kv_dtype(*m, (sd_kv_dtype)o->kv_dtype);
+    int positions = (o->ctx > 300 ? o->ctx : 300) + o->n_tokens + 64;
+    if (sd_model_kv_init(*m, positions / 16 + 24, 16, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-decode: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bd_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc;
+    sd_backend *be = NULL;
+    sd_model *m = NULL;
+    if (open_model(&o, &be, &m)) return 1;
+    char err[512];
+    if (o.invariant) printf("batch-invariant            %s\n", sd_backend_set_batch_invariant(be, true) ? "yes" : "no");
     /* best[1]: the configuration reported (graphs as asked); best[0]: eager, with --graphs ab */
     double best[2] = {1e30, 1e30};
-    for (int r = 0; r < runs; r++) {
-        for (int g = graphs == 2 ? 0 : 1; g < 2; g++) {
-            if (set_graphs(be, graphs == 2 ? g : graphs) != SD_OK) {
+    for (int r = 0; r < o.runs; r++) {
+        for (int g = o.graphs == 2 ? 0 : 1; g < 2; g++) {
+            if (set_graphs(be, o.graphs == 2 ? g : o.graphs) != SD_OK) {
                 fprintf(stderr, "specd-bench-decode: --graphs applies to a CUDA device\n");
                 return 2;
             }
-            double t = decode_run(m, n_tokens, err, sizeof err);
+            double t = decode_run(m, o.ctx, o.n_tokens, err, sizeof err);
             if (t < 0) {
                 fprintf(stderr, "specd-bench-decode: %s\n", err);
                 return 1;
@@ -276,10 +324,13 @@ int main(int argc, char **argv)
             if (t < best[g]) best[g] = t;
         }
     }
-    if (graphs == 2)
+    if (o.graphs == 2)
         printf("without graphs tokens/s    %.1f  (eager, runs interleaved with the graphed ones below)\n",
-               n_tokens / best[0]);
-    report(m, be, random_cfg ? random_cfg : dir, device, int8, random_cfg != NULL, best[1], runs, n_tokens);
+               o.n_tokens / best[0]);
+    printf("context, KV cache          %d tokens before the first decoded one, %s\n", o.ctx,
+           sd_dtype_name(sd_model_kv_dtype(m)));
+    report(m, be, o.random_cfg ? o.random_cfg : o.dir, o.device, o.int8, o.random_cfg != NULL, best[1], o.runs,
+           o.n_tokens);
     sd_model_free(m);
     sd_backend_free(be);
     return 0;

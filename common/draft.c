@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "mem_plan.h"
 #include "model_config.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -413,6 +414,13 @@ static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts 
     int max_ctx = o->max_context > 0 ? o->max_context : (d->max_pos < 4096 ? d->max_pos : 4096);
     long per_seq = (max_ctx + SD_MAX_DRAFT + 1 + o->block_size - 1) / o->block_size;
     long blocks = per_seq * o->max_seqs;
+    sd_model_set_kv_dtype(d->m, (sd_kv_dtype)o->kv_dtype);
+    if (o->mem_fraction > 0) { /* the largest pass: a mirror's whole context, every sequence's next token */
+        char how[320];
+        rc = sd_mem_kv_blocks(d->m, o->mem_fraction, o->mem_free_at_start, max_ctx + o->max_seqs, o->max_seqs,
+                              o->block_size, per_seq, blocks, &blocks, how, sizeof how, err, errlen);
+        if (rc != SD_OK && rc != SD_ERR_UNSUPPORTED) return rc;
+    }
     if (blocks > 0x7fffffffL)
         return sd_seterr(err, errlen, SD_ERR_ARG, "draft: KV pool of %ld blocks is too big", blocks);
     rc = sd_model_kv_init(d->m, (int)blocks, o->block_size, err, errlen);
@@ -429,11 +437,13 @@ sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_prop
     *out = NULL;
     sd_draft_opts o = opts ? *opts : sd_draft_opts_default();
     if (o.max_seqs <= 0 || o.block_size <= 0 || o.max_context < 0 || o.n_threads < 0 || o.quant < 0 ||
-        o.quant > SD_DRAFT_QUANT_NONE || !(o.p_min >= 0.0f && o.p_min <= 1.0f))
+        o.quant > SD_DRAFT_QUANT_NONE || !(o.p_min >= 0.0f && o.p_min <= 1.0f) || o.kv_dtype < SD_KV_AUTO ||
+        o.kv_dtype > SD_KV_BF16 || !(o.mem_fraction >= 0 && o.mem_fraction <= 1))
         return sd_seterr(err, errlen, SD_ERR_ARG,
                          "draft: bad options (max_seqs %d, block_size %d, max_context %d, n_threads %d, quant %d, "
-                         "p_min %g)",
-                         o.max_seqs, o.block_size, o.max_context, o.n_threads, o.quant, (double)o.p_min);
+                         "p_min %g, kv_dtype %d, mem_fraction %g)",
+                         o.max_seqs, o.block_size, o.max_context, o.n_threads, o.quant, (double)o.p_min, o.kv_dtype,
+                         o.mem_fraction);
     sd_proposer *p = calloc(1, sizeof *p);
     draft_impl *d = calloc(1, sizeof *d);
     if (!p || !d) {

@@ -60,6 +60,10 @@ typedef struct sd_draft_opts {
                          likely be rejected); 0 = always draft k */
     bool no_prefix_cache; /* mirrors do not share KV blocks of common prefixes (kv_pool.h): a new
                              mirror prefills its whole context */
+    int kv_dtype;         /* sd_kv_dtype of the mirrors' KV cache (default auto) */
+    double mem_fraction;  /* on a device (mem_plan.h): the pool is capped to what fits this share of its
+                             memory (0 = not capped) */
+    size_t mem_free_at_start; /* the device's free memory when be opened (sd_mem_free_now) */
 } sd_draft_opts;
 
 /* "auto", "int8" or "none" -> SD_DRAFT_QUANT_*; -1 for anything else. */
@@ -70,7 +74,9 @@ int sd_draft_quant_parse(const char *s);
 sd_draft_opts sd_draft_opts_default(void);
 
 /* Loads the draft model in model_dir and sizes its KV pool to
- * max_seqs * ceil((max_context + SD_MAX_DRAFT + 1) / block_size) blocks.
+ * max_seqs * ceil((max_context + SD_MAX_DRAFT + 1) / block_size) blocks, on a
+ * device at most what fits mem_fraction of its memory (at least one
+ * sequence of max_context: SD_ERR_NOMEM otherwise).
  * opts NULL means the defaults. Errors: the model's load errors, SD_ERR_ARG
  * for bad options, SD_ERR_NOMEM. On success *out is owned by the caller
  * (sd_proposer_free frees the model, its pool and an owned backend). */

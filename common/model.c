@@ -53,6 +53,7 @@ struct sd_model {
     sd_kv_layer *kv;
     sd_kv_pool *pool;
     int block_size;
+    sd_kv_dtype kv_want;   /* what the next sd_model_kv_init allocates */
     /* scratch */
     scratch s;
     int32_t *h_ids, *h_slots, *h_rows;
@@ -368,10 +369,26 @@ size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
 int sd_model_act_bf16(const sd_model *m) { return m->act_bf16; }
 void sd_model_set_act_bf16(sd_model *m, int on) { m->act_bf16 = on != 0; }
 sd_kv_pool *sd_model_kv_pool(const sd_model *m) { return m->pool; }
+void sd_model_set_kv_dtype(sd_model *m, sd_kv_dtype t) { m->kv_want = t; }
+
+sd_dtype sd_model_kv_dtype(const sd_model *m)
+{
+    if (m->kv) return m->kv[0].dtype;
+    if (m->kv_want == SD_KV_AUTO) return m->act_bf16 ? SD_DTYPE_BF16 : SD_DTYPE_F32;
+    return m->kv_want == SD_KV_BF16 ? SD_DTYPE_BF16 : SD_DTYPE_F32;
+}
+
+int sd_kv_dtype_parse(const char *s)
+{
+    if (!strcmp(s, "auto")) return SD_KV_AUTO;
+    if (!strcmp(s, "f32") || !strcmp(s, "float32")) return SD_KV_F32;
+    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) return SD_KV_BF16;
+    return -1;
+}
 
 size_t sd_model_kv_bytes_per_position(const sd_model *m)
 {
-    return (size_t)m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim * sizeof(float);
+    return (size_t)m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim * sd_dtype_size(sd_model_kv_dtype(m));
 }
 
 sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err, size_t errlen)
@@ -379,11 +396,13 @@ sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err,
     free_kv(m);
     if (n_blocks <= 0 || block_size <= 0)
         return sd_seterr(err, errlen, SD_ERR_ARG, "KV pool needs a positive block count and size");
-    size_t per_layer = (size_t)n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim * sizeof(float);
+    sd_dtype dt = sd_model_kv_dtype(m);
+    size_t per_layer = (size_t)n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim * sd_dtype_size(dt);
     m->kv = calloc((size_t)m->cfg.n_layers, sizeof *m->kv);
     m->pool = sd_kv_pool_new(n_blocks, block_size);
     if (!m->kv || !m->pool) goto nomem;
     for (int i = 0; i < m->cfg.n_layers; i++) {
+        m->kv[i].dtype = dt;
         m->kv[i].k = m->be->ops->alloc(m->be, per_layer);
         m->kv[i].v = m->be->ops->alloc(m->be, per_layer);
         if (!m->kv[i].k || !m->kv[i].v) goto nomem;
@@ -397,6 +416,16 @@ nomem:
 }
 
 /* ------------------------------------------------------------ scratch */
+
+size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out)
+{
+    const sd_model_config *c = &m->cfg;
+    size_t R = (size_t)rows, C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+    size_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, big = qd > C ? qd : C;
+    size_t per_row = 3 * C + qd + 2 * kvd + big + 2 * F + hd; /* x xn o, q, k v, att, gate up, cos sin */
+    return R * per_row * sizeof(float) + R * 2 * sizeof(int32_t) +
+           (size_t)n_out * ((size_t)C + (size_t)c->vocab_size) * sizeof(float);
+}
 
 /* Room for n_out rows of logits (kept apart from the per-row buffers). */
 static sd_status ensure_out(sd_model *m, int n_out)

@@ -65,6 +65,21 @@ sd_status sd_model_quantize_q8(sd_model *m, char *err, size_t errlen);
  * norms), for roofline reports. */
 size_t sd_model_weight_bytes(const sd_model *m);
 
+/* The KV cache's element type. auto: bf16 for a model with bf16
+ * activations (exact: its K and V are bf16 values already), else f32;
+ * bf16 for an f32 model halves the memory and rounds K and V. */
+typedef enum sd_kv_dtype { SD_KV_AUTO = 0, SD_KV_F32 = 1, SD_KV_BF16 = 2 } sd_kv_dtype;
+
+/* "auto", "f32" (or "float32"), "bf16" (or "bfloat16") -> sd_kv_dtype; -1 otherwise. */
+int sd_kv_dtype_parse(const char *s);
+
+/* Chooses the element type the next sd_model_kv_init allocates (default auto). */
+void sd_model_set_kv_dtype(sd_model *m, sd_kv_dtype t);
+
+/* The KV storage's element type (SD_DTYPE_F32 or SD_DTYPE_BF16): the one
+ * allocated, or before sd_model_kv_init the one it would allocate. */
+sd_dtype sd_model_kv_dtype(const sd_model *m);
+
 /* Allocates KV storage for n_blocks blocks of block_size positions (all
  * layers) and the matching pool. Replaces earlier storage (no sequence may
  * be live). SD_ERR_NOMEM on failure. */
@@ -75,6 +90,10 @@ sd_kv_pool *sd_model_kv_pool(const sd_model *m);
 
 /* Bytes of KV storage one position takes (all layers, K and V). */
 size_t sd_model_kv_bytes_per_position(const sd_model *m);
+
+/* Backend bytes of the work buffers for passes of up to `rows` rows and
+ * n_out rows of logits (allocated at the first such pass). */
+size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out);
 
 /* Runs one forward pass over seqs[0..n_seqs). Writes the wanted logits as
  * float32 rows [sum of n_logits, vocab] into logits (host memory), sequences

@@ -39,6 +39,7 @@
 #include "dreply.h"
 #include "dstate.h"
 #include "log.h"
+#include "mem_plan.h"
 #include "model.h"
 #include "model_config.h"
 #include "curve.h"
@@ -48,13 +49,18 @@
 #include "span.h"
 
 #define DEFAULT_MAX_CONTEXT_CAP 4096
+/* Default --gpu-memory-fraction: a drafter fits beside a verifier at its
+ * default 0.9 (as vLLM's) on one GPU, and runs on a GPU of its own (its pool
+ * capped by the fraction; raise it there for more sequences). */
+#define SD_DRAFT_GPU_MEM_FRACTION 0.1
 #define SD_MAX_BRANCH_CALL 8      /* branches drafted in one propose call */
 #define BRANCH_MIN_PROB 0.02      /* outcomes less likely than this are not drafted for */
 
 typedef struct drafter_opts {
     const char *listen, *model, *device, *log_level, *curve_keys;
     bool ngram;
-    int ngram_min, ngram_max, threads, max_seqs, max_context;
+    int ngram_min, ngram_max, threads, max_seqs, max_context, kv_dtype;
+    double mem_fraction;
     int quant;        /* SD_DRAFT_QUANT_* */
     float p_min;
     bool pipeline;    /* --spec-pipeline: draft ahead when the verifier pipelines */
@@ -109,7 +115,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
                "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
-               "                     [--no-prefix-cache]\n"
+               "                     [--no-prefix-cache] [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
                "                     [--spec-branches N] [--curve-keys DIR]\n"
                "                     [--log-level debug|info|warn|error]\n");
 }
@@ -122,12 +128,13 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
         {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
         {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {"spec-branches", 1, 0, 'B'},
-        {"curve-keys", 1, 0, 'K'}, {"no-prefix-cache", 0, 0, 'C'}, {0, 0, 0, 0}};
+        {"curve-keys", 1, 0, 'K'}, {"no-prefix-cache", 0, 0, 'C'},
+        {"kv-dtype", 1, 0, 'V'},  {"gpu-memory-fraction", 1, 0, 'G'}, {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
                         .p_min = SD_DRAFT_P_MIN_DEFAULT, .pipeline = true,
-                        .branches = SD_DPIPE_MAX_BRANCHES};
+                        .branches = SD_DPIPE_MAX_BRANCHES, .mem_fraction = SD_DRAFT_GPU_MEM_FRACTION};
     char err[256] = "";
     sd_status st = SD_OK;
     int c;
@@ -150,6 +157,11 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
                 st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--quant must be auto, int8 or none, got '%s'", optarg);
             break;
         case 'p': st = sd_opt_float(optarg, "--p-min", 0.0, 1.0, &o->p_min, err, sizeof err); break;
+        case 'G': st = sd_opt_double(optarg, "--gpu-memory-fraction", 0.01, 1.0, &o->mem_fraction, err, sizeof err); break;
+        case 'V':
+            if ((o->kv_dtype = sd_kv_dtype_parse(optarg)) < 0)
+                st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--kv-dtype must be auto, f32 or bf16, got '%s'", optarg);
+            break;
         case 'P': st = sd_opt_on_off(optarg, "--spec-pipeline", &o->pipeline, err, sizeof err); break;
         case 'B':
             st = sd_opt_int(optarg, "--spec-branches", 0, SD_DPIPE_MAX_BRANCHES, &o->branches, err, sizeof err);
@@ -193,6 +205,9 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     d->be = sd_backend_open(o->device, o->threads, err, sizeof err);
     if (!d->be) goto fail;
     dopts.be = d->be;
+    dopts.mem_free_at_start = sd_mem_free_now(d->be);
+    dopts.mem_fraction = o->mem_fraction;
+    dopts.kv_dtype = o->kv_dtype;
     /* pipelined: each request may have branch mirrors besides its main one (dpipe.h) */
     dopts.max_seqs = o->max_seqs * (o->pipeline ? 1 + o->branches : 1);
     dopts.quant = o->quant;
@@ -206,6 +221,13 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     if (o->quant == SD_DRAFT_QUANT_AUTO)
         SD_INFO("--quant auto: draft weights %s", d->be->ops->quantize_q8 ? "int8 (this device has int8 kernels)"
                                                   : "as stored in the checkpoint (this device has no int8 kernels)");
+    const sd_model *m = sd_draft_model(d->prop);
+    const sd_kv_pool *pool = sd_model_kv_pool(m);
+    SD_INFO("KV mirrors: %d blocks of %d, %s (%.1f MiB)%s", sd_kv_pool_total(pool), sd_kv_pool_block_size(pool),
+            sd_dtype_name(sd_model_kv_dtype(m)),
+            (double)sd_kv_pool_total(pool) * sd_kv_pool_block_size(pool) * (double)sd_model_kv_bytes_per_position(m) /
+                (1024.0 * 1024.0),
+            d->be->ops->mem_info ? " — sized within --gpu-memory-fraction" : "");
     d->max_context = dopts.max_context;
     d->vocab = cfg.vocab_size;
     char name[PATH_MAX];

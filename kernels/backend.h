@@ -37,10 +37,13 @@ typedef struct sd_weight {
     const int32_t *qsum;  /* Q8: per-row sums of the int8 values [rows] */
 } sd_weight;
 
-/* Paged KV storage of one layer: K and V each [n_blocks, block_size, n_kv, hd]. */
+/* Paged KV storage of one layer: K and V each [n_blocks, block_size, n_kv, hd]
+ * elements of dtype: SD_DTYPE_F32, or SD_DTYPE_BF16 (half the memory; exact
+ * for a bf16 model, whose K and V are bf16 values already). */
 typedef struct sd_kv_layer {
-    float *k;
-    float *v;
+    void *k;
+    void *v;
+    sd_dtype dtype;
 } sd_kv_layer;
 
 /* One sequence's slice of a batched attention call. Rows [row0, row0+n) of
@@ -116,7 +119,8 @@ typedef struct sd_backend_ops {
      * the sum rounded. */
     void (*rope)(sd_backend *be, float *x, const float *cos, const float *sin, int T, int nh, int hd, int bf16);
     /* Writes k/v rows [T, n_kv*hd] into the paged cache at slots[t]
-     * (slot = block * block_size + offset). */
+     * (slot = block * block_size + offset); a bf16 cache stores each value
+     * rounded to the nearest bf16 (ties to even). */
     void (*kv_write)(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
                      int T, int kv_dim);
     /* out[T, nh*hd] = causal softmax(q k^T * scale) v over the paged cache.
@@ -149,6 +153,9 @@ typedef struct sd_backend_ops {
     /* Optional: copies the attention tables of the next pass (as attention
      * would) so that the layers' attention calls find them in place. */
     sd_status (*attn_stage)(sd_backend *be, const sd_attn_seq *seqs, int n_seqs, int block_size);
+    /* Optional (NULL: host memory, nothing to plan): the device's free and
+     * total memory in bytes now (all processes' allocations counted). */
+    sd_status (*mem_info)(sd_backend *be, size_t *free_bytes, size_t *total_bytes);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
     /* Returns and clears the first error recorded by an op that returns

@@ -62,6 +62,9 @@
 #define MAX_ARGS 96
 #define MAX_LANES 16
 #define MAX_ROUTER_ARGS 32
+/* The verifier's --gpu-memory-fraction when its drafter shares the GPU
+ * (the drafter's default is 0.1). */
+#define SERVE_SHARED_GPU_FRACTION "0.8"
 
 typedef struct child {
     const char *name;
@@ -79,6 +82,9 @@ typedef struct serve_opts {
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
     const char *quant;       /* --quant none|int8: the target's weights (the verifier's --quant) */
     const char *draft_device; /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
+    const char *kv_dtype;    /* --kv-dtype auto|f32|bf16: both workers' KV caches */
+    const char *gpu_mem;     /* --gpu-memory-fraction F: the verifier's share of its GPU */
+    const char *draft_gpu_mem; /* --draft-gpu-memory-fraction F: the drafter's share of its GPU */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, no_spec, metrics_auth, no_prefix_cache, batch_invariant;
@@ -148,6 +154,8 @@ static void usage(FILE *f)
                "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
                "                   [--lanes N] [--device D[,D...]] [--draft-device D[,D...]]\n"
                "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
+               "                   [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
+               "                   [--draft-gpu-memory-fraction F]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -167,7 +175,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
                                        {"no-prefix-cache", 0, 0, 'C'}, {"lanes", 1, 0, 'l'},
                                        {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'},
-                                       {"draft-device", 1, 0, 'E'}, {"batch-invariant", 0, 0, 'I'}, {0, 0, 0, 0}};
+                                       {"draft-device", 1, 0, 'E'}, {"batch-invariant", 0, 0, 'I'},
+                                       {"kv-dtype", 1, 0, 'T'}, {"gpu-memory-fraction", 1, 0, 'g'},
+                                       {"draft-gpu-memory-fraction", 1, 0, 'H'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -203,6 +213,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'K': o->num_draft = optarg; break;
         case 'D': o->device = optarg; break;
         case 'E': o->draft_device = optarg; break;
+        case 'T': o->kv_dtype = optarg; break;
+        case 'g': o->gpu_mem = optarg; break;
+        case 'H': o->draft_gpu_mem = optarg; break;
         case 'Q': o->draft_quant = optarg; break;
         case 'P': o->draft_p_min = optarg; break;
         case 'S': o->spec_max_batch = optarg; break;
@@ -295,6 +308,14 @@ static const char *lane_device(const char *list, int i, char *buf, size_t n)
     return buf;
 }
 
+/* True when a and b name the same CUDA device ("cuda" is "cuda:0"). */
+static bool same_gpu(const char *a, const char *b)
+{
+    if (!a || !b || strncmp(a, "cuda", 4) || strncmp(b, "cuda", 4)) return false;
+    int ia = a[4] == ':' ? atoi(a + 5) : 0, ib = b[4] == ':' ? atoi(b + 5) : 0;
+    return ia == ib;
+}
+
 /* Fills lane i's two command lines. dir: binaries; tmp: socket directory. */
 static void build_lane(const serve_opts *o, const char *dir, const char *tmp, int i, child *ver, child *dra)
 {
@@ -319,7 +340,13 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     if (o->no_prefix_cache) add_arg(ver, "--no-prefix-cache");
     if (o->batch_invariant) add_arg(ver, "--batch-invariant");
     add_opt(ver, "--threads", o->threads);
-    add_opt(ver, "--device", lane_device(o->device, i, dev, sizeof dev));
+    const char *vdev = lane_device(o->device, i, dev, sizeof dev);
+    add_opt(ver, "--device", vdev);
+    add_opt(ver, "--kv-dtype", o->kv_dtype);
+    char ddev[64];
+    bool shared = o->draft && same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
+    /* a drafter on the verifier's GPU takes its default 0.1: the verifier leaves room for it */
+    add_opt(ver, "--gpu-memory-fraction", o->gpu_mem ? o->gpu_mem : shared ? SERVE_SHARED_GPU_FRACTION : NULL);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
     add_arg(dra, path);
     add_opt(dra, "--listen", dep);
@@ -329,6 +356,8 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
         add_opt(dra, "--quant", o->draft_quant);
         add_opt(dra, "--p-min", o->draft_p_min);
         add_opt(dra, "--spec-branches", o->draft_branches);
+        add_opt(dra, "--kv-dtype", o->kv_dtype);
+        add_opt(dra, "--gpu-memory-fraction", o->draft_gpu_mem);
         if (o->no_prefix_cache) add_arg(dra, "--no-prefix-cache");
     } else {
         add_arg(dra, "--ngram");

@@ -5,6 +5,7 @@
  * that is none of cpu, cuda, cuda:N included), 1 when the backend (e.g.
  * cuda:N in a build without CUDA), the model, the KV pool or the sockets
  * cannot be set up. */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +15,9 @@
 #include "backend_open.h"
 #include "engine.h"
 #include "log.h"
+#include "mem_plan.h"
 #include "model.h"
+#include "proposer.h"
 #include "vf_config.h"
 #include "vf_server.h"
 
@@ -37,8 +40,36 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* KV blocks: --kv-blocks, else what fits the device's memory under
+ * --gpu-memory-fraction, else (host memory) sd_vf_default_kv_blocks.
+ * Returns 0 or 1 (message logged). */
+static int kv_blocks(const sd_vf_config *cfg, sd_model *m, size_t free_at_start, int *blocks)
+{
+    const sd_model_config *c = sd_model_cfg(m);
+    if (cfg->kv_blocks > 0) {
+        *blocks = cfg->kv_blocks;
+        return 0;
+    }
+    char err[512], how[512];
+    int rows = cfg->prefill_budget + cfg->max_batch * (SD_MAX_DRAFT + 1); /* the largest pass */
+    long full = c->max_position / SD_VF_BLOCK_SIZE + 1, n = 0;
+    sd_status st = sd_mem_kv_blocks(m, cfg->gpu_mem_fraction, free_at_start, rows, rows, SD_VF_BLOCK_SIZE, full,
+                                    INT_MAX / 2, &n, how, sizeof how, err, sizeof err);
+    if (st == SD_ERR_UNSUPPORTED) {
+        *blocks = sd_vf_default_kv_blocks(cfg->max_batch, c->max_position);
+        return 0;
+    }
+    if (st != SD_OK) {
+        SD_ERROR("--gpu-memory-fraction %.2f: %s", cfg->gpu_mem_fraction, err);
+        return 1;
+    }
+    SD_INFO("device memory: %s", how);
+    *blocks = (int)n;
+    return 0;
+}
+
 /* Loads the model and sizes its KV pool. Returns 0 or 1 (message logged). */
-static int load_model(const sd_vf_config *cfg, sd_backend *be, sd_model **m)
+static int load_model(const sd_vf_config *cfg, sd_backend *be, size_t free_at_start, sd_model **m)
 {
     char err[512];
     if (sd_model_load(cfg->model_dir, be, m, err, sizeof err) != SD_OK) {
@@ -53,13 +84,15 @@ static int load_model(const sd_vf_config *cfg, sd_backend *be, sd_model **m)
         SD_INFO("--quant int8: matmul weights and the LM head are int8 (outputs are the quantised model's)");
     }
     const sd_model_config *c = sd_model_cfg(*m);
-    int blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks : sd_vf_default_kv_blocks(cfg->max_batch, c->max_position);
+    sd_model_set_kv_dtype(*m, (sd_kv_dtype)cfg->kv_dtype);
+    int blocks;
+    if (kv_blocks(cfg, *m, free_at_start, &blocks) != 0) return 1;
     if (sd_model_kv_init(*m, blocks, SD_VF_BLOCK_SIZE, err, sizeof err) != SD_OK) {
         SD_ERROR("cannot allocate %d KV blocks: %s", blocks, err);
         return 1;
     }
-    SD_INFO("model %s: vocab %d, context %d, %d KV blocks of %d (%.1f MiB)", cfg->model_dir, c->vocab_size,
-            c->max_position, blocks, SD_VF_BLOCK_SIZE,
+    SD_INFO("model %s: vocab %d, context %d, %d KV blocks of %d, %s (%.1f MiB)", cfg->model_dir, c->vocab_size,
+            c->max_position, blocks, SD_VF_BLOCK_SIZE, sd_dtype_name(sd_model_kv_dtype(*m)),
             (double)blocks * SD_VF_BLOCK_SIZE * (double)sd_model_kv_bytes_per_position(*m) / (1024.0 * 1024.0));
     return 0;
 }
@@ -94,7 +127,7 @@ int main(int argc, char **argv)
     else
         SD_WARN("not batch-invariant (%s without --batch-invariant): greedy speculative output may differ from plain "
                 "decoding where two tokens' logits nearly tie", cfg.device);
-    if (load_model(&cfg, be, &m) != 0) goto out;
+    if (load_model(&cfg, be, sd_mem_free_now(be), &m) != 0) goto out;
     sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};
     e = sd_engine_new(m, &eo);

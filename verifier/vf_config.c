@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend_open.h"
+#include "model.h"
 #include "opt.h"
 #include "proposer.h"
 
@@ -14,6 +15,7 @@ const char *sd_vf_usage(void)
 {
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
+           "                      [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
@@ -39,6 +41,7 @@ static void set_defaults(sd_vf_config *c)
     c->spec_adaptive = true;
     c->spec_max_draft = SD_VF_SPEC_MAX_DRAFT_DEFAULT;
     c->max_batch = 32;
+    c->gpu_mem_fraction = SD_VF_GPU_MEM_FRACTION;
     c->prefill_chunk = 256;
     c->prefill_budget = 512;
     c->draft_timeout_ms = 200;
@@ -58,6 +61,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
     case 't': return sd_opt_int(arg, "--threads", 0, 4096, &cfg->threads, err, errlen);
     case 'b': return sd_opt_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
     case 'B': return sd_opt_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
+    case 'G': return sd_opt_double(arg, "--gpu-memory-fraction", 0.01, 1.0, &cfg->gpu_mem_fraction, err, errlen);
     case 'p': return sd_opt_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
     case 'u': return sd_opt_int(arg, "--prefill-budget", 1, 1 << 20, &cfg->prefill_budget, err, errlen);
     case 'T': return sd_opt_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
@@ -77,7 +81,8 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
         {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
         {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
-        {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'}, {0, 0, 0, 0}};
+        {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
+        {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -94,6 +99,10 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'h': cfg->help = true; break;
         case 'C': cfg->no_prefix_cache = true; break;
         case 'I': cfg->batch_invariant = true; break;
+        case 'V':
+            if ((cfg->kv_dtype = sd_kv_dtype_parse(optarg)) < 0)
+                st = sd_seterr(err, errlen, SD_ERR_ARG, "--kv-dtype must be auto, f32 or bf16, got '%s'", optarg);
+            break;
         case 'Q':
             if (strcmp(optarg, "none") && strcmp(optarg, "int8"))
                 st = sd_seterr(err, errlen, SD_ERR_ARG, "--quant must be none or int8, got '%s'", optarg);

@@ -13,6 +13,8 @@
 
 #define SD_VF_BLOCK_SIZE 16       /* KV block size (positions) */
 #define SD_VF_QUEUE_MAX 1024      /* submitted requests waiting for admission */
+/* Default --gpu-memory-fraction: vLLM's default gpu_memory_utilization. */
+#define SD_VF_GPU_MEM_FRACTION 0.9
 /* Default --spec-max-draft: the most drafts adaptive speculation considers
  * per request and step (it chooses 0..N from measured cost and acceptance). */
 #define SD_VF_SPEC_MAX_DRAFT_DEFAULT 12
@@ -36,7 +38,9 @@ typedef struct sd_vf_config {
     int spec_max_batch_sampled;   /* --spec-max-batch-sampled N: the same for requests with temperature > 0 */
     int threads;                  /* --threads N, 0 = all cores */
     int max_batch;                /* --max-batch N: active requests */
-    int kv_blocks;                /* --kv-blocks N, 0 = automatic (sd_vf_default_kv_blocks) */
+    int kv_blocks;                /* --kv-blocks N, 0 = automatic (device memory, else sd_vf_default_kv_blocks) */
+    int kv_dtype;                 /* --kv-dtype auto|f32|bf16: sd_kv_dtype */
+    double gpu_mem_fraction;      /* --gpu-memory-fraction F: of a device's memory, for this process (mem_plan.h) */
     int prefill_chunk;            /* --prefill-chunk N */
     int prefill_budget;           /* --prefill-budget N: prompt tokens per step over all requests */
     bool quant_int8;              /* --quant int8: the model's weights int8 (sd_model_quantize_q8) */

@@ -399,9 +399,15 @@ static void cpu_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const 
 {
     (void)be;
     for (int t = 0; t < T; t++) {
-        size_t off = (size_t)slots[t] * kv_dim;
-        memcpy(kv->k + off, k + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
-        memcpy(kv->v + off, v + (size_t)t * kv_dim, (size_t)kv_dim * sizeof(float));
+        size_t off = (size_t)slots[t] * kv_dim, n = (size_t)kv_dim;
+        const float *kr = k + (size_t)t * kv_dim, *vr = v + (size_t)t * kv_dim;
+        if (kv->dtype == SD_DTYPE_BF16) {
+            sd_f32_to_bf16_n((uint16_t *)kv->k + off, kr, n);
+            sd_f32_to_bf16_n((uint16_t *)kv->v + off, vr, n);
+        } else {
+            memcpy((float *)kv->k + off, kr, n * sizeof(float));
+            memcpy((float *)kv->v + off, vr, n * sizeof(float));
+        }
     }
 }
 
@@ -465,9 +471,10 @@ static void attn_item(const attn_ctx *c, int item, float *scratch)
             size_t off = ((size_t)(s->row0 + r) * sh->n_heads + h) * hd;
             qs[nq++] = (sd_attn_query){c->q + off, c->out + off, s->pos0 + r + 1};
         }
-    size_t kvd = (size_t)nkv * hd;
-    sd_attn_group(qs, nq, c->kv->k + (size_t)g * hd, c->kv->v + (size_t)g * hd, kvd, s->block_table,
-                  sh->block_size, hd, sh->scale, sh->bf16, scratch);
+    size_t kvd = (size_t)nkv * hd, el = c->kv->dtype == SD_DTYPE_BF16 ? 2 : 4;
+    sd_kv_rows kr = {(const char *)c->kv->k + (size_t)g * hd * el, kvd, el == 2};
+    sd_kv_rows vr = {(const char *)c->kv->v + (size_t)g * hd * el, kvd, el == 2};
+    sd_attn_group(qs, nq, &kr, &vr, s->block_table, sh->block_size, hd, sh->scale, sh->bf16, scratch);
 }
 
 static void attn_task(void *ctx, int i, int n)
@@ -508,6 +515,8 @@ static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const
 {
     cpu_impl *impl = impl_of(be);
     if (inject_lost(impl)) return SD_ERR_DEVICE;
+    if (kv->dtype != SD_DTYPE_F32 && (kv->dtype != SD_DTYPE_BF16 || shape->head_dim > SD_ATTN_BF16_MAX_HD))
+        return SD_ERR_UNSUPPORTED;
     int rp = attn_rows_per(shape), G = shape->n_heads / shape->n_kv_heads, items = 0, max_pos = 0;
     size_t work = 0;
     for (int s = 0; s < n_seqs; s++) {

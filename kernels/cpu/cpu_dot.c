@@ -292,10 +292,57 @@ float sd_dot_f32(const float *a, const float *b, int K)
 
 /* ------------------------------------------------------------ attention */
 
-/* Position j's slot in the paged cache. */
-static inline size_t attn_slot(const int32_t *blocks, int bs, int j)
+/* K/V rows as f32 for the scalar and AVX2 paths (see sd_kv_rows): an f32
+ * cache is read in place, a bf16 one widened into a buffer of KV_WIDE floats
+ * a chunk of rows at a time (the AVX-512 path widens in registers:
+ * kv_ld16). */
+#define KV_WIDE (2 * SD_ATTN_BF16_MAX_HD)
+
+static int kv_chunk_rows(const sd_kv_rows *s, int bs, int w)
 {
-    return (size_t)blocks[j / bs] * bs + j % bs;
+    if (!s->bf16) return bs;
+    int r = (KV_WIDE / w) & ~1;
+    return r < bs ? r : bs;
+}
+
+/* Rows from position j on that one kv_f32 call covers: to the end of j's
+ * block, at most ch, at most n - j. */
+static inline int kv_span(int n, int j, int bs, int ch)
+{
+    int m = bs - j % bs;
+    if (m > ch) m = ch;
+    return m < n - j ? m : n - j;
+}
+
+SD_AVX2 static void widen_avx2(float *dst, const uint16_t *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+    for (; i < n; i++) dst[i] = sd_bf16_to_f32(src[i]);
+}
+
+/* Rows r0 .. r0+m of block `block`, columns c0 .. c0+w, as f32 rows *rs
+ * floats apart (buf: room for m * w floats, used for a bf16 cache). */
+static const float *kv_f32(const sd_kv_rows *s, int32_t block, int bs, int r0, int m, int c0, int w, float *buf,
+                           size_t *rs)
+{
+    size_t off = ((size_t)block * bs + r0) * s->stride + (size_t)c0;
+    if (!s->bf16) {
+        *rs = s->stride;
+        return (const float *)s->base + off;
+    }
+    const uint16_t *src = (const uint16_t *)s->base + off;
+    for (int i = 0; i < m; i++, src += s->stride) {
+        float *d = buf + (size_t)i * w;
+        if (g_avx2) widen_avx2(d, src, w);
+        else
+            for (int c = 0; c < w; c++) d[c] = sd_bf16_to_f32(src[c]);
+    }
+    *rs = (size_t)w;
+    return buf;
 }
 
 /* Softmax over sc[0..n) in place (ascending order); returns the f32 sum of
@@ -313,14 +360,17 @@ static float softmax_inplace(float *sc, int n)
     return sum;
 }
 
-static void attn_row_scalar(float *out, const float *q, const float *k, const float *v, size_t stride,
+static void attn_row_scalar(float *out, const float *q, const sd_kv_rows *k, const sd_kv_rows *v,
                             const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
 {
-    for (int j = 0; j < n; j++) sc[j] = dot_scalar_f32(q, k + attn_slot(blocks, bs, j) * stride, hd) * scale;
+    float buf[KV_WIDE];
+    size_t rs;
+    for (int j = 0; j < n; j++)
+        sc[j] = dot_scalar_f32(q, kv_f32(k, blocks[j / bs], bs, j % bs, 1, 0, hd, buf, &rs), hd) * scale;
     float sum = softmax_inplace(sc, n), inv = 1.0f / sum;
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int j = 0; j < n; j++) {
-        const float *vr = v + attn_slot(blocks, bs, j) * stride;
+        const float *vr = kv_f32(v, blocks[j / bs], bs, j % bs, 1, 0, hd, buf, &rs);
         float p = bf16 ? sd_round_bf16(sc[j]) : sc[j] * inv;
         for (int d = 0; d < hd; d++) out[d] += p * vr[d];
     }
@@ -443,17 +493,19 @@ SD_AVX2 static void attn_weights_avx2(float *sc, int n, float inv, int bf16)
 /* out[hd] = sum_j w_j · v_j, ascending j, one FMA per element per j; up to
  * 64 accumulators stay in registers. Walks the block table (no division
  * per position). */
-SD_AVX2 static void attn_pv_avx2(float *out, const float *w, const float *v, size_t stride, const int32_t *blocks,
-                                 int bs, int n, int hd)
+SD_AVX2 static void attn_pv_avx2(float *out, const float *w, const sd_kv_rows *v, const int32_t *blocks, int bs,
+                                 int n, int hd)
 {
-    int d0 = 0;
+    float buf[KV_WIDE];
+    size_t rs;
+    int d0 = 0, ch = kv_chunk_rows(v, bs, 64);
     for (; d0 + 64 <= hd; d0 += 64) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        for (int b = 0, j = 0; j < n; b++) {
-            const float *vr = v + (size_t)blocks[b] * bs * stride + d0;
-            int m = n - j < bs ? n - j : bs;
-            for (int i = 0; i < m; i++, j++, vr += stride) {
-                __m256 pv = _mm256_broadcast_ss(w + j);
+        for (int j = 0, m; j < n; j += m) {
+            m = kv_span(n, j, bs, ch);
+            const float *vr = kv_f32(v, blocks[j / bs], bs, j % bs, m, d0, 64, buf, &rs);
+            for (int i = 0; i < m; i++, vr += rs) {
+                __m256 pv = _mm256_broadcast_ss(w + j + i);
                 a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr), a0);
                 a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8), a1);
                 a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 16), a2);
@@ -472,32 +524,41 @@ SD_AVX2 static void attn_pv_avx2(float *out, const float *w, const float *v, siz
     int hd8 = hd & ~7;
     for (; d0 < hd8; d0 += 8) {
         __m256 a = _mm256_setzero_ps();
-        for (int j = 0; j < n; j++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(v + attn_slot(blocks, bs, j) * stride + d0), a);
+        for (int j = 0, m; j < n; j += m) {
+            m = kv_span(n, j, bs, ch);
+            const float *vr = kv_f32(v, blocks[j / bs], bs, j % bs, m, d0, 8, buf, &rs);
+            for (int i = 0; i < m; i++, vr += rs) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j + i]), _mm256_loadu_ps(vr), a);
+        }
         _mm256_storeu_ps(out + d0, a);
     }
-    for (int d = hd8; d < hd; d++) {
-        float a = 0.0f;
-        for (int j = 0; j < n; j++) a = fmaf(w[j], v[attn_slot(blocks, bs, j) * stride + d], a);
-        out[d] = a;
+    if (hd8 == hd) return;
+    float a[8] = {0};
+    for (int j = 0, m; j < n; j += m) {
+        m = kv_span(n, j, bs, ch);
+        const float *vr = kv_f32(v, blocks[j / bs], bs, j % bs, m, hd8, hd - hd8, buf, &rs);
+        for (int i = 0; i < m; i++, vr += rs)
+            for (int d = 0; d < hd - hd8; d++) a[d] = fmaf(w[j + i], vr[d], a[d]);
     }
+    for (int d = hd8; d < hd; d++) out[d] = a[d - hd8];
 }
 
-SD_AVX2 static void attn_row_avx2(float *out, const float *q, const float *k, const float *v, size_t stride,
+SD_AVX2 static void attn_row_avx2(float *out, const float *q, const sd_kv_rows *k, const sd_kv_rows *v,
                                   const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
 {
-    for (int b = 0, j = 0; j < n; b++) {
-        const float *kb = k + (size_t)blocks[b] * bs * stride;
-        int m = n - j < bs ? n - j : bs, i = 0;
+    float buf[KV_WIDE];
+    size_t rs;
+    int ch = kv_chunk_rows(k, bs, hd);
+    for (int j = 0, m; j < n; j += m) {
+        m = kv_span(n, j, bs, ch);
+        const float *kb = kv_f32(k, blocks[j / bs], bs, j % bs, m, 0, hd, buf, &rs);
+        int i = 0;
         for (; i + 4 <= m; i += 4)
-            scores4(sc + j + i, q, kb + i * stride, kb + (i + 1) * stride, kb + (i + 2) * stride,
-                    kb + (i + 3) * stride, hd, scale);
-        for (; i < m; i++) sc[j + i] = dot1_f32(kb + i * stride, q, hd) * scale;
-        j += m;
+            scores4(sc + j + i, q, kb + i * rs, kb + (i + 1) * rs, kb + (i + 2) * rs, kb + (i + 3) * rs, hd, scale);
+        for (; i < m; i++) sc[j + i] = dot1_f32(kb + i * rs, q, hd) * scale;
     }
     float sum = softmax_avx2(sc, n), inv = 1.0f / sum;
     attn_weights_avx2(sc, n, inv, bf16);
-    attn_pv_avx2(out, sc, v, stride, blocks, bs, n, hd);
+    attn_pv_avx2(out, sc, v, blocks, bs, n, hd);
     if (bf16) attn_normalise_bf16(out, hd, sum);
 }
 
@@ -536,36 +597,51 @@ SD_AVX512 static inline __m256 hsum8x(__m256 y0, __m256 y1, __m256 y2, __m256 y3
     return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-SD_AVX512 static void scores8_512(float *sc, const float *q, const float *kb, size_t stride, int hd, float scale)
+/* 16 K/V elements from element i of p as f32: f32 loads, or bf16 widened
+ * in registers (b16, a constant after inlining: one copy of each kernel per
+ * element type). */
+#define SD_AVX512_INLINE SD_AVX512 __attribute__((always_inline)) static inline
+SD_AVX512_INLINE __m512 kv_ld16(const void *p, size_t i, const int b16)
+{
+    if (b16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_loadu_ps((const float *)p + i);
+}
+
+SD_AVX512_INLINE void scores8_512(float *sc, const float *q, const void *kb, size_t stride, int hd, float scale,
+                                  const int b16)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int d = 0; d < hd; d += 16) {
         __m512 qv = _mm512_loadu_ps(q + d);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + d), qv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + stride + d), qv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 2 * stride + d), qv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 3 * stride + d), qv, a3);
-        a4 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 4 * stride + d), qv, a4);
-        a5 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 5 * stride + d), qv, a5);
-        a6 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 6 * stride + d), qv, a6);
-        a7 = _mm512_fmadd_ps(_mm512_loadu_ps(kb + 7 * stride + d), qv, a7);
+        a0 = _mm512_fmadd_ps(kv_ld16(kb, d, b16), qv, a0);
+        a1 = _mm512_fmadd_ps(kv_ld16(kb, stride + d, b16), qv, a1);
+        a2 = _mm512_fmadd_ps(kv_ld16(kb, 2 * stride + d, b16), qv, a2);
+        a3 = _mm512_fmadd_ps(kv_ld16(kb, 3 * stride + d, b16), qv, a3);
+        a4 = _mm512_fmadd_ps(kv_ld16(kb, 4 * stride + d, b16), qv, a4);
+        a5 = _mm512_fmadd_ps(kv_ld16(kb, 5 * stride + d, b16), qv, a5);
+        a6 = _mm512_fmadd_ps(kv_ld16(kb, 6 * stride + d, b16), qv, a6);
+        a7 = _mm512_fmadd_ps(kv_ld16(kb, 7 * stride + d, b16), qv, a7);
     }
     __m256 r = hsum8x(fold16(a0), fold16(a1), fold16(a2), fold16(a3), fold16(a4), fold16(a5), fold16(a6),
                       fold16(a7));
     _mm256_storeu_ps(sc, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
 }
 
-SD_AVX512 static float score1_512(const float *q, const float *k, int hd, float scale)
+SD_AVX512_INLINE float score1_512(const float *q, const void *k, int hd, float scale, const int b16)
 {
     __m512 a = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(k + d), _mm512_loadu_ps(q + d), a);
+    for (int d = 0; d < hd; d += 16) a = _mm512_fmadd_ps(kv_ld16(k, d, b16), _mm512_loadu_ps(q + d), a);
     return hsum1(fold16(a)) * scale;
 }
 
 /* PV of m positions starting at even j0 for one query: the even/odd
- * accumulators of C 16-wide chunks live in acc[0 .. 2*16*C) between calls. */
-SD_AVX512 __attribute__((always_inline)) static inline void pv_block_c(float *acc, const float *w, const float *vr,
-                                                                      size_t stride, int m, const int C)
+ * accumulators of C 16-wide chunks live in acc[0 .. 2*16*C) between calls.
+ * vr: element d0 of the first position's V row. */
+SD_AVX512_INLINE void pv_block_c(float *acc, const float *w, const void *vr, size_t stride, int m, const int C,
+                                 const int b16)
 {
     __m512 e[4], o[4];
 #pragma GCC unroll 4
@@ -574,18 +650,19 @@ SD_AVX512 __attribute__((always_inline)) static inline void pv_block_c(float *ac
         o[c] = _mm512_loadu_ps(acc + 16 * (C + c));
     }
     int j = 0;
-    for (; j + 2 <= m; j += 2, vr += 2 * stride) {
+    size_t r = 0;
+    for (; j + 2 <= m; j += 2, r += 2 * stride) {
         __m512 pe = _mm512_set1_ps(w[j]), po = _mm512_set1_ps(w[j + 1]);
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
-            e[c] = _mm512_fmadd_ps(pe, _mm512_loadu_ps(vr + 16 * c), e[c]);
-            o[c] = _mm512_fmadd_ps(po, _mm512_loadu_ps(vr + stride + 16 * c), o[c]);
+            e[c] = _mm512_fmadd_ps(pe, kv_ld16(vr, r + 16 * c, b16), e[c]);
+            o[c] = _mm512_fmadd_ps(po, kv_ld16(vr, r + stride + 16 * c, b16), o[c]);
         }
     }
     if (j < m) {
         __m512 pe = _mm512_set1_ps(w[j]);
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) e[c] = _mm512_fmadd_ps(pe, _mm512_loadu_ps(vr + 16 * c), e[c]);
+        for (int c = 0; c < C; c++) e[c] = _mm512_fmadd_ps(pe, kv_ld16(vr, r + 16 * c, b16), e[c]);
     }
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
@@ -594,36 +671,46 @@ SD_AVX512 __attribute__((always_inline)) static inline void pv_block_c(float *ac
     }
 }
 
+/* Element i of a K/V array of element size 4 (f32) or 2 (b16). */
+static inline const void *kv_at(const void *p, size_t i, int b16)
+{
+    return (const char *)p + i * (b16 ? 2 : 4);
+}
+
 /* acc layout per query: for each 64-wide group of hd, [even C chunks | odd C chunks]. */
-SD_AVX512 static void pv_block(float *acc, const float *w, const float *vb, size_t stride, int m, int hd)
+SD_AVX512_INLINE void pv_block(float *acc, const float *w, const void *vb, size_t stride, int m, int hd,
+                               const int b16)
 {
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 4);
+    for (; d0 + 64 <= hd; d0 += 64) pv_block_c(acc + 2 * d0, w, kv_at(vb, d0, b16), stride, m, 4, b16);
     switch ((hd - d0) / 16) {
-    case 3: pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 3); break;
-    case 2: pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 2); break;
-    case 1: pv_block_c(acc + 2 * d0, w, vb + d0, stride, m, 1); break;
+    case 3: pv_block_c(acc + 2 * d0, w, kv_at(vb, d0, b16), stride, m, 3, b16); break;
+    case 2: pv_block_c(acc + 2 * d0, w, kv_at(vb, d0, b16), stride, m, 2, b16); break;
+    case 1: pv_block_c(acc + 2 * d0, w, kv_at(vb, d0, b16), stride, m, 1, b16); break;
     default: break;
     }
 }
 
 /* Several queries over one KV head, block by block: a block's K (then V)
  * rows are read from memory once and reused from L1 by every query. Each
- * query's result is bit-identical to attn_row_avx512 for it alone. */
-SD_AVX512 static void attn_group_512(const sd_attn_query *qs, int nq, const float *k, const float *v, size_t stride,
-                                     const int32_t *blocks, int bs, int hd, float scale, int bf16, float *scratch)
+ * query's result is bit-identical to attn_row_avx512 for it alone. A bf16
+ * cache is widened in registers as it is read. */
+SD_AVX512_INLINE void attn_group_512_t(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
+                                       const int32_t *blocks, int bs, int hd, float scale, int bf16, float *scratch,
+                                       const int b16)
 {
+    size_t st = k->stride;
     int nmax = 0;
     for (int i = 0; i < nq; i++) nmax = qs[i].n > nmax ? qs[i].n : nmax;
     float *sc = scratch, *acc = scratch + (size_t)nq * nmax, *sums = acc + (size_t)nq * 2 * hd;
     for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
-        const float *kb = k + (size_t)blocks[b] * bs * stride;
+        const void *kb = kv_at(k->base, (size_t)blocks[b] * bs * st, b16);
         for (int i = 0; i < nq; i++) {
             if (j0 >= qs[i].n) continue;
             int m = qs[i].n - j0 < bs ? qs[i].n - j0 : bs, t = 0;
             float *s = sc + (size_t)i * nmax + j0;
-            for (; t + 8 <= m; t += 8) scores8_512(s + t, qs[i].q, kb + t * stride, stride, hd, scale);
-            for (; t < m; t++) s[t] = score1_512(qs[i].q, kb + t * stride, hd, scale);
+            for (; t + 8 <= m; t += 8) scores8_512(s + t, qs[i].q, kv_at(kb, t * st, b16), st, hd, scale, b16);
+            for (; t < m; t++) s[t] = score1_512(qs[i].q, kv_at(kb, t * st, b16), hd, scale, b16);
         }
     }
     for (int i = 0; i < nq; i++) {
@@ -633,11 +720,11 @@ SD_AVX512 static void attn_group_512(const sd_attn_query *qs, int nq, const floa
     }
     for (size_t x = 0; x < (size_t)nq * 2 * hd; x++) acc[x] = 0.0f;
     for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
-        const float *vb = v + (size_t)blocks[b] * bs * stride;
+        const void *vb = kv_at(v->base, (size_t)blocks[b] * bs * st, b16);
         for (int i = 0; i < nq; i++) {
             if (j0 >= qs[i].n) continue;
             int m = qs[i].n - j0 < bs ? qs[i].n - j0 : bs;
-            pv_block(acc + (size_t)i * 2 * hd, sc + (size_t)i * nmax + j0, vb, stride, m, hd);
+            pv_block(acc + (size_t)i * 2 * hd, sc + (size_t)i * nmax + j0, vb, st, m, hd, b16);
         }
     }
     for (int i = 0; i < nq; i++) {
@@ -653,16 +740,23 @@ SD_AVX512 static void attn_group_512(const sd_attn_query *qs, int nq, const floa
     }
 }
 
-void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
+SD_AVX512 static void attn_group_512(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
+                                     const int32_t *blocks, int bs, int hd, float scale, int bf16, float *scratch)
+{
+    if (k->bf16) attn_group_512_t(qs, nq, k, v, blocks, bs, hd, scale, bf16, scratch, 1);
+    else attn_group_512_t(qs, nq, k, v, blocks, bs, hd, scale, bf16, scratch, 0);
+}
+
+void sd_attn_row(float *out, const float *q, const sd_kv_rows *k, const sd_kv_rows *v, const int32_t *blocks,
                  int block_size, int n, int hd, float scale, int bf16, float *scratch)
 {
     if (g_avx512 && hd % 16 == 0 && block_size % 2 == 0) {
         sd_attn_query one = {q, out, n};
-        attn_group_512(&one, 1, k, v, stride, blocks, block_size, hd, scale, bf16, scratch);
+        attn_group_512(&one, 1, k, v, blocks, block_size, hd, scale, bf16, scratch);
     } else if (g_avx2) {
-        attn_row_avx2(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+        attn_row_avx2(out, q, k, v, blocks, block_size, n, hd, scale, bf16, scratch);
     } else {
-        attn_row_scalar(out, q, k, v, stride, blocks, block_size, n, hd, scale, bf16, scratch);
+        attn_row_scalar(out, q, k, v, blocks, block_size, n, hd, scale, bf16, scratch);
     }
 }
 
@@ -671,15 +765,15 @@ size_t sd_attn_scratch_floats(int nq, int max_n, int hd)
     return (size_t)nq * ((size_t)max_n + 2 * (size_t)hd + 1);
 }
 
-void sd_attn_group(const sd_attn_query *qs, int nq, const float *k, const float *v, size_t stride,
+void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
                    const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch)
 {
     if (g_avx512 && hd % 16 == 0 && block_size % 2 == 0) {
-        attn_group_512(qs, nq, k, v, stride, blocks, block_size, hd, scale, bf16, scratch);
+        attn_group_512(qs, nq, k, v, blocks, block_size, hd, scale, bf16, scratch);
         return;
     }
     for (int i = 0; i < nq; i++)
-        sd_attn_row(qs[i].out, qs[i].q, k, v, stride, blocks, block_size, qs[i].n, hd, scale, bf16, scratch);
+        sd_attn_row(qs[i].out, qs[i].q, k, v, blocks, block_size, qs[i].n, hd, scale, bf16, scratch);
 }
 
 

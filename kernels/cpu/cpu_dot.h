@@ -62,14 +62,27 @@ void sd_rope_row(float *v, const float *c, const float *s, int half, int bf16);
 /* Plain canonical dot of two f32 vectors. */
 float sd_dot_f32(const float *a, const float *b, int K);
 
+/* K or V of one KV head in the paged cache: the row of slot s starts at
+ * element s * stride of base, f32 or bf16 (bf16: widened exactly to f32 as
+ * it is read, so a cache of bf16-representable values gives the f32 cache's
+ * results bit for bit). */
+typedef struct sd_kv_rows {
+    const void *base;
+    size_t stride;
+    int bf16;
+} sd_kv_rows;
+
+/* Largest head_dim a bf16 cache supports (its rows are widened in chunks). */
+#define SD_ATTN_BF16_MAX_HD 2048
+
 /* One query row of one head over n cached positions (0..n-1, ascending):
- * out[hd] = softmax(q·k_j * scale) · v_j, K/V rows at k/v + slot(j) * stride
- * where slot(j) = blocks[j / block_size] * block_size + j % block_size.
+ * out[hd] = softmax(q·k_j * scale) · v_j, K/V rows of slot(j) where
+ * slot(j) = blocks[j / block_size] * block_size + j % block_size.
  * bf16: PyTorch's bf16 CPU attention rounding (unnormalised weights rounded,
  * one division at the end). scratch holds sd_attn_scratch_floats(1, n, hd)
  * floats. The order of every sum is fixed by j and d alone (and the ISA
  * path), so the result does not depend on the batch. */
-void sd_attn_row(float *out, const float *q, const float *k, const float *v, size_t stride, const int32_t *blocks,
+void sd_attn_row(float *out, const float *q, const sd_kv_rows *k, const sd_kv_rows *v, const int32_t *blocks,
                  int block_size, int n, int hd, float scale, int bf16, float *scratch);
 
 /* One query of a group sharing a KV head: n positions visible. */
@@ -82,7 +95,7 @@ typedef struct sd_attn_query {
 /* sd_attn_row for nq queries of one KV head at once (AVX-512: block by
  * block, so each K/V block is read once for all of them); each result is
  * bit-identical to sd_attn_row's. */
-void sd_attn_group(const sd_attn_query *qs, int nq, const float *k, const float *v, size_t stride,
+void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
                    const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch);
 
 /* Scratch floats sd_attn_group needs for nq queries of at most max_n positions. */

@@ -375,7 +375,7 @@ static void cuda_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const
                           int T, int kv_dim)
 {
     cuda_impl *im = cu(be);
-    launched(im, sd_cu_kv_write(im->stream, kv->k, kv->v, k, v, slots, T, kv_dim), "kv_write", __LINE__);
+    launched(im, sd_cu_kv_write(im->stream, kv->k, kv->v, k, v, slots, T, kv_dim, kv->dtype == SD_DTYPE_BF16), "kv_write", __LINE__);
 }
 
 static void cuda_silu_mul(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16)
@@ -469,10 +469,11 @@ static sd_status cuda_attention(sd_backend *be, float *out, const float *q, cons
     if (sh->head_dim <= 0 || sh->head_dim > SD_CU_MAX_HEAD_DIM || sh->n_kv_heads <= 0 ||
         sh->n_heads % sh->n_kv_heads != 0)
         return SD_ERR_ARG;
+    if (kv->dtype != SD_DTYPE_F32 && kv->dtype != SD_DTYPE_BF16) return SD_ERR_UNSUPPORTED;
     sd_status st = put_meta(im, seqs, n_seqs, T, sh->block_size);
     if (st != SD_OK || T == 0) return st;
     SD_CUDA_CHECK(sd_cu_attention(im->stream, out, q, kv->k, kv->v, im->meta, T, sh->n_heads, sh->n_kv_heads,
-                                  sh->head_dim, sh->block_size, sh->scale, sh->bf16));
+                                  sh->head_dim, sh->block_size, sh->scale, sh->bf16, kv->dtype == SD_DTYPE_BF16));
     return SD_OK;
 }
 
@@ -566,6 +567,12 @@ static void cuda_destroy(sd_backend *be)
     free(be);
 }
 
+static sd_status cuda_mem_info(sd_backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)cu(be);
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? SD_OK : SD_ERR_DEVICE;
+}
+
 static bool cuda_lost(sd_backend *be)
 {
     (void)be;
@@ -592,6 +599,7 @@ static const sd_backend_ops cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .attn_stage = cuda_attn_stage,
+    .mem_info = cuda_mem_info,
     .sync = cuda_sync,
     .take_error = sd_cuda_take_error,
     .lost = cuda_lost,

@@ -283,25 +283,39 @@ extern "C" cudaError_t sd_cu_rope(cudaStream_t stream, float *x, const float *cs
 
 /* ----------------------------------------------------------- kv_write */
 
+/* A KV cache element, f32 or bf16 (as the CPU backend: stored rounded to
+ * the nearest bf16, read back exactly). */
+__device__ __forceinline__ float kv_ld(const float *p) { return *p; }
+__device__ __forceinline__ float kv_ld(const uint16_t *p) { return bf16_to_f32(*p); }
+__device__ __forceinline__ void kv_st(float *p, float x) { *p = x; }
+__device__ __forceinline__ void kv_st(uint16_t *p, float x)
+{
+    *p = isnan(x) ? (uint16_t)0x7fc0u : (uint16_t)(__float_as_uint(bf16r(x)) >> 16);
+}
+
 /* CPU reference: cpu_kv_write(). k, v: [T, kv_dim]; kc, vc: [slots, kv_dim] */
-__global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v, const int32_t *slots, int T,
+template <typename KV>
+__global__ void kv_write_kernel(KV *kc, KV *vc, const float *k, const float *v, const int32_t *slots, int T,
                                 int kv_dim)
 {
     size_t n = (size_t)T * kv_dim;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / kv_dim, d = i % kv_dim;
         size_t off = (size_t)slots[t] * kv_dim + d;
-        kc[off] = k[i];
-        vc[off] = v[i];
+        kv_st(kc + off, k[i]);
+        kv_st(vc + off, v[i]);
     }
 }
 
-extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, float *kc, float *vc, const float *k, const float *v,
-                                      const int32_t *slots, int T, int kv_dim)
+extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, const float *k, const float *v,
+                                      const int32_t *slots, int T, int kv_dim, int kv_bf16)
 {
     size_t n = (size_t)T * kv_dim;
     if (n == 0) return cudaSuccess;
-    kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>(kc, vc, k, v, slots, T, kv_dim);
+    if (kv_bf16)
+        kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((uint16_t *)kc, (uint16_t *)vc, k, v, slots, T, kv_dim);
+    else
+        kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((float *)kc, (float *)vc, k, v, slots, T, kv_dim);
     return cudaGetLastError();
 }
 
@@ -311,10 +325,11 @@ extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, float *kc, float *vc,
 #define ATT_CHUNK 128   /* positions scored per step of the second pass */
 
 /* q · k_j with lane-strided partial sums and a butterfly (all lanes). */
-__device__ __forceinline__ float att_dot(const float *qs, const float *kr, int hd, int lane)
+template <typename KV>
+__device__ __forceinline__ float att_dot(const float *qs, const KV *kr, int hd, int lane)
 {
     float s = 0.0f;
-    for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], kr[d], s);
+    for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], kv_ld(kr + d), s);
     return warp_sum(s);
 }
 
@@ -333,8 +348,9 @@ __device__ __forceinline__ size_t att_slot(const int32_t *tab, int bs, int j)
  * to bf16 before use, sum of the unrounded p_j, result rounded (as the CPU).
  * Recomputing scores costs a second read of K but needs no scratch sized by
  * the context and keeps bf16 rounding relative to the global max exact. */
+template <typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_kernel(float *out, const float *q, const float *kc, const float *vc, const int32_t *meta, int T, int nh,
+attention_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh,
                  int nkv, int hd, int bs, float scale, int bf16)
 {
     __shared__ float qs[SD_CU_MAX_HEAD_DIM];
@@ -346,7 +362,7 @@ attention_kernel(float *out, const float *q, const float *kc, const float *vc, c
     int n = meta[row] + 1;
     const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
     size_t kvd = (size_t)nkv * hd;
-    const float *kb = kc + (size_t)(h / (nh / nkv)) * hd, *vb = vc + (size_t)(h / (nh / nkv)) * hd;
+    const KV *kb = kc + (size_t)(h / (nh / nkv)) * hd, *vb = vc + (size_t)(h / (nh / nkv)) * hd;
     const float *qr = q + ((size_t)row * nh + h) * hd;
     for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
     __syncthreads();
@@ -371,9 +387,9 @@ attention_kernel(float *out, const float *q, const float *kc, const float *vc, c
             for (int jj = 0; jj < m; jj++) sum += sc[jj];
         for (int jj = 0; jj < m; jj++) {
             float p = bf16 ? bf16r(sc[jj]) : sc[jj];
-            const float *vr = vb + (size_t)sl[jj] * kvd;
-            if (tid < hd) acc0 = fmaf(p, vr[tid], acc0);
-            if (tid + ATT_THREADS < hd) acc1 = fmaf(p, vr[tid + ATT_THREADS], acc1);
+            const KV *vr = vb + (size_t)sl[jj] * kvd;
+            if (tid < hd) acc0 = fmaf(p, kv_ld(vr + tid), acc0);
+            if (tid + ATT_THREADS < hd) acc1 = fmaf(p, kv_ld(vr + tid + ATT_THREADS), acc1);
         }
         __syncthreads();
     }
@@ -385,14 +401,19 @@ attention_kernel(float *out, const float *q, const float *kc, const float *vc, c
     if (tid + ATT_THREADS < hd) orow[tid + ATT_THREADS] = bf16 ? bf16r(acc1 / sum) : acc1 / sum;
 }
 
-extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const float *kc,
-                                       const float *vc, const int32_t *meta, int T, int nh, int nkv, int hd, int bs,
-                                       float scale, int bf16)
+extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const void *kc,
+                                       const void *vc, const int32_t *meta, int T, int nh, int nkv, int hd, int bs,
+                                       float scale, int bf16, int kv_bf16)
 {
     if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535) return cudaErrorInvalidValue;
     if (T <= 0) return cudaSuccess;
     dim3 grid((unsigned)T, (unsigned)nh);
-    attention_kernel<<<grid, ATT_THREADS, 0, stream>>>(out, q, kc, vc, meta, T, nh, nkv, hd, bs, scale, bf16);
+    if (kv_bf16)
+        attention_kernel<<<grid, ATT_THREADS, 0, stream>>>(out, q, (const uint16_t *)kc, (const uint16_t *)vc, meta, T,
+                                                           nh, nkv, hd, bs, scale, bf16);
+    else
+        attention_kernel<<<grid, ATT_THREADS, 0, stream>>>(out, q, (const float *)kc, (const float *)vc, meta, T, nh,
+                                                           nkv, hd, bs, scale, bf16);
     return cudaGetLastError();
 }
 

@@ -45,17 +45,19 @@ cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const 
 cudaError_t sd_cu_rope(cudaStream_t stream, float *x, const float *cs, const float *sn, int T, int nh, int hd,
                        int bf16);
 
-/* kc/vc[slots[t] * kv_dim + d] = k/v[t, d] for k, v [T, kv_dim]. */
-cudaError_t sd_cu_kv_write(cudaStream_t stream, float *kc, float *vc, const float *k, const float *v,
-                           const int32_t *slots, int T, int kv_dim);
+/* kc/vc[slots[t] * kv_dim + d] = k/v[t, d] for k, v [T, kv_dim]; the cache
+ * holds f32, or bf16 when kv_bf16 (rounded to nearest even). */
+cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, const float *k, const float *v,
+                           const int32_t *slots, int T, int kv_dim, int kv_bf16);
 
 /* out[T, nh*hd] = causal attention of q[T, nh*hd] over the paged cache
- * kc/vc [n_blocks, bs, nkv, hd]. meta (device) holds, for T rows:
+ * kc/vc [n_blocks, bs, nkv, hd] (f32, or bf16 when kv_bf16). meta (device) holds, for T rows:
  *   meta[0 .. T)      position of row t (it attends to 0 .. pos)
  *   meta[T .. 2T)     offset of row t's block table in meta + 2T
  *   meta[2T .. )      the block tables, one per sequence. */
-cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const float *kc, const float *vc,
-                            const int32_t *meta, int T, int nh, int nkv, int hd, int bs, float scale, int bf16);
+cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const void *kc, const void *vc,
+                            const int32_t *meta, int T, int nh, int nkv, int hd, int bs, float scale, int bf16,
+                            int kv_bf16);
 
 /* out[n] = silu(gate[n]) * up[n]. */
 cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,

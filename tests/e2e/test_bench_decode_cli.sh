@@ -5,7 +5,8 @@
 # checkpoint of that config, names its weights "random", prints the span
 # table; a config that cannot be read gives a message and exit 1, an
 # unknown --device exit 2, --graphs on the CPU exit 2; --batch-invariant says
-# the CPU is.
+# the CPU is; --context and --kv-dtype are reported (bf16 by default for the
+# bf16 demo model), a bad --kv-dtype is exit 2.
 set -euo pipefail
 BIN=${SD_BIN:-build/bin}
 MOD=${SD_MODELS:-models}
@@ -45,4 +46,13 @@ set -e
 "$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --batch-invariant --threads 1 --tokens 8 --runs 1 \
   > "$tmp/i.txt" || fail "--batch-invariant: exit $?"
 grep -q "^batch-invariant *yes" "$tmp/i.txt" || fail "--batch-invariant: $(head -3 "$tmp/i.txt")"
+grep -q "^context, KV cache *32 tokens .*, BF16" "$tmp/c.txt" || fail "default context / KV: $(cat "$tmp/c.txt")"
+"$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --threads 1 --tokens 8 --runs 1 --context 600 --kv-dtype f32 \
+  > "$tmp/k.txt" || fail "--context 600 --kv-dtype f32: exit $?"
+grep -q "^context, KV cache *600 tokens .*, F32" "$tmp/k.txt" || fail "--context / --kv-dtype: $(cat "$tmp/k.txt")"
+set +e
+"$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --kv-dtype fp8 > /dev/null 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--kv-dtype fp8: exit $rc, want 2"
 echo "PASS test_bench_decode_cli"

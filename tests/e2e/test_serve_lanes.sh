@@ -4,10 +4,13 @@
 # --router-arg): both lanes come up, concurrent requests use both, outputs
 # equal the target's plain decoding, and a lane's verifier killed with -9 is
 # restarted while the other lane serves; --draft-device reaches each lane's
-# drafter (cpu: the one device here), --batch-invariant each verifier. Env: SD_BIN, SD_MODELS (set by CTest).
+# drafter (cpu: the one device here), --batch-invariant each verifier,
+# --kv-dtype both workers (f32 caches for the bf16 demo pair: the same
+# outputs) and --draft-gpu-memory-fraction each drafter. Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
-if ! serve_start --lanes 2 --draft "$DRAFT" --draft-device cpu,cpu --batch-invariant --router-arg --lane-capacity=1 --router-arg --health-interval-ms=300; then
+if ! serve_start --lanes 2 --draft "$DRAFT" --draft-device cpu,cpu --batch-invariant --kv-dtype f32 \
+    --draft-gpu-memory-fraction 0.2 --router-arg --lane-capacity=1 --router-arg --health-interval-ms=300; then
   fail "specd serve --lanes 2 came up"; finish
 fi
 lanes_up() { curl -s "$URL/metrics" | awk '$1 ~ /^specd_lane_up\{/ && $2 == 1' | wc -l; }
@@ -19,6 +22,13 @@ check "the supervisor started 2 verifiers and 2 drafters" \
 check "--batch-invariant reached both verifiers" '[ "$(grep -c "verifier info: batch-invariant" "$SERVE_LOG")" = 2 ]'
 check "each drafter was given --draft-device's entry" \
   '[ "$(pgrep -a -P "$SERVE_PID" -f specd-drafter | grep -c -- "--device cpu")" = 2 ]'
+check "--kv-dtype f32 reached both verifiers (their start-up logs)" \
+  '[ "$(grep -c "verifier info: model .* KV blocks of 16, F32" "$SERVE_LOG")" = 2 ]'
+check "--kv-dtype and --draft-gpu-memory-fraction reached both drafters" \
+  '[ "$(pgrep -a -P "$SERVE_PID" -f specd-drafter | grep -- "--kv-dtype f32" | grep -c -- "--gpu-memory-fraction 0.2")" = 2 ] &&
+   [ "$(grep -c "drafter info: KV mirrors: .*, F32" "$SERVE_LOG")" = 2 ]'
+check "no --gpu-memory-fraction for verifiers on the CPU" \
+  '! pgrep -a -P "$SERVE_PID" -f specd-verifier | grep -q -- --gpu-memory-fraction'
 
 P1='def fibonacci(n):'
 P2='class Stack:'

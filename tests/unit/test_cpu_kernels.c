@@ -6,7 +6,8 @@
  * - AMX tiles (where the CPU has them): the same, across groups of 16 tokens
  *   and partial row blocks, and close to the exact dot product.
  * - Attention: sd_attn_group (queries sharing a KV head, block by block) is
- *   bit-identical to sd_attn_row per query, and both match a double
+ *   bit-identical to sd_attn_row per query, a bf16 cache of bf16 values gives
+ *   the f32 cache's results bit for bit, and both match a double
  *   precision softmax-attention over a shuffled block table; on the scalar,
  *   AVX2 and AVX-512 paths, head sizes that take each of them.
  * - Q8: the integer sums are exact, so every path (AMX-INT8 spans included)
@@ -188,6 +189,17 @@ static void attn_ref(double *out, const float *q, const float *k, const float *v
     free(s);
 }
 
+/* An f32 copy of x as bf16 bits (x holds bf16 values: exact). */
+static uint16_t *bf16_copy(const float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } c = {.f = x[i]};
+        h[i] = (uint16_t)(c.u >> 16);
+    }
+    return h;
+}
+
 static void attention_case(int level, int hd, int bf16)
 {
     int got = sd_cpu_dot_set_level(level);
@@ -200,22 +212,23 @@ static void attention_case(int level, int hd, int bf16)
         if (bf16) k[i] = sd_round_bf16(k[i]), v[i] = sd_round_bf16(v[i]);
     }
     int32_t bt[9] = {4, 0, 8, 2, 7, 1, 6, 3, 5}; /* shuffled block table */
-    float q[7 * 128], out_g[7 * 128], out_r[128];
-    double ref[128];
+    float *q = malloc((size_t)nq * hd * 4), *out_g = malloc((size_t)nq * hd * 4), *out_r = malloc((size_t)hd * 4);
+    double *ref = malloc((size_t)hd * sizeof *ref);
     size_t scratch_n = sd_attn_scratch_floats(nq, nblk * bs, hd);
     float *scratch = malloc(scratch_n * 4);
     sd_attn_query qs[7];
     const int ns[7] = {1, 5, 16, 17, 33, 100, 144};
     for (int i = 0; i < nq; i++) {
         for (int d = 0; d < hd; d++) q[i * hd + d] = bf16 ? sd_round_bf16(frand()) : frand();
-        qs[i] = (sd_attn_query){q + i * hd, out_g + i * hd, ns[i]};
+        qs[i] = (sd_attn_query){q + i * hd, out_g + (size_t)i * hd, ns[i]};
     }
     float scale = 1.0f / sqrtf((float)hd);
     const float *kg = k + hd, *vg = v + hd; /* KV head 1 */
-    sd_attn_group(qs, nq, kg, vg, stride, bt, bs, hd, scale, bf16, scratch);
+    sd_kv_rows kr = {kg, stride, 0}, vr = {vg, stride, 0};
+    sd_attn_group(qs, nq, &kr, &vr, bt, bs, hd, scale, bf16, scratch);
     for (int i = 0; i < nq; i++) {
-        sd_attn_row(out_r, q + i * hd, kg, vg, stride, bt, bs, ns[i], hd, scale, bf16, scratch);
-        ck_assert_msg(memcmp(out_r, out_g + i * hd, (size_t)hd * 4) == 0,
+        sd_attn_row(out_r, q + i * hd, &kr, &vr, bt, bs, ns[i], hd, scale, bf16, scratch);
+        ck_assert_msg(memcmp(out_r, out_g + (size_t)i * hd, (size_t)hd * 4) == 0,
                       "level %d hd %d bf16 %d: query %d (n %d) differs between group and row", level, hd, bf16, i,
                       ns[i]);
         attn_ref(ref, q + i * hd, kg, vg, stride, bt, bs, ns[i], hd, scale);
@@ -225,14 +238,37 @@ static void attention_case(int level, int hd, int bf16)
                           "level %d hd %d bf16 %d query %d dim %d: %g vs reference %g", level, hd, bf16, i, d,
                           out_r[d], ref[d]);
     }
+    if (bf16) { /* the same K/V in a bf16 cache: bit for bit the f32 cache's results, row and group */
+        uint16_t *kh = bf16_copy(k, slots * stride), *vh = bf16_copy(v, slots * stride);
+        sd_kv_rows kb = {kh + hd, stride, 1}, vb = {vh + hd, stride, 1};
+        float *out_b = malloc((size_t)nq * hd * 4);
+        sd_attn_query qb[7];
+        for (int i = 0; i < nq; i++) qb[i] = (sd_attn_query){q + i * hd, out_b + (size_t)i * hd, ns[i]};
+        sd_attn_group(qb, nq, &kb, &vb, bt, bs, hd, scale, bf16, scratch);
+        ck_assert_msg(memcmp(out_b, out_g, (size_t)nq * hd * 4) == 0, "level %d hd %d: bf16 cache (group) != f32",
+                      level, hd);
+        for (int i = 0; i < nq; i++) {
+            sd_attn_row(out_r, q + i * hd, &kb, &vb, bt, bs, ns[i], hd, scale, bf16, scratch);
+            ck_assert_msg(memcmp(out_r, out_g + (size_t)i * hd, (size_t)hd * 4) == 0,
+                          "level %d hd %d: bf16 cache (row, query %d) != f32", level, hd, i);
+        }
+        free(kh);
+        free(vh);
+        free(out_b);
+    }
     free(k);
     free(v);
+    free(q);
+    free(out_g);
+    free(out_r);
+    free(ref);
     free(scratch);
 }
 
 START_TEST(attention_paths_match_reference)
 {
-    const int hds[] = {64, 128, 48, 40};
+    /* 36: the AVX2 PV's 8-wide and scalar tails; 512: a bf16 cache widened in chunks of 8 of a block's 16 rows */
+    const int hds[] = {64, 128, 48, 40, 36, 512};
     for (int level = 0; level <= 2; level++)
         for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
             for (int bf16 = 0; bf16 <= 1; bf16++) attention_case(level, hds[h], bf16);

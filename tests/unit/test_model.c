@@ -203,6 +203,66 @@ START_TEST(batch_invariance_demo_bf16)
 }
 END_TEST
 
+/* Logits of every position of ids, token by token (decode steps), on a KV
+ * cache of type t: [n, vocab] into out. */
+static void decode_logits(sd_model *m, sd_kv_dtype t, const int32_t *ids, int n, float *out)
+{
+    char err[256];
+    sd_model_set_kv_dtype(m, t);
+    ck_assert_int_eq(sd_model_kv_init(m, 8, 16, err, sizeof err), SD_OK);
+    sd_kv_seq s;
+    sd_kv_seq_init(&s);
+    for (int i = 0; i < n; i++) tu_forward(m, &s, ids + i, 1, i, out + (size_t)i * sd_model_cfg(m)->vocab_size);
+    sd_kv_seq_release(sd_model_kv_pool(m), &s);
+}
+
+/* KV element types: auto is bf16 for the bf16 demo model, whose logits on a
+ * bf16 cache equal the f32 cache's bit for bit; an f32 model stays f32 under
+ * auto, and a bf16 cache for it (half the bytes) moves its logits a little. */
+START_TEST(kv_dtypes)
+{
+    char path[512], err[512];
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = NULL;
+    ck_assert_int_eq(sd_model_load(tu_model(path, sizeof path, "tinycode-16m"), be, &m, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_model_kv_dtype(m), SD_DTYPE_BF16);
+    size_t bf16_bytes = sd_model_kv_bytes_per_position(m);
+    enum { N = 40 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 2654435761u) % 8192);
+    size_t V = (size_t)sd_model_cfg(m)->vocab_size;
+    float *a = malloc(N * V * sizeof *a), *b = malloc(N * V * sizeof *b);
+    decode_logits(m, SD_KV_F32, ids, N, a);
+    ck_assert_int_eq(sd_model_kv_dtype(m), SD_DTYPE_F32);
+    ck_assert_uint_eq(sd_model_kv_bytes_per_position(m), 2 * bf16_bytes);
+    decode_logits(m, SD_KV_AUTO, ids, N, b);
+    ck_assert_int_eq(sd_model_kv_dtype(m), SD_DTYPE_BF16);
+    ck_assert_msg(memcmp(a, b, N * V * sizeof *a) == 0, "bf16 model: bf16 KV logits != f32 KV logits");
+    sd_model_free(m);
+    free(a);
+    free(b);
+
+    m = tu_open_model("qwen3-tiny", be, 64);
+    ck_assert_int_eq(sd_model_kv_dtype(m), SD_DTYPE_F32);
+    V = (size_t)sd_model_cfg(m)->vocab_size;
+    a = malloc(N * V * sizeof *a), b = malloc(N * V * sizeof *b);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919u + 3) % V);
+    decode_logits(m, SD_KV_F32, ids, N, a);
+    decode_logits(m, SD_KV_BF16, ids, N, b);
+    double maxd = 0;
+    for (size_t i = 0; i < N * V; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i]));
+    ck_assert_msg(maxd > 0 && maxd < 0.05, "f32 model, bf16 KV: max logit change %g", maxd);
+    sd_model_free(m);
+    free(a);
+    free(b);
+    ck_assert_int_eq(sd_kv_dtype_parse("auto"), SD_KV_AUTO);
+    ck_assert_int_eq(sd_kv_dtype_parse("bf16"), SD_KV_BF16);
+    ck_assert_int_eq(sd_kv_dtype_parse("float32"), SD_KV_F32);
+    ck_assert_int_eq(sd_kv_dtype_parse("fp8"), -1);
+    sd_backend_free(be);
+}
+END_TEST
+
 /* Logits of the last position after n tokens of ids (one pass). */
 static void last_logits(sd_model *m, const int32_t *ids, int n, float *out)
 {
@@ -344,6 +404,7 @@ int main(void)
     tcase_add_test(tc, greedy_qwen3_bf16_sharded);
     tcase_add_test(tc, batch_invariance_f32);
     tcase_add_test(tc, batch_invariance_demo_bf16);
+    tcase_add_test(tc, kv_dtypes);
     tcase_add_test(tc, bad_batches_rejected);
     tcase_add_test(tc, random_weights);
     tcase_add_test(tc, prompt_logprobs_reference);

@@ -4,6 +4,7 @@
 
 #include "proposer.h"
 #include "testutil.h"
+#include "model.h"
 #include "vf_config.h"
 
 static sd_status parse(sd_vf_config *c, char *err, int argc, char **argv)
@@ -28,6 +29,8 @@ START_TEST(defaults)
     ck_assert_int_eq(c.threads, 0);
     ck_assert_int_eq(c.max_batch, 32);
     ck_assert_int_eq(c.kv_blocks, 0);
+    ck_assert_int_eq(c.kv_dtype, SD_KV_AUTO);
+    ck_assert(c.gpu_mem_fraction == SD_VF_GPU_MEM_FRACTION);
     ck_assert_int_eq(c.prefill_chunk, 256);
     ck_assert_int_eq(c.draft_timeout_ms, 200);
 }
@@ -39,10 +42,12 @@ START_TEST(all_options)
                     "40", "--threads", "3", "--device", "cpu", "--max-batch", "8", "--kv-blocks", "100",
                     "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug",
                     "--spec-max-batch", "0", "--spec-max-batch-sampled", "3", "--spec-adaptive", "off",
-                    "--spec-max-draft", "5", NULL};
+                    "--spec-max-draft", "5", "--kv-dtype", "f32", "--gpu-memory-fraction", "0.5", NULL};
     sd_vf_config c;
     char err[256];
-    ck_assert_int_eq(parse(&c, err, 31, argv), SD_OK);
+    ck_assert_int_eq(parse(&c, err, 35, argv), SD_OK);
+    ck_assert_int_eq(c.kv_dtype, SD_KV_F32);
+    ck_assert(c.gpu_mem_fraction == 0.5);
     ck_assert(!c.spec_adaptive);
     ck_assert_int_eq(c.spec_max_draft, 5);
     ck_assert_int_eq(c.spec_max_batch, 0);
@@ -78,6 +83,12 @@ START_TEST(errors)
     char *maxd[] = {"v", "--model", "m", "--spec-max-draft", "17", NULL};
     ck_assert_int_eq(parse(&c, err, 5, maxd), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-max-draft"));
+    char *kvd[] = {"v", "--model", "m", "--kv-dtype", "fp8", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, kvd), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--kv-dtype"));
+    char *frac[] = {"v", "--model", "m", "--gpu-memory-fraction", "1.5", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, frac), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--gpu-memory-fraction"));
     char *unknown[] = {"v", "--model", "m", "--bogus", NULL};
     ck_assert_int_eq(parse(&c, err, 4, unknown), SD_ERR_ARG);
     char *tpu[] = {"v", "--model", "m", "--device", "tpu:0", NULL};

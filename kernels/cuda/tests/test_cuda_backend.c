@@ -351,9 +351,26 @@ static void make_tables(sd_attn_seq *seqs, int n_seqs, int32_t *store)
     }
 }
 
+/* A KV cache on be holding h (n values) as dtype (bf16: rounded to nearest even). */
+static void *kv_on(sd_backend *be, const float *h, size_t n, sd_dtype dt)
+{
+    if (dt == SD_DTYPE_F32) return on(be, h, n);
+    uint16_t *b = malloc(n * sizeof *b);
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } c = {.f = sd_round_bf16(h[i])};
+        b[i] = (uint16_t)(c.u >> 16);
+    }
+    void *d = be->ops->alloc(be, n * sizeof *b);
+    ck_assert_ptr_nonnull(d);
+    be->ops->to_backend(be, d, b, n * sizeof *b);
+    free(b);
+    return d;
+}
+
 /* One attention call over seqs on both backends, K/V of the new rows
- * written first with kv_write; the rest of the cache is random. */
-static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int hd, int b16)
+ * written first with kv_write (into a cache of dtype dt); the rest of the
+ * cache is random. */
+static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int hd, int b16, sd_dtype dt)
 {
     int32_t tables[NB];
     make_tables(seqs, n_seqs, tables);
@@ -369,8 +386,8 @@ static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int 
     float *kh = rand_vec(cache, 21u, 1.0f, b16), *vh = rand_vec(cache, 22u, 1.0f, b16);
     float *kn = rand_vec((size_t)T * kvd, 23u, 1.0f, b16), *vn = rand_vec((size_t)T * kvd, 24u, 1.0f, b16);
     float *q = rand_vec(qn, 25u, 1.5f, b16);
-    sd_kv_layer kc = {on(g_cpu, kh, cache), on(g_cpu, vh, cache)};
-    sd_kv_layer kg = {on(g_gpu, kh, cache), on(g_gpu, vh, cache)};
+    sd_kv_layer kc = {kv_on(g_cpu, kh, cache, dt), kv_on(g_cpu, vh, cache, dt), dt};
+    sd_kv_layer kg = {kv_on(g_gpu, kh, cache, dt), kv_on(g_gpu, vh, cache, dt), dt};
     float *knc = on(g_cpu, kn, (size_t)T * kvd), *vnc = on(g_cpu, vn, (size_t)T * kvd);
     float *kng = on(g_gpu, kn, (size_t)T * kvd), *vng = on(g_gpu, vn, (size_t)T * kvd);
     int32_t *sg = g_gpu->ops->alloc(g_gpu, (size_t)T * sizeof *sg);
@@ -383,15 +400,18 @@ static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int 
     ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
     float *got = gpu_read(og, qn);
     char what[96];
-    snprintf(what, sizeof what, "attention T=%d nh=%d nkv=%d hd=%d bf16=%d", T, nh, nkv, hd, b16);
+    snprintf(what, sizeof what, "attention T=%d nh=%d nkv=%d hd=%d bf16=%d kv=%s", T, nh, nkv, hd, b16,
+             sd_dtype_name(dt));
     expect_close(what, got, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
-    float *kback = gpu_read(kg.k, cache);
-    ck_assert_int_eq(memcmp(kback, kc.k, cache * sizeof(float)), 0); /* kv_write is a copy */
+    size_t kvbytes = cache * sd_dtype_size(dt);
+    void *kback = malloc(kvbytes);
+    g_gpu->ops->to_host(g_gpu, kback, kg.k, kvbytes);
+    ck_assert_int_eq(memcmp(kback, kc.k, kvbytes), 0); /* kv_write: the same bits (bf16: the same rounding) */
     free(kback);
     free(got);
     float *hb[] = {kh, vh, kn, vn, q};
     for (int i = 0; i < 5; i++) free(hb[i]);
-    float *cb[] = {kc.k, kc.v, knc, vnc, qc, oc};
+    void *cb[] = {kc.k, kc.v, knc, vnc, qc, oc};
     for (int i = 0; i < 6; i++) g_cpu->ops->free(g_cpu, cb[i]);
     void *gb[] = {kg.k, kg.v, kng, vng, qg, og, sg};
     for (int i = 0; i < 7; i++) g_gpu->ops->free(g_gpu, gb[i]);
@@ -404,12 +424,15 @@ START_TEST(attention_vs_cpu)
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
         for (int b16 = 0; b16 < 2; b16++) {
             /* prefill from 0, a K+1 verify span, a decode step, a first token */
-            sd_attn_seq batch[4] = {{0, 7, 0, NULL}, {7, 5, 40, NULL}, {12, 1, 20, NULL}, {13, 1, 0, NULL}};
-            check_attention(batch, 4, heads[h][0], heads[h][1], heads[h][2], b16);
-            sd_attn_seq one[1] = {{0, 1, 150, NULL}}; /* T = 1 over a long context */
-            check_attention(one, 1, heads[h][0], heads[h][1], heads[h][2], b16);
-            sd_attn_seq span[1] = {{0, 33, 200, NULL}}; /* a span crossing blocks */
-            check_attention(span, 1, heads[h][0], heads[h][1], heads[h][2], b16);
+            for (int kvb = 0; kvb < 2; kvb++) { /* an f32 and a bf16 cache */
+                sd_dtype dt = kvb ? SD_DTYPE_BF16 : SD_DTYPE_F32;
+                sd_attn_seq batch[4] = {{0, 7, 0, NULL}, {7, 5, 40, NULL}, {12, 1, 20, NULL}, {13, 1, 0, NULL}};
+                check_attention(batch, 4, heads[h][0], heads[h][1], heads[h][2], b16, dt);
+                sd_attn_seq one[1] = {{0, 1, 150, NULL}}; /* T = 1 over a long context */
+                check_attention(one, 1, heads[h][0], heads[h][1], heads[h][2], b16, dt);
+                sd_attn_seq span[1] = {{0, 33, 200, NULL}}; /* a span crossing blocks */
+                check_attention(span, 1, heads[h][0], heads[h][1], heads[h][2], b16, dt);
+            }
         }
 }
 END_TEST
