@@ -400,7 +400,10 @@ static const sd_proposer_ops draft_ops = {
 /* Loads the model and sizes its pool; d->be is set. */
 static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts *o, char *err, size_t errlen)
 {
-    sd_status rc = sd_model_load(dir, d->be, &d->m, err, errlen);
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    sd_status rc = o->random_weights ? sd_model_random(cfg_path, 2, d->be, &d->m, err, errlen)
+                                     : sd_model_load(dir, d->be, &d->m, err, errlen);
     if (rc == SD_OK && (o->quant == SD_DRAFT_QUANT_INT8 ||
                         (o->quant == SD_DRAFT_QUANT_AUTO && d->be->ops->quantize_q8)))
         rc = sd_model_quantize_q8(d->m, err, errlen);

@@ -64,6 +64,7 @@ typedef struct sd_draft_opts {
     double mem_fraction;  /* on a device (mem_plan.h): the pool is capped to what fits this share of its
                              memory (0 = not capped) */
     size_t mem_free_at_start; /* the device's free memory when be opened (sd_mem_free_now) */
+    bool random_weights;  /* random weights of model_dir's config.json (sd_model_random): benchmarks */
 } sd_draft_opts;
 
 /* "auto", "int8" or "none" -> SD_DRAFT_QUANT_*; -1 for anything else. */

@@ -60,6 +60,7 @@ typedef struct drafter_opts {
     const char *listen, *model, *device, *log_level, *curve_keys;
     bool ngram;
     int ngram_min, ngram_max, threads, max_seqs, max_context, kv_dtype;
+    bool random_weights;
     double mem_fraction;
     int quant;        /* SD_DRAFT_QUANT_* */
     float p_min;
@@ -116,6 +117,7 @@ static void usage(FILE *f)
                "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
                "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
                "                     [--no-prefix-cache] [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
+               "                     [--random-weights]\n"
                "                     [--spec-branches N] [--curve-keys DIR]\n"
                "                     [--log-level debug|info|warn|error]\n");
 }
@@ -129,7 +131,8 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
         {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {"spec-branches", 1, 0, 'B'},
         {"curve-keys", 1, 0, 'K'}, {"no-prefix-cache", 0, 0, 'C'},
-        {"kv-dtype", 1, 0, 'V'},  {"gpu-memory-fraction", 1, 0, 'G'}, {0, 0, 0, 0}};
+        {"kv-dtype", 1, 0, 'V'},  {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
+        {0, 0, 0, 0}};
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
@@ -143,6 +146,7 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
         case 'l': o->listen = optarg; break;
         case 'K': o->curve_keys = optarg; break;
         case 'C': o->no_prefix_cache = true; break;
+        case 'W': o->random_weights = true; break;
         case 'm': o->model = optarg; break;
         case 'n': o->ngram = true; break;
         case 'a': st = sd_opt_int(optarg, "--ngram-min", 1, SD_NGRAM_MAX_N, &o->ngram_min, err, sizeof err); break;
@@ -208,6 +212,7 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     dopts.mem_free_at_start = sd_mem_free_now(d->be);
     dopts.mem_fraction = o->mem_fraction;
     dopts.kv_dtype = o->kv_dtype;
+    dopts.random_weights = o->random_weights;
     /* pipelined: each request may have branch mirrors besides its main one (dpipe.h) */
     dopts.max_seqs = o->max_seqs * (o->pipeline ? 1 + o->branches : 1);
     dopts.quant = o->quant;

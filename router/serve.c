@@ -87,7 +87,7 @@ typedef struct serve_opts {
     const char *draft_gpu_mem; /* --draft-gpu-memory-fraction F: the drafter's share of its GPU */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
-    bool ngram, no_spec, metrics_auth, no_prefix_cache, batch_invariant;
+    bool ngram, no_spec, metrics_auth, no_prefix_cache, batch_invariant, random_weights;
     int port;
     int lanes;               /* --lanes N: verifier + drafter pairs (default 1) */
     const char *router_args[MAX_ROUTER_ARGS]; /* --router-arg ARG: passed to the router as they are */
@@ -155,7 +155,7 @@ static void usage(FILE *f)
                "                   [--lanes N] [--device D[,D...]] [--draft-device D[,D...]]\n"
                "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
                "                   [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
-               "                   [--draft-gpu-memory-fraction F]\n"
+               "                   [--draft-gpu-memory-fraction F] [--random-weights]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -177,7 +177,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'},
                                        {"draft-device", 1, 0, 'E'}, {"batch-invariant", 0, 0, 'I'},
                                        {"kv-dtype", 1, 0, 'T'}, {"gpu-memory-fraction", 1, 0, 'g'},
-                                       {"draft-gpu-memory-fraction", 1, 0, 'H'}, {0, 0, 0, 0}};
+                                       {"draft-gpu-memory-fraction", 1, 0, 'H'},
+                                       {"random-weights", 0, 0, 'O'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -216,6 +217,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'T': o->kv_dtype = optarg; break;
         case 'g': o->gpu_mem = optarg; break;
         case 'H': o->draft_gpu_mem = optarg; break;
+        case 'O': o->random_weights = true; break;
         case 'Q': o->draft_quant = optarg; break;
         case 'P': o->draft_p_min = optarg; break;
         case 'S': o->spec_max_batch = optarg; break;
@@ -339,6 +341,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--curve-keys", o->curve_keys);
     if (o->no_prefix_cache) add_arg(ver, "--no-prefix-cache");
     if (o->batch_invariant) add_arg(ver, "--batch-invariant");
+    if (o->random_weights) add_arg(ver, "--random-weights");
     add_opt(ver, "--threads", o->threads);
     const char *vdev = lane_device(o->device, i, dev, sizeof dev);
     add_opt(ver, "--device", vdev);
@@ -358,6 +361,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
         add_opt(dra, "--spec-branches", o->draft_branches);
         add_opt(dra, "--kv-dtype", o->kv_dtype);
         add_opt(dra, "--gpu-memory-fraction", o->draft_gpu_mem);
+        if (o->random_weights) add_arg(dra, "--random-weights");
         if (o->no_prefix_cache) add_arg(dra, "--no-prefix-cache");
     } else {
         add_arg(dra, "--ngram");

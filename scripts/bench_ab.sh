@@ -8,7 +8,8 @@
 # "BIN=/tmp/old/build/bin" (another build's binaries), "SD_CPU_ISA=avx2" (an
 # environment variable for that server), "--spec-pipeline off", or "" (the defaults);
 # SD_BENCH_ARGS are passed to every server (e.g. "--draft models/tinycode-3m"),
-# SD_BENCH_THREADS as --threads, SD_BENCH_CLIENT_ARGS to specd-bench (e.g.
+# SD_BENCH_THREADS as --threads, SD_BENCH_TARGET as --target (default the demo target),
+# SD_BENCH_CLIENT_ARGS to specd-bench (e.g.
 # "--random-input-len 512 --extra-body {\"n\":4}"). Per configuration it prints output tok/s
 # summed over the rounds (and the ratio to the first), and from the
 # verifier's counters (/metrics, scraped before and after each run): the
@@ -18,12 +19,12 @@
 # specd-bench runs N requests of 128 tokens (--ignore-eos --seed 1 --warmup 2).
 # Results (json, metrics, logs) in ${SD_BENCH_OUT:-/tmp/specd-ab}.
 set -u
-[ $# -ge 5 ] || { sed -n 2,19p "$0" >&2; exit 2; }
+[ $# -ge 5 ] || { sed -n 2,20p "$0" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=$1 C=$2 T=$3 N=$4
 shift 4
 DEFAULT_BIN=${SD_BENCH_BIN:-$ROOT/build/bin}
-TARGET=$ROOT/models/tinycode-16m
+TARGET=${SD_BENCH_TARGET:-$ROOT/models/tinycode-16m}
 OUTDIR=${SD_BENCH_OUT:-/tmp/specd-ab}
 mkdir -p "$OUTDIR" && rm -f "$OUTDIR"/c*-r*.*
 # shellcheck source=scripts/bench_lib.sh

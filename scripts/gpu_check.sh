@@ -27,9 +27,19 @@
 #      --batch-invariant: decode tok/s, weight read bandwidth, span cost in decode steps;
 #   4. specd serve through specd-bench (C = 1 and 4): plain, the drafter on the GPU, the
 #      drafter on the CPU;
-#   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute).
-# SD_GPU_CHECK_DEVICE=cpu rehearses steps 2-4 on the CPU (no GPU needed). A step that fails is
-# recorded and the others still run; the exit status is the number of failed steps.
+#   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
+#   6. (pair) an 8B/0.6B-shaped pair — Qwen3-8B and Qwen3-0.6B shapes, random weights
+#      (--random-weights), the Qwen3 tokenizer — through specd serve at C = 1, 4, 16: plain,
+#      and the drafter on the same GPU (the memory split and adaptive speculation where
+#      drafts are worthless: random models agree on nothing);
+#   7. (hf) Hugging Face transformers on the same GPU (scripts/hf_decode.py): greedy decode of
+#      the demo target (batch 1, 16; assisted generation with the demo drafter) and of
+#      Qwen3-8B's shapes, beside specd's figures of steps 3 and 6.
+# SD_GPU_CHECK_STEPS="NAME ..." runs only the steps named (gpu_tests exact decode serve
+# profile pair hf; default all), e.g. the last two in a second call. SD_GPU_CHECK_DEVICE=cpu
+# rehearses steps 2-4 and 6 (with the demo models' shapes) on the CPU (no GPU needed). A step
+# that fails is recorded and the others still run; the exit status is the number of failed
+# steps.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACK=$ROOT/.devcarry
@@ -118,6 +128,52 @@ serve_bench() {
   done
 }
 
+# pair_dirs DIR TARGET_CONFIG DRAFT_CONFIG TOKENIZER: DIR/target and DIR/draft holding a
+# config.json and tokenizer.json each (TOKENIZER may be .xz), for --random-weights.
+pair_dirs() {
+  local d=$1 tok=$4 w
+  for w in target draft; do mkdir -p "$d/$w" || return 1; done
+  cp "$2" "$d/target/config.json" && cp "$3" "$d/draft/config.json" || return 1
+  python3 -c 'import lzma, sys
+p = sys.argv[1]
+data = lzma.open(p).read() if p.endswith(".xz") else open(p, "rb").read()
+for o in sys.argv[2:]: open(o, "wb").write(data)' "$tok" "$d/target/tokenizer.json" "$d/draft/tokenizer.json"
+}
+
+# serve_pair DEVICE: the 8B/0.6B-shaped pair with random weights through specd serve
+# (scripts/bench_ab.sh, one round each), C = 1, 4, 16: plain, and the drafter on the same
+# device. On the CPU (a rehearsal) the demo models' shapes stand in.
+serve_pair() {
+  local dev=$1 c n
+  if [ "$dev" = cpu ]; then
+    pair_dirs "$WORK/pair" "$ROOT/models/tinycode-16m/config.json" "$ROOT/models/tinycode-3m/config.json" \
+      "$ROOT/models/tinycode-16m/tokenizer.json" || return 1
+  else
+    pair_dirs "$WORK/pair" "$ROOT/bench/configs/qwen3-8b.json" "$ROOT/bench/configs/qwen3-0.6b.json" \
+      "$ROOT/tests/fixtures/tokenizers/qwen3/tokenizer.json.xz" || return 1
+  fi
+  for c in 1 4 16; do
+    n=$((c * 4))
+    [ "$n" -lt 8 ] && n=8
+    echo "== C = $c"
+    SD_BENCH_TARGET=$WORK/pair/target SD_BENCH_ARGS=--random-weights SD_BENCH_BIN=$BIN SD_BENCH_OUT=$WORK/pair-c$c \
+      "$ROOT/scripts/bench_ab.sh" 1 "$c" 0 "$n" "--device $dev --no-spec" \
+      "--device $dev --draft-device $dev --draft $WORK/pair/draft" || return 1
+  done
+}
+
+# hf_side DEVICE: transformers on the demo pair and on Qwen3-8B's shapes (scripts/hf_decode.py).
+hf_side() {
+  local dev=${1/cuda:*/cuda}
+  python3 "$ROOT/scripts/hf_decode.py" --device "$dev" --model "$ROOT/models/tinycode-16m" \
+    --draft "$ROOT/models/tinycode-3m" --batch 1 16 || return
+  [ "$dev" = cpu ] || python3 "$ROOT/scripts/hf_decode.py" --device "$dev" \
+    --config "$ROOT/bench/configs/qwen3-8b.json" --batch 1 16 --tokens 64
+}
+
+# want NAME: true when SD_GPU_CHECK_STEPS is unset or names NAME.
+want() { [ -z "${SD_GPU_CHECK_STEPS:-}" ] || [[ " $SD_GPU_CHECK_STEPS " == *" $1 "* ]]; }
+
 # A curl stand-in (python3) for a machine without curl: the benchmark scripts' two uses.
 curl_shim() {
   mkdir -p "$1"
@@ -177,7 +233,7 @@ run() {
   fi
   setup
   { echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldd "$BIN/specd-generate"; nproc; free -g; } > "$WORK/env.txt" 2>&1
-  export -f exactness serve_bench
+  export -f exactness serve_bench serve_pair pair_dirs hf_side
   export WORK
   export SD_FIXTURES=$ROOT/tests/fixtures SD_MODELS=$ROOT/models SD_BIN=$BIN
   export CK_DEFAULT_TIMEOUT=600
@@ -186,29 +242,40 @@ run() {
   local gpu=$dev
   [ "$dev" = cpu ] || gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)
   echo "gpu_check: $gpu, git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)" | tee -a "$SUMMARY"
-  [ "$dev" = cpu ] || step gpu_tests 200 "$tcb"
-  step exact_invariant 120 exactness "$dev" --batch-invariant
-  OPTIONAL=1 step exact_fast 90 exactness "$dev" # the fast default: differences counted, not failed
+  [ "$dev" != cpu ] && want gpu_tests && step gpu_tests 200 "$tcb"
+  if want exact; then
+    step exact_invariant 120 exactness "$dev" --batch-invariant
+    OPTIONAL=1 step exact_fast 90 exactness "$dev" # the fast default: differences counted, not failed
+  fi
   local ab=(--graphs ab)
   [ "$dev" = cpu ] && ab=()
-  step decode_demo 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" --runs 3 "${ab[@]}"
-  step decode_demo_inv 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" --runs 3 \
-    --batch-invariant
-  step serve_demo 200 serve_bench "$dev"
-  if [ "$dev" != cpu ]; then
+  if want decode; then
+    step decode_demo 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" --runs 3 \
+      "${ab[@]}"
+    step decode_demo_inv 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" \
+      --runs 3 --batch-invariant
+  fi
+  want serve && step serve_demo 200 serve_bench "$dev"
+  if [ "$dev" != cpu ] && want decode; then
     step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" \
       --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 "${ab[@]}"
     step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" \
       --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --batch-invariant
-    OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
+    step decode_qwen3_8b_ctx 180 "$BIN/specd-bench-decode" --device "$dev" \
+      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --context 8192
   fi
+  [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
+  want pair && step serve_pair 300 serve_pair "$dev"
+  want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
-    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv; do
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_ctx; do
       [ -f "$WORK/$f.log" ] &&
         grep -E "tokens/s|weight read bandwidth|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
     done
     grep -h "equal" "$WORK"/exact_*.log | sed 's/^/    /'
     grep -h "^c[0-9] \[" "$WORK/serve_demo.log" 2>/dev/null | cut -c1-160 | sed 's/^/    serve: /'
+    grep -hE "^== C|^c[0-9] \[" "$WORK/serve_pair.log" 2>/dev/null | cut -c1-160 | sed 's/^/    pair: /'
+    grep -h "^hf " "$WORK/hf.log" 2>/dev/null | sed 's/^/    /'
     echo "gpu_check: $FAILED step(s) failed; logs of every step in $OUTDIR/logs.tgz"
   } | tee -a "$SUMMARY"
   cp "$SUMMARY" "$WORK/summary.txt"

@@ -71,11 +71,15 @@ static int kv_blocks(const sd_vf_config *cfg, sd_model *m, size_t free_at_start,
 /* Loads the model and sizes its KV pool. Returns 0 or 1 (message logged). */
 static int load_model(const sd_vf_config *cfg, sd_backend *be, size_t free_at_start, sd_model **m)
 {
-    char err[512];
-    if (sd_model_load(cfg->model_dir, be, m, err, sizeof err) != SD_OK) {
+    char err[512], path[4096];
+    snprintf(path, sizeof path, "%s/config.json", cfg->model_dir);
+    if ((cfg->random_weights ? sd_model_random(path, 1, be, m, err, sizeof err)
+                             : sd_model_load(cfg->model_dir, be, m, err, sizeof err)) != SD_OK) {
         SD_ERROR("cannot load %s: %s", cfg->model_dir, err);
         return 1;
     }
+    if (cfg->random_weights)
+        SD_WARN("--random-weights: random weights of %s's shapes: for benchmarks, the tokens mean nothing", path);
     if (cfg->quant_int8) {
         if (sd_model_quantize_q8(*m, err, sizeof err) != SD_OK) {
             SD_ERROR("--quant int8: %s", err);

@@ -15,7 +15,7 @@ const char *sd_vf_usage(void)
 {
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
-           "                      [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
+           "                      [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F] [--random-weights]\n"
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
@@ -82,7 +82,8 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
         {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
         {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
-        {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {0, 0, 0, 0}};
+        {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
+        {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -99,6 +100,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'h': cfg->help = true; break;
         case 'C': cfg->no_prefix_cache = true; break;
         case 'I': cfg->batch_invariant = true; break;
+        case 'W': cfg->random_weights = true; break;
         case 'V':
             if ((cfg->kv_dtype = sd_kv_dtype_parse(optarg)) < 0)
                 st = sd_seterr(err, errlen, SD_ERR_ARG, "--kv-dtype must be auto, f32 or bf16, got '%s'", optarg);

@@ -44,6 +44,7 @@ typedef struct sd_vf_config {
     int prefill_chunk;            /* --prefill-chunk N */
     int prefill_budget;           /* --prefill-budget N: prompt tokens per step over all requests */
     bool quant_int8;              /* --quant int8: the model's weights int8 (sd_model_quantize_q8) */
+    bool random_weights;          /* --random-weights: random weights of --model's config.json (benchmarks) */
     bool batch_invariant;         /* --batch-invariant: bit-exact greedy speculation on a GPU too */
     bool no_prefix_cache;         /* --no-prefix-cache: no prefix sharing between requests (engine.h) */
     int draft_timeout_ms;         /* --draft-timeout-ms N (serial mode) */
