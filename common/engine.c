@@ -20,6 +20,8 @@ struct sd_engine {
     int *chunk;             /* prompt tokens per request this step */
     size_t cap;             /* entries of batch, slot, span_k, chunk and spans */
     int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
+    int32_t *amax;          /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
+                             * serve them: their logits stay on the device) */
     float *raw;             /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
     int32_t *match;         /* prefix cache matches (sd_kv_cache_match) */
     size_t cap_match;
@@ -53,6 +55,7 @@ void sd_engine_free(sd_engine *e)
     free(e->span_k);
     free(e->chunk);
     free(e->spans);
+    free(e->amax);
     free(e->raw);
     free(e->match);
     free(e);
@@ -204,8 +207,9 @@ static sd_status grow(sd_engine *e, int n, int rows)
 {
     size_t V = (size_t)sd_model_cfg(e->m)->vocab_size;
     const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch), SD_GROW_ITEM(e->slot), SD_GROW_ITEM(e->span_k),
-                                    SD_GROW_ITEM(e->chunk), {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans}};
-    if (sd_grow_all(per_req, 5, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
+                                    SD_GROW_ITEM(e->chunk), {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans},
+                                    {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax}};
+    if (sd_grow_all(per_req, 6, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
     if (!e->raw && !(e->raw = malloc((SD_MAX_DRAFT + 1) * V * sizeof *e->raw))) return SD_ERR_NOMEM;
     return sd_grow(&e->logits, &e->cap_rows, (size_t)rows, V * sizeof *e->logits);
 }
@@ -222,6 +226,15 @@ static void fail_req(sd_engine *e, sd_req *r, const char *msg)
 static bool wants_prompt_lp(const sd_req *r)
 {
     return r->prompt_lp && r->n_tokens == r->n_prompt;
+}
+
+/* True when the argmax of r's rows is all its step needs (sd_batch_seq's
+ * argmax): greedy, no penalty, no log-probabilities. */
+static bool argmax_serves(const sd_req *r)
+{
+    const sd_sampling *s = &r->p.sampling;
+    return s->temperature <= 0.0f && s->repetition_penalty == 1.0f && s->presence_penalty == 0.0f &&
+           s->frequency_penalty == 0.0f && !r->lp && !wants_prompt_lp(r);
 }
 
 /* ---------------------------------------------------------------- prefix sharing */
@@ -346,7 +359,8 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
             return -1;
         }
         int rows = wants_prompt_lp(r) ? chunk : sd_req_prefill_samples(r, chunk);
-        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, rows};
+        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, rows, NULL};
+        if (argmax_serves(r)) b->argmax = e->amax + (size_t)bi * (SD_MAX_DRAFT + 1); /* rows <= 1 here */
         e->span_k[bi] = -1;
         return rows;
     }
@@ -360,7 +374,8 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
     int32_t *span = e->spans + (size_t)bi * (SD_MAX_DRAFT + 1);
     span[0] = r->tokens[r->n_tokens - 1];
     for (int i = 0; i < k; i++) span[1 + i] = d->tokens[i];
-    *b = (sd_batch_seq){span, k + 1, r->n_tokens - 1, &r->kv, k + 1};
+    *b = (sd_batch_seq){span, k + 1, r->n_tokens - 1, &r->kv, k + 1,
+                        argmax_serves(r) ? e->amax + (size_t)bi * (SD_MAX_DRAFT + 1) : NULL};
     e->span_k[bi] = k;
     return k + 1;
 }
@@ -407,13 +422,14 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
         register_blocks(e, r);
         if (b->n_logits == b->n && wants_prompt_lp(r)) prompt_logprobs(e, r, b, logits);
         if (!sd_req_prefill_samples(r, 0)) return SD_OK;
-        logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size; /* the last row samples */
+        if (!b->argmax) logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size; /* the last row samples */
         k = 0;
     }
+    const int32_t *amax = b->argmax ? b->argmax + (b->n_logits - 1 - k) : NULL; /* a prompt chunk: its last row */
     if (r->lp) memcpy(e->raw, logits, (size_t)(k + 1) * (size_t)sd_model_cfg(e->m)->vocab_size * sizeof *logits);
     bool have_q = k > 0 && d && d->q[0] != NULL;
     sd_verify_in in = {
-        .logits = logits, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
+        .logits = amax ? NULL : logits, .argmax = amax, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
         .draft = k > 0 ? b->tokens + 1 : NULL, .q = have_q ? d->q : NULL, .nq = have_q ? d->nq : NULL,
         .sampling = &r->p.sampling, .prompt = r->tokens, .n_prompt = (size_t)r->n_prompt,
         .output = r->tokens + r->n_prompt, .n_output = (size_t)sd_req_n_output(r),
@@ -479,7 +495,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, row);
         /* a sampled distribution per position reached: up to the first rejection */
         if (b->n_logits > 0 && sampled) tm->sampled_pos += reqs[i]->n_new > 0 ? reqs[i]->n_new : 1;
-        row += (size_t)b->n_logits * V;
+        if (!b->argmax) row += (size_t)b->n_logits * V;
     }
     tm->forward_ms = t1 - t0;
     tm->accept_ms = sd_now_ms() - t1;

@@ -16,6 +16,7 @@
 
 #include "array.h"
 #include "safetensors.h"
+#include "vecmath.h"
 
 typedef struct layer_w {
     sd_weight in_norm, post_norm;
@@ -60,6 +61,8 @@ struct sd_model {
     float *h_cos, *h_sin;
     sd_attn_seq *aseqs;
     size_t cap_seqs;
+    int32_t *h_amax;       /* [cap_amax] argmax rows of a pass (host) */
+    size_t cap_amax;
 };
 
 /* ------------------------------------------------------------ loading */
@@ -357,6 +360,7 @@ void sd_model_free(sd_model *m)
     free_kv(m);
     free_scratch(m);
     free(m->aseqs);
+    free(m->h_amax);
     free(m->layers);
     free(m->inv_freq);
     sd_st_free(m->st);
@@ -594,6 +598,61 @@ static sd_status run_layers(sd_model *m, int T, int n_seqs, char *err, size_t er
     return layers(m, T, n_seqs, err, errlen);
 }
 
+/* The argmax of n rows of the logits in backend memory into out (host):
+ * the backend's op, else row by row through the host. */
+static sd_status rows_argmax(sd_model *m, int32_t *out, const float *rows, int n)
+{
+    sd_backend *be = m->be;
+    int V = m->cfg.vocab_size;
+    if (be->ops->argmax) return be->ops->argmax(be, out, rows, n, V);
+    float *row = malloc((size_t)V * sizeof *row);
+    if (!row) return SD_ERR_NOMEM;
+    for (int r = 0; r < n; r++) {
+        be->ops->to_host(be, row, rows + (size_t)r * V, (size_t)V * sizeof *row);
+        out[r] = sd_argmax_f32(row, V);
+    }
+    free(row);
+    return SD_OK;
+}
+
+/* The argmax of a run of sequences [i0, i1) with argmax arrays whose rows
+ * start at row o of the pass: one call, then each sequence's share. */
+static sd_status run_argmax(sd_model *m, const sd_batch_seq *seqs, int i0, int i1, int o)
+{
+    int n = 0;
+    for (int i = i0; i < i1; i++) n += seqs[i].n_logits;
+    if (n == 0) return SD_OK;
+    if (sd_grow(&m->h_amax, &m->cap_amax, (size_t)n, sizeof *m->h_amax) != SD_OK) return SD_ERR_NOMEM;
+    sd_status st = rows_argmax(m, m->h_amax, m->s.logits + (size_t)o * m->cfg.vocab_size, n);
+    for (int i = i0, k = 0; st == SD_OK && i < i1; k += seqs[i++].n_logits)
+        memcpy(seqs[i].argmax, m->h_amax + k, (size_t)seqs[i].n_logits * sizeof *m->h_amax);
+    return st;
+}
+
+/* Sends the logits rows of the pass where they go: the argmax of the
+ * sequences with an argmax array to it, the others' rows to logits — each
+ * run of sequences of one kind in one call. */
+static sd_status head_out(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits)
+{
+    size_t V = (size_t)m->cfg.vocab_size;
+    int o = 0, w = 0; /* rows of the pass done; rows written to logits */
+    for (int i = 0, j; i < n_seqs; i = j) {
+        bool am = seqs[i].argmax != NULL;
+        int rows = 0;
+        for (j = i; j < n_seqs && (seqs[j].argmax != NULL) == am; j++) rows += seqs[j].n_logits;
+        if (am) {
+            sd_status st = run_argmax(m, seqs, i, j, o);
+            if (st != SD_OK) return st;
+        } else if (rows > 0) {
+            m->be->ops->to_host(m->be, logits + (size_t)w * V, m->s.logits + (size_t)o * V,
+                                (size_t)rows * V * sizeof(float));
+            w += rows;
+        }
+        o += rows;
+    }
+    return SD_OK;
+}
+
 sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
                            size_t errlen)
 {
@@ -627,11 +686,14 @@ sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, fl
             return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));
         return SD_OK;
     }
-    for (int r = 0; r < n_out; r++)
-        op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, 1, C,
+    for (int r = 0, k; r < n_out; r += k) { /* the final norm, a run of consecutive rows of x a call */
+        for (k = 1; r + k < n_out && m->h_rows[r + k] == m->h_rows[r] + k;) k++;
+        op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, k, C,
                     c->rms_eps, m->act_bf16);
+    }
     op->matmul(be, s->logits, s->head_in, m->head, NULL, n_out, m->act_bf16);
-    op->to_host(be, logits, s->logits, (size_t)n_out * c->vocab_size * sizeof(float));
+    if ((st = head_out(m, seqs, n_seqs, logits)) != SD_OK)
+        return sd_seterr(err, errlen, st, "out of memory for a logits row");
     op->sync(be);
     if (op->take_error && (st = op->take_error(be)) != SD_OK)
         return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));

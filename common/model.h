@@ -28,6 +28,8 @@ typedef struct sd_batch_seq {
     int pos0;               /* position of tokens[0]; positions pos0..pos0+n-1 */
     const sd_kv_seq *kv;    /* blocks covering at least pos0 + n positions */
     int n_logits;           /* logits wanted for the last n_logits rows (0..n) */
+    int32_t *argmax;        /* non-NULL: those rows' argmax tokens [n_logits] go here instead of
+                             * their logits (on a GPU the rows never cross to the host) */
 } sd_batch_seq;
 
 /* Loads the model in dir onto be (which the model borrows; it must outlive
@@ -97,7 +99,9 @@ size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out);
 
 /* Runs one forward pass over seqs[0..n_seqs). Writes the wanted logits as
  * float32 rows [sum of n_logits, vocab] into logits (host memory), sequences
- * in order. Token ids out of range, positions beyond max_position or the
+ * in order, but for the sequences with an argmax array: their rows' argmax
+ * (sd_argmax: first maximum, NaNs ignored) goes there and they take no rows
+ * of logits. Token ids out of range, positions beyond max_position or the
  * block table, are SD_ERR_ARG with a message; nothing is written then. */
 sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
                            size_t errlen);

@@ -82,8 +82,10 @@ static int is_greedy(const sd_verify_in *in)
 /* SD_OK when the input is usable by the rule it selects. */
 static sd_status check_input(const sd_verifier *v, const sd_verify_in *in, const int32_t *out)
 {
-    if (!v || !in || !out || !in->logits || !in->sampling)
+    if (!v || !in || !out || !in->sampling || !in->logits == !in->argmax)
         return SD_ERR_ARG;
+    if (in->argmax && (!is_greedy(in) || penalties_on(in->sampling)))
+        return SD_ERR_ARG; /* tokens alone serve greedy rows without penalties only */
     if (in->vocab <= 0 || in->vocab > v->vocab)
         return SD_ERR_ARG;
     if (in->k < 0 || in->k > SD_MAX_DRAFT || (in->k > 0 && !in->draft))
@@ -137,6 +139,8 @@ static size_t row_nhist(const sd_verify_in *in, int i)
  * position out_pos + i. -1 when the row has no token (every logit NaN). */
 static int32_t plain_token(sd_verifier *v, const sd_verify_in *in, int i, int greedy)
 {
+    if (in->argmax)
+        return in->argmax[i];
     float *row = in->logits + (size_t)i * (size_t)in->vocab;
     if (greedy) {
         sd_sampler_apply_penalties(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,

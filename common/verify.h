@@ -44,6 +44,8 @@ enum {
 
 typedef struct sd_verify_in {
     float *logits;              /* [k+1, vocab]; penalties are applied in place */
+    const int32_t *argmax;      /* instead of logits (NULL there): the rows' argmax [k+1], for greedy
+                                 * rows without penalties (sd_model_forward's argmax rows) */
     int vocab;
     int k;                      /* number of drafts (0 = plain step) */
     const int32_t *draft;       /* [k] */

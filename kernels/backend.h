@@ -153,6 +153,11 @@ typedef struct sd_backend_ops {
     /* Optional: copies the attention tables of the next pass (as attention
      * would) so that the layers' attention calls find them in place. */
     sd_status (*attn_stage)(sd_backend *be, const sd_attn_seq *seqs, int n_seqs, int block_size);
+    /* Optional (NULL: the caller copies the rows and takes sd_argmax_f32 of
+     * each): out[r] (host memory) = the index of the first maximum of row r
+     * of logits [rows, vocab] (backend memory), NaNs ignored, -1 for a row of
+     * NaNs — sd_argmax_f32's answer, without the rows crossing to the host. */
+    sd_status (*argmax)(sd_backend *be, int32_t *out, const float *logits, int rows, int vocab);
     /* Optional (NULL: host memory, nothing to plan): the device's free and
      * total memory in bytes now (all processes' allocations counted). */
     sd_status (*mem_info)(sd_backend *be, size_t *free_bytes, size_t *total_bytes);

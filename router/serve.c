@@ -44,6 +44,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,33 @@ static void usage(FILE *f)
 }
 
 /* One switch over the options, kept whole (a table in code). */
+/* Options kept as given and handed to a worker (which checks them): code -> field. */
+static const struct {
+    int code;
+    size_t off;
+} g_as_given[] = {
+    {'q', offsetof(serve_opts, quant)}, {'G', offsetof(serve_opts, prefill_budget)},
+    {'V', offsetof(serve_opts, kv_blocks)}, {'Y', offsetof(serve_opts, curve_keys)},
+    {'W', offsetof(serve_opts, served_name)}, {'j', offsetof(serve_opts, threads)},
+    {'K', offsetof(serve_opts, num_draft)}, {'D', offsetof(serve_opts, device)},
+    {'E', offsetof(serve_opts, draft_device)}, {'T', offsetof(serve_opts, kv_dtype)},
+    {'g', offsetof(serve_opts, gpu_mem)}, {'H', offsetof(serve_opts, draft_gpu_mem)},
+    {'Q', offsetof(serve_opts, draft_quant)}, {'P', offsetof(serve_opts, draft_p_min)},
+    {'S', offsetof(serve_opts, spec_max_batch)}, {'Z', offsetof(serve_opts, spec_max_batch_sampled)},
+    {'B', offsetof(serve_opts, draft_branches)}, {'X', offsetof(serve_opts, spec_max_draft)},
+};
+
+/* Stores arg in o's field for code c when c is an option kept as given. */
+static bool as_given(serve_opts *o, int c, const char *arg)
+{
+    for (size_t i = 0; i < sizeof g_as_given / sizeof g_as_given[0]; i++)
+        if (g_as_given[i].code == c) {
+            memcpy((char *)o + g_as_given[i].off, &arg, sizeof arg);
+            return true;
+        }
+    return false;
+}
+
 static int parse_opts(int argc, char **argv, serve_opts *o)
 {
     static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"ngram", 0, 0, 'n'},
@@ -187,6 +215,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
     char err[256];
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (as_given(o, c, optarg)) continue;
         switch (c) {
         case 't': o->target = optarg; break;
         case 'd': o->draft = optarg; break;
@@ -201,35 +230,17 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'M': o->metrics_auth = true; break;
         case 'C': o->no_prefix_cache = true; break;
         case 'I': o->batch_invariant = true; break;
-        case 'q': o->quant = optarg; break;
-        case 'G': o->prefill_budget = optarg; break;
-        case 'V': o->kv_blocks = optarg; break;
-        case 'Y': o->curve_keys = optarg; break;
-        case 'W': o->served_name = optarg; break;
         case 'R':
             if (sd_opt_int(optarg, "--drain-timeout", 0, 86400, &o->drain_s, err, sizeof err) != SD_OK) goto bad;
             o->drain_timeout = optarg;
             break;
-        case 'j': o->threads = optarg; break;
-        case 'K': o->num_draft = optarg; break;
-        case 'D': o->device = optarg; break;
-        case 'E': o->draft_device = optarg; break;
-        case 'T': o->kv_dtype = optarg; break;
-        case 'g': o->gpu_mem = optarg; break;
-        case 'H': o->draft_gpu_mem = optarg; break;
         case 'O': o->random_weights = true; break;
-        case 'Q': o->draft_quant = optarg; break;
-        case 'P': o->draft_p_min = optarg; break;
-        case 'S': o->spec_max_batch = optarg; break;
-        case 'Z': o->spec_max_batch_sampled = optarg; break;
-        case 'B': o->draft_branches = optarg; break;
         case 'A': {
             bool on;
             if (sd_opt_on_off(optarg, "--spec-adaptive", &on, err, sizeof err) != SD_OK) goto bad;
             o->spec_adaptive = optarg;
             break;
         }
-        case 'X': o->spec_max_draft = optarg; break;
         case 'L':
             if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 fprintf(stderr, "specd serve: --spec-pipeline must be auto, on or off, got '%s'\n", optarg);

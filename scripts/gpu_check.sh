@@ -24,7 +24,9 @@
 #      without (the fast default: prompts that differ, at near-ties, are counted);
 #   3. specd-bench-decode on the GPU: the demo target and Qwen3-8B's shapes with random
 #      weights (bench/configs/qwen3-8b.json), CUDA graphs on and off interleaved, and with
-#      --batch-invariant: decode tok/s, weight read bandwidth, span cost in decode steps;
+#      --batch-invariant: decode tok/s, weight read bandwidth, span cost in decode steps; an
+#      8k-token context with the split attention and with the single kernel
+#      (SD_CUDA_ATTN_SPLIT=0);
 #   4. specd serve through specd-bench (C = 1 and 4): plain, the drafter on the GPU, the
 #      drafter on the CPU;
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
@@ -263,12 +265,15 @@ run() {
       --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --batch-invariant
     step decode_qwen3_8b_ctx 180 "$BIN/specd-bench-decode" --device "$dev" \
       --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --context 8192
+    step decode_qwen3_8b_ctx_single 180 env SD_CUDA_ATTN_SPLIT=0 "$BIN/specd-bench-decode" --device "$dev" \
+      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --context 8192
   fi
   [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
   want pair && step serve_pair 300 serve_pair "$dev"
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
-    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_ctx; do
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_ctx \
+      decode_qwen3_8b_ctx_single; do
       [ -f "$WORK/$f.log" ] &&
         grep -E "tokens/s|weight read bandwidth|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
     done

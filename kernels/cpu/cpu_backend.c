@@ -423,6 +423,13 @@ static void cpu_add(sd_backend *be, float *y, const float *x, size_t n, int bf16
     ew_run(be, &c, n);
 }
 
+static sd_status cpu_argmax(sd_backend *be, int32_t *out, const float *logits, int rows, int vocab)
+{
+    (void)be;
+    for (int r = 0; r < rows; r++) out[r] = sd_argmax_f32(logits + (size_t)r * vocab, vocab);
+    return SD_OK;
+}
+
 static void cpu_sync(sd_backend *be)
 {
     (void)be;
@@ -564,6 +571,7 @@ static const sd_backend_ops cpu_ops = {
     .add = cpu_add,
     .matmul_fused = cpu_matmul_fused,
     .quantize_q8 = cpu_quantize_q8,
+    .argmax = cpu_argmax,
     .sync = cpu_sync,
     .lost = cpu_lost,
     .destroy = cpu_destroy,

@@ -91,6 +91,9 @@ typedef struct cuda_impl {
     size_t amax_cap;
     void *blas_ws;       /* device [CUBLAS_WORKSPACE] */
     int graphs_on;       /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
+    int attn_split;      /* attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 off) */
+    float *att_part;     /* device [att_part_cap bytes] the split attention's partial results */
+    size_t att_part_cap;
     graph_entry graphs[GRAPH_MAX];
     int n_graphs;
     graph_entry *rec;    /* being recorded */
@@ -472,8 +475,19 @@ static sd_status cuda_attention(sd_backend *be, float *out, const float *q, cons
     if (kv->dtype != SD_DTYPE_F32 && kv->dtype != SD_DTYPE_BF16) return SD_ERR_UNSUPPORTED;
     sd_status st = put_meta(im, seqs, n_seqs, T, sh->block_size);
     if (st != SD_OK || T == 0) return st;
-    SD_CUDA_CHECK(sd_cu_attention(im->stream, out, q, kv->k, kv->v, im->meta, T, sh->n_heads, sh->n_kv_heads,
-                                  sh->head_dim, sh->block_size, sh->scale, sh->bf16, kv->dtype == SD_DTYPE_BF16));
+    int kvb = kv->dtype == SD_DTYPE_BF16;
+    if (!im->attn_split) {
+        SD_CUDA_CHECK(sd_cu_attention(im->stream, out, q, kv->k, kv->v, im->meta, T, sh->n_heads, sh->n_kv_heads,
+                                      sh->head_dim, sh->block_size, sh->scale, sh->bf16, kvb));
+        return SD_OK;
+    }
+    /* sized by T and the heads only, at least for every T a graph is recorded for (growing drops
+     * the graphs): the first (eager) pass of a T grows it, never a recording one */
+    size_t part = sd_cu_attention_split_floats(T > GRAPH_MAX_T ? T : GRAPH_MAX_T, sh->n_heads, sh->head_dim) *
+                  sizeof(float);
+    if ((st = grow_dev(im, (void **)&im->att_part, &im->att_part_cap, part)) != SD_OK) return st;
+    SD_CUDA_CHECK(sd_cu_attention_split(im->stream, out, q, kv->k, kv->v, im->meta, im->att_part, T, sh->n_heads,
+                                        sh->n_kv_heads, sh->head_dim, sh->block_size, sh->scale, sh->bf16, kvb));
     return SD_OK;
 }
 
@@ -558,6 +572,7 @@ static void cuda_destroy(sd_backend *be)
     cudaFree(im->blas_ws);
     cudaFree(im->xbf);
     cudaFree(im->meta);
+    cudaFree(im->att_part);
     cudaFree(im->amax);
     free(im->h_meta);
     free(im->h_last);
@@ -571,6 +586,11 @@ static sd_status cuda_mem_info(sd_backend *be, size_t *free_bytes, size_t *total
 {
     (void)cu(be);
     return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? SD_OK : SD_ERR_DEVICE;
+}
+
+static sd_status cuda_argmax_op(sd_backend *be, int32_t *out, const float *logits, int rows, int vocab)
+{
+    return sd_cuda_argmax(be, logits, rows, vocab, out);
 }
 
 static bool cuda_lost(sd_backend *be)
@@ -600,6 +620,7 @@ static const sd_backend_ops cuda_ops = {
     .graph_end = cuda_graph_end,
     .attn_stage = cuda_attn_stage,
     .mem_info = cuda_mem_info,
+    .argmax = cuda_argmax_op,
     .sync = cuda_sync,
     .take_error = sd_cuda_take_error,
     .lost = cuda_lost,
@@ -635,6 +656,8 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
                          cublasGetStatusString(s));
     const char *g = getenv("SD_CUDA_GRAPHS");
     im->graphs_on = !(g && strcmp(g, "0") == 0);
+    const char *a = getenv("SD_CUDA_ATTN_SPLIT");
+    im->attn_split = !(a && strcmp(a, "0") == 0);
     return SD_OK;
 }
 
@@ -687,6 +710,15 @@ sd_status sd_cuda_set_graphs(sd_backend *be, int on)
     return SD_OK;
 }
 
+sd_status sd_cuda_set_attn_split(sd_backend *be, int on)
+{
+    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
+    cuda_impl *im = cu(be);
+    drop_graphs(im); /* recorded with the other kernels */
+    im->attn_split = on != 0;
+    return SD_OK;
+}
+
 int sd_cuda_graph_count(sd_backend *be)
 {
     if (!sd_backend_is_cuda(be)) return 0;
@@ -711,7 +743,9 @@ sd_status sd_cuda_argmax(sd_backend *be, const float *logits_dev, int rows, int 
         return SD_ERR_ARG;
     if (rows == 0) return SD_OK;
     cuda_impl *im = cu(be);
-    sd_status st = grow_dev(im, (void **)&im->amax, &im->amax_cap, (size_t)rows * sizeof(int32_t));
+    /* at least a graphed pass's rows: growing drops the recorded graphs */
+    size_t need = (size_t)(rows > GRAPH_MAX_T ? rows : GRAPH_MAX_T) * sizeof(int32_t);
+    sd_status st = grow_dev(im, (void **)&im->amax, &im->amax_cap, need);
     if (st != SD_OK) return st;
     SD_CUDA_CHECK(sd_cu_argmax(im->stream, im->amax, logits_dev, rows, vocab));
     SD_CUDA_CHECK(cudaMemcpyAsync(out_host, im->amax, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,

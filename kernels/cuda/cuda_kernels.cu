@@ -417,6 +417,150 @@ extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const fl
     return cudaGetLastError();
 }
 
+/* Split attention ("flash-decoding"): a (row, head) is spread over
+ * ATT_SPLITS blocks, block z taking the chunks z, z + S, z + 2S, ... of
+ * ATT_CHUNK positions, so that a long context keeps every SM busy where
+ * attention_kernel runs one block per (row, head). The split is fixed (not
+ * chosen from the batch: a row's result depends on its own inputs only) and
+ * the grid depends on T and nh only (CUDA graphs replay it at any context).
+ * Three passes with attention_kernel's arithmetic: (1) each block's maximum
+ * score; (2) with the row's maximum M over the blocks, p_j = exp(s_j - M)
+ * (rounded to bf16 for PV in bf16 mode, as the CPU), each block's sum of
+ * p_j and its p_j v_j; (3) the blocks' sums and accumulators added in z
+ * order, out = acc / sum. Summation order differs from attention_kernel
+ * (partial sums per block), values within rounding of it.
+ * part: [T, nh, S] maxima, [T, nh, S] sums, [T, nh, S, hd] accumulators. */
+#define ATT_SPLITS 8
+
+extern "C" size_t sd_cu_attention_split_floats(int T, int nh, int hd)
+{
+    return (size_t)T * nh * ATT_SPLITS * ((size_t)hd + 2);
+}
+
+template <typename KV>
+__global__ void __launch_bounds__(ATT_THREADS)
+att_split_max(float *part, const float *q, const KV *kc, const int32_t *meta, int T, int nh, int nkv, int hd, int bs,
+              float scale)
+{
+    __shared__ float qs[SD_CU_MAX_HEAD_DIM];
+    __shared__ float red[32];
+    int row = blockIdx.x, h = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int nw = ATT_THREADS / 32, n = meta[row] + 1;
+    size_t o = ((size_t)row * nh + h) * ATT_SPLITS + z;
+    if (z * ATT_CHUNK >= n) { /* nothing here for this row: the whole block leaves */
+        if (tid == 0) part[o] = -INFINITY;
+        return;
+    }
+    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
+    size_t kvd = (size_t)nkv * hd;
+    const KV *kb = kc + (size_t)(h / (nh / nkv)) * hd;
+    const float *qr = q + ((size_t)row * nh + h) * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK) {
+        int m = min(ATT_CHUNK, n - j0);
+        for (int jj = warp; jj < m; jj += nw)
+            mx = fmaxf(mx, att_dot(qs, kb + att_slot(tab, bs, j0 + jj) * kvd, hd, lane) * scale);
+    }
+    mx = block_reduce(mx, red, 1);
+    if (tid == 0) part[o] = mx;
+}
+
+template <typename KV>
+__global__ void __launch_bounds__(ATT_THREADS)
+att_split_pv(float *part, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
+             int hd, int bs, float scale, int bf16)
+{
+    __shared__ float qs[SD_CU_MAX_HEAD_DIM];
+    __shared__ float sc[ATT_CHUNK];
+    __shared__ int sl[ATT_CHUNK];
+    int row = blockIdx.x, h = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int nw = ATT_THREADS / 32, n = meta[row] + 1;
+    size_t base = ((size_t)row * nh + h) * ATT_SPLITS, o = base + z, rows = (size_t)T * nh * ATT_SPLITS;
+    float *sums = part + rows, *acc = part + 2 * rows + o * hd;
+    if (z * ATT_CHUNK >= n) {
+        if (tid == 0) sums[o] = 0.0f;
+        for (int d = tid; d < hd; d += ATT_THREADS) acc[d] = 0.0f;
+        return;
+    }
+    float M = part[base];
+    for (int k = 1; k < ATT_SPLITS; k++) M = fmaxf(M, part[base + k]);
+    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
+    size_t kvd = (size_t)nkv * hd;
+    const KV *kb = kc + (size_t)(h / (nh / nkv)) * hd, *vb = vc + (size_t)(h / (nh / nkv)) * hd;
+    const float *qr = q + ((size_t)row * nh + h) * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+    float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
+    for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK) {
+        int m = min(ATT_CHUNK, n - j0);
+        for (int jj = warp; jj < m; jj += nw) {
+            size_t slot = att_slot(tab, bs, j0 + jj);
+            float s = att_dot(qs, kb + slot * kvd, hd, lane) * scale;
+            if (lane == 0) {
+                sc[jj] = expf(s - M);
+                sl[jj] = (int)slot;
+            }
+        }
+        __syncthreads();
+        if (tid == 0)
+            for (int jj = 0; jj < m; jj++) sum += sc[jj];
+        for (int jj = 0; jj < m; jj++) {
+            float p = bf16 ? bf16r(sc[jj]) : sc[jj];
+            const KV *vr = vb + (size_t)sl[jj] * kvd;
+            if (tid < hd) acc0 = fmaf(p, kv_ld(vr + tid), acc0);
+            if (tid + ATT_THREADS < hd) acc1 = fmaf(p, kv_ld(vr + tid + ATT_THREADS), acc1);
+        }
+        __syncthreads();
+    }
+    if (tid == 0) sums[o] = sum;
+    if (tid < hd) acc[tid] = acc0;
+    if (tid + ATT_THREADS < hd) acc[tid + ATT_THREADS] = acc1;
+}
+
+__global__ void __launch_bounds__(ATT_THREADS)
+att_split_combine(float *out, const float *part, int T, int nh, int hd, int bf16)
+{
+    int row = blockIdx.x, h = blockIdx.y;
+    size_t base = ((size_t)row * nh + h) * ATT_SPLITS, rows = (size_t)T * nh * ATT_SPLITS;
+    const float *sums = part + rows, *acc = part + 2 * rows + base * hd;
+    float sum = 0.0f;
+    for (int k = 0; k < ATT_SPLITS; k++) sum += sums[base + k];
+    float *orow = out + ((size_t)row * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
+        float a = 0.0f;
+        for (int k = 0; k < ATT_SPLITS; k++) a += acc[(size_t)k * hd + d];
+        orow[d] = bf16 ? bf16r(a / sum) : a / sum;
+    }
+}
+
+template <typename KV>
+static void att_split_launch(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
+                             const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
+                             int bf16)
+{
+    dim3 split((unsigned)T, (unsigned)nh, ATT_SPLITS), rows((unsigned)T, (unsigned)nh);
+    att_split_max<<<split, ATT_THREADS, 0, stream>>>(part, q, kc, meta, T, nh, nkv, hd, bs, scale);
+    att_split_pv<<<split, ATT_THREADS, 0, stream>>>(part, q, kc, vc, meta, T, nh, nkv, hd, bs, scale, bf16);
+    att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(out, part, T, nh, hd, bf16);
+}
+
+extern "C" cudaError_t sd_cu_attention_split(cudaStream_t stream, float *out, const float *q, const void *kc,
+                                             const void *vc, const int32_t *meta, float *part, int T, int nh,
+                                             int nkv, int hd, int bs, float scale, int bf16, int kv_bf16)
+{
+    if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535) return cudaErrorInvalidValue;
+    if (T <= 0) return cudaSuccess;
+    if (kv_bf16)
+        att_split_launch(stream, out, q, (const uint16_t *)kc, (const uint16_t *)vc, meta, part, T, nh, nkv, hd, bs,
+                         scale, bf16);
+    else
+        att_split_launch(stream, out, q, (const float *)kc, (const float *)vc, meta, part, T, nh, nkv, hd, bs, scale,
+                         bf16);
+    return cudaGetLastError();
+}
+
 /* -------------------------------------------------------- elementwise */
 
 /* CPU reference: silu_range() in cpu_backend.c. out, gate, up: [n] */

@@ -157,7 +157,7 @@ static void check_invariance(sd_model *m, const int32_t *ids, int n)
         int k = span < n - p ? span : n - p;
         ck_assert_int_eq(sd_kv_reserve(pool, &s1, k), SD_OK);
         ck_assert_int_eq(sd_kv_reserve(pool, &s2, k), SD_OK);
-        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k}, {ids + p, k, p, &s1, k}};
+        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k, NULL}, {ids + p, k, p, &s1, k, NULL}};
         ck_assert_int_eq(sd_model_forward(m, bs, 2, c, err, sizeof err), SD_OK);
         ck_assert_msg(memcmp(c + (size_t)k * V, a + (size_t)p * V, (size_t)k * V * sizeof(float)) == 0,
                       "span [%d, %d) batched differs from one pass", p, p + k);
@@ -263,6 +263,43 @@ START_TEST(kv_dtypes)
 }
 END_TEST
 
+/* Sequences whose rows go out as their argmax (a run of two): the argmax of
+ * the rows the other pass wrote as logits, and the other sequence's logits
+ * rows packed without them. */
+START_TEST(argmax_rows)
+{
+    char err[256];
+    sd_backend *be = sd_backend_cpu_new(2);
+    sd_model *m = tu_open_model("qwen3-tiny", be, 3 * 48);
+    sd_kv_pool *pool = sd_model_kv_pool(m);
+    size_t V = (size_t)sd_model_cfg(m)->vocab_size;
+    int32_t ids[3][8];
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < 8; i++) ids[q][i] = (int32_t)((q * 977 + i * 7919 + 1) % V);
+    float *all = malloc(3 * 4 * V * sizeof *all), *some = malloc(2 * 4 * V * sizeof *some);
+    int32_t amax[2][4];
+    for (int pass = 0; pass < 2; pass++) {
+        sd_kv_seq kv[3];
+        sd_batch_seq b[3];
+        for (int q = 0; q < 3; q++) {
+            sd_kv_seq_init(&kv[q]);
+            ck_assert_int_eq(sd_kv_reserve(pool, &kv[q], 8), SD_OK);
+            b[q] = (sd_batch_seq){ids[q], 8, 0, &kv[q], 4, NULL};
+        }
+        if (pass) b[1].argmax = amax[0], b[2].argmax = amax[1]; /* a run of two */
+        ck_assert_msg(sd_model_forward(m, b, 3, pass ? some : all, err, sizeof err) == SD_OK, "%s", err);
+        for (int q = 0; q < 3; q++) sd_kv_seq_release(pool, &kv[q]);
+    }
+    for (int q = 0; q < 2; q++)
+        for (int r = 0; r < 4; r++) ck_assert_int_eq(amax[q][r], sd_argmax(all + (4 * (q + 1) + r) * V, (int)V));
+    ck_assert(memcmp(some, all, 4 * V * sizeof *all) == 0);
+    free(all);
+    free(some);
+    sd_model_free(m);
+    sd_backend_free(be);
+}
+END_TEST
+
 /* Logits of the last position after n tokens of ids (one pass). */
 static void last_logits(sd_model *m, const int32_t *ids, int n, float *out)
 {
@@ -270,7 +307,7 @@ static void last_logits(sd_model *m, const int32_t *ids, int n, float *out)
     sd_kv_seq s;
     sd_kv_seq_init(&s);
     ck_assert_int_eq(sd_kv_reserve(sd_model_kv_pool(m), &s, n), SD_OK);
-    sd_batch_seq b = {ids, n, 0, &s, 1};
+    sd_batch_seq b = {ids, n, 0, &s, 1, NULL};
     ck_assert_msg(sd_model_forward(m, &b, 1, out, err, sizeof err) == SD_OK, "%s", err);
     sd_kv_seq_release(sd_model_kv_pool(m), &s);
 }
@@ -332,11 +369,11 @@ START_TEST(bad_batches_rejected)
     float out[4 * 512];
     char err[256] = "";
     int32_t bad[4] = {1, 2, 512, 3};
-    sd_batch_seq b = {bad, 4, 0, &s, 1};
+    sd_batch_seq b = {bad, 4, 0, &s, 1, NULL};
     ck_assert_int_eq(sd_model_forward(m, &b, 1, out, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "512"));
     int32_t ok[4] = {1, 2, 3, 4};
-    sd_batch_seq beyond = {ok, 4, 14, &s, 1}; /* reserved 16 positions, needs 18 */
+    sd_batch_seq beyond = {ok, 4, 14, &s, 1, NULL}; /* reserved 16 positions, needs 18 */
     ck_assert_int_eq(sd_model_forward(m, &beyond, 1, out, err, sizeof err), SD_ERR_ARG);
     sd_kv_seq_release(pool, &s);
     sd_model_free(m);
@@ -405,6 +442,7 @@ int main(void)
     tcase_add_test(tc, batch_invariance_f32);
     tcase_add_test(tc, batch_invariance_demo_bf16);
     tcase_add_test(tc, kv_dtypes);
+    tcase_add_test(tc, argmax_rows);
     tcase_add_test(tc, bad_batches_rejected);
     tcase_add_test(tc, random_weights);
     tcase_add_test(tc, prompt_logprobs_reference);

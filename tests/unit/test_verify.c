@@ -116,6 +116,37 @@ START_TEST(test_greedy_first_mismatch)
 }
 END_TEST
 
+/* Tokens instead of logits (the rows' argmax computed where the logits
+ * are): the same verdicts; refused for sampled rows, with penalties, or
+ * with both or neither of logits and argmax. */
+START_TEST(test_greedy_from_argmax)
+{
+    const int32_t amax[4] = {2, 5, 1, 7};
+    const int32_t d[3] = {2, 5, 1}, d1[3] = {2, 6, 1};
+    int32_t out[4];
+    float rows[4 * GV];
+    memcpy(rows, GROWS, sizeof rows);
+    sd_sampling s = sd_sampling_default();
+    sd_verifier *v = sd_verifier_new(GV);
+    sd_verify_in in = base_in(NULL, GV, 3, d, &s, SD_VERIFY_GREEDY);
+    in.argmax = amax;
+    ck_assert_int_eq(sd_verify(v, &in, out), 4);
+    ck_assert_int_eq(out[3], 7);
+    in.draft = d1;
+    ck_assert_int_eq(sd_verify(v, &in, out), 2);
+    ck_assert_int_eq(out[1], 5);
+    in.logits = rows; /* both */
+    ck_assert_int_eq(sd_verify(v, &in, out), SD_ERR_ARG);
+    in.logits = NULL;
+    s.repetition_penalty = 1.2f;
+    ck_assert_int_eq(sd_verify(v, &in, out), SD_ERR_ARG);
+    s = sampled(0.8f);
+    in.mode = SD_VERIFY_MATCH;
+    ck_assert_int_eq(sd_verify(v, &in, out), SD_ERR_ARG);
+    sd_verifier_free(v);
+}
+END_TEST
+
 START_TEST(test_greedy_plain_step)
 {
     int32_t out[1];
@@ -644,6 +675,7 @@ static Suite *verify_suite(void)
     tcase_add_test(tc, test_greedy_all_accept_bonus);
     tcase_add_test(tc, test_greedy_first_mismatch);
     tcase_add_test(tc, test_greedy_plain_step);
+    tcase_add_test(tc, test_greedy_from_argmax);
     tcase_add_test(tc, test_greedy_tie_lowest_id);
     tcase_add_test(tc, test_greedy_penalty_history_includes_drafts);
     tcase_add_test(tc, test_greedy_equals_plain_random);

@@ -122,7 +122,7 @@ void tu_forward(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0
     char err[512];
     sd_kv_pool *pool = sd_model_kv_pool(m);
     ck_assert_int_eq(sd_kv_reserve(pool, seq, n), SD_OK);
-    sd_batch_seq b = {ids, n, pos0, seq, n};
+    sd_batch_seq b = {ids, n, pos0, seq, n, NULL};
     sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
     ck_assert_msg(st == SD_OK, "forward: %s", err);
     sd_kv_commit(pool, seq, n);

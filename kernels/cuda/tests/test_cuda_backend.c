@@ -333,7 +333,7 @@ END_TEST
 
 /* ----------------------------------------------------------- attention */
 
-#define NB 32 /* blocks in the test cache */
+#define NB 80 /* blocks in the test cache (1280 positions: past the split attention's 8 x 128) */
 #define BS 16 /* positions per block */
 
 /* Disjoint block tables: sequence s gets blocks perm[off..off+need). */
@@ -397,12 +397,21 @@ static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int 
     g_gpu->ops->kv_write(g_gpu, &kg, kng, vng, sg, T, (int)kvd);
     sd_attn_shape sh = {nh, nkv, hd, BS, 1.0f / sqrtf((float)hd), b16};
     ck_assert_int_eq(g_cpu->ops->attention(g_cpu, oc, qc, &kc, seqs, n_seqs, &sh), SD_OK);
+    /* the single kernel, then the split one (the default): both against the CPU */
+    ck_assert_int_eq(sd_cuda_set_attn_split(g_gpu, 0), SD_OK);
+    ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
+    float *single = gpu_read(og, qn);
+    ck_assert_int_eq(sd_cuda_set_attn_split(g_gpu, 1), SD_OK);
     ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
     float *got = gpu_read(og, qn);
     char what[96];
     snprintf(what, sizeof what, "attention T=%d nh=%d nkv=%d hd=%d bf16=%d kv=%s", T, nh, nkv, hd, b16,
              sd_dtype_name(dt));
     expect_close(what, got, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
+    char what1[128];
+    snprintf(what1, sizeof what1, "%s (single kernel)", what);
+    expect_close(what1, single, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
+    free(single);
     size_t kvbytes = cache * sd_dtype_size(dt);
     void *kback = malloc(kvbytes);
     g_gpu->ops->to_host(g_gpu, kback, kg.k, kvbytes);
@@ -432,6 +441,9 @@ START_TEST(attention_vs_cpu)
                 check_attention(one, 1, heads[h][0], heads[h][1], heads[h][2], b16, dt);
                 sd_attn_seq span[1] = {{0, 33, 200, NULL}}; /* a span crossing blocks */
                 check_attention(span, 1, heads[h][0], heads[h][1], heads[h][2], b16, dt);
+                /* past 8 x 128 positions: every split block takes a second chunk */
+                sd_attn_seq longer[2] = {{0, 1, 1100, NULL}, {1, 9, 150, NULL}};
+                check_attention(longer, 2, heads[h][0], heads[h][1], heads[h][2], b16, dt);
             }
         }
 }
@@ -557,7 +569,7 @@ START_TEST(model_batch_invariant)
         int k = span < n - p ? span : n - p;
         ck_assert_int_eq(sd_kv_reserve(pool, &s1, k), SD_OK);
         ck_assert_int_eq(sd_kv_reserve(pool, &s2, k), SD_OK);
-        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k}, {ids + p, k, p, &s1, k}};
+        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k, NULL}, {ids + p, k, p, &s1, k, NULL}};
         ck_assert_int_eq(sd_model_forward(m, bs, 2, c, err, sizeof err), SD_OK);
         ck_assert_msg(memcmp(c + (size_t)k * V, a + (size_t)p * V, (size_t)k * V * sizeof(float)) == 0,
                       "span [%d, %d) batched differs from one pass", p, p + k);
@@ -593,7 +605,7 @@ static void graph_workload(sd_model *m, const int32_t *ids, int n, float *out)
     for (int p = 0; p + 3 <= n; p += 3, o += 6 * (size_t)V) {
         ck_assert_int_eq(sd_kv_reserve(pool, &a, 3), SD_OK);
         ck_assert_int_eq(sd_kv_reserve(pool, &b, 3), SD_OK);
-        sd_batch_seq bs[2] = {{ids + p, 3, n + p, &a, 3}, {ids + p, 3, p, &b, 3}};
+        sd_batch_seq bs[2] = {{ids + p, 3, n + p, &a, 3, NULL}, {ids + p, 3, p, &b, 3, NULL}};
         ck_assert_int_eq(sd_model_forward(m, bs, 2, o, err, sizeof err), SD_OK);
         sd_kv_commit(pool, &a, 3);
         sd_kv_commit(pool, &b, 3);
