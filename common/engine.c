@@ -422,7 +422,8 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
         register_blocks(e, r);
         if (b->n_logits == b->n && wants_prompt_lp(r)) prompt_logprobs(e, r, b, logits);
         if (!sd_req_prefill_samples(r, 0)) return SD_OK;
-        if (!b->argmax) logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size; /* the last row samples */
+        if (!b->argmax) /* the last row samples */
+            logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size;
         k = 0;
     }
     const int32_t *amax = b->argmax ? b->argmax + (b->n_logits - 1 - k) : NULL; /* a prompt chunk: its last row */

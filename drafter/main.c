@@ -161,7 +161,9 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
                 st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--quant must be auto, int8 or none, got '%s'", optarg);
             break;
         case 'p': st = sd_opt_float(optarg, "--p-min", 0.0, 1.0, &o->p_min, err, sizeof err); break;
-        case 'G': st = sd_opt_double(optarg, "--gpu-memory-fraction", 0.01, 1.0, &o->mem_fraction, err, sizeof err); break;
+        case 'G':
+            st = sd_opt_double(optarg, "--gpu-memory-fraction", 0.01, 1.0, &o->mem_fraction, err, sizeof err);
+            break;
         case 'V':
             if ((o->kv_dtype = sd_kv_dtype_parse(optarg)) < 0)
                 st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--kv-dtype must be auto, f32 or bf16, got '%s'", optarg);

@@ -378,7 +378,8 @@ static void cuda_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const
                           int T, int kv_dim)
 {
     cuda_impl *im = cu(be);
-    launched(im, sd_cu_kv_write(im->stream, kv->k, kv->v, k, v, slots, T, kv_dim, kv->dtype == SD_DTYPE_BF16), "kv_write", __LINE__);
+    int kvb = kv->dtype == SD_DTYPE_BF16;
+    launched(im, sd_cu_kv_write(im->stream, kv->k, kv->v, k, v, slots, T, kv_dim, kvb), "kv_write", __LINE__);
 }
 
 static void cuda_silu_mul(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16)
