@@ -24,16 +24,24 @@ except ImportError as e:  # not an error: the machine has no PyTorch stack
     sys.exit(77)
 
 
+def with_dtype(fn, *a):
+    """fn(*a, dtype=bf16): transformers 5 names it dtype, 4.x torch_dtype."""
+    try:
+        return fn(*a, dtype=torch.bfloat16)
+    except TypeError:
+        return fn(*a, torch_dtype=torch.bfloat16)
+
+
 def load(args, path, is_config):
-    dtype = torch.bfloat16
+    auto = transformers.AutoModelForCausalLM
     if is_config:
         cfg = transformers.AutoConfig.from_pretrained(path)
         torch.manual_seed(1)
         with torch.device(args.device):  # initialised where it runs (an 8B model on the host is slow)
-            m = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+            m = with_dtype(auto.from_config, cfg)
     else:
-        m = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
-    return m.to(args.device).eval()
+        m = with_dtype(auto.from_pretrained, path)
+    return m.to(device=args.device, dtype=torch.bfloat16).eval()  # bf16 whatever the version took
 
 
 def timed(args, fn):
