@@ -379,6 +379,16 @@ void sd_model_set_act_bf16(sd_model *m, int on) { m->act_bf16 = on != 0; }
 sd_kv_pool *sd_model_kv_pool(const sd_model *m) { return m->pool; }
 void sd_model_set_kv_dtype(sd_model *m, sd_kv_dtype t) { m->kv_want = t; }
 
+sd_status sd_model_cap_context(sd_model *m, int n, char *err, size_t errlen)
+{
+    if (n < 1 || n > m->cfg.max_position)
+        return sd_seterr(err, errlen, SD_ERR_ARG,
+                         "a context of %d positions: the model's is %d (max_position_embeddings)", n,
+                         m->cfg.max_position);
+    m->cfg.max_position = n;
+    return SD_OK;
+}
+
 sd_dtype sd_model_kv_dtype(const sd_model *m)
 {
     if (m->kv) return m->kv[0].dtype;

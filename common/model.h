@@ -51,6 +51,11 @@ void sd_model_free(sd_model *m);
 const sd_model_config *sd_model_cfg(const sd_model *m);
 sd_backend *sd_model_backend(const sd_model *m);
 
+/* Serves at most n positions per sequence (vLLM's --max-model-len): the
+ * config's max_position becomes n, for every reader of sd_model_cfg.
+ * SD_ERR_ARG (message) unless 1 <= n <= the checkpoint's max_position. */
+sd_status sd_model_cap_context(sd_model *m, int n, char *err, size_t errlen);
+
 /* bf16 activation emulation (backend.h): on by default when config.json's
  * dtype is bfloat16, as transformers runs such a checkpoint. */
 int sd_model_act_bf16(const sd_model *m);

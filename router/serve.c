@@ -86,6 +86,7 @@ typedef struct serve_opts {
     const char *kv_dtype;    /* --kv-dtype auto|f32|bf16: both workers' KV caches */
     const char *gpu_mem;     /* --gpu-memory-fraction F: the verifier's share of its GPU */
     const char *draft_gpu_mem; /* --draft-gpu-memory-fraction F: the drafter's share of its GPU */
+    const char *max_model_len; /* --max-model-len N: the verifier's positions per sequence */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, no_spec, metrics_auth, no_prefix_cache, batch_invariant, random_weights;
@@ -156,7 +157,7 @@ static void usage(FILE *f)
                "                   [--lanes N] [--device D[,D...]] [--draft-device D[,D...]]\n"
                "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
                "                   [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
-               "                   [--draft-gpu-memory-fraction F] [--random-weights]\n"
+               "                   [--draft-gpu-memory-fraction F] [--random-weights] [--max-model-len N]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -175,6 +176,7 @@ static const struct {
     {'Q', offsetof(serve_opts, draft_quant)}, {'P', offsetof(serve_opts, draft_p_min)},
     {'S', offsetof(serve_opts, spec_max_batch)}, {'Z', offsetof(serve_opts, spec_max_batch_sampled)},
     {'B', offsetof(serve_opts, draft_branches)}, {'X', offsetof(serve_opts, spec_max_draft)},
+    {'m', offsetof(serve_opts, max_model_len)},
 };
 
 /* Stores arg in o's field for code c when c is an option kept as given. */
@@ -206,7 +208,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"draft-device", 1, 0, 'E'}, {"batch-invariant", 0, 0, 'I'},
                                        {"kv-dtype", 1, 0, 'T'}, {"gpu-memory-fraction", 1, 0, 'g'},
                                        {"draft-gpu-memory-fraction", 1, 0, 'H'},
-                                       {"random-weights", 0, 0, 'O'}, {0, 0, 0, 0}};
+                                       {"random-weights", 0, 0, 'O'}, {"max-model-len", 1, 0, 'm'},
+                                       {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -357,6 +360,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     const char *vdev = lane_device(o->device, i, dev, sizeof dev);
     add_opt(ver, "--device", vdev);
     add_opt(ver, "--kv-dtype", o->kv_dtype);
+    add_opt(ver, "--max-model-len", o->max_model_len);
     char ddev[64];
     bool shared = o->draft && same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
     /* a drafter on the verifier's GPU takes its default 0.1: the verifier leaves room for it */

@@ -60,7 +60,7 @@ static int kv_blocks(const sd_vf_config *cfg, sd_model *m, size_t free_at_start,
         return 0;
     }
     if (st != SD_OK) {
-        SD_ERROR("--gpu-memory-fraction %.2f: %s", cfg->gpu_mem_fraction, err);
+        SD_ERROR("--gpu-memory-fraction %.2f: %s (or lower --max-model-len)", cfg->gpu_mem_fraction, err);
         return 1;
     }
     SD_INFO("device memory: %s", how);
@@ -86,6 +86,10 @@ static int load_model(const sd_vf_config *cfg, sd_backend *be, size_t free_at_st
             return 1;
         }
         SD_INFO("--quant int8: matmul weights and the LM head are int8 (outputs are the quantised model's)");
+    }
+    if (cfg->max_model_len > 0 && sd_model_cap_context(*m, cfg->max_model_len, err, sizeof err) != SD_OK) {
+        SD_ERROR("--max-model-len: %s", err);
+        return 1;
     }
     const sd_model_config *c = sd_model_cfg(*m);
     sd_model_set_kv_dtype(*m, (sd_kv_dtype)cfg->kv_dtype);

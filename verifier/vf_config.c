@@ -16,6 +16,7 @@ const char *sd_vf_usage(void)
     return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
            "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
            "                      [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F] [--random-weights]\n"
+           "                      [--max-model-len N]\n"
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
@@ -62,6 +63,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
     case 'b': return sd_opt_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
     case 'B': return sd_opt_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
     case 'G': return sd_opt_double(arg, "--gpu-memory-fraction", 0.01, 1.0, &cfg->gpu_mem_fraction, err, errlen);
+    case 'M': return sd_opt_int(arg, "--max-model-len", 1, INT_MAX, &cfg->max_model_len, err, errlen);
     case 'p': return sd_opt_int(arg, "--prefill-chunk", 1, 1 << 20, &cfg->prefill_chunk, err, errlen);
     case 'u': return sd_opt_int(arg, "--prefill-budget", 1, 1 << 20, &cfg->prefill_budget, err, errlen);
     case 'T': return sd_opt_int(arg, "--draft-timeout-ms", 1, 600000, &cfg->draft_timeout_ms, err, errlen);
@@ -83,7 +85,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
         {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
         {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
-        {0, 0, 0, 0}};
+        {"max-model-len", 1, 0, 'M'}, {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;

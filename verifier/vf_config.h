@@ -40,6 +40,7 @@ typedef struct sd_vf_config {
     int max_batch;                /* --max-batch N: active requests */
     int kv_blocks;                /* --kv-blocks N, 0 = automatic (device memory, else sd_vf_default_kv_blocks) */
     int kv_dtype;                 /* --kv-dtype auto|f32|bf16: sd_kv_dtype */
+    int max_model_len;            /* --max-model-len N: positions per sequence (0 = the model's) */
     double gpu_mem_fraction;      /* --gpu-memory-fraction F: of a device's memory, for this process (mem_plan.h) */
     int prefill_chunk;            /* --prefill-chunk N */
     int prefill_budget;           /* --prefill-budget N: prompt tokens per step over all requests */

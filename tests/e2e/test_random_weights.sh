@@ -7,6 +7,9 @@
 # length come back, the same request twice gives the same text (the weights
 # are a function of the seed and each tensor's name), and without the flag a
 # directory without weights is a start-up failure with the loader's message.
+# --max-model-len caps the context the verifier serves: the router answers
+# a request beyond it with the OpenAI context_length_exceeded error, one
+# within it is served; a cap above the model's is a start-up failure.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -26,6 +29,22 @@ post /v1/completions "$(body 'def f(x):' 24 0)" "$WORK/b.json" >/dev/null
 text_of "$WORK/a.json" "$WORK/a"; text_of "$WORK/b.json" "$WORK/b"
 check "the same request twice: the same text" 'cmp -s "$WORK/a" "$WORK/b"'
 serve_stop
+
+if serve_start --no-spec --random-weights --max-model-len 64; then
+  code=$(post /v1/completions '{"prompt":"def f(x):","max_tokens":100}' "$WORK/long.json")
+  check "--max-model-len 64: 100 tokens asked is a 400 context_length_exceeded naming 64" \
+    '[ "$code" = 400 ] && [ "$(jget "$WORK/long.json" "j[\"error\"][\"code\"]")" = context_length_exceeded ] &&
+     grep -q "maximum context length is 64 tokens" "$WORK/long.json"'
+  code=$(post /v1/completions "$(body 'def f(x):' 24 0)" "$WORK/short.json")
+  check "--max-model-len 64: 24 tokens are served" '[ "$code" = 200 ]'
+  serve_stop
+else
+  fail "specd serve --max-model-len 64 came up"
+fi
+"$BIN/specd-verifier" --model "$WORK/t" --random-weights --max-model-len 100000 --listen "ipc://$WORK/v.sock" \
+  > "$WORK/toolong.log" 2>&1
+check "--max-model-len above the model's: exit 1 with the model's context" \
+  '[ $? = 1 ] && grep -q "the model.s is 4096" "$WORK/toolong.log"'
 
 "$BIN/specd" serve --target "$WORK/t" --no-spec --port "$(free_port)" --threads 1 > "$WORK/noweights.log" 2>&1 &
 pid=$!

@@ -259,6 +259,24 @@ START_TEST(kv_dtypes)
     ck_assert_int_eq(sd_kv_dtype_parse("bf16"), SD_KV_BF16);
     ck_assert_int_eq(sd_kv_dtype_parse("float32"), SD_KV_F32);
     ck_assert_int_eq(sd_kv_dtype_parse("fp8"), -1);
+    /* --max-model-len: the served context capped, not raised */
+    ck_assert_int_eq(sd_model_cap_context(m = tu_open_model("qwen3-tiny", be, 64), 0, err, sizeof err), SD_ERR_ARG);
+    int full = sd_model_cfg(m)->max_position;
+    ck_assert_int_eq(sd_model_cap_context(m, full + 1, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "max_position_embeddings"));
+    ck_assert_int_eq(sd_model_cap_context(m, 8, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_model_cfg(m)->max_position, 8);
+    sd_kv_seq s;
+    sd_kv_seq_init(&s);
+    ck_assert_int_eq(sd_kv_reserve(sd_model_kv_pool(m), &s, 10), SD_OK);
+    int32_t ten[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    sd_batch_seq past = {ten, 10, 0, &s, 1, NULL};
+    float *lg = malloc((size_t)sd_model_cfg(m)->vocab_size * sizeof *lg);
+    ck_assert_int_eq(sd_model_forward(m, &past, 1, lg, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "beyond the context of 8"));
+    free(lg);
+    sd_kv_seq_release(sd_model_kv_pool(m), &s);
+    sd_model_free(m);
     sd_backend_free(be);
 }
 END_TEST

@@ -60,6 +60,9 @@ START_TEST(all_options)
     ck_assert_int_eq(c.prefill_chunk, 64);
     ck_assert_int_eq(c.draft_timeout_ms, 50);
     ck_assert_int_eq(c.log_level, SD_LOG_DEBUG);
+    char *mml[] = {"v", "--model", "m", "--max-model-len", "2048", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, mml), SD_OK);
+    ck_assert_int_eq(c.max_model_len, 2048);
 }
 END_TEST
 
@@ -83,6 +86,9 @@ START_TEST(errors)
     char *maxd[] = {"v", "--model", "m", "--spec-max-draft", "17", NULL};
     ck_assert_int_eq(parse(&c, err, 5, maxd), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-max-draft"));
+    char *mml0[] = {"v", "--model", "m", "--max-model-len", "0", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, mml0), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--max-model-len"));
     char *kvd[] = {"v", "--model", "m", "--kv-dtype", "fp8", NULL};
     ck_assert_int_eq(parse(&c, err, 5, kvd), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--kv-dtype"));
