@@ -338,6 +338,53 @@ __device__ __forceinline__ size_t att_slot(const int32_t *tab, int bs, int j)
     return (size_t)tab[j / bs] * bs + j % bs;
 }
 
+/* A block's (row, head): its block table, its KV head's K and V (vc may be
+ * NULL), and q copied to shared qs (every thread calls it; synchronises). */
+template <typename KV>
+__device__ __forceinline__ void att_begin(float *qs, const float *q, const KV *kc, const KV *vc, const int32_t *meta,
+                                          int T, int nh, int nkv, int hd, const int32_t **tab, const KV **kb,
+                                          const KV **vb)
+{
+    int row = blockIdx.x, h = blockIdx.y;
+    *tab = meta + 2 * (size_t)T + meta[T + row];
+    size_t head = (size_t)(h / (nh / nkv)) * hd;
+    *kb = kc + head;
+    *vb = vc ? vc + head : NULL;
+    const float *qr = q + ((size_t)row * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+}
+
+/* One chunk of m positions from j0 of a block's (row, head): scores
+ * p_j = exp(s_j - M) into sc (slots into sl), their sum added by thread 0
+ * in ascending j, p_j v_j (p_j rounded to bf16 in bf16 mode) accumulated by
+ * thread d into acc0 (d) and acc1 (d + ATT_THREADS). */
+template <typename KV>
+__device__ __forceinline__ void att_chunk(const float *qs, const KV *kb, const KV *vb, const int32_t *tab, size_t kvd,
+                                          int bs, int j0, int m, int hd, float scale, float M, int bf16, float *sc,
+                                          int *sl, float &sum, float &acc0, float &acc1)
+{
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = ATT_THREADS / 32;
+    for (int jj = warp; jj < m; jj += nw) {
+        size_t slot = att_slot(tab, bs, j0 + jj);
+        float s = att_dot(qs, kb + slot * kvd, hd, lane) * scale;
+        if (lane == 0) {
+            sc[jj] = expf(s - M);
+            sl[jj] = (int)slot;
+        }
+    }
+    __syncthreads();
+    if (tid == 0)
+        for (int jj = 0; jj < m; jj++) sum += sc[jj];
+    for (int jj = 0; jj < m; jj++) {
+        float p = bf16 ? bf16r(sc[jj]) : sc[jj];
+        const KV *vr = vb + (size_t)sl[jj] * kvd;
+        if (tid < hd) acc0 = fmaf(p, kv_ld(vr + tid), acc0);
+        if (tid + ATT_THREADS < hd) acc1 = fmaf(p, kv_ld(vr + tid + ATT_THREADS), acc1);
+    }
+    __syncthreads();
+}
+
 /* CPU reference: sd_attn_row() in cpu_dot.c (via attn_one() in
  * cpu_backend.c). out, q: [T, nh, hd]; kc, vc: [n_blocks*bs, nkv, hd].
  * Grid (T, nh), one block per (query row, head), so a row's result never
@@ -360,39 +407,19 @@ attention_kernel(float *out, const float *q, const KV *kc, const KV *vc, const i
     int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int nw = ATT_THREADS / 32;
     int n = meta[row] + 1;
-    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
     size_t kvd = (size_t)nkv * hd;
-    const KV *kb = kc + (size_t)(h / (nh / nkv)) * hd, *vb = vc + (size_t)(h / (nh / nkv)) * hd;
-    const float *qr = q + ((size_t)row * nh + h) * hd;
-    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
-    __syncthreads();
+    const int32_t *tab;
+    const KV *kb, *vb;
+    att_begin(qs, q, kc, vc, meta, T, nh, nkv, hd, &tab, &kb, &vb);
 
     float mx = -INFINITY;
     for (int j = warp; j < n; j += nw) mx = fmaxf(mx, att_dot(qs, kb + att_slot(tab, bs, j) * kvd, hd, lane) * scale);
     mx = block_reduce(mx, red, 1);
 
     float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
-    for (int j0 = 0; j0 < n; j0 += ATT_CHUNK) {
-        int m = min(ATT_CHUNK, n - j0);
-        for (int jj = warp; jj < m; jj += nw) {
-            size_t slot = att_slot(tab, bs, j0 + jj);
-            float s = att_dot(qs, kb + slot * kvd, hd, lane) * scale;
-            if (lane == 0) {
-                sc[jj] = expf(s - mx);
-                sl[jj] = (int)slot;
-            }
-        }
-        __syncthreads();
-        if (tid == 0)
-            for (int jj = 0; jj < m; jj++) sum += sc[jj];
-        for (int jj = 0; jj < m; jj++) {
-            float p = bf16 ? bf16r(sc[jj]) : sc[jj];
-            const KV *vr = vb + (size_t)sl[jj] * kvd;
-            if (tid < hd) acc0 = fmaf(p, kv_ld(vr + tid), acc0);
-            if (tid + ATT_THREADS < hd) acc1 = fmaf(p, kv_ld(vr + tid + ATT_THREADS), acc1);
-        }
-        __syncthreads();
-    }
+    for (int j0 = 0; j0 < n; j0 += ATT_CHUNK)
+        att_chunk(qs, kb, vb, tab, kvd, bs, j0, min(ATT_CHUNK, n - j0), hd, scale, mx, bf16, sc, sl, sum, acc0,
+                  acc1);
     if (tid == 0) red[0] = sum;
     __syncthreads();
     sum = red[0];
@@ -451,12 +478,10 @@ att_split_max(float *part, const float *q, const KV *kc, const int32_t *meta, in
         if (tid == 0) part[o] = -INFINITY;
         return;
     }
-    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
     size_t kvd = (size_t)nkv * hd;
-    const KV *kb = kc + (size_t)(h / (nh / nkv)) * hd;
-    const float *qr = q + ((size_t)row * nh + h) * hd;
-    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
-    __syncthreads();
+    const int32_t *tab;
+    const KV *kb, *vb;
+    att_begin(qs, q, kc, (const KV *)NULL, meta, T, nh, nkv, hd, &tab, &kb, &vb);
     float mx = -INFINITY;
     for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK) {
         int m = min(ATT_CHUNK, n - j0);
@@ -475,8 +500,7 @@ att_split_pv(float *part, const float *q, const KV *kc, const KV *vc, const int3
     __shared__ float qs[SD_CU_MAX_HEAD_DIM];
     __shared__ float sc[ATT_CHUNK];
     __shared__ int sl[ATT_CHUNK];
-    int row = blockIdx.x, h = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int nw = ATT_THREADS / 32, n = meta[row] + 1;
+    int row = blockIdx.x, h = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, n = meta[row] + 1;
     size_t base = ((size_t)row * nh + h) * ATT_SPLITS, o = base + z, rows = (size_t)T * nh * ATT_SPLITS;
     float *sums = part + rows, *acc = part + 2 * rows + o * hd;
     if (z * ATT_CHUNK >= n) {
@@ -486,34 +510,14 @@ att_split_pv(float *part, const float *q, const KV *kc, const KV *vc, const int3
     }
     float M = part[base];
     for (int k = 1; k < ATT_SPLITS; k++) M = fmaxf(M, part[base + k]);
-    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
     size_t kvd = (size_t)nkv * hd;
-    const KV *kb = kc + (size_t)(h / (nh / nkv)) * hd, *vb = vc + (size_t)(h / (nh / nkv)) * hd;
-    const float *qr = q + ((size_t)row * nh + h) * hd;
-    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
-    __syncthreads();
+    const int32_t *tab;
+    const KV *kb, *vb;
+    att_begin(qs, q, kc, vc, meta, T, nh, nkv, hd, &tab, &kb, &vb);
     float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
-    for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK) {
-        int m = min(ATT_CHUNK, n - j0);
-        for (int jj = warp; jj < m; jj += nw) {
-            size_t slot = att_slot(tab, bs, j0 + jj);
-            float s = att_dot(qs, kb + slot * kvd, hd, lane) * scale;
-            if (lane == 0) {
-                sc[jj] = expf(s - M);
-                sl[jj] = (int)slot;
-            }
-        }
-        __syncthreads();
-        if (tid == 0)
-            for (int jj = 0; jj < m; jj++) sum += sc[jj];
-        for (int jj = 0; jj < m; jj++) {
-            float p = bf16 ? bf16r(sc[jj]) : sc[jj];
-            const KV *vr = vb + (size_t)sl[jj] * kvd;
-            if (tid < hd) acc0 = fmaf(p, kv_ld(vr + tid), acc0);
-            if (tid + ATT_THREADS < hd) acc1 = fmaf(p, kv_ld(vr + tid + ATT_THREADS), acc1);
-        }
-        __syncthreads();
-    }
+    for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK)
+        att_chunk(qs, kb, vb, tab, kvd, bs, j0, min(ATT_CHUNK, n - j0), hd, scale, M, bf16, sc, sl, sum, acc0,
+                  acc1);
     if (tid == 0) sums[o] = sum;
     if (tid < hd) acc[tid] = acc0;
     if (tid + ATT_THREADS < hd) acc[tid + ATT_THREADS] = acc1;
