@@ -255,6 +255,8 @@ static void add_drafting(sd_api_drafting *t, const sd_api_drafting *d)
     t->draft_us += d->draft_us;
     t->step_us += d->step_us;
     t->verify_us += d->verify_us;
+    t->fallback_used += d->fallback_used;
+    t->fallback_accepted += d->fallback_accepted;
 }
 
 /* Sums the choices' statistics into *spec (pointing into *t). The
@@ -849,8 +851,9 @@ static void take_stats(gen *g, const Specd__SpecStats *st)
     const Specd__PipeStats *p = st->pipe;
     g->has_drafting = p != NULL;
     if (p)
-        g->drafting = (sd_api_drafting){p->spans_used, p->spans_stale, p->spans_ready, p->spec_steps,
-                                        p->wait_us,   p->draft_us,    p->step_us,     p->verify_us};
+        g->drafting = (sd_api_drafting){p->spans_used, p->spans_stale, p->spans_ready,   p->spec_steps,
+                                        p->wait_us,    p->draft_us,    p->step_us,       p->verify_us,
+                                        p->fallback_used, p->fallback_accepted};
     const Specd__AdaptStats *a = st->adapt;
     g->has_adapt = a != NULL;
     if (a) {

@@ -448,11 +448,13 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
         double hit = d->spec_steps ? (double)d->spans_ready / (double)d->spec_steps : 0.0;
         double hidden = d->draft_us ? 1.0 - ((double)d->step_us - (double)d->verify_us) / (double)d->draft_us : 0.0;
         json_object_set_new(o, "drafting",
-                            json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "spans_used",
+                            json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "spans_used",
                                       (json_int_t)d->spans_used, "spans_stale", (json_int_t)d->spans_stale,
                                       "pre_draft_hit_rate", hit, "wait_ms", d->wait_us / 1e3, "draft_ms",
                                       d->draft_us / 1e3, "step_ms", d->step_us / 1e3, "verify_ms",
-                                      d->verify_us / 1e3, "draft_time_hidden", hidden));
+                                      d->verify_us / 1e3, "draft_time_hidden", hidden, "fallback_used",
+                                      (json_int_t)d->fallback_used, "fallback_accepted",
+                                      (json_int_t)d->fallback_accepted));
     }
     const sd_api_adapt *a = s->adapt;
     if (o && a && a->k_steps > 0) {

@@ -97,6 +97,7 @@ char *sd_api_error_json(const sd_api_err *e);
 typedef struct sd_api_drafting {
     uint64_t spans_used, spans_stale, spans_ready, spec_steps; /* counts */
     uint64_t wait_us, draft_us, step_us, verify_us;            /* microseconds */
+    uint64_t fallback_used, fallback_accepted;                 /* steps with the fallback's drafts; accepted */
 } sd_api_drafting;
 
 /* The draft lengths adaptive speculation chose for a request

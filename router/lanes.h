@@ -37,6 +37,8 @@ typedef struct sd_lane_accept {
     size_t n;
 } sd_lane_accept;
 
+#define SD_LANE_PIPE_N 10 /* specd.PipeStats fields */
+
 typedef struct sd_lane_info {
     const char *endpoint;
     sd_lane_state state;
@@ -51,8 +53,9 @@ typedef struct sd_lane_info {
     size_t n_accepted_at;
     bool drafter_up;
     uint32_t drafter_requests, drafter_kv_total, drafter_kv_free; /* the drafter's last figures */
-    uint64_t pipe[8];       /* specd.PipeStats in field order: spans_used, spans_stale, spans_ready,
-                             * spec_steps, wait_us, draft_us, step_us, verify_us */
+    uint64_t pipe[SD_LANE_PIPE_N]; /* specd.PipeStats in field order: spans_used, spans_stale, spans_ready,
+                                    * spec_steps, wait_us, draft_us, step_us, verify_us, fallback_used,
+                                    * fallback_accepted */
     uint64_t k_chosen[SD_LANE_MAX_K + 1]; /* adaptive: request-steps by drafts chosen */
     size_t n_k_chosen;
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */

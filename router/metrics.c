@@ -144,9 +144,10 @@ static void lane_series(FILE *f, const sd_lanes *l, const char *name, const char
  * behind verification (1 - (step - verify) / draft). */
 static void render_pipe(FILE *f, const sd_lanes *l)
 {
-    static const char *const name[8] = {"spans_used", "spans_stale", "spans_ready", "decode_steps",
-                                        "wait_seconds", "draft_seconds", "step_seconds", "verify_seconds"};
-    static const char *const help[8] = {
+    static const char *const name[SD_LANE_PIPE_N] = {
+        "spans_used",   "spans_stale",    "spans_ready",  "decode_steps",   "wait_seconds",
+        "draft_seconds", "step_seconds", "verify_seconds", "fallback_used", "fallback_accepted"};
+    static const char *const help[SD_LANE_PIPE_N] = {
         "Steps that verified drafter tokens (summed over lanes).",
         "Pipelined spans dropped because their base was not the committed sequence.",
         "Pipelined steps whose span was there when the step began (pre-draft hits).",
@@ -154,15 +155,17 @@ static void render_pipe(FILE *f, const sd_lanes *l)
         "Time the verifier spent waiting for drafts.",
         "Drafter time behind the drafts used.",
         "Wall time of the decode steps with drafts, end of the previous step to end.",
-        "Forward pass and accept time of those steps."};
-    uint64_t sum[8] = {0};
+        "Forward pass and accept time of those steps.",
+        "Steps that verified the fallback proposer's drafts (no drafter span in time; --spec-fallback).",
+        "Drafts of those steps accepted."};
+    uint64_t sum[SD_LANE_PIPE_N] = {0};
     for (size_t i = 0; i < sd_lanes_count(l); i++)
-        for (int k = 0; k < 8; k++) sum[k] += sd_lanes_info(l, (int)i)->pipe[k];
-    for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < SD_LANE_PIPE_N; k++) sum[k] += sd_lanes_info(l, (int)i)->pipe[k];
+    for (int k = 0; k < SD_LANE_PIPE_N; k++) {
         char full[64];
         snprintf(full, sizeof full, "specd_spec_%s_total", name[k]);
         header(f, full, "counter", help[k]);
-        if (k < 4) fprintf(f, "%s %llu\n", full, (unsigned long long)sum[k]);
+        if (k < 4 || k >= 8) fprintf(f, "%s %llu\n", full, (unsigned long long)sum[k]);
         else fprintf(f, "%s %.6f\n", full, (double)sum[k] / 1e6);
     }
     header(f, "specd_spec_pre_draft_hit_rate", "gauge", "spans_ready / decode_steps since start.");
@@ -281,7 +284,7 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         kv_total += in->kv_total;
         kv_free += in->kv_free;
-        drafts += in->pipe[0]; /* spans_used: steps that verified drafts */
+        drafts += in->pipe[0] + in->pipe[8]; /* spans_used + fallback_used: steps that verified drafts */
         drafted += in->draft_tokens;
         accepted += in->accepted_tokens;
         for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];

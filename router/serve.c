@@ -6,7 +6,7 @@
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
  *               [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]
  *               [--api-key-file F] [--metrics-auth] [--prefill-budget N] [--drain-timeout S]
- *               [--lanes N] [--device D[,D...]] [--router-arg ARG ...]
+ *               [--lanes N] [--device D[,D...]] [--router-arg ARG ...] [--spec-fallback ngram|off]
  *
  * --lanes N starts N verifier + drafter pairs (lane i's verifier on the i-th
  * device of --device's list, cyclically: one lane per GPU of a machine) and
@@ -80,6 +80,7 @@ typedef struct child {
 typedef struct serve_opts {
     const char *target, *draft, *host, *api_key, *threads, *num_draft, *device, *draft_quant, *draft_p_min;
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
+    const char *spec_fallback;
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
     const char *quant;       /* --quant none|int8: the target's weights (the verifier's --quant) */
     const char *draft_device; /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
@@ -158,6 +159,7 @@ static void usage(FILE *f)
                "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
                "                   [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
                "                   [--draft-gpu-memory-fraction F] [--random-weights] [--max-model-len N]\n"
+               "                   [--spec-fallback ngram|off]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 
@@ -176,7 +178,7 @@ static const struct {
     {'Q', offsetof(serve_opts, draft_quant)}, {'P', offsetof(serve_opts, draft_p_min)},
     {'S', offsetof(serve_opts, spec_max_batch)}, {'Z', offsetof(serve_opts, spec_max_batch_sampled)},
     {'B', offsetof(serve_opts, draft_branches)}, {'X', offsetof(serve_opts, spec_max_draft)},
-    {'m', offsetof(serve_opts, max_model_len)},
+    {'m', offsetof(serve_opts, max_model_len)}, {'b', offsetof(serve_opts, spec_fallback)},
 };
 
 /* Stores arg in o's field for code c when c is an option kept as given. */
@@ -209,7 +211,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"kv-dtype", 1, 0, 'T'}, {"gpu-memory-fraction", 1, 0, 'g'},
                                        {"draft-gpu-memory-fraction", 1, 0, 'H'},
                                        {"random-weights", 0, 0, 'O'}, {"max-model-len", 1, 0, 'm'},
-                                       {0, 0, 0, 0}};
+                                       {"spec-fallback", 1, 0, 'b'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -349,6 +351,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--spec-pipeline", o->spec_pipeline);
     add_opt(ver, "--spec-adaptive", o->spec_adaptive);
     add_opt(ver, "--spec-max-draft", o->spec_max_draft);
+    add_opt(ver, "--spec-fallback", o->spec_fallback);
     add_opt(ver, "--quant", o->quant);
     add_opt(ver, "--prefill-budget", o->prefill_budget);
     add_opt(ver, "--kv-blocks", o->kv_blocks);

@@ -15,7 +15,8 @@
 # verifier's counters (/metrics, scraped before and after each run): the
 # pre-draft hit rate, accepted drafts per step, per decode step the step,
 # verify, wait and drafter times (ms), the fraction of drafting hidden,
-# the steps that verified drafts and accepted drafts per such step.
+# the steps that verified the drafter's drafts and accepted drafts per such step, and the same for
+# the verifier's n-gram fallback (--spec-fallback).
 # specd-bench runs N requests of 128 tokens (--ignore-eos --seed 1 --warmup 2).
 # Results (json, metrics, logs) in ${SD_BENCH_OUT:-/tmp/specd-ab}.
 set -u
@@ -80,10 +81,12 @@ for i, cfg in enumerate(cfgs):
     base = base or tps
     ds = g("decode_steps_total") or 1
     used = g("spans_used_total")
+    fb, fba = g("fallback_used_total"), g("fallback_accepted_total")
     hid = 1 - (g("step_seconds_total") - g("verify_seconds_total")) / g("draft_seconds_total") if g("draft_seconds_total") else 0
     print(f"c{i} [{cfg or 'defaults'}] tok/s {tps:.0f} ({tps / base:.3f}) hit {g('spans_ready_total') / ds:.2f} "
           f"acc/step {g('accepted_tokens_total') / max(1, g('steps_total')):.2f} | per decode step ms: "
           f"step {g('step_seconds_total') / ds * 1e3:.3f} verify {g('verify_seconds_total') / ds * 1e3:.3f} "
           f"wait {g('wait_seconds_total') / ds * 1e3:.3f} draft {g('draft_seconds_total') / ds * 1e3:.3f} | "
-          f"hidden {hid:.2f} used {used / ds:.2f} acc/used {g('accepted_tokens_total') / max(1, used):.2f}")
+          f"hidden {hid:.2f} used {used / ds:.2f} acc/used {(g('accepted_tokens_total') - fba) / max(1, used):.2f} | "
+          f"fallback {fb / ds:.2f} acc/fallback {fba / max(1, fb):.2f}")
 PY

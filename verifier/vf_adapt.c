@@ -18,7 +18,10 @@ void sd_vf_adapt_init(sd_vf_adapt *ad)
     memset(ad, 0, sizeof *ad);
     sd_cost_init(&ad->cost);
     sd_cost_init(&ad->drafter);
-    for (int k = 0; k < SD_VF_ACCEPT_KEYS; k++) sd_accept_init(&ad->prior[k], NULL, 0);
+    for (int k = 0; k < SD_VF_ACCEPT_KEYS; k++) {
+        sd_accept_init(&ad->prior[k], NULL, 0);
+        sd_accept_init(&ad->fb_prior[k], NULL, 0);
+    }
 }
 
 void sd_vf_adapt_free(sd_vf_adapt *ad)
@@ -38,6 +41,7 @@ void sd_vf_areq_init(sd_vf_areq *q, bool fixed)
 {
     memset(q, 0, sizeof *q);
     sd_accept_init(&q->acc, NULL, 0);
+    sd_accept_init(&q->fb_acc, NULL, 0);
     q->key = -1;
     q->fixed = fixed;
     q->probe_every = SD_VF_PROBE_FIRST;
@@ -183,6 +187,20 @@ static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq
     return best;
 }
 
+/* A prompt chunk of r in the step: fixed rows; its last one verifies a row
+ * (chunk 0: its prompt waits for a later step). */
+static void add_chunk(sd_sched_step *st, const sd_req *r, int chunk)
+{
+    if (chunk == 0) return;
+    st->fixed_rows += chunk;
+    st->seqs++;
+    if (sd_req_prefill_samples(r, chunk)) {
+        st->fixed_tokens += 1;
+        if (r->p.sampling.temperature > 0) st->fixed_sampled++;
+        else st->fixed_greedy++;
+    }
+}
+
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
                            const int *chunk, bool pipelined)
@@ -196,15 +214,8 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         const sd_req *r = reqs[i];
         aq[i]->k = -1;
         if (r->finish != SD_FINISH_NONE) continue;
-        if (sd_req_prefilling(r)) { /* a prompt chunk: fixed rows; its last one verifies a row */
-            if (!chunk || chunk[i] == 0) continue; /* its prompt waits for a later step */
-            st.fixed_rows += chunk[i];
-            st.seqs++;
-            if (sd_req_prefill_samples(r, chunk[i])) {
-                st.fixed_tokens += 1;
-                if (r->p.sampling.temperature > 0) st.fixed_sampled++;
-                else st.fixed_greedy++;
-            }
+        if (sd_req_prefilling(r)) {
+            add_chunk(&st, r, chunk ? chunk[i] : 0);
             continue;
         }
         /* the drafter's catching up is paid once and serves the steps the request then keeps
@@ -235,6 +246,52 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
                                : q->zero_run + 1 >= q->probe_every;
         budgets[i] = k;
         if (k > ad->maxk) ad->maxk = k;
+    }
+    return SD_OK;
+}
+
+sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k,
+                               const int *fb_avail, int n, const int *chunk)
+{
+    for (int i = 0; i < n; i++) aq[i]->fb_k = 0;
+    if (fit(ad, n) != SD_OK) {
+        for (int i = 0; i < n; i++) k[i] = fb_avail[i] > 0 ? 0 : k[i];
+        return SD_ERR_NOMEM;
+    }
+    /* the drafter's time is spent or hidden whatever is chosen now: the overhead is one figure */
+    sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->draft_ms, .draft_ms = ad->draft_ms, .kv_free = -1};
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = reqs[i];
+        sd_vf_areq *q = aq[i];
+        if (r->finish != SD_FINISH_NONE) continue;
+        if (sd_req_prefilling(r)) {
+            add_chunk(&st, r, chunk ? chunk[i] : 0);
+            continue;
+        }
+        seed(ad, r, q);
+        bool sampled = r->p.sampling.temperature > 0;
+        if (fb_avail[i] > 0) {
+            const sd_accept *prior = &ad->fb_prior[q->key];
+            if (!q->fb_seeded && prior->steps > 0) sd_accept_init(&q->fb_acc, prior, SEED_WEIGHT);
+            q->fb_seeded = true;
+            int kmax = fb_avail[i] < k[i] ? fb_avail[i] : k[i];
+            ad->sr[m] = (sd_sched_req){&q->fb_acc, q->fixed ? kmax : 0, kmax, sampled, r->kv.len, r->kv.n_blocks, 0};
+        } else {
+            ad->sr[m] = (sd_sched_req){&q->acc, k[i], k[i], sampled, r->kv.len, r->kv.n_blocks, 0};
+        }
+        ad->map[m++] = i;
+        st.seqs++;
+    }
+    sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
+    for (int j = 0; j < m; j++) {
+        int i = ad->map[j];
+        sd_vf_areq *q = aq[i];
+        if (fb_avail[i] <= 0) continue;
+        k[i] = ad->kk[j];
+        if (k[i] > 0) q->fb_zero_run = 0;
+        else if (++q->fb_zero_run >= SD_VF_FB_PROBE && ad->sr[j].kmax > 0) k[i] = 1, q->fb_zero_run = 0;
+        q->fb_k = k[i];
     }
     return SD_OK;
 }
@@ -323,7 +380,8 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
         if (aq[i]->k <= 0) continue;
         asked++;
         behind += catchup[i];
-        if (offered[i] > longest) longest = offered[i];
+        int off = aq[i]->fb_k > 0 ? 0 : offered[i]; /* the drafter's drafts */
+        if (off > longest) longest = off;
         if (draft_ms[i] > drafter_ms) drafter_ms = draft_ms[i];
     }
     if (t->rows > 0) {
@@ -352,7 +410,14 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
     for (int i = 0; i < n; i++) {
         sd_vf_areq *q = aq[i];
         if (q->k < 0) continue;
-        note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i], pipelined);
+        if (q->fb_k > 0) { /* the fallback's drafts: its estimates; for the drafter's, a step without its drafts */
+            sd_accept_observe(&q->fb_acc, q->fb_k, offered[i], accepted[i], ACC_ALPHA, false);
+            sd_accept_observe(&ad->fb_prior[q->key], q->fb_k, offered[i], accepted[i], PRIOR_ALPHA, false);
+            note_request(ad, reqs[i], q, 0, 0, false, pipelined);
+            q->fb_k = 0;
+        } else {
+            note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i], pipelined);
+        }
         if (pipelined && q->k > 0) ad->hit = sd_avg_update(ad->hit, ready[i], &ad->n_hit, OVER_ALPHA);
     }
     ad->pred_ms = 0;

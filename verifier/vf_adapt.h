@@ -50,6 +50,7 @@
 #define SD_VF_PROBE_FIRST 4
 #define SD_VF_PROBE_MAX 64
 #define SD_VF_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
+#define SD_VF_FB_PROBE 8 /* fallback drafts declined this many times in a row: one is verified (a probe) */
 
 /* Adaptive figures (specd.AdaptStats), per request or summed. */
 typedef struct sd_vf_adapt_stats {
@@ -66,6 +67,10 @@ typedef struct sd_vf_areq {
     int probe_every;     /* zero_run that triggers a probe */
     int k;               /* drafts chosen this step (-1: not scheduled) */
     bool probing;        /* this step's draft is a probe */
+    sd_accept fb_acc;    /* its acceptance of the fallback proposer's drafts (kept apart from the drafter's) */
+    bool fb_seeded;      /* fb_acc seeded from its kind's */
+    int fb_k;            /* the fallback's drafts it verifies this step (0: none) */
+    int fb_zero_run;     /* steps in a row the fallback had drafts for it and none were chosen */
     sd_vf_adapt_stats st;
 } sd_vf_areq;
 
@@ -83,6 +88,7 @@ typedef struct sd_vf_adapt {
     double drafter_fixed;                    /* a drafter call's fixed work, in passes */
     unsigned n_drafter_fixed;
     sd_accept prior[SD_VF_ACCEPT_KEYS];
+    sd_accept fb_prior[SD_VF_ACCEPT_KEYS];   /* the same for the fallback proposer's drafts */
     bool drafter_q;                          /* the drafter answered a q request with q */
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
     uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */
@@ -125,6 +131,27 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
                            const int *chunk, bool pipelined);
 
+/* The fallback (vf_server.c, --spec-fallback): after the plan, and the
+ * wait for spans, some requests that were to verify drafts have none (a
+ * pipelined span not there, a drafter down or without an answer). For
+ * them the verifier's own n-gram lookup has fb_avail[i] drafts (0 for the
+ * others). Chooses how many of those each verifies, by the same rate as
+ * the plan, the others' drafts fixed at k[i] (what they verify) and the
+ * drafter costing nothing more this step; each candidate's acceptance is
+ * its estimate of the fallback's drafts (seeded from its kind's), kept
+ * apart from the drafter's so that neither skews the other. A request that
+ * set its own num_draft verifies them all (at most its choice). The
+ * estimate is a plain EMA (n-gram matches come and go: a short run of
+ * rejections is no change of regime), and a request declined
+ * SD_VF_FB_PROBE times in a row verifies one (a probe), so an estimate
+ * that fell is measured again. On return
+ * k[i] = the fallback's drafts the candidates verify, aq[i]->fb_k the same
+ * (0 for the others). kv: no block beyond the plan's (a candidate verifies
+ * at most the drafts it was given). Returns SD_OK or SD_ERR_NOMEM (k then
+ * 0 for the candidates). */
+sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k,
+                               const int *fb_avail, int n, const int *chunk);
+
 /* Pipelined: the drafter answered for a state of r with a dry span (no
  * drafts past the committed tokens it continues): the proposer's supply
  * there was nothing — observed as a step that asked one draft and was
@@ -140,7 +167,9 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
  * had to take in for it (as for the plan: their cost is measured apart from
  * the drafter's pace), draft_ms[i] the drafter's time behind them (0:
  * unknown), ready[i] (pipelined) whether the span was there when
- * the step began. */
+ * the step began. A request whose drafts were the fallback's (aq[i]->fb_k
+ * > 0) teaches its estimate of the fallback, and the drafter's figures as a
+ * step without the drafter's drafts. */
 void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
                       sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
                       const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined);

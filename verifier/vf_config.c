@@ -20,6 +20,7 @@ const char *sd_vf_usage(void)
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
+           "                      [--spec-fallback ngram|off]\n"
            "                      [--spec-adaptive on|off] [--spec-max-draft N] [--curve-keys DIR]\n"
            "                      [--no-prefix-cache] [--quant none|int8] [--batch-invariant]\n"
            "                      [--log-level debug|info|warn|error]\n";
@@ -47,6 +48,7 @@ static void set_defaults(sd_vf_config *c)
     c->prefill_budget = 512;
     c->draft_timeout_ms = 200;
     c->spec_pipeline = SD_VF_PIPE_AUTO;
+    c->spec_fallback = true;
     c->log_level = SD_LOG_INFO;
 }
 
@@ -85,7 +87,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
         {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
         {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
-        {"max-model-len", 1, 0, 'M'}, {0, 0, 0, 0}};
+        {"max-model-len", 1, 0, 'M'}, {"spec-fallback", 1, 0, 'F'}, {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -113,6 +115,11 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
             cfg->quant_int8 = !strcmp(optarg, "int8");
             break;
         case 'A': st = sd_opt_on_off(optarg, "--spec-adaptive", &cfg->spec_adaptive, err, errlen); break;
+        case 'F':
+            if (strcmp(optarg, "ngram") && strcmp(optarg, "off"))
+                st = sd_seterr(err, errlen, SD_ERR_ARG, "--spec-fallback must be ngram or off, got '%s'", optarg);
+            cfg->spec_fallback = !strcmp(optarg, "ngram");
+            break;
         case 'P': {
             bool on;
             if (!strcmp(optarg, "auto")) cfg->spec_pipeline = SD_VF_PIPE_AUTO;

@@ -75,6 +75,8 @@ void sd_vf_pipe_stats_to_proto(const sd_vf_pipe_stats *ps, Specd__PipeStats *out
     out->draft_us = ps->draft_us;
     out->step_us = ps->step_us;
     out->verify_us = ps->verify_us;
+    out->fallback_used = ps->fallback_used;
+    out->fallback_accepted = ps->fallback_accepted;
 }
 
 int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n,

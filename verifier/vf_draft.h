@@ -28,7 +28,7 @@
 
 /* Drafting as the verifier saw it (specd.PipeStats), per request or summed;
  * v[] views the counters as one array. */
-#define SD_VF_PIPE_STATS_N 8
+#define SD_VF_PIPE_STATS_N 10
 typedef union sd_vf_pipe_stats {
     struct {
         uint64_t spans_used;    /* steps that verified drafter tokens */
@@ -39,6 +39,8 @@ typedef union sd_vf_pipe_stats {
         uint64_t draft_us;      /* drafter time behind the drafts used */
         uint64_t step_us;       /* wall time of the spec steps, end of the previous step to end */
         uint64_t verify_us;     /* engine time of the spec steps */
+        uint64_t fallback_used; /* steps that verified the fallback proposer's drafts instead */
+        uint64_t fallback_accepted; /* ... and the drafts of those accepted */
     };
     uint64_t v[SD_VF_PIPE_STATS_N];
 } sd_vf_pipe_stats;

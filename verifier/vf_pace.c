@@ -41,6 +41,14 @@ void sd_vf_pace_yield(sd_vf_pace *p, int committed)
     if (committed >= 1) p->yield = sd_avg_update(p->yield, committed, &p->n_yield, YIELD_ALPHA);
 }
 
+void sd_vf_pace_fallback(sd_vf_pace *p, int rows, int committed)
+{
+    if (rows < 1 || committed < 1) return;
+    unsigned n = p->n_fb;
+    p->fb_yield = sd_avg_update(p->fb_yield, committed, &n, YIELD_ALPHA);
+    p->fb_rows = sd_avg_update(p->fb_rows, rows, &p->n_fb, YIELD_ALPHA);
+}
+
 double sd_vf_pace_expected(const sd_vf_pace *p)
 {
     return p->n_yield && p->yield > 1 ? p->yield : 1;
@@ -57,10 +65,12 @@ double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_read
 {
     if (n_waiting <= 0 || k <= 0) return 0;
     double e = p->n_yield ? sd_vf_pace_expected(p) : e_span > 1 ? e_span : 1;
+    /* going on without the span: one row and one token each, or what such steps measured */
+    double fb_e = p->n_fb ? p->fb_yield : 1, fb_rows = p->n_fb ? p->fb_rows : 1;
     double t_with = sd_vf_pace_step_ms(p, rows_ready + n_waiting * (k + 1));
-    double t_without = sd_vf_pace_step_ms(p, rows_ready + n_waiting);
+    double t_without = sd_vf_pace_step_ms(p, rows_ready + (int)(n_waiting * fb_rows + 0.5));
     if (t_with <= 0 || t_without <= 0) return 0;
-    double e_with = e_ready + n_waiting * e, e_without = e_ready + n_waiting;
+    double e_with = e_ready + n_waiting * e, e_without = e_ready + n_waiting * fb_e;
     /* a drafter quicker than a plain step delivers during it: not waiting costs the shorter step's rate
      * only; a slower one (its own time per span, not the latency, which a hiccup inflates) loses its
      * span unless waited for: wait while the step with drafts, the wait included, commits at a plain

@@ -8,7 +8,10 @@
  * during the step, and a span that begins with the token the plain step
  * commits still serves), so the comparison is with the long-run rate
  * r = E_with / t_with of steps with drafts: waiting W costs W·r tokens; not
- * waiting costs t_without·r − E_without (the shorter, poorer step). So the
+ * waiting costs t_without·r − E_without (the shorter, poorer step — with
+ * the fallback proposer's drafts, --spec-fallback, less poor: a request
+ * that goes on without its span counts the tokens and rows such steps
+ * measured). So the
  * verifier waits at most
  *
  *     budget = t_without − E_without · t_with / E_with
@@ -62,6 +65,8 @@ typedef struct sd_vf_pace {
     unsigned declined;                 /* waits declined since the last wait */
     double yield;                      /* EMA committed tokens per request-step with drafts */
     unsigned n_yield;
+    double fb_yield, fb_rows;          /* EMA committed tokens and rows per request-step that went on */
+    unsigned n_fb;                     /* without its span (the fallback's drafts or none) */
 } sd_vf_pace;
 
 void sd_vf_pace_init(sd_vf_pace *p, const sd_cost *cost);
@@ -81,6 +86,12 @@ void sd_vf_pace_timeout(sd_vf_pace *p, double budget_ms);
 
 /* A request-step with drafts committed `committed` tokens. */
 void sd_vf_pace_yield(sd_vf_pace *p, int committed);
+
+/* A request-step that went on without its span (not waited for) put rows
+ * rows into the step (1 + the fallback proposer's drafts it verified) and
+ * committed `committed` tokens: what not waiting gives (the wait budget's
+ * E_without and t_without; one row and one token until measured). */
+void sd_vf_pace_fallback(sd_vf_pace *p, int rows, int committed);
 
 /* Estimated engine time (ms) for rows batch rows; 0 when nothing was measured. */
 double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows);

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "curve.h"
 #include "msg.h"
+#include "ngram.h"
 #include "vf_adapt.h"
 #include "vf_convert.h"
 #include "vf_draft.h"
@@ -70,6 +71,11 @@ struct sd_vf_server {
     int *catchup;           /* tokens the drafter must first take in for the request (opened, or far behind) */
     int *chunk;             /* prompt tokens each request prefills this step (sd_engine_prefill_plan) */
     double *draft_ms;       /* the drafter's time behind them */
+    sd_proposer *fallback;  /* --spec-fallback: n-gram lookup for requests the drafter left without drafts */
+    int *fb_avail;          /* the fallback's drafts at hand for each request (0: not a candidate) */
+    int *fb_k;              /* the drafts each request verifies (the fallback's choice for the candidates) */
+    sd_propose_item *fb_items;
+    sd_proposal *fb_out;
     sd_vf_adapt ad;         /* adaptive speculation: measured cost and acceptance, the scheduler */
     sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
     char host[256];         /* gethostname */
@@ -603,15 +609,57 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
         ps->wait_us += (uint64_t)(wait_ms * 1e3);
         ps->verify_us += (uint64_t)((t1 - t0) * 1e3);
         if (s->last_step_end_ms > 0) ps->step_us += (uint64_t)((t1 - s->last_step_end_ms) * 1e3);
-        if (sl->prop.n > 0) {
+        int fb = s->fb_avail[i] > 0 ? s->fb_k[i] : 0; /* the fallback's drafts it verified */
+        if (fb > 0) {
+            ps->fallback_used++;
+            ps->fallback_accepted += (uint64_t)s->accepted[i];
+        } else if (sl->prop.n > 0) {
             ps->spans_used++;
             ps->draft_us += sl->prop_draft_us;
             sd_vf_pace_yield(&s->pace, s->reqs[i]->n_new);
         }
+        if (pipelined && (fb > 0 || sl->prop.n == 0)) sd_vf_pace_fallback(&s->pace, 1 + fb, s->reqs[i]->n_new);
         ps->spans_ready += s->ready[i];
     }
     s->last_step_end_ms = t1;
     emit(s);
+}
+
+/* The fallback (--spec-fallback, vf_adapt.h): each decoding request that was
+ * to verify drafts but has none from the drafter as the step runs gets the
+ * n-gram lookup's over its committed tokens (one-hot q where it samples
+ * with q), as many as sd_vf_adapt_fallback chooses. Exact as any drafts:
+ * the engine verifies them. */
+static void fallback_drafts(sd_vf_server *s)
+{
+    int n = s->n_active, m = 0;
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = s->reqs[i];
+        s->fb_avail[i] = 0;
+        if (!s->fallback || s->budgets[i] <= 0 || s->slots[i]->prop.n > 0 || sd_req_prefilling(r)) continue;
+        s->fb_items[m] = (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens,
+                                           .n_context = r->n_tokens, .k = s->budgets[i],
+                                           .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
+                                           .out_pos = (uint64_t)sd_req_n_output(r)};
+        m++;
+    }
+    char err[128];
+    if (m == 0 || s->fallback->ops->propose(s->fallback, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK)
+        return;
+    for (int i = 0, j = 0; i < n && j < m; i++)
+        if (s->fb_items[j].seq_id == s->slots[i]->id) s->fb_avail[i] = s->fb_out[j++].n;
+    int *k = s->fb_k;
+    for (int i = 0; i < n; i++) k[i] = s->fb_avail[i] > 0 ? s->budgets[i] : s->slots[i]->prop.n;
+    sd_vf_adapt_fallback(&s->ad, s->reqs, s->aqs, k, s->fb_avail, n, s->chunk);
+    for (int i = 0, j = 0; i < n && j < m; i++) {
+        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
+        const sd_proposal *o = &s->fb_out[j++];
+        if (s->fb_avail[i] == 0 || k[i] == 0) continue;
+        sd_vf_slot *sl = s->slots[i];
+        sl->prop = *o;
+        sl->prop.n = k[i];
+        sl->prop_draft_us = 0;
+    }
 }
 
 /* Serial: choose the drafts, ask the drafter and wait for its reply
@@ -624,6 +672,7 @@ static void step_serial(sd_vf_server *s)
     int drafting = s->link ? choose_drafts(s, NULL, NULL, false) : 0;
     for (int i = 0; i < n; i++) s->slots[i]->prop.n = 0;
     if (drafting > 0) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
+    fallback_drafts(s);
     run_step(s, sd_now_ms() - t, false);
 }
 
@@ -744,6 +793,7 @@ static void step_pipe(sd_vf_server *s)
             sd_vf_link_pipe_send(s->link, s->slots, s->tell, n, true, step_us, sd_now_ms());
         }
     }
+    fallback_drafts(s);
     run_step(s, waited, true);
 }
 
@@ -874,6 +924,10 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->catchup = calloc(nb, sizeof *s->catchup);
     s->chunk = calloc(nb, sizeof *s->chunk);
     s->draft_ms = calloc(nb, sizeof *s->draft_ms);
+    s->fb_avail = calloc(nb, sizeof *s->fb_avail);
+    s->fb_k = calloc(nb, sizeof *s->fb_k);
+    s->fb_items = calloc(nb, sizeof *s->fb_items);
+    s->fb_out = calloc(nb, sizeof *s->fb_out);
     sd_vf_adapt_init(&s->ad);
     sd_vf_pace_init(&s->pace, &s->ad.cost);
     gethostname(s->host, sizeof s->host - 1);
@@ -884,9 +938,14 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
         !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->catchup || !s->chunk ||
-        !s->draft_ms) {
+        !s->draft_ms || !s->fb_avail || !s->fb_k || !s->fb_items || !s->fb_out) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    }
+    if (cfg->drafter && cfg->spec_fallback &&
+        sd_ngram_new(SD_NGRAM_DEFAULT_MIN, SD_NGRAM_DEFAULT_MAX, &s->fallback, err, errlen) != SD_OK) {
+        sd_vf_server_free(s);
+        return SD_ERR_NOMEM;
     }
     if (cfg->curve_keys && sd_curve_load(zctx, cfg->curve_keys, true, &s->curve, err, errlen) != SD_OK) {
         sd_vf_server_free(s);
@@ -913,6 +972,11 @@ void sd_vf_server_free(sd_vf_server *s)
     for (int i = 0; i < s->n_active; i++) req_destroy(s, s->active[i]);
     for (int i = 0; i < s->n_queue; i++) req_destroy(s, s->queue[i]);
     sd_vf_link_free(s->link);
+    sd_proposer_free(s->fallback);
+    free(s->fb_avail);
+    free(s->fb_k);
+    free(s->fb_items);
+    free(s->fb_out);
     sd_vf_front_free(s->front); /* closes s->sock */
     sd_curve_free(s->curve);
     free(s->active);

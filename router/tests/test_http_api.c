@@ -233,7 +233,7 @@ static json_t *load_sse(char *s)
 
 static const uint64_t AT[] = {5, 3};
 /* 10 spec steps, 8 with a span ready; 12 ms of steps, 9 of verifying, 4 of drafting: 1 - 3/4 hidden */
-static const sd_api_drafting DRAFTING = {9, 3, 8, 10, 500, 4000, 12000, 9000};
+static const sd_api_drafting DRAFTING = {9, 3, 8, 10, 500, 4000, 12000, 9000, 1, 2};
 /* 10 decode steps, 32 drafts chosen in all, 2 steps without */
 static const sd_api_adapt ADAPT = {32, 10, 2, {0.9f, 0.75f}, 2};
 static const sd_api_spec SPEC = {10, 40, 8, AT, 2, &DRAFTING, &ADAPT};
@@ -311,6 +311,8 @@ START_TEST(completion_response_shape)
     ck_assert_float_eq_tol(json_real_value(json_object_get(d, "pre_draft_hit_rate")), 0.8, 1e-9);
     ck_assert_float_eq_tol(json_real_value(json_object_get(d, "wait_ms")), 0.5, 1e-9);
     ck_assert_float_eq_tol(json_real_value(json_object_get(d, "draft_time_hidden")), 0.25, 1e-9);
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "fallback_used")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "fallback_accepted")), 2);
     json_t *dl = json_object_get(sp, "draft_length");
     ck_assert_float_eq_tol(json_real_value(json_object_get(dl, "mean")), 3.2, 1e-9);
     ck_assert_int_eq(json_integer_value(json_object_get(dl, "decode_steps")), 10);

@@ -12,8 +12,9 @@
 #       good request still succeeds afterwards;
 #   (d) the drafter stopped (SIGSTOP) mid-pipeline while 4 streams of 384
 #       tokens run: every stream finishes with the exact single-request
-#       text (the verifier decodes without drafts, stops waiting for spans
-#       and marks the drafter down); after SIGCONT the drafter re-syncs and
+#       text (the verifier stops waiting for spans, marks the drafter down
+#       and verifies its own n-gram fallback's drafts: specd_spec_fallback_
+#       used_total > 0); after SIGCONT the drafter re-syncs and
 #       drafts again; then its KV mirrors are all free and it holds no
 #       request (specd_drafter_kv_blocks_free == _total, specd_drafter_requests 0).
 # The draft length is static (4): the checks that drafting resumes must not
@@ -126,11 +127,14 @@ streams_start stopped 384
 DONE_AT_STOP=$(streams_done stopped)
 check "(d) the drafter stopped mid-stream ($DONE_AT_STOP of 4 streams done at the stop)" '[ "$DONE_AT_STOP" -lt 4 ]'
 streams_check stopped long "(d) while the drafter was stopped"
+sleep 1.2 # the router's next health check carries the verifier's figures
+FB=$(metric specd_spec_fallback_used_total)
+check "(d) meanwhile the verifier verified its n-gram fallback's drafts ($FB steps)" '[ "${FB:-0}" -gt 0 ]'
 [ -n "$DRAFTER" ] && kill -CONT "$DRAFTER"
-drafts_again() {
+drafts_again() { # the drafter's own spans, not the fallback's
   local st
   st=$(post /v1/completions "$(body "${PROMPTS[2]}" 128 0)" "$WORK/resumed.json" "${AUTH[@]}")
-  [ "$st" = 200 ] && [ "$(jget "$WORK/resumed.json" "j[\"speculative\"][\"accepted_tokens\"] > 0")" = True ]
+  [ "$st" = 200 ] && [ "$(jget "$WORK/resumed.json" "j[\"speculative\"][\"drafting\"][\"spans_used\"] > 0")" = True ]
 }
 resumed=0
 for _ in $(seq 40); do drafts_again && { resumed=1; break; }; sleep 0.25; done

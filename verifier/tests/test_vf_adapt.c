@@ -4,7 +4,8 @@
  * drafts is followed within a few steps (K = 0), probes then cost little and
  * notice when the drafts recover; a new request starts from its kind's
  * server-wide estimate (a kind never seen: tried); fixed requests keep their length; the KV budget and
- * per-request budgets hold; the report names the kinds observed. */
+ * per-request budgets hold; the report names the kinds observed; the fallback proposer's drafts are
+ * chosen by their own acceptance, which never touches the drafter's. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,58 @@ START_TEST(dry_answers_teach_supply)
 }
 END_TEST
 
+/* The fallback (pipelined): request 0 has its span every step (its drafts
+ * accepted at 0.9), request 1 never (the drafter always late); the n-gram
+ * lookup offers request 1 eight drafts, accepted at p_fb. Returns request
+ * 1's mean fallback drafts over the last 50 of 150 steps; checks on the way
+ * that request 0's choice is left alone, that request 1 is never given more
+ * than it was planned or the lookup had, and that the fallback's outcomes
+ * teach its own estimate, never the drafter's. */
+static double fallback_k(double p_fb, bool fixed)
+{
+    sim s;
+    sim_init(&s, 2, false);
+    s.q[1].fixed = fixed;
+    int catchup[2] = {0}, sum = 0;
+    bool had_q[2] = {false}, ready[2] = {true, false};
+    double dms[2] = {0.3, 0};
+    for (int i = 0; i < 150; i++) {
+        int budgets[2] = {12, 12}, avail[2] = {6, -1}, tell[2] = {0}, offered[2], accepted[2] = {0};
+        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 2, -1, 16, NULL, true),
+                         SD_OK);
+        int planned = budgets[1], k[2] = {budgets[0], planned}, fb_avail[2] = {0, 8};
+        ck_assert_int_eq(sd_vf_adapt_fallback(&s.ad, s.rp, s.qp, k, fb_avail, 2, NULL), SD_OK);
+        ck_assert_int_eq(k[0], budgets[0]);
+        ck_assert_int_le(k[1], planned < 8 ? planned : 8);
+        ck_assert_int_eq(s.q[1].fb_k, k[1]);
+        if (fixed) ck_assert_int_eq(k[1], planned < 8 ? planned : 8);
+        for (int j = 0; j < 2; j++) {
+            offered[j] = k[j];
+            double p = j == 0 ? 0.9 : p_fb;
+            while (accepted[j] < k[j] && (double)rand_r(&s.seed) / RAND_MAX < p) accepted[j]++;
+        }
+        if (i >= 100) sum += k[1];
+        sd_step_timing t = timing_of(2 + k[0] + k[1]);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+                         catchup, dms, ready, 2, true);
+        ck_assert_int_eq(s.q[1].fb_k, 0);
+    }
+    ck_assert_uint_eq(s.q[1].acc.steps, 0); /* the drafter's estimate: nothing learnt from the fallback */
+    ck_assert_uint_gt(s.q[1].fb_acc.steps, 0);
+    sd_vf_adapt_free(&s.ad);
+    return sum / 50.0;
+}
+
+START_TEST(fallback_follows_its_own_acceptance)
+{
+    double good = fallback_k(0.9, false), useless = fallback_k(0.0, false), fixed = fallback_k(0.0, true);
+    ck_assert_msg(good >= 2, "good fallback drafts: %g a step", good);
+    /* useless ones: a one-draft probe every SD_VF_FB_PROBE steps, nothing else */
+    ck_assert_msg(useless > 0 && useless <= 1.5 / SD_VF_FB_PROBE, "useless fallback drafts: %g a step", useless);
+    ck_assert_msg(fixed >= 1, "a request with its own num_draft verifies what the fallback has: %g", fixed);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vf_adapt");
@@ -275,6 +328,7 @@ int main(void)
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
     tcase_add_test(tc, dry_answers_teach_supply);
+    tcase_add_test(tc, fallback_follows_its_own_acceptance);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -23,6 +23,7 @@ START_TEST(defaults)
     ck_assert_ptr_null(c.drafter);
     ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
     ck_assert(c.spec_adaptive);
+    ck_assert(c.spec_fallback);
     ck_assert_int_eq(c.spec_max_draft, SD_VF_SPEC_MAX_DRAFT_DEFAULT);
     ck_assert_int_eq(c.spec_max_batch, 0); /* optional caps: none by default */
     ck_assert_int_eq(c.spec_max_batch_sampled, 0);
@@ -63,6 +64,12 @@ START_TEST(all_options)
     char *mml[] = {"v", "--model", "m", "--max-model-len", "2048", NULL};
     ck_assert_int_eq(parse(&c, err, 5, mml), SD_OK);
     ck_assert_int_eq(c.max_model_len, 2048);
+    char *fb[] = {"v", "--model", "m", "--spec-fallback", "off", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, fb), SD_OK);
+    ck_assert(!c.spec_fallback);
+    fb[4] = "ngram";
+    ck_assert_int_eq(parse(&c, err, 5, fb), SD_OK);
+    ck_assert(c.spec_fallback);
 }
 END_TEST
 
@@ -83,6 +90,9 @@ START_TEST(errors)
     char *adapt[] = {"v", "--model", "m", "--spec-adaptive", "maybe", NULL};
     ck_assert_int_eq(parse(&c, err, 5, adapt), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-adaptive"));
+    char *fb[] = {"v", "--model", "m", "--spec-fallback", "suffix", NULL};
+    ck_assert_int_eq(parse(&c, err, 5, fb), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--spec-fallback"));
     char *maxd[] = {"v", "--model", "m", "--spec-max-draft", "17", NULL};
     ck_assert_int_eq(parse(&c, err, 5, maxd), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-max-draft"));

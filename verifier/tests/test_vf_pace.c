@@ -4,7 +4,8 @@
  * latency estimate (the drafter's time until a
  * wait measures the latency itself, never discounted between waits), and
  * that a timeout stops further waits but for a probe every
- * SD_VF_PACE_PROBE-th time. */
+ * SD_VF_PACE_PROBE-th time; steps that went on with the fallback's drafts
+ * lower the budget. */
 #include <check.h>
 
 #include "testutil.h"
@@ -54,6 +55,30 @@ START_TEST(wait_budget)
     sd_vf_pace q = p;
     for (int i = 0; i < 200; i++) sd_vf_pace_yield(&q, 1);
     ck_assert(sd_vf_pace_wait_budget(&q, 0, 0, 1, 6, 4.0) == 0);
+}
+END_TEST
+
+/* Going on without the span with the fallback proposer's drafts: a request
+ * that measured 2 tokens from 3 rows so instead of 1 from 1 waits less. */
+START_TEST(fallback_lowers_the_budget)
+{
+    sd_cost c;
+    measured_cost(&c);
+    sd_vf_pace p;
+    sd_vf_pace_init(&p, &c);
+    sd_vf_pace_yield(&p, 4);
+    sd_vf_pace_fallback(&p, 1, 1); /* a plain step: as before */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 0.6, 0.01);
+    sd_vf_pace_init(&p, &c);
+    sd_vf_pace_yield(&p, 4);
+    sd_vf_pace_fallback(&p, 3, 2);
+    /* t_without = t(3) = 1.2, E_without = 2: 1.2 - 2 * 1.6 / 4 */
+    ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 1.2 - 2 * 1.6 / 4, 0.01);
+    /* a fallback as good as the drafter's span: no wait pays */
+    sd_vf_pace_init(&p, &c);
+    sd_vf_pace_yield(&p, 4);
+    sd_vf_pace_fallback(&p, 7, 4);
+    ck_assert(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0) == 0);
 }
 END_TEST
 
@@ -123,6 +148,7 @@ int main(void)
     TCase *tc = tcase_create("pace");
     tcase_add_test(tc, step_time_by_rows);
     tcase_add_test(tc, wait_budget);
+    tcase_add_test(tc, fallback_lowers_the_budget);
     tcase_add_test(tc, slow_drafter_budget);
     tcase_add_test(tc, latency_and_timeouts);
     suite_add_tcase(s, tc);
