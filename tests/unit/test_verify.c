@@ -471,7 +471,7 @@ static void set_rows(rcase *c, const float *r0, const float *r1)
 }
 
 enum { CASE_Q_EQ_P, CASE_DISJOINT, CASE_Q_TOPK, CASE_Q_TOPP, CASE_P_FILTERED, CASE_P_PEAKED,
-       NCASES };
+       CASE_Q_ONE_HOT, NCASES };
 
 static void build_case(rcase *c, int which)
 {
@@ -516,6 +516,12 @@ static void build_case(rcase *c, int which)
         c->s.top_p = 0.9f;
         c->s.min_p = 0.05f;
         set_q(c, D0, D1, 1.0f, 0, 1.0f);
+        break;
+    case CASE_Q_ONE_HOT: /* an n-gram proposer's drafts (the verifier's fallback, ngram.h) */
+        c->name = "q one-hot (n-gram drafts)";
+        c->q[0][0] = (sd_tokprob){3, 1.0f};
+        c->q[1][0] = (sd_tokprob){7, 1.0f};
+        c->nq[0] = c->nq[1] = 1;
         break;
     default:
         c->name = "p peaked (T 0.25), q flat (T 1.5)";
