@@ -22,6 +22,14 @@ static void measured_cost(sd_cost *c)
     }
 }
 
+/* A pace over that cost whose steps with drafts committed 4 tokens. */
+static void yielding_4(sd_vf_pace *p, sd_cost *c)
+{
+    measured_cost(c);
+    sd_vf_pace_init(p, c);
+    sd_vf_pace_yield(p, 4);
+}
+
 START_TEST(step_time_by_rows)
 {
     sd_cost c;
@@ -63,20 +71,16 @@ END_TEST
 START_TEST(fallback_lowers_the_budget)
 {
     sd_cost c;
-    measured_cost(&c);
     sd_vf_pace p;
-    sd_vf_pace_init(&p, &c);
-    sd_vf_pace_yield(&p, 4);
+    yielding_4(&p, &c);
     sd_vf_pace_fallback(&p, 1, 1); /* a plain step: as before */
     ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 0.6, 0.01);
-    sd_vf_pace_init(&p, &c);
-    sd_vf_pace_yield(&p, 4);
+    yielding_4(&p, &c);
     sd_vf_pace_fallback(&p, 3, 2);
     /* t_without = t(3) = 1.2, E_without = 2: 1.2 - 2 * 1.6 / 4 */
     ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 1.2 - 2 * 1.6 / 4, 0.01);
     /* a fallback as good as the drafter's span: no wait pays */
-    sd_vf_pace_init(&p, &c);
-    sd_vf_pace_yield(&p, 4);
+    yielding_4(&p, &c);
     sd_vf_pace_fallback(&p, 7, 4);
     ck_assert(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0) == 0);
 }
@@ -89,10 +93,8 @@ END_TEST
 START_TEST(slow_drafter_budget)
 {
     sd_cost c;
-    measured_cost(&c);
     sd_vf_pace p;
-    sd_vf_pace_init(&p, &c);
-    sd_vf_pace_yield(&p, 4);
+    yielding_4(&p, &c);
     sd_vf_pace_span(&p, 2.0); /* 2 ms per span, a plain step takes 1 ms */
     /* alone: 4 * 1.0 / 1 - 1.6 */
     ck_assert_double_eq_tol(sd_vf_pace_wait_budget(&p, 0, 0, 1, 6, 1.0), 2.4, 0.02);
