@@ -201,14 +201,38 @@ static void add_chunk(sd_sched_step *st, const sd_req *r, int chunk)
     }
 }
 
+/* Pipelined, the drafter drafts while the verifier verifies: the time a
+ * step spends outside the engine is measured apart for steps whose requests
+ * with drafts all have their span at hand (the drafter's time hidden: the
+ * messages only) and for steps where some have not (a wait, or the
+ * fallback's lookup), and the one of this step's kind counts in full. Until
+ * that kind is measured, the drafter's time counts by the share of steps
+ * without their span (1 - hit). */
+static void pipe_overhead(sd_vf_adapt *ad, sd_req *const *reqs, const int *budgets, const int *avail, int n,
+                          sd_sched_step *st)
+{
+    bool ready = true;
+    for (int i = 0; i < n && avail; i++)
+        if (budgets[i] > 0 && avail[i] < 0 && reqs[i]->finish == SD_FINISH_NONE && !sd_req_prefilling(reqs[i]))
+            ready = false;
+    ad->step_ready = ready;
+    if (ready ? ad->n_ready : ad->n_miss) {
+        st->exposure = 0;
+        st->draft_ms = ready ? ad->ready_ms : ad->miss_ms;
+    } else {
+        st->exposure = 1 - ad->hit;
+    }
+}
+
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
                            const int *chunk, bool pipelined)
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
     sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
-                        .drafter = &ad->drafter, .drafter_fixed = ad->drafter_fixed, .exposure = pipelined ? 1 - ad->hit : 1, .kv_free = kv_free,
-                        .block_size = bs};
+                        .drafter = &ad->drafter, .drafter_fixed = ad->drafter_fixed, .exposure = 1,
+                        .kv_free = kv_free, .block_size = bs};
+    if (pipelined) pipe_overhead(ad, reqs, budgets, avail, n, &st);
     int m = 0;
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
@@ -259,7 +283,8 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
         return SD_ERR_NOMEM;
     }
     /* the drafter's time is spent or hidden whatever is chosen now: the overhead is one figure */
-    sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->draft_ms, .draft_ms = ad->draft_ms, .kv_free = -1};
+    double over = ad->n_miss ? ad->miss_ms : ad->draft_ms;
+    sd_sched_step st = {.cost = &ad->cost, .plain_ms = over, .draft_ms = over, .kv_free = -1};
     int m = 0;
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
@@ -283,7 +308,8 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
         ad->map[m++] = i;
         st.seqs++;
     }
-    sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
+    sd_sched_plan plan = sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
+    if (plan.step_ms > 0 && ad->pred_ms > 0) ad->pred_ms = plan.step_ms; /* the step that runs */
     for (int j = 0; j < m; j++) {
         int i = ad->map[j];
         sd_vf_areq *q = aq[i];
@@ -305,6 +331,8 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, dou
     if (ad->maxk > 0) {
         double x = exposed - (pipelined ? 1 - ad->hit : 1) * drafter_ms;
         ad->draft_ms = sd_avg_update(ad->draft_ms, x > 0 ? x : 0, &ad->n_draft, OVER_ALPHA);
+        if (pipelined && ad->step_ready) ad->ready_ms = sd_avg_update(ad->ready_ms, exposed, &ad->n_ready, OVER_ALPHA);
+        else if (pipelined) ad->miss_ms = sd_avg_update(ad->miss_ms, exposed, &ad->n_miss, OVER_ALPHA);
     } else {
         ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
     }

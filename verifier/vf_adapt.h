@@ -10,9 +10,13 @@
  *     the verifier waits for: its time per pass (from the time each span
  *     says it took, over the draft positions plus one, the pass that takes
  *     in the committed tokens) as a function of the requests it drafts for
- *     at once, times the passes the longest span needs, times the share not
- *     hidden — all of it when the verifier waits for every span (serial),
- *     the steps whose span was not ready when pipelined; and a request the
+ *     at once, times the passes the longest span needs (serial: the
+ *     verifier waits for every span). Pipelined, the drafter drafts while
+ *     the verifier verifies: the time outside the engine is measured apart
+ *     for steps whose requests with drafts all had their span at hand and
+ *     for steps where some had not (a wait, or the fallback), and the figure
+ *     of the step's kind counts in full (until that kind is measured, the
+ *     drafter's time by the share of steps without their span); and a request the
  *     drafter must first catch up on (opened, or left without drafts a
  *     while) costs those tokens at the drafter's measured catch-up rate,
  *     once, when it is given drafts again;
@@ -78,6 +82,9 @@ typedef struct sd_vf_adapt {
     sd_cost cost;
     double plain_ms, draft_ms, hit;          /* overheads, pipelined hit rate */
     unsigned n_plain, n_draft, n_hit;
+    double ready_ms, miss_ms;                /* pipelined: the time outside the engine of steps with drafts whose */
+    unsigned n_ready, n_miss;                /* requests all had their span, and of those where some had not */
+    bool step_ready;                         /* this step's requests with drafts all have their span */
     double catch_ms;                         /* the drafter's ms per token it catches up on */
     unsigned n_catch;
     double run_steps;                        /* steps a request keeps drafting once it starts, on average */
