@@ -853,8 +853,9 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
                 sd_cost_forward_ms(&s->ad.cost, 1, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1, 1), kmax + 1);
     }
     sd_vf_front_busy(s->front, false);
-    SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks)", s->model_name, s->cfg->listen,
-            s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool));
+    SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks, n-gram fallback %s)", s->model_name,
+            s->cfg->listen, s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool),
+            s->fallback ? "on" : "off");
     while (!*stop && !s->lost) {
         zmq_pollitem_t it[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {NULL, 0, ZMQ_POLLIN, 0}};
         int nit = 1;

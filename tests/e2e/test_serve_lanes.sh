@@ -6,11 +6,12 @@
 # restarted while the other lane serves; --draft-device reaches each lane's
 # drafter (cpu: the one device here), --batch-invariant each verifier,
 # --kv-dtype both workers (f32 caches for the bf16 demo pair: the same
-# outputs) and --draft-gpu-memory-fraction each drafter. Env: SD_BIN, SD_MODELS (set by CTest).
+# outputs), --draft-gpu-memory-fraction each drafter and --spec-fallback off
+# each verifier. Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
 if ! serve_start --lanes 2 --draft "$DRAFT" --draft-device cpu,cpu --batch-invariant --kv-dtype f32 \
-    --draft-gpu-memory-fraction 0.2 --router-arg --lane-capacity=1 --router-arg --health-interval-ms=300; then
+    --spec-fallback off --draft-gpu-memory-fraction 0.2 --router-arg --lane-capacity=1 --router-arg --health-interval-ms=300; then
   fail "specd serve --lanes 2 came up"; finish
 fi
 lanes_up() { curl -s "$URL/metrics" | awk '$1 ~ /^specd_lane_up\{/ && $2 == 1' | wc -l; }
@@ -27,6 +28,8 @@ check "--kv-dtype f32 reached both verifiers (their start-up logs)" \
 check "--kv-dtype and --draft-gpu-memory-fraction reached both drafters" \
   '[ "$(pgrep -a -P "$SERVE_PID" -f specd-drafter | grep -- "--kv-dtype f32" | grep -c -- "--gpu-memory-fraction 0.2")" = 2 ] &&
    [ "$(grep -c "drafter info: KV mirrors: .*, F32" "$SERVE_LOG")" = 2 ]'
+check "--spec-fallback off reached both verifiers (their start-up logs)" \
+  '[ "$(grep -c "verifier info: serving .*n-gram fallback off)" "$SERVE_LOG")" = 2 ]'
 check "no --gpu-memory-fraction for verifiers on the CPU" \
   '! pgrep -a -P "$SERVE_PID" -f specd-verifier | grep -q -- --gpu-memory-fraction'
 
