@@ -165,8 +165,8 @@ static void render_pipe(FILE *f, const sd_lanes *l)
         char full[64];
         snprintf(full, sizeof full, "specd_spec_%s_total", name[k]);
         header(f, full, "counter", help[k]);
-        if (k < 4 || k >= 8) fprintf(f, "%s %llu\n", full, (unsigned long long)sum[k]);
-        else fprintf(f, "%s %.6f\n", full, (double)sum[k] / 1e6);
+        if (k < 4 || k >= 8) fprintf(f, "%s %llu\n", full, (unsigned long long)sum[k]); /* counts */
+        else fprintf(f, "%s %.6f\n", full, (double)sum[k] / 1e6); /* fields 4..7: microseconds */
     }
     header(f, "specd_spec_pre_draft_hit_rate", "gauge", "spans_ready / decode_steps since start.");
     fprintf(f, "specd_spec_pre_draft_hit_rate %.6f\n", sum[3] ? (double)sum[2] / (double)sum[3] : 0.0);
