@@ -10,9 +10,12 @@
 #include "model.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "array.h"
 #include "safetensors.h"
@@ -76,30 +79,66 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* One thread's share of fill_random: values [i0, i1) of a tensor whose
+ * name hashed to h. */
+typedef struct fill_job {
+    uint64_t h;
+    bool norm, bias, bf16;
+    void *data;
+    size_t i0, i1;
+    pthread_t tid;
+} fill_job;
+
+static void *fill_range(void *arg)
+{
+    const fill_job *j = arg;
+    uint64_t bits = 0;
+    for (size_t i = j->i0; i < j->i1; i++) {
+        if (i % 4 == 0 || i == j->i0) bits = mix64(j->h + i / 4);
+        float u = (float)((bits >> (16 * (i % 4))) & 0xffffu) * (1.0f / 32768.0f) - 1.0f; /* [-1, 1) */
+        float v = j->norm ? 1.0f : j->bias ? 0.0f : u * 0.0346410f;
+        if (j->bf16) {
+            float r = sd_round_bf16(v);
+            uint32_t b;
+            memcpy(&b, &r, sizeof b);
+            ((uint16_t *)j->data)[i] = (uint16_t)(b >> 16);
+        } else {
+            ((float *)j->data)[i] = v;
+        }
+    }
+    return NULL;
+}
+
 /* Fills n values of a random tensor named name: norm weights 1, biases 0,
  * others uniform in ±0.02·√3 (standard deviation 0.02, as the published
- * models' initialisers; 65536 levels, four values from each 64-bit hash, so
- * that an 8B-parameter model is made in seconds), from the model's seed and
- * the name only. */
+ * models' initialisers; 65536 levels, four values from each 64-bit hash),
+ * from the model's seed, the name and the index only — so a large tensor is
+ * filled by up to FILL_THREADS threads (an 8B-parameter model in seconds)
+ * with the same values as by one. */
+#define FILL_THREADS 16
+#define FILL_MIN (1u << 22) /* values worth a thread of their own */
 static void fill_random(const sd_model *m, const char *name, sd_dtype dt, void *data, size_t n)
 {
     size_t len = strlen(name);
-    bool norm = len >= 11 && !strcmp(name + len - 11, "norm.weight"), bias = len >= 4 && !strcmp(name + len - 4, "bias");
-    uint64_t h = m->seed, bits = 0;
-    for (const char *c = name; *c; c++) h = mix64(h ^ (uint8_t)*c);
-    for (size_t i = 0; i < n; i++) {
-        if (i % 4 == 0) bits = mix64(h + i / 4);
-        float u = (float)((bits >> (16 * (i % 4))) & 0xffffu) * (1.0f / 32768.0f) - 1.0f; /* [-1, 1) */
-        float v = norm ? 1.0f : bias ? 0.0f : u * 0.0346410f;
-        if (dt == SD_DTYPE_BF16) {
-            float r = sd_round_bf16(v);
-            uint32_t u;
-            memcpy(&u, &r, sizeof u);
-            ((uint16_t *)data)[i] = (uint16_t)(u >> 16);
-        } else {
-            ((float *)data)[i] = v;
-        }
+    fill_job base = {.h = m->seed, .data = data, .bf16 = dt == SD_DTYPE_BF16};
+    base.norm = len >= 11 && !strcmp(name + len - 11, "norm.weight");
+    base.bias = len >= 4 && !strcmp(name + len - 4, "bias");
+    for (const char *c = name; *c; c++) base.h = mix64(base.h ^ (uint8_t)*c);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = n / FILL_MIN + 1, started = 0;
+    if (nt > FILL_THREADS) nt = FILL_THREADS;
+    if (cpus > 0 && nt > (size_t)cpus) nt = (size_t)cpus;
+    fill_job jobs[FILL_THREADS];
+    for (size_t t = 0; t < nt; t++) {
+        jobs[t] = base;
+        jobs[t].i0 = n / nt * t;
+        jobs[t].i1 = t + 1 == nt ? n : n / nt * (t + 1);
     }
+    for (size_t t = 1; t < nt; t++, started++) /* job 0 runs here; a thread that fails to start too */
+        if (pthread_create(&jobs[t].tid, NULL, fill_range, &jobs[t]) != 0) break;
+    fill_range(&jobs[0]);
+    for (size_t t = started + 1; t < nt; t++) fill_range(&jobs[t]);
+    for (size_t t = 1; t <= started; t++) pthread_join(jobs[t].tid, NULL);
 }
 
 /* A random weight of the given shape in the checkpoint's dtype (bf16 or
