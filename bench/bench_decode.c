@@ -18,8 +18,8 @@
  * one); --random-weights measures a model of a config.json's shapes with
  * random weights (sd_model_random: a published model's size without its
  * checkpoint, e.g. bench/configs/); --device runs it on a GPU (the host
- * copy bandwidth then says nothing: the weight read bandwidth is printed to
- * compare with the device's). --batch-invariant measures that mode (CUDA's
+ * copy bandwidth then says nothing: the device's read bandwidth is measured
+ * instead, by a kernel that reads 1 GiB, sd_cuda_read_bandwidth). --batch-invariant measures that mode (CUDA's
  * deterministic matmuls); --graphs off runs a CUDA device's passes eagerly,
  * ab interleaves runs with and without CUDA graphs and prints both.
  * --context N decodes after a prompt of N tokens (default 32), so that
@@ -170,6 +170,26 @@ static void span_table(sd_model *m)
     sd_kv_seq_release(pool, &seq);
 }
 
+/* A device's roofline: its read bandwidth measured by a kernel that only
+ * reads (1 GiB, best of 5), the decode speed it allows (weight bytes per
+ * token / bandwidth) and the fraction of it achieved. */
+static void device_roofline(sd_backend *be, double achieved, size_t wb)
+{
+    double bw = 0.0;
+#ifdef SD_HAVE_CUDA
+    if (sd_backend_is_cuda(be) && sd_cuda_read_bandwidth(be, (size_t)1 << 30, 5, &bw) != SD_OK) bw = 0.0;
+#else
+    (void)be;
+#endif
+    if (bw <= 0.0) {
+        printf("roofline                   not measured on this device: compare the weight read bandwidth with its own\n");
+        return;
+    }
+    printf("device read bandwidth      %.2f GB/s  (1 GiB read by a kernel, best of 5)\n", bw);
+    printf("roofline tokens/s          %.1f\n", bw * 1e9 / (double)wb);
+    printf("fraction of roofline       %.0f%%\n", 100.0 * achieved / bw);
+}
+
 /* Prints the figures of a measured decode speed (best seconds for n_tokens)
  * and the span table. */
 static void report(sd_model *m, sd_backend *be, const char *name, const char *device, bool int8, bool random,
@@ -191,7 +211,7 @@ static void report(sd_model *m, sd_backend *be, const char *name, const char *de
         printf("roofline tokens/s          %.1f\n", bw * 1e9 / (double)wb);
         printf("fraction of roofline       %.0f%%\n", 100.0 * achieved / bw);
     } else {
-        printf("roofline                   not measured on a device: compare the weight read bandwidth with its own\n");
+        device_roofline(be, achieved, wb);
     }
     span_table(m);
 }

@@ -478,6 +478,34 @@ const sd_model *sd_draft_model(const sd_proposer *p)
     return ((const draft_impl *)p->impl)->m;
 }
 
+/* Sequences, context and rounds of the warm-up (see draft.h). */
+#define WARM_SEQS 4
+#define WARM_CONTEXT 24
+#define WARM_ROUNDS 3
+
+sd_status sd_draft_warm_up(sd_proposer *p, int *passes, char *err, size_t errlen)
+{
+    if (!p || p->ops != &draft_ops) return sd_seterr(err, errlen, SD_ERR_ARG, "draft: warm-up of no draft model");
+    draft_impl *d = p->impl;
+    int32_t ctx[WARM_SEQS][WARM_CONTEXT];
+    sd_propose_item items[WARM_SEQS];
+    sd_proposal out[WARM_SEQS];
+    int most = WARM_SEQS, n_passes = 0; /* released before returning */
+    sd_status rc = SD_OK;
+    for (int i = 0; i < most; i++) {
+        for (int j = 0; j < WARM_CONTEXT; j++) ctx[i][j] = 1 + (31 * j + 7 * i) % (d->vlimit > 1 ? d->vlimit - 1 : 1);
+        items[i] = (sd_propose_item){.seq_id = UINT64_MAX - (uint64_t)i, .context = ctx[i],
+                                     .n_context = WARM_CONTEXT, .k = 4, .want_alt = true};
+    }
+    /* batches of 1 .. most sequences, each WARM_ROUNDS times: prefill, then the same batch shapes again */
+    for (int n = 1; n <= most && rc == SD_OK; n *= 2)
+        for (int r = 0; r < WARM_ROUNDS && rc == SD_OK; r++, n_passes += 1 + items[0].k)
+            rc = draft_propose(p, items, n, out, err, errlen);
+    for (int i = 0; i < most; i++) draft_release(p, items[i].seq_id);
+    if (passes) *passes = n_passes;
+    return rc;
+}
+
 /* ---- tokenizer compatibility ---------------------------------------------- */
 
 static sd_status load_tok(const char *dir, sd_tok **tok, char *err, size_t errlen)

@@ -228,6 +228,10 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     if (o->quant == SD_DRAFT_QUANT_AUTO)
         SD_INFO("--quant auto: draft weights %s", d->be->ops->quantize_q8 ? "int8 (this device has int8 kernels)"
                                                   : "as stored in the checkpoint (this device has no int8 kernels)");
+    double t0 = sd_now_ms();
+    int passes = 0;
+    if (sd_draft_warm_up(d->prop, &passes, err, sizeof err) != SD_OK) goto fail;
+    SD_INFO("warm-up: %d passes in %.0f ms", passes, sd_now_ms() - t0);
     const sd_model *m = sd_draft_model(d->prop);
     const sd_kv_pool *pool = sd_model_kv_pool(m);
     SD_INFO("KV mirrors: %d blocks of %d, %s (%.1f MiB)%s", sd_kv_pool_total(pool), sd_kv_pool_block_size(pool),

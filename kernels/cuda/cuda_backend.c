@@ -754,3 +754,49 @@ sd_status sd_cuda_argmax(sd_backend *be, const float *logits_dev, int rows, int 
     SD_CUDA_CHECK(cudaStreamSynchronize(im->stream));
     return SD_OK;
 }
+
+/* The best of reps timed reads of a buffer of `bytes` (sd_cu_read). */
+static sd_status time_reads(cuda_impl *im, void *buf, void *out, size_t bytes, int reps, int sms, double *best)
+{
+    cudaEvent_t e0, e1;
+    SD_CUDA_CHECK(cudaEventCreate(&e0));
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return SD_ERR_DEVICE;
+    }
+    cudaError_t e = sd_cu_read(im->stream, out, buf, bytes, sms); /* warm-up */
+    for (int r = 0; r < reps && e == cudaSuccess; r++) {
+        float ms = 0.0f;
+        e = cudaEventRecord(e0, im->stream);
+        if (e == cudaSuccess) e = sd_cu_read(im->stream, out, buf, bytes, sms);
+        if (e == cudaSuccess) e = cudaEventRecord(e1, im->stream);
+        if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, e0, e1);
+        if (e == cudaSuccess && ms > 0.0f && (*best == 0.0 || ms < *best)) *best = ms;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    SD_CUDA_CHECK(e);
+    return SD_OK;
+}
+
+sd_status sd_cuda_read_bandwidth(sd_backend *be, size_t bytes, int reps, double *gbps)
+{
+    if (!sd_backend_is_cuda(be) || bytes < 16 || reps <= 0 || !gbps) return SD_ERR_ARG;
+    cuda_impl *im = cu(be);
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, im->device) != cudaSuccess) sms = 0;
+    void *buf = NULL, *out = NULL;
+    SD_CUDA_CHECK(cudaMalloc(&buf, bytes));
+    sd_status st = SD_ERR_DEVICE;
+    double best = 0.0;
+    /* the buffer's contents do not matter; set, so that the pages are backed */
+    if (cudaMalloc(&out, (size_t)(sms > 0 ? sms * 8 : 1024) * 16) == cudaSuccess &&
+        cudaMemsetAsync(buf, 1, bytes, im->stream) == cudaSuccess)
+        st = time_reads(im, buf, out, bytes, reps, sms, &best);
+    cudaFree(out);
+    cudaFree(buf);
+    if (st == SD_OK && best <= 0.0) st = SD_ERR_DEVICE;
+    if (st == SD_OK) *gbps = (double)(bytes / 16 * 16) / (best * 1e-3) / 1e9;
+    return st;
+}

@@ -77,6 +77,13 @@ sd_status sd_cuda_take_error(sd_backend *be);
  * -1 for an all-NaN row (as sd_argmax). Waits for the result. */
 sd_status sd_cuda_argmax(sd_backend *be, const float *logits_dev, int rows, int vocab, int32_t *out_host);
 
+/* The device memory's read bandwidth in GB/s (*gbps): the best of reps
+ * timed reads of a fresh buffer of `bytes` by a kernel that only reads
+ * (several 16-byte loads in flight per thread, 8 blocks an SM), the ceiling
+ * a decode step's weight read is measured against (specd-bench-decode's
+ * roofline). The buffer is allocated and freed here. */
+sd_status sd_cuda_read_bandwidth(sd_backend *be, size_t bytes, int reps, double *gbps);
+
 #ifdef __cplusplus
 }
 #endif

@@ -80,6 +80,11 @@ cudaError_t sd_cu_add(cudaStream_t stream, float *y, const float *x, size_t n, i
  * NaN skipped, -1 when the row is all NaN). */
 cudaError_t sd_cu_argmax(cudaStream_t stream, int32_t *out, const float *logits, int rows, int vocab);
 
+/* Reads `bytes` of device memory at in (16-byte aligned) with 8 blocks an SM
+ * (sms) and nothing written but (practically never) out[grid]: the read
+ * bandwidth probe. */
+cudaError_t sd_cu_read(cudaStream_t stream, void *out, const void *in, size_t bytes, int sms);
+
 #ifdef __cplusplus
 }
 #endif

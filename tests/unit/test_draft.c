@@ -7,7 +7,8 @@
  * same contexts proposed one by one; sampled drafts are reproducible from
  * the seed and come with valid q; KV exhaustion and an over-long context
  * give no draft without disturbing other items; pool accounting returns to
- * full after release; the tokenizer compatibility check. */
+ * full after release; the tokenizer compatibility check; the warm-up
+ * (sd_draft_warm_up) leaves nothing behind but reclaimable cached blocks. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -501,6 +502,35 @@ START_TEST(p_min_stops_drafting)
 }
 END_TEST
 
+/* The warm-up runs passes, holds nothing after it (no live mirror: every
+ * block free, some of them cached), and changes no draft: a warmed-up drafter
+ * drafts what a fresh one does. */
+START_TEST(warm_up_changes_nothing)
+{
+    int n;
+    int32_t *ctx = encode(1, &n);
+    sd_proposer *warm = make(2, 256), *cold = make(2, 256);
+    sd_kv_pool *pool = sd_model_kv_pool(sd_draft_model(warm));
+    int passes = 0;
+    char err[256];
+    ck_assert_msg(sd_draft_warm_up(warm, &passes, err, sizeof err) == SD_OK, "%s", err);
+    ck_assert_int_ge(passes, 3 * 3 * 5);
+    pool_full(warm); /* cached blocks count as free: reclaimable */
+    ck_assert_int_gt(sd_kv_pool_cached_count(pool), 0);
+    sd_proposal a, b;
+    propose1(warm, 5, ctx, n, 8, &a);
+    propose1(cold, 5, ctx, n, 8, &b);
+    ck_assert_int_eq(a.n, b.n);
+    for (int i = 0; i < a.n; i++) ck_assert_int_eq(a.tokens[i], b.tokens[i]);
+    ck_assert_int_eq(sd_draft_warm_up(NULL, NULL, err, sizeof err), SD_ERR_ARG);
+    warm->ops->release(warm, 5);
+    cold->ops->release(cold, 5);
+    sd_proposer_free(warm);
+    sd_proposer_free(cold);
+    free(ctx);
+}
+END_TEST
+
 START_TEST(bad_options)
 {
     char dir[512], err[512] = "";
@@ -541,6 +571,7 @@ int main(void)
     tcase_add_test(tc, tokenizer_check);
     tcase_add_test(tc, int8_drafter_is_the_quantised_model);
     tcase_add_test(tc, p_min_stops_drafting);
+    tcase_add_test(tc, warm_up_changes_nothing);
     tcase_add_test(tc, bad_options);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

@@ -644,6 +644,20 @@ START_TEST(model_graphs_exact)
 }
 END_TEST
 
+/* The read-bandwidth probe: a figure within what any GPU has (above
+ * 10 GB/s, below 100 TB/s), and its bad arguments refused. */
+START_TEST(read_bandwidth)
+{
+    double gbps = 0.0;
+    ck_assert_int_eq(sd_cuda_read_bandwidth(g_gpu, (size_t)256 << 20, 3, &gbps), SD_OK);
+    printf("read bandwidth: %.1f GB/s (256 MiB)\n", gbps);
+    ck_assert_msg(gbps > 10.0 && gbps < 1e5, "read bandwidth %.1f GB/s", gbps);
+    ck_assert_int_eq(sd_cuda_read_bandwidth(g_cpu, 1 << 20, 1, &gbps), SD_ERR_ARG);
+    ck_assert_int_eq(sd_cuda_read_bandwidth(g_gpu, 8, 1, &gbps), SD_ERR_ARG);
+    ck_assert_int_eq(sd_cuda_read_bandwidth(g_gpu, 1 << 20, 0, &gbps), SD_ERR_ARG);
+}
+END_TEST
+
 START_TEST(bad_device_rejected)
 {
     char err[256] = "";
@@ -682,6 +696,7 @@ int main(void)
     tcase_add_test(tc, model_logits_vs_cpu);
     tcase_add_test(tc, model_batch_invariant);
     tcase_add_test(tc, model_graphs_exact);
+    tcase_add_test(tc, read_bandwidth);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
