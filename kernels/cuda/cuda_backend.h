@@ -58,11 +58,12 @@ sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on);
 sd_status sd_cuda_set_graphs(sd_backend *be, int on);
 
 /* Attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 in
- * the environment starts a backend with it off): each row and head spread
- * over 8 blocks, each a strided share of the positions, then combined —
- * every SM busy at long contexts, where the single kernel runs one block per
- * row and head. Both are batch-invariant; they differ in summation order.
- * SD_ERR_ARG when be is not a CUDA backend. */
+ * the environment starts a backend with it off): each row and KV head —
+ * the query heads sharing it together — spread over 32 blocks, each a
+ * strided share of the positions read 16 bytes a lane, then combined: every
+ * SM busy and many loads in flight at long contexts, where the single
+ * kernel runs one block per row and query head. Both are batch-invariant;
+ * they differ in summation order. SD_ERR_ARG when be is not a CUDA backend. */
 sd_status sd_cuda_set_attn_split(sd_backend *be, int on);
 
 /* Number of recorded passes held (tests, statistics); 0 for other backends. */

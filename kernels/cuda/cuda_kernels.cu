@@ -444,124 +444,255 @@ extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const fl
     return cudaGetLastError();
 }
 
-/* Split attention ("flash-decoding"): a (row, head) is spread over
- * ATT_SPLITS blocks, block z taking the chunks z, z + S, z + 2S, ... of
- * ATT_CHUNK positions, so that a long context keeps every SM busy where
- * attention_kernel runs one block per (row, head). The split is fixed (not
- * chosen from the batch: a row's result depends on its own inputs only) and
- * the grid depends on T and nh only (CUDA graphs replay it at any context).
- * Three passes with attention_kernel's arithmetic: (1) each block's maximum
- * score; (2) with the row's maximum M over the blocks, p_j = exp(s_j - M)
+/* Split attention ("flash-decoding"). Grid (T, n_kv_heads, AS_SPLITS): a
+ * block takes one query row and one KV head with all G = nh / nkv query
+ * heads that share it (K and V read once for the group), and a share of the
+ * positions: chunks of CH positions, block z taking chunks z, z + S, ...
+ * A position's K (and V) row of hd values is read by LP = hd / 8 lanes at 8
+ * values (16 bytes of bf16) each, 32 / LP positions a warp, AS_UNROLL
+ * positions per thread loaded before any is used, so that many loads are in
+ * flight (the previous kernels read one position per warp at a time, 2
+ * bytes a lane: 67 GB/s at an 8k context on an H200). Three passes with
+ * attention_kernel's rounding points: (1) each block's maximum score per
+ * head; (2) with the row's maximum M over the blocks, p_j = exp(s_j - M)
  * (rounded to bf16 for PV in bf16 mode, as the CPU), each block's sum of
- * p_j and its p_j v_j; (3) the blocks' sums and accumulators added in z
- * order, out = acc / sum. Summation order differs from attention_kernel
- * (partial sums per block), values within rounding of it.
+ * the unrounded p_j and its p_j v_j; (3) the blocks' sums and accumulators
+ * added in z order, out = acc / sum. Every sum runs in an order fixed by the
+ * row's context length, hd and G (lane order within a position, positions
+ * in loop order per thread, a butterfly over a warp's positions, warps in
+ * order, blocks in order), never by T: batch-invariant; the grid depends on
+ * T and the heads only (CUDA graphs replay it at any context). Shapes it does
+ * not cover (hd not a power of two in 32..256, G > 8) run attention_kernel.
  * part: [T, nh, S] maxima, [T, nh, S] sums, [T, nh, S, hd] accumulators. */
-#define ATT_SPLITS 8
+#define AS_THREADS 256
+#define AS_WARPS (AS_THREADS / 32)
+#define AS_SPLITS 32
+#define AS_UNROLL 4
+#define AS_GMAX 8
 
 extern "C" size_t sd_cu_attention_split_floats(int T, int nh, int hd)
 {
-    return (size_t)T * nh * ATT_SPLITS * ((size_t)hd + 2);
+    return (size_t)T * nh * AS_SPLITS * ((size_t)hd + 2);
 }
 
-template <typename KV>
-__global__ void __launch_bounds__(ATT_THREADS)
-att_split_max(float *part, const float *q, const KV *kc, const int32_t *meta, int T, int nh, int nkv, int hd, int bs,
-              float scale)
+/* Eight consecutive KV values: one 16-byte load (bf16) or two (f32). */
+template <typename KV> struct kv8;
+template <> struct kv8<uint16_t> {
+    uint4 r;
+    __device__ __forceinline__ void load(const uint16_t *p) { r = __ldg((const uint4 *)p); }
+    __device__ __forceinline__ void zero() { r = make_uint4(0u, 0u, 0u, 0u); }
+    __device__ __forceinline__ void get(float *f) const
+    {
+        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) { /* little-endian: the lower half is the earlier value */
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+template <> struct kv8<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *p)
+    {
+        a = __ldg((const float4 *)p);
+        b = __ldg((const float4 *)p + 1);
+    }
+    __device__ __forceinline__ void zero() { a = b = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+    __device__ __forceinline__ void get(float *f) const
+    {
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    }
+};
+
+/* q · k over a position's LP lanes (8 values each, then a butterfly within
+ * the LP-lane group), times scale: every lane of the group gets it. */
+template <int LP>
+__device__ __forceinline__ float as_score(const float *qg, const float *kf, float scale)
 {
-    __shared__ float qs[SD_CU_MAX_HEAD_DIM];
-    __shared__ float red[32];
-    int row = blockIdx.x, h = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int nw = ATT_THREADS / 32, n = meta[row] + 1;
-    size_t o = ((size_t)row * nh + h) * ATT_SPLITS + z;
-    if (z * ATT_CHUNK >= n) { /* nothing here for this row: the whole block leaves */
-        if (tid == 0) part[o] = -INFINITY;
-        return;
-    }
-    size_t kvd = (size_t)nkv * hd;
-    const int32_t *tab;
-    const KV *kb, *vb;
-    att_begin(qs, q, kc, (const KV *)NULL, meta, T, nh, nkv, hd, &tab, &kb, &vb);
-    float mx = -INFINITY;
-    for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK) {
-        int m = min(ATT_CHUNK, n - j0);
-        for (int jj = warp; jj < m; jj += nw)
-            mx = fmaxf(mx, att_dot(qs, kb + att_slot(tab, bs, j0 + jj) * kvd, hd, lane) * scale);
-    }
-    mx = block_reduce(mx, red, 1);
-    if (tid == 0) part[o] = mx;
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) s = fmaf(qg[e], kf[e], s);
+#pragma unroll
+    for (int o = LP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+    return s * scale;
 }
 
-template <typename KV>
-__global__ void __launch_bounds__(ATT_THREADS)
-att_split_pv(float *part, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
-             int hd, int bs, float scale, int bf16)
+/* Pass 1 (PV false) or 2 (PV true) of the split attention, for a (row, KV
+ * head, split) block; GM >= G bounds the per-thread arrays. */
+template <typename KV, int LP, int GM, bool PV>
+__global__ void __launch_bounds__(AS_THREADS)
+att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
+               int hd, int bs, float scale, int bf16)
 {
-    __shared__ float qs[SD_CU_MAX_HEAD_DIM];
-    __shared__ float sc[ATT_CHUNK];
-    __shared__ int sl[ATT_CHUNK];
-    int row = blockIdx.x, h = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, n = meta[row] + 1;
-    size_t base = ((size_t)row * nh + h) * ATT_SPLITS, o = base + z, rows = (size_t)T * nh * ATT_SPLITS;
-    float *sums = part + rows, *acc = part + 2 * rows + o * hd;
-    if (z * ATT_CHUNK >= n) {
-        if (tid == 0) sums[o] = 0.0f;
-        for (int d = tid; d < hd; d += ATT_THREADS) acc[d] = 0.0f;
+    constexpr int PPW = 32 / LP, STEP = AS_WARPS * PPW, CH = STEP * AS_UNROLL;
+    __shared__ float qs[AS_GMAX * SD_CU_MAX_HEAD_DIM];
+    __shared__ float red[PV ? AS_GMAX * SD_CU_MAX_HEAD_DIM : 1];
+    __shared__ float redg[AS_WARPS][AS_GMAX];
+    int row = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z, G = nh / nkv, tid = threadIdx.x;
+    int lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP, n = meta[row] + 1;
+    size_t rows = (size_t)T * nh * AS_SPLITS, head0 = (size_t)row * nh + (size_t)kvh * G;
+    float *pmax = part, *psum = part + rows, *pacc = part + 2 * rows;
+    if (z * CH >= n) { /* nothing here for this row: identities, and the whole block leaves */
+        for (int g = tid; g < G; g += AS_THREADS) {
+            if (PV) psum[(head0 + g) * AS_SPLITS + z] = 0.0f;
+            else pmax[(head0 + g) * AS_SPLITS + z] = -INFINITY;
+        }
+        if (PV)
+            for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = 0.0f;
         return;
     }
-    float M = part[base];
-    for (int k = 1; k < ATT_SPLITS; k++) M = fmaxf(M, part[base + k]);
-    size_t kvd = (size_t)nkv * hd;
-    const int32_t *tab;
-    const KV *kb, *vb;
-    att_begin(qs, q, kc, vc, meta, T, nh, nkv, hd, &tab, &kb, &vb);
-    float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
-    for (int j0 = z * ATT_CHUNK; j0 < n; j0 += ATT_SPLITS * ATT_CHUNK)
-        att_chunk(qs, kb, vb, tab, kvd, bs, j0, min(ATT_CHUNK, n - j0), hd, scale, M, bf16, sc, sl, sum, acc0,
-                  acc1);
-    if (tid == 0) sums[o] = sum;
-    if (tid < hd) acc[tid] = acc0;
-    if (tid + ATT_THREADS < hd) acc[tid + ATT_THREADS] = acc1;
+    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
+    for (int i = tid; i < G * hd; i += AS_THREADS) qs[i] = q[head0 * hd + i];
+    float M[GM], mx[GM], sum[GM], acc[GM][PV ? 8 : 1];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        M[g] = -INFINITY, mx[g] = -INFINITY, sum[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < (PV ? 8 : 1); e++) acc[g][e] = 0.0f;
+        if (PV && g < G)
+            for (int k = 0; k < AS_SPLITS; k++) M[g] = fmaxf(M[g], pmax[(head0 + g) * AS_SPLITS + k]);
+    }
+    __syncthreads();
+    size_t kvd = (size_t)nkv * hd, off = (size_t)kvh * hd + (size_t)l * 8;
+    for (int c0 = z * CH; c0 < n; c0 += AS_SPLITS * CH) {
+        kv8<KV> kr[AS_UNROLL], vr[AS_UNROLL];
+#pragma unroll
+        for (int u = 0; u < AS_UNROLL; u++) { /* every load of the chunk first */
+            int j = c0 + u * STEP + warp * PPW + sub;
+            kr[u].zero();
+            if (PV) vr[u].zero();
+            if (j < n) {
+                size_t slot = att_slot(tab, bs, j);
+                kr[u].load(kc + slot * kvd + off);
+                if (PV) vr[u].load(vc + slot * kvd + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < AS_UNROLL; u++) {
+            bool ok = c0 + u * STEP + warp * PPW + sub < n; /* the same for a position's LP lanes */
+            float kf[8], vf[8];
+            kr[u].get(kf);
+            if (PV) vr[u].get(vf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if (g >= G) break;
+                float s = as_score<LP>(qs + g * hd + l * 8, kf, scale);
+                if (!ok) continue;
+                if (!PV) {
+                    mx[g] = fmaxf(mx[g], s);
+                    continue;
+                }
+                float p = expf(s - M[g]), pr = bf16 ? bf16r(p) : p;
+                sum[g] += p;
+#pragma unroll
+                for (int e = 0; e < (PV ? 8 : 1); e++) acc[g][e] = fmaf(pr, vf[e], acc[g][e]);
+            }
+        }
+    }
+    /* the warp's positions: a butterfly over lanes with the same l; then warps in order */
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+#pragma unroll
+        for (int o = LP; o < 32; o <<= 1) {
+            if (PV) sum[g] += __shfl_xor_sync(FULL_MASK, sum[g], o);
+            else mx[g] = fmaxf(mx[g], __shfl_xor_sync(FULL_MASK, mx[g], o));
+#pragma unroll
+            for (int e = 0; e < (PV ? 8 : 0); e++) acc[g][e] += __shfl_xor_sync(FULL_MASK, acc[g][e], o);
+        }
+        if (lane == 0 && g < G) redg[warp][g] = PV ? sum[g] : mx[g];
+    }
+    if (PV)
+        for (int w = 0; w < AS_WARPS; w++) {
+            if (warp == w && sub == 0)
+#pragma unroll
+                for (int g = 0; g < GM; g++)
+                    for (int e = 0; e < 8 && g < G; e++) {
+                        float *r = &red[g * hd + l * 8 + e];
+                        *r = (w ? *r : 0.0f) + acc[g][e];
+                    }
+            __syncthreads();
+        }
+    else
+        __syncthreads();
+    for (int g = tid; g < G; g += AS_THREADS) {
+        float v = redg[0][g];
+        for (int w = 1; w < AS_WARPS; w++) v = PV ? v + redg[w][g] : fmaxf(v, redg[w][g]);
+        if (PV) psum[(head0 + g) * AS_SPLITS + z] = v;
+        else pmax[(head0 + g) * AS_SPLITS + z] = v;
+    }
+    if (PV)
+        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = red[i];
 }
 
 __global__ void __launch_bounds__(ATT_THREADS)
 att_split_combine(float *out, const float *part, int T, int nh, int hd, int bf16)
 {
     int row = blockIdx.x, h = blockIdx.y;
-    size_t base = ((size_t)row * nh + h) * ATT_SPLITS, rows = (size_t)T * nh * ATT_SPLITS;
+    size_t base = ((size_t)row * nh + h) * AS_SPLITS, rows = (size_t)T * nh * AS_SPLITS;
     const float *sums = part + rows, *acc = part + 2 * rows + base * hd;
     float sum = 0.0f;
-    for (int k = 0; k < ATT_SPLITS; k++) sum += sums[base + k];
+    for (int k = 0; k < AS_SPLITS; k++) sum += sums[base + k];
     float *orow = out + ((size_t)row * nh + h) * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float a = 0.0f;
-        for (int k = 0; k < ATT_SPLITS; k++) a += acc[(size_t)k * hd + d];
+        for (int k = 0; k < AS_SPLITS; k++) a += acc[(size_t)k * hd + d];
         orow[d] = bf16 ? bf16r(a / sum) : a / sum;
     }
 }
 
+template <typename KV, int LP, int GM>
+static void att_split_run(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
+                          const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
+                          int bf16)
+{
+    dim3 split((unsigned)T, (unsigned)nkv, AS_SPLITS), rows((unsigned)T, (unsigned)nh);
+    att_split_pass<KV, LP, GM, false><<<split, AS_THREADS, 0, stream>>>(part, q, kc, vc, meta, T, nh, nkv, hd, bs,
+                                                                         scale, bf16);
+    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(part, q, kc, vc, meta, T, nh, nkv, hd, bs,
+                                                                        scale, bf16);
+    att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(out, part, T, nh, hd, bf16);
+}
+
+/* The instance for G (query heads a KV head): GM = 2, 4 or 8 >= G. */
+template <typename KV, int LP>
+static void att_split_g(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
+                        const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
+                        int bf16)
+{
+    int G = nh / nkv;
+    if (G <= 2) att_split_run<KV, LP, 2>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16);
+    else if (G <= 4) att_split_run<KV, LP, 4>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16);
+    else att_split_run<KV, LP, 8>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16);
+}
+
+/* The instance for hd (LP = hd / 8 lanes a position); false when none. */
 template <typename KV>
-static void att_split_launch(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
+static bool att_split_launch(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
                              const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
                              int bf16)
 {
-    dim3 split((unsigned)T, (unsigned)nh, ATT_SPLITS), rows((unsigned)T, (unsigned)nh);
-    att_split_max<<<split, ATT_THREADS, 0, stream>>>(part, q, kc, meta, T, nh, nkv, hd, bs, scale);
-    att_split_pv<<<split, ATT_THREADS, 0, stream>>>(part, q, kc, vc, meta, T, nh, nkv, hd, bs, scale, bf16);
-    att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(out, part, T, nh, hd, bf16);
+    if (nh / nkv > AS_GMAX) return false;
+    switch (hd) {
+    case 32: att_split_g<KV, 4>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
+    case 64: att_split_g<KV, 8>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
+    case 128: att_split_g<KV, 16>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
+    case 256: att_split_g<KV, 32>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
+    default: return false;
+    }
 }
 
 extern "C" cudaError_t sd_cu_attention_split(cudaStream_t stream, float *out, const float *q, const void *kc,
                                              const void *vc, const int32_t *meta, float *part, int T, int nh,
                                              int nkv, int hd, int bs, float scale, int bf16, int kv_bf16)
 {
-    if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535) return cudaErrorInvalidValue;
+    if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535 || nkv <= 0 || nh % nkv != 0) return cudaErrorInvalidValue;
     if (T <= 0) return cudaSuccess;
-    if (kv_bf16)
-        att_split_launch(stream, out, q, (const uint16_t *)kc, (const uint16_t *)vc, meta, part, T, nh, nkv, hd, bs,
-                         scale, bf16);
-    else
-        att_split_launch(stream, out, q, (const float *)kc, (const float *)vc, meta, part, T, nh, nkv, hd, bs, scale,
-                         bf16);
+    bool done = kv_bf16 ? att_split_launch(stream, out, q, (const uint16_t *)kc, (const uint16_t *)vc, meta, part, T,
+                                           nh, nkv, hd, bs, scale, bf16)
+                        : att_split_launch(stream, out, q, (const float *)kc, (const float *)vc, meta, part, T, nh,
+                                           nkv, hd, bs, scale, bf16);
+    if (!done) return sd_cu_attention(stream, out, q, kc, vc, meta, T, nh, nkv, hd, bs, scale, bf16, kv_bf16);
     return cudaGetLastError();
 }
 

@@ -59,11 +59,13 @@ cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, con
                             const int32_t *meta, int T, int nh, int nkv, int hd, int bs, float scale, int bf16,
                             int kv_bf16);
 
-/* sd_cu_attention split over the context ("flash-decoding": a fixed 8
- * blocks per row and head, each a strided share of the positions, then a
+/* sd_cu_attention split over the context ("flash-decoding": a fixed 32
+ * blocks per row and KV head, each a strided share of the positions, then a
  * combining pass), for long contexts; part: device scratch of
  * sd_cu_attention_split_floats(T, nh, hd) floats. Same arguments and
- * rounding points as sd_cu_attention; sums in another order. */
+ * rounding points as sd_cu_attention; sums in another order. Shapes it does
+ * not cover (head_dim other than 32, 64, 128, 256; more than 8 query heads a
+ * KV head) run sd_cu_attention. */
 cudaError_t sd_cu_attention_split(cudaStream_t stream, float *out, const float *q, const void *kc, const void *vc,
                                   const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs,
                                   float scale, int bf16, int kv_bf16);

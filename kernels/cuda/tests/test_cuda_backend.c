@@ -333,7 +333,7 @@ END_TEST
 
 /* ----------------------------------------------------------- attention */
 
-#define NB 80 /* blocks in the test cache (1280 positions: past the split attention's 8 x 128) */
+#define NB 300 /* blocks in the test cache (4800 positions: past 32 splits x 128 for every hd) */
 #define BS 16 /* positions per block */
 
 /* Disjoint block tables: sequence s gets blocks perm[off..off+need). */
@@ -429,7 +429,9 @@ static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int 
 
 START_TEST(attention_vs_cpu)
 {
-    static const int heads[][3] = {{4, 4, 64}, {8, 2, 128}, {6, 1, 64}, {2, 1, 256}, {4, 2, 16}};
+    /* (nh, nkv, hd): G = 1, 4, 6, 2, 8 with the split kernels; hd 16 and G = 12 run the single kernel */
+    static const int heads[][3] = {{4, 4, 64}, {8, 2, 128}, {6, 1, 64}, {2, 1, 256}, {16, 2, 128}, {4, 2, 16},
+                                   {12, 1, 32}};
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
         for (int b16 = 0; b16 < 2; b16++) {
             /* prefill from 0, a K+1 verify span, a decode step, a first token */
@@ -441,9 +443,11 @@ START_TEST(attention_vs_cpu)
                 check_attention(one, 1, heads[h][0], heads[h][1], heads[h][2], b16, dt);
                 sd_attn_seq span[1] = {{0, 33, 200, NULL}}; /* a span crossing blocks */
                 check_attention(span, 1, heads[h][0], heads[h][1], heads[h][2], b16, dt);
-                /* past 8 x 128 positions: every split block takes a second chunk */
                 sd_attn_seq longer[2] = {{0, 1, 1100, NULL}, {1, 9, 150, NULL}};
                 check_attention(longer, 2, heads[h][0], heads[h][1], heads[h][2], b16, dt);
+                /* past 32 splits of a chunk (32 to 128 positions by hd): blocks take several chunks */
+                sd_attn_seq longest[2] = {{0, 1, 4200, NULL}, {1, 2, 300, NULL}};
+                check_attention(longest, 2, heads[h][0], heads[h][1], heads[h][2], b16, dt);
             }
         }
 }
