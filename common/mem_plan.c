@@ -39,7 +39,8 @@ sd_status sd_mem_kv_blocks(const sd_model *m, double fraction, size_t free_at_st
     if (max_blocks > 0 && n > max_blocks) n = max_blocks;
     size_t held = free_at_start > p.free_now ? free_at_start - p.free_now : 0;
     snprintf(how, howlen,
-             "%.0f of %.0f MiB under fraction %.2f: weights and buffers %.0f MiB, work buffers and slack %.0f MiB, "
+             "%.0f of %.0f MiB under fraction %.2f: taken since start-up %.0f MiB (weights, buffers; another process's "
+             "allocations meanwhile too), work buffers and slack %.0f MiB, "
              "free %.0f MiB, KV cache %.0f MiB (%ld blocks)",
              fraction * MIB(p.total), MIB(p.total), fraction, MIB(held), MIB(p.reserve), MIB(p.free_now),
              MIB((double)n * per_block), n);

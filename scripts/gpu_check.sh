@@ -22,11 +22,14 @@
 #   2. exactness: specd-generate greedy, plain against speculative (draft model on the GPU
 #      too), over the demo prompts, with --batch-invariant (must be equal: a failed step) and
 #      without (the fast default: prompts that differ, at near-ties, are counted);
-#   3. specd-bench-decode on the GPU: the demo target and Qwen3-8B's shapes with random
-#      weights (bench/configs/qwen3-8b.json), CUDA graphs on and off interleaved, and with
-#      --batch-invariant: decode tok/s, weight read bandwidth, span cost in decode steps; an
-#      8k-token context with the split attention and with the single kernel
-#      (SD_CUDA_ATTN_SPLIT=0);
+#   3. specd-bench-decode on the GPU: (decode) the demo target; (decode8b) Qwen3-8B's shapes
+#      with random weights (bench/configs/qwen3-8b.json), CUDA graphs on and off
+#      interleaved, with --batch-invariant (tensor cores) and, optional, --batch-invariant on
+#      the CUDA cores (SD_CUDA_TC=0) and the default mode with the tensor-core matmul for
+#      passes of up to 64 rows (SD_CUDA_TC=2): decode tok/s, weight read bandwidth against the
+#      device's own (roofline), span cost in decode steps; (context) the 8B shapes after
+#      1k- and 8k-token contexts, the 8k one with the single attention kernel too
+#      (SD_CUDA_ATTN_SPLIT=0), and, optional, after 32k;
 #   4. specd serve through specd-bench (C = 1 and 4): plain, the drafter on the GPU, the
 #      drafter on the CPU;
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
@@ -38,7 +41,8 @@
 #      the demo target (batch 1, 16; assisted generation with the demo drafter) and of
 #      Qwen3-8B's shapes, beside specd's figures of steps 3 and 6.
 # SD_GPU_CHECK_STEPS="NAME ..." runs only the steps named (gpu_tests exact decode serve
-# profile pair hf; default all), e.g. the last two in a second call. SD_GPU_CHECK_DEVICE=cpu
+# decode8b context profile pair hf; default all), e.g. 'gpu_tests exact decode serve
+# decode8b' in a first call and 'context pair profile hf' in a second. SD_GPU_CHECK_DEVICE=cpu
 # rehearses steps 2-4 and 6 (with the demo models' shapes) on the CPU (no GPU needed). A step
 # that fails is recorded and the others still run; the exit status is the number of failed
 # steps.
@@ -258,24 +262,31 @@ run() {
       --runs 3 --batch-invariant
   fi
   want serve && step serve_demo 200 serve_bench "$dev"
-  if [ "$dev" != cpu ] && want decode; then
-    step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" \
-      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 "${ab[@]}"
-    step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" \
-      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --batch-invariant
-    step decode_qwen3_8b_ctx 180 "$BIN/specd-bench-decode" --device "$dev" \
-      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --context 8192
+  local q8=(--random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2)
+  if [ "$dev" != cpu ] && want decode8b; then
+    step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" "${ab[@]}"
+    step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --batch-invariant
+    # the batch-invariant matmul on the CUDA cores, as before the tensor-core kernel; and the tensor-core
+    # kernel instead of cuBLAS in the default mode for passes of up to 64 rows
+    OPTIONAL=1 step decode_qwen3_8b_inv_cc 180 env SD_CUDA_TC=0 "$BIN/specd-bench-decode" --device "$dev" \
+      "${q8[@]}" --batch-invariant
+    OPTIONAL=1 step decode_qwen3_8b_tc2 180 env SD_CUDA_TC=2 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}"
+  fi
+  if [ "$dev" != cpu ] && want context; then
+    step decode_qwen3_8b_ctx1k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 1024
+    step decode_qwen3_8b_ctx 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 8192
     step decode_qwen3_8b_ctx_single 180 env SD_CUDA_ATTN_SPLIT=0 "$BIN/specd-bench-decode" --device "$dev" \
-      --random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2 --context 8192
+      "${q8[@]}" --context 8192
+    OPTIONAL=1 step decode_qwen3_8b_ctx32k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 32768
   fi
   [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
   want pair && step serve_pair 300 serve_pair "$dev"
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
-    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_ctx \
-      decode_qwen3_8b_ctx_single; do
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_inv_cc \
+      decode_qwen3_8b_tc2 decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_single decode_qwen3_8b_ctx32k; do
       [ -f "$WORK/$f.log" ] &&
-        grep -E "tokens/s|weight read bandwidth|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
+        grep -E "tokens/s|bandwidth|roofline|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
     done
     grep -h "equal" "$WORK"/exact_*.log | sed 's/^/    /'
     grep -h "^c[0-9] \[" "$WORK/serve_demo.log" 2>/dev/null | cut -c1-160 | sed 's/^/    serve: /'

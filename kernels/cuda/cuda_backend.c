@@ -78,6 +78,8 @@ typedef struct cuda_impl {
     cudaStream_t stream;
     cublasHandle_t blas;
     int batch_invariant; /* matmul: 0 cuBLAS, 1 own deterministic kernel */
+    int tc;              /* tensor-core matmul (sm_80+): 1 in batch-invariant mode (default), 2 also for the
+                          * default mode's passes of up to TC_FAST_ROWS rows, 0 never (SD_CUDA_TC=0|1|2) */
     sd_status error;     /* first failure of a void op, until taken */
     uint16_t *xbf;       /* device [xbf_cap] bf16 copy of a matmul's x */
     size_t xbf_cap;
@@ -290,13 +292,55 @@ static sd_status gemm_cublas(cuda_impl *im, float *y, const sd_weight *w, const 
     return SD_OK;
 }
 
+/* Whether the tensor-core kernel takes a matmul of x over K columns: bf16
+ * activations (x holds bf16 values, packed without loss), K a multiple of
+ * 32, x aligned for its 16-byte loads. */
+static bool tc_takes(const cuda_impl *im, const float *x, int K, int bf16)
+{
+    return im->tc && bf16 && K % 32 == 0 && ((uintptr_t)x & 15u) == 0;
+}
+
+/* Rows up to which SD_CUDA_TC=2 takes the default mode's matmuls off cuBLAS
+ * (one read of the weights: decode and verify passes, not prefill chunks). */
+#define TC_FAST_ROWS 64
+
+/* Whether a matmul of T rows runs the tensor-core kernel in the default mode. */
+static bool tc_fast(const cuda_impl *im, const float *x, int T, int K, int bf16)
+{
+    return im->tc == 2 && T <= TC_FAST_ROWS && tc_takes(im, x, K, bf16);
+}
+
 /* The batch-invariant matmul (own kernel), then res += y when res is given. */
 static sd_status gemm_invariant(cuda_impl *im, float *y, const float *x, const sd_weight *w, const float *bias,
                                 float *res, int T, int bf16)
 {
+    if (tc_takes(im, x, w->cols, bf16)) {
+        sd_cu_mm_job job = {{w->data}, {bias}, {y}, {w->rows}, 1, res};
+        SD_CUDA_CHECK(sd_cu_gemm_tc(im->stream, &job, x, T, w->cols, bf16));
+        return SD_OK;
+    }
     SD_CUDA_CHECK(sd_cu_gemm_bf16(im->stream, y, x, w->data, bias, T, w->rows, w->cols, bf16));
     if (res) SD_CUDA_CHECK(sd_cu_add(im->stream, res, y, (size_t)T * w->rows, bf16));
     return SD_OK;
+}
+
+/* A fused group in one launch of the tensor-core kernel (false: it does not apply). */
+static bool gemm_tc_group(cuda_impl *im, const sd_mm_fused *f, const float *x, int T, int bf16, sd_status *st)
+{
+    int K = f->w[0]->cols;
+    if (!tc_takes(im, x, K, bf16)) return false;
+    sd_cu_mm_job job = {.n = f->n, .res = f->kind == SD_MM_RESIDUAL ? f->res : NULL};
+    for (int i = 0; i < f->n; i++) {
+        if (f->w[i]->cols != K) return false;
+        job.w[i] = f->w[i]->data;
+        job.bias[i] = f->bias[i] ? f->bias[i]->data : NULL;
+        job.y[i] = f->y[i];
+        job.N[i] = f->w[i]->rows;
+    }
+    cudaError_t e = sd_cu_gemm_tc(im->stream, &job, x, T, K, bf16);
+    if (e != cudaSuccess) fprintf(stderr, "%s:%d: matmul: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
+    *st = e == cudaSuccess ? SD_OK : SD_ERR_DEVICE;
+    return true;
 }
 
 static bool uploaded(cuda_impl *im, const sd_weight *w)
@@ -314,7 +358,7 @@ static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weigh
     if (T <= 0 || !uploaded(im, w)) return;
     const float *b = bias ? bias->data : NULL;
     sd_status st;
-    if (im->batch_invariant) st = gemm_invariant(im, y, x, w, b, NULL, T, bf16);
+    if (im->batch_invariant || tc_fast(im, x, T, w->cols, bf16)) st = gemm_invariant(im, y, x, w, b, NULL, T, bf16);
     else if ((st = x_to_bf16(im, x, T, w->cols)) == SD_OK) st = gemm_cublas(im, y, w, b, NULL, T, bf16);
     note(im, st);
 }
@@ -329,8 +373,11 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
     for (int i = 0; i < f->n; i++)
         if (!uploaded(im, f->w[i])) return;
     float *res = f->kind == SD_MM_RESIDUAL ? f->res : NULL;
-    sd_status st = im->batch_invariant ? SD_OK : x_to_bf16(im, x, T, f->w[0]->cols);
-    for (int i = 0; i < f->n && st == SD_OK; i++) {
+    sd_status st = SD_OK;
+    bool grouped = (im->batch_invariant || tc_fast(im, x, T, f->w[0]->cols, bf16)) &&
+                   gemm_tc_group(im, f, x, T, bf16, &st);
+    if (!grouped && !im->batch_invariant) st = x_to_bf16(im, x, T, f->w[0]->cols);
+    for (int i = 0; i < f->n && st == SD_OK && !grouped; i++) {
         const float *b = f->bias[i] ? f->bias[i]->data : NULL;
         st = im->batch_invariant ? gemm_invariant(im, f->y[i], x, f->w[i], b, res, T, bf16)
                                  : gemm_cublas(im, f->y[i], f->w[i], b, res, T, bf16);
@@ -659,6 +706,8 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     im->graphs_on = !(g && strcmp(g, "0") == 0);
     const char *a = getenv("SD_CUDA_ATTN_SPLIT");
     im->attn_split = !(a && strcmp(a, "0") == 0);
+    const char *tc = getenv("SD_CUDA_TC");
+    im->tc = !sd_cu_gemm_tc_supported(im->device) ? 0 : tc && !strcmp(tc, "0") ? 0 : tc && !strcmp(tc, "2") ? 2 : 1;
     return SD_OK;
 }
 

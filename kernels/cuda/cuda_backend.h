@@ -13,7 +13,12 @@
  * fast but NOT batch-invariant: its reduction split may change with T.
  * sd_cuda_set_batch_invariant(be, 1) switches matmul to a deterministic
  * kernel whose per-element order depends on K only, for bit-exact greedy
- * speculative decoding.
+ * speculative decoding: on tensor cores (mma.m16n8k16, the weights read once
+ * for up to 64 rows, the epilogue fused) for bf16 activations and K a
+ * multiple of 32 on sm_80 and later (SD_CUDA_TC=0 in the environment: never;
+ * SD_CUDA_TC=2: also instead of cuBLAS in the default mode for passes of up
+ * to 64 rows, to be measured against it), else one warp per output on the
+ * CUDA cores.
  *
  * Errors: every CUDA / cuBLAS call is checked; a failure is logged with
  * file:line. Ops returning void record the first failure, which

@@ -196,6 +196,177 @@ extern "C" cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const floa
     return cudaGetLastError();
 }
 
+/* Batch-invariant matmul on tensor cores (sm_80 and later), for bf16
+ * activations: y[T, N] = x[T, K] · W[N, K]^T for up to three weights that
+ * share x (q/k/v; gate/up), then per output v = y (+ bias), rounded to bf16,
+ * and (res not NULL) res = round(res + v) — the epilogue of gemm_cublas and
+ * the add op, fused. A block owns 16 output features of one weight (an m16
+ * tile of mma.m16n8k16, W's rows as A, x's rows as the columns of B) and
+ * every token, 8 at a time (n8 tiles, up to TC_NT of them per read of its
+ * weights: a span of up to 64 positions reads the weights once). Its 8 warps
+ * split K in chunks of 32 (warp w: chunks w, w + 8, ...; TC_UNROLL chunks'
+ * weights loaded, 16 bytes a lane, before any is used). Inside a chunk, lane
+ * (g, t) holds W's rows g and g + 8 at k = 8t .. 8t + 7 and x's token g at
+ * the same k; a chunk is two mma steps whose logical k order is a fixed
+ * permutation of the physical one, the same for A and B, so the sum is
+ * unchanged. Per output, the order of the reduction is fixed by K alone:
+ * each warp's chunks in ascending order, then the warps 0..7 in order — never
+ * by T (a token's column of B does not enter another's sums; missing tokens
+ * are zeros): batch-invariant, and a weight's result the same alone or in a
+ * group. x must hold bf16 values (bf16 activations): it is read as f32 and
+ * packed to bf16 without loss. */
+#define TC_WARPS 8
+#define TC_ROWS 16
+#define TC_KC 32
+#define TC_UNROLL 4
+#define TC_NT 8
+
+typedef struct tc_job {
+    const uint16_t *w[3];
+    const float *bias[3];
+    float *y[3];
+    int N[3];
+    int first[4]; /* first block of each weight; first[n] = blocks in all */
+    int n;
+    float *res;
+} tc_job;
+
+/* Two values as a bf16 pair (lower half first), NaN as f32_to_bf16_kernel. */
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi)
+{
+    uint32_t a = isnan(lo) ? 0x7fc0u : __float_as_uint(bf16r(lo)) >> 16;
+    uint32_t b = isnan(hi) ? 0x7fc0u : __float_as_uint(bf16r(hi)) >> 16;
+    return a | (b << 16);
+}
+
+/* c += A · B, one m16n8k16 step, f32 accumulation. */
+__device__ __forceinline__ void mma_16816(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    __trap(); /* never launched: sd_cu_gemm_tc_supported() said no */
+#endif
+}
+
+/* One read of the block's weights for the tokens [tg, tg + 8 nt): each
+ * warp's partial sums into acc[nt][4] (lane (g, t): rows g, g + 8 of the
+ * tile, tokens 2t, 2t + 1 of each n8 tile). */
+__device__ __forceinline__ void tc_sweep(float (*acc)[4], const uint16_t *w0, const uint16_t *w1, const float *x,
+                                         int tg, int nt, int T, int K, int warp, int g, int t)
+{
+    int nchunk = K / TC_KC;
+    for (int c0 = warp; c0 < nchunk; c0 += TC_WARPS * TC_UNROLL) {
+        uint4 wa[TC_UNROLL], wb[TC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TC_UNROLL; u++) {
+            int c = c0 + u * TC_WARPS;
+            wa[u] = wb[u] = make_uint4(0u, 0u, 0u, 0u);
+            if (c < nchunk) {
+                wa[u] = __ldg((const uint4 *)(w0 + (size_t)c * TC_KC));
+                wb[u] = __ldg((const uint4 *)(w1 + (size_t)c * TC_KC));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TC_UNROLL; u++) {
+            int c = c0 + u * TC_WARPS;
+            if (c >= nchunk) break; /* the same for the whole warp */
+#pragma unroll
+            for (int j = 0; j < TC_NT; j++) {
+                if (j >= nt) break;
+                int tok = tg + j * 8 + g;
+                uint32_t xb[4] = {0u, 0u, 0u, 0u};
+                if (tok < T) {
+                    const float4 *xp = (const float4 *)(x + (size_t)tok * K + (size_t)c * TC_KC + t * 8);
+                    float4 p = xp[0], q = xp[1];
+                    xb[0] = bf16_pair(p.x, p.y), xb[1] = bf16_pair(p.z, p.w);
+                    xb[2] = bf16_pair(q.x, q.y), xb[3] = bf16_pair(q.z, q.w);
+                }
+                mma_16816(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xb[0], xb[1]);
+                mma_16816(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xb[2], xb[3]);
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(TC_WARPS * 32) gemm_tc_kernel(tc_job job, const float *x, int T, int K, int bf16)
+{
+    __shared__ float red[TC_WARPS][TC_NT * 8][TC_ROWS];
+    int b = blockIdx.x, i = 0;
+    while (i + 1 < job.n && b >= job.first[i + 1]) i++;
+    int N = job.N[i], n0 = (b - job.first[i]) * TC_ROWS;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint16_t *w0 = job.w[i] + (size_t)min(n0 + g, N - 1) * K + t * 8; /* rows past N: read, never written */
+    const uint16_t *w1 = job.w[i] + (size_t)min(n0 + g + 8, N - 1) * K + t * 8;
+    const float *bias = job.bias[i];
+    float *y = job.y[i];
+    for (int tg = 0; tg < T; tg += TC_NT * 8) {
+        int nt = min(TC_NT, (T - tg + 7) / 8);
+        float acc[TC_NT][4];
+#pragma unroll
+        for (int j = 0; j < TC_NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        tc_sweep(acc, w0, w1, x, tg, nt, T, K, warp, g, t);
+#pragma unroll
+        for (int j = 0; j < TC_NT; j++) {
+            if (j >= nt) break;
+            red[warp][j * 8 + 2 * t][g] = acc[j][0];
+            red[warp][j * 8 + 2 * t + 1][g] = acc[j][1];
+            red[warp][j * 8 + 2 * t][g + 8] = acc[j][2];
+            red[warp][j * 8 + 2 * t + 1][g + 8] = acc[j][3];
+        }
+        __syncthreads();
+        for (int o = threadIdx.x; o < nt * 8 * TC_ROWS; o += TC_WARPS * 32) {
+            int tk = o / TC_ROWS, f = o % TC_ROWS, tok = tg + tk, n = n0 + f;
+            float v = red[0][tk][f];
+            for (int w = 1; w < TC_WARPS; w++) v = __fadd_rn(v, red[w][tk][f]);
+            if (tok >= T || n >= N) continue;
+            if (bias) v = __fadd_rn(v, bias[n]);
+            if (bf16) v = bf16r(v);
+            size_t yi = (size_t)tok * N + n;
+            y[yi] = v;
+            if (job.res) {
+                float r = __fadd_rn(job.res[yi], v);
+                job.res[yi] = bf16 ? bf16r(r) : r;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" int sd_cu_gemm_tc_supported(int device)
+{
+    int major = 0;
+    cudaFuncAttributes fa;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, gemm_tc_kernel) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major >= 8 && fa.binaryVersion >= 80;
+}
+
+extern "C" cudaError_t sd_cu_gemm_tc(cudaStream_t stream, const sd_cu_mm_job *mm, const float *x, int T, int K,
+                                     int bf16)
+{
+    if (mm->n < 1 || mm->n > 3 || K % TC_KC != 0 || ((uintptr_t)x & 15u) != 0 || (mm->res && mm->n != 1))
+        return cudaErrorInvalidValue;
+    if (T <= 0) return cudaSuccess;
+    tc_job job = {};
+    job.n = mm->n;
+    job.res = mm->res;
+    for (int i = 0; i < mm->n; i++) {
+        if (mm->N[i] <= 0 || ((uintptr_t)mm->w[i] & 15u) != 0) return cudaErrorInvalidValue;
+        job.w[i] = mm->w[i], job.bias[i] = mm->bias[i], job.y[i] = mm->y[i], job.N[i] = mm->N[i];
+        job.first[i + 1] = job.first[i] + (mm->N[i] + TC_ROWS - 1) / TC_ROWS;
+    }
+    gemm_tc_kernel<<<(unsigned)job.first[mm->n], TC_WARPS * 32, 0, stream>>>(job, x, T, K, bf16);
+    return cudaGetLastError();
+}
+
 /* ------------------------------------------------------------ rmsnorm */
 
 /* CPU reference: rmsnorm_rows() in cpu_backend.c.

@@ -71,6 +71,30 @@ cudaError_t sd_cu_attention_split(cudaStream_t stream, float *out, const float *
                                   float scale, int bf16, int kv_bf16);
 size_t sd_cu_attention_split_floats(int T, int nh, int hd);
 
+/* Up to three matmuls that share x, for sd_cu_gemm_tc: y[i][T, N[i]] =
+ * x · w[i]^T (+ bias[i] when not NULL); res (n == 1 only): res += y[0]. */
+typedef struct sd_cu_mm_job {
+    const uint16_t *w[3];
+    const float *bias[3];
+    float *y[3];
+    int N[3];
+    int n;
+    float *res;
+} sd_cu_mm_job;
+
+/* The batch-invariant matmul on tensor cores (mma.m16n8k16, bf16 inputs,
+ * f32 accumulation; the order of every sum fixed by K): the weights read once
+ * for up to 64 tokens, the bias, bf16 rounding and residual add in its
+ * epilogue (the rounding points of gemm + bias_round + add). x [T, K] f32
+ * holding bf16 values (bf16 activations: packed to bf16 without loss), 16-byte
+ * aligned; K a multiple of 32; w [N, K] bf16, 16-byte aligned.
+ * cudaErrorInvalidValue otherwise. */
+cudaError_t sd_cu_gemm_tc(cudaStream_t stream, const sd_cu_mm_job *job, const float *x, int T, int K, int bf16);
+
+/* Whether sd_cu_gemm_tc can run on device (compute capability 8.0 or later,
+ * and this build's kernels compiled for such an architecture). */
+int sd_cu_gemm_tc_supported(int device);
+
 /* out[n] = silu(gate[n]) * up[n]. */
 cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,
                            int bf16);

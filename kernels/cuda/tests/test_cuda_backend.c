@@ -146,10 +146,49 @@ static void check_matmul(int T, int N, int K, int with_bias, int b16, int invari
 
 START_TEST(matmul_vs_cpu)
 {
-    static const int shapes[][3] = {{1, 37, 64}, {5, 129, 96}, {17, 300, 200}, {3, 1000, 33}, {9, 512, 64}};
+    /* (T, N, K); K a multiple of 32 takes the tensor-core kernel in invariant bf16 mode: one chunk a warp or
+     * fewer (64, 96), several (1024), a partial last round (2080), two token groups (T = 70) */
+    static const int shapes[][3] = {{1, 37, 64},    {5, 129, 96},  {17, 300, 200}, {3, 1000, 33},
+                                    {9, 512, 64},   {3, 160, 1024}, {2, 64, 2080},  {70, 48, 128}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int mode = 0; mode < 8; mode++)
             check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], mode & 1, (mode >> 1) & 1, (mode >> 2) & 1);
+}
+END_TEST
+
+/* Batch invariance of the matmul itself: a row of a pass of 70 rows (two
+ * token groups of the tensor-core kernel) has the bits of the same row
+ * alone, in invariant mode, bf16 and f32 activations. */
+START_TEST(matmul_rows_invariant)
+{
+    const int T = 70, N = 100, K = 1024;
+    static const int rows[] = {0, 7, 8, 63, 64, 69};
+    wpair w, b;
+    make_weight(&w, N, K, 1, 77u, 1.0f / 32.0f, 0.0f);
+    make_weight(&b, 1, N, 0, 78u, 0.5f, 0.0f);
+    ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, 1), SD_OK);
+    for (int b16 = 0; b16 < 2; b16++) {
+        float *x = rand_vec((size_t)T * K, 79u, 1.0f, b16);
+        float *xg = on(g_gpu, x, (size_t)T * K), *yg = on(g_gpu, NULL, (size_t)T * N), *y1 = on(g_gpu, NULL, N);
+        g_gpu->ops->matmul(g_gpu, yg, xg, &w.g, &b.g, T, b16);
+        float *all = gpu_read(yg, (size_t)T * N);
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            g_gpu->ops->matmul(g_gpu, y1, xg + (size_t)rows[i] * K, &w.g, &b.g, 1, b16);
+            float *one = gpu_read(y1, N);
+            ck_assert_msg(memcmp(one, all + (size_t)rows[i] * N, N * sizeof *one) == 0,
+                          "bf16=%d: row %d alone differs from the same row of %d", b16, rows[i], T);
+            free(one);
+        }
+        ck_assert_int_eq(sd_cuda_take_error(g_gpu), SD_OK);
+        free(all);
+        free(x);
+        g_gpu->ops->free(g_gpu, xg);
+        g_gpu->ops->free(g_gpu, yg);
+        g_gpu->ops->free(g_gpu, y1);
+    }
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    free_weight(&w);
+    free_weight(&b);
 }
 END_TEST
 
@@ -691,6 +730,7 @@ int main(void)
     tcase_add_test(tc, bad_device_rejected);
     tcase_add_test(tc, matmul_vs_cpu);
     tcase_add_test(tc, matmul_fused_is_composed);
+    tcase_add_test(tc, matmul_rows_invariant);
     tcase_add_test(tc, rmsnorm_vs_cpu);
     tcase_add_test(tc, embed_vs_cpu);
     tcase_add_test(tc, rope_vs_cpu);
