@@ -182,7 +182,8 @@ static void device_roofline(sd_backend *be, double achieved, size_t wb)
     (void)be;
 #endif
     if (bw <= 0.0) {
-        printf("roofline                   not measured on this device: compare the weight read bandwidth with its own\n");
+        printf("roofline                   not measured on this device: "
+               "compare the weight read bandwidth with its own\n");
         return;
     }
     printf("device read bandwidth      %.2f GB/s  (1 GiB read by a kernel, best of 5)\n", bw);

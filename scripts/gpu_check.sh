@@ -284,7 +284,8 @@ run() {
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
     for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_inv_cc \
-      decode_qwen3_8b_tc2 decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_single decode_qwen3_8b_ctx32k; do
+      decode_qwen3_8b_tc2 decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_single \
+      decode_qwen3_8b_ctx32k; do
       [ -f "$WORK/$f.log" ] &&
         grep -E "tokens/s|bandwidth|roofline|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
     done

@@ -689,6 +689,62 @@ __device__ __forceinline__ float as_score(const float *qg, const float *kf, floa
     return s * scale;
 }
 
+/* A split block with no position of its row: the identities of its share. */
+template <bool PV>
+__device__ __forceinline__ void as_empty(float *pmax, float *psum, float *pacc, size_t head0, int z, int G, int hd)
+{
+    int tid = threadIdx.x;
+    for (int g = tid; g < G; g += AS_THREADS) {
+        if (PV) psum[(head0 + g) * AS_SPLITS + z] = 0.0f;
+        else pmax[(head0 + g) * AS_SPLITS + z] = -INFINITY;
+    }
+    if (PV)
+        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = 0.0f;
+}
+
+/* A split block's results: each thread's maxima (pass 1) or sums and
+ * accumulators (pass 2) combined over the warp's positions (a butterfly
+ * over lanes with the same l), then over the warps in order, and written. */
+template <int LP, int GM, bool PV>
+__device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], float (&acc)[GM][PV ? 8 : 1],
+                                          float *red, float (*redg)[AS_GMAX], float *pmax, float *psum,
+                                          float *pacc, size_t head0, int z, int G, int hd)
+{
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP;
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+#pragma unroll
+        for (int o = LP; o < 32; o <<= 1) {
+            if (PV) sum[g] += __shfl_xor_sync(FULL_MASK, sum[g], o);
+            else mx[g] = fmaxf(mx[g], __shfl_xor_sync(FULL_MASK, mx[g], o));
+#pragma unroll
+            for (int e = 0; e < (PV ? 8 : 0); e++) acc[g][e] += __shfl_xor_sync(FULL_MASK, acc[g][e], o);
+        }
+        if (lane == 0 && g < G) redg[warp][g] = PV ? sum[g] : mx[g];
+    }
+    if (PV)
+        for (int w = 0; w < AS_WARPS; w++) {
+            if (warp == w && sub == 0)
+#pragma unroll
+                for (int g = 0; g < GM; g++)
+                    for (int e = 0; e < 8 && g < G; e++) {
+                        float *r = &red[g * hd + l * 8 + e];
+                        *r = (w ? *r : 0.0f) + acc[g][e];
+                    }
+            __syncthreads();
+        }
+    else
+        __syncthreads();
+    for (int g = tid; g < G; g += AS_THREADS) {
+        float v = redg[0][g];
+        for (int w = 1; w < AS_WARPS; w++) v = PV ? v + redg[w][g] : fmaxf(v, redg[w][g]);
+        if (PV) psum[(head0 + g) * AS_SPLITS + z] = v;
+        else pmax[(head0 + g) * AS_SPLITS + z] = v;
+    }
+    if (PV)
+        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = red[i];
+}
+
 /* Pass 1 (PV false) or 2 (PV true) of the split attention, for a (row, KV
  * head, split) block; GM >= G bounds the per-thread arrays. */
 template <typename KV, int LP, int GM, bool PV>
@@ -705,12 +761,7 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
     size_t rows = (size_t)T * nh * AS_SPLITS, head0 = (size_t)row * nh + (size_t)kvh * G;
     float *pmax = part, *psum = part + rows, *pacc = part + 2 * rows;
     if (z * CH >= n) { /* nothing here for this row: identities, and the whole block leaves */
-        for (int g = tid; g < G; g += AS_THREADS) {
-            if (PV) psum[(head0 + g) * AS_SPLITS + z] = 0.0f;
-            else pmax[(head0 + g) * AS_SPLITS + z] = -INFINITY;
-        }
-        if (PV)
-            for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = 0.0f;
+        as_empty<PV>(pmax, psum, pacc, head0, z, G, hd);
         return;
     }
     const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
@@ -761,39 +812,7 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
             }
         }
     }
-    /* the warp's positions: a butterfly over lanes with the same l; then warps in order */
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-#pragma unroll
-        for (int o = LP; o < 32; o <<= 1) {
-            if (PV) sum[g] += __shfl_xor_sync(FULL_MASK, sum[g], o);
-            else mx[g] = fmaxf(mx[g], __shfl_xor_sync(FULL_MASK, mx[g], o));
-#pragma unroll
-            for (int e = 0; e < (PV ? 8 : 0); e++) acc[g][e] += __shfl_xor_sync(FULL_MASK, acc[g][e], o);
-        }
-        if (lane == 0 && g < G) redg[warp][g] = PV ? sum[g] : mx[g];
-    }
-    if (PV)
-        for (int w = 0; w < AS_WARPS; w++) {
-            if (warp == w && sub == 0)
-#pragma unroll
-                for (int g = 0; g < GM; g++)
-                    for (int e = 0; e < 8 && g < G; e++) {
-                        float *r = &red[g * hd + l * 8 + e];
-                        *r = (w ? *r : 0.0f) + acc[g][e];
-                    }
-            __syncthreads();
-        }
-    else
-        __syncthreads();
-    for (int g = tid; g < G; g += AS_THREADS) {
-        float v = redg[0][g];
-        for (int w = 1; w < AS_WARPS; w++) v = PV ? v + redg[w][g] : fmaxf(v, redg[w][g]);
-        if (PV) psum[(head0 + g) * AS_SPLITS + z] = v;
-        else pmax[(head0 + g) * AS_SPLITS + z] = v;
-    }
-    if (PV)
-        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = red[i];
+    as_finish<LP, GM, PV>(mx, sum, acc, red, redg, pmax, psum, pacc, head0, z, G, hd);
 }
 
 __global__ void __launch_bounds__(ATT_THREADS)
