@@ -499,7 +499,7 @@ sd_status sd_draft_warm_up(sd_proposer *p, int *passes, char *err, size_t errlen
     }
     /* batches of 1 .. most sequences, each WARM_ROUNDS times: prefill, then the same batch shapes again */
     for (int n = 1; n <= most && rc == SD_OK; n *= 2)
-        for (int r = 0; r < WARM_ROUNDS && rc == SD_OK; r++, n_passes += 1 + items[0].k)
+        for (int r = 0; r < WARM_ROUNDS && rc == SD_OK; r++, n_passes += items[0].k) /* a pass a draft */
             rc = draft_propose(p, items, n, out, err, errlen);
     for (int i = 0; i < most; i++) draft_release(p, items[i].seq_id);
     if (passes) *passes = n_passes;
