@@ -63,7 +63,13 @@ for i in $(seq 300); do
   [ "$(lane_up "${IP[v1]}")" = 1 ] && [ "$(lane_up "${IP[v2]}")" = 1 ] && { up=true; break; }
   sleep 0.1
 done
-check "router, 2 verifiers and the drafter came up across namespaces (CURVE)" '$up'
+# the drafter warms up before it listens: wait for both verifiers to hear it, so that the first request drafts
+for i in $(seq 300); do
+  grep -q "drafter is answering" "$WORK/v1.log" && grep -q "drafter is answering" "$WORK/v2.log" && break
+  sleep 0.1
+done
+check "router, 2 verifiers and the drafter came up across namespaces (CURVE)" \
+  '$up && grep -q "drafter is answering" "$WORK/v1.log" && grep -q "drafter is answering" "$WORK/v2.log"'
 
 PROMPTS=("def fibonacci(n):" "import json\ndef load(path):" "class Queue:\n    def __init__(self):")
 for k in 0 1 2; do reference "$(printf "${PROMPTS[$k]}")" "$WORK/ref$k" --max-tokens 96 --ignore-eos; done
