@@ -12,6 +12,7 @@
 #define PRIOR_ALPHA 0.05 /* the server-wide estimates: many requests feed them */
 #define SEED_WEIGHT 4    /* a new request's estimate starts as this many observations of its kind's */
 #define OVER_ALPHA 0.1   /* overheads and the drafter's pace */
+#define FADE 0.02        /* a step without drafts: drafting steps' overhead and bias fade (half in ~35 steps) */
 
 void sd_vf_adapt_init(sd_vf_adapt *ad)
 {
@@ -156,10 +157,11 @@ static sd_sched_plan debiased(sd_vf_adapt *ad, const sd_sched_step *st, int m, s
     }
     if (!extra || plan.step_ms <= 0) return plan;
     double t = sd_sched_step_ms(st, ad->sr, m, ad->k0);
-    if (t <= 0 || plan.tokens / (plan.step_ms * (1 + ad->bias_draft)) > tokens / (t * (1 + ad->bias_plain)))
+    if (t <= 0 || sd_sched_beats(&plan, plan.tokens, plan.step_ms * (1 + ad->bias_draft), tokens,
+                                 t * (1 + ad->bias_plain)))
         return plan;
     memcpy(ad->kk, ad->k0, (size_t)m * sizeof *ad->kk);
-    return (sd_sched_plan){t, tokens, 0};
+    return (sd_sched_plan){t, tokens, 0, plan.rate};
 }
 
 /* At most one probe per step: the request left without drafts longest,
@@ -179,7 +181,8 @@ static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq
     if (best < 0 || plan.step_ms <= 0) return -1;
     ad->kk[best] = 1;
     double t = sd_sched_step_ms(st, ad->sr, m, ad->kk);
-    if (aq[ad->map[best]]->zero_run < SD_VF_PROBE_REFRESH && (plan.tokens + 1) / t <= plan.tokens / plan.step_ms) {
+    if (aq[ad->map[best]]->zero_run < SD_VF_PROBE_REFRESH &&
+        !sd_sched_beats(&plan, plan.tokens + 1, t, plan.tokens, plan.step_ms)) {
         ad->kk[best] = 0;
         return -1;
     }
@@ -335,6 +338,12 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, dou
         else if (pipelined) ad->miss_ms = sd_avg_update(ad->miss_ms, exposed, &ad->n_miss, OVER_ALPHA);
     } else {
         ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
+        /* what only drafting steps renew fades towards what plain steps show: a plan kept out by an old
+         * error (a slow spell of the drafter, its messages) would never be measured again */
+        ad->bias_draft *= 1 - FADE;
+        if (ad->n_draft) ad->draft_ms += FADE * (ad->plain_ms - ad->draft_ms);
+        if (ad->n_ready) ad->ready_ms += FADE * (ad->plain_ms - ad->ready_ms);
+        if (ad->n_miss) ad->miss_ms += FADE * (ad->plain_ms - ad->miss_ms);
     }
     if (ad->pred_ms > 0) {
         double bias = (wall_ms - ad->pred_ms) / ad->pred_ms;

@@ -28,7 +28,12 @@
  * compared once more with the plan without them, each prediction corrected
  * by how far off the predictions of its kind (steps with drafts, steps
  * without) have been on average — choosing the best of noisy estimates
- * favours the ones that err low, and this takes the bias back out. A request it gives no drafts for
+ * favours the ones that err low, and this takes the bias back out. What only
+ * drafting steps renew — that bias, the time outside the engine of a
+ * drafting step — fades towards what plain steps show while none drafts (2%
+ * a step), so a slow spell that made drafting look dear is measured again
+ * once it is over. A step with prompt chunks prices its time at what the
+ * decoding requests make on their own (spec_sched.h). A request it gives no drafts for
  * a while gets a one-draft probe (after 4 steps, doubling to 64 while probes
  * are rejected, back to 4 when one is accepted; one request per step), so a request whose drafts
  * got better is noticed and the estimates never freeze — but only while a

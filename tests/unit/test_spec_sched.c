@@ -5,7 +5,10 @@
  * spans, a sampled request pays sampling per token committed and a drafter
  * call's fixed work once, a drafter far behind on a request keeps it plain, kmin / kmax and
  * the KV budget are respected, nothing measured means
- * kmin, and the choice is the best by brute force over every combination. */
+ * kmin, and the choice is the best by brute force over every combination
+ * (by its rate, or beside a prompt chunk by the tokens net of the time at
+ * the decoding requests' own best rate), and the drafter's passes follow the
+ * expected longest of several spans. */
 #include <check.h>
 #include <math.h>
 
@@ -233,6 +236,100 @@ static double rate(const sd_sched_step *st, const sd_sched_req *r, int n, const 
     return tokens / sd_sched_step_ms(st, r, n, k);
 }
 
+/* The plan's measure (spec_sched.h): with prompt chunks in the step, the
+ * tokens net of the time at the scheduled requests' best rate on their own. */
+static double brute_best_rate(const sd_sched_step *st, const sd_sched_req *r, int n, int kmax)
+{
+    double best = 0;
+    int k[4] = {0};
+    for (int c = 0; c < (int)pow(kmax + 1, n); c++) {
+        for (int i = 0, x = c; i < n; i++, x /= kmax + 1) k[i] = x % (kmax + 1);
+        double v = rate(st, r, n, k);
+        if (v > best) best = v;
+    }
+    return best;
+}
+
+static double value(const sd_sched_step *st, const sd_sched_req *r, int n, const int *k, double worth)
+{
+    double tokens = st->fixed_tokens;
+    for (int i = 0; i < n; i++) tokens += sd_accept_expected(r[i].acc, k[i]);
+    return tokens - worth * sd_sched_step_ms(st, r, n, k);
+}
+
+/* A prompt chunk makes the step dear whatever is chosen: by the step's rate
+ * every draft would look worth its rows. Priced at the decoding requests'
+ * own rate, drafts beside a chunk are those worth their time anyway: under
+ * a cost linear beyond one row exactly the plan without the chunk. */
+START_TEST(prompt_chunk_priced_at_decode_rate)
+{
+    sd_cost c;
+    sd_cost_init(&c);
+    for (int rows = 1; rows <= 160; rows++)
+        for (int i = 0; i < 3; i++) sd_cost_forward(&c, rows, 1, 1.0 + 0.1 * (rows - 1));
+    sd_accept a;
+    uniform(&a, 0.6);
+    sd_sched_req r[4] = {req_of(&a, 12), req_of(&a, 12), req_of(&a, 12), req_of(&a, 12)};
+    sd_sched_cand cand[4 * SD_MAX_DRAFT];
+    int k_own[4], k_chunk[4];
+    sd_sched_step own = step_of(&c);
+    own.seqs = 4;
+    sd_sched_plan p_own = sd_sched_choose(&own, r, 4, k_own, cand);
+    ck_assert_double_eq(p_own.rate, 0);
+    sd_sched_step chunk = own;
+    chunk.fixed_rows = 100;
+    chunk.fixed_greedy = 1;
+    chunk.fixed_tokens = 1;
+    chunk.seqs = 5;
+    sd_sched_plan p = sd_sched_choose(&chunk, r, 4, k_chunk, cand);
+    ck_assert_double_eq_tol(p.rate, p_own.tokens / p_own.step_ms, 1e-9);
+    int sum_own = 0, sum_chunk = 0;
+    for (int i = 0; i < 4; i++) sum_own += k_own[i], sum_chunk += k_chunk[i];
+    ck_assert_int_eq(sum_chunk, sum_own);
+    /* the step's own rate would have taken more: K 6 each beats the plan on it */
+    int k6[4] = {6, 6, 6, 6};
+    ck_assert_int_lt(sum_chunk, 24);
+    ck_assert(rate(&chunk, r, 4, k6) > rate(&chunk, r, 4, k_chunk));
+    ck_assert(!sd_sched_beats(&p, 1 + 4 * sd_accept_expected(&a, 6), sd_sched_step_ms(&chunk, r, 4, k6), p.tokens,
+                              p.step_ms));
+}
+END_TEST
+
+/* Requests stop at different lengths (the proposer's supply): the drafter's
+ * passes follow the longest span, whose expected length exceeds every
+ * request's own: sum_j 1 - prod_i (1 - offered_i(j)). */
+START_TEST(longest_of_several)
+{
+    sd_cost c;
+    flat_cost(&c);
+    sd_cost drafter; /* 1 ms a pass, with one request or two */
+    sd_cost_init(&drafter);
+    for (int i = 0; i < 5; i++) {
+        sd_cost_forward(&drafter, 1, 1, 1.0);
+        sd_cost_forward(&drafter, 2, 2, 1.0);
+    }
+    sd_accept a;
+    uniform(&a, 1.0);
+    for (int i = 0; i < SD_MAX_DRAFT; i++) {
+        a.c[i] = 0.5; /* each further draft offered half the time */
+        a.nc[i] = 100;
+    }
+    sd_sched_step st = step_of(&c);
+    st.drafter = &drafter;
+    st.exposure = 1;
+    sd_sched_req r[2] = {req_of(&a, 4), req_of(&a, 4)};
+    int k[2] = {4, 4};
+    double one = sd_sched_step_ms(&st, r, 1, k), two = sd_sched_step_ms(&st, r, 2, k);
+    double e1 = 0.5 + 0.25 + 0.125 + 0.0625, e2 = 0;
+    for (int j = 1; j <= 4; j++) e2 += 1 - pow(1 - pow(0.5, j), 2);
+    st.drafter = NULL; /* the drafter's passes: (1 + longest) x its time per pass */
+    double passes1 = (one - sd_sched_step_ms(&st, r, 1, k)) / sd_cost_forward_ms(&drafter, 1, 1);
+    double passes2 = (two - sd_sched_step_ms(&st, r, 2, k)) / sd_cost_forward_ms(&drafter, 2, 2);
+    ck_assert_double_eq_tol(passes1, 1 + e1, 1e-6);
+    ck_assert_double_eq_tol(passes2, 1 + e2, 1e-6);
+}
+END_TEST
+
 START_TEST(best_by_brute_force)
 {
     sd_cost c;
@@ -253,16 +350,24 @@ START_TEST(best_by_brute_force)
     st.fixed_tokens = 1;
     int k[3];
     sd_sched_cand cand[3 * SD_MAX_DRAFT];
-    sd_sched_choose(&st, r, 3, k, cand);
-    double got = rate(&st, r, 3, k), best = 0;
+    sd_sched_plan p = sd_sched_choose(&st, r, 3, k, cand);
+    /* with a prompt chunk in the step, its time is worth the requests' best rate on their own */
+    sd_sched_step own = step_of(&c);
+    double worth = brute_best_rate(&own, r, 3, 4);
+    ck_assert_double_eq_tol(p.rate, worth, 1e-9);
+    double got = value(&st, r, 3, k, worth), best = -1e300;
     for (int x = 0; x <= 4; x++)
         for (int y = 0; y <= 4; y++)
             for (int z = 0; z <= 4; z++) {
                 int kk[3] = {x, y, z};
-                double v = rate(&st, r, 3, kk);
+                double v = value(&st, r, 3, kk, worth);
                 if (v > best) best = v;
             }
-    ck_assert_msg(got >= best * (1 - 1e-9), "chosen %d %d %d: rate %.6f, best %.6f", k[0], k[1], k[2], got, best);
+    ck_assert_msg(got >= best - 1e-9, "chosen %d %d %d: value %.6f, best %.6f", k[0], k[1], k[2], got, best);
+    /* without it, the best rate */
+    sd_sched_plan q = sd_sched_choose(&own, r, 3, k, cand);
+    ck_assert_double_eq(q.rate, 0);
+    ck_assert_double_ge(rate(&own, r, 3, k), brute_best_rate(&own, r, 3, 4) * (1 - 1e-9));
 }
 END_TEST
 
@@ -277,6 +382,8 @@ int main(void)
     tcase_add_test(tc, catching_up_costs_once);
     tcase_add_test(tc, bounds_and_kv);
     tcase_add_test(tc, best_by_brute_force);
+    tcase_add_test(tc, prompt_chunk_priced_at_decode_rate);
+    tcase_add_test(tc, longest_of_several);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

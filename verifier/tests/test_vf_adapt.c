@@ -2,7 +2,8 @@
  * on a synthetic engine: a CPU-like step cost and drafts accepted with a
  * chosen probability. Good drafts get long spans; a sudden drop to useless
  * drafts is followed within a few steps (K = 0), probes then cost little and
- * notice when the drafts recover; a new request starts from its kind's
+ * notice when the drafts recover; after a slow spell of the drafting steps
+ * drafting resumes although no probe pays; a new request starts from its kind's
  * server-wide estimate (a kind never seen: tried); fixed requests keep their length; the KV budget and
  * per-request budgets hold; the report names the kinds observed; the fallback proposer's drafts are
  * chosen by their own acceptance, which never touches the drafter's. */
@@ -45,6 +46,8 @@ typedef struct sim {
     double p_accept;
     unsigned seed;
     int calls;
+    double call_ms; /* a drafting step's time outside the engine beyond the drafter's passes */
+    double slow;    /* drafting steps take this many times longer (a slow spell; 0: 1) */
 } sim;
 
 static void sim_init(sim *s, int n, bool fixed)
@@ -80,7 +83,8 @@ static int sim_step(sim *s, const int *budget_in)
         dms[i] = 0.02 * budgets[i];
     }
     sd_step_timing t = timing_of(rows);
-    double wall = t.forward_ms + t.accept_ms + (s->ad.maxk > 0 ? 0.1 + 0.02 * s->ad.maxk : 0.02);
+    double wall = t.forward_ms + t.accept_ms + (s->ad.maxk > 0 ? 0.1 + s->call_ms + 0.02 * s->ad.maxk : 0.02);
+    if (s->ad.maxk > 0 && s->slow > 0) wall *= s->slow;
     sd_vf_adapt_done(&s->ad, &t, wall, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n, false);
     return budgets[0];
 }
@@ -113,6 +117,32 @@ START_TEST(follows_acceptance)
     ck_assert_int_lt(steps, 150);
     ck_assert_uint_gt(s.q[0].st.k_zero, 0);
     ck_assert_uint_eq(s.q[0].st.k_steps, (uint64_t)s.calls);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+/* A slow spell of the drafting steps (a neighbour, the drafter's cores)
+ * makes them dearer than predicted and the step goes plain; where a lone
+ * draft never pays for the call (a probe does not either), no drafting step
+ * measures the spell's end — the error it left fades, and drafting resumes. */
+START_TEST(drafting_resumes_after_a_spell)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    s.p_accept = 0.9;
+    s.call_ms = 1.5;
+    int k = 0;
+    for (int i = 0; i < 200; i++) k = sim_step(&s, NULL);
+    ck_assert_int_ge(k, 4);
+    s.slow = 3;
+    int steps = 0;
+    while (sim_step(&s, NULL) > 0 && steps < 200) steps++;
+    ck_assert_int_lt(steps, 200);
+    s.slow = 0;
+    steps = 0;
+    while (sim_step(&s, NULL) < 4 && steps < 300) steps++;
+    ck_assert_msg(steps < 120, "drafting resumed after %d steps (bias %.3f, overhead %.3f ms)", steps, s.ad.bias_draft,
+                  s.ad.draft_ms);
     sd_vf_adapt_free(&s.ad);
 }
 END_TEST
@@ -352,6 +382,7 @@ int main(void)
     Suite *s = suite_create("vf_adapt");
     TCase *tc = tcase_create("loop");
     tcase_add_test(tc, follows_acceptance);
+    tcase_add_test(tc, drafting_resumes_after_a_spell);
     tcase_add_test(tc, new_requests_start_from_their_kind);
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
