@@ -266,9 +266,10 @@ static void cand_select(cand *c, size_t n, size_t k)
 /* Large lists are sorted with a stable LSD radix sort (11-bit digits): first
  * by id (skipped when already in id order, as the softmax emits them), then
  * by the bits of w, which for w > 0 order like the values; ~bits makes the
- * order descending. A 150k-entry sort costs a few passes instead of the
- * ~50 ms of qsort, which matters: top_p = 1 with no top_k is OpenAI's
- * default and needs the whole vocabulary sorted every token. */
+ * order descending; digits where every key agrees are skipped. A 150k-entry
+ * sort costs a few passes instead of the ~50 ms of qsort, which matters:
+ * top_p = 1 with no top_k is OpenAI's default and needs the whole vocabulary
+ * sorted every token. */
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, RADIX_MIN = 2048 };
 
 static uint64_t cand_key(const cand *c)
@@ -312,11 +313,13 @@ static void cand_sort(cand *c, cand *tmp, size_t n)
     }
     cand *a = c, *b = tmp;
     int32_t max_id = 0, in_order = 1;
+    uint64_t key0 = cand_key(&c[0]), differ = 0; /* the key bits that differ somewhere */
     for (size_t i = 0; i < n; i++) {
         if (c[i].id > max_id)
             max_id = c[i].id;
         if (i > 0 && c[i].id < c[i - 1].id)
             in_order = 0;
+        differ |= cand_key(&c[i]) ^ key0;
     }
     for (int sh = 0; !in_order && sh < 32 && ((uint32_t)max_id >> sh) != 0; sh += RADIX_BITS) {
         if (radix_pass(a, b, n, sh, 1)) {
@@ -325,7 +328,10 @@ static void cand_sort(cand *c, cand *tmp, size_t n)
             b = t;
         }
     }
-    for (int sh = 0; sh < 64; sh += RADIX_BITS) {
+    /* only the bits that differ are sorted on: weights from a float softmax leave the low 29 bits
+     * of the double zero, so 3 passes do instead of 6 */
+    int lo = differ ? __builtin_ctzll(differ) : 64, hi = differ ? 64 - __builtin_clzll(differ) : 0;
+    for (int sh = lo; sh < hi; sh += RADIX_BITS) {
         if (radix_pass(a, b, n, sh, 0)) {
             cand *t = a;
             a = b;

@@ -13,11 +13,13 @@
 #   specd serve --target models/tinycode-16m PROPOSER                                    (adaptive, the default)
 #   specd serve --target models/tinycode-16m PROPOSER --spec-adaptive off --num-draft K  (static K = 2, 4, 6, 8)
 #
-# one after the other, and runs specd-bench against each at every
+# all at once (each on its own port), and runs specd-bench at every
 # concurrency x temperature (128 tokens, --ignore-eos, fixed seed; T = 1.5 is
-# the hostile cell: drafts seldom match), scraping /metrics before and after
-# each cell. A slow spell of this shared machine hits every configuration
-# alike. The table sums each cell over the rounds.
+# the hostile cell: drafts seldom match) against each server in turn — cell
+# by cell, the configurations seconds apart, in an order rotated from cell to
+# cell — scraping /metrics before and after each run. A slow spell of this
+# shared machine (minutes) hits every configuration of a cell alike. The
+# table sums each cell over the rounds.
 #
 # Env knobs (defaults in brackets):
 #   SD_BENCH_ROUNDS [1]              rounds

@@ -24,9 +24,16 @@ CHILD=""
 # fg CMD...: runs CMD in the background and waits, so that INT/TERM reach the
 # traps at once (bash runs traps only after a foreground child ends).
 fg() { "$@" & CHILD=$!; wait "$CHILD"; local rc=$?; CHILD=""; return $rc; }
+SERVE_PIDS=() # the servers bench_rounds keeps up at once
+serve_stop_all() {
+  local p
+  for p in "${SERVE_PIDS[@]}"; do SERVE_PID=$p; serve_stop; done
+  SERVE_PIDS=()
+}
 on_exit() {
   [ -n "$CHILD" ] && { kill -INT "$CHILD" 2>/dev/null; sleep 0.5; kill -KILL "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; }
   serve_stop
+  serve_stop_all
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -86,28 +93,42 @@ bench_header() {
   } | tee "$OUTDIR/header.txt"
 }
 
-# bench_rounds NAME: $ROUNDS interleaved rounds; in each, for every thread
-# setting of $THREAD_SETS ("default" or a count) and every configuration of
-# $CONFIGS (specd serve arguments from the caller's config_args CFG), starts
-# specd serve and runs specd-bench at every $CONCS x $TEMPS cell ($TOKENS
-# tokens, cell_requests C requests), scraping /metrics before (.m0) and
-# after (.m1) each cell into $OUTDIR/CFG-thTH-cC-tT-rR.*. Sets failed=1 on
-# a failure; T0 / T1 bracket the run.
+# bench_rounds NAME: $ROUNDS rounds; in each, for every thread setting of
+# $THREAD_SETS ("default" or a count), starts specd serve for every
+# configuration of $CONFIGS (arguments from the caller's config_args CFG), all
+# at once on their own ports, then runs specd-bench at every $CONCS x $TEMPS
+# cell ($TOKENS tokens, cell_requests C requests) against each server in
+# turn — the configurations interleaved cell by cell, seconds apart, their
+# order rotated from cell to cell, so that a slow spell of a shared machine
+# (minutes) hits them alike — scraping /metrics before (.m0) and after (.m1)
+# each run into $OUTDIR/CFG-thTH-cC-tT-rR.*. Sets failed=1 on a failure;
+# T0 / T1 bracket the run.
 bench_rounds() {
-  local name=$1 r th cfg args c n t out
+  local name=$1 r th cfg args c n t out j cell=0
   failed=0
   T0=$(date +%s)
   for r in $(seq "$ROUNDS"); do
     for th in $THREAD_SETS; do
       if [ "$th" = default ]; then unset SD_BENCH_THREADS; else export SD_BENCH_THREADS=$th; fi
+      local up=() urls=()
       for cfg in $CONFIGS; do
         args=$(config_args "$cfg")
         echo "== round $r, threads $th, $cfg: specd serve --target models/tinycode-16m $args" >&2
         # shellcheck disable=SC2086
         if ! serve_start "$cfg-t$th-r$r" $args; then failed=1; continue; fi
-        for c in $CONCS; do
-          n=$(cell_requests "$c")
-          for t in $TEMPS; do
+        SERVE_PIDS+=("$SERVE_PID")
+        SERVE_PID=""
+        up+=("$cfg")
+        urls+=("$URL")
+      done
+      for c in $CONCS; do
+        n=$(cell_requests "$c")
+        for t in $TEMPS; do
+          cell=$((cell + 1))
+          for j in "${!up[@]}"; do
+            local i=$(((j + cell) % ${#up[@]}))
+            cfg=${up[$i]}
+            URL=${urls[$i]}
             out=$OUTDIR/$cfg-th$th-c$c-t$t-r$r
             curl -s "$URL/metrics" >"$out.m0"
             local cmd=("$BIN/specd-bench" --url "$URL" --num-prompts "$n" --concurrency "$c" --max-tokens "$TOKENS"
@@ -118,8 +139,8 @@ bench_rounds() {
             curl -s "$URL/metrics" >"$out.m1"
           done
         done
-        serve_stop
       done
+      serve_stop_all
     done
   done
   T1=$(date +%s)

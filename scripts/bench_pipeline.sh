@@ -15,9 +15,10 @@
 #
 # (plus --threads N unless the setting is "default"), and runs specd-bench at
 # each concurrency x temperature (128 tokens, --ignore-eos, fixed seed),
-# scraping /metrics before and after each cell for the drafting figures. So
-# A, B, C, A, B, C... : a slow spell of this shared machine hits every
-# configuration alike. The table sums each cell over the rounds: output
+# scraping /metrics before and after each cell for the drafting figures —
+# every configuration's server up at once, run cell by cell, the
+# configurations seconds apart (A, B, C, then B, C, A ...): a slow spell of
+# this shared machine hits every configuration of a cell alike. The table sums each cell over the rounds: output
 # tok/s, accepted tokens per step, and for speculation the pre-draft hit
 # rate (steps whose span was there when the step began) and the fraction
 # of drafting time hidden behind verification, 1 - (step - verify) / draft.
