@@ -66,6 +66,7 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
     double x = ms / c->speed; /* the sample in shape units */
     c->steps++;
     if (rows > SD_COST_ROWS) return; /* beyond the table: extended from its end */
+    c->seen[rows] = c->steps;
     unsigned *n = &c->n_row[rows];
     double *t = &c->t_row[rows], *sq = &c->s_row[rows];
     if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
@@ -86,6 +87,10 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
         *t = sd_avg_update(*t, v, n, ALPHA);
         *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
         if (n0 == 1) link_rows(c);
+    }
+    for (int r = rows; r >= 1; r--) { /* the caps at and below this size */
+        double up = c->t_min[r + 1], own = c->n_row[r] ? c->t_row[r] : 0;
+        c->t_min[r] = own > 0 && (up <= 0 || own < up) ? own : up;
     }
 }
 
@@ -113,6 +118,16 @@ void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_pos, double ms)
     c->n_acc++;
 }
 
+unsigned sd_cost_samples(const sd_cost *c, int rows)
+{
+    return rows >= 1 && rows <= SD_COST_ROWS ? c->n_row[rows] : 0;
+}
+
+unsigned long long sd_cost_age(const sd_cost *c, int rows)
+{
+    return sd_cost_samples(c, rows) ? c->steps - c->seen[rows] : c->steps;
+}
+
 bool sd_cost_known(const sd_cost *c)
 {
     return c->top > 0;
@@ -137,15 +152,21 @@ static double shape_ms(const sd_cost *c, int rows, int seqs)
 {
     if (!c->top) return 0;
     if (rows < 1) rows = 1;
-    if (rows > SD_COST_ROWS || c->n_row[rows] == 0) return unmeasured_ms(c, rows);
-    double t = c->t_row[rows], s_avg = c->s_row[rows];
-    /* more sequences than this size was measured with: dearer, but only near what was measured —
-     * far from it the figure is a guess, and an optimistic one gets the size tried and measured */
-    if (seqs > 0 && (seqs < s_avg || seqs <= 1.5 * s_avg + 1)) {
-        t += per_seq_shape(c) * (seqs - s_avg);
-        if (t < 0.5 * c->t_row[rows]) t = 0.5 * c->t_row[rows];
+    if (rows > SD_COST_ROWS) return unmeasured_ms(c, rows);
+    double t, cap = c->t_min[rows + 1];
+    if (c->n_row[rows] == 0) {
+        t = unmeasured_ms(c, rows);
+    } else {
+        t = c->t_row[rows];
+        double s_avg = c->s_row[rows];
+        /* more sequences than this size was measured with: dearer, but only near what was measured —
+         * far from it the figure is a guess, and an optimistic one gets the size tried and measured */
+        if (seqs > 0 && (seqs < s_avg || seqs <= 1.5 * s_avg + 1)) {
+            t += per_seq_shape(c) * (seqs - s_avg);
+            if (t < 0.5 * c->t_row[rows]) t = 0.5 * c->t_row[rows];
+        }
     }
-    return t;
+    return cap > 0 && t > cap ? cap : t; /* fewer rows never cost more */
 }
 
 double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs)

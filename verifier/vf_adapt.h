@@ -32,7 +32,12 @@
  * drafting steps renew — that bias, the time outside the engine of a
  * drafting step — fades towards what plain steps show while none drafts (2%
  * a step), so a slow spell that made drafting look dear is measured again
- * once it is over. A step with prompt chunks prices its time at what the
+ * once it is over. The other way round, a plan only measured when it
+ * runs, the plain step's figure is measured again (that step runs plain)
+ * while it has fewer than three samples or none for a while (4 passes per
+ * sample, at most 64), if it would win at 70% of its figure: one slow first
+ * measurement would otherwise keep drafting that is slower than plain. A
+ * step with prompt chunks prices its time at what the
  * decoding requests make on their own (spec_sched.h). A request it gives no drafts for
  * a while gets a one-draft probe (after 4 steps, doubling to 64 while probes
  * are rejected, back to 4 when one is accepted; one request per step), so a request whose drafts

@@ -2,7 +2,7 @@
  * (common/spec_model.c): step cost per row count, interpolated between
  * measured neighbours and extended beyond them,
  * corrected for the sequences the rows are spread over,
- * stale row counts yielding to the line, the accept cost of greedy and
+ * a size never dearer than a larger one measured, the accept cost of greedy and
  * sampled rows, per-position acceptance with its expected tokens, and the
  * proposer's supply (drafts offered when asked for more). */
 #include <check.h>
@@ -64,6 +64,29 @@ START_TEST(cost_by_sequences)
     ck_assert(sd_cost_per_seq(&d) > 0.03);
     ck_assert_double_eq_tol(sd_cost_forward_ms(&d, 8, 2), 1.04, 0.02);
     ck_assert_double_eq_tol(sd_cost_forward_ms(&d, 8, 8), sd_cost_forward_ms(&d, 8, 0), 1e-12);
+}
+END_TEST
+
+START_TEST(fewer_rows_never_dearer)
+{
+    /* 16 rows measured twice in a slow start (10 ms), 42 rows many times since (7.5 ms): 16 rows,
+     * and any size below 42, are predicted at no more than 42's figure */
+    sd_cost c;
+    sd_cost_init(&c);
+    sd_cost_forward(&c, 4, 1, 1.0);
+    sd_cost_forward(&c, 16, 2, 10.0);
+    sd_cost_forward(&c, 16, 2, 10.0);
+    for (int i = 0; i < 40; i++) {
+        sd_cost_forward(&c, 4, 1, 1.0);
+        sd_cost_forward(&c, 42, 16, 7.5);
+    }
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 42, 16), 7.5, 0.1);
+    ck_assert(sd_cost_forward_ms(&c, 16, 16) <= sd_cost_forward_ms(&c, 42, 16) + 1e-9);
+    ck_assert(sd_cost_forward_ms(&c, 30, 16) <= sd_cost_forward_ms(&c, 42, 16) + 1e-9);
+    ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 4, 1), 1.0, 0.05); /* below: its own figure */
+    /* once measured cheaper, 16 rows keep their own figure */
+    for (int i = 0; i < 60; i++) sd_cost_forward(&c, 16, 16, 3.0);
+    ck_assert(sd_cost_forward_ms(&c, 16, 16) < 4.0);
 }
 END_TEST
 
@@ -170,6 +193,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, cost_by_rows);
     tcase_add_test(tc, cost_by_sequences);
+    tcase_add_test(tc, fewer_rows_never_dearer);
     tcase_add_test(tc, speed_drift);
     tcase_add_test(tc, accept_cost);
     tcase_add_test(tc, acceptance);

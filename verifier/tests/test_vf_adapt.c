@@ -3,7 +3,8 @@
  * chosen probability. Good drafts get long spans; a sudden drop to useless
  * drafts is followed within a few steps (K = 0), probes then cost little and
  * notice when the drafts recover; after a slow spell of the drafting steps
- * drafting resumes although no probe pays; a new request starts from its kind's
+ * drafting resumes although no probe pays; a plain step measured once in a
+ * slow spell is measured again; a new request starts from its kind's
  * server-wide estimate (a kind never seen: tried); fixed requests keep their length; the KV budget and
  * per-request budgets hold; the report names the kinds observed; the fallback proposer's drafts are
  * chosen by their own acceptance, which never touches the drafter's. */
@@ -132,7 +133,10 @@ START_TEST(drafting_resumes_after_a_spell)
     s.p_accept = 0.9;
     s.call_ms = 1.5;
     int k = 0;
-    for (int i = 0; i < 200; i++) k = sim_step(&s, NULL);
+    for (int i = 0; i < 200; i++) { /* drafting (a plain step now and then re-measures plain's figure) */
+        int ki = sim_step(&s, NULL);
+        k = i % 4 == 0 || ki > k ? ki : k;
+    }
     ck_assert_int_ge(k, 4);
     s.slow = 3;
     int steps = 0;
@@ -144,6 +148,50 @@ START_TEST(drafting_resumes_after_a_spell)
     ck_assert_msg(steps < 120, "drafting resumed after %d steps (bias %.3f, overhead %.3f ms)", steps, s.ad.bias_draft,
                   s.ad.draft_ms);
     sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+/* One request's plan from a set state: spans of every length measured at
+ * their true cost (timing_of), acceptance 0.9, a drafting step's time
+ * outside the engine 0.1 + call_ms; the plain step (1 row) measured
+ * plain_n times at plain_ms, then older passes of 13 rows. Returns its k. */
+static int plan_with(double call_ms, int plain_n, double plain_ms, int older)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    for (int r = 2; r <= 13; r++)
+        for (int i = 0; i < 3; i++) {
+            sd_cost_forward(&s.ad.cost, r, 1, timing_of(r).forward_ms);
+            sd_cost_accept(&s.ad.cost, r, 0, timing_of(r).accept_ms);
+        }
+    for (int i = 0; i < plain_n; i++) sd_cost_forward(&s.ad.cost, 1, 1, plain_ms);
+    for (int i = 0; i < older; i++) sd_cost_forward(&s.ad.cost, 13, 1, timing_of(13).forward_ms);
+    s.ad.draft_ms = 0.1 + call_ms;
+    s.ad.plain_ms = 0.02;
+    s.ad.n_draft = s.ad.n_plain = 10;
+    for (int i = 0; i < 300; i++) {
+        int acc = 0;
+        while (acc < 12 && (double)rand_r(&s.seed) / RAND_MAX < 0.9) acc++;
+        sd_accept_observe(&s.q[0].acc, 12, 12, acc, 0.1, false);
+    }
+    int budget = 12;
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, &budget, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
+    sd_vf_adapt_free(&s.ad);
+    return budget;
+}
+
+/* A plan is measured only when it runs: a plain step measured once in a
+ * slow spell (1.4 ms where it takes 1.03) must not keep drafting that makes
+ * fewer tokens a ms than plain really does (~0.87 here) in place for good —
+ * its figure is measured again while it could win; not while drafting is
+ * far better, nor while the figure is fresh. */
+START_TEST(plain_measured_again)
+{
+    ck_assert_int_eq(plan_with(6.1, 1, 1.4, 0), 0);  /* measured once: again */
+    ck_assert_int_eq(plan_with(6.1, 3, 1.03, 0), 0); /* truly better */
+    ck_assert_int_gt(plan_with(1.0, 1, 1.4, 0), 0);  /* drafting far better: no refresh */
+    ck_assert_int_gt(plan_with(6.1, 5, 1.4, 0), 0);  /* fresh: its figure stands */
+    ck_assert_int_eq(plan_with(6.1, 5, 1.4, 21), 0); /* old (4 passes a sample): again */
 }
 END_TEST
 
@@ -383,6 +431,7 @@ int main(void)
     TCase *tc = tcase_create("loop");
     tcase_add_test(tc, follows_acceptance);
     tcase_add_test(tc, drafting_resumes_after_a_spell);
+    tcase_add_test(tc, plain_measured_again);
     tcase_add_test(tc, new_requests_start_from_their_kind);
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
