@@ -7,8 +7,10 @@ Reads RESULTS_DIR/CONFIG-thTH-cC-tT-rR.json (specd-bench) and the /metrics
 scrapes before (.m0) and after (.m1) each cell; sums each cell over the
 rounds. Prints one row per proposer x threads x concurrency x temperature:
 plain, adaptive and static tok/s, adaptive / plain, adaptive / best static,
-the mean draft length the scheduler chose and its step-time prediction
-error; then the three aims of the benchmark, checked.
+adaptive / plain in each round (the spread of this machine: a cell is slower
+than plain beyond that only if every round is), the mean draft length the
+scheduler chose and its step-time prediction error; then the three aims of
+the benchmark, checked.
 """
 import os
 import re
@@ -31,14 +33,24 @@ def cell(outdir, rounds, cfg, th, c, t):
             "pred_err": abs(pred - meas) / meas if meas > 0 else None}
 
 
+def by_round(outdir, rounds, a, b, th, c, t):
+    """Configuration a's tok/s over b's, round by round (None where a round is missing)."""
+    out = []
+    for r in range(1, rounds + 1):
+        x, y = cell_sums(outdir, rounds, a, th, c, t, r), cell_sums(outdir, rounds, b, th, c, t, r)
+        out.append(x[0] / x[1] / (y[0] / y[1]) if x and y else None)
+    return out
+
+
 def main():
     outdir, rounds = sys.argv[1], int(sys.argv[2])
     threads, proposers, statics, concs, temps = (a.split() for a in sys.argv[3:8])
     hdr = " | ".join(f"K{k}" for k in statics)
     print(f"| proposer | threads | conc. | temp. | plain tok/s | adaptive tok/s | {hdr} | adaptive / plain | "
-          "best static | **adaptive / best static** | mean K chosen | step-time prediction off by |")
-    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(statics) + "---:|---:|---:|---:|---:|")
+          "by round | best static | **adaptive / best static** | mean K chosen | step-time prediction off by |")
+    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(statics) + "---:|---:|---:|---:|---:|---:|")
     worst_plain = worst_static = None
+    n_cells = n_below = n_every = 0
     c1t0 = {}
     for p in proposers:
         for th in threads:
@@ -56,21 +68,27 @@ def main():
                     worst_static = min(worst_static or rs, rs)
                     if c == "1" and t == "0":
                         c1t0[(p, th)] = rp
+                    rr = by_round(outdir, rounds, f"{p}-adaptive", "plain", th, c, t)
+                    n_cells += 1
+                    n_below += rp < 0.98
+                    n_every += all(x is not None and x < 0.98 for x in rr)
+                    rounds_col = ", ".join("—" if x is None else f"{x:.2f}" for x in rr)
                     cols = " | ".join(f"{st[k]['tps']:.0f}" for k in statics)
                     mk = "—" if ad["mean_k"] is None else f"{ad['mean_k']:.1f}"
                     pe = "—" if ad["pred_err"] is None else f"{100 * ad['pred_err']:.0f}%"
                     print(f"| {p} | {th} | {c} | {t} | {pl['tps']:.0f} | {ad['tps']:.0f} | {cols} | {rp:.2f}× | "
-                          f"K{bk} | **{rs:.2f}×** | {mk} | {pe} |")
+                          f"{rounds_col} | K{bk} | **{rs:.2f}×** | {mk} | {pe} |")
     print()
     print("tok/s: output tokens / wall time of the measured phase, summed over the rounds. Static K: "
           "--spec-adaptive off --num-draft K. mean K chosen: drafts per decode step the scheduler chose "
           "(/metrics specd_spec_draft_length_total); prediction off by: |predicted - measured| / measured step time, "
-          "summed over the cell.")
+          "summed over the cell. by round: adaptive / plain in each round.")
     print()
     if worst_plain is not None:
         print(f"Aims: adaptive >= 0.98x plain in every cell: worst {worst_plain:.2f}x; within 5% of (or above) the "
               f"best static K in every cell: worst {worst_static:.2f}x; >= 2.3x plain at C = 1, T = 0: " +
               ", ".join(f"{p} threads {th}: {v:.2f}x" for (p, th), v in sorted(c1t0.items())))
+        print(f"Cells below 0.98x plain: {n_below} of {n_cells}; below it in every round: {n_every}.")
 
 
 if __name__ == "__main__":

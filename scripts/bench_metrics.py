@@ -19,12 +19,13 @@ def metrics(path):
     return m
 
 
-def cell_sums(outdir, rounds, cfg, th, c, t):
-    """A cell over its rounds: (output tokens, wall seconds, {series: counter increase}); None when no
-    round has a usable specd-bench summary. Files: OUTDIR/CFG-thTH-cC-tT-rR.{json,m0,m1}."""
+def cell_sums(outdir, rounds, cfg, th, c, t, only=None):
+    """A cell over its rounds (or round `only`): (output tokens, wall seconds, {series: counter
+    increase}); None when no round has a usable specd-bench summary. Files:
+    OUTDIR/CFG-thTH-cC-tT-rR.{json,m0,m1}."""
     tok = dur = 0.0
     d = {}
-    for r in range(1, rounds + 1):
+    for r in [only] if only else range(1, rounds + 1):
         base = os.path.join(outdir, f"{cfg}-th{th}-c{c}-t{t}-r{r}")
         try:
             s = json.load(open(base + ".json"))["summary"]
