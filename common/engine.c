@@ -8,10 +8,18 @@
 #include "array.h"
 #include "clock.h"
 
+/* A request's rows verified ahead of its commit (sd_engine_step's parallel phase). */
+typedef struct verified {
+    int c;                          /* sd_verify's answer (0: not verified ahead) */
+    int32_t out[SD_MAX_DRAFT + 1];
+} verified;
+
 struct sd_engine {
     sd_model *m;
     sd_engine_opts opts;
     sd_verifier *ver;
+    sd_verifier **vers;     /* one per host thread of the backend (vers[0] = ver) */
+    int n_vers;
     float *logits;          /* [cap_rows, vocab] */
     size_t cap_rows;
     sd_batch_seq *batch;    /* per step */
@@ -23,6 +31,8 @@ struct sd_engine {
     int32_t *amax;          /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
                              * serve them: their logits stay on the device) */
     float *raw;             /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
+    float **rowp;           /* per batch entry: its logits rows */
+    verified *pre;          /* per batch entry: verified ahead */
     int32_t *match;         /* prefix cache matches (sd_kv_cache_match) */
     size_t cap_match;
     sd_step_timing timing;  /* of the last step */
@@ -37,18 +47,28 @@ sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
     e->opts.prefill_chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 256;
     e->opts.prefill_budget = opts && opts->prefill_budget > 0 ? opts->prefill_budget : 512;
     e->opts.no_prefix_sharing = opts && opts->no_prefix_sharing;
-    e->ver = sd_verifier_new(sd_model_cfg(m)->vocab_size);
-    if (!e->ver) {
+    int nt = sd_backend_host_threads(sd_model_backend(m));
+    e->vers = calloc((size_t)nt, sizeof *e->vers);
+    for (int i = 0; e->vers && i < nt && (i == 0 || e->vers[i - 1]); i++)
+        e->vers[i] = sd_verifier_new(sd_model_cfg(m)->vocab_size);
+    if (!e->vers || !e->vers[nt - 1]) {
+        for (int i = 0; e->vers && i < nt; i++) sd_verifier_free(e->vers[i]);
+        free(e->vers);
         free(e);
         return NULL;
     }
+    e->n_vers = nt;
+    e->ver = e->vers[0];
     return e;
 }
 
 void sd_engine_free(sd_engine *e)
 {
     if (!e) return;
-    sd_verifier_free(e->ver);
+    for (int i = 0; i < e->n_vers; i++) sd_verifier_free(e->vers[i]);
+    free(e->vers);
+    free(e->rowp);
+    free(e->pre);
     free(e->logits);
     free(e->batch);
     free(e->slot);
@@ -208,8 +228,9 @@ static sd_status grow(sd_engine *e, int n, int rows)
     size_t V = (size_t)sd_model_cfg(e->m)->vocab_size;
     const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch), SD_GROW_ITEM(e->slot), SD_GROW_ITEM(e->span_k),
                                     SD_GROW_ITEM(e->chunk), {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans},
-                                    {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax}};
-    if (sd_grow_all(per_req, 6, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
+                                    {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax}, SD_GROW_ITEM(e->rowp),
+                                    SD_GROW_ITEM(e->pre)};
+    if (sd_grow_all(per_req, 8, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
     if (!e->raw && !(e->raw = malloc((SD_MAX_DRAFT + 1) * V * sizeof *e->raw))) return SD_ERR_NOMEM;
     return sd_grow(&e->logits, &e->cap_rows, (size_t)rows, V * sizeof *e->logits);
 }
@@ -411,6 +432,65 @@ static void prompt_logprobs(sd_engine *e, sd_req *r, const sd_batch_seq *b, cons
 }
 
 /* Accept + commit for one request after the forward pass. */
+/* Verifies r's rows of batch entry bi (k drafts; a prompt chunk: its last
+ * row, k = 0) with v's scratch; the committed tokens to out. */
+static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int bi, const sd_proposal *d,
+                       float *logits, int k, int32_t *out)
+{
+    const sd_batch_seq *b = &e->batch[bi];
+    const int32_t *amax = b->argmax ? b->argmax + (b->n_logits - 1 - k) : NULL; /* a prompt chunk: its last row */
+    bool have_q = k > 0 && d && d->q[0] != NULL;
+    sd_verify_in in = {
+        .logits = amax ? NULL : logits, .argmax = amax, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
+        .draft = k > 0 ? b->tokens + 1 : NULL, .q = have_q ? d->q : NULL, .nq = have_q ? d->nq : NULL,
+        .sampling = &r->p.sampling, .prompt = r->tokens, .n_prompt = (size_t)r->n_prompt,
+        .output = r->tokens + r->n_prompt, .n_output = (size_t)sd_req_n_output(r),
+        .out_pos = (uint64_t)sd_req_n_output(r), .mode = sd_req_verify_mode(r, have_q),
+    };
+    return sd_verify(v, &in, out);
+}
+
+/* The rows verified ahead, in parallel on the backend's host threads:
+ * decode spans of sampled requests without logprobs (each a full-vocabulary
+ * distribution per position; a greedy row is an argmax, a prompt chunk and
+ * logprobs need the serial commit's order). Pure per request — its own
+ * logits rows, its own random stream — so the outcome is the serial one. */
+typedef struct ahead {
+    sd_engine *e;
+    sd_req *const *reqs;
+    const sd_proposal *drafts;
+    int nb;
+} ahead;
+
+static bool verifies_ahead(const sd_engine *e, const sd_req *r, int j)
+{
+    return e->span_k[j] >= 0 && !r->lp && !e->batch[j].argmax && r->p.sampling.temperature > 0;
+}
+
+static void ahead_task(void *ctx, int t, int nt)
+{
+    ahead *a = ctx;
+    sd_engine *e = a->e;
+    for (int j = t; j < a->nb; j += nt) {
+        const sd_req *r = a->reqs[e->slot[j]];
+        if (verifies_ahead(e, r, j))
+            e->pre[j].c = verify_rows(e, e->vers[t], r, j, a->drafts ? &a->drafts[e->slot[j]] : NULL, e->rowp[j],
+                                      e->span_k[j], e->pre[j].out);
+    }
+}
+
+static void verify_ahead(sd_engine *e, sd_req *const *reqs, int nb, const sd_proposal *drafts)
+{
+    int n = 0;
+    for (int j = 0; j < nb; j++) {
+        e->pre[j].c = 0;
+        n += verifies_ahead(e, reqs[e->slot[j]], j);
+    }
+    if (n < 2 || e->n_vers < 2) return;
+    ahead a = {e, reqs, drafts, nb};
+    sd_backend_host_parallel(sd_model_backend(e->m), ahead_task, &a);
+}
+
 static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, float *logits)
 {
     sd_kv_pool *pool = sd_model_kv_pool(e->m);
@@ -426,18 +506,9 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
             logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size;
         k = 0;
     }
-    const int32_t *amax = b->argmax ? b->argmax + (b->n_logits - 1 - k) : NULL; /* a prompt chunk: its last row */
     if (r->lp) memcpy(e->raw, logits, (size_t)(k + 1) * (size_t)sd_model_cfg(e->m)->vocab_size * sizeof *logits);
-    bool have_q = k > 0 && d && d->q[0] != NULL;
-    sd_verify_in in = {
-        .logits = amax ? NULL : logits, .argmax = amax, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
-        .draft = k > 0 ? b->tokens + 1 : NULL, .q = have_q ? d->q : NULL, .nq = have_q ? d->nq : NULL,
-        .sampling = &r->p.sampling, .prompt = r->tokens, .n_prompt = (size_t)r->n_prompt,
-        .output = r->tokens + r->n_prompt, .n_output = (size_t)sd_req_n_output(r),
-        .out_pos = (uint64_t)sd_req_n_output(r), .mode = sd_req_verify_mode(r, have_q),
-    };
-    int32_t out[SD_MAX_DRAFT + 1];
-    int c = sd_verify(e->ver, &in, out);
+    int32_t own[SD_MAX_DRAFT + 1], *out = e->pre[bi].c != 0 ? e->pre[bi].out : own; /* verified ahead */
+    int c = e->pre[bi].c != 0 ? e->pre[bi].c : verify_rows(e, e->ver, r, bi, d, logits, k, out);
     if (c < 1) {
         fail_req(e, r, "verification failed");
         return SD_OK;
@@ -450,8 +521,9 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
         for (int i = 0; i < c - 1; i++) r->stats.accepted_at[i]++;
     }
     append_tokens(e, r, out, c);
+    int V = sd_model_cfg(e->m)->vocab_size;
     for (int i = 0; r->lp && i < r->n_new; i++)
-        sd_logprob_row(e->raw + (size_t)i * (size_t)in.vocab, in.vocab, out[i], r->p.top_logprobs, &r->lp[i]);
+        sd_logprob_row(e->raw + (size_t)i * (size_t)V, V, out[i], r->p.top_logprobs, &r->lp[i]);
     return SD_OK;
 }
 
@@ -484,6 +556,11 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
     }
     int V = sd_model_cfg(e->m)->vocab_size;
     float *row = e->logits;
+    for (int j = 0; j < nb; j++) { /* each entry's logits rows */
+        e->rowp[j] = row;
+        if (!e->batch[j].argmax) row += (size_t)e->batch[j].n_logits * V;
+    }
+    verify_ahead(e, reqs, nb, drafts);
     sd_step_timing *tm = &e->timing;
     for (int j = 0; j < nb; j++) {
         int i = e->slot[j];
@@ -493,10 +570,9 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         bool sampled = reqs[i]->p.sampling.temperature > 0;
         int scored = e->span_k[j] < 0 ? (b->n_logits > 0) : b->n_logits; /* prompt logprob rows are not argmax'd */
         if (scored > 0 && !sampled) tm->greedy_rows += scored; /* argmax over every row */
-        finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, row);
+        finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, e->rowp[j]);
         /* a sampled distribution per position reached: up to the first rejection */
         if (b->n_logits > 0 && sampled) tm->sampled_pos += reqs[i]->n_new > 0 ? reqs[i]->n_new : 1;
-        if (!b->argmax) row += (size_t)b->n_logits * V;
     }
     tm->forward_ms = t1 - t0;
     tm->accept_ms = sd_now_ms() - t1;

@@ -9,7 +9,11 @@
  * (verify.h), commits the accepted prefix's KV, releases the rest, appends
  * the committed tokens and applies stop conditions (EOS, stop ids,
  * max_tokens, context). Invariant while decoding: kv.len == n_tokens - 1
- * (the last committed token's KV is computed by the next span).
+ * (the last committed token's KV is computed by the next span). The
+ * sampled decode spans of a step are verified in parallel on the backend's
+ * host threads (sd_backend_host_parallel: the CPU pool, idle between the
+ * kernels), each request with its own scratch, rows and random stream, and
+ * committed in order after: the outcome is the serial one.
  *
  * Ownership: the engine borrows the model; requests are created and freed by
  * the caller (sd_req_free releases their KV). One thread owns an engine. */

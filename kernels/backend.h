@@ -161,6 +161,11 @@ typedef struct sd_backend_ops {
     /* Optional (NULL: host memory, nothing to plan): the device's free and
      * total memory in bytes now (all processes' allocations counted). */
     sd_status (*mem_info)(sd_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Optional (NULL: one call on the caller's thread): fn(ctx, i, n) once
+     * for every i in [0, n) on the host threads the backend computes with —
+     * the CPU backend's pool, idle between its kernels — returning when all
+     * are done; for host work beside the model (verifying each request's rows). */
+    void (*host_parallel)(sd_backend *be, void (*fn)(void *ctx, int i, int n), void *ctx);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
     /* Returns and clears the first error recorded by an op that returns
@@ -196,6 +201,11 @@ void sd_backend_free(sd_backend *be);
 
 /* True when be's device is lost (sd_backend_ops.lost); false for NULL. */
 bool sd_backend_lost(sd_backend *be);
+
+/* sd_backend_ops.host_parallel, or fn(ctx, 0, 1) where the backend has
+ * none (or be is NULL); sd_backend_host_threads: the n it runs with. */
+void sd_backend_host_parallel(sd_backend *be, void (*fn)(void *ctx, int i, int n), void *ctx);
+int sd_backend_host_threads(sd_backend *be);
 
 /* Number of threads the CPU backend runs; 0 for another backend. */
 int sd_backend_cpu_threads(const sd_backend *be);

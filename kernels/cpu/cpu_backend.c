@@ -553,6 +553,11 @@ static void cpu_destroy(sd_backend *be)
     free(be);
 }
 
+static void cpu_host_parallel(sd_backend *be, void (*fn)(void *ctx, int i, int n), void *ctx)
+{
+    sd_pool_run(impl_of(be)->pool, fn, ctx);
+}
+
 static const sd_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -572,6 +577,7 @@ static const sd_backend_ops cpu_ops = {
     .matmul_fused = cpu_matmul_fused,
     .quantize_q8 = cpu_quantize_q8,
     .argmax = cpu_argmax,
+    .host_parallel = cpu_host_parallel,
     .sync = cpu_sync,
     .lost = cpu_lost,
     .destroy = cpu_destroy,

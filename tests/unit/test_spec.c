@@ -317,6 +317,50 @@ START_TEST(batched_requests_equal_single)
 }
 END_TEST
 
+/* Sampled requests stepped together have their rows verified in parallel
+ * on the backend's two threads (engine.c, verify_ahead: each its own
+ * scratch, rows and random stream); each still gives what it gives alone,
+ * where nothing runs in parallel: plain, speculative (match), with top-k /
+ * top-p and penalties. */
+START_TEST(sampled_batch_verified_in_parallel_equals_alone)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 6);
+    sd_req *reqs[6];
+    int32_t *alone[6];
+    int nalone[6];
+    char err[256];
+    for (int i = 0; i < 6; i++) {
+        int n;
+        int32_t *ids = encode(&f, PROMPTS[i + 9], &n);
+        sd_req_params p = sd_req_params_default();
+        p.max_tokens = 48 + 8 * i;
+        p.ignore_eos = true;
+        p.speculate = i % 2 == 1;
+        p.num_draft = 3;
+        p.verify = SD_VERIFY_MATCH;
+        p.sampling.temperature = 0.6f + 0.1f * (float)i;
+        p.sampling.top_k = i == 2 ? 30 : 0;
+        p.sampling.top_p = i == 3 ? 0.9f : 1.0f;
+        p.sampling.repetition_penalty = i == 4 ? 1.2f : 1.0f;
+        p.sampling.seed = 21 + (uint64_t)i;
+        alone[i] = gen(&f, p.speculate ? pr : NULL, ids, n, &p, &nalone[i], NULL);
+        ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(200 + i), ids, n, &p, &reqs[i], err, sizeof err), SD_OK);
+        free(ids);
+    }
+    run_reqs(&f, pr, reqs, 6);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(sd_req_n_output(reqs[i]), nalone[i]);
+        ck_assert_mem_eq(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t));
+        sd_req_free(f.eng, reqs[i]);
+        free(alone[i]);
+    }
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
 /* Prefix sharing (engine.h): requests stepped together whose prompts share
  * a prefix take its KV from one another and still give the outputs they give
  * alone — identical prompts (greedy with and without drafts, seeded
@@ -624,6 +668,7 @@ int main(void)
     tcase_add_test(tc, self_draft_reference_models);
     tcase_add_test(tc, sampled_match_equals_plain);
     tcase_add_test(tc, batched_requests_equal_single);
+    tcase_add_test(tc, sampled_batch_verified_in_parallel_equals_alone);
     tcase_add_test(tc, shared_prefixes_equal_alone);
     tcase_add_test(tc, rejection_mode_runs);
     tcase_add_test(tc, stops_and_exhaustion);
