@@ -279,6 +279,21 @@ START_TEST(sampled_match_equals_plain)
 }
 END_TEST
 
+/* Steps reqs[0..n) together and checks each gives alone[i] (nalone[i]
+ * tokens); frees the requests, alone, the proposer and the fixture. */
+static void run_together(fixture *f, sd_proposer *pr, sd_req **reqs, int32_t **alone, const int *nalone, int n)
+{
+    run_reqs(f, pr, reqs, n);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(sd_req_n_output(reqs[i]), nalone[i]);
+        ck_assert_mem_eq(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t));
+        sd_req_free(f->eng, reqs[i]);
+        free(alone[i]);
+    }
+    sd_proposer_free(pr);
+    close_fixture(f);
+}
+
 /* Four requests with different settings stepped together (batched verify and
  * batched drafting) produce exactly what each produces alone. */
 START_TEST(batched_requests_equal_single)
@@ -305,15 +320,7 @@ START_TEST(batched_requests_equal_single)
         ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(100 + i), ids, n, &p, &reqs[i], err, sizeof err), SD_OK);
         free(ids);
     }
-    run_reqs(&f, pr, reqs, 4);
-    for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(sd_req_n_output(reqs[i]), nalone[i]);
-        ck_assert_mem_eq(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t));
-        sd_req_free(f.eng, reqs[i]);
-        free(alone[i]);
-    }
-    sd_proposer_free(pr);
-    close_fixture(&f);
+    run_together(&f, pr, reqs, alone, nalone, 4);
 }
 END_TEST
 
@@ -349,15 +356,7 @@ START_TEST(sampled_batch_verified_in_parallel_equals_alone)
         ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(200 + i), ids, n, &p, &reqs[i], err, sizeof err), SD_OK);
         free(ids);
     }
-    run_reqs(&f, pr, reqs, 6);
-    for (int i = 0; i < 6; i++) {
-        ck_assert_int_eq(sd_req_n_output(reqs[i]), nalone[i]);
-        ck_assert_mem_eq(sd_req_output(reqs[i]), alone[i], (size_t)nalone[i] * sizeof(int32_t));
-        sd_req_free(f.eng, reqs[i]);
-        free(alone[i]);
-    }
-    sd_proposer_free(pr);
-    close_fixture(&f);
+    run_together(&f, pr, reqs, alone, nalone, 6);
 }
 END_TEST
 
