@@ -431,7 +431,6 @@ static void prompt_logprobs(sd_engine *e, sd_req *r, const sd_batch_seq *b, cons
     }
 }
 
-/* Accept + commit for one request after the forward pass. */
 /* Verifies r's rows of batch entry bi (k drafts; a prompt chunk: its last
  * row, k = 0) with v's scratch; the committed tokens to out. */
 static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int bi, const sd_proposal *d,
@@ -491,6 +490,8 @@ static void verify_ahead(sd_engine *e, sd_req *const *reqs, int nb, const sd_pro
     sd_backend_host_parallel(sd_model_backend(e->m), ahead_task, &a);
 }
 
+/* Accept + commit for one request after the forward pass (its rows
+ * verified ahead, or now). */
 static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, float *logits)
 {
     sd_kv_pool *pool = sd_model_kv_pool(e->m);
