@@ -112,6 +112,7 @@ typedef struct sd_vf_adapt {
     double pred_ms;                          /* this step's prediction (0: none) */
     int maxk;                                /* this step's longest span chosen */
     sd_sched_req *sr;                        /* scratch */
+    sd_accept *known;                        /* estimates of requests whose drafts are at hand (supply known) */
     sd_sched_cand *cand;
     int *kk, *map, *k0;
     int cap;

@@ -7,8 +7,9 @@
  * slow spell is measured again; a new request starts from its kind's
  * server-wide estimate (a kind never seen: tried); fixed requests keep their length; the KV budget and
  * per-request budgets hold; the report names the kinds observed; the fallback proposer's drafts are
- * chosen by their own acceptance, which never touches the drafter's. */
+ * chosen by their own acceptance, which never touches the drafter's; drafts in hand are priced in full. */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -415,6 +416,31 @@ START_TEST(pipelined_predictions_by_kind)
 }
 END_TEST
 
+/* A span at hand has its drafts: a request whose proposer seldom offers more
+ * than one of four drafts asked for, with a span of four in hand, is priced
+ * at five rows — not at the two its supply estimate expects of drafts still
+ * to come (planned steps then fell short of the rows they verified). */
+START_TEST(drafts_at_hand_priced_in_full)
+{
+    sim s;
+    sim_init(&s, 1, true);
+    for (int r = 1; r <= 13; r++)
+        for (int i = 0; i < 3; i++) {
+            sd_cost_forward(&s.ad.cost, r, 1, timing_of(r).forward_ms);
+            sd_cost_accept(&s.ad.cost, r, 0, timing_of(r).accept_ms);
+        }
+    for (int i = 0; i < 100; i++) sd_accept_observe(&s.q[0].acc, 4, 1, 1, 0.1, false);
+    ck_assert(sd_accept_drafts(&s.q[0].acc, 4) < 1.5);
+    s.ad.ready_ms = 0.05;
+    s.ad.n_ready = 10;
+    int catchup[1] = {0}, budgets[1] = {4}, avail[1] = {4}, tell[1] = {0};
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
+    double want = sd_cost_forward_ms(&s.ad.cost, 5, 1) + sd_cost_accept_ms(&s.ad.cost, 5, 0) + 0.05;
+    ck_assert_msg(fabs(s.ad.pred_ms - want) < 0.01, "predicted %.3f ms, five rows take %.3f", s.ad.pred_ms, want);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
 START_TEST(fallback_follows_its_own_acceptance)
 {
     double good = fallback_k(0.9, false), useless = fallback_k(0.0, false), fixed = fallback_k(0.0, true);
@@ -437,6 +463,7 @@ int main(void)
     tcase_add_test(tc, late_spans_teach_nothing);
     tcase_add_test(tc, dry_answers_teach_supply);
     tcase_add_test(tc, pipelined_predictions_by_kind);
+    tcase_add_test(tc, drafts_at_hand_priced_in_full);
     tcase_add_test(tc, fallback_follows_its_own_acceptance);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
