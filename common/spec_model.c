@@ -328,6 +328,13 @@ void sd_accept_supply_known(sd_accept *a, int n)
     }
 }
 
+void sd_accept_supply_scaled(sd_accept *a, double p)
+{
+    double first = sd_accept_offered(a, 1);
+    a->c[0] = (p < 0 ? 0 : p > 1 ? 1 : p) * first;
+    a->nc[0] = ACCEPT_CAP;
+}
+
 /* The figure used for position i of v (counts n): its own estimate shrunk
  * towards the average of the positions observed, by SHRINK
  * pseudo-observations. A position seldom judged (the last ones of a span)

@@ -180,6 +180,12 @@ void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, doubl
  * at hand): the supply of positions 1..n is certain. For a copy. */
 void sd_accept_supply_known(sd_accept *a, int n);
 
+/* The same estimate where drafts come only with probability p (a span not
+ * at hand): the supply of the first position, and so of every later one,
+ * times p (the other positions' shrinking towards their average moves a
+ * little with it). For a copy. */
+void sd_accept_supply_scaled(sd_accept *a, double p);
+
 /* P(at least j offered drafts accepted) = prod_{i<j} a[i] (shrunk); 1 for j = 0. */
 double sd_accept_reach(const sd_accept *a, int j);
 

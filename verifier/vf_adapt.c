@@ -15,6 +15,7 @@
 #define FADE 0.02        /* a step without drafts: drafting steps' overhead and bias fade (half in ~35 steps) */
 #define REFRESH_AGE 64   /* passes after which a plain step's figure is measured again, if it could win */
 #define REFRESH_OPT 0.7  /* ... at this share of its figure */
+#define LATE_MIN 8       /* requests given drafts without their span measured before their yield discounts plans */
 
 void sd_vf_adapt_init(sd_vf_adapt *ad)
 {
@@ -51,6 +52,7 @@ void sd_vf_areq_init(sd_vf_areq *q, bool fixed)
     q->fixed = fixed;
     q->probe_every = SD_VF_PROBE_FIRST;
     q->k = -1;
+    q->late_gain = -1;
 }
 
 /* Calibration with one throwaway request at temperature t. */
@@ -141,23 +143,28 @@ static void seed(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
  * lookup), its copy in slot j of ad->known with their supply certain: the
  * estimate's supply is for drafts still to come, and pricing drafts in hand
  * at it planned steps short of the rows they had (measured on a CPU, 16
- * requests, n-gram spans: 32.4 rows planned, 37 verified). */
+ * requests, n-gram spans: 32.4 rows planned, 37 verified). n < 0: a span
+ * not at hand (pipelined) — its drafts come only as often as such requests'
+ * drafts were measured to (the span during a wait, the fallback's): plans
+ * priced as if every span came promised 16% more tokens than steps gave. */
 static const sd_accept *supply_of(sd_vf_adapt *ad, int j, const sd_accept *acc, int n)
 {
-    if (n <= 0) return acc;
+    if (n == 0 || (n < 0 && ad->n_late < LATE_MIN)) return acc;
     ad->known[j] = *acc;
-    sd_accept_supply_known(&ad->known[j], n);
+    if (n > 0) sd_accept_supply_known(&ad->known[j], n);
+    else sd_accept_supply_scaled(&ad->known[j], ad->late_pred > 0 ? ad->late_real / ad->late_pred : 1);
     return &ad->known[j];
 }
 
 /* A decoding request's place in the schedule (slot j): its estimate (seeded
  * from its kind's at its first decode step), and the drafts it may verify. */
 static sd_sched_req sched_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_areq *q, int budget, int avail,
-                              double resume_ms)
+                              double resume_ms, bool pipelined)
 {
     seed(ad, r, q);
     int kmax = avail >= 0 && avail < budget ? avail : budget;
-    return (sd_sched_req){supply_of(ad, j, &q->acc, avail > 0 ? kmax : 0), q->fixed ? kmax : 0, kmax,
+    return (sd_sched_req){supply_of(ad, j, &q->acc, avail > 0 ? kmax : avail < 0 && pipelined ? -1 : 0),
+                          q->fixed ? kmax : 0, kmax,
                           r->p.sampling.temperature > 0, r->kv.len, r->kv.n_blocks, resume_ms};
 }
 
@@ -289,7 +296,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         /* the drafter's catching up is paid once and serves the steps the request then keeps
          * drafting: spread over their measured number */
         double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms / (ad->run_steps > 1 ? ad->run_steps : 1) : 0;
-        ad->sr[m] = sched_req(ad, m, r, aq[i], budgets[i], avail ? avail[i] : -1, resume);
+        ad->sr[m] = sched_req(ad, m, r, aq[i], budgets[i], avail ? avail[i] : -1, resume, pipelined);
         ad->map[m++] = i;
         st.seqs++;
     }
@@ -306,6 +313,8 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             q->k = k;
             q->probing = j == probing;
         }
+        bool late = pipelined && eligible && k > 0 && avail && avail[i] < 0;
+        q->late_gain = late ? sd_accept_expected(&q->acc, k) - 1 : -1;
         /* pipelined: the drafter drafts a little beyond this step's choice (room to grow), and one
          * draft just before a probe may come */
         if (tell && eligible)
@@ -499,6 +508,12 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
             note_request(ad, reqs[i], q, offered[i], accepted[i], had_q[i], pipelined);
         }
         if (pipelined && q->k > 0) ad->hit = sd_avg_update(ad->hit, ready[i], &ad->n_hit, OVER_ALPHA);
+        if (pipelined && q->late_gain >= 0) { /* drafts chosen without the span at hand: what they gave */
+            unsigned n0 = ad->n_late;
+            ad->late_real = sd_avg_update(ad->late_real, accepted[i], &n0, OVER_ALPHA);
+            ad->late_pred = sd_avg_update(ad->late_pred, q->late_gain, &ad->n_late, OVER_ALPHA);
+        }
+        q->late_gain = -1;
     }
     ad->pred_ms = 0;
 }

@@ -85,6 +85,7 @@ typedef struct sd_vf_areq {
     bool fb_seeded;      /* fb_acc seeded from its kind's */
     int fb_k;            /* the fallback's drafts it verifies this step (0: none) */
     int fb_zero_run;     /* steps in a row the fallback had drafts for it and none were chosen */
+    double late_gain;    /* pipelined, drafts chosen without its span at hand: the tokens they were to add (else -1) */
     sd_vf_adapt_stats st;
 } sd_vf_areq;
 
@@ -95,6 +96,8 @@ typedef struct sd_vf_adapt {
     double ready_ms, miss_ms;                /* pipelined: the time outside the engine of steps with drafts whose */
     unsigned n_ready, n_miss;                /* requests all had their span, and of those where some had not */
     bool step_ready;                         /* this step's requests with drafts all have their span */
+    double late_real, late_pred;             /* pipelined, requests given drafts without their span at hand: */
+    unsigned n_late;                         /* drafts accepted (a span that came, the fallback's) and expected */
     double catch_ms;                         /* the drafter's ms per token it catches up on */
     unsigned n_catch;
     double run_steps;                        /* steps a request keeps drafting once it starts, on average */

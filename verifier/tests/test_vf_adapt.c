@@ -307,6 +307,41 @@ START_TEST(late_spans_teach_nothing)
 }
 END_TEST
 
+/* Pipelined: request 0's spans are always at hand, request 1's never (the
+ * drafter keeps guessing wrong for it) and it gets no drafts in its steps.
+ * Its acceptance stays what the kind's is (late steps teach nothing), but
+ * drafts chosen without a span at hand are priced at what such drafts gave
+ * — nothing — so the steps are predicted at the rows they have, not at the
+ * rows of spans that do not come, while request 0 keeps long spans. */
+START_TEST(late_drafts_priced_at_their_yield)
+{
+    sim s;
+    sim_init(&s, 2, false);
+    s.p_accept = 0.9;
+    int catchup[2] = {0}, k0 = 0;
+    bool had_q[2] = {false};
+    double dms[2] = {0.1, 0.1};
+    for (int i = 0; i < 200; i++) {
+        int budgets[2] = {12, 12}, avail[2] = {12, -1}, tell[2] = {0}, offered[2] = {0}, accepted[2] = {0};
+        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 2, -1, 16, NULL, true),
+                         SD_OK);
+        k0 = offered[0] = budgets[0];
+        while (accepted[0] < k0 && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
+        if (i == 150) s.ad.pred_us = s.ad.meas_us = s.ad.err_us = 0; /* the last 50 steps */
+        bool ready[2] = {k0 > 0, false};
+        sd_step_timing t = timing_of(2 + k0);
+        t.seqs = 2;
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+                         catchup, dms, ready, 2, true);
+    }
+    ck_assert_int_ge(k0, 4);
+    ck_assert(s.ad.late_real < 0.1 * s.ad.late_pred);
+    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 20, "prediction error %llu of %llu us",
+                  (unsigned long long)s.ad.err_us, (unsigned long long)s.ad.meas_us);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
 /* Pipelined: good drafts, then the proposer has nothing (n-gram without a
  * match). Its dry answers teach the supply (the estimate that a draft is
  * offered at all falls, and with it what the scheduler expects of drafting);
@@ -461,6 +496,7 @@ int main(void)
     tcase_add_test(tc, new_requests_start_from_their_kind);
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
+    tcase_add_test(tc, late_drafts_priced_at_their_yield);
     tcase_add_test(tc, dry_answers_teach_supply);
     tcase_add_test(tc, pipelined_predictions_by_kind);
     tcase_add_test(tc, drafts_at_hand_priced_in_full);
