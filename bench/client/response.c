@@ -79,7 +79,8 @@ sd_status sd_resp_parse(const char *json, size_t len, bool chat, sd_resp_info *o
     memset(out, 0, sizeof *out);
     out->spec_mean = NAN;
     json_error_t je;
-    json_t *root = json_loadb(json, len, 0, &je);
+    /* "\u0000" is valid JSON and a sampled token may decode to it: the counts use string lengths */
+    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &je);
     if (!root)
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "invalid JSON: %s", je.text);
     if (!json_is_object(root)) {

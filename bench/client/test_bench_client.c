@@ -259,6 +259,9 @@ START_TEST(test_response_shapes)
     ck_assert_uint_eq(i.content_len, 0);
     i = parse_ok("{\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}", true);
     ck_assert_uint_eq(i.content_len, 2);
+    /* a token that decodes to NUL (sampled at a high temperature): valid JSON, counted */
+    i = parse_ok("{\"choices\":[{\"delta\":{\"content\":\"a\\u0000b\"}}]}", true);
+    ck_assert_uint_eq(i.content_len, 3);
     i = parse_ok("{\"choices\":[{\"message\":{\"content\":\"hello\"}}],\"usage\":{\"completion_tokens\":7}}", true);
     ck_assert_uint_eq(i.content_len, 5);
     ck_assert(i.has_usage);
