@@ -152,6 +152,16 @@ START_TEST(drafting_resumes_after_a_spell)
 }
 END_TEST
 
+/* Steps of first..13 rows measured three times each at their true cost (timing_of). */
+static void measure_spans(sd_cost *c, int first)
+{
+    for (int r = first; r <= 13; r++)
+        for (int i = 0; i < 3; i++) {
+            sd_cost_forward(c, r, 1, timing_of(r).forward_ms);
+            sd_cost_accept(c, r, 0, timing_of(r).accept_ms);
+        }
+}
+
 /* One request's plan from a set state: spans of every length measured at
  * their true cost (timing_of), acceptance 0.9, a drafting step's time
  * outside the engine 0.1 + call_ms; the plain step (1 row) measured
@@ -160,11 +170,7 @@ static int plan_with(double call_ms, int plain_n, double plain_ms, int older)
 {
     sim s;
     sim_init(&s, 1, false);
-    for (int r = 2; r <= 13; r++)
-        for (int i = 0; i < 3; i++) {
-            sd_cost_forward(&s.ad.cost, r, 1, timing_of(r).forward_ms);
-            sd_cost_accept(&s.ad.cost, r, 0, timing_of(r).accept_ms);
-        }
+    measure_spans(&s.ad.cost, 2);
     for (int i = 0; i < plain_n; i++) sd_cost_forward(&s.ad.cost, 1, 1, plain_ms);
     for (int i = 0; i < older; i++) sd_cost_forward(&s.ad.cost, 13, 1, timing_of(13).forward_ms);
     s.ad.draft_ms = 0.1 + call_ms;
@@ -459,11 +465,7 @@ START_TEST(drafts_at_hand_priced_in_full)
 {
     sim s;
     sim_init(&s, 1, true);
-    for (int r = 1; r <= 13; r++)
-        for (int i = 0; i < 3; i++) {
-            sd_cost_forward(&s.ad.cost, r, 1, timing_of(r).forward_ms);
-            sd_cost_accept(&s.ad.cost, r, 0, timing_of(r).accept_ms);
-        }
+    measure_spans(&s.ad.cost, 1);
     for (int i = 0; i < 100; i++) sd_accept_observe(&s.q[0].acc, 4, 1, 1, 0.1, false);
     ck_assert(sd_accept_drafts(&s.q[0].acc, 4) < 1.5);
     s.ad.ready_ms = 0.05;
