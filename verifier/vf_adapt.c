@@ -122,8 +122,8 @@ static sd_status fit(sd_vf_adapt *ad, int n)
 {
     if (n <= ad->cap) return SD_OK;
     size_t cap = (size_t)ad->cap, want = (size_t)n;
-    const sd_grow_item items[] = {SD_GROW_ITEM(ad->sr),  SD_GROW_ITEM(ad->kk),    SD_GROW_ITEM(ad->map),
-                                  SD_GROW_ITEM(ad->k0),  SD_GROW_ITEM(ad->known),
+    const sd_grow_item items[] = {SD_GROW_ITEM(ad->sr), SD_GROW_ITEM(ad->kk), SD_GROW_ITEM(ad->map),
+                                  SD_GROW_ITEM(ad->k0), SD_GROW_ITEM(ad->known),
                                   {&ad->cand, SD_MAX_DRAFT * sizeof *ad->cand}};
     if (sd_grow_all(items, 6, &cap, want) != SD_OK) return SD_ERR_NOMEM;
     ad->cap = (int)cap;

@@ -7,7 +7,8 @@
  * slow spell is measured again; a new request starts from its kind's
  * server-wide estimate (a kind never seen: tried); fixed requests keep their length; the KV budget and
  * per-request budgets hold; the report names the kinds observed; the fallback proposer's drafts are
- * chosen by their own acceptance, which never touches the drafter's; drafts in hand are priced in full. */
+ * chosen by their own acceptance, which never touches the drafter's; drafts in hand are priced in full,
+ * drafts without a span at hand at what such drafts gave. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -471,7 +472,8 @@ START_TEST(drafts_at_hand_priced_in_full)
     s.ad.ready_ms = 0.05;
     s.ad.n_ready = 10;
     int catchup[1] = {0}, budgets[1] = {4}, avail[1] = {4}, tell[1] = {0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
+                     SD_OK);
     double want = sd_cost_forward_ms(&s.ad.cost, 5, 1) + sd_cost_accept_ms(&s.ad.cost, 5, 0) + 0.05;
     ck_assert_msg(fabs(s.ad.pred_ms - want) < 0.01, "predicted %.3f ms, five rows take %.3f", s.ad.pred_ms, want);
     sd_vf_adapt_free(&s.ad);
