@@ -279,6 +279,19 @@ START_TEST(sampled_match_equals_plain)
 }
 END_TEST
 
+/* Request i of a batch test: what prompt gives alone with p (drafts from pr,
+ * or none) into alone[i] / nalone[i], and a new request for the batch with id. */
+static void add_request(fixture *f, sd_proposer *pr, const char *prompt, const sd_req_params *p, uint64_t id,
+                        sd_req **req, int32_t **alone, int *nalone)
+{
+    int n;
+    char err[256];
+    int32_t *ids = encode(f, prompt, &n);
+    *alone = gen(f, pr, ids, n, p, nalone, NULL);
+    ck_assert_int_eq(sd_req_new(f->eng, id, ids, n, p, req, err, sizeof err), SD_OK);
+    free(ids);
+}
+
 /* Steps reqs[0..n) together and checks each gives alone[i] (nalone[i]
  * tokens); frees the requests, alone, the proposer and the fixture. */
 static void run_together(fixture *f, sd_proposer *pr, sd_req **reqs, int32_t **alone, const int *nalone, int n)
@@ -304,10 +317,7 @@ START_TEST(batched_requests_equal_single)
     sd_req *reqs[4];
     int32_t *alone[4];
     int nalone[4];
-    char err[256];
     for (int i = 0; i < 4; i++) {
-        int n;
-        int32_t *ids = encode(&f, PROMPTS[i + 4], &n);
         sd_req_params p = sd_req_params_default();
         p.max_tokens = 64 + 16 * i;
         p.ignore_eos = true;
@@ -316,9 +326,7 @@ START_TEST(batched_requests_equal_single)
         p.sampling.temperature = i == 1 ? 0.8f : 0.0f;
         p.sampling.seed = 11;
         p.verify = i == 1 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
-        alone[i] = gen(&f, pr, ids, n, &p, &nalone[i], NULL);
-        ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(100 + i), ids, n, &p, &reqs[i], err, sizeof err), SD_OK);
-        free(ids);
+        add_request(&f, pr, PROMPTS[i + 4], &p, (uint64_t)(100 + i), &reqs[i], &alone[i], &nalone[i]);
     }
     run_together(&f, pr, reqs, alone, nalone, 4);
 }
@@ -337,10 +345,7 @@ START_TEST(sampled_batch_verified_in_parallel_equals_alone)
     sd_req *reqs[6];
     int32_t *alone[6];
     int nalone[6];
-    char err[256];
     for (int i = 0; i < 6; i++) {
-        int n;
-        int32_t *ids = encode(&f, PROMPTS[i + 9], &n);
         sd_req_params p = sd_req_params_default();
         p.max_tokens = 48 + 8 * i;
         p.ignore_eos = true;
@@ -352,9 +357,8 @@ START_TEST(sampled_batch_verified_in_parallel_equals_alone)
         p.sampling.top_p = i == 3 ? 0.9f : 1.0f;
         p.sampling.repetition_penalty = i == 4 ? 1.2f : 1.0f;
         p.sampling.seed = 21 + (uint64_t)i;
-        alone[i] = gen(&f, p.speculate ? pr : NULL, ids, n, &p, &nalone[i], NULL);
-        ck_assert_int_eq(sd_req_new(f.eng, (uint64_t)(200 + i), ids, n, &p, &reqs[i], err, sizeof err), SD_OK);
-        free(ids);
+        add_request(&f, p.speculate ? pr : NULL, PROMPTS[i + 9], &p, (uint64_t)(200 + i), &reqs[i], &alone[i],
+                    &nalone[i]);
     }
     run_together(&f, pr, reqs, alone, nalone, 6);
 }
