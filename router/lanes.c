@@ -63,6 +63,9 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     in->step_pred_us = s->step_predicted_us;
     in->step_meas_us = s->step_measured_us;
     in->step_err_us = s->step_error_us;
+    in->regime_plain = s->regime_plain_steps;
+    in->regime_rate[0] = s->regime_rate_drafting;
+    in->regime_rate[1] = s->regime_rate_plain;
     in->step_rows_max = s->step_rows_max;
     in->preemptions = s->preemptions;
     in->prefix_queries = s->prefix_queries;
@@ -95,6 +98,7 @@ static void add_counters(sd_lane_info *in, const sd_lane_info *base)
     in->step_pred_us += base->step_pred_us;
     in->step_meas_us += base->step_meas_us;
     in->step_err_us += base->step_err_us;
+    in->regime_plain += base->regime_plain;
     in->preemptions += base->preemptions;
     in->prefix_queries += base->prefix_queries;
     in->prefix_hits += base->prefix_hits;

@@ -180,7 +180,7 @@ static void render_pipe(FILE *f, const sd_lanes *l)
  * acceptance estimates. */
 static void render_adapt(FILE *f, const sd_lanes *l)
 {
-    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0;
+    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0, plain = 0;
     size_t nk = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
@@ -189,6 +189,7 @@ static void render_adapt(FILE *f, const sd_lanes *l)
         pred += in->step_pred_us;
         meas += in->step_meas_us;
         errs += in->step_err_us;
+        plain += in->regime_plain;
     }
     header(f, "specd_spec_draft_length_total", "counter",
            "Decode steps by the number of drafts the scheduler chose (k), summed over requests and lanes.");
@@ -200,6 +201,18 @@ static void render_adapt(FILE *f, const sd_lanes *l)
     fprintf(f, "specd_spec_step_measured_seconds_total %.6f\n", meas / 1e6);
     header(f, "specd_spec_step_prediction_error", "gauge", "Mean |predicted - measured| / measured step time.");
     fprintf(f, "specd_spec_step_prediction_error %.6f\n", meas ? (double)errs / (double)meas : 0.0);
+    header(f, "specd_spec_regime_plain_steps_total", "counter",
+           "Steps the regime test ran without drafts (blocks of plain decoding measured against drafting).");
+    fprintf(f, "specd_spec_regime_plain_steps_total %llu\n", (unsigned long long)plain);
+    header(f, "specd_spec_regime_rate", "gauge",
+           "The regime test's measured rate of drafting and of plain decoding: the step model's plain time for "
+           "the tokens committed per time taken (0: not measured).");
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        for (int r = 0; r < 2; r++)
+            fprintf(f, "specd_spec_regime_rate{lane=\"%s\",regime=\"%s\"} %.4f\n", in->endpoint,
+                    r ? "plain" : "drafting", in->regime_rate[r]);
+    }
     header(f, "specd_spec_acceptance_estimate", "gauge",
            "P(draft pos accepted | the drafts before it were), by kind of request (verification mode, temperature).");
     for (size_t i = 0; i < sd_lanes_count(l); i++) {

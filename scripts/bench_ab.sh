@@ -46,9 +46,11 @@ for r in $(seq "$ROUNDS"); do
     for v in "${envs[@]}"; do unset "$v"; done
     base=$OUTDIR/c$i-r$r
     curl -s "$URL/metrics" >"$base.m0"
+    cpu_snapshot >"$base.cpu0"
     fg "$BIN/specd-bench" --url "$URL" --num-prompts "$N" --concurrency "$C" --max-tokens 128 --temperature "$T" \
       --seed 1 --ignore-eos --warmup 2 --quiet --json "$base.json" ${SD_BENCH_CLIENT_ARGS:-} >/dev/null 2>&1 || echo "bench_ab: specd-bench failed ($cfg)" >&2
     curl -s "$URL/metrics" >"$base.m1"
+    cpu_snapshot >"$base.cpu1"
     serve_stop
     i=$((i + 1))
   done
@@ -57,12 +59,12 @@ done
 python3 - "$ROOT/scripts" "$OUTDIR" "$ROUNDS" "$@" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from bench_metrics import metrics
+from bench_metrics import cpu_ms, metrics
 out, rounds, cfgs = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 base = None
 for i, cfg in enumerate(cfgs):
     tok = dur = 0.0
-    d = {}
+    d, cpu = {}, {}
     for r in range(1, rounds + 1):
         try:
             s = json.load(open(f"{out}/c{i}-r{r}.json"))["summary"]
@@ -73,6 +75,9 @@ for i, cfg in enumerate(cfgs):
         m0, m1 = metrics(f"{out}/c{i}-r{r}.m0"), metrics(f"{out}/c{i}-r{r}.m1")
         for k in m1:
             d[k] = d.get(k, 0.0) + m1[k] - m0.get(k, 0.0)
+        c0, c1 = cpu_ms(f"{out}/c{i}-r{r}.cpu0"), cpu_ms(f"{out}/c{i}-r{r}.cpu1")
+        for k in c1:
+            cpu[k] = cpu.get(k, 0.0) + c1[k] - c0.get(k, 0.0)
     if dur <= 0:
         print(f"c{i} [{cfg}]: no result")
         continue
@@ -88,5 +93,6 @@ for i, cfg in enumerate(cfgs):
           f"step {g('step_seconds_total') / ds * 1e3:.3f} verify {g('verify_seconds_total') / ds * 1e3:.3f} "
           f"wait {g('wait_seconds_total') / ds * 1e3:.3f} draft {g('draft_seconds_total') / ds * 1e3:.3f} | "
           f"hidden {hid:.2f} used {used / ds:.2f} acc/used {(g('accepted_tokens_total') - fba) / max(1, used):.2f} | "
-          f"fallback {fb / ds:.2f} acc/fallback {fba / max(1, fb):.2f}")
+          f"fallback {fb / ds:.2f} acc/fallback {fba / max(1, fb):.2f} | cpu ms/100 tok: "
+          + " ".join(f"{k.removeprefix('specd-')} {v / tok * 100:.1f}" for k, v in sorted(cpu.items())))
 PY

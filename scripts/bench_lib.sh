@@ -36,6 +36,16 @@ on_exit() {
   serve_stop_all
 }
 
+# cpu_snapshot: "NAME MS" per child process of the server — the CPU time (user + system)
+# it has spent so far (/proc/PID/stat; nothing where /proc is missing).
+cpu_snapshot() {
+  local k hz; hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
+  for k in $(pgrep -P "$SERVE_PID" 2>/dev/null); do
+    [ -r "/proc/$k/stat" ] || continue
+    awk -v hz="$hz" -v name="$(cat "/proc/$k/comm")" '{ sub(/^.*\) /, ""); print name, ($12 + $13) * 1000 / hz }' "/proc/$k/stat"
+  done
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # wait_drafter: waits (60 s) for the drafter's "drafting with" log line, then

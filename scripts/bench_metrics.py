@@ -19,6 +19,18 @@ def metrics(path):
     return m
 
 
+def cpu_ms(path):
+    """CPU ms by process name of a cpu_snapshot (scripts/bench_lib.sh); {} when unreadable."""
+    c = {}
+    try:
+        for line in open(path):
+            k, v = line.split()
+            c[k] = c.get(k, 0.0) + float(v)
+    except (OSError, ValueError):
+        pass
+    return c
+
+
 def cell_sums(outdir, rounds, cfg, th, c, t, only=None):
     """A cell over its rounds (or round `only`): (output tokens, wall seconds, {series: counter
     increase}); None when no round has a usable specd-bench summary. Files:

@@ -22,6 +22,7 @@ void sd_vf_adapt_init(sd_vf_adapt *ad)
     memset(ad, 0, sizeof *ad);
     sd_cost_init(&ad->cost);
     sd_cost_init(&ad->drafter);
+    sd_vf_regime_init(&ad->rg);
     for (int k = 0; k < SD_VF_ACCEPT_KEYS; k++) {
         sd_accept_init(&ad->prior[k], NULL, 0);
         sd_accept_init(&ad->fb_prior[k], NULL, 0);
@@ -191,25 +192,46 @@ static bool stale(const sd_cost *c, int rows)
  * a CPU, 2 cores, 16 requests: 16 rows kept 4.9 ms from one step after the
  * prompts while they took 3.6, and steps drafted at 3.2 tokens a ms against
  * plain's 4.3). */
-static sd_sched_plan debiased(sd_vf_adapt *ad, const sd_sched_step *st, int m, sd_sched_plan plan)
+static sd_sched_plan debiased(sd_vf_adapt *ad, int m, sd_sched_plan plan)
 {
-    double tokens = st->fixed_tokens, rows = st->fixed_rows;
     bool extra = false;
-    for (int j = 0; j < m; j++) {
-        ad->k0[j] = ad->sr[j].kmin;
-        extra |= ad->kk[j] > ad->k0[j];
-        tokens += sd_accept_expected(ad->sr[j].acc, ad->k0[j]);
-        rows += 1 + sd_accept_drafts(ad->sr[j].acc, ad->k0[j]);
-    }
-    if (!extra || plan.step_ms <= 0) return plan;
-    double t = sd_sched_step_ms(st, ad->sr, m, ad->k0), t_plan = plan.step_ms * (1 + ad->bias_draft);
-    if (t <= 0) return plan;
+    for (int j = 0; j < m; j++) extra |= ad->kk[j] > ad->k0[j];
+    double t = ad->alt_ms, tokens = ad->alt_tok, t_plan = plan.step_ms * (1 + ad->bias_draft);
+    if (!extra || plan.step_ms <= 0 || t <= 0) return plan;
     bool better = !sd_sched_beats(&plan, plan.tokens, t_plan, tokens, t * (1 + ad->bias_plain));
-    bool refresh = !better && stale(&ad->cost, (int)(rows + 0.5)) &&
+    bool refresh = !better && stale(&ad->cost, (int)(ad->alt_rows + 0.5)) &&
                    !sd_sched_beats(&plan, plan.tokens, t_plan, tokens, REFRESH_OPT * t);
     if (!better && !refresh) return plan;
     memcpy(ad->kk, ad->k0, (size_t)m * sizeof *ad->kk);
     return (sd_sched_plan){t, tokens, 0, plan.rate};
+}
+
+/* The plan without drafts beyond the fixed ones, in ad->k0: its predicted
+ * time (ad->alt_ms, 0: unknown), tokens and rows. */
+static void plain_alt(sd_vf_adapt *ad, const sd_sched_step *st, int m)
+{
+    double tokens = st->fixed_tokens, rows = st->fixed_rows;
+    for (int j = 0; j < m; j++) {
+        ad->k0[j] = ad->sr[j].kmin;
+        tokens += sd_accept_expected(ad->sr[j].acc, ad->k0[j]);
+        rows += 1 + sd_accept_drafts(ad->sr[j].acc, ad->k0[j]);
+    }
+    double t = sd_sched_step_ms(st, ad->sr, m, ad->k0);
+    ad->alt_ms = t > 0 ? t : 0;
+    ad->alt_tok = tokens;
+    ad->alt_rows = rows;
+}
+
+/* This step's plan: the regime test's plain block (vf_regime.h) runs the
+ * plain alternative; otherwise the scheduler's choice, debiased. */
+static sd_sched_plan choose(sd_vf_adapt *ad, sd_sched_step *st, int m)
+{
+    plain_alt(ad, st, m);
+    if (ad->step_plain) {
+        memcpy(ad->kk, ad->k0, (size_t)m * sizeof *ad->kk);
+        return (sd_sched_plan){ad->alt_ms, ad->alt_tok, 0, 0};
+    }
+    return debiased(ad, m, sd_sched_choose(st, ad->sr, m, ad->kk, ad->cand));
 }
 
 /* At most one probe per step: the request left without drafts longest,
@@ -285,6 +307,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
                         .kv_free = kv_free, .block_size = bs};
     if (pipelined) pipe_overhead(ad, reqs, budgets, avail, n, &st);
     int m = 0;
+    bool testable = false; /* a request whose drafts the scheduler chooses could draft */
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
         aq[i]->k = -1;
@@ -299,11 +322,13 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         ad->sr[m] = sched_req(ad, m, r, aq[i], budgets[i], avail ? avail[i] : -1, resume, pipelined);
         ad->map[m++] = i;
         st.seqs++;
+        testable |= !aq[i]->fixed && budgets[i] > 0;
     }
-    sd_sched_plan plan = sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
-    plan = debiased(ad, &st, m, plan);
+    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg);
+    ad->step_test = testable && st.fixed_rows == 0;
+    sd_sched_plan plan = choose(ad, &st, m);
     ad->pred_ms = plan.step_ms;
-    int probing = probe(ad, &st, aq, m, plan);
+    int probing = ad->step_plain ? -1 : probe(ad, &st, aq, m, plan);
     ad->maxk = 0;
     for (int j = 0; j < m; j++) {
         int i = ad->map[j], k = ad->kk[j];
@@ -320,7 +345,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         if (tell && eligible)
             tell[i] = q->fixed ? budgets[i]
                       : k > 0  ? (k + 2 < budgets[i] ? k + 2 : budgets[i])
-                               : q->zero_run + 1 >= q->probe_every;
+                               : !ad->step_plain && q->zero_run + 1 >= q->probe_every;
         budgets[i] = k;
         if (k > ad->maxk) ad->maxk = k;
     }
@@ -391,11 +416,13 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, dou
     } else {
         ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
         /* what only drafting steps renew fades towards what plain steps show: a plan kept out by an old
-         * error (a slow spell of the drafter, its messages) would never be measured again */
-        ad->bias_draft *= 1 - FADE;
-        if (ad->n_draft) ad->draft_ms += FADE * (ad->plain_ms - ad->draft_ms);
-        if (ad->n_ready) ad->ready_ms += FADE * (ad->plain_ms - ad->ready_ms);
-        if (ad->n_miss) ad->miss_ms += FADE * (ad->plain_ms - ad->miss_ms);
+         * error (a slow spell of the drafter, its messages) would never be measured again (the regime
+         * test's plain blocks chose nothing: they end and drafting is measured again) */
+        double fade = ad->step_plain ? 0 : FADE;
+        ad->bias_draft *= 1 - fade;
+        if (ad->n_draft) ad->draft_ms += fade * (ad->plain_ms - ad->draft_ms);
+        if (ad->n_ready) ad->ready_ms += fade * (ad->plain_ms - ad->ready_ms);
+        if (ad->n_miss) ad->miss_ms += fade * (ad->plain_ms - ad->miss_ms);
     }
     if (ad->pred_ms > 0) {
         double bias = (wall_ms - ad->pred_ms) / ad->pred_ms;
@@ -422,6 +449,7 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     q->st.k_steps++;
     q->st.k_zero += k == 0;
     ad->k_hist[k]++;
+    if (ad->step_plain && !q->fixed) return; /* the regime test's plain block: its runs and probes wait */
     if (k > 0 && !late) {
         sd_verify_mode mode = sd_req_verify_mode(r, had_q);
         sd_accept_observe(&q->acc, k, offered, accepted, ACC_ALPHA, true);
@@ -448,6 +476,18 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     }
 }
 
+/* The regime test's measure of a decode step (vf_regime.h): the plain
+ * alternative's time for the tokens the step committed. */
+static void note_regime(sd_vf_adapt *ad, sd_vf_areq *const *aq, const int *accepted, int n, double cycle_ms)
+{
+    if (!ad->step_test || ad->alt_tok <= 0) return;
+    int got = 0;
+    for (int i = 0; i < n; i++)
+        if (aq[i]->k >= 0) got += 1 + accepted[i];
+    sd_vf_regime_note(&ad->rg, ad->alt_ms * got / ad->alt_tok, cycle_ms);
+    ad->step_test = false;
+}
+
 void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
 {
     if (q->fixed) return;
@@ -456,9 +496,10 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
     sd_accept_observe(&ad->prior[q->key], 1, 0, 0, PRIOR_ALPHA, false);
 }
 
-void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
-                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
-                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined)
+void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms,
+                      sd_req *const *reqs, sd_vf_areq *const *aq, const int *offered, const int *accepted,
+                      const bool *had_q, const int *catchup, const double *draft_ms, const bool *ready, int n,
+                      bool pipelined)
 {
     /* the drafter's call behind this step: the requests asked, its passes (one per position of the
      * longest span, one to take in the committed tokens, pipelined one for the guess of the next),
@@ -515,6 +556,7 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
         }
         q->late_gain = -1;
     }
+    note_regime(ad, aq, accepted, n, cycle_ms);
     ad->pred_ms = 0;
 }
 

@@ -58,6 +58,7 @@
 #include "spec_model.h"
 #include "spec_sched.h"
 #include "specd.pb-c.h"
+#include "vf_regime.h"
 
 #define SD_VF_TEMP_BUCKETS 5 /* temperature 0, (0, 0.5], (0.5, 1], (1, 1.5], > 1.5 */
 #define SD_VF_ACCEPT_KEYS (3 * SD_VF_TEMP_BUCKETS) /* x verification mode */
@@ -113,6 +114,9 @@ typedef struct sd_vf_adapt {
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
     uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */
     double pred_ms;                          /* this step's prediction (0: none) */
+    sd_vf_regime rg;                         /* the regime test (vf_regime.h) */
+    bool step_plain, step_test;              /* this step: the test's plain block; a step the test measures */
+    double alt_ms, alt_tok, alt_rows;        /* this step's plain alternative: predicted time, tokens, rows */
     int maxk;                                /* this step's longest span chosen */
     sd_sched_req *sr;                        /* scratch */
     sd_accept *known;                        /* estimates of requests whose drafts are at hand (supply known) */
@@ -182,7 +186,9 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
 
 /* After the step: t is the engine's timing, wall_ms the step's wall time
  * (from the start of its planning — drafter exchange and waits included,
- * router I/O not — to the end of the engine step; <= 0: unknown),
+ * router I/O not — to the end of the engine step; <= 0: unknown), cycle_ms
+ * the time from the end of the previous step to the end of this one (the
+ * regime test's measure; <= 0: unknown, e.g. after an idle spell),
  * offered[i] / accepted[i] what the engine verified for reqs[i], had_q[i]
  * whether those drafts came with q, catchup[i] the tokens the drafter first
  * had to take in for it (as for the plan: their cost is measured apart from
@@ -191,9 +197,10 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
  * the step began. A request whose drafts were the fallback's (aq[i]->fb_k
  * > 0) teaches its estimate of the fallback, and the drafter's figures as a
  * step without the drafter's drafts. */
-void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, sd_req *const *reqs,
-                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
-                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined);
+void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms,
+                      sd_req *const *reqs, sd_vf_areq *const *aq, const int *offered, const int *accepted,
+                      const bool *had_q, const int *catchup, const double *draft_ms, const bool *ready, int n,
+                      bool pipelined);
 
 /* The acceptance estimates to report: fills up to cap entries (names and
  * buffers owned by ad / bufs) of the kinds observed. Returns how many. */

@@ -330,6 +330,10 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     st.step_predicted_us = s->ad.pred_us;
     st.step_measured_us = s->ad.meas_us;
     st.step_error_us = s->ad.err_us;
+    st.regime_plain_steps = s->ad.rg.plain_steps;
+    double rd = sd_vf_regime_rate(&s->ad.rg, SD_VF_DRAFTING), rp = sd_vf_regime_rate(&s->ad.rg, SD_VF_PLAIN);
+    st.regime_rate_drafting = rd > 0 ? (float)rd : 0;
+    st.regime_rate_plain = rp > 0 ? (float)rp : 0;
     Specd__AcceptEstimate est[SD_VF_ACCEPT_KEYS], *estp[SD_VF_ACCEPT_KEYS];
     float est_buf[SD_VF_ACCEPT_KEYS][SD_MAX_DRAFT];
     st.n_accept = (size_t)sd_vf_adapt_estimates(&s->ad, est, est_buf, SD_VF_ACCEPT_KEYS);
@@ -563,7 +567,7 @@ static int rows_of(const sd_vf_server *s, int i)
 
 /* After the engine step: what each request verified and accepted, for the
  * adaptive model (before emit, which may retire requests). */
-static void note_step(sd_vf_server *s, double wall_ms, bool pipelined)
+static void note_step(sd_vf_server *s, double wall_ms, double cycle_ms, bool pipelined)
 {
     int n = s->n_active;
     for (int i = 0; i < n; i++) {
@@ -576,7 +580,7 @@ static void note_step(sd_vf_server *s, double wall_ms, bool pipelined)
     }
     const sd_step_timing *tm = sd_engine_last_timing(s->e);
     if ((uint32_t)tm->rows > s->step_rows_max) s->step_rows_max = (uint32_t)tm->rows;
-    sd_vf_adapt_done(&s->ad, tm, wall_ms, s->reqs, s->aqs, s->offered, s->accepted,
+    sd_vf_adapt_done(&s->ad, tm, wall_ms, cycle_ms, s->reqs, s->aqs, s->offered, s->accepted,
                      s->had_q, s->catchup, s->draft_ms, s->ready, n, pipelined);
 }
 
@@ -600,7 +604,7 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
         }
     }
     double t1 = sd_now_ms();
-    note_step(s, t1 - s->step_begin_ms, pipelined);
+    note_step(s, t1 - s->step_begin_ms, s->last_step_end_ms > 0 ? t1 - s->last_step_end_ms : 0, pipelined);
     for (int i = 0; i < n; i++) {
         sd_vf_slot *sl = s->slots[i];
         if (s->budgets[i] <= 0) continue; /* no drafts wanted this step */

@@ -51,6 +51,8 @@ typedef struct sim {
     int calls;
     double call_ms; /* a drafting step's time outside the engine beyond the drafter's passes */
     double slow;    /* drafting steps take this many times longer (a slow spell; 0: 1) */
+    bool cycle;     /* the cycle time is known (the regime test runs) */
+    double hidden;  /* a drafting step's cycle costs this much more, outside the step's wall time */
 } sim;
 
 static void sim_init(sim *s, int n, bool fixed)
@@ -88,7 +90,9 @@ static int sim_step(sim *s, const int *budget_in)
     sd_step_timing t = timing_of(rows);
     double wall = t.forward_ms + t.accept_ms + (s->ad.maxk > 0 ? 0.1 + s->call_ms + 0.02 * s->ad.maxk : 0.02);
     if (s->ad.maxk > 0 && s->slow > 0) wall *= s->slow;
-    sd_vf_adapt_done(&s->ad, &t, wall, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n, false);
+    double cycle = s->cycle ? wall + 0.05 + (s->ad.maxk > 0 ? s->hidden : 0) : 0;
+    sd_vf_adapt_done(&s->ad, &t, wall, cycle, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n,
+                     false);
     return budgets[0];
 }
 
@@ -288,7 +292,7 @@ START_TEST(late_spans_teach_nothing)
                          SD_OK);
         asked += budgets[0] > 0;
         sd_step_timing t = timing_of(1);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.5, s.rp, s.qp, offered, accepted, had_q, catchup,
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.5, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
                          dms, ready, 1, true);
     }
     ck_assert_int_ge(asked, 2);
@@ -306,7 +310,7 @@ START_TEST(late_spans_teach_nothing)
         while (accepted[0] < k && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
         ready[0] = k > 0;
         sd_step_timing t = timing_of(1 + k);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
                          catchup, dms, ready, 1, true);
     }
     ck_assert_int_ge(k, 4);
@@ -338,7 +342,7 @@ START_TEST(late_drafts_priced_at_their_yield)
         bool ready[2] = {k0 > 0, false};
         sd_step_timing t = timing_of(2 + k0);
         t.seqs = 2;
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
                          catchup, dms, ready, 2, true);
     }
     ck_assert_int_ge(k0, 4);
@@ -371,7 +375,7 @@ static double supply_after(bool dry)
         ready[0] = k > 0;
         if (i >= 100 && dry) sd_vf_adapt_dry(&s.ad, s.rp[0], s.qp[0]); /* the answer for the state told */
         sd_step_timing t = timing_of(1 + k);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
                          catchup, dms, ready, 1, true);
         if (i == 99) ck_assert_double_gt(sd_accept_offered(&s.q[0].acc, 1), 0.9);
     }
@@ -420,7 +424,7 @@ static double fallback_k(double p_fb, bool fixed)
         }
         if (i >= 100) sum += k[1];
         sd_step_timing t = timing_of(2 + k[0] + k[1]);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, s.rp, s.qp, offered, accepted, had_q,
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
                          catchup, dms, ready, 2, true);
         ck_assert_int_eq(s.q[1].fb_k, 0);
     }
@@ -449,7 +453,7 @@ START_TEST(pipelined_predictions_by_kind)
         ck_assert_int_eq(budgets[0], 4);
         if (i == 200) s.ad.pred_us = s.ad.meas_us = s.ad.err_us = 0; /* the second half only */
         sd_step_timing t = timing_of(5);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + (ready[0] ? 0.05 : 0.5), s.rp, s.qp, offered,
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + (ready[0] ? 0.05 : 0.5), 0, s.rp, s.qp, offered,
                          accepted, had_q, catchup, dms, ready, 1, true);
     }
     ck_assert_msg(s.ad.err_us < s.ad.meas_us / 50, "prediction error %llu of %llu us",
@@ -480,6 +484,89 @@ START_TEST(drafts_at_hand_priced_in_full)
 }
 END_TEST
 
+/* The regime test alone (vf_regime.h): drafting's block first, the two
+ * alternating until each has its three, then the better one with the
+ * other's block after 4, 8, 16, 32 of its own — back to 4 when the winner changes;
+ * none of plain's while drafting makes 1.4 times plain's rate. */
+static int block(sd_vf_regime *g, double rate)
+{
+    int r = g->now;
+    for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
+        ck_assert_int_eq(g->now, r);
+        sd_vf_regime_note(g, rate, 1.0);
+    }
+    return r;
+}
+
+START_TEST(regime_blocks)
+{
+    sd_vf_regime g;
+    sd_vf_regime_init(&g);
+    char seq[64] = {0};
+    for (int b = 0; b < 40; b++) {
+        int r = block(&g, sd_vf_regime_plain(&g) ? 1.2 : 1.0);
+        seq[b] = r == SD_VF_PLAIN ? 'p' : 'd';
+    }
+    ck_assert_str_eq(seq, "dpdpdpppppdppppppppdppppppppppppppppdppp");
+    ck_assert_double_eq_tol(sd_vf_regime_rate(&g, SD_VF_PLAIN), 1.2, 1e-9);
+    ck_assert_uint_eq(g.plain_steps, 34 * (SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS));
+    /* the load changes, drafting now better: noticed at drafting's next block (at most 32 of plain's
+     * later), then its turn */
+    memset(seq, 0, sizeof seq);
+    for (int b = 0; b < 40; b++) {
+        int r = block(&g, sd_vf_regime_plain(&g) ? 1.0 : 1.3);
+        seq[b] = r == SD_VF_PLAIN ? 'p' : 'd';
+    }
+    const char *d = strchr(seq, 'd');
+    ck_assert_msg(d != NULL && d - seq <= SD_VF_REGIME_GAP_MAX, "%s", seq);
+    int after = 0;
+    for (const char *c = d; *c; c++) after += *c == 'p';
+    ck_assert_msg(after <= 2, "%s", seq);
+    /* drafting far better: plain's blocks stop */
+    sd_vf_regime_init(&g);
+    for (int b = 0; b < 20; b++) ck_assert_int_eq(block(&g, 1.5), SD_VF_DRAFTING);
+    ck_assert_uint_eq(g.plain_steps, 0);
+    /* an unknown cycle time measures nothing */
+    sd_vf_regime_init(&g);
+    for (int i = 0; i < 100; i++) sd_vf_regime_note(&g, 1.0, 0);
+    ck_assert(!sd_vf_regime_plain(&g));
+    ck_assert_double_lt(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 0);
+}
+END_TEST
+
+/* Four requests whose drafts the step model finds worth ~1.1x plain: the
+ * plain steps among steps 200..1200 (cycle: the cycle time is known — the
+ * regime test runs — and counts its plain steps; else the steps without
+ * drafts). */
+static uint64_t plain_share(bool cycle, double hidden)
+{
+    sim s;
+    sim_init(&s, 4, false);
+    s.p_accept = 0.6;
+    s.cycle = cycle;
+    s.hidden = hidden;
+    for (int i = 0; i < 200; i++) sim_step(&s, NULL);
+    uint64_t p0 = s.ad.rg.plain_steps;
+    uint64_t drafted = 0;
+    for (int i = 0; i < 1000; i++) drafted += sim_step(&s, NULL) > 0;
+    sd_vf_adapt_free(&s.ad);
+    return cycle ? s.ad.rg.plain_steps - p0 : 1000 - drafted;
+}
+
+/* What the step model does not see (a cost between steps, of drafting
+ * steps only) makes drafting slower than plain: the regime test finds it
+ * and runs plain; without the cycle time (the model alone) it drafts. */
+START_TEST(regime_catches_what_the_model_misses)
+{
+    uint64_t without = plain_share(false, 1.0), with = plain_share(true, 1.0);
+    ck_assert_msg(without < 100, "the model alone: %llu of 1000 steps plain", (unsigned long long)without);
+    ck_assert_msg(with > 800, "the regime test: %llu of 1000 steps plain", (unsigned long long)with);
+    /* nothing hidden: drafting pays and stays, plain's blocks rare */
+    uint64_t fair = plain_share(true, 0);
+    ck_assert_msg(fair < 200, "the regime test, drafting paying: %llu of 1000 steps plain", (unsigned long long)fair);
+}
+END_TEST
+
 START_TEST(fallback_follows_its_own_acceptance)
 {
     double good = fallback_k(0.9, false), useless = fallback_k(0.0, false), fixed = fallback_k(0.0, true);
@@ -505,6 +592,8 @@ int main(void)
     tcase_add_test(tc, pipelined_predictions_by_kind);
     tcase_add_test(tc, drafts_at_hand_priced_in_full);
     tcase_add_test(tc, fallback_follows_its_own_acceptance);
+    tcase_add_test(tc, regime_blocks);
+    tcase_add_test(tc, regime_catches_what_the_model_misses);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -1,0 +1,76 @@
+/* vf_regime.h — the regime test of adaptive speculation: does drafting, as
+ * the step model chooses it, really make more tokens per second than not
+ * drafting at all?
+ *
+ * The step model prices each step's plan from the steps it has measured,
+ * and it prices the plain alternative from the plain steps it has seen —
+ * but a plain step taken now and then inside a drafting regime is not the
+ * plain decoding it stands for (measured on a CPU, 2 cores, 16 requests: 18–32%
+ * dearer than in a run of plain steps; the drafter's work beside the
+ * verifier, caches), and some costs are in no step at all (the work between
+ * steps). So the verifier also measures the regimes themselves: it runs
+ * blocks of decode steps either as the step model chooses (drafting) or with
+ * no drafts at all (plain: no probe, the drafter asked for nothing; a
+ * request's own num_draft still counts), and compares their rates:
+ *
+ *   rate = (plain-equivalent time of the tokens committed) / (time taken)
+ *
+ * where a step's plain-equivalent time is the step model's price of the
+ * plain step with the same requests, times the tokens the step committed
+ * over the tokens that plain step would commit. The time taken is the whole
+ * cycle from the end of one step to the end of the next (the router's
+ * messages, the drafter's, included). The model's own error cancels out of
+ * the comparison; what it leaves out does not. A block is SD_VF_REGIME_WARM
+ * steps not measured (the drafter catching up or winding down) and then
+ * SD_VF_REGIME_STEPS measured ones; steps with prompt chunks count for
+ * neither. The two regimes alternate until each has SD_VF_REGIME_MIN blocks;
+ * then the one with the higher rate (sums over blocks, each regime's fading
+ * by SD_VF_REGIME_DECAY a block) runs, and the other one block in gap (4,
+ * doubling to 32 while it keeps losing, back to 4 when the winner changes),
+ * so that a change of load is noticed. While drafting's rate is
+ * SD_VF_REGIME_SKIP times plain's or more (before plain is measured: the
+ * model's plain figure), no plain block runs: the test would only cost.
+ *
+ * Pure (no I/O, no clock). */
+#ifndef SD_VF_REGIME_H
+#define SD_VF_REGIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SD_VF_REGIME_WARM 2
+#define SD_VF_REGIME_STEPS 16
+#define SD_VF_REGIME_MIN 3
+#define SD_VF_REGIME_GAP_FIRST 4
+#define SD_VF_REGIME_GAP_MAX 32
+#define SD_VF_REGIME_DECAY 0.75
+#define SD_VF_REGIME_SKIP 1.4
+
+enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
+
+typedef struct sd_vf_regime {
+    int now;              /* the regime of the block running */
+    int steps;            /* steps of the block so far */
+    double blk_eq, blk_ms; /* the block's measured steps: plain-equivalent ms, ms taken */
+    double eq[2], ms[2];  /* per regime, over its blocks (faded) */
+    unsigned blocks[2];   /* blocks measured per regime */
+    int winner;           /* the regime that won the last comparison (-1: none yet) */
+    int gap, since;       /* the winner's blocks between two of the loser's; since its last */
+    uint64_t plain_steps; /* steps run plain by the test */
+} sd_vf_regime;
+
+void sd_vf_regime_init(sd_vf_regime *g);
+
+/* Whether this step runs plain. */
+bool sd_vf_regime_plain(const sd_vf_regime *g);
+
+/* A decode step of the test ran (not one with prompt chunks, nor one where
+ * no request could draft): eq_ms its plain-equivalent time, cycle_ms the
+ * time it took (<= 0: unknown — it then counts as a warm-up step). Ends
+ * the block, and chooses the next one's regime, after its last step. */
+void sd_vf_regime_note(sd_vf_regime *g, double eq_ms, double cycle_ms);
+
+/* A regime's measured rate (plain-equivalent ms per ms; < 0: not measured). */
+double sd_vf_regime_rate(const sd_vf_regime *g, int regime);
+
+#endif
