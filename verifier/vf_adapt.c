@@ -324,7 +324,9 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         st.seqs++;
         testable |= !aq[i]->fixed && budgets[i] > 0;
     }
-    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg);
+    bool sampled = false;
+    for (int j = 0; j < m; j++) sampled |= ad->sr[j].sampled;
+    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg, sd_vf_regime_key(m, sampled));
     ad->step_test = testable && st.fixed_rows == 0;
     sd_sched_plan plan = choose(ad, &st, m);
     ad->pred_ms = plan.step_ms;

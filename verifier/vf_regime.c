@@ -6,60 +6,81 @@
 void sd_vf_regime_init(sd_vf_regime *g)
 {
     memset(g, 0, sizeof *g);
+    for (int k = 0; k < SD_VF_REGIME_KEYS; k++) {
+        g->load[k].winner = -1;
+        g->load[k].gap = SD_VF_REGIME_GAP_FIRST;
+    }
+    g->key = -1;
     g->now = SD_VF_DRAFTING;
-    g->winner = -1;
-    g->gap = SD_VF_REGIME_GAP_FIRST;
 }
 
-bool sd_vf_regime_plain(const sd_vf_regime *g)
+int sd_vf_regime_key(int n, bool sampled)
 {
-    return g->now == SD_VF_PLAIN;
+    int b = n <= 1 ? 0 : n <= 5 ? 1 : n <= 11 ? 2 : 3;
+    return 2 * b + sampled;
+}
+
+static double load_rate(const sd_vf_regime_load *l, int regime)
+{
+    return l->blocks[regime] && l->ms[regime] > 0 ? l->eq[regime] / l->ms[regime] : -1;
 }
 
 double sd_vf_regime_rate(const sd_vf_regime *g, int regime)
 {
-    return g->blocks[regime] && g->ms[regime] > 0 ? g->eq[regime] / g->ms[regime] : -1;
+    return g->key < 0 ? -1 : load_rate(&g->load[g->key], regime);
 }
 
-/* The regime of the next block. */
-static int next_regime(sd_vf_regime *g)
+/* The regime of a block starting under load l. */
+static int next_regime(sd_vf_regime_load *l)
 {
-    double d = sd_vf_regime_rate(g, SD_VF_DRAFTING), p = sd_vf_regime_rate(g, SD_VF_PLAIN);
+    double d = load_rate(l, SD_VF_DRAFTING), p = load_rate(l, SD_VF_PLAIN);
     if (d < 0) return SD_VF_DRAFTING;
     if (d >= SD_VF_REGIME_SKIP * (p > 0 ? p : 1)) { /* drafting pays by far: no test */
-        g->winner = SD_VF_DRAFTING;
-        g->since = 0;
+        l->winner = SD_VF_DRAFTING;
+        l->since = 0;
         return SD_VF_DRAFTING;
     }
-    if (g->blocks[SD_VF_DRAFTING] < SD_VF_REGIME_MIN || g->blocks[SD_VF_PLAIN] < SD_VF_REGIME_MIN)
-        return g->blocks[SD_VF_PLAIN] < g->blocks[SD_VF_DRAFTING] ? SD_VF_PLAIN : SD_VF_DRAFTING;
+    if (l->blocks[SD_VF_DRAFTING] < SD_VF_REGIME_MIN || l->blocks[SD_VF_PLAIN] < SD_VF_REGIME_MIN)
+        return l->blocks[SD_VF_PLAIN] < l->blocks[SD_VF_DRAFTING] ? SD_VF_PLAIN : SD_VF_DRAFTING;
     int w = p > d ? SD_VF_PLAIN : SD_VF_DRAFTING;
-    if (w != g->winner) {
-        g->winner = w;
-        g->gap = SD_VF_REGIME_GAP_FIRST;
-        g->since = 0;
+    if (w != l->winner) {
+        l->winner = w;
+        l->gap = SD_VF_REGIME_GAP_FIRST;
+        l->since = 0;
     }
-    if (++g->since <= g->gap) return w;
-    g->since = 0;
-    g->gap = 2 * g->gap < SD_VF_REGIME_GAP_MAX ? 2 * g->gap : SD_VF_REGIME_GAP_MAX;
+    if (++l->since <= l->gap) return w;
+    l->since = 0;
+    l->gap = 2 * l->gap < SD_VF_REGIME_GAP_MAX ? 2 * l->gap : SD_VF_REGIME_GAP_MAX;
     return 1 - w;
+}
+
+bool sd_vf_regime_plain(sd_vf_regime *g, int key)
+{
+    if (!g->open && key >= 0 && key < SD_VF_REGIME_KEYS) { /* a block starts */
+        g->open = true;
+        g->key = key;
+        g->now = next_regime(&g->load[key]);
+    }
+    return g->now == SD_VF_PLAIN;
 }
 
 void sd_vf_regime_note(sd_vf_regime *g, double eq_ms, double cycle_ms)
 {
+    if (!g->open) return;
     g->plain_steps += g->now == SD_VF_PLAIN;
     if (++g->steps > SD_VF_REGIME_WARM && cycle_ms > 0 && eq_ms > 0) {
         g->blk_eq += eq_ms;
         g->blk_ms += cycle_ms;
     }
     if (g->steps < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS) return;
+    sd_vf_regime_load *l = &g->load[g->key];
     int r = g->now;
     if (g->blk_ms > 0) {
-        g->eq[r] = g->eq[r] * SD_VF_REGIME_DECAY + g->blk_eq;
-        g->ms[r] = g->ms[r] * SD_VF_REGIME_DECAY + g->blk_ms;
-        g->blocks[r]++;
+        l->eq[r] = l->eq[r] * SD_VF_REGIME_DECAY + g->blk_eq;
+        l->ms[r] = l->ms[r] * SD_VF_REGIME_DECAY + g->blk_ms;
+        l->blocks[r]++;
     }
     g->steps = 0;
     g->blk_eq = g->blk_ms = 0;
-    g->now = next_regime(g);
+    g->open = false;
 }

@@ -30,6 +30,11 @@
  * so that a change of load is noticed. While drafting's rate is
  * SD_VF_REGIME_SKIP times plain's or more (before plain is measured: the
  * model's plain figure), no plain block runs: the test would only cost.
+ * The verdict depends on the load, so the test keeps its figures apart by
+ * the load a block starts with (sd_vf_regime_key: the decoding requests — 1,
+ * 2-5, 6-11, 12 or more — and whether any of them samples): a block starts
+ * in the regime its load's figures choose, and a load seen before resumes
+ * where it was.
  *
  * Pure (no I/O, no clock). */
 #ifndef SD_VF_REGIME_H
@@ -46,23 +51,36 @@
 #define SD_VF_REGIME_DECAY 0.75
 #define SD_VF_REGIME_SKIP 1.4
 
+#define SD_VF_REGIME_KEYS 8
+
 enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 
+/* The test's figures for one load. */
+typedef struct sd_vf_regime_load {
+    double eq[2], ms[2]; /* per regime, over its blocks (faded): plain-equivalent ms, ms taken */
+    unsigned blocks[2];  /* blocks measured per regime */
+    int winner;          /* the regime that won the last comparison (-1: none yet) */
+    int gap, since;      /* the winner's blocks between two of the loser's; since its last */
+} sd_vf_regime_load;
+
 typedef struct sd_vf_regime {
-    int now;              /* the regime of the block running */
-    int steps;            /* steps of the block so far */
+    sd_vf_regime_load load[SD_VF_REGIME_KEYS];
+    int key;               /* the load of the block running (-1: none yet) */
+    bool open;             /* a block is running */
+    int now;               /* the regime of the block running */
+    int steps;             /* steps of the block so far */
     double blk_eq, blk_ms; /* the block's measured steps: plain-equivalent ms, ms taken */
-    double eq[2], ms[2];  /* per regime, over its blocks (faded) */
-    unsigned blocks[2];   /* blocks measured per regime */
-    int winner;           /* the regime that won the last comparison (-1: none yet) */
-    int gap, since;       /* the winner's blocks between two of the loser's; since its last */
-    uint64_t plain_steps; /* steps run plain by the test */
+    uint64_t plain_steps;  /* steps run plain by the test */
 } sd_vf_regime;
 
 void sd_vf_regime_init(sd_vf_regime *g);
 
-/* Whether this step runs plain. */
-bool sd_vf_regime_plain(const sd_vf_regime *g);
+/* The load of a step: decoding requests (n) and whether any samples. */
+int sd_vf_regime_key(int n, bool sampled);
+
+/* Whether this step runs plain; key: its load (a block starting now takes
+ * its regime from that load's figures). */
+bool sd_vf_regime_plain(sd_vf_regime *g, int key);
 
 /* A decode step of the test ran (not one with prompt chunks, nor one where
  * no request could draft): eq_ms its plain-equivalent time, cycle_ms the
@@ -70,7 +88,8 @@ bool sd_vf_regime_plain(const sd_vf_regime *g);
  * the block, and chooses the next one's regime, after its last step. */
 void sd_vf_regime_note(sd_vf_regime *g, double eq_ms, double cycle_ms);
 
-/* A regime's measured rate (plain-equivalent ms per ms; < 0: not measured). */
+/* A regime's measured rate under the load of the block running
+ * (plain-equivalent ms per ms; < 0: not measured). */
 double sd_vf_regime_rate(const sd_vf_regime *g, int regime);
 
 #endif
