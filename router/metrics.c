@@ -205,8 +205,8 @@ static void render_adapt(FILE *f, const sd_lanes *l)
            "Steps the regime test ran without drafts (blocks of plain decoding measured against drafting).");
     fprintf(f, "specd_spec_regime_plain_steps_total %llu\n", (unsigned long long)plain);
     header(f, "specd_spec_regime_rate", "gauge",
-           "The regime test's measured rate of drafting and of plain decoding: the step model's plain time for "
-           "the tokens committed per time taken (0: not measured).");
+           "The regime test's measured rate of drafting and of plain decoding under the load last tested: tokens "
+           "committed per ms (0: not measured).");
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         for (int r = 0; r < 2; r++)

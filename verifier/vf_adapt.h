@@ -44,6 +44,10 @@
  * got better is noticed and the estimates never freeze — but only while a
  * draft sure to be accepted could pay for itself at the measured cost
  * (else the cost keeps it plain, and a probe every 256 steps re-measures).
+ * Above all this, the regime test (vf_regime.h) runs blocks of steps
+ * without drafts against blocks as the scheduler chooses, and keeps the
+ * regime whose measured rate is higher: it catches what the step model
+ * leaves out.
  * A request that set its own num_draft always verifies that many (kmin =
  * kmax); --spec-max-batch caps still apply when given.
  *

@@ -11,25 +11,25 @@
  * steps). So the verifier also measures the regimes themselves: it runs
  * blocks of decode steps either as the step model chooses (drafting) or with
  * no drafts at all (plain: no probe, the drafter asked for nothing; a
- * request's own num_draft still counts), and compares their rates:
- *
- *   rate = (plain-equivalent time of the tokens committed) / (time taken)
- *
- * where a step's plain-equivalent time is the step model's price of the
- * plain step with the same requests, times the tokens the step committed
- * over the tokens that plain step would commit. The time taken is the whole
- * cycle from the end of one step to the end of the next (the router's
- * messages, the drafter's, included). The model's own error cancels out of
- * the comparison; what it leaves out does not. A block is SD_VF_REGIME_WARM
- * steps not measured (the drafter catching up or winding down) and then
+ * request's own num_draft still counts), and compares their rates: tokens
+ * committed per ms, over whole cycles — from the end of one step to the end
+ * of the next, the router's and the drafter's messages included. No model
+ * figure enters the comparison: the model's price of a plain step is just
+ * what is in doubt (it depends on when the plain steps it learnt from ran),
+ * and blocks of the two regimes alternate under the same load, so the load's
+ * drift (context growing, requests coming and going) hits both alike. A
+ * block is SD_VF_REGIME_WARM steps not measured (the drafter catching up or
+ * winding down) and then
  * SD_VF_REGIME_STEPS measured ones; steps with prompt chunks count for
  * neither. The two regimes alternate until each has SD_VF_REGIME_MIN blocks;
  * then the one with the higher rate (sums over blocks, each regime's fading
  * by SD_VF_REGIME_DECAY a block) runs, and the other one block in gap (4,
  * doubling to 32 while it keeps losing, back to 4 when the winner changes),
  * so that a change of load is noticed. While drafting's rate is
- * SD_VF_REGIME_SKIP times plain's or more (before plain is measured: the
- * model's plain figure), no plain block runs: the test would only cost.
+ * SD_VF_REGIME_SKIP times plain's or more (before plain is measured: its
+ * tokens' plain-equivalent time — the step model's price of the plain step
+ * with the same requests, scaled to the tokens — over the time taken), no
+ * plain block runs: the test would only cost.
  * The verdict depends on the load, so the test keeps its figures apart by
  * the load a block starts with (sd_vf_regime_key: the decoding requests — 1,
  * 2-5, 6-11, 12 or more — and whether any of them samples): a block starts
@@ -57,7 +57,8 @@ enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 
 /* The test's figures for one load. */
 typedef struct sd_vf_regime_load {
-    double eq[2], ms[2]; /* per regime, over its blocks (faded): plain-equivalent ms, ms taken */
+    double tok[2], ms[2]; /* per regime, over its blocks (faded): tokens committed, ms taken */
+    double eq;            /* drafting's blocks: the plain-equivalent ms of their tokens (faded) */
     unsigned blocks[2];  /* blocks measured per regime */
     int winner;          /* the regime that won the last comparison (-1: none yet) */
     int gap, since;      /* the winner's blocks between two of the loser's; since its last */
@@ -69,7 +70,7 @@ typedef struct sd_vf_regime {
     bool open;             /* a block is running */
     int now;               /* the regime of the block running */
     int steps;             /* steps of the block so far */
-    double blk_eq, blk_ms; /* the block's measured steps: plain-equivalent ms, ms taken */
+    double blk_tok, blk_eq, blk_ms; /* the block's measured steps: tokens, plain-equivalent ms, ms taken */
     uint64_t plain_steps;  /* steps run plain by the test */
 } sd_vf_regime;
 
@@ -83,13 +84,13 @@ int sd_vf_regime_key(int n, bool sampled);
 bool sd_vf_regime_plain(sd_vf_regime *g, int key);
 
 /* A decode step of the test ran (not one with prompt chunks, nor one where
- * no request could draft): eq_ms its plain-equivalent time, cycle_ms the
- * time it took (<= 0: unknown — it then counts as a warm-up step). Ends
- * the block, and chooses the next one's regime, after its last step. */
-void sd_vf_regime_note(sd_vf_regime *g, double eq_ms, double cycle_ms);
+ * no request could draft): tokens it committed, eq_ms their plain-equivalent
+ * time (<= 0: unknown), cycle_ms the time it took (<= 0: unknown — it is
+ * then not measured). Ends the block after its last step. */
+void sd_vf_regime_note(sd_vf_regime *g, double tokens, double eq_ms, double cycle_ms);
 
-/* A regime's measured rate under the load of the block running
- * (plain-equivalent ms per ms; < 0: not measured). */
+/* A regime's measured rate under the load of the block running (tokens
+ * per ms; < 0: not measured). */
 double sd_vf_regime_rate(const sd_vf_regime *g, int regime);
 
 #endif

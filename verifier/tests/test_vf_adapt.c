@@ -493,7 +493,8 @@ static int block_at(sd_vf_regime *g, int key, double plain_rate, double draft_ra
     int r = sd_vf_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING;
     for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
         ck_assert_int_eq(sd_vf_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING, r);
-        sd_vf_regime_note(g, r == SD_VF_PLAIN ? plain_rate : draft_rate, 1.0);
+        double rate = r == SD_VF_PLAIN ? plain_rate : draft_rate;
+        sd_vf_regime_note(g, rate, rate, 1.0);
     }
     return r;
 }
@@ -532,7 +533,7 @@ START_TEST(regime_blocks)
     sd_vf_regime_init(&g);
     for (int i = 0; i < 100; i++) {
         ck_assert(!sd_vf_regime_plain(&g, 0));
-        sd_vf_regime_note(&g, 1.0, 0);
+        sd_vf_regime_note(&g, 1.0, 1.0, 0);
     }
     ck_assert_double_lt(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 0);
 }
