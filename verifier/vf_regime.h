@@ -4,11 +4,11 @@
  *
  * The step model prices each step's plan from the steps it has measured,
  * and it prices the plain alternative from the plain steps it has seen —
- * but a plain step taken now and then inside a drafting regime is not the
- * plain decoding it stands for (measured on a CPU, 2 cores, 16 requests: 18–32%
- * dearer than in a run of plain steps; the drafter's work beside the
- * verifier, caches), and some costs are in no step at all (the work between
- * steps). So the verifier also measures the regimes themselves: it runs
+ * but a plain step taken now and then inside a drafting regime prices
+ * plain decoding by when it ran (on a CPU, 2 cores, 16 requests: 18–32%
+ * dearer than a never-drafting server's steps — the cold steps after the
+ * first prompts, single refreshes), and some costs are in no step at all
+ * (the work between steps). So the verifier also measures the regimes themselves: it runs
  * blocks of decode steps either as the step model chooses (drafting) or with
  * no drafts at all (plain: no probe, the drafter asked for nothing; a
  * request's own num_draft still counts), and compares their rates: tokens
