@@ -42,7 +42,8 @@ cpu_snapshot() {
   local k hz; hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
   for k in $(pgrep -P "$SERVE_PID" 2>/dev/null); do
     [ -r "/proc/$k/stat" ] || continue
-    awk -v hz="$hz" -v name="$(cat "/proc/$k/comm")" '{ sub(/^.*\) /, ""); print name, ($12 + $13) * 1000 / hz }' "/proc/$k/stat"
+    awk -v hz="$hz" -v name="$(cat "/proc/$k/comm")" \
+      '{ sub(/^.*\) /, ""); print name, ($12 + $13) * 1000 / hz }' "/proc/$k/stat"
   done
 }
 
