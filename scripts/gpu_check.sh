@@ -24,12 +24,13 @@
 #      without (the fast default: prompts that differ, at near-ties, are counted);
 #   3. specd-bench-decode on the GPU: (decode) the demo target; (decode8b) Qwen3-8B's shapes
 #      with random weights (bench/configs/qwen3-8b.json), CUDA graphs on and off
-#      interleaved, with --batch-invariant (tensor cores) and, optional, --batch-invariant on
-#      the CUDA cores (SD_CUDA_TC=0) and the default mode with the tensor-core matmul for
-#      passes of up to 64 rows (SD_CUDA_TC=2): decode tok/s, weight read bandwidth against the
-#      device's own (roofline), span cost in decode steps; (context) the 8B shapes after
-#      1k- and 8k-token contexts, the 8k one with the single attention kernel too
-#      (SD_CUDA_ATTN_SPLIT=0), and, optional, after 32k;
+#      interleaved, with --batch-invariant (tensor cores) and, optional, the default mode's
+#      passes of up to 8 rows on cuBLAS instead of the GEMV kernel (SD_CUDA_GEMV=0): decode
+#      tok/s, weight read bandwidth against the device's own (roofline), span cost in decode
+#      steps; (context) the 8B shapes after 1k- and 8k-token contexts (prefill tokens/s too),
+#      the 8k one again with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and,
+#      optional, with 128 blocks a row in the split attention (SD_CUDA_ATTN_SPLITS=128), and,
+#      optional, after 32k;
 #   4. specd serve through specd-bench (C = 1 and 4): plain, the drafter on the GPU, the
 #      drafter on the CPU;
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
@@ -266,26 +267,26 @@ run() {
   if [ "$dev" != cpu ] && want decode8b; then
     step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" "${ab[@]}"
     step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --batch-invariant
-    # the batch-invariant matmul on the CUDA cores, as before the tensor-core kernel; and the tensor-core
-    # kernel instead of cuBLAS in the default mode for passes of up to 64 rows
-    OPTIONAL=1 step decode_qwen3_8b_inv_cc 180 env SD_CUDA_TC=0 "$BIN/specd-bench-decode" --device "$dev" \
-      "${q8[@]}" --batch-invariant
-    OPTIONAL=1 step decode_qwen3_8b_tc2 180 env SD_CUDA_TC=2 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}"
+    # the default mode's decode and verify passes on cuBLAS instead of the GEMV kernel
+    OPTIONAL=1 step decode_qwen3_8b_cublas 180 env SD_CUDA_GEMV=0 "$BIN/specd-bench-decode" --device "$dev" \
+      "${q8[@]}"
   fi
   if [ "$dev" != cpu ] && want context; then
     step decode_qwen3_8b_ctx1k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 1024
     step decode_qwen3_8b_ctx 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 8192
-    step decode_qwen3_8b_ctx_single 180 env SD_CUDA_ATTN_SPLIT=0 "$BIN/specd-bench-decode" --device "$dev" \
+    step decode_qwen3_8b_ctx_untiled 180 env SD_CUDA_ATTN_TILE=0 "$BIN/specd-bench-decode" --device "$dev" \
       "${q8[@]}" --context 8192
+    OPTIONAL=1 step decode_qwen3_8b_ctx_s128 180 env SD_CUDA_ATTN_SPLITS=128 "$BIN/specd-bench-decode" \
+      --device "$dev" "${q8[@]}" --context 8192
     OPTIONAL=1 step decode_qwen3_8b_ctx32k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 32768
   fi
   [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
   want pair && step serve_pair 300 serve_pair "$dev"
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
-    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_inv_cc \
-      decode_qwen3_8b_tc2 decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_single \
-      decode_qwen3_8b_ctx32k; do
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_cublas \
+      decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_untiled \
+      decode_qwen3_8b_ctx_s128 decode_qwen3_8b_ctx32k; do
       [ -f "$WORK/$f.log" ] &&
         grep -E "tokens/s|bandwidth|roofline|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
     done

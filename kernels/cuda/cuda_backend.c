@@ -94,6 +94,11 @@ typedef struct cuda_impl {
     void *blas_ws;       /* device [CUBLAS_WORKSPACE] */
     int graphs_on;       /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
     int attn_split;      /* attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 off) */
+    int gemv;            /* the GEMV kernel for the default mode's passes of up to 8 rows (default on;
+                          * SD_CUDA_GEMV=0 off: cuBLAS) */
+    int attn_splits;     /* blocks a row and KV head in the split attention (SD_CUDA_ATTN_SPLITS, default 32) */
+    int attn_tile;       /* with attn_split, prefill chunks' rows tiled outside batch-invariant mode (default
+                          * on; SD_CUDA_ATTN_TILE=0 off) */
     float *att_part;     /* device [att_part_cap bytes] the split attention's partial results */
     size_t att_part_cap;
     graph_entry graphs[GRAPH_MAX];
@@ -310,6 +315,34 @@ static bool tc_fast(const cuda_impl *im, const float *x, int T, int K, int bf16)
     return im->tc == 2 && T <= TC_FAST_ROWS && tc_takes(im, x, K, bf16);
 }
 
+/* Whether the default mode's matmul of T rows over K columns runs the GEMV
+ * kernel (sd_cu_gemv) instead of cuBLAS: bf16 activations, T <= 8, K a
+ * multiple of 8, x and every weight aligned for 16-byte loads. */
+static bool gemv_takes(const cuda_impl *im, const float *x, int T, int K, int bf16, const sd_weight *const *w,
+                       int n)
+{
+    if (!im->gemv || im->batch_invariant || !bf16 || T > SD_CU_GEMV_MAX_T || K % 8 != 0 || ((uintptr_t)x & 15u))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (w[i]->cols != K || ((uintptr_t)w[i]->data & 15u)) return false;
+    return true;
+}
+
+/* The GEMV kernel over the n weights of w sharing x (one launch). */
+static sd_status gemv(cuda_impl *im, float *const *y, const float *x, const sd_weight *const *w,
+                      const float *const *bias, int n, float *res, int T, int bf16)
+{
+    sd_cu_mm_job job = {.n = n, .res = res};
+    for (int i = 0; i < n; i++) {
+        job.w[i] = w[i]->data;
+        job.bias[i] = bias[i];
+        job.y[i] = y[i];
+        job.N[i] = w[i]->rows;
+    }
+    SD_CUDA_CHECK(sd_cu_gemv(im->stream, &job, x, T, w[0]->cols, bf16));
+    return SD_OK;
+}
+
 /* The batch-invariant matmul (own kernel), then res += y when res is given. */
 static sd_status gemm_invariant(cuda_impl *im, float *y, const float *x, const sd_weight *w, const float *bias,
                                 float *res, int T, int bf16)
@@ -359,6 +392,7 @@ static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weigh
     const float *b = bias ? bias->data : NULL;
     sd_status st;
     if (im->batch_invariant || tc_fast(im, x, T, w->cols, bf16)) st = gemm_invariant(im, y, x, w, b, NULL, T, bf16);
+    else if (gemv_takes(im, x, T, w->cols, bf16, &w, 1)) st = gemv(im, &y, x, &w, &b, 1, NULL, T, bf16);
     else if ((st = x_to_bf16(im, x, T, w->cols)) == SD_OK) st = gemm_cublas(im, y, w, b, NULL, T, bf16);
     note(im, st);
 }
@@ -376,6 +410,12 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
     sd_status st = SD_OK;
     bool grouped = (im->batch_invariant || tc_fast(im, x, T, f->w[0]->cols, bf16)) &&
                    gemm_tc_group(im, f, x, T, bf16, &st);
+    if (!grouped && gemv_takes(im, x, T, f->w[0]->cols, bf16, f->w, f->n)) {
+        const float *b[3] = {0};
+        for (int i = 0; i < f->n; i++) b[i] = f->bias[i] ? f->bias[i]->data : NULL;
+        st = gemv(im, f->y, x, f->w, b, f->n, res, T, bf16);
+        grouped = true;
+    }
     if (!grouped && !im->batch_invariant) st = x_to_bf16(im, x, T, f->w[0]->cols);
     for (int i = 0; i < f->n && st == SD_OK && !grouped; i++) {
         const float *b = f->bias[i] ? f->bias[i]->data : NULL;
@@ -450,10 +490,11 @@ static void cuda_sync(sd_backend *be)
 /* ----------------------------------------------------------- attention */
 
 /* Fills h_meta with the layout of sd_cu_attention (positions, table
- * offsets, then each sequence's block table) for T rows. */
+ * offsets, row indices of prefill chunks, then each sequence's block
+ * table) for T rows. */
 static sd_status stage_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, int T, int bs, size_t *len)
 {
-    size_t n = 2 * (size_t)T;
+    size_t n = 3 * (size_t)T;
     for (int s = 0; s < n_seqs; s++) n += (size_t)(seqs[s].pos0 + seqs[s].n + bs - 1) / bs;
     const sd_grow_item host[] = {SD_GROW_ITEM(im->h_meta), SD_GROW_ITEM(im->h_last)};
     if (sd_grow_all(host, 2, &im->h_meta_cap, n) != SD_OK) return SD_ERR_NOMEM;
@@ -465,8 +506,9 @@ static sd_status stage_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, 
         for (int i = 0; i < q->n; i++) {
             m[q->row0 + i] = q->pos0 + i;
             m[T + q->row0 + i] = (int32_t)off;
+            m[2 * (size_t)T + q->row0 + i] = q->n >= SD_CU_TILE_MIN_ROWS ? i : -1;
         }
-        memcpy(m + 2 * (size_t)T + off, q->block_table, (size_t)nb * sizeof *m);
+        memcpy(m + 3 * (size_t)T + off, q->block_table, (size_t)nb * sizeof *m);
         off += (size_t)nb;
     }
     *len = n;
@@ -531,11 +573,18 @@ static sd_status cuda_attention(sd_backend *be, float *out, const float *q, cons
     }
     /* sized by T and the heads only, at least for every T a graph is recorded for (growing drops
      * the graphs): the first (eager) pass of a T grows it, never a recording one */
-    size_t part = sd_cu_attention_split_floats(T > GRAPH_MAX_T ? T : GRAPH_MAX_T, sh->n_heads, sh->head_dim) *
+    size_t part = sd_cu_attention_split_floats(T > GRAPH_MAX_T ? T : GRAPH_MAX_T, sh->n_heads, sh->head_dim,
+                                               im->attn_splits) *
                   sizeof(float);
     if ((st = grow_dev(im, (void **)&im->att_part, &im->att_part_cap, part)) != SD_OK) return st;
-    SD_CUDA_CHECK(sd_cu_attention_split(im->stream, out, q, kv->k, kv->v, im->meta, im->att_part, T, sh->n_heads,
-                                        sh->n_kv_heads, sh->head_dim, sh->block_size, sh->scale, sh->bf16, kvb));
+    /* prefill rows tiled: decided by T and the shape only (a recorded pass replays any batch of its T) */
+    int tiled = im->attn_tile && !im->batch_invariant && T >= SD_CU_TILE_MIN_ROWS &&
+                sd_cu_attention_tile_rows(sh->n_heads, sh->n_kv_heads, sh->head_dim) > 0;
+    sd_cu_att_args a = {.out = out, .q = q, .kc = kv->k, .vc = kv->v, .meta = im->meta, .part = im->att_part,
+                        .T = T, .nh = sh->n_heads, .nkv = sh->n_kv_heads, .hd = sh->head_dim,
+                        .bs = sh->block_size, .scale = sh->scale, .bf16 = sh->bf16, .kv_bf16 = kvb,
+                        .tiled = tiled, .splits = im->attn_splits};
+    SD_CUDA_CHECK(sd_cu_attention_split(im->stream, &a));
     return SD_OK;
 }
 
@@ -706,6 +755,12 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     im->graphs_on = !(g && strcmp(g, "0") == 0);
     const char *a = getenv("SD_CUDA_ATTN_SPLIT");
     im->attn_split = !(a && strcmp(a, "0") == 0);
+    const char *gv = getenv("SD_CUDA_GEMV");
+    im->gemv = !(gv && strcmp(gv, "0") == 0);
+    const char *sp = getenv("SD_CUDA_ATTN_SPLITS");
+    im->attn_splits = sp && atoi(sp) >= 1 && atoi(sp) <= 256 ? atoi(sp) : 32;
+    const char *at = getenv("SD_CUDA_ATTN_TILE");
+    im->attn_tile = !(at && strcmp(at, "0") == 0);
     const char *tc = getenv("SD_CUDA_TC");
     im->tc = !sd_cu_gemm_tc_supported(im->device) ? 0 : tc && !strcmp(tc, "0") ? 0 : tc && !strcmp(tc, "2") ? 2 : 1;
     return SD_OK;
@@ -766,6 +821,24 @@ sd_status sd_cuda_set_attn_split(sd_backend *be, int on)
     cuda_impl *im = cu(be);
     drop_graphs(im); /* recorded with the other kernels */
     im->attn_split = on != 0;
+    return SD_OK;
+}
+
+sd_status sd_cuda_set_attn_splits(sd_backend *be, int splits)
+{
+    if (!sd_backend_is_cuda(be) || splits < 1 || splits > 256) return SD_ERR_ARG;
+    cuda_impl *im = cu(be);
+    drop_graphs(im);
+    im->attn_splits = splits;
+    return SD_OK;
+}
+
+sd_status sd_cuda_set_attn_tile(sd_backend *be, int on)
+{
+    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
+    cuda_impl *im = cu(be);
+    drop_graphs(im);
+    im->attn_tile = on != 0;
     return SD_OK;
 }
 

@@ -71,6 +71,24 @@ sd_status sd_cuda_set_graphs(sd_backend *be, int on);
  * they differ in summation order. SD_ERR_ARG when be is not a CUDA backend. */
 sd_status sd_cuda_set_attn_split(sd_backend *be, int on);
 
+/* Blocks a row and KV head of the split attention (1 .. 256; default 32,
+ * SD_CUDA_ATTN_SPLITS=N in the environment): more keep more loads in flight
+ * at long contexts, and cost a few empty blocks and a longer combine at
+ * short ones. Changes the summation order (results in the last bits).
+ * SD_ERR_ARG when be is not a CUDA backend or splits is out of range. */
+sd_status sd_cuda_set_attn_splits(sd_backend *be, int splits);
+
+/* Tiled attention for prefill chunks (default on; SD_CUDA_ATTN_TILE=0 in the
+ * environment starts a backend with it off): with the split attention on
+ * and batch invariance off, in a pass of at least SD_CU_TILE_MIN_ROWS (32)
+ * rows, the rows of every sequence with 32 or more of them run a kernel that
+ * takes 32 query vectors of one KV head (32 / G rows) together and reads
+ * each K and V once for all of them, instead of once per row (head_dim 32,
+ * 64, 128; G <= 8). Not batch-invariant (a row is tiled or not by its
+ * sequence's rows in the pass), hence off in batch-invariant mode.
+ * SD_ERR_ARG when be is not a CUDA backend. */
+sd_status sd_cuda_set_attn_tile(sd_backend *be, int on);
+
 /* Number of recorded passes held (tests, statistics); 0 for other backends. */
 int sd_cuda_graph_count(sd_backend *be);
 

@@ -367,6 +367,133 @@ extern "C" cudaError_t sd_cu_gemm_tc(cudaStream_t stream, const sd_cu_mm_job *mm
     return cudaGetLastError();
 }
 
+/* ---------------------------------------------------------------- GEMV */
+
+/* The default mode's matmul for decode steps and verify spans (T <= 8 rows)
+ * with bf16 activations, in place of cuBLAS + the bias/rounding kernel: at
+ * such T a matmul is a read of the weights, and cuBLAS's kernels read an 8B
+ * model's at 1.3-3.5 TB/s of an H200's 4.5, plus split-K reduce and epilogue
+ * launches. A warp owns GV_ROWS output features of one weight (up to three
+ * weights that share x in one launch, as the tensor-core kernel's job); its
+ * lanes stride K in 16-byte chunks of every row (GV_UNROLL chunks a row
+ * loaded before any is used), each chunk of x loaded once for the rows, f32
+ * accumulation in chunk order, then a butterfly over the lanes, then the
+ * epilogue of gemm_cublas + bias_round (+ add when res): per output v = y
+ * (+ bias), rounded to bf16, res = round(res + v). A token's sums never see
+ * another token's values (the same bits at any T <= 8), but their order is
+ * not the tensor-core kernel's: not for batch-invariant mode. x must hold
+ * bf16 values (as cuBLAS's input, which is x rounded to bf16); K a multiple
+ * of 8; x and the weights 16-byte aligned. */
+#define GV_WARPS 4
+#define GV_ROWS 4
+#define GV_UNROLL 2
+
+template <int T>
+__global__ void __launch_bounds__(GV_WARPS * 32) gemv_kernel(tc_job job, const float *x, int K, int bf16)
+{
+    int wid = blockIdx.x * GV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31, i = 0;
+    if (wid >= job.first[job.n]) return; /* the whole warp */
+    while (i + 1 < job.n && wid >= job.first[i + 1]) i++;
+    int N = job.N[i], n0 = (wid - job.first[i]) * GV_ROWS, nc = K / 8;
+    const uint16_t *wr[GV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) wr[r] = job.w[i] + (size_t)min(n0 + r, N - 1) * K; /* past N: never written */
+    float acc[GV_ROWS][T];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
+    for (int c0 = lane; c0 < nc; c0 += 32 * GV_UNROLL) {
+        uint4 wv[GV_UNROLL][GV_ROWS];
+#pragma unroll
+        for (int u = 0; u < GV_UNROLL; u++)
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++)
+                wv[u][r] = c0 + u * 32 < nc ? __ldg((const uint4 *)(wr[r] + (size_t)(c0 + u * 32) * 8))
+                                            : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int u = 0; u < GV_UNROLL; u++) {
+            int c = c0 + u * 32;
+            if (c >= nc) break;
+            float xf[T][8];
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const float4 *xp = (const float4 *)(x + (size_t)t * K + (size_t)c * 8);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+                xf[t][0] = a.x, xf[t][1] = a.y, xf[t][2] = a.z, xf[t][3] = a.w;
+                xf[t][4] = b.x, xf[t][5] = b.y, xf[t][6] = b.z, xf[t][7] = b.w;
+            }
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) {
+                const uint32_t wp[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
+                float wf[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) { /* little-endian: the lower half is the earlier value */
+                    wf[2 * e] = __uint_as_float(wp[e] << 16);
+                    wf[2 * e + 1] = __uint_as_float(wp[e] & 0xffff0000u);
+                }
+#pragma unroll
+                for (int t = 0; t < T; t++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[r][t] = fmaf(wf[e], xf[t][e], acc[r][t]);
+            }
+        }
+    }
+    float mine = 0.0f; /* lane r * T + t ends with output (n0 + r, token t) */
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float v = warp_sum(acc[r][t]);
+            if (lane == r * T + t) mine = v;
+        }
+    int r = lane / T, t = lane % T, n = n0 + r;
+    if (lane >= GV_ROWS * T || n >= N) return;
+    const float *bias = job.bias[i];
+    float v = bias ? __fadd_rn(mine, bias[n]) : mine;
+    if (bf16) v = bf16r(v);
+    size_t yi = (size_t)t * N + n;
+    job.y[i][yi] = v;
+    if (job.res) {
+        float rr = __fadd_rn(job.res[yi], v);
+        job.res[yi] = bf16 ? bf16r(rr) : rr;
+    }
+}
+
+template <int T>
+static void gemv_run(cudaStream_t stream, const tc_job &job, const float *x, int K, int bf16)
+{
+    unsigned blocks = (unsigned)((job.first[job.n] + GV_WARPS - 1) / GV_WARPS);
+    gemv_kernel<T><<<blocks, GV_WARPS * 32, 0, stream>>>(job, x, K, bf16);
+}
+
+extern "C" cudaError_t sd_cu_gemv(cudaStream_t stream, const sd_cu_mm_job *mm, const float *x, int T, int K, int bf16)
+{
+    if (mm->n < 1 || mm->n > 3 || K % 8 != 0 || T > SD_CU_GEMV_MAX_T || ((uintptr_t)x & 15u) != 0 ||
+        (mm->res && mm->n != 1))
+        return cudaErrorInvalidValue;
+    if (T <= 0) return cudaSuccess;
+    tc_job job = {};
+    job.n = mm->n;
+    job.res = mm->res;
+    for (int i = 0; i < mm->n; i++) {
+        if (mm->N[i] <= 0 || ((uintptr_t)mm->w[i] & 15u) != 0) return cudaErrorInvalidValue;
+        job.w[i] = mm->w[i], job.bias[i] = mm->bias[i], job.y[i] = mm->y[i], job.N[i] = mm->N[i];
+        job.first[i + 1] = job.first[i] + (mm->N[i] + GV_ROWS - 1) / GV_ROWS; /* in warps */
+    }
+    switch (T) {
+    case 1: gemv_run<1>(stream, job, x, K, bf16); break;
+    case 2: gemv_run<2>(stream, job, x, K, bf16); break;
+    case 3: gemv_run<3>(stream, job, x, K, bf16); break;
+    case 4: gemv_run<4>(stream, job, x, K, bf16); break;
+    case 5: gemv_run<5>(stream, job, x, K, bf16); break;
+    case 6: gemv_run<6>(stream, job, x, K, bf16); break;
+    case 7: gemv_run<7>(stream, job, x, K, bf16); break;
+    default: gemv_run<8>(stream, job, x, K, bf16); break;
+    }
+    return cudaGetLastError();
+}
+
 /* ------------------------------------------------------------ rmsnorm */
 
 /* CPU reference: rmsnorm_rows() in cpu_backend.c.
@@ -517,7 +644,7 @@ __device__ __forceinline__ void att_begin(float *qs, const float *q, const KV *k
                                           const KV **vb)
 {
     int row = blockIdx.x, h = blockIdx.y;
-    *tab = meta + 2 * (size_t)T + meta[T + row];
+    *tab = meta + 3 * (size_t)T + meta[T + row];
     size_t head = (size_t)(h / (nh / nkv)) * hd;
     *kb = kc + head;
     *vb = vc ? vc + head : NULL;
@@ -615,7 +742,7 @@ extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const fl
     return cudaGetLastError();
 }
 
-/* Split attention ("flash-decoding"). Grid (T, n_kv_heads, AS_SPLITS): a
+/* Split attention ("flash-decoding"). Grid (T, n_kv_heads, S splits): a
  * block takes one query row and one KV head with all G = nh / nkv query
  * heads that share it (K and V read once for the group), and a share of the
  * positions: chunks of CH positions, block z taking chunks z, z + S, ...
@@ -637,13 +764,13 @@ extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const fl
  * part: [T, nh, S] maxima, [T, nh, S] sums, [T, nh, S, hd] accumulators. */
 #define AS_THREADS 256
 #define AS_WARPS (AS_THREADS / 32)
-#define AS_SPLITS 32
+#define AS_SPLITS_MAX 256
 #define AS_UNROLL 4
 #define AS_GMAX 8
 
-extern "C" size_t sd_cu_attention_split_floats(int T, int nh, int hd)
+extern "C" size_t sd_cu_attention_split_floats(int T, int nh, int hd, int splits)
 {
-    return (size_t)T * nh * AS_SPLITS * ((size_t)hd + 2);
+    return (size_t)T * nh * splits * ((size_t)hd + 2);
 }
 
 /* Eight consecutive KV values: one 16-byte load (bf16) or two (f32). */
@@ -693,13 +820,13 @@ __device__ __forceinline__ float as_score(const float *qg, const float *kf, floa
 template <bool PV>
 __device__ __forceinline__ void as_empty(float *pmax, float *psum, float *pacc, size_t head0, int z, int G, int hd)
 {
-    int tid = threadIdx.x;
+    int tid = threadIdx.x, S = (int)gridDim.z; /* splits */
     for (int g = tid; g < G; g += AS_THREADS) {
-        if (PV) psum[(head0 + g) * AS_SPLITS + z] = 0.0f;
-        else pmax[(head0 + g) * AS_SPLITS + z] = -INFINITY;
+        if (PV) psum[(head0 + g) * S + z] = 0.0f;
+        else pmax[(head0 + g) * S + z] = -INFINITY;
     }
     if (PV)
-        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = 0.0f;
+        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * S + z) * hd + i % hd] = 0.0f;
 }
 
 /* A split block's results: each thread's maxima (pass 1) or sums and
@@ -710,7 +837,7 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
                                           float *red, float (*redg)[AS_GMAX], float *pmax, float *psum,
                                           float *pacc, size_t head0, int z, int G, int hd)
 {
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP, S = (int)gridDim.z;
 #pragma unroll
     for (int g = 0; g < GM; g++) {
 #pragma unroll
@@ -738,11 +865,11 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
     for (int g = tid; g < G; g += AS_THREADS) {
         float v = redg[0][g];
         for (int w = 1; w < AS_WARPS; w++) v = PV ? v + redg[w][g] : fmaxf(v, redg[w][g]);
-        if (PV) psum[(head0 + g) * AS_SPLITS + z] = v;
-        else pmax[(head0 + g) * AS_SPLITS + z] = v;
+        if (PV) psum[(head0 + g) * S + z] = v;
+        else pmax[(head0 + g) * S + z] = v;
     }
     if (PV)
-        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * AS_SPLITS + z) * hd + i % hd] = red[i];
+        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * S + z) * hd + i % hd] = red[i];
 }
 
 /* Pass 1 (PV false) or 2 (PV true) of the split attention, for a (row, KV
@@ -750,21 +877,22 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
 template <typename KV, int LP, int GM, bool PV>
 __global__ void __launch_bounds__(AS_THREADS)
 att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
-               int hd, int bs, float scale, int bf16)
+               int hd, int bs, float scale, int bf16, int tiled)
 {
+    if (tiled && meta[2 * T + blockIdx.x] >= 0) return; /* a prefill row: att_tile_kernel's */
     constexpr int PPW = 32 / LP, STEP = AS_WARPS * PPW, CH = STEP * AS_UNROLL;
     __shared__ float qs[AS_GMAX * SD_CU_MAX_HEAD_DIM];
     __shared__ float red[PV ? AS_GMAX * SD_CU_MAX_HEAD_DIM : 1];
     __shared__ float redg[AS_WARPS][AS_GMAX];
-    int row = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z, G = nh / nkv, tid = threadIdx.x;
+    int row = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z, S = (int)gridDim.z, G = nh / nkv, tid = threadIdx.x;
     int lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP, n = meta[row] + 1;
-    size_t rows = (size_t)T * nh * AS_SPLITS, head0 = (size_t)row * nh + (size_t)kvh * G;
+    size_t rows = (size_t)T * nh * S, head0 = (size_t)row * nh + (size_t)kvh * G;
     float *pmax = part, *psum = part + rows, *pacc = part + 2 * rows;
     if (z * CH >= n) { /* nothing here for this row: identities, and the whole block leaves */
         as_empty<PV>(pmax, psum, pacc, head0, z, G, hd);
         return;
     }
-    const int32_t *tab = meta + 2 * (size_t)T + meta[T + row];
+    const int32_t *tab = meta + 3 * (size_t)T + meta[T + row];
     for (int i = tid; i < G * hd; i += AS_THREADS) qs[i] = q[head0 * hd + i];
     float M[GM], mx[GM], sum[GM], acc[GM][PV ? 8 : 1];
 #pragma unroll
@@ -773,11 +901,11 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
 #pragma unroll
         for (int e = 0; e < (PV ? 8 : 1); e++) acc[g][e] = 0.0f;
         if (PV && g < G)
-            for (int k = 0; k < AS_SPLITS; k++) M[g] = fmaxf(M[g], pmax[(head0 + g) * AS_SPLITS + k]);
+            for (int k = 0; k < S; k++) M[g] = fmaxf(M[g], pmax[(head0 + g) * S + k]);
     }
     __syncthreads();
     size_t kvd = (size_t)nkv * hd, off = (size_t)kvh * hd + (size_t)l * 8;
-    for (int c0 = z * CH; c0 < n; c0 += AS_SPLITS * CH) {
+    for (int c0 = z * CH; c0 < n; c0 += S * CH) {
         kv8<KV> kr[AS_UNROLL], vr[AS_UNROLL];
 #pragma unroll
         for (int u = 0; u < AS_UNROLL; u++) { /* every load of the chunk first */
@@ -816,73 +944,212 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
 }
 
 __global__ void __launch_bounds__(ATT_THREADS)
-att_split_combine(float *out, const float *part, int T, int nh, int hd, int bf16)
+att_split_combine(float *out, const float *part, const int32_t *meta, int T, int nh, int hd, int bf16, int tiled,
+                  int S)
 {
     int row = blockIdx.x, h = blockIdx.y;
-    size_t base = ((size_t)row * nh + h) * AS_SPLITS, rows = (size_t)T * nh * AS_SPLITS;
+    if (tiled && meta[2 * T + row] >= 0) return;
+    size_t base = ((size_t)row * nh + h) * S, rows = (size_t)T * nh * S;
     const float *sums = part + rows, *acc = part + 2 * rows + base * hd;
     float sum = 0.0f;
-    for (int k = 0; k < AS_SPLITS; k++) sum += sums[base + k];
+    for (int k = 0; k < S; k++) sum += sums[base + k];
     float *orow = out + ((size_t)row * nh + h) * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float a = 0.0f;
-        for (int k = 0; k < AS_SPLITS; k++) a += acc[(size_t)k * hd + d];
+        for (int k = 0; k < S; k++) a += acc[(size_t)k * hd + d];
         orow[d] = bf16 ? bf16r(a / sum) : a / sum;
     }
 }
 
+typedef sd_cu_att_args att_args;
+
 template <typename KV, int LP, int GM>
-static void att_split_run(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
-                          const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
-                          int bf16)
+static void att_split_run(cudaStream_t stream, const att_args &a)
 {
-    dim3 split((unsigned)T, (unsigned)nkv, AS_SPLITS), rows((unsigned)T, (unsigned)nh);
-    att_split_pass<KV, LP, GM, false><<<split, AS_THREADS, 0, stream>>>(part, q, kc, vc, meta, T, nh, nkv, hd, bs,
-                                                                         scale, bf16);
-    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(part, q, kc, vc, meta, T, nh, nkv, hd, bs,
-                                                                        scale, bf16);
-    att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(out, part, T, nh, hd, bf16);
+    dim3 split((unsigned)a.T, (unsigned)a.nkv, (unsigned)a.splits), rows((unsigned)a.T, (unsigned)a.nh);
+    const KV *kc = (const KV *)a.kc, *vc = (const KV *)a.vc;
+    att_split_pass<KV, LP, GM, false><<<split, AS_THREADS, 0, stream>>>(a.part, a.q, kc, vc, a.meta, a.T, a.nh, a.nkv,
+                                                                         a.hd, a.bs, a.scale, a.bf16, a.tiled);
+    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(a.part, a.q, kc, vc, a.meta, a.T, a.nh, a.nkv,
+                                                                        a.hd, a.bs, a.scale, a.bf16, a.tiled);
+    att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(a.out, a.part, a.meta, a.T, a.nh, a.hd, a.bf16, a.tiled,
+                                                        a.splits);
 }
 
 /* The instance for G (query heads a KV head): GM = 2, 4 or 8 >= G. */
 template <typename KV, int LP>
-static void att_split_g(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
-                        const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
-                        int bf16)
+static void att_split_g(cudaStream_t stream, const att_args &a)
 {
-    int G = nh / nkv;
-    if (G <= 2) att_split_run<KV, LP, 2>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16);
-    else if (G <= 4) att_split_run<KV, LP, 4>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16);
-    else att_split_run<KV, LP, 8>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16);
+    int G = a.nh / a.nkv;
+    if (G <= 2) att_split_run<KV, LP, 2>(stream, a);
+    else if (G <= 4) att_split_run<KV, LP, 4>(stream, a);
+    else att_split_run<KV, LP, 8>(stream, a);
 }
 
 /* The instance for hd (LP = hd / 8 lanes a position); false when none. */
 template <typename KV>
-static bool att_split_launch(cudaStream_t stream, float *out, const float *q, const KV *kc, const KV *vc,
-                             const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs, float scale,
-                             int bf16)
+static bool att_split_launch(cudaStream_t stream, const att_args &a)
 {
-    if (nh / nkv > AS_GMAX) return false;
-    switch (hd) {
-    case 32: att_split_g<KV, 4>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
-    case 64: att_split_g<KV, 8>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
-    case 128: att_split_g<KV, 16>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
-    case 256: att_split_g<KV, 32>(stream, out, q, kc, vc, meta, part, T, nh, nkv, hd, bs, scale, bf16); return true;
+    if (a.nh / a.nkv > AS_GMAX) return false;
+    switch (a.hd) {
+    case 32: att_split_g<KV, 4>(stream, a); return true;
+    case 64: att_split_g<KV, 8>(stream, a); return true;
+    case 128: att_split_g<KV, 16>(stream, a); return true;
+    case 256: att_split_g<KV, 32>(stream, a); return true;
     default: return false;
     }
 }
 
-extern "C" cudaError_t sd_cu_attention_split(cudaStream_t stream, float *out, const float *q, const void *kc,
-                                             const void *vc, const int32_t *meta, float *part, int T, int nh,
-                                             int nkv, int hd, int bs, float scale, int bf16, int kv_bf16)
+/* Tiled attention for the rows of prefill chunks ("flash attention" on the
+ * CUDA cores). The split kernels give each row its own blocks, which read
+ * the row's whole context: for a chunk of rows of one sequence the same K
+ * and V are read (and scored, twice) once per row, so that prefilling 8192
+ * tokens of Qwen3-8B's shapes took ~15 s on an H200. Here a block takes a
+ * tile of consecutive rows of one sequence and one KV head, with its G query
+ * heads: TQ = 32 query vectors (32 / G rows), and walks the positions up to
+ * the tile's last in steps of TK = 16, K and V of a step loaded once into
+ * shared memory for all of them. Softmax online (running maximum m, sum l,
+ * accumulators rescaled by exp(m_old - m_new)); bf16 mode rounds p_j to
+ * bf16 before p_j v_j, as the CPU, but relative to the running maximum, not
+ * the row's maximum: results differ from the other kernels' in the last
+ * bits. Which rows are tiled depends on the sequence's rows in the pass, so
+ * this is not batch-invariant: the backend uses it only in the default mode.
+ * meta[2T + row]: the row's index among its sequence's rows in the pass when
+ * the sequence has enough of them to be tiled, else -1 (the split kernels
+ * skip rows with an index when `tiled`). Grid (T, nkv): a block whose row
+ * does not start a tile (index not a multiple of 32 / G) leaves. */
+#define AT_THREADS 256
+#define AT_TQ 32
+#define AT_TK 16
+
+template <typename KV, int HD>
+__global__ void __launch_bounds__(AT_THREADS)
+att_tile_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
+                int bs, float scale, int bf16)
 {
-    if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535 || nkv <= 0 || nh % nkv != 0) return cudaErrorInvalidValue;
-    if (T <= 0) return cudaSuccess;
-    bool done = kv_bf16 ? att_split_launch(stream, out, q, (const uint16_t *)kc, (const uint16_t *)vc, meta, part, T,
-                                           nh, nkv, hd, bs, scale, bf16)
-                        : att_split_launch(stream, out, q, (const float *)kc, (const float *)vc, meta, part, T, nh,
-                                           nkv, hd, bs, scale, bf16);
-    if (!done) return sd_cu_attention(stream, out, q, kc, vc, meta, T, nh, nkv, hd, bs, scale, bf16, kv_bf16);
+    constexpr int QPT = AT_TQ * HD / AT_THREADS; /* accumulators a thread: query vectors at its d */
+    __shared__ float qs[AT_TQ][HD + 1], ks[AT_TK][HD + 1], vs[AT_TK][HD], ps[AT_TQ][AT_TK + 1];
+    __shared__ float mrow[AT_TQ], lrow[AT_TQ], corr[AT_TQ];
+    __shared__ int qpos[AT_TQ];
+    int r0 = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x, G = nh / nkv, TR = AT_TQ / G;
+    int idx = meta[2 * T + r0];
+    if (idx < 0 || idx % TR != 0) return;
+    int nr = 1; /* the tile's rows: the next rows of the same sequence, up to TR */
+    while (nr < TR && r0 + nr < T && meta[2 * T + r0 + nr] == idx + nr) nr++;
+    int nq = nr * G;
+    const int32_t *tab = meta + 3 * (size_t)T + meta[T + r0];
+    size_t kvd = (size_t)nkv * HD;
+    for (int i = tid; i < AT_TQ * HD; i += AT_THREADS) {
+        int qi = i / HD, d = i % HD;
+        qs[qi][d] = qi < nq ? q[((size_t)(r0 + qi / G) * nh + kvh * G + qi % G) * HD + d] : 0.0f;
+    }
+    if (tid < AT_TQ) {
+        qpos[tid] = tid < nq ? meta[r0 + tid / G] : -1;
+        mrow[tid] = -INFINITY, lrow[tid] = 0.0f;
+    }
+    float acc[QPT];
+#pragma unroll
+    for (int i = 0; i < QPT; i++) acc[i] = 0.0f;
+    int last = meta[r0 + nr - 1], d = tid % HD, q0 = (tid / HD) * QPT;
+    __syncthreads();
+    for (int p0 = 0; p0 <= last; p0 += AT_TK) {
+        for (int i = tid; i < AT_TK * HD; i += AT_THREADS) { /* K and V of positions p0 .. p0 + TK */
+            int j = i / HD, e = i % HD, p = p0 + j;
+            float kv = 0.0f, vv = 0.0f;
+            if (p <= last) {
+                size_t at = att_slot(tab, bs, p) * kvd + (size_t)kvh * HD + e;
+                kv = kv_ld(kc + at), vv = kv_ld(vc + at);
+            }
+            ks[j][e] = kv, vs[j][e] = vv;
+        }
+        __syncthreads();
+        { /* scores: thread -> (query vector tid / 8, positions 2 (tid % 8), + 1) */
+            int qi = tid >> 3, j = (tid & 7) * 2;
+            float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 8
+            for (int e = 0; e < HD; e++) {
+                float x = qs[qi][e];
+                s0 = fmaf(x, ks[j][e], s0), s1 = fmaf(x, ks[j + 1][e], s1);
+            }
+            ps[qi][j] = p0 + j <= qpos[qi] ? s0 * scale : -INFINITY;
+            ps[qi][j + 1] = p0 + j + 1 <= qpos[qi] ? s1 * scale : -INFINITY;
+        }
+        __syncthreads();
+        { /* online softmax: a warp takes 4 query vectors, 8 lanes each with 2 positions */
+            int lane = tid & 31, qi = (tid >> 5) * 4 + (lane >> 3), j = (lane & 7) * 2;
+            float s0 = ps[qi][j], s1 = ps[qi][j + 1], mx = fmaxf(s0, s1);
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+            float mo = mrow[qi], mn = fmaxf(mo, mx);
+            bool live = qi < nq && mn > -INFINITY;
+            float e0 = live ? expf(s0 - mn) : 0.0f, e1 = live ? expf(s1 - mn) : 0.0f, sum = e0 + e1;
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+            ps[qi][j] = bf16 ? bf16r(e0) : e0, ps[qi][j + 1] = bf16 ? bf16r(e1) : e1;
+            __syncwarp();
+            if ((lane & 7) == 0) {
+                float c = live && mo > -INFINITY ? expf(mo - mn) : 0.0f;
+                corr[qi] = c, lrow[qi] = lrow[qi] * c + sum, mrow[qi] = live ? mn : mo;
+            }
+        }
+        __syncthreads();
+        float v[AT_TK]; /* p_j v_j: thread -> d, query vectors q0 .. q0 + QPT */
+#pragma unroll
+        for (int j = 0; j < AT_TK; j++) v[j] = vs[j][d];
+#pragma unroll
+        for (int i = 0; i < QPT; i++) {
+            float a = acc[i] * corr[q0 + i];
+#pragma unroll
+            for (int j = 0; j < AT_TK; j++) a = fmaf(ps[q0 + i][j], v[j], a);
+            acc[i] = a;
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < QPT; i++) {
+        int qi = q0 + i;
+        if (qi >= nq) break;
+        float o = acc[i] / lrow[qi];
+        out[((size_t)(r0 + qi / G) * nh + kvh * G + qi % G) * HD + d] = bf16 ? bf16r(o) : o;
+    }
+}
+
+template <typename KV, int HD>
+static void att_tile_run(cudaStream_t stream, const att_args &a)
+{
+    att_tile_kernel<KV, HD><<<dim3((unsigned)a.T, (unsigned)a.nkv), AT_THREADS, 0, stream>>>(
+        a.out, a.q, (const KV *)a.kc, (const KV *)a.vc, a.meta, a.T, a.nh, a.nkv, a.bs, a.scale, a.bf16);
+}
+
+template <typename KV>
+static void att_tile_launch(cudaStream_t stream, const att_args &a)
+{
+    if (a.hd == 32) att_tile_run<KV, 32>(stream, a);
+    else if (a.hd == 64) att_tile_run<KV, 64>(stream, a);
+    else att_tile_run<KV, 128>(stream, a);
+}
+
+extern "C" int sd_cu_attention_tile_rows(int nh, int nkv, int hd)
+{
+    if (nkv <= 0 || nh % nkv != 0 || nh / nkv > AS_GMAX || (hd != 32 && hd != 64 && hd != 128)) return 0;
+    return AT_TQ / (nh / nkv);
+}
+
+extern "C" cudaError_t sd_cu_attention_split(cudaStream_t stream, const sd_cu_att_args *a)
+{
+    if (a->hd > SD_CU_MAX_HEAD_DIM || a->nh > 65535 || a->nkv <= 0 || a->nh % a->nkv != 0 || a->splits < 1 ||
+        a->splits > AS_SPLITS_MAX)
+        return cudaErrorInvalidValue;
+    if (a->tiled && !sd_cu_attention_tile_rows(a->nh, a->nkv, a->hd)) return cudaErrorInvalidValue;
+    if (a->T <= 0) return cudaSuccess;
+    bool done = a->kv_bf16 ? att_split_launch<uint16_t>(stream, *a) : att_split_launch<float>(stream, *a);
+    if (!done)
+        return sd_cu_attention(stream, a->out, a->q, a->kc, a->vc, a->meta, a->T, a->nh, a->nkv, a->hd, a->bs,
+                               a->scale, a->bf16, a->kv_bf16);
+    if (a->tiled) {
+        if (a->kv_bf16) att_tile_launch<uint16_t>(stream, *a);
+        else att_tile_launch<float>(stream, *a);
+    }
     return cudaGetLastError();
 }
 

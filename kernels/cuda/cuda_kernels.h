@@ -53,23 +53,42 @@ cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, const float 
 /* out[T, nh*hd] = causal attention of q[T, nh*hd] over the paged cache
  * kc/vc [n_blocks, bs, nkv, hd] (f32, or bf16 when kv_bf16). meta (device) holds, for T rows:
  *   meta[0 .. T)      position of row t (it attends to 0 .. pos)
- *   meta[T .. 2T)     offset of row t's block table in meta + 2T
- *   meta[2T .. )      the block tables, one per sequence. */
+ *   meta[T .. 2T)     offset of row t's block table in meta + 3T
+ *   meta[2T .. 3T)    row t's index among its sequence's rows in the pass when that sequence has at
+ *                     least SD_CU_TILE_MIN_ROWS of them (a prefill chunk), else -1 (read only by
+ *                     sd_cu_attention_split with `tiled`)
+ *   meta[3T .. )      the block tables, one per sequence. */
+#define SD_CU_TILE_MIN_ROWS 32
 cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const void *kc, const void *vc,
                             const int32_t *meta, int T, int nh, int nkv, int hd, int bs, float scale, int bf16,
                             int kv_bf16);
 
-/* sd_cu_attention split over the context ("flash-decoding": a fixed 32
+/* sd_cu_attention split over the context ("flash-decoding": `splits`
  * blocks per row and KV head, each a strided share of the positions, then a
  * combining pass), for long contexts; part: device scratch of
- * sd_cu_attention_split_floats(T, nh, hd) floats. Same arguments and
- * rounding points as sd_cu_attention; sums in another order. Shapes it does
- * not cover (head_dim other than 32, 64, 128, 256; more than 8 query heads a
- * KV head) run sd_cu_attention. */
-cudaError_t sd_cu_attention_split(cudaStream_t stream, float *out, const float *q, const void *kc, const void *vc,
-                                  const int32_t *meta, float *part, int T, int nh, int nkv, int hd, int bs,
-                                  float scale, int bf16, int kv_bf16);
-size_t sd_cu_attention_split_floats(int T, int nh, int hd);
+ * sd_cu_attention_split_floats(T, nh, hd, splits) floats. Same arguments and
+ * rounding points as sd_cu_attention; sums in another order (fixed by the
+ * row's context and `splits`). Shapes it does not cover (head_dim other than
+ * 32, 64, 128, 256; more than 8 query heads a KV head) run sd_cu_attention.
+ * With `tiled` (shapes where sd_cu_attention_tile_rows is not 0; not
+ * batch-invariant), the rows with an index in meta (prefill chunks) run a
+ * tiled kernel instead, whose blocks share each K and V read among the rows
+ * of a tile. */
+typedef struct sd_cu_att_args {
+    float *out;
+    const float *q;
+    const void *kc, *vc;
+    const int32_t *meta;
+    float *part;
+    int T, nh, nkv, hd, bs;
+    float scale;
+    int bf16, kv_bf16, tiled;
+    int splits; /* 1 .. 256 */
+} sd_cu_att_args;
+cudaError_t sd_cu_attention_split(cudaStream_t stream, const sd_cu_att_args *a);
+size_t sd_cu_attention_split_floats(int T, int nh, int hd, int splits);
+/* Rows of a sequence the tiled attention takes together for the shape; 0 where it does not apply. */
+int sd_cu_attention_tile_rows(int nh, int nkv, int hd);
 
 /* Up to three matmuls that share x, for sd_cu_gemm_tc: y[i][T, N[i]] =
  * x · w[i]^T (+ bias[i] when not NULL); res (n == 1 only): res += y[0]. */
@@ -90,6 +109,15 @@ typedef struct sd_cu_mm_job {
  * aligned; K a multiple of 32; w [N, K] bf16, 16-byte aligned.
  * cudaErrorInvalidValue otherwise. */
 cudaError_t sd_cu_gemm_tc(cudaStream_t stream, const sd_cu_mm_job *job, const float *x, int T, int K, int bf16);
+
+/* The default mode's matmul for passes of up to SD_CU_GEMV_MAX_T rows (decode
+ * steps, verify spans): y[i] = x · w[i]^T, the epilogue of sd_cu_gemm_tc, f32
+ * accumulation in an order fixed by K (not the tensor-core kernel's: not
+ * for batch-invariant mode). x [T, K] f32 holding bf16 values, 16-byte
+ * aligned; K a multiple of 8; w 16-byte aligned. cudaErrorInvalidValue
+ * otherwise. */
+#define SD_CU_GEMV_MAX_T 8
+cudaError_t sd_cu_gemv(cudaStream_t stream, const sd_cu_mm_job *job, const float *x, int T, int K, int bf16);
 
 /* Whether sd_cu_gemm_tc can run on device (compute capability 8.0 or later,
  * and this build's kernels compiled for such an architecture). */

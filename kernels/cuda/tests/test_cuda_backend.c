@@ -436,21 +436,31 @@ static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int 
     g_gpu->ops->kv_write(g_gpu, &kg, kng, vng, sg, T, (int)kvd);
     sd_attn_shape sh = {nh, nkv, hd, BS, 1.0f / sqrtf((float)hd), b16};
     ck_assert_int_eq(g_cpu->ops->attention(g_cpu, oc, qc, &kc, seqs, n_seqs, &sh), SD_OK);
-    /* the single kernel, then the split one (the default): both against the CPU */
+    /* the single kernel, the split one without and with prefill rows tiled (the default): all against the CPU */
+    ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, 0), SD_OK);
     ck_assert_int_eq(sd_cuda_set_attn_split(g_gpu, 0), SD_OK);
     ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
     float *single = gpu_read(og, qn);
     ck_assert_int_eq(sd_cuda_set_attn_split(g_gpu, 1), SD_OK);
+    ck_assert_int_eq(sd_cuda_set_attn_tile(g_gpu, 0), SD_OK);
+    ck_assert_int_eq(sd_cuda_set_attn_splits(g_gpu, 128), SD_OK); /* and more blocks a row than the default */
+    ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
+    float *untiled = gpu_read(og, qn);
+    ck_assert_int_eq(sd_cuda_set_attn_splits(g_gpu, 32), SD_OK);
+    ck_assert_int_eq(sd_cuda_set_attn_tile(g_gpu, 1), SD_OK);
     ck_assert_int_eq(g_gpu->ops->attention(g_gpu, og, qg, &kg, seqs, n_seqs, &sh), SD_OK);
     float *got = gpu_read(og, qn);
     char what[96];
     snprintf(what, sizeof what, "attention T=%d nh=%d nkv=%d hd=%d bf16=%d kv=%s", T, nh, nkv, hd, b16,
              sd_dtype_name(dt));
     expect_close(what, got, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
-    char what1[128];
+    char what1[160];
     snprintf(what1, sizeof what1, "%s (single kernel)", what);
     expect_close(what1, single, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
+    snprintf(what1, sizeof what1, "%s (split in 128, prefill rows not tiled)", what);
+    expect_close(what1, untiled, oc, qn, b16 ? 2e-3 : 2e-5, b16 ? 2e-2 : 1e-4);
     free(single);
+    free(untiled);
     size_t kvbytes = cache * sd_dtype_size(dt);
     void *kback = malloc(kvbytes);
     g_gpu->ops->to_host(g_gpu, kback, kg.k, kvbytes);
@@ -487,6 +497,10 @@ START_TEST(attention_vs_cpu)
                 /* past 32 splits of a chunk (32 to 128 positions by hd): blocks take several chunks */
                 sd_attn_seq longest[2] = {{0, 1, 4200, NULL}, {1, 2, 300, NULL}};
                 check_attention(longest, 2, heads[h][0], heads[h][1], heads[h][2], b16, dt);
+                /* prefill chunks (tiled where the shape allows: 32 or more rows of a sequence, the last
+                 * tile partial) beside a decode row, one chunk from 0, one deep in a context */
+                sd_attn_seq prefill[3] = {{0, 70, 0, NULL}, {70, 1, 500, NULL}, {71, 45, 3000, NULL}};
+                check_attention(prefill, 3, heads[h][0], heads[h][1], heads[h][2], b16, dt);
             }
         }
 }
