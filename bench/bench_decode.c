@@ -24,7 +24,8 @@
  * ab interleaves runs with and without CUDA graphs and prints both.
  * --context N decodes after a prompt of N tokens (default 32), so that
  * attention over a long context is in the step (its cost: the difference
- * from a short context); --kv-dtype chooses the KV cache's element type. */
+ * from a short context), and prints the prompt's prefill tokens/s (chunks of
+ * 256, best run); --kv-dtype chooses the KV cache's element type. */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdbool.h>

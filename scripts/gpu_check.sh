@@ -25,7 +25,7 @@
 #   3. specd-bench-decode on the GPU: (decode) the demo target; (decode8b) Qwen3-8B's shapes
 #      with random weights (bench/configs/qwen3-8b.json), CUDA graphs on and off
 #      interleaved, with --batch-invariant (tensor cores) and, optional, the default mode's
-#      passes of up to 8 rows on cuBLAS instead of the GEMV kernel (SD_CUDA_GEMV=0): decode
+#      passes of up to 8 rows on the GEMV kernel instead of cuBLAS (SD_CUDA_GEMV=1): decode
 #      tok/s, weight read bandwidth against the device's own (roofline), span cost in decode
 #      steps; (context) the 8B shapes after 1k- and 8k-token contexts (prefill tokens/s too),
 #      the 8k one again with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and,
@@ -54,7 +54,10 @@ PROGS="specd-bench specd-bench-decode specd-generate specd-bench-spec specd-veri
 
 pack() {
   local b=$ROOT/build
-  [ -x "$b/tests/test_cuda_backend" ] || { echo "gpu_check: build/tests/test_cuda_backend is missing (a build with CUDA and Check)" >&2; exit 1; }
+  if [ ! -x "$b/tests/test_cuda_backend" ]; then
+    echo "gpu_check: build/tests/test_cuda_backend is missing (a build with CUDA and Check)" >&2
+    exit 1
+  fi
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" || exit 1
   trap 'rm -rf "$PACK/bin" "$PACK/lib"' EXIT
   cp -p "$b/tests/test_cuda_backend" "$PACK/bin/" || exit 1
@@ -267,8 +270,8 @@ run() {
   if [ "$dev" != cpu ] && want decode8b; then
     step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" "${ab[@]}"
     step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --batch-invariant
-    # the default mode's decode and verify passes on cuBLAS instead of the GEMV kernel
-    OPTIONAL=1 step decode_qwen3_8b_cublas 180 env SD_CUDA_GEMV=0 "$BIN/specd-bench-decode" --device "$dev" \
+    # the default mode's decode and verify passes on the GEMV kernel instead of cuBLAS
+    OPTIONAL=1 step decode_qwen3_8b_gemv 180 env SD_CUDA_GEMV=1 "$BIN/specd-bench-decode" --device "$dev" \
       "${q8[@]}"
   fi
   if [ "$dev" != cpu ] && want context; then
@@ -284,7 +287,7 @@ run() {
   want pair && step serve_pair 300 serve_pair "$dev"
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
-    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_cublas \
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_gemv \
       decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_untiled \
       decode_qwen3_8b_ctx_s128 decode_qwen3_8b_ctx32k; do
       [ -f "$WORK/$f.log" ] &&

@@ -94,8 +94,8 @@ typedef struct cuda_impl {
     void *blas_ws;       /* device [CUBLAS_WORKSPACE] */
     int graphs_on;       /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
     int attn_split;      /* attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 off) */
-    int gemv;            /* the GEMV kernel for the default mode's passes of up to 8 rows (default on;
-                          * SD_CUDA_GEMV=0 off: cuBLAS) */
+    int gemv;            /* the GEMV kernel for the default mode's passes of up to 8 rows instead of cuBLAS
+                          * (default off: slower on an H200; SD_CUDA_GEMV=1 on) */
     int attn_splits;     /* blocks a row and KV head in the split attention (SD_CUDA_ATTN_SPLITS, default 32) */
     int attn_tile;       /* with attn_split, prefill chunks' rows tiled outside batch-invariant mode (default
                           * on; SD_CUDA_ATTN_TILE=0 off) */
@@ -756,7 +756,7 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     const char *a = getenv("SD_CUDA_ATTN_SPLIT");
     im->attn_split = !(a && strcmp(a, "0") == 0);
     const char *gv = getenv("SD_CUDA_GEMV");
-    im->gemv = !(gv && strcmp(gv, "0") == 0);
+    im->gemv = gv && strcmp(gv, "1") == 0;
     const char *sp = getenv("SD_CUDA_ATTN_SPLITS");
     im->attn_splits = sp && atoi(sp) >= 1 && atoi(sp) <= 256 ? atoi(sp) : 32;
     const char *at = getenv("SD_CUDA_ATTN_TILE");
@@ -806,38 +806,52 @@ sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on)
     return SD_OK;
 }
 
-sd_status sd_cuda_set_graphs(sd_backend *be, int on)
+/* A knob's impl with its recordings dropped (they hold the kernels chosen
+ * before); NULL when be is not a CUDA backend. */
+static cuda_impl *knob(sd_backend *be)
 {
-    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
+    if (!sd_backend_is_cuda(be)) return NULL;
     cuda_impl *im = cu(be);
     drop_graphs(im);
+    return im;
+}
+
+sd_status sd_cuda_set_graphs(sd_backend *be, int on)
+{
+    cuda_impl *im = knob(be);
+    if (!im) return SD_ERR_ARG;
     im->graphs_on = on != 0;
     return SD_OK;
 }
 
 sd_status sd_cuda_set_attn_split(sd_backend *be, int on)
 {
-    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
-    cuda_impl *im = cu(be);
-    drop_graphs(im); /* recorded with the other kernels */
+    cuda_impl *im = knob(be);
+    if (!im) return SD_ERR_ARG;
     im->attn_split = on != 0;
+    return SD_OK;
+}
+
+sd_status sd_cuda_set_gemv(sd_backend *be, int on)
+{
+    cuda_impl *im = knob(be);
+    if (!im) return SD_ERR_ARG;
+    im->gemv = on != 0;
     return SD_OK;
 }
 
 sd_status sd_cuda_set_attn_splits(sd_backend *be, int splits)
 {
-    if (!sd_backend_is_cuda(be) || splits < 1 || splits > 256) return SD_ERR_ARG;
-    cuda_impl *im = cu(be);
-    drop_graphs(im);
+    cuda_impl *im = splits < 1 || splits > 256 ? NULL : knob(be);
+    if (!im) return SD_ERR_ARG;
     im->attn_splits = splits;
     return SD_OK;
 }
 
 sd_status sd_cuda_set_attn_tile(sd_backend *be, int on)
 {
-    if (!sd_backend_is_cuda(be)) return SD_ERR_ARG;
-    cuda_impl *im = cu(be);
-    drop_graphs(im);
+    cuda_impl *im = knob(be);
+    if (!im) return SD_ERR_ARG;
     im->attn_tile = on != 0;
     return SD_OK;
 }

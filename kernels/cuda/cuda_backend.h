@@ -71,6 +71,14 @@ sd_status sd_cuda_set_graphs(sd_backend *be, int on);
  * they differ in summation order. SD_ERR_ARG when be is not a CUDA backend. */
 sd_status sd_cuda_set_attn_split(sd_backend *be, int on);
 
+/* The GEMV kernel (sd_cu_gemv) for the default mode's matmuls of up to 8
+ * rows with bf16 activations, instead of cuBLAS (default off; SD_CUDA_GEMV=1
+ * in the environment starts a backend with it on). Measured on an H200 with
+ * Qwen3-8B's shapes (docs/BENCHMARKS.md, third GPU session) it is slower
+ * than cuBLAS except at 2 rows: kept for the next attempt. SD_ERR_ARG when
+ * be is not a CUDA backend. */
+sd_status sd_cuda_set_gemv(sd_backend *be, int on);
+
 /* Blocks a row and KV head of the split attention (1 .. 256; default 32,
  * SD_CUDA_ATTN_SPLITS=N in the environment): more keep more loads in flight
  * at long contexts, and cost a few empty blocks and a longer combine at

@@ -5,7 +5,11 @@
  * rounding points, f32 accumulation. Every reduction runs in one fixed order
  * that depends only on the reduced length and the launch shape chosen from
  * it (never on T, the number of rows), so each kernel here is batch-invariant
- * in the sense of backend.h. Results are not bit-identical to the CPU
+ * in the sense of backend.h — but for two the backend uses only outside
+ * batch-invariant mode: the tiled prefill attention (a row is tiled or not by
+ * its sequence's rows in the pass) and the GEMV matmul (its order is not the
+ * tensor-core kernel's, which takes passes of more rows). Results are not
+ * bit-identical to the CPU
  * backend (different, but fixed, summation orders; expf of CUDA vs glibc).
  *
  * Threading: launchers only enqueue on the caller's stream. */
@@ -231,6 +235,21 @@ typedef struct tc_job {
     float *res;
 } tc_job;
 
+/* job from mm, each weight's rows in units of `unit` rows (first[]); false
+ * when a weight has no rows or is not 16-byte aligned. */
+static bool make_job(const sd_cu_mm_job *mm, int unit, tc_job *job)
+{
+    *job = tc_job{};
+    job->n = mm->n;
+    job->res = mm->res;
+    for (int i = 0; i < mm->n; i++) {
+        if (mm->N[i] <= 0 || ((uintptr_t)mm->w[i] & 15u) != 0) return false;
+        job->w[i] = mm->w[i], job->bias[i] = mm->bias[i], job->y[i] = mm->y[i], job->N[i] = mm->N[i];
+        job->first[i + 1] = job->first[i] + (mm->N[i] + unit - 1) / unit;
+    }
+    return true;
+}
+
 /* Two values as a bf16 pair (lower half first), NaN as f32_to_bf16_kernel. */
 __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi)
 {
@@ -355,25 +374,22 @@ extern "C" cudaError_t sd_cu_gemm_tc(cudaStream_t stream, const sd_cu_mm_job *mm
     if (mm->n < 1 || mm->n > 3 || K % TC_KC != 0 || ((uintptr_t)x & 15u) != 0 || (mm->res && mm->n != 1))
         return cudaErrorInvalidValue;
     if (T <= 0) return cudaSuccess;
-    tc_job job = {};
-    job.n = mm->n;
-    job.res = mm->res;
-    for (int i = 0; i < mm->n; i++) {
-        if (mm->N[i] <= 0 || ((uintptr_t)mm->w[i] & 15u) != 0) return cudaErrorInvalidValue;
-        job.w[i] = mm->w[i], job.bias[i] = mm->bias[i], job.y[i] = mm->y[i], job.N[i] = mm->N[i];
-        job.first[i + 1] = job.first[i] + (mm->N[i] + TC_ROWS - 1) / TC_ROWS;
-    }
+    tc_job job;
+    if (!make_job(mm, TC_ROWS, &job)) return cudaErrorInvalidValue;
     gemm_tc_kernel<<<(unsigned)job.first[mm->n], TC_WARPS * 32, 0, stream>>>(job, x, T, K, bf16);
     return cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- GEMV */
 
-/* The default mode's matmul for decode steps and verify spans (T <= 8 rows)
- * with bf16 activations, in place of cuBLAS + the bias/rounding kernel: at
- * such T a matmul is a read of the weights, and cuBLAS's kernels read an 8B
- * model's at 1.3-3.5 TB/s of an H200's 4.5, plus split-K reduce and epilogue
- * launches. A warp owns GV_ROWS output features of one weight (up to three
+/* A matmul for decode steps and verify spans (T <= 8 rows) with bf16
+ * activations, in place of cuBLAS + the bias/rounding kernel (opt-in,
+ * SD_CUDA_GEMV=1): at such T a matmul is a read of the weights, and cuBLAS's
+ * kernels read an 8B model's at 1.3-3.5 TB/s of an H200's 4.5, plus split-K
+ * reduce and epilogue launches. As written it is slower than cuBLAS on an
+ * H200 but at T = 2 (7.48 against 6.89 ms a Qwen3-8B decode step): about 8
+ * warps an SM for a 4096-row weight, 128 bytes in flight a lane, too few
+ * loads in flight to cover the memory latency. A warp owns GV_ROWS output features of one weight (up to three
  * weights that share x in one launch, as the tensor-core kernel's job); its
  * lanes stride K in 16-byte chunks of every row (GV_UNROLL chunks a row
  * loaded before any is used), each chunk of x loaded once for the rows, f32
@@ -473,14 +489,8 @@ extern "C" cudaError_t sd_cu_gemv(cudaStream_t stream, const sd_cu_mm_job *mm, c
         (mm->res && mm->n != 1))
         return cudaErrorInvalidValue;
     if (T <= 0) return cudaSuccess;
-    tc_job job = {};
-    job.n = mm->n;
-    job.res = mm->res;
-    for (int i = 0; i < mm->n; i++) {
-        if (mm->N[i] <= 0 || ((uintptr_t)mm->w[i] & 15u) != 0) return cudaErrorInvalidValue;
-        job.w[i] = mm->w[i], job.bias[i] = mm->bias[i], job.y[i] = mm->y[i], job.N[i] = mm->N[i];
-        job.first[i + 1] = job.first[i] + (mm->N[i] + GV_ROWS - 1) / GV_ROWS; /* in warps */
-    }
+    tc_job job;
+    if (!make_job(mm, GV_ROWS, &job)) return cudaErrorInvalidValue; /* first[]: in warps */
     switch (T) {
     case 1: gemv_run<1>(stream, job, x, K, bf16); break;
     case 2: gemv_run<2>(stream, job, x, K, bf16); break;

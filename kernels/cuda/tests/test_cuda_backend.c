@@ -117,7 +117,7 @@ static void free_weight(wpair *w)
 
 /* ------------------------------------------------------------- matmul */
 
-static void check_matmul(int T, int N, int K, int with_bias, int b16, int invariant)
+static void check_matmul(int T, int N, int K, int with_bias, int b16, int invariant, int gemv)
 {
     wpair w, b;
     make_weight(&w, N, K, 1, (uint32_t)(N * 7 + K), 1.0f / sqrtf((float)K), 0.0f);
@@ -126,14 +126,17 @@ static void check_matmul(int T, int N, int K, int with_bias, int b16, int invari
     float *yc = on(g_cpu, NULL, (size_t)T * N), *xc = on(g_cpu, x, (size_t)T * K);
     float *yg = on(g_gpu, NULL, (size_t)T * N), *xg = on(g_gpu, x, (size_t)T * K);
     ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, invariant), SD_OK);
+    ck_assert_int_eq(sd_cuda_set_gemv(g_gpu, gemv), SD_OK);
     g_cpu->ops->matmul(g_cpu, yc, xc, &w.c, with_bias ? &b.c : NULL, T, b16);
     g_gpu->ops->matmul(g_gpu, yg, xg, &w.g, with_bias ? &b.g : NULL, T, b16);
     float *got = gpu_read(yg, (size_t)T * N);
     char what[128];
-    snprintf(what, sizeof what, "matmul T=%d N=%d K=%d bias=%d bf16=%d inv=%d", T, N, K, with_bias, b16, invariant);
+    snprintf(what, sizeof what, "matmul T=%d N=%d K=%d bias=%d bf16=%d inv=%d gemv=%d", T, N, K, with_bias, b16,
+             invariant, gemv);
     double atol = invariant ? 1e-5 : 2e-2, rtol = invariant ? (b16 ? 1e-2 : 1e-4) : 1.5e-2;
     expect_close(what, got, yc, (size_t)T * N, atol, rtol);
     sd_cuda_set_batch_invariant(g_gpu, 0);
+    sd_cuda_set_gemv(g_gpu, 0);
     free(got);
     free(x);
     g_cpu->ops->free(g_cpu, yc);
@@ -151,8 +154,9 @@ START_TEST(matmul_vs_cpu)
     static const int shapes[][3] = {{1, 37, 64},    {5, 129, 96},  {17, 300, 200}, {3, 1000, 33},
                                     {9, 512, 64},   {3, 160, 1024}, {2, 64, 2080},  {70, 48, 128}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int mode = 0; mode < 8; mode++)
-            check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], mode & 1, (mode >> 1) & 1, (mode >> 2) & 1);
+        for (int mode = 0; mode < 12; mode++) /* 8 .. 11: the default mode with the GEMV kernel (T <= 8, bf16) */
+            check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], mode & 1, (mode >> 1) & 1, (mode >> 2) & 1,
+                         mode >= 8);
 }
 END_TEST
 
@@ -194,7 +198,7 @@ END_TEST
 
 /* matmul_fused (x converted once, the residual add in the epilogue) gives
  * the bits of the composed matmul / add / silu_mul ops, for every kind, with
- * cuBLAS and with the batch-invariant kernel. */
+ * cuBLAS, the GEMV kernel and the batch-invariant kernel. */
 START_TEST(matmul_fused_is_composed)
 {
     const int T = 5, K = 96, N = 130;
@@ -203,9 +207,10 @@ START_TEST(matmul_fused_is_composed)
     make_weight(&b, 1, N, 0, 5u, 0.5f, 0.0f);
     float *x = rand_vec((size_t)T * K, 3u, 1.0f, 1), *r0 = rand_vec((size_t)T * N, 4u, 1.0f, 1);
     size_t n = (size_t)T * N;
-    for (int inv = 0; inv < 2; inv++)
+    for (int inv = 0; inv < 3; inv++) /* 2: the default mode with the GEMV kernel */
         for (int kind = 0; kind < 3; kind++) {
-            ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, inv), SD_OK);
+            ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, inv == 1), SD_OK);
+            ck_assert_int_eq(sd_cuda_set_gemv(g_gpu, inv == 2), SD_OK);
             int nw = kind == SD_MM_SHARED ? 3 : kind == SD_MM_SWIGLU ? 2 : 1;
             float *xg = on(g_gpu, x, (size_t)T * K), *ra = on(g_gpu, r0, n), *rb = on(g_gpu, r0, n);
             float *ya[3], *yb[3];
@@ -241,6 +246,7 @@ START_TEST(matmul_fused_is_composed)
             g_gpu->ops->free(g_gpu, rb);
         }
     sd_cuda_set_batch_invariant(g_gpu, 0);
+    sd_cuda_set_gemv(g_gpu, 0);
     for (int i = 0; i < 3; i++) free_weight(&w[i]);
     free_weight(&b);
     free(x);
