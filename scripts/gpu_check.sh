@@ -31,7 +31,7 @@
 #      the 8k one again with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and,
 #      optional, with 128 blocks a row in the split attention (SD_CUDA_ATTN_SPLITS=128), and,
 #      optional, after 32k;
-#   4. specd serve through specd-bench (C = 1 and 4): plain, the drafter on the GPU, the
+#   4. specd serve through specd-bench (C = 1, 4 and 16): plain, the drafter on the GPU, the
 #      drafter on the CPU;
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
 #   6. (pair) an 8B/0.6B-shaped pair — Qwen3-8B and Qwen3-0.6B shapes, random weights
@@ -130,7 +130,7 @@ sys.exit(0 if a["text"] == b["text"] else 1)' "$WORK/plain-$tag-$n.json" "$WORK/
 # speculative with the drafter on the CPU.
 serve_bench() {
   local dev=$1 c
-  for c in 1 4; do
+  for c in 1 4 16; do
     echo "== C = $c"
     SD_BENCH_BIN=$BIN SD_BENCH_OUT=$WORK/serve-c$c "$ROOT/scripts/bench_ab.sh" 1 "$c" 0 16 \
       "--device $dev --no-spec" "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m" \
@@ -294,7 +294,7 @@ run() {
         grep -E "tokens/s|bandwidth|roofline|^ +(1|2|4|6|8|16) " "$WORK/$f.log" | sed "s/^/    $f: /"
     done
     grep -h "equal" "$WORK"/exact_*.log | sed 's/^/    /'
-    grep -h "^c[0-9] \[" "$WORK/serve_demo.log" 2>/dev/null | cut -c1-160 | sed 's/^/    serve: /'
+    grep -hE "^== C|^c[0-9] \[" "$WORK/serve_demo.log" 2>/dev/null | cut -c1-160 | sed 's/^/    serve: /'
     grep -hE "^== C|^c[0-9] \[" "$WORK/serve_pair.log" 2>/dev/null | cut -c1-160 | sed 's/^/    pair: /'
     grep -h "^hf " "$WORK/hf.log" 2>/dev/null | sed 's/^/    /'
     echo "gpu_check: $FAILED step(s) failed; logs of every step in $OUTDIR/logs.tgz"
