@@ -12,6 +12,7 @@
  * Threading: an sd_sampler is not thread-safe; the free functions are. */
 #include "sampler.h"
 
+#include "exsum.h"
 #include "vecmath.h"
 
 #include <math.h>
@@ -32,6 +33,7 @@ struct sd_sampler {
     cand *tmp;        /* (vocab) radix-sort buffer */
     sd_tokprob *dist; /* (vocab) the filtered distribution sd_sampler_sample draws from */
     float *wf;        /* (vocab) softmax numerators, float */
+    int *ids;         /* (vocab) a band's token ids (banded_walk) */
 };
 
 /* ---- settings --------------------------------------------------------- */
@@ -118,7 +120,8 @@ sd_sampler *sd_sampler_new(int vocab)
     sp->tmp = malloc((size_t)vocab * sizeof *sp->tmp);
     sp->dist = malloc((size_t)vocab * sizeof *sp->dist);
     sp->wf = malloc((size_t)vocab * sizeof *sp->wf);
-    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf) {
+    sp->ids = malloc((size_t)vocab * sizeof *sp->ids);
+    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf || !sp->ids) {
         sd_sampler_free(sp);
         return NULL;
     }
@@ -134,6 +137,7 @@ void sd_sampler_free(sd_sampler *sp)
     free(sp->tmp);
     free(sp->dist);
     free(sp->wf);
+    free(sp->ids);
     free(sp);
 }
 
@@ -443,17 +447,32 @@ static void order_float_ties(sd_tokprob *d, size_t n)
     }
 }
 
+/* The exact sum of c[0..n)'s weights (floats, or 1.0), rounded once. */
+static double cand_sum(const cand *c, size_t n)
+{
+    sd_exsum e;
+    sd_exsum_init(&e);
+    for (size_t i = 0; i < n; i++)
+        sd_exsum_add_float(&e, (float)c[i].w);
+    return sd_exsum_value(&e);
+}
+
+/* A candidate's probability: its weight over sum, as a float. */
+static float cand_prob(double w, double sum)
+{
+    return (float)(w / sum);
+}
+
 /* Writes c[0..n) (sorted) as probabilities renormalised over the entries
- * written (at most cap); stops at the first entry whose float prob is 0. */
+ * written (at most cap); stops at the first entry whose float prob is 0.
+ * The normaliser is summed exactly (order-free, exsum.h). */
 static size_t write_dist(const cand *c, size_t n, sd_tokprob *out, size_t cap)
 {
     size_t m = n < cap ? n : cap;
-    double sum = 0.0;
-    for (size_t i = 0; i < m; i++)
-        sum += c[i].w;
+    double sum = cand_sum(c, m);
     size_t k = 0;
     for (size_t i = 0; i < m; i++) {
-        float p = (float)(c[i].w / sum);
+        float p = cand_prob(c[i].w, sum);
         if (!(p > 0.0f))
             break;
         out[k].token = c[i].id;
@@ -530,6 +549,104 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
     return write_dist(c, n, out, cap);
 }
 
+/* Whether s's filtered distribution needs no order to be defined: no top-k
+ * (or one that keeps every token) and no top-p; min-p is a threshold. Then a
+ * draw sorts only as far as it reaches and a probability needs no sort. */
+static int order_free(const sd_sampling *s, int vocab)
+{
+    return (s->top_k <= 0 || s->top_k >= vocab) && !(s->top_p < 1.0f);
+}
+
+/* An order-free s's filtered distribution, dense: sp->wf[i] = token i's
+ * weight (softmax_cands' w: 1 for the maximum, 0 for NaN, -inf and what
+ * min-p removes), *sum their exact sum (write_dist's normaliser). Returns 0
+ * when no token has positive probability, else 1. */
+static int dense_weights(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, double *sum)
+{
+    int32_t a = sd_argmax(logits, vocab); /* vectorised; NaNs never win */
+    float mx = a < 0 ? -INFINITY : logits[a];
+    if (mx == -INFINITY)
+        return 0;
+    float *wf = sp->wf;
+    sd_exp_weights(logits, vocab, mx, s->temperature, wf);
+    /* softmax_cands' w; min-p's floor is min_p times the maximum weight, 1 */
+    sd_keep_weights(logits, vocab, mx, s->min_p > 0.0f ? s->min_p : 0.0f, wf);
+    sd_exsum e;
+    sd_exsum_init(&e);
+    sd_exsum_add_floats(&e, wf, vocab);
+    *sum = sd_exsum_value(&e);
+    return *sum > 0.0;
+}
+
+/* sd_sample_sparse's walk over the probabilities pf[0..vocab) (those > 0)
+ * in the total order, with target u * total, sorting only as far as the
+ * walk reaches: bands of p >= pmax 2^-10, 2^-20, ... (as topp_banded), each
+ * gathered into c, sorted and walked in turn. Each band lies wholly below
+ * the previous one, so the walk adds the same terms in the same order as
+ * over a full sort. */
+static int32_t banded_walk(const float *pf, int vocab, cand *c, cand *tmp, int *ids, double target, float pmax)
+{
+    double cum = 0.0;
+    float hi = INFINITY, t = pmax;
+    int32_t last = -1;
+    for (int round = 0; hi > 0.0f; round++) {
+        t = round < 8 ? t * 0x1.0p-10f : 0.0f;
+        size_t m = (size_t)sd_band_ids(pf, vocab, t, hi, ids);
+        for (size_t i = 0; i < m; i++)
+            c[i] = (cand){pf[ids[i]], ids[i]};
+        cand_sort(c, tmp, m);
+        for (size_t i = 0; i < m; i++) {
+            cum += c[i].w;
+            if (cum > target)
+                return c[i].id;
+        }
+        last = m ? c[m - 1].id : last;
+        hi = t;
+    }
+    return last; /* rounding left cum <= target: the last live entry */
+}
+
+int32_t sd_sampler_draw(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, double u)
+{
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
+        return -1;
+    if (!(s->temperature > 0.0f))
+        return sd_argmax(logits, vocab);
+    if (!order_free(s, vocab)) {
+        size_t n = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
+        return n ? sd_sample_sparse(sp->dist, n, u) : -1;
+    }
+    double sum;
+    if (!dense_weights(sp, s, logits, vocab, &sum))
+        return -1;
+    float *pf = sp->wf; /* probabilities in place, each as cand_prob computes it */
+    float pmax = sd_div_to_f32(pf, vocab, sum, pf);
+    sd_exsum total;
+    sd_exsum_init(&total);
+    sd_exsum_add_floats(&total, pf, vocab);
+    if (!(pmax > 0.0f))
+        return -1;
+    return banded_walk(pf, vocab, sp->cands, sp->tmp, sp->ids, u * sd_exsum_value(&total), pmax);
+}
+
+float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, int32_t token)
+{
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
+        return -1.0f;
+    if (!(s->temperature > 0.0f)) {
+        int32_t a = sd_argmax(logits, vocab);
+        return a < 0 ? -1.0f : a == token ? 1.0f : 0.0f;
+    }
+    if (!order_free(s, vocab)) {
+        size_t n = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
+        return n ? sd_sparse_prob(sp->dist, n, token) : -1.0f;
+    }
+    double sum;
+    if (!dense_weights(sp, s, logits, vocab, &sum))
+        return -1.0f;
+    return token >= 0 && token < vocab ? cand_prob(sp->wf[token], sum) : 0.0f;
+}
+
 /* ---- drawing ------------------------------------------------------------ */
 
 /* Returns -1 when n == 0 or no entry has positive probability. Non-positive
@@ -538,17 +655,18 @@ int32_t sd_sample_sparse(const sd_tokprob *dist, size_t n, double u)
 {
     if (!dist || n == 0)
         return -1;
-    double total = 0.0;
+    sd_exsum e;
+    sd_exsum_init(&e);
     int32_t last = -1;
     for (size_t i = 0; i < n; i++) {
         if (dist[i].prob > 0.0f) {
-            total += dist[i].prob;
+            sd_exsum_add_float(&e, dist[i].prob);
             last = dist[i].token;
         }
     }
     if (last < 0)
         return -1;
-    double target = u * total;
+    double target = u * sd_exsum_value(&e);
     double cum = 0.0;
     for (size_t i = 0; i < n; i++) {
         if (!(dist[i].prob > 0.0f))
@@ -591,8 +709,6 @@ int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, i
     sd_sampler_apply_penalties(sp, s, logits, vocab, prompt, n_prompt, output, n_output);
     if (!(s->temperature > 0.0f))
         return sd_argmax(logits, vocab);
-    size_t n = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
-    if (n == 0)
-        return sd_argmax(logits, vocab);
-    return sd_sample_sparse(sp->dist, n, sd_rng_uniform(s->seed, position, 0));
+    int32_t x = sd_sampler_draw(sp, s, logits, vocab, sd_rng_uniform(s->seed, position, 0));
+    return x >= 0 ? x : sd_argmax(logits, vocab);
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "exsum.h"
 #include "proposer.h"
 
 struct sd_verifier {
@@ -170,15 +171,21 @@ static int verify_plain(sd_verifier *v, const sd_verify_in *in, int32_t *out, in
 
 /* ---- rejection ------------------------------------------------------------ */
 
-/* Penalises row i and writes its exact filtered distribution p to v->p and
- * v->dense. A row with no positive probability (all -inf) falls back to the
- * one-hot argmax, as sd_sampler_sample does. Returns the entry count, 0 when
- * the row has no token at all (every logit NaN). */
-static size_t target_dist(sd_verifier *v, const sd_verify_in *in, int i)
+/* Row i, penalised in place (once: the rules below read it after this). */
+static float *penalised_row(sd_verifier *v, const sd_verify_in *in, int i)
 {
     float *row = in->logits + (size_t)i * (size_t)in->vocab;
     sd_sampler_apply_penalties(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
                                row_hist(v, in), row_nhist(in, i));
+    return row;
+}
+
+/* Writes the exact filtered distribution p of a penalised row to v->p and
+ * v->dense. A row with no positive probability (all -inf) falls back to the
+ * one-hot argmax, as sd_sampler_sample does. Returns the entry count, 0 when
+ * the row has no token at all (every logit NaN). */
+static size_t target_dist(sd_verifier *v, const sd_verify_in *in, const float *row)
+{
     size_t np = sd_sampler_distribution(v->sp, in->sampling, row, in->vocab, v->p,
                                         (size_t)in->vocab);
     if (np == 0) {
@@ -194,6 +201,20 @@ static size_t target_dist(sd_verifier *v, const sd_verify_in *in, int i)
     return np;
 }
 
+/* p(d) in a penalised row's filtered distribution, without building it
+ * (sd_sampler_prob), with target_dist's fallback to the one-hot argmax;
+ * -1 when the row has no token at all. */
+static double target_prob(sd_verifier *v, const sd_verify_in *in, const float *row, int32_t d)
+{
+    if (d < 0 || d >= in->vocab)
+        return sd_argmax(row, in->vocab) < 0 ? -1.0 : 0.0;
+    float p = sd_sampler_prob(v->sp, in->sampling, row, in->vocab, d);
+    if (p >= 0.0f)
+        return p;
+    int32_t a = sd_argmax(row, in->vocab);
+    return a < 0 ? -1.0 : a == d ? 1.0 : 0.0;
+}
+
 /* Draws from normalise(max(0, p - q)) with uniform u; the mass is summed in
  * double, in p's order (probability descending, id ascending). When the
  * residual has no mass (q covers p everywhere, e.g. p == q exactly) it draws
@@ -205,10 +226,12 @@ static int32_t residual_draw(sd_verifier *v, size_t np, const sd_tokprob *q, siz
     for (size_t j = 0; j < nq; j++)
         if (q[j].token >= 0 && q[j].token < vocab && q[j].prob > 0.0f)
             dense[q[j].token] -= q[j].prob;
-    double total = 0.0;
+    sd_exsum mass; /* exact: the same in any order */
+    sd_exsum_init(&mass);
     for (size_t j = 0; j < np; j++)
         if (dense[v->p[j].token] > 0.0)
-            total += dense[v->p[j].token];
+            sd_exsum_add_double(&mass, dense[v->p[j].token]);
+    double total = sd_exsum_value(&mass);
     int32_t x = -1;
     if (total > 0.0) {
         double target = u * total, cum = 0.0;
@@ -234,12 +257,6 @@ static int32_t residual_draw(sd_verifier *v, size_t np, const sd_tokprob *q, siz
     return x;
 }
 
-static void clear_dense(sd_verifier *v, size_t np)
-{
-    for (size_t j = 0; j < np; j++)
-        v->dense[v->p[j].token] = 0.0;
-}
-
 /* Leviathan et al. / Chen et al. 2023: keep d_i with probability
  * min(1, p_i(d_i) / q_i(d_i)) (u < p/q with the ACCEPT stream; q(d) == 0 is
  * a malformed proposal and rejects); on a reject commit a draw from the
@@ -250,25 +267,28 @@ static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out
     uint64_t seed = in->sampling->seed;
     for (int i = 0; i <= in->k; i++) {
         uint64_t pos = in->out_pos + (uint64_t)i;
-        size_t np = target_dist(v, in, i);
-        if (np == 0)
-            return SD_ERR_ARG;
-        if (i == in->k) {
-            out[i] = sd_sample_sparse(v->p, np, sd_rng_uniform(seed, pos, SD_RNG_STREAM_SAMPLE));
-            clear_dense(v, np);
-            return i + 1;
+        float *row = penalised_row(v, in, i);
+        if (i == in->k) { /* sd_sampler_draw: the token sd_sample_sparse draws from p, without sorting it */
+            int32_t x = sd_sampler_draw(v->sp, in->sampling, row, in->vocab,
+                                        sd_rng_uniform(seed, pos, SD_RNG_STREAM_SAMPLE));
+            out[i] = x >= 0 ? x : sd_argmax(row, in->vocab);
+            return out[i] >= 0 ? i + 1 : SD_ERR_ARG;
         }
         int32_t d = in->draft[i];
         const sd_tokprob *q = in->q[i];
         size_t nq = q ? in->nq[i] : 0;
-        double pd = d >= 0 && d < in->vocab ? v->dense[d] : 0.0;
+        double pd = target_prob(v, in, row, d);
+        if (pd < 0.0)
+            return SD_ERR_ARG;
         double qd = sd_sparse_prob(q, nq, d);
         double u = sd_rng_uniform(seed, pos, SD_RNG_STREAM_ACCEPT);
         if (qd > 0.0 && u < pd / qd) {
             out[i] = d;
-            clear_dense(v, np);
             continue;
         }
+        size_t np = target_dist(v, in, row);
+        if (np == 0)
+            return SD_ERR_ARG;
         out[i] = residual_draw(v, np, q, nq, in->vocab,
                                sd_rng_uniform(seed, pos, SD_RNG_STREAM_RESIDUAL));
         return i + 1;

@@ -1214,3 +1214,89 @@ void sd_exp_weights(const float *x, int n, float mx, float temp, float *w)
         w[i] = a == a ? expf(a) : 0.0f;
     }
 }
+
+SD_AVX2 static void keep_weights_avx2(const float *x, int n, float mx, float floor, float *w)
+{
+    __m256 mv = _mm256_set1_ps(mx), fv = _mm256_set1_ps(floor), zero = _mm256_setzero_ps();
+    __m256 one = _mm256_set1_ps(1.0f), ninf = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i), wv = _mm256_loadu_ps(w + i);
+        __m256 keep = _mm256_and_ps(_mm256_cmp_ps(wv, zero, _CMP_GT_OQ), _mm256_cmp_ps(wv, fv, _CMP_GE_OQ));
+        keep = _mm256_and_ps(keep, _mm256_cmp_ps(xv, ninf, _CMP_NEQ_OQ)); /* false for -inf and NaN */
+        __m256 r = _mm256_blendv_ps(_mm256_and_ps(wv, keep), one, _mm256_cmp_ps(xv, mv, _CMP_EQ_OQ));
+        _mm256_storeu_ps(w + i, r);
+    }
+    for (; i < n; i++)
+        w[i] = x[i] == mx ? 1.0f : x[i] != -INFINITY && w[i] > 0.0f && w[i] >= floor ? w[i] : 0.0f;
+}
+
+void sd_keep_weights(const float *x, int n, float mx, float floor, float *w)
+{
+    sd_cpu_dot_init();
+    if (g_avx2) {
+        keep_weights_avx2(x, n, mx, floor, w);
+        return;
+    }
+    for (int i = 0; i < n; i++) /* NaN x: every comparison false */
+        w[i] = x[i] == mx ? 1.0f : x[i] != -INFINITY && x[i] == x[i] && w[i] > 0.0f && w[i] >= floor ? w[i] : 0.0f;
+}
+
+SD_AVX2 static float div_to_f32_avx2(const float *w, int n, double d, float *p)
+{
+    __m256d dv = _mm256_set1_pd(d);
+    __m256 mx8 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128 lo = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), dv));
+        __m128 hi = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i + 4)), dv));
+        __m256 r = _mm256_set_m128(hi, lo);
+        _mm256_storeu_ps(p + i, r);
+        mx8 = _mm256_max_ps(mx8, r);
+    }
+    float lanes[8], mx = 0.0f;
+    _mm256_storeu_ps(lanes, mx8);
+    for (int l = 0; l < 8; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; i < n; i++) {
+        p[i] = (float)((double)w[i] / d);
+        mx = p[i] > mx ? p[i] : mx;
+    }
+    return mx;
+}
+
+float sd_div_to_f32(const float *w, int n, double d, float *p)
+{
+    sd_cpu_dot_init();
+    if (g_avx2) return div_to_f32_avx2(w, n, d, p);
+    float mx = 0.0f;
+    for (int i = 0; i < n; i++) {
+        p[i] = (float)((double)w[i] / d);
+        mx = p[i] > mx ? p[i] : mx;
+    }
+    return mx;
+}
+
+SD_AVX2 static int band_ids_avx2(const float *p, int n, float lo, float hi, int *ids)
+{
+    __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
+    int m = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(p + i);
+        __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, lv, _CMP_GE_OQ), _mm256_cmp_ps(v, hv, _CMP_LT_OQ));
+        unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_and_ps(in, _mm256_cmp_ps(v, zero, _CMP_GT_OQ)));
+        for (; bits; bits &= bits - 1) ids[m++] = i + __builtin_ctz(bits);
+    }
+    for (; i < n; i++)
+        if (p[i] >= lo && p[i] < hi && p[i] > 0.0f) ids[m++] = i;
+    return m;
+}
+
+int sd_band_ids(const float *p, int n, float lo, float hi, int *ids)
+{
+    sd_cpu_dot_init();
+    if (g_avx2) return band_ids_avx2(p, n, lo, hi, ids);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i] >= lo && p[i] < hi && p[i] > 0.0f) ids[m++] = i;
+    return m;
+}

@@ -656,6 +656,93 @@ START_TEST(test_sample_equals_distribution_draw)
 }
 END_TEST
 
+/* Logits for the draw tests: a spread, ties (equal logits, so the order of
+ * equal probabilities by id matters), -inf and NaN entries, a peak. */
+static void draw_logits(float *l, int V, uint64_t seed)
+{
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(8.0 * sd_rng_uniform(seed, (uint64_t)i, 2) - 4.0);
+    for (int i = 0; i < V; i += 5)
+        l[i] = l[i / 2]; /* ties */
+    l[V / 3] = -INFINITY;
+    l[V / 4] = NAN;
+    l[V - 1] += 9.0f;
+}
+
+/* sd_sampler_draw is sd_sample_sparse over the full sd_sampler_distribution
+ * — the same token for every u — without the full sort; and sd_sampler_prob
+ * is sd_sparse_prob of that distribution, bit for bit. Temperatures from
+ * peaked to flat, min-p on and off, top-k / top-p (the sorted path), vocab
+ * sizes on both sides of the radix sort's threshold. */
+START_TEST(test_draw_and_prob_equal_sorted)
+{
+    static const int vocabs[] = {7, 300, 3000, 8192};
+    static const float temps[] = {0.2f, 0.8f, 1.5f, 8.0f};
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        int V = vocabs[vi];
+        float *l = malloc((size_t)V * sizeof *l);
+        sd_tokprob *d = malloc((size_t)V * sizeof *d);
+        sd_sampler *sp = sd_sampler_new(V);
+        draw_logits(l, V, 40u + (uint64_t)vi);
+        for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+            for (int f = 0; f < 4; f++) {
+                sd_sampling s = sampled(temps[ti]);
+                s.min_p = f == 1 ? 0.05f : 0.0f;
+                s.top_k = f == 2 ? 50 : 0;
+                s.top_p = f == 3 ? 0.9f : 1.0f;
+                size_t n = sd_sampler_distribution(sp, &s, l, V, d, (size_t)V);
+                ck_assert_uint_gt(n, 0);
+                for (int k = 0; k < 400; k++) {
+                    double u = k == 399 ? 0x1.fffffffffffffp-1 : k / 399.0;
+                    int32_t want = sd_sample_sparse(d, n, u), got = sd_sampler_draw(sp, &s, l, V, u);
+                    ck_assert_msg(got == want, "V %d T %g filter %d u %a: %d, sorted %d", V, temps[ti], f, u,
+                                  got, want);
+                }
+                for (int t = 0; t < V; t += V > 1000 ? 7 : 1) {
+                    float want = sd_sparse_prob(d, n, t), got = sd_sampler_prob(sp, &s, l, V, t);
+                    ck_assert_msg(memcmp(&want, &got, sizeof got) == 0, "V %d T %g filter %d token %d: %a, "
+                                  "sorted %a", V, temps[ti], f, t, got, want);
+                }
+            }
+        sd_sampler_free(sp);
+        free(l);
+        free(d);
+    }
+}
+END_TEST
+
+START_TEST(test_draw_and_prob_edges)
+{
+    enum { V = 16 };
+    float l[V];
+    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampling s = sampled(1.0f);
+    for (int i = 0; i < V; i++)
+        l[i] = -INFINITY;
+    ck_assert_int_eq(sd_sampler_draw(sp, &s, l, V, 0.5), -1); /* no token with probability */
+    ck_assert(sd_sampler_prob(sp, &s, l, V, 3) < 0.0f);
+    for (int i = 0; i < V; i++)
+        l[i] = NAN;
+    ck_assert_int_eq(sd_sampler_draw(sp, &s, l, V, 0.5), -1);
+    ck_assert(sd_sampler_prob(sp, &s, l, V, 3) < 0.0f);
+    for (int i = 0; i < V; i++)
+        l[i] = (float)i;
+    l[4] = l[9] = INFINITY; /* the +inf logits share all the mass */
+    for (int k = 0; k < 10; k++) {
+        int32_t x = sd_sampler_draw(sp, &s, l, V, k / 10.0);
+        ck_assert(x == 4 || x == 9);
+    }
+    ck_assert(sd_sampler_prob(sp, &s, l, V, 4) == 0.5f);
+    ck_assert(sd_sampler_prob(sp, &s, l, V, 5) == 0.0f);
+    ck_assert(sd_sampler_prob(sp, &s, l, V, -1) == 0.0f);
+    sd_sampling g = sampled(0.0f); /* greedy: the argmax, one-hot */
+    ck_assert_int_eq(sd_sampler_draw(sp, &g, l, V, 0.7), 4);
+    ck_assert(sd_sampler_prob(sp, &g, l, V, 4) == 1.0f && sd_sampler_prob(sp, &g, l, V, 9) == 0.0f);
+    ck_assert_int_eq(sd_sampler_draw(sp, &s, l, V + 1, 0.5), -1); /* vocab past the sampler's */
+    sd_sampler_free(sp);
+}
+END_TEST
+
 START_TEST(test_rng_basic)
 {
     ck_assert(sd_rng_uniform(1, 2, 3) == sd_rng_uniform(1, 2, 3));
@@ -818,6 +905,8 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_validate);
     tcase_add_test(tc, test_reproducible_sampling);
     tcase_add_test(tc, test_sample_equals_distribution_draw);
+    tcase_add_test(tc, test_draw_and_prob_equal_sorted);
+    tcase_add_test(tc, test_draw_and_prob_edges);
     tcase_add_test(tc, test_rng_basic);
     tcase_add_test(tc, test_rng_uniformity);
     tcase_add_test(tc, test_sample_sparse_edges);
