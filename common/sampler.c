@@ -34,6 +34,7 @@ struct sd_sampler {
     sd_tokprob *dist; /* (vocab) the filtered distribution sd_sampler_sample draws from */
     float *wf;        /* (vocab) softmax numerators, float */
     int *ids;         /* (vocab) a band's token ids (banded_walk) */
+    double *rd;       /* (vocab) residuals p - q of q's tokens; zero between calls */
 };
 
 /* ---- settings --------------------------------------------------------- */
@@ -121,7 +122,8 @@ sd_sampler *sd_sampler_new(int vocab)
     sp->dist = malloc((size_t)vocab * sizeof *sp->dist);
     sp->wf = malloc((size_t)vocab * sizeof *sp->wf);
     sp->ids = malloc((size_t)vocab * sizeof *sp->ids);
-    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf || !sp->ids) {
+    sp->rd = calloc((size_t)vocab, sizeof *sp->rd);
+    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf || !sp->ids || !sp->rd) {
         sd_sampler_free(sp);
         return NULL;
     }
@@ -138,6 +140,7 @@ void sd_sampler_free(sd_sampler *sp)
     free(sp->dist);
     free(sp->wf);
     free(sp->ids);
+    free(sp->rd);
     free(sp);
 }
 
@@ -583,27 +586,60 @@ static int dense_weights(sd_sampler *sp, const sd_sampling *s, const float *logi
  * walk reaches: bands of p >= pmax 2^-10, 2^-20, ... (as topp_banded), each
  * gathered into c, sorted and walked in turn. Each band lies wholly below
  * the previous one, so the walk adds the same terms in the same order as
- * over a full sort. */
-static int32_t banded_walk(const float *pf, int vocab, cand *c, cand *tmp, int *ids, double target, float pmax)
+ * over a full sort. With mark, a marked token weighs rd[id] instead of its
+ * p (the residual draw; order still by p); weights <= 0 are skipped. */
+typedef struct walk_in {
+    const float *pf;
+    int vocab;
+    float pmax;
+    const int *mark; /* NULL: every token weighs its p */
+    const double *rd;
+} walk_in;
+
+static int32_t banded_walk(const walk_in *in, cand *c, cand *tmp, int *ids, double target)
 {
     double cum = 0.0;
-    float hi = INFINITY, t = pmax;
+    float hi = INFINITY, t = in->pmax;
     int32_t last = -1;
     for (int round = 0; hi > 0.0f; round++) {
         t = round < 8 ? t * 0x1.0p-10f : 0.0f;
-        size_t m = (size_t)sd_band_ids(pf, vocab, t, hi, ids);
+        size_t m = (size_t)sd_band_ids(in->pf, in->vocab, t, hi, ids);
         for (size_t i = 0; i < m; i++)
-            c[i] = (cand){pf[ids[i]], ids[i]};
+            c[i] = (cand){in->pf[ids[i]], ids[i]};
         cand_sort(c, tmp, m);
         for (size_t i = 0; i < m; i++) {
-            cum += c[i].w;
+            double w = in->mark && in->mark[c[i].id] ? in->rd[c[i].id] : c[i].w;
+            if (!(w > 0.0))
+                continue;
+            cum += w;
             if (cum > target)
                 return c[i].id;
+            last = c[i].id;
         }
-        last = m ? c[m - 1].id : last;
         hi = t;
     }
     return last; /* rounding left cum <= target: the last live entry */
+}
+
+/* An order-free s's filtered distribution as dense probabilities in sp->wf
+ * (each as write_dist computes it, 0 for the tokens it leaves out); returns
+ * the largest, 0 when no token has positive probability. */
+static float dense_probs(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab)
+{
+    double sum;
+    if (!dense_weights(sp, s, logits, vocab, &sum))
+        return 0.0f;
+    return sd_div_to_f32(sp->wf, vocab, sum, sp->wf);
+}
+
+/* The draw of the dense distribution in sp->wf with u (sd_sample_sparse's). */
+static int32_t dense_draw(sd_sampler *sp, int vocab, float pmax, double u)
+{
+    sd_exsum total;
+    sd_exsum_init(&total);
+    sd_exsum_add_floats(&total, sp->wf, vocab);
+    walk_in in = {sp->wf, vocab, pmax, NULL, NULL};
+    return banded_walk(&in, sp->cands, sp->tmp, sp->ids, u * sd_exsum_value(&total));
 }
 
 int32_t sd_sampler_draw(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, double u)
@@ -616,17 +652,112 @@ int32_t sd_sampler_draw(sd_sampler *sp, const sd_sampling *s, const float *logit
         size_t n = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
         return n ? sd_sample_sparse(sp->dist, n, u) : -1;
     }
-    double sum;
-    if (!dense_weights(sp, s, logits, vocab, &sum))
+    float pmax = dense_probs(sp, s, logits, vocab);
+    return pmax > 0.0f ? dense_draw(sp, vocab, pmax, u) : -1;
+}
+
+/* The residual draw over a sorted distribution p[0..np): r_t = p_t - (the
+ * q entries of t), drawn in p's order with target u * (exact sum of the
+ * positive r_t); from p itself when no r_t is positive. Leaves sp->rd zero. */
+static int32_t residual_sorted(sd_sampler *sp, const sd_tokprob *p, size_t np, const sd_tokprob *q, size_t nq,
+                               int vocab, double u)
+{
+    double *rd = sp->rd;
+    for (size_t j = 0; j < np; j++)
+        rd[p[j].token] = p[j].prob;
+    for (size_t j = 0; j < nq; j++)
+        if (q[j].token >= 0 && q[j].token < vocab && q[j].prob > 0.0f)
+            rd[q[j].token] -= q[j].prob;
+    sd_exsum mass;
+    sd_exsum_init(&mass);
+    for (size_t j = 0; j < np; j++)
+        if (rd[p[j].token] > 0.0)
+            sd_exsum_add_double(&mass, rd[p[j].token]);
+    double total = sd_exsum_value(&mass), cum = 0.0;
+    int32_t x = -1, last = -1;
+    for (size_t j = 0; j < np && x < 0 && total > 0.0; j++) {
+        double r = rd[p[j].token];
+        if (r <= 0.0)
+            continue;
+        cum += r;
+        x = cum > u * total ? p[j].token : -1;
+        last = p[j].token;
+    }
+    if (total > 0.0 && x < 0)
+        x = last; /* rounding left cum <= target: the last live entry */
+    if (!(total > 0.0))
+        x = sd_sample_sparse(p, np, u);
+    for (size_t j = 0; j < nq; j++)
+        if (q[j].token >= 0 && q[j].token < vocab)
+            rd[q[j].token] = 0.0;
+    for (size_t j = 0; j < np; j++)
+        rd[p[j].token] = 0.0;
+    return x;
+}
+
+/* The residual draw over the dense probabilities in sp->wf (pmax > 0): q's
+ * tokens weigh their residual (sp->rd, marked in sp->counts), the others
+ * their p; the order is p's. */
+static int32_t residual_dense(sd_sampler *sp, int vocab, float pmax, const sd_tokprob *q, size_t nq, double u)
+{
+    float *pf = sp->wf;
+    int *mark = sp->counts;
+    double *rd = sp->rd;
+    sd_tokprob *saved = sp->dist; /* q's distinct tokens and their p */
+    size_t ns = 0;
+    for (size_t j = 0; j < nq; j++) {
+        int32_t t = q[j].token;
+        if (t < 0 || t >= vocab || !(q[j].prob > 0.0f))
+            continue;
+        if (!mark[t]) {
+            mark[t] = 1;
+            rd[t] = pf[t];
+            saved[ns++] = (sd_tokprob){t, pf[t]};
+        }
+        rd[t] -= q[j].prob;
+    }
+    sd_exsum mass; /* the others' p (q's tokens out of the float sum as -0), then q's positive residuals */
+    sd_exsum_init(&mass);
+    for (size_t k = 0; k < ns; k++)
+        pf[saved[k].token] = -0.0f;
+    sd_exsum_add_floats(&mass, pf, vocab);
+    for (size_t k = 0; k < ns; k++) {
+        pf[saved[k].token] = saved[k].prob;
+        if (rd[saved[k].token] > 0.0)
+            sd_exsum_add_double(&mass, rd[saved[k].token]);
+    }
+    double total = sd_exsum_value(&mass);
+    int32_t x;
+    if (total > 0.0) {
+        walk_in in = {pf, vocab, pmax, mark, rd};
+        x = banded_walk(&in, sp->cands, sp->tmp, sp->ids, u * total);
+    } else {
+        x = dense_draw(sp, vocab, pmax, u);
+    }
+    for (size_t k = 0; k < ns; k++) {
+        mark[saved[k].token] = 0;
+        rd[saved[k].token] = 0.0;
+    }
+    return x;
+}
+
+int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab,
+                            const sd_tokprob *q, size_t nq, double u)
+{
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab || (nq && !q))
         return -1;
-    float *pf = sp->wf; /* probabilities in place, each as cand_prob computes it */
-    float pmax = sd_div_to_f32(pf, vocab, sum, pf);
-    sd_exsum total;
-    sd_exsum_init(&total);
-    sd_exsum_add_floats(&total, pf, vocab);
-    if (!(pmax > 0.0f))
-        return -1;
-    return banded_walk(pf, vocab, sp->cands, sp->tmp, sp->ids, u * sd_exsum_value(&total), pmax);
+    float pmax = s->temperature > 0.0f && order_free(s, vocab) ? dense_probs(sp, s, logits, vocab) : 0.0f;
+    if (pmax > 0.0f)
+        return residual_dense(sp, vocab, pmax, q, nq, u);
+    size_t np = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
+    if (np == 0) { /* no positive probability: the one-hot argmax, as sd_sampler_sample falls back */
+        int32_t a = sd_argmax(logits, vocab);
+        if (a < 0)
+            return -1;
+        sp->dist[0] = (sd_tokprob){a, 1.0f};
+        np = 1;
+    }
+    return residual_sorted(sp, sp->dist, np, q, nq, vocab, u);
 }
 
 float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, int32_t token)

@@ -82,6 +82,23 @@ int32_t sd_sampler_draw(sd_sampler *sp, const sd_sampling *s, const float *logit
  * 0. The verifier's acceptance test reads p(d) with it. */
 float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, int32_t token);
 
+/* The residual draw of rejection sampling (Leviathan et al. / Chen et al.
+ * 2023) after a rejected draft: from normalise(max(0, p - q)), p the
+ * filtered distribution of the (penalised) logits as
+ * sd_sampler_distribution(cap >= vocab) gives it — the one-hot argmax when
+ * no token has positive probability — and q the draft's sparse distribution
+ * (entries for one token are all subtracted; tokens outside the vocabulary
+ * and entries <= 0 are ignored). The residual mass is an exact sum; the
+ * draw walks p's order (probability descending, id ascending), summing the
+ * positive residuals in double, and takes the first token whose cumulative
+ * sum exceeds u times the mass (the last positive one when rounding leaves
+ * none); with no residual mass (q covers p) it draws from p as
+ * sd_sample_sparse. Without top-k and top-p, only the most probable tokens
+ * are sorted, as far as the walk reaches. -1 when the row has no token at
+ * all (every logit NaN) or on bad arguments. */
+int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab,
+                            const sd_tokprob *q, size_t nq, double u);
+
 /* Draws from a sparse distribution with uniform u in [0,1): the first entry
  * whose cumulative probability (summed in list order, in double) exceeds
  * u * total, total the exact sum of the positive entries rounded once

@@ -11,10 +11,9 @@
  *   - rows are examined lazily: once a draft is rejected the rows after it
  *     are neither penalised nor read.
  *
- * Ownership: an sd_verifier owns its scratch (a sampler, a dense array, a
- * sparse distribution buffer and the penalty-history buffer). Only the
- * history buffer can grow (when output + drafts exceed its capacity); no
- * other call allocates. Callers own logits, drafts, q and out.
+ * Ownership: an sd_verifier owns its scratch (a sampler and the
+ * penalty-history buffer). Only the history buffer can grow (when output +
+ * drafts exceed its capacity); no other call allocates. Callers own logits, drafts, q and out.
  * Threading: an sd_verifier is not thread-safe; use one per thread. */
 #include "verify.h"
 
@@ -23,14 +22,11 @@
 #include <string.h>
 
 #include "array.h"
-#include "exsum.h"
 #include "proposer.h"
 
 struct sd_verifier {
     int vocab;
     sd_sampler *sp;
-    double *dense;    /* (vocab) p, then p - q; all zero between rows */
-    sd_tokprob *p;    /* (vocab) the exact filtered target distribution of a row */
     int32_t *hist;    /* (hist_cap) output + drafts: the penalty history */
     size_t hist_cap;
 };
@@ -44,11 +40,9 @@ sd_verifier *sd_verifier_new(int vocab)
         return NULL;
     v->vocab = vocab;
     v->sp = sd_sampler_new(vocab);
-    v->dense = calloc((size_t)vocab, sizeof *v->dense);
-    v->p = malloc((size_t)vocab * sizeof *v->p);
     v->hist_cap = 4096;
     v->hist = malloc(v->hist_cap * sizeof *v->hist);
-    if (!v->sp || !v->dense || !v->p || !v->hist) {
+    if (!v->sp || !v->hist) {
         sd_verifier_free(v);
         return NULL;
     }
@@ -60,8 +54,6 @@ void sd_verifier_free(sd_verifier *v)
     if (!v)
         return;
     sd_sampler_free(v->sp);
-    free(v->dense);
-    free(v->p);
     free(v->hist);
     free(v);
 }
@@ -180,27 +172,6 @@ static float *penalised_row(sd_verifier *v, const sd_verify_in *in, int i)
     return row;
 }
 
-/* Writes the exact filtered distribution p of a penalised row to v->p and
- * v->dense. A row with no positive probability (all -inf) falls back to the
- * one-hot argmax, as sd_sampler_sample does. Returns the entry count, 0 when
- * the row has no token at all (every logit NaN). */
-static size_t target_dist(sd_verifier *v, const sd_verify_in *in, const float *row)
-{
-    size_t np = sd_sampler_distribution(v->sp, in->sampling, row, in->vocab, v->p,
-                                        (size_t)in->vocab);
-    if (np == 0) {
-        int32_t a = sd_argmax(row, in->vocab);
-        if (a < 0)
-            return 0;
-        v->p[0].token = a;
-        v->p[0].prob = 1.0f;
-        np = 1;
-    }
-    for (size_t j = 0; j < np; j++)
-        v->dense[v->p[j].token] = v->p[j].prob;
-    return np;
-}
-
 /* p(d) in a penalised row's filtered distribution, without building it
  * (sd_sampler_prob), with target_dist's fallback to the one-hot argmax;
  * -1 when the row has no token at all. */
@@ -215,53 +186,13 @@ static double target_prob(sd_verifier *v, const sd_verify_in *in, const float *r
     return a < 0 ? -1.0 : a == d ? 1.0 : 0.0;
 }
 
-/* Draws from normalise(max(0, p - q)) with uniform u; the mass is summed in
- * double, in p's order (probability descending, id ascending). When the
- * residual has no mass (q covers p everywhere, e.g. p == q exactly) it draws
- * from p instead. Leaves v->dense all zero. */
-static int32_t residual_draw(sd_verifier *v, size_t np, const sd_tokprob *q, size_t nq,
-                             int vocab, double u)
-{
-    double *dense = v->dense;
-    for (size_t j = 0; j < nq; j++)
-        if (q[j].token >= 0 && q[j].token < vocab && q[j].prob > 0.0f)
-            dense[q[j].token] -= q[j].prob;
-    sd_exsum mass; /* exact: the same in any order */
-    sd_exsum_init(&mass);
-    for (size_t j = 0; j < np; j++)
-        if (dense[v->p[j].token] > 0.0)
-            sd_exsum_add_double(&mass, dense[v->p[j].token]);
-    double total = sd_exsum_value(&mass);
-    int32_t x = -1;
-    if (total > 0.0) {
-        double target = u * total, cum = 0.0;
-        for (size_t j = 0; j < np && x < 0; j++) {
-            double r = dense[v->p[j].token];
-            if (r <= 0.0)
-                continue;
-            cum += r;
-            if (cum > target)
-                x = v->p[j].token;
-        }
-        for (size_t j = np; x < 0 && j-- > 0;) /* rounding: take the last live entry */
-            if (dense[v->p[j].token] > 0.0)
-                x = v->p[j].token;
-    } else {
-        x = sd_sample_sparse(v->p, np, u);
-    }
-    for (size_t j = 0; j < nq; j++)
-        if (q[j].token >= 0 && q[j].token < vocab)
-            dense[q[j].token] = 0.0;
-    for (size_t j = 0; j < np; j++)
-        dense[v->p[j].token] = 0.0;
-    return x;
-}
-
 /* Leviathan et al. / Chen et al. 2023: keep d_i with probability
  * min(1, p_i(d_i) / q_i(d_i)) (u < p/q with the ACCEPT stream; q(d) == 0 is
  * a malformed proposal and rejects); on a reject commit a draw from the
  * residual (RESIDUAL stream); after k accepts draw the bonus from p_k with
- * the SAMPLE stream, exactly as plain decoding draws. */
+ * the SAMPLE stream, exactly as plain decoding draws. p(d), the residual and
+ * the bonus come from the sampler without sorting the vocabulary where the
+ * settings allow (sd_sampler_prob, sd_sampler_residual, sd_sampler_draw). */
 static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out)
 {
     uint64_t seed = in->sampling->seed;
@@ -286,12 +217,9 @@ static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out
             out[i] = d;
             continue;
         }
-        size_t np = target_dist(v, in, row);
-        if (np == 0)
-            return SD_ERR_ARG;
-        out[i] = residual_draw(v, np, q, nq, in->vocab,
-                               sd_rng_uniform(seed, pos, SD_RNG_STREAM_RESIDUAL));
-        return i + 1;
+        out[i] = sd_sampler_residual(v->sp, in->sampling, row, in->vocab, q, nq,
+                                     sd_rng_uniform(seed, pos, SD_RNG_STREAM_RESIDUAL));
+        return out[i] >= 0 ? i + 1 : SD_ERR_ARG;
     }
     return SD_ERR_ARG; /* unreachable: the loop returns at i == k */
 }

@@ -479,14 +479,14 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
 }
 
 /* The regime test's measure of a decode step (vf_regime.h): the tokens it
- * committed, and the plain alternative's time for them. */
+ * committed. */
 static void note_regime(sd_vf_adapt *ad, sd_vf_areq *const *aq, const int *accepted, int n, double cycle_ms)
 {
     if (!ad->step_test) return;
     int got = 0;
     for (int i = 0; i < n; i++)
         if (aq[i]->k >= 0) got += 1 + accepted[i];
-    sd_vf_regime_note(&ad->rg, got, ad->alt_tok > 0 ? ad->alt_ms * got / ad->alt_tok : 0, cycle_ms);
+    sd_vf_regime_note(&ad->rg, got, cycle_ms);
     ad->step_test = false;
 }
 

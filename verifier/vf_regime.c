@@ -35,8 +35,7 @@ static int next_regime(sd_vf_regime_load *l)
 {
     double d = load_rate(l, SD_VF_DRAFTING), p = load_rate(l, SD_VF_PLAIN);
     if (d < 0) return SD_VF_DRAFTING;
-    double speedup = p > 0 ? d / p : l->eq / l->ms[SD_VF_DRAFTING]; /* before plain is measured: the model's */
-    if (speedup >= SD_VF_REGIME_SKIP) { /* drafting pays by far: no test */
+    if (p > 0 && d >= SD_VF_REGIME_SKIP * p) { /* drafting pays by far: no test */
         l->winner = SD_VF_DRAFTING;
         l->since = 0;
         return SD_VF_DRAFTING;
@@ -65,13 +64,12 @@ bool sd_vf_regime_plain(sd_vf_regime *g, int key)
     return g->now == SD_VF_PLAIN;
 }
 
-void sd_vf_regime_note(sd_vf_regime *g, double tokens, double eq_ms, double cycle_ms)
+void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms)
 {
     if (!g->open) return;
     g->plain_steps += g->now == SD_VF_PLAIN;
     if (++g->steps > SD_VF_REGIME_WARM && cycle_ms > 0 && tokens > 0) {
         g->blk_tok += tokens;
-        g->blk_eq += eq_ms > 0 ? eq_ms : 0;
         g->blk_ms += cycle_ms;
     }
     if (g->steps < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS) return;
@@ -80,10 +78,9 @@ void sd_vf_regime_note(sd_vf_regime *g, double tokens, double eq_ms, double cycl
     if (g->blk_ms > 0) {
         l->tok[r] = l->tok[r] * SD_VF_REGIME_DECAY + g->blk_tok;
         l->ms[r] = l->ms[r] * SD_VF_REGIME_DECAY + g->blk_ms;
-        if (r == SD_VF_DRAFTING) l->eq = l->eq * SD_VF_REGIME_DECAY + g->blk_eq;
         l->blocks[r]++;
     }
     g->steps = 0;
-    g->blk_tok = g->blk_eq = g->blk_ms = 0;
+    g->blk_tok = g->blk_ms = 0;
     g->open = false;
 }

@@ -26,10 +26,12 @@
  * by SD_VF_REGIME_DECAY a block) runs, and the other one block in gap (4,
  * doubling to 32 while it keeps losing, back to 4 when the winner changes),
  * so that a change of load is noticed. While drafting's rate is
- * SD_VF_REGIME_SKIP times plain's or more (before plain is measured: its
- * tokens' plain-equivalent time — the step model's price of the plain step
- * with the same requests, scaled to the tokens — over the time taken), no
- * plain block runs: the test would only cost.
+ * SD_VF_REGIME_SKIP times plain's or more, no plain block runs: the test
+ * would only cost. Plain's rate is always measured first (one block): the
+ * step model's own price of plain steps once stood in for it until then,
+ * and in one round of a C = 16, T = 0.8 benchmark it read drafting as 1.4×
+ * plain while drafting made 1.9 tokens a ms against plain servers' 3.6–5.3,
+ * so no plain block ever ran (docs/BENCHMARKS.md).
  * The verdict depends on the load, so the test keeps its figures apart by
  * the load a block starts with (sd_vf_regime_key: the decoding requests — 1,
  * 2-5, 6-11, 12 or more — and whether any of them samples): a block starts
@@ -58,7 +60,6 @@ enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 /* The test's figures for one load. */
 typedef struct sd_vf_regime_load {
     double tok[2], ms[2]; /* per regime, over its blocks (faded): tokens committed, ms taken */
-    double eq;            /* drafting's blocks: the plain-equivalent ms of their tokens (faded) */
     unsigned blocks[2];  /* blocks measured per regime */
     int winner;          /* the regime that won the last comparison (-1: none yet) */
     int gap, since;      /* the winner's blocks between two of the loser's; since its last */
@@ -70,7 +71,7 @@ typedef struct sd_vf_regime {
     bool open;             /* a block is running */
     int now;               /* the regime of the block running */
     int steps;             /* steps of the block so far */
-    double blk_tok, blk_eq, blk_ms; /* the block's measured steps: tokens, plain-equivalent ms, ms taken */
+    double blk_tok, blk_ms; /* the block's measured steps: tokens, ms taken */
     uint64_t plain_steps;  /* steps run plain by the test */
 } sd_vf_regime;
 
@@ -84,10 +85,10 @@ int sd_vf_regime_key(int n, bool sampled);
 bool sd_vf_regime_plain(sd_vf_regime *g, int key);
 
 /* A decode step of the test ran (not one with prompt chunks, nor one where
- * no request could draft): tokens it committed, eq_ms their plain-equivalent
- * time (<= 0: unknown), cycle_ms the time it took (<= 0: unknown — it is
- * then not measured). Ends the block after its last step. */
-void sd_vf_regime_note(sd_vf_regime *g, double tokens, double eq_ms, double cycle_ms);
+ * no request could draft): tokens it committed, cycle_ms the time it took
+ * (<= 0: unknown — it is then not measured). Ends the block after its last
+ * step. */
+void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms);
 
 /* A regime's measured rate under the load of the block running (tokens
  * per ms; < 0: not measured). */

@@ -11,6 +11,7 @@
 
 #include "vecmath.h"
 #include "logprob.h"
+#include "exsum.h"
 #include "sampler.h"
 #include "testutil.h"
 
@@ -711,6 +712,77 @@ START_TEST(test_draw_and_prob_equal_sorted)
 }
 END_TEST
 
+/* The residual draw written out over the sorted distribution (the rule of
+ * sampler.h: r = p - q, exact mass, walk in p's order, p itself when no
+ * mass is left): sd_sampler_residual must give its token for every u. */
+static int32_t residual_ref(const sd_tokprob *p, size_t np, const sd_tokprob *q, size_t nq, int V, double u)
+{
+    double *r = calloc((size_t)V, sizeof *r);
+    for (size_t j = 0; j < np; j++)
+        r[p[j].token] = p[j].prob;
+    for (size_t j = 0; j < nq; j++)
+        if (q[j].token >= 0 && q[j].token < V && q[j].prob > 0.0f)
+            r[q[j].token] -= q[j].prob;
+    sd_exsum m;
+    sd_exsum_init(&m);
+    for (size_t j = 0; j < np; j++)
+        if (r[p[j].token] > 0.0)
+            sd_exsum_add_double(&m, r[p[j].token]);
+    double total = sd_exsum_value(&m), cum = 0.0;
+    int32_t x = -1;
+    for (size_t j = 0; j < np && total > 0.0; j++) {
+        if (!(r[p[j].token] > 0.0))
+            continue;
+        x = p[j].token;
+        cum += r[p[j].token];
+        if (cum > u * total)
+            break;
+    }
+    free(r);
+    return total > 0.0 ? x : sd_sample_sparse(p, np, u);
+}
+
+START_TEST(test_residual_equals_sorted)
+{
+    static const int vocabs[] = {7, 3000, 8192};
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        int V = vocabs[vi];
+        float *l = malloc((size_t)V * sizeof *l);
+        sd_tokprob *d = malloc((size_t)V * sizeof *d), q[70];
+        sd_sampler *sp = sd_sampler_new(V);
+        draw_logits(l, V, 70u + (uint64_t)vi);
+        for (int f = 0; f < 3; f++)
+            for (int qk = 0; qk < 4; qk++) {
+                sd_sampling s = sampled(f == 2 ? 1.5f : 0.8f);
+                s.min_p = f == 1 ? 0.02f : 0.0f;
+                size_t n = sd_sampler_distribution(sp, &s, l, V, d, (size_t)V), nq = 0;
+                if (qk == 0) /* a one-hot draft on the most probable token */
+                    q[nq++] = (sd_tokprob){d[0].token, 1.0f};
+                else if (qk == 1) /* q equal to p's head: little residual mass there */
+                    for (size_t j = 0; j < n && nq < 64; j++) q[nq++] = d[j];
+                else if (qk == 2) { /* spread, a duplicate, a token outside, one p leaves out */
+                    for (int j = 0; j < 40; j++)
+                        q[nq++] = (sd_tokprob){(int32_t)((j * 7919) % V), 0.02f};
+                    q[nq++] = q[3];
+                    q[nq++] = (sd_tokprob){V + 5, 0.3f};
+                    q[nq++] = (sd_tokprob){V / 3, 0.1f}; /* -inf logit */
+                } else { /* q = p on a small vocabulary: no residual mass, a draw from p */
+                    for (size_t j = 0; j < n && nq < 64; j++) q[nq++] = d[j];
+                }
+                for (int k = 0; k < 200; k++) {
+                    double u = k == 199 ? 0x1.fffffffffffffp-1 : k / 199.0;
+                    int32_t want = residual_ref(d, n, q, nq, V, u);
+                    int32_t got = sd_sampler_residual(sp, &s, l, V, q, nq, u);
+                    ck_assert_msg(got == want, "V %d filter %d q %d u %a: %d, sorted %d", V, f, qk, u, got, want);
+                }
+            }
+        sd_sampler_free(sp);
+        free(l);
+        free(d);
+    }
+}
+END_TEST
+
 START_TEST(test_draw_and_prob_edges)
 {
     enum { V = 16 };
@@ -907,6 +979,7 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_sample_equals_distribution_draw);
     tcase_add_test(tc, test_draw_and_prob_equal_sorted);
     tcase_add_test(tc, test_draw_and_prob_edges);
+    tcase_add_test(tc, test_residual_equals_sorted);
     tcase_add_test(tc, test_rng_basic);
     tcase_add_test(tc, test_rng_uniformity);
     tcase_add_test(tc, test_sample_sparse_edges);
