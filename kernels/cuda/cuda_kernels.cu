@@ -1032,6 +1032,31 @@ static bool att_split_launch(cudaStream_t stream, const att_args &a)
 #define AT_TQ 32
 #define AT_TK 16
 
+/* The tile's online softmax over one step of AT_TK scores per query vector
+ * (ps, in place: the scores become p_j, rounded to bf16 in bf16 mode): a
+ * warp takes 4 query vectors, 8 lanes each with 2 positions; the running
+ * maximum (mrow) and sum of the unrounded p_j (lrow) move on, corr gets the
+ * factor exp(m_old - m_new) the accumulators take. Called by every thread. */
+__device__ __forceinline__ void at_softmax_step(float (*ps)[AT_TK + 1], float *mrow, float *lrow, float *corr,
+                                                int nq, int bf16)
+{
+    int lane = threadIdx.x & 31, qi = (threadIdx.x >> 5) * 4 + (lane >> 3), j = (lane & 7) * 2;
+    float s0 = ps[qi][j], s1 = ps[qi][j + 1], mx = fmaxf(s0, s1);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+    float mo = mrow[qi], mn = fmaxf(mo, mx);
+    bool live = qi < nq && mn > -INFINITY;
+    float e0 = live ? expf(s0 - mn) : 0.0f, e1 = live ? expf(s1 - mn) : 0.0f, sum = e0 + e1;
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+    ps[qi][j] = bf16 ? bf16r(e0) : e0, ps[qi][j + 1] = bf16 ? bf16r(e1) : e1;
+    __syncwarp();
+    if ((lane & 7) == 0) {
+        float c = live && mo > -INFINITY ? expf(mo - mn) : 0.0f;
+        corr[qi] = c, lrow[qi] = lrow[qi] * c + sum, mrow[qi] = live ? mn : mo;
+    }
+}
+
 template <typename KV, int HD>
 __global__ void __launch_bounds__(AT_THREADS)
 att_tile_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
@@ -1085,23 +1110,7 @@ att_tile_kernel(float *out, const float *q, const KV *kc, const KV *vc, const in
             ps[qi][j + 1] = p0 + j + 1 <= qpos[qi] ? s1 * scale : -INFINITY;
         }
         __syncthreads();
-        { /* online softmax: a warp takes 4 query vectors, 8 lanes each with 2 positions */
-            int lane = tid & 31, qi = (tid >> 5) * 4 + (lane >> 3), j = (lane & 7) * 2;
-            float s0 = ps[qi][j], s1 = ps[qi][j + 1], mx = fmaxf(s0, s1);
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
-            float mo = mrow[qi], mn = fmaxf(mo, mx);
-            bool live = qi < nq && mn > -INFINITY;
-            float e0 = live ? expf(s0 - mn) : 0.0f, e1 = live ? expf(s1 - mn) : 0.0f, sum = e0 + e1;
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
-            ps[qi][j] = bf16 ? bf16r(e0) : e0, ps[qi][j + 1] = bf16 ? bf16r(e1) : e1;
-            __syncwarp();
-            if ((lane & 7) == 0) {
-                float c = live && mo > -INFINITY ? expf(mo - mn) : 0.0f;
-                corr[qi] = c, lrow[qi] = lrow[qi] * c + sum, mrow[qi] = live ? mn : mo;
-            }
-        }
+        at_softmax_step(ps, mrow, lrow, corr, nq, bf16);
         __syncthreads();
         float v[AT_TK]; /* p_j v_j: thread -> d, query vectors q0 .. q0 + QPT */
 #pragma unroll
