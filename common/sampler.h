@@ -71,9 +71,10 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
  * sd_sampler_distribution(sp, s, logits, vocab, dist, cap >= vocab) — the
  * same token, computed without sorting the whole vocabulary when s has no
  * top-k and no top-p: only the most probable tokens, as far as the draw
- * reaches (a full sort of a 150k vocabulary took ~4.6 ms a draw). -1 when no
- * token has positive probability (all logits -inf or NaN) or on bad
- * arguments; temperature <= 0 gives the argmax. Logits already penalised. */
+ * reaches (specd-bench-sampler, 151,936 tokens: 4.3 ms a draw sorted, 0.5
+ * banded). -1 when no token has positive probability (all logits -inf or
+ * NaN) or on bad arguments; temperature <= 0 gives the argmax. Logits
+ * already penalised. */
 int32_t sd_sampler_draw(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, double u);
 
 /* p(token) in that same distribution (sd_sparse_prob of it), without a sort

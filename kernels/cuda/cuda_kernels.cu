@@ -387,9 +387,10 @@ extern "C" cudaError_t sd_cu_gemm_tc(cudaStream_t stream, const sd_cu_mm_job *mm
  * SD_CUDA_GEMV=1): at such T a matmul is a read of the weights, and cuBLAS's
  * kernels read an 8B model's at 1.3-3.5 TB/s of an H200's 4.5, plus split-K
  * reduce and epilogue launches. As written it is slower than cuBLAS on an
- * H200 but at T = 2 (7.48 against 6.89 ms a Qwen3-8B decode step): about 8
- * warps an SM for a 4096-row weight, 128 bytes in flight a lane, too few
- * loads in flight to cover the memory latency. A warp owns GV_ROWS output features of one weight (up to three
+ * H200 but at T = 2 (7.48 against 6.89 ms a Qwen3-8B decode step); a
+ * likely cause, not yet profiled: about 8 warps an SM for a 4096-row
+ * weight, 128 bytes in flight a lane, too few loads in flight to cover the
+ * memory latency. A warp owns GV_ROWS output features of one weight (up to three
  * weights that share x in one launch, as the tensor-core kernel's job); its
  * lanes stride K in 16-byte chunks of every row (GV_UNROLL chunks a row
  * loaded before any is used), each chunk of x loaded once for the rows, f32
