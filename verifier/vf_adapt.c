@@ -297,6 +297,24 @@ static void pipe_overhead(sd_vf_adapt *ad, sd_req *const *reqs, const int *budge
     }
 }
 
+/* The regime test's choice for this step (ad->step_plain), by the load of
+ * its decoding requests. Returns whether the step is one the test may
+ * measure: a request whose drafts the scheduler chooses could draft. */
+static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, const int *budgets, int n)
+{
+    int m = 0;
+    bool testable = false, sampled = false;
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = reqs[i];
+        if (r->finish != SD_FINISH_NONE || sd_req_prefilling(r)) continue;
+        m++;
+        sampled |= r->p.sampling.temperature > 0;
+        testable |= !aq[i]->fixed && budgets[i] > 0;
+    }
+    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg, sd_vf_regime_key(m, sampled));
+    return testable;
+}
+
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
                            const int *chunk, bool pipelined)
@@ -306,8 +324,12 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
                         .drafter = &ad->drafter, .drafter_fixed = ad->drafter_fixed, .exposure = 1,
                         .kv_free = kv_free, .block_size = bs};
     if (pipelined) pipe_overhead(ad, reqs, budgets, avail, n, &st);
+    bool testable = regime_step(ad, reqs, aq, budgets, n);
+    /* the drafter's catching up is paid once and serves the steps the request then keeps drafting: spread
+     * over their measured number, or the drafting block's steps left if more (it drafts through them) */
+    double left = sd_vf_regime_left(&ad->rg), spread = ad->run_steps > left ? ad->run_steps : left;
+    if (spread < 1) spread = 1;
     int m = 0;
-    bool testable = false; /* a request whose drafts the scheduler chooses could draft */
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
         aq[i]->k = -1;
@@ -316,17 +338,11 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             add_chunk(&st, r, chunk ? chunk[i] : 0);
             continue;
         }
-        /* the drafter's catching up is paid once and serves the steps the request then keeps
-         * drafting: spread over their measured number */
-        double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms / (ad->run_steps > 1 ? ad->run_steps : 1) : 0;
+        double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms / spread : 0;
         ad->sr[m] = sched_req(ad, m, r, aq[i], budgets[i], avail ? avail[i] : -1, resume, pipelined);
         ad->map[m++] = i;
         st.seqs++;
-        testable |= !aq[i]->fixed && budgets[i] > 0;
     }
-    bool sampled = false;
-    for (int j = 0; j < m; j++) sampled |= ad->sr[j].sampled;
-    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg, sd_vf_regime_key(m, sampled));
     ad->step_test = testable && st.fixed_rows == 0;
     sd_sched_plan plan = choose(ad, &st, m);
     ad->pred_ms = plan.step_ms;

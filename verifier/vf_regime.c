@@ -84,3 +84,8 @@ void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms)
     g->blk_tok = g->blk_ms = 0;
     g->open = false;
 }
+
+int sd_vf_regime_left(const sd_vf_regime *g)
+{
+    return g->open && g->now == SD_VF_DRAFTING ? SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - g->steps : 0;
+}

@@ -90,6 +90,10 @@ bool sd_vf_regime_plain(sd_vf_regime *g, int key);
  * step. */
 void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms);
 
+/* Steps left in the drafting block running, this one included (0: none
+ * running, or a plain one). */
+int sd_vf_regime_left(const sd_vf_regime *g);
+
 /* A regime's measured rate under the load of the block running (tokens
  * per ms; < 0: not measured). */
 double sd_vf_regime_rate(const sd_vf_regime *g, int regime);
