@@ -335,6 +335,14 @@ void sd_accept_supply_scaled(sd_accept *a, double p)
     a->nc[0] = ACCEPT_CAP;
 }
 
+void sd_accept_fade(sd_accept *a, const sd_accept *toward, double w, int from)
+{
+    for (int i = from < 0 ? 0 : from; i < SD_MAX_DRAFT; i++) {
+        if (toward->n[i] > 1) a->a[i] += w * (toward->a[i] - a->a[i]); /* beyond the start's one */
+        if (toward->nc[i] > 0) a->c[i] += w * (toward->c[i] - a->c[i]);
+    }
+}
+
 /* The figure used for position i of v (counts n): its own estimate shrunk
  * towards the average of the positions observed, by SHRINK
  * pseudo-observations. A position seldom judged (the last ones of a span)

@@ -186,6 +186,11 @@ void sd_accept_supply_known(sd_accept *a, int n);
  * little with it). For a copy. */
 void sd_accept_supply_scaled(sd_accept *a, double p);
 
+/* Moves the figures of a at positions `from` and beyond that toward has
+ * observed a share w of the way to toward's (0 <= w <= 1): evidence grows
+ * stale while none comes. */
+void sd_accept_fade(sd_accept *a, const sd_accept *toward, double w, int from);
+
 /* P(at least j offered drafts accepted) = prod_{i<j} a[i] (shrunk); 1 for j = 0. */
 double sd_accept_reach(const sd_accept *a, int j);
 

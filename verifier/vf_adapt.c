@@ -9,9 +9,11 @@
 #include "clock.h"
 
 #define ACC_ALPHA 0.1    /* a request's acceptance (a change shows faster: spec_model.h) */
+#define ACC_FADE 0.02   /* a step without drafts: a request's later positions fade towards its kind's */
 #define PRIOR_ALPHA 0.05 /* the server-wide estimates: many requests feed them */
 #define SEED_WEIGHT 4    /* a new request's estimate starts as this many observations of its kind's */
 #define OVER_ALPHA 0.1   /* overheads and the drafter's pace */
+#define HICCUP 1.5       /* an overhead sample beyond this many times its average counts as that many */
 #define FADE 0.02        /* a step without drafts: drafting steps' overhead and bias fade (half in ~35 steps) */
 #define REFRESH_AGE 64   /* passes after which a plain step's figure is measured again, if it could win */
 #define REFRESH_OPT 0.7  /* ... at this share of its figure */
@@ -420,6 +422,17 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
     return SD_OK;
 }
 
+/* An overhead's average: once a few samples came, one beyond HICCUP times
+ * the average (plus 0.1 ms, for an average near zero) counts as that much —
+ * one slow step of a shared machine (5 ms outside the engine where 0.3 was
+ * usual, on a CPU, 2 cores, one request) otherwise priced every draft out
+ * for some 60 steps while its mark faded. */
+static double over_update(double avg, double x, unsigned *n)
+{
+    double cap = HICCUP * avg + 0.1;
+    return sd_avg_update(avg, *n >= 3 && x > cap ? cap : x, n, OVER_ALPHA);
+}
+
 /* The step's wall time outside the engine feeds the overhead estimates;
  * drafter_ms: the drafter's time behind this step's drafts. */
 static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, double drafter_ms, bool pipelined)
@@ -428,11 +441,11 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, dou
     double exposed = wall_ms > engine_ms ? wall_ms - engine_ms : 0;
     if (ad->maxk > 0) {
         double x = exposed - (pipelined ? 1 - ad->hit : 1) * drafter_ms;
-        ad->draft_ms = sd_avg_update(ad->draft_ms, x > 0 ? x : 0, &ad->n_draft, OVER_ALPHA);
-        if (pipelined && ad->step_ready) ad->ready_ms = sd_avg_update(ad->ready_ms, exposed, &ad->n_ready, OVER_ALPHA);
-        else if (pipelined) ad->miss_ms = sd_avg_update(ad->miss_ms, exposed, &ad->n_miss, OVER_ALPHA);
+        ad->draft_ms = over_update(ad->draft_ms, x > 0 ? x : 0, &ad->n_draft);
+        if (pipelined && ad->step_ready) ad->ready_ms = over_update(ad->ready_ms, exposed, &ad->n_ready);
+        else if (pipelined) ad->miss_ms = over_update(ad->miss_ms, exposed, &ad->n_miss);
     } else {
-        ad->plain_ms = sd_avg_update(ad->plain_ms, exposed, &ad->n_plain, OVER_ALPHA);
+        ad->plain_ms = over_update(ad->plain_ms, exposed, &ad->n_plain);
         /* what only drafting steps renew fades towards what plain steps show: a plan kept out by an old
          * error (a slow spell of the drafter, its messages) would never be measured again (the regime
          * test's plain blocks chose nothing: they end and drafting is measured again) */
@@ -467,6 +480,10 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     q->st.k_steps++;
     q->st.k_zero += k == 0;
     ad->k_hist[k]++;
+    /* a request left without drafts is judged by its probes, one draft each: the later positions' figures
+     * (a bad spell's) would freeze, so they fade towards its kind's */
+    if (k == 0 && !q->fixed && ad->prior[q->key].steps > 0)
+        sd_accept_fade(&q->acc, &ad->prior[q->key], ACC_FADE, 1);
     if (ad->step_plain && !q->fixed) return; /* the regime test's plain block: its runs and probes wait */
     if (k > 0 && !late) {
         sd_verify_mode mode = sd_req_verify_mode(r, had_q);
@@ -535,7 +552,10 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
     if (t->rows > 0) {
         sd_cost_forward(&ad->cost, t->rows, t->seqs, t->forward_ms);
         sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_pos, t->accept_ms);
-        note_overhead(ad, t->forward_ms + t->accept_ms, wall_ms, drafter_ms, pipelined);
+        /* the work between steps (the router's messages, the token events) is paid per step too: a plan
+         * is priced, and its prediction judged, by the whole cycle where known */
+        note_overhead(ad, t->forward_ms + t->accept_ms, cycle_ms > wall_ms ? cycle_ms : wall_ms, drafter_ms,
+                      pipelined);
     }
     int passes = longest + 1 + pipelined;
     if (asked > 0 && drafter_ms > 0) {

@@ -5,7 +5,9 @@
  * Measured online, nothing tuned for one machine:
  *   - the engine's step cost by rows (forward pass) and by verified rows
  *     (argmax or sampling), from every step;
- *   - the step time outside the engine: without drafts (plain_ms), with
+ *   - the step time outside the engine — over the step's cycle, the work
+ *     between steps included, where known; a sample beyond 1.5 times the
+ *     average (a hiccup) counts as that much: without drafts (plain_ms), with
  *     drafts a fixed part (draft_ms, the messages) plus the drafter's time
  *     the verifier waits for: its time per pass (from the time each span
  *     says it took, over the draft positions plus one, the pass that takes
@@ -43,7 +45,9 @@
  * are rejected, back to 4 when one is accepted; one request per step), so a request whose drafts
  * got better is noticed and the estimates never freeze — but only while a
  * draft sure to be accepted could pay for itself at the measured cost
- * (else the cost keeps it plain, and a probe every 256 steps re-measures).
+ * (else the cost keeps it plain, and a probe every 256 steps re-measures);
+ * as a probe judges the first position only, the later positions' figures
+ * of a request left without drafts fade towards its kind's (2% a step).
  * Above all this, the regime test (vf_regime.h) runs blocks of steps
  * without drafts against blocks as the scheduler chooses, and keeps the
  * regime whose measured rate is higher: it catches what the step model

@@ -221,6 +221,31 @@ START_TEST(acceptance)
 }
 END_TEST
 
+/* Fading: the positions from `from` on move a share of the way towards the
+ * other estimate's, where it has observed them; the rest stay. */
+START_TEST(fade)
+{
+    sd_accept a, to;
+    sd_accept_init(&a, NULL, 0);
+    sd_accept_init(&to, NULL, 0);
+    for (int i = 0; i < 20; i++) {
+        sd_accept_observe(&a, 2, 2, 0, 0.1, false); /* position 1 rejected every time */
+        sd_accept_observe(&to, 2, 2, 2, 0.1, false); /* both accepted */
+    }
+    a.a[2] = 0.3;
+    double a0 = a.a[0], a1 = a.a[1], c0 = a.c[0];
+    ck_assert_double_lt(a0, 0.1);
+    ck_assert_double_gt(to.a[1], 0.9);
+    sd_accept_fade(&a, &to, 0.5, 1);
+    ck_assert_double_eq(a.a[0], a0);
+    ck_assert_double_eq(a.c[0], c0);
+    ck_assert_double_eq_tol(a.a[1], a1 + 0.5 * (to.a[1] - a1), 1e-12);
+    ck_assert_double_eq(a.a[2], 0.3); /* toward never observed position 3 */
+    sd_accept_fade(&a, &to, 1, 0);
+    ck_assert_double_eq(a.a[0], to.a[0]);
+}
+END_TEST
+
 START_TEST(supply)
 {
     /* a proposer that offers 2 of the 6 drafts asked for: asking for more costs nothing more */
@@ -254,6 +279,7 @@ int main(void)
     tcase_add_test(tc, accept_cost);
     tcase_add_test(tc, acceptance);
     tcase_add_test(tc, supply);
+    tcase_add_test(tc, fade);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
