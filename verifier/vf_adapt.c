@@ -433,12 +433,13 @@ static double over_update(double avg, double x, unsigned *n)
     return sd_avg_update(avg, *n >= 3 && x > cap ? cap : x, n, OVER_ALPHA);
 }
 
-/* The step's wall time outside the engine feeds the overhead estimates;
- * drafter_ms: the drafter's time behind this step's drafts. */
-static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, double drafter_ms, bool pipelined)
+/* The step's time outside the engine (step_ms: its cycle, or its wall time
+ * where the cycle is unknown) feeds the overhead estimates; drafter_ms: the
+ * drafter's time behind this step's drafts. */
+static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, double drafter_ms, bool pipelined)
 {
-    if (wall_ms <= 0 || engine_ms <= 0) return;
-    double exposed = wall_ms > engine_ms ? wall_ms - engine_ms : 0;
+    if (step_ms <= 0 || engine_ms <= 0) return;
+    double exposed = step_ms > engine_ms ? step_ms - engine_ms : 0;
     if (ad->maxk > 0) {
         double x = exposed - (pipelined ? 1 - ad->hit : 1) * drafter_ms;
         ad->draft_ms = over_update(ad->draft_ms, x > 0 ? x : 0, &ad->n_draft);
@@ -456,13 +457,13 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double wall_ms, dou
         if (ad->n_miss) ad->miss_ms += fade * (ad->plain_ms - ad->miss_ms);
     }
     if (ad->pred_ms > 0) {
-        double bias = (wall_ms - ad->pred_ms) / ad->pred_ms;
+        double bias = (step_ms - ad->pred_ms) / ad->pred_ms;
         if (bias > 1) bias = 1; /* a hiccup */
         if (ad->maxk > 0) ad->bias_draft = sd_avg_update(ad->bias_draft, bias, &ad->n_bias_draft, OVER_ALPHA);
         else ad->bias_plain = sd_avg_update(ad->bias_plain, bias, &ad->n_bias_plain, OVER_ALPHA);
         ad->pred_us += (uint64_t)(ad->pred_ms * 1e3);
-        ad->meas_us += (uint64_t)(wall_ms * 1e3);
-        ad->err_us += (uint64_t)(fabs(ad->pred_ms - wall_ms) * 1e3);
+        ad->meas_us += (uint64_t)(step_ms * 1e3);
+        ad->err_us += (uint64_t)(fabs(ad->pred_ms - step_ms) * 1e3);
     }
 }
 
@@ -482,7 +483,7 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     ad->k_hist[k]++;
     /* a request left without drafts is judged by its probes, one draft each: the later positions' figures
      * (a bad spell's) would freeze, so they fade towards its kind's */
-    if (k == 0 && !q->fixed && ad->prior[q->key].steps > 0)
+    if (k == 0 && !q->fixed && q->key >= 0 && ad->prior[q->key].steps > 0)
         sd_accept_fade(&q->acc, &ad->prior[q->key], ACC_FADE, 1);
     if (ad->step_plain && !q->fixed) return; /* the regime test's plain block: its runs and probes wait */
     if (k > 0 && !late) {
