@@ -71,6 +71,15 @@ static void sim_init(sim *s, int n, bool fixed)
     }
 }
 
+/* One request with drafts accepted at p_accept, a drafting step call_ms
+ * dearer outside the engine. */
+static void sim_one(sim *s, double p_accept, double call_ms)
+{
+    sim_init(s, 1, false);
+    s->p_accept = p_accept;
+    s->call_ms = call_ms;
+}
+
 /* One step with budgets of 12 (or b): returns request 0's k. */
 static int sim_step(sim *s, const int *budget_in)
 {
@@ -139,9 +148,7 @@ END_TEST
 START_TEST(drafting_resumes_after_a_spell)
 {
     sim s;
-    sim_init(&s, 1, false);
-    s.p_accept = 0.9;
-    s.call_ms = 1.5;
+    sim_one(&s, 0.9, 1.5);
     int k = 0;
     for (int i = 0; i < 200; i++) { /* drafting (a plain step now and then re-measures plain's figure) */
         int ki = sim_step(&s, NULL);
@@ -171,6 +178,23 @@ static void measure_spans(sd_cost *c, int first)
         }
 }
 
+/* n requests, spans measured at their true cost (timing_of), a drafting
+ * step's time outside the engine draft_ms (a plain one's 0.02), request 0's
+ * acceptance 0.9 over 300 steps of 12 drafts. */
+static void sim_measured(sim *s, int n, double draft_ms)
+{
+    sim_init(s, n, false);
+    measure_spans(&s->ad.cost, 2);
+    s->ad.draft_ms = draft_ms;
+    s->ad.plain_ms = 0.02;
+    s->ad.n_draft = s->ad.n_plain = 10;
+    for (int i = 0; i < 300; i++) {
+        int acc = 0;
+        while (acc < 12 && (double)rand_r(&s->seed) / RAND_MAX < 0.9) acc++;
+        sd_accept_observe(&s->q[0].acc, 12, 12, acc, 0.1, false);
+    }
+}
+
 /* One request's plan from a set state: spans of every length measured at
  * their true cost (timing_of), acceptance 0.9, a drafting step's time
  * outside the engine 0.1 + call_ms; the plain step (1 row) measured
@@ -178,18 +202,9 @@ static void measure_spans(sd_cost *c, int first)
 static int plan_with(double call_ms, int plain_n, double plain_ms, int older)
 {
     sim s;
-    sim_init(&s, 1, false);
-    measure_spans(&s.ad.cost, 2);
+    sim_measured(&s, 1, 0.1 + call_ms);
     for (int i = 0; i < plain_n; i++) sd_cost_forward(&s.ad.cost, 1, 1, plain_ms);
     for (int i = 0; i < older; i++) sd_cost_forward(&s.ad.cost, 13, 1, timing_of(13).forward_ms);
-    s.ad.draft_ms = 0.1 + call_ms;
-    s.ad.plain_ms = 0.02;
-    s.ad.n_draft = s.ad.n_plain = 10;
-    for (int i = 0; i < 300; i++) {
-        int acc = 0;
-        while (acc < 12 && (double)rand_r(&s.seed) / RAND_MAX < 0.9) acc++;
-        sd_accept_observe(&s.q[0].acc, 12, 12, acc, 0.1, false);
-    }
     int budget = 12;
     ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, &budget, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
     sd_vf_adapt_free(&s.ad);
@@ -217,20 +232,11 @@ END_TEST
 static int resume_k(int into)
 {
     sim s;
-    sim_init(&s, 2, false);
-    measure_spans(&s.ad.cost, 2);
+    sim_measured(&s, 2, 1.1);
     for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.cost, 1, 1, timing_of(1).forward_ms);
-    s.ad.draft_ms = 1.1;
-    s.ad.plain_ms = 0.02;
-    s.ad.n_draft = s.ad.n_plain = 10;
     s.ad.catch_ms = 0.1;
     s.ad.run_steps = 2;
     s.ad.n_catch = s.ad.n_run = 10;
-    for (int i = 0; i < 300; i++) {
-        int acc = 0;
-        while (acc < 12 && (double)rand_r(&s.seed) / RAND_MAX < 0.9) acc++;
-        sd_accept_observe(&s.q[0].acc, 12, 12, acc, 0.1, false);
-    }
     s.r[1].finish = SD_FINISH_LENGTH; /* out of the schedule */
     for (int i = 0; i < into; i++) {
         ck_assert(!sd_vf_regime_plain(&s.ad.rg, sd_vf_regime_key(1, false)));
@@ -633,9 +639,7 @@ END_TEST
 START_TEST(one_slow_step_is_a_hiccup)
 {
     sim s;
-    sim_init(&s, 1, false);
-    s.p_accept = 0.8;
-    s.call_ms = 0.5;
+    sim_one(&s, 0.8, 0.5);
     for (int i = 0; i < 300; i++) sim_step(&s, NULL);
     int before = 0, plain = 0;
     for (int i = 0; i < 30; i++) before += sim_step(&s, NULL) == 0;
@@ -657,9 +661,7 @@ END_TEST
 START_TEST(the_work_between_steps_counts)
 {
     sim s;
-    sim_init(&s, 1, false);
-    s.p_accept = 0.4;
-    s.call_ms = 0.3;
+    sim_one(&s, 0.4, 0.3);
     s.cycle = true;
     s.between = 1.0;
     for (int i = 0; i < 300; i++) sim_step(&s, NULL);
