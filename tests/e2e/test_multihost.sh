@@ -73,12 +73,15 @@ check "router, 2 verifiers and the drafter came up across namespaces (CURVE)" \
 
 PROMPTS=("def fibonacci(n):" "import json\ndef load(path):" "class Queue:\n    def __init__(self):")
 for k in 0 1 2; do reference "$(printf "${PROMPTS[$k]}")" "$WORK/ref$k" --max-tokens 96 --ignore-eos; done
-# exact K LABEL: prompt K greedily through the router equals its reference
+# exact K [EXTRA]: prompt K greedily through the router (EXTRA: more request fields) equals its reference
 exact() {
-  rcurl "$R/v1/completions" -o "$WORK/out$1.json" -d "$(body "$(printf "${PROMPTS[$1]}")" 96 0)" &&
+  rcurl "$R/v1/completions" -o "$WORK/out$1.json" -d "$(body "$(printf "${PROMPTS[$1]}")" 96 0 ${2:+"$2"})" &&
     text_of "$WORK/out$1.json" "$WORK/text$1" && cmp -s "$WORK/text$1" "$WORK/ref$1"
 }
-check "requests across the namespaces equal plain decoding" 'exact 0 && exact 1 && exact 2'
+# prompt 0 asks for its drafts (the adaptive scheduler may find none worth it on a loaded machine: once
+# in CI, 0 accepted), so that the drafter's link across the namespaces is what the next check sees
+check "requests across the namespaces equal plain decoding" \
+  'exact 0 "{\"speculative\": {\"num_draft\": 4}}" && exact 1 && exact 2'
 acc=$(jget "$WORK/out0.json" 'j["speculative"]["accepted_tokens"]')
 check "the drafter's drafts were used (accepted $acc)" '[ "${acc:-0}" -gt 0 ]'
 
