@@ -107,8 +107,9 @@ typedef struct sd_vf_adapt {
     bool step_ready;                         /* this step's requests with drafts all have their span */
     double late_real, late_pred;             /* pipelined, requests given drafts without their span at hand: */
     unsigned n_late;                         /* drafts accepted (a span that came, the fallback's) and expected */
-    double catch_ms;                         /* the drafter's ms per token it catches up on */
-    unsigned n_catch;
+    double catch_ms;                         /* the drafter's ms per token it catches up on: catch_x / catch_w, */
+    double catch_x, catch_w;                 /* its time beyond the passes and the tokens, summed (decaying) */
+    unsigned n_catch;                        /* over the n_catch steps that caught up */
     double run_steps;                        /* steps a request keeps drafting once it starts, on average */
     unsigned n_run;
     double bias_draft, bias_plain;           /* (measured - predicted) / predicted step time, on average, */

@@ -64,24 +64,26 @@ bool sd_vf_regime_plain(sd_vf_regime *g, int key)
     return g->now == SD_VF_PLAIN;
 }
 
-void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms)
+void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms, bool drafted)
 {
     if (!g->open) return;
     g->plain_steps += g->now == SD_VF_PLAIN;
     if (++g->steps > SD_VF_REGIME_WARM && cycle_ms > 0 && tokens > 0) {
         g->blk_tok += tokens;
         g->blk_ms += cycle_ms;
+        g->blk_drafted += drafted;
     }
     if (g->steps < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS) return;
     sd_vf_regime_load *l = &g->load[g->key];
     int r = g->now;
-    if (g->blk_ms > 0) {
+    if (g->blk_ms > 0 && (r == SD_VF_PLAIN || g->blk_drafted > 0)) {
         l->tok[r] = l->tok[r] * SD_VF_REGIME_DECAY + g->blk_tok;
         l->ms[r] = l->ms[r] * SD_VF_REGIME_DECAY + g->blk_ms;
         l->blocks[r]++;
     }
     g->steps = 0;
     g->blk_tok = g->blk_ms = 0;
+    g->blk_drafted = 0;
     g->open = false;
 }
 

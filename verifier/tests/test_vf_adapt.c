@@ -240,7 +240,7 @@ static int resume_k(int into)
     s.r[1].finish = SD_FINISH_LENGTH; /* out of the schedule */
     for (int i = 0; i < into; i++) {
         ck_assert(!sd_vf_regime_plain(&s.ad.rg, sd_vf_regime_key(1, false)));
-        sd_vf_regime_note(&s.ad.rg, 2.0, 1.0);
+        sd_vf_regime_note(&s.ad.rg, 2.0, 1.0, true);
     }
     int budgets[2] = {12, 0}, catchup[2] = {100, 0};
     ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, catchup, NULL, 2, -1, 16, NULL, false),
@@ -261,6 +261,70 @@ START_TEST(catching_up_spread_over_the_block)
     ck_assert_int_gt(resume_k(0), 0);
     ck_assert_int_gt(resume_k(10), 0);
     ck_assert_int_eq(resume_k(SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - 1), 0); /* its last step */
+}
+END_TEST
+
+/* Three requests with acceptance 0.9, two of them 50 and 30 tokens behind
+ * the drafter, planned with the catching up never measured (n_catch 0) or
+ * measured cheap: their ks in k[]. */
+static void catchup_plan(int n_catch, int k[3])
+{
+    sim s;
+    sim_measured(&s, 3, 0.2);
+    for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.cost, 1, 1, timing_of(1).forward_ms);
+    s.q[1].acc = s.q[2].acc = s.q[0].acc;
+    s.ad.catch_ms = n_catch ? 0.001 : 0;
+    s.ad.n_catch = (unsigned)n_catch;
+    int catchup[3] = {50, 30, 0};
+    k[0] = k[1] = k[2] = 12;
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, k, NULL, catchup, NULL, 3, -1, 16, NULL, false), SD_OK);
+    sd_vf_adapt_free(&s.ad);
+}
+
+/* The price of catching up is unknown until measured: one request (the
+ * least behind) catches up first, not every request at once. */
+START_TEST(first_catching_up_on_one_request)
+{
+    int k[3];
+    catchup_plan(0, k);
+    ck_assert_int_eq(k[0], 0);
+    ck_assert_int_gt(k[1], 0);
+    ck_assert_int_gt(k[2], 0); /* not behind: drafts as ever */
+    catchup_plan(10, k);
+    ck_assert(k[0] > 0 && k[1] > 0 && k[2] > 0);
+}
+END_TEST
+
+/* A serial drafting step of request 0 (12 drafts: its own num_draft) whose drafter call
+ * caught up on `behind` tokens and took drafter_ms. */
+static void catchup_step(sim *s, int behind, double drafter_ms)
+{
+    int budgets[1] = {12}, offered[1], accepted[1] = {3}, catchup[1] = {behind};
+    bool had_q[1] = {false}, ready[1] = {false};
+    double dms[1] = {drafter_ms};
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
+    ck_assert_int_eq(budgets[0], 12);
+    offered[0] = budgets[0];
+    sd_step_timing t = timing_of(1 + budgets[0]);
+    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + drafter_ms, 0, s->rp, s->qp, offered, accepted, had_q, catchup,
+                     dms, ready, 1, false);
+}
+
+/* The drafter's catching up priced per token over the tokens caught up on:
+ * a few tokens cost nothing beyond the passes, a backlog of 1,600 costs
+ * 100 ms — after ten of the first and one of the second, a token costs what
+ * the backlog says (0.05-0.06 ms), not the average of the steps (0.006). */
+START_TEST(catching_up_priced_by_its_tokens)
+{
+    sim s;
+    sim_measured(&s, 1, 0.2);
+    sd_vf_areq_init(&s.q[0], true);
+    for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.drafter, 1, 1, 0.1);
+    for (int i = 0; i < 10; i++) catchup_step(&s, 20, 1.3); /* 13 passes of 0.1 ms: nothing beyond them */
+    ck_assert(s.ad.n_catch == 10 && s.ad.catch_ms < 1e-6);
+    catchup_step(&s, 1600, 1.3 + 100);
+    ck_assert_msg(s.ad.catch_ms > 0.04 && s.ad.catch_ms < 0.065, "%.4f ms a token", s.ad.catch_ms);
+    sd_vf_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -552,7 +616,7 @@ static int block_at(sd_vf_regime *g, int key, double plain_rate, double draft_ra
     for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
         ck_assert_int_eq(sd_vf_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING, r);
         double rate = r == SD_VF_PLAIN ? plain_rate : draft_rate;
-        sd_vf_regime_note(g, rate, 1.0);
+        sd_vf_regime_note(g, rate, 1.0, r == SD_VF_DRAFTING);
     }
     return r;
 }
@@ -595,9 +659,33 @@ START_TEST(regime_blocks)
     sd_vf_regime_init(&g);
     for (int i = 0; i < 100; i++) {
         ck_assert(!sd_vf_regime_plain(&g, 0));
-        sd_vf_regime_note(&g, 1.0, 0);
+        sd_vf_regime_note(&g, 1.0, 0, true);
     }
     ck_assert_double_lt(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 0);
+}
+END_TEST
+
+/* A drafting block whose steps chose no drafts measured plain steps: not
+ * taken for drafting's rate (nor counted), so the next block drafts again;
+ * one that drafted in a step counts. */
+START_TEST(a_drafting_block_without_drafts_measures_nothing)
+{
+    sd_vf_regime g;
+    sd_vf_regime_init(&g);
+    int key = sd_vf_regime_key(4, false);
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
+            ck_assert(!sd_vf_regime_plain(&g, key));
+            sd_vf_regime_note(&g, 1.0, 1.0, false);
+        }
+    ck_assert_double_lt(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 0);
+    ck_assert_uint_eq(g.load[key].blocks[SD_VF_DRAFTING], 0);
+    for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
+        ck_assert(!sd_vf_regime_plain(&g, key));
+        sd_vf_regime_note(&g, 2.0, 1.0, i == SD_VF_REGIME_WARM + 3);
+    }
+    ck_assert_double_eq_tol(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 2.0, 1e-9);
+    ck_assert(sd_vf_regime_plain(&g, key)); /* then plain's first block */
 }
 END_TEST
 
@@ -705,6 +793,9 @@ int main(void)
     tcase_add_test(tc, regime_blocks);
     tcase_add_test(tc, regime_catches_what_the_model_misses);
     tcase_add_test(tc, catching_up_spread_over_the_block);
+    tcase_add_test(tc, first_catching_up_on_one_request);
+    tcase_add_test(tc, a_drafting_block_without_drafts_measures_nothing);
+    tcase_add_test(tc, catching_up_priced_by_its_tokens);
     tcase_add_test(tc, one_slow_step_is_a_hiccup);
     tcase_add_test(tc, the_work_between_steps_counts);
     suite_add_tcase(s, tc);
