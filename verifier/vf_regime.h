@@ -72,7 +72,7 @@ typedef struct sd_vf_regime {
     int now;               /* the regime of the block running */
     int steps;             /* steps of the block so far */
     double blk_tok, blk_ms; /* the block's measured steps: tokens, ms taken */
-    int blk_drafted;       /* ... and those of them that verified drafts */
+    int blk_drafted;       /* ... and those of them with drafts chosen */
     uint64_t plain_steps;  /* steps run plain by the test */
 } sd_vf_regime;
 
@@ -87,7 +87,8 @@ bool sd_vf_regime_plain(sd_vf_regime *g, int key);
 
 /* A decode step of the test ran (not one with prompt chunks, nor one where
  * no request could draft): tokens it committed, cycle_ms the time it took
- * (<= 0: unknown — it is then not measured), drafted: it verified drafts.
+ * (<= 0: unknown — it is then not measured), drafted: drafts were chosen
+ * for it.
  * Ends the block after its last step. A drafting block none of whose
  * measured steps drafted measures nothing: its steps were plain ones (the
  * step model chose no drafts), and their rate, taken for drafting's, once
