@@ -1,6 +1,6 @@
 /* serve.c — `specd serve`: the one-command supervisor.
  *
- *   specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H]
+ *   specd serve --target DIR [--draft DIR | --ngram | --ngram-drafter | --no-spec] [--host H]
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
@@ -18,9 +18,11 @@
  * with an error event or response), then the workers; a second signal ends
  * the requests in flight at once.
  *
- * Starts specd-verifier, specd-drafter (unless --no-spec; an n-gram drafter
- * when neither --draft nor --ngram is given) and specd-router — found next to
- * this binary (/proc/self/exe) — as three child processes talking over ipc://
+ * Starts specd-verifier, specd-drafter (with --draft DIR, or --ngram-drafter:
+ * the n-gram proposer in a process of its own; with neither, or --ngram, the
+ * verifier drafts from its own n-gram lookup and no drafter runs) and
+ * specd-router — found next to
+ * this binary (/proc/self/exe) — as child processes talking over ipc://
  * sockets in a private temporary directory. It prints the URL once the
  * router's /health answers 200 (the verifier is up) and restarts a child
  * that dies with exponential backoff (0.5 s, doubling to 10 s while it keeps
@@ -90,7 +92,7 @@ typedef struct serve_opts {
     const char *max_model_len; /* --max-model-len N: the verifier's positions per sequence */
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
-    bool ngram, no_spec, metrics_auth, no_prefix_cache, batch_invariant, random_weights;
+    bool ngram, ngram_drafter, no_spec, metrics_auth, no_prefix_cache, batch_invariant, random_weights;
     int port;
     int lanes;               /* --lanes N: verifier + drafter pairs (default 1) */
     const char *router_args[MAX_ROUTER_ARGS]; /* --router-arg ARG: passed to the router as they are */
@@ -147,7 +149,8 @@ static int self_dir(char *buf, size_t n)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --no-spec] [--host H] [--port P]\n"
+    fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --ngram-drafter | --no-spec]\n"
+               "                   [--host H] [--port P]\n"
                "                   [--api-key K | --api-key-file F] [--metrics-auth]\n"
                "                   [--threads N] [--num-draft K] [--device cpu]\n"
                "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
@@ -211,7 +214,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"kv-dtype", 1, 0, 'T'}, {"gpu-memory-fraction", 1, 0, 'g'},
                                        {"draft-gpu-memory-fraction", 1, 0, 'H'},
                                        {"random-weights", 0, 0, 'O'}, {"max-model-len", 1, 0, 'm'},
-                                       {"spec-fallback", 1, 0, 'b'}, {0, 0, 0, 0}};
+                                       {"spec-fallback", 1, 0, 'b'}, {"ngram-drafter", 0, 0, 'J'},
+                                       {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -225,6 +229,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 't': o->target = optarg; break;
         case 'd': o->draft = optarg; break;
         case 'n': o->ngram = true; break;
+        case 'J': o->ngram_drafter = true; break;
         case 'N': o->no_spec = true; break;
         case 'h': o->host = optarg; break;
         case 'p':
@@ -267,9 +272,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         default: return -1;
         }
     }
-    if (!o->target || optind < argc || (o->draft && o->ngram) || (o->no_spec && (o->draft || o->ngram)))
-        return -1;
-    if (!o->no_spec && !o->draft) o->ngram = true;
+    if (!o->target || optind < argc || (o->draft != NULL) + o->ngram + o->ngram_drafter + o->no_spec > 1) return -1;
+    if (!o->no_spec && !o->draft && !o->ngram_drafter) o->ngram = true;
     return 0;
 bad:
     fprintf(stderr, "specd serve: %s\n", err);
@@ -344,7 +348,8 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_arg(ver, path);
     add_opt(ver, "--model", o->target);
     add_opt(ver, "--listen", vep);
-    if (!o->no_spec) add_opt(ver, "--drafter", dep);
+    if (o->ngram) add_arg(ver, "--ngram");
+    else if (!o->no_spec) add_opt(ver, "--drafter", dep);
     add_opt(ver, "--num-draft", o->num_draft);
     add_opt(ver, "--spec-max-batch", o->spec_max_batch);
     add_opt(ver, "--spec-max-batch-sampled", o->spec_max_batch_sampled);
@@ -575,7 +580,7 @@ static int build_children(const serve_opts *o, const char *dir, const char *tmp,
         dra[i].name = names[2 * i + 1];
         build_lane(o, dir, tmp, i, &ver[i], &dra[i]);
         cs[n++] = &ver[i];
-        if (!o->no_spec) cs[n++] = &dra[i];
+        if (o->draft || o->ngram_drafter) cs[n++] = &dra[i];
     }
     build_router(o, dir, tmp, &rt);
     cs[n++] = &rt;

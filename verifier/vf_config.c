@@ -13,10 +13,10 @@
 
 const char *sd_vf_usage(void)
 {
-    return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT] [--num-draft K]\n"
-           "                      [--threads N] [--device cpu|cuda:N] [--max-batch N] [--kv-blocks N]\n"
-           "                      [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F] [--random-weights]\n"
-           "                      [--max-model-len N]\n"
+    return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT | --ngram]\n"
+           "                      [--num-draft K] [--threads N] [--device cpu|cuda:N] [--max-batch N]\n"
+           "                      [--kv-blocks N] [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
+           "                      [--random-weights] [--max-model-len N]\n"
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
@@ -87,7 +87,8 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
         {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
         {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
-        {"max-model-len", 1, 0, 'M'}, {"spec-fallback", 1, 0, 'F'}, {0, 0, 0, 0}};
+        {"max-model-len", 1, 0, 'M'}, {"spec-fallback", 1, 0, 'F'},
+        {"ngram", 0, 0, 'g'},     {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -105,6 +106,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'C': cfg->no_prefix_cache = true; break;
         case 'I': cfg->batch_invariant = true; break;
         case 'W': cfg->random_weights = true; break;
+        case 'g': cfg->ngram = true; break;
         case 'V':
             if ((cfg->kv_dtype = sd_kv_dtype_parse(optarg)) < 0)
                 st = sd_seterr(err, errlen, SD_ERR_ARG, "--kv-dtype must be auto, f32 or bf16, got '%s'", optarg);
@@ -139,6 +141,9 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
     if (optind < argc) return sd_seterr(err, errlen, SD_ERR_ARG, "unexpected argument '%s'", argv[optind]);
     if (cfg->help) return SD_OK;
     if (!cfg->model_dir) return sd_seterr(err, errlen, SD_ERR_ARG, "--model DIR is required");
+    if (cfg->ngram && cfg->drafter)
+        return sd_seterr(err, errlen, SD_ERR_ARG,
+                         "--ngram (the verifier's own drafts) and --drafter exclude each other");
     int index;
     if (sd_device_parse(cfg->device, &index, err, errlen) < 0) return SD_ERR_UNSUPPORTED;
     return SD_OK;

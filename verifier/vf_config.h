@@ -29,6 +29,7 @@ typedef struct sd_vf_config {
     const char *model_dir;        /* --model DIR (required) */
     const char *listen;           /* --listen: ROUTER bind endpoint */
     const char *drafter;          /* --drafter: DEALER connect endpoint, NULL = none */
+    bool ngram;                   /* --ngram: drafts from the verifier's own n-gram lookup, no drafter */
     const char *curve_keys;       /* --curve-keys DIR: CURVE on both sockets (proto/curve.h), NULL = plain */
     const char *device;           /* --device: "cpu", "cuda" or "cuda:N" (backend_open.h) */
     int num_draft;                /* --num-draft K, 0..SD_MAX_DRAFT: drafts per step without --spec-adaptive */

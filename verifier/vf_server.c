@@ -71,7 +71,8 @@ struct sd_vf_server {
     int *catchup;           /* tokens the drafter must first take in for the request (opened, or far behind) */
     int *chunk;             /* prompt tokens each request prefills this step (sd_engine_prefill_plan) */
     double *draft_ms;       /* the drafter's time behind them */
-    sd_proposer *fallback;  /* --spec-fallback: n-gram lookup for requests the drafter left without drafts */
+    sd_proposer *ngram;     /* the verifier's own n-gram lookup: --ngram's drafts, else --spec-fallback's for
+                             * requests the drafter left without drafts */
     int *fb_avail;          /* the fallback's drafts at hand for each request (0: not a candidate) */
     int *fb_k;              /* the drafts each request verifies (the fallback's choice for the candidates) */
     sd_propose_item *fb_items;
@@ -86,6 +87,12 @@ struct sd_vf_server {
     double step_begin_ms;   /* when this step's planning began */
     char model_name[256];
 };
+
+/* Whether requests may verify drafts: a drafter's, or (--ngram) the verifier's own lookup's. */
+static bool speculates(const sd_vf_server *s)
+{
+    return s->link || s->cfg->ngram;
+}
 
 /* ------------------------------------------------------------ messages */
 
@@ -234,7 +241,7 @@ static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submi
         return;
     }
     int k_default = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
-    if (sd_vf_params_from_submit(sub, k_default, s->link != NULL, &p, err, sizeof err) != SD_OK) {
+    if (sd_vf_params_from_submit(sub, k_default, speculates(s), &p, err, sizeof err) != SD_OK) {
         reject(s, peer, sub->request_id, np, "bad_request", err);
         return;
     }
@@ -529,17 +536,21 @@ static void plan_step(sd_vf_server *s)
         s->reqs[i] = s->active[i]->slot.r;
         s->slots[i] = &s->active[i]->slot;
         s->aqs[i] = &s->active[i]->aq;
-        s->budgets[i] = s->link ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
+        s->budgets[i] = speculates(s) ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
         s->sampled[i] = s->reqs[i]->p.sampling.temperature > 0.0f;
         s->ready[i] = false;
-        /* drafting for a request the drafter must first catch up on costs more than its drafts */
+        /* drafting for a request the drafter must first catch up on costs more than its drafts (the
+         * verifier's own lookup has nothing to catch up on) */
         const sd_vf_slot *sl = s->slots[i];
         int behind = s->reqs[i]->n_tokens - sl->drafter_known;
-        s->catchup[i] = sl->drafter_known == 0 ? s->reqs[i]->n_tokens : behind > SD_MAX_DRAFT + 1 ? behind : 0;
+        s->catchup[i] = !s->link                  ? 0
+                        : sl->drafter_known == 0 ? s->reqs[i]->n_tokens
+                        : behind > SD_MAX_DRAFT + 1 ? behind
+                                                    : 0;
     }
     sd_engine_share_prefixes(s->e, s->reqs, n);
     sd_engine_prefill_plan(s->e, s->reqs, n, s->chunk);
-    if (s->link)
+    if (speculates(s))
         sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
 }
 
@@ -593,7 +604,7 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     for (int i = 0; i < n; i++) s->props[i] = s->slots[i]->prop;
     char err[256];
     double t0 = sd_now_ms();
-    if (sd_engine_step(s->e, s->reqs, n, s->link ? s->props : NULL, err, sizeof err) != SD_OK) {
+    if (sd_engine_step(s->e, s->reqs, n, speculates(s) ? s->props : NULL, err, sizeof err) != SD_OK) {
         SD_ERROR("engine step failed: %s", err);
         if (sd_backend_lost(sd_model_backend(sd_engine_model(s->e)))) {
             /* no token events: the requests are not failed but left to the router, which resumes them
@@ -640,7 +651,7 @@ static void fallback_drafts(sd_vf_server *s)
     for (int i = 0; i < n; i++) {
         const sd_req *r = s->reqs[i];
         s->fb_avail[i] = 0;
-        if (!s->fallback || s->budgets[i] <= 0 || s->slots[i]->prop.n > 0 || sd_req_prefilling(r)) continue;
+        if (!s->ngram || s->budgets[i] <= 0 || s->slots[i]->prop.n > 0 || sd_req_prefilling(r)) continue;
         s->fb_items[m] = (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens,
                                            .n_context = r->n_tokens, .k = s->budgets[i],
                                            .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
@@ -648,7 +659,7 @@ static void fallback_drafts(sd_vf_server *s)
         m++;
     }
     char err[128];
-    if (m == 0 || s->fallback->ops->propose(s->fallback, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK)
+    if (m == 0 || s->ngram->ops->propose(s->ngram, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK)
         return;
     for (int i = 0, j = 0; i < n && j < m; i++)
         if (s->fb_items[j].seq_id == s->slots[i]->id) s->fb_avail[i] = s->fb_out[j++].n;
@@ -677,6 +688,45 @@ static void step_serial(sd_vf_server *s)
     for (int i = 0; i < n; i++) s->slots[i]->prop.n = 0;
     if (drafting > 0) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
     fallback_drafts(s);
+    run_step(s, sd_now_ms() - t, false);
+}
+
+/* --ngram: the verifier's own n-gram lookup drafts (no drafter: no messages, no waits, nothing to catch
+ * up on). Each decoding request that may verify drafts looks up as many; the plan then chooses how many
+ * of those at hand it verifies (vf_adapt.h), the lookup's time counting as the drafter's. */
+static void step_local(sd_vf_server *s)
+{
+    int n = s->n_active, m = 0;
+    double t = sd_now_ms();
+    plan_step(s);
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = s->reqs[i];
+        s->slots[i]->prop.n = 0;
+        s->slots[i]->prop_draft_us = 0;
+        s->avail[i] = 0;
+        s->fb_avail[i] = 0;
+        if (s->budgets[i] <= 0 || sd_req_prefilling(r)) continue;
+        s->fb_items[m++] = (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens,
+                                             .n_context = r->n_tokens, .k = s->budgets[i],
+                                             .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
+                                             .out_pos = (uint64_t)sd_req_n_output(r)};
+    }
+    char err[128];
+    double t0 = sd_now_ms();
+    if (m > 0 && s->ngram->ops->propose(s->ngram, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK) m = 0;
+    uint32_t us = m > 0 ? (uint32_t)((sd_now_ms() - t0) * 1e3 / m) : 0;
+    for (int i = 0, j = 0; i < n && j < m; i++)
+        if (s->fb_items[j].seq_id == s->slots[i]->id) s->avail[i] = s->fb_out[j++].n;
+    choose_drafts(s, s->avail, NULL, false);
+    for (int i = 0, j = 0; i < n && j < m; i++) {
+        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
+        const sd_proposal *o = &s->fb_out[j++];
+        if (s->budgets[i] <= 0 || o->n == 0) continue;
+        sd_vf_slot *sl = s->slots[i];
+        sl->prop = *o;
+        sl->prop.n = s->budgets[i] < o->n ? s->budgets[i] : o->n;
+        sl->prop_draft_us = us;
+    }
     run_step(s, sd_now_ms() - t, false);
 }
 
@@ -839,7 +889,8 @@ static bool pipelined(sd_vf_server *s)
 static void step(sd_vf_server *s)
 {
     s->step_begin_ms = sd_now_ms();
-    if (pipelined(s)) step_pipe(s);
+    if (s->cfg->ngram) step_local(s);
+    else if (pipelined(s)) step_pipe(s);
     else step_serial(s);
 }
 
@@ -847,7 +898,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
 {
     publish_health(s);
     sd_vf_front_busy(s->front, true); /* health answered during the calibration too */
-    if (s->link) { /* the cost model starts from this machine's measured curve (vf_adapt.h) */
+    if (speculates(s)) { /* the cost model starts from this machine's measured curve (vf_adapt.h) */
         char err[256];
         double t0 = sd_now_ms();
         int kmax = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
@@ -857,9 +908,10 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
                 sd_cost_forward_ms(&s->ad.cost, 1, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1, 1), kmax + 1);
     }
     sd_vf_front_busy(s->front, false);
-    SD_INFO("serving %s on %s (drafter %s, max batch %d, %d KV blocks, n-gram fallback %s)", s->model_name,
-            s->cfg->listen, s->cfg->drafter ? s->cfg->drafter : "none", s->cfg->max_batch, sd_kv_pool_total(s->pool),
-            s->fallback ? "on" : "off");
+    SD_INFO("serving %s on %s (drafts: %s, max batch %d, %d KV blocks, n-gram fallback %s)", s->model_name,
+            s->cfg->listen,
+            s->cfg->drafter ? s->cfg->drafter : s->cfg->ngram ? "the verifier's own n-gram lookup" : "none",
+            s->cfg->max_batch, sd_kv_pool_total(s->pool), s->ngram && s->link ? "on" : "off");
     while (!*stop && !s->lost) {
         zmq_pollitem_t it[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {NULL, 0, ZMQ_POLLIN, 0}};
         int nit = 1;
@@ -947,8 +999,8 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
-    if (cfg->drafter && cfg->spec_fallback &&
-        sd_ngram_new(SD_NGRAM_DEFAULT_MIN, SD_NGRAM_DEFAULT_MAX, &s->fallback, err, errlen) != SD_OK) {
+    if (((cfg->drafter && cfg->spec_fallback) || cfg->ngram) &&
+        sd_ngram_new(SD_NGRAM_DEFAULT_MIN, SD_NGRAM_DEFAULT_MAX, &s->ngram, err, errlen) != SD_OK) {
         sd_vf_server_free(s);
         return SD_ERR_NOMEM;
     }
@@ -977,7 +1029,7 @@ void sd_vf_server_free(sd_vf_server *s)
     for (int i = 0; i < s->n_active; i++) req_destroy(s, s->active[i]);
     for (int i = 0; i < s->n_queue; i++) req_destroy(s, s->queue[i]);
     sd_vf_link_free(s->link);
-    sd_proposer_free(s->fallback);
+    sd_proposer_free(s->ngram);
     free(s->fb_avail);
     free(s->fb_k);
     free(s->fb_items);

@@ -2,8 +2,10 @@
 # test_pipeline_exact.sh — speculative decoding through the whole pipeline
 # (`specd serve`: router + verifier + drafter) is lossless.
 #
-# For a draft-model drafter (tinycode-3m drafting for tinycode-16m) and for
-# the n-gram drafter, and three code prompts:
+# For a draft-model drafter (tinycode-3m drafting for tinycode-16m), for the
+# verifier's own n-gram lookup (--ngram, the default without --draft; also with
+# a static length of 4: greedy accepts some) and for the n-gram drafter
+# (--ngram-drafter), and three code prompts:
 #   - greedy (temperature 0, 64 tokens, ignore_eos), non-streamed and
 #     streamed (SSE text concatenated), equals `specd-generate` on the target
 #     alone, byte for byte (the CPU backend is batch-invariant);
@@ -73,7 +75,7 @@ run_mode() {
       echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled.$i")"
     fi
   done
-  if [ "$mode" = draft-serial-static ]; then
+  if [ "$mode" = draft-serial-static ] || [ "$mode" = ngram-static ]; then
     check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]'
     sleep 1.2 # the router's next health check carries the verifier's figures
     check "[$mode] /metrics: acceptance estimates (drafts verified at every step)" \
@@ -99,6 +101,8 @@ run_mode() {
     # pipelined: at most 4, fewer where a span came shorter
     local want='d["steps_without_drafts"] == 0 and 3.5 < d["mean"] <= 4'
     [ "$mode" = draft-static ] && want='d["decode_steps"] > 0 and 0 <= d["mean"] <= 4'
+    # the verifier's own lookup: at most 4, fewer (or none) where its match offers fewer
+    [ "$mode" = ngram-static ] && want='d["decode_steps"] > 0 and 0 < d["mean"] <= 4'
     check "[$mode] a static length of 4 ($want)" \
       '[ "$(jget "$WORK/$mode.0.json" "(lambda d: $want)(j[\"speculative\"][\"draft_length\"])")" = True ]' ||
       echo "#   draft_length: $(jget "$WORK/$mode.0.json" 'j["speculative"]["draft_length"]')"
@@ -111,6 +115,8 @@ run_mode draft-serial --draft "$DRAFT" --spec-pipeline off
 run_mode draft-static --draft "$DRAFT" --spec-adaptive off --num-draft 4
 run_mode draft-serial-static --draft "$DRAFT" --spec-pipeline off --spec-adaptive off --num-draft 4
 run_mode ngram --ngram
+run_mode ngram-static --ngram --spec-adaptive off --num-draft 4
+run_mode ngram-drafter --ngram-drafter
 
 # --quant int8: the int8 target's greedy output through the pipeline (4 drafts
 # a step, serial) equals specd-generate on the int8 target alone

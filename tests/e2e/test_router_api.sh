@@ -263,13 +263,15 @@ if [ -x "$BIN/specd" ]; then
   cp "$BIN/specd" "$BIN/specd-router" "$BIN/specd-test-fake-verifier" "$SB/"
   cat >"$SB/specd-verifier" <<SH
 #!/usr/bin/env bash
+echo "verifier started \$*" >&2
 while [ \$# -gt 0 ]; do case \$1 in --listen) L=\$2; shift;; esac; shift; done
 exec "$SB/specd-test-fake-verifier" --listen "\$L"
 SH
   printf '#!/usr/bin/env bash\necho "drafter started $*" >&2; sleep 1; exit 3\n' >"$SB/specd-drafter"
   chmod +x "$SB/specd-verifier" "$SB/specd-drafter"
   SPORT=$(free_port)
-  "$SB/specd" serve --target "$MODELS/tinycode-16m" --port "$SPORT" >"$WORK/serve.out" 2>"$WORK/serve.err" &
+  "$SB/specd" serve --target "$MODELS/tinycode-16m" --port "$SPORT" --ngram-drafter \
+    >"$WORK/serve.out" 2>"$WORK/serve.err" &
   SP=$!
   for _ in $(seq 60); do grep -q "serving" "$WORK/serve.out" && break; sleep 0.1; done
   check "specd serve prints the URL" 'grep -q "specd: serving tinycode-16m at http://127.0.0.1:$SPORT" "$WORK/serve.out"'
@@ -279,9 +281,12 @@ SH
   check "specd serve restarts a crashed drafter" '[ "$(grep -c "drafter started" "$WORK/serve.err")" -ge 2 ]'
   kill -TERM "$SP"; wait "$SP"; rc=$?
   check "specd serve stops cleanly on SIGTERM (exit 0)" '[ "$rc" = 0 ]'
-  "$SB/specd" serve --target "$MODELS/tinycode-16m" --port "$SPORT" --no-spec >"$WORK/serve.out" 2>"$WORK/serve.err" &
+  # the default without --draft: the verifier's own n-gram lookup (--ngram), no drafter process
+  "$SB/specd" serve --target "$MODELS/tinycode-16m" --port "$SPORT" >"$WORK/serve.out" 2>"$WORK/serve.err" &
   SP=$!
   for _ in $(seq 60); do grep -q "serving" "$WORK/serve.out" && break; sleep 0.1; done
+  check "specd serve without --draft: the verifier drafts (--ngram), no drafter runs" \
+    'grep -q "verifier started .* --ngram" "$WORK/serve.err" && ! grep -q "drafter started" "$WORK/serve.err"'
   old=$(pgrep -P "$SP" -f specd-test-fake-verifier)
   kill -TERM "$old"
   new=

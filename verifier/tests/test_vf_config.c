@@ -21,6 +21,7 @@ START_TEST(defaults)
     ck_assert_str_eq(c.model_dir, "m");
     ck_assert_str_eq(c.listen, "tcp://127.0.0.1:5555");
     ck_assert_ptr_null(c.drafter);
+    ck_assert(!c.ngram);
     ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
     ck_assert(c.spec_adaptive);
     ck_assert(c.spec_fallback);
@@ -70,6 +71,10 @@ START_TEST(all_options)
     fb[4] = "ngram";
     ck_assert_int_eq(parse(&c, err, 5, fb), SD_OK);
     ck_assert(c.spec_fallback);
+    char *ng[] = {"v", "--model", "m", "--ngram", NULL};
+    ck_assert_int_eq(parse(&c, err, 4, ng), SD_OK);
+    ck_assert(c.ngram);
+    ck_assert_ptr_null(c.drafter);
 }
 END_TEST
 
@@ -93,6 +98,10 @@ START_TEST(errors)
     char *fb[] = {"v", "--model", "m", "--spec-fallback", "suffix", NULL};
     ck_assert_int_eq(parse(&c, err, 5, fb), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-fallback"));
+    char *both[] = {"v", "--model", "m", "--ngram", "--drafter", "ipc:///tmp/d", NULL};
+    ck_assert_int_eq(parse(&c, err, 6, both), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--ngram"));
+    ck_assert_ptr_nonnull(strstr(err, "--drafter"));
     char *maxd[] = {"v", "--model", "m", "--spec-max-draft", "17", NULL};
     ck_assert_int_eq(parse(&c, err, 5, maxd), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-max-draft"));
