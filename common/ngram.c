@@ -67,7 +67,7 @@ static sd_status ngram_propose(sd_proposer *p, const sd_propose_item *items, int
         sd_proposal *o = &out[i];
         memset(o, 0, sizeof *o);
         o->n = sd_ngram_lookup(items[i].context, items[i].n_context, g->n_min, g->n_max, items[i].k,
-                               o->tokens, NULL);
+                               o->tokens, &o->match);
         for (int t = 0; t < o->n; t++) o->alt[t] = -1; /* a lookup has no second choice */
         if (!items[i].want_q) continue;
         for (int t = 0; t < o->n; t++) {

@@ -56,6 +56,8 @@ typedef struct sd_proposal {
     float p[SD_MAX_DRAFT];
     int32_t alt[SD_MAX_DRAFT];
     float alt_p[SD_MAX_DRAFT];
+    int match;                          /* the n-gram proposer: the length of the n-gram that matched
+                                         * (0: none; other proposers leave it 0) */
 } sd_proposal;
 
 typedef struct sd_proposer sd_proposer;

@@ -24,7 +24,9 @@
  *     once, when it is given drafts again;
  *   - per request, the acceptance per draft position, seeded from the
  *     server-wide estimate for its kind (verification mode and temperature
- *     bucket), which every request's steps update.
+ *     bucket), which every request's steps update; for the drafts of an
+ *     n-gram lookup (sd_vf_areq.match) one such estimate per length of the
+ *     n-gram that matched.
  * The scheduler then maximises expected committed tokens per second of the
  * whole step within the free KV blocks; the plan with drafts is then
  * compared once more with the plan without them, each prediction corrected
@@ -73,6 +75,7 @@
 #define SD_VF_PROBE_FIRST 4
 #define SD_VF_PROBE_MAX 64
 #define SD_VF_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
+#define SD_VF_MATCH_CLASSES 4 /* n-gram lookup drafts by the length that matched: 1, 2, 3, 4 or more */
 #define SD_VF_FB_PROBE 8 /* fallback drafts declined this many times in a row: one is verified (a probe) */
 
 /* Adaptive figures (specd.AdaptStats), per request or summed. */
@@ -95,6 +98,10 @@ typedef struct sd_vf_areq {
     int fb_k;            /* the fallback's drafts it verifies this step (0: none) */
     int fb_zero_run;     /* steps in a row the fallback had drafts for it and none were chosen */
     double late_gain;    /* pipelined, drafts chosen without its span at hand: the tokens they were to add (else -1) */
+    int match;           /* set by the caller before the plan: this step's drafts are an n-gram lookup's whose
+                          * n-gram of this length matched (0: not, or unknown) */
+    sd_accept m_acc[SD_VF_MATCH_CLASSES]; /* its acceptance of such drafts by the length that matched */
+    unsigned m_seeded;   /* bit c: m_acc[c] seeded */
     sd_vf_adapt_stats st;
 } sd_vf_areq;
 
@@ -119,6 +126,7 @@ typedef struct sd_vf_adapt {
     unsigned n_drafter_fixed;
     sd_accept prior[SD_VF_ACCEPT_KEYS];
     sd_accept fb_prior[SD_VF_ACCEPT_KEYS];   /* the same for the fallback proposer's drafts */
+    sd_accept m_prior[SD_VF_ACCEPT_KEYS][SD_VF_MATCH_CLASSES]; /* the same for lookup drafts by match length */
     bool drafter_q;                          /* the drafter answered a q request with q */
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
     uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */

@@ -536,6 +536,7 @@ static void plan_step(sd_vf_server *s)
         s->reqs[i] = s->active[i]->slot.r;
         s->slots[i] = &s->active[i]->slot;
         s->aqs[i] = &s->active[i]->aq;
+        s->aqs[i]->match = 0;
         s->budgets[i] = speculates(s) ? sd_req_draft_budget(s->e, s->reqs[i]) : 0;
         s->sampled[i] = s->reqs[i]->p.sampling.temperature > 0.0f;
         s->ready[i] = false;
@@ -715,8 +716,11 @@ static void step_local(sd_vf_server *s)
     double t0 = sd_now_ms();
     if (m > 0 && s->ngram->ops->propose(s->ngram, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK) m = 0;
     uint32_t us = m > 0 ? (uint32_t)((sd_now_ms() - t0) * 1e3 / m) : 0;
-    for (int i = 0, j = 0; i < n && j < m; i++)
-        if (s->fb_items[j].seq_id == s->slots[i]->id) s->avail[i] = s->fb_out[j++].n;
+    for (int i = 0, j = 0; i < n && j < m; i++) {
+        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
+        s->avail[i] = s->fb_out[j].n;
+        s->aqs[i]->match = s->fb_out[j++].match; /* priced by the n-gram length that matched (vf_adapt.h) */
+    }
     choose_drafts(s, s->avail, NULL, false);
     for (int i = 0, j = 0; i < n && j < m; i++) {
         if (s->fb_items[j].seq_id != s->slots[i]->id) continue;

@@ -775,6 +775,47 @@ START_TEST(fallback_follows_its_own_acceptance)
 }
 END_TEST
 
+/* One step of request 0 with 12 n-gram lookup drafts at hand whose n-gram
+ * of length match matched: accepted at 0.97 each after 4-grams, never after
+ * 1-grams. Returns the drafts chosen. */
+static int lookup_step(sim *s, int match)
+{
+    int budgets[1] = {12}, avail[1] = {12}, offered[1], accepted[1] = {0}, catchup[1] = {0};
+    bool had_q[1] = {0}, ready[1] = {0};
+    double dms[1] = {0};
+    s->q[0].match = match;
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, avail, catchup, NULL, 1, -1, 16, NULL, false),
+                     SD_OK);
+    double p = match >= 4 ? 0.97 : 0.0;
+    offered[0] = budgets[0];
+    while (accepted[0] < offered[0] && (double)rand_r(&s->seed) / RAND_MAX < p) accepted[0]++;
+    sd_step_timing t = timing_of(1 + budgets[0]);
+    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s->rp, s->qp, offered, accepted, had_q,
+                     catchup, dms, ready, 1, false);
+    return budgets[0];
+}
+
+/* A lookup's drafts are priced by the length of the n-gram that found them
+ * (vf_adapt.h): long runs after 4-grams, none after 1-grams, where one
+ * estimate for both would choose alike for either. */
+START_TEST(lookup_drafts_priced_by_their_match)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    for (int i = 0; i < 400; i++) lookup_step(&s, rand_r(&s.seed) % 2 ? 4 : 1);
+    int k4 = 0, k1 = 0;
+    for (int i = 0; i < 100; i++) {
+        k4 += lookup_step(&s, 4);
+        k1 += lookup_step(&s, 1);
+    }
+    ck_assert_msg(k4 >= 800, "after 4-grams: %d drafts in 100 steps", k4);
+    ck_assert_msg(k1 <= 20, "after 1-grams: %d drafts in 100 steps", k1);
+    /* a request without a match length (another proposer's drafts) keeps its own estimate */
+    ck_assert(s.q[0].acc.steps > 0);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vf_adapt");
@@ -790,6 +831,7 @@ int main(void)
     tcase_add_test(tc, pipelined_predictions_by_kind);
     tcase_add_test(tc, drafts_at_hand_priced_in_full);
     tcase_add_test(tc, fallback_follows_its_own_acceptance);
+    tcase_add_test(tc, lookup_drafts_priced_by_their_match);
     tcase_add_test(tc, regime_blocks);
     tcase_add_test(tc, regime_catches_what_the_model_misses);
     tcase_add_test(tc, catching_up_spread_over_the_block);
