@@ -277,6 +277,9 @@ double sd_cost_accept_ms(const sd_cost *c, double greedy_rows, double sampled_po
     return g * greedy_rows + s * sampled_pos;
 }
 
+static double effective(const double *v, const unsigned *n, int i, double mean);
+static double mean_of(const double *v, const unsigned *n, double dflt);
+
 void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight)
 {
     memset(a, 0, sizeof *a);
@@ -285,6 +288,8 @@ void sd_accept_init(sd_accept *a, const sd_accept *prior, unsigned prior_weight)
         a->n[i] = prior ? (prior->n[i] < prior_weight ? prior->n[i] : prior_weight) : 1;
         a->c[i] = prior ? prior->c[i] : 1.0;
         a->nc[i] = prior ? (prior->nc[i] < prior_weight ? prior->nc[i] : prior_weight) : 0;
+        a->co[i] = prior ? prior->co[i] : 1.0;
+        a->nco[i] = prior ? (prior->nco[i] < prior_weight ? prior->nco[i] : prior_weight) : 0;
     }
 }
 
@@ -295,6 +300,8 @@ void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, doubl
     if (offered > asked) offered = asked;
     /* supply: positions 1..offered came, position offered+1 (if asked for) did not */
     for (int i = 0; i < asked && i <= offered; i++) a->c[i] = sd_avg_update(a->c[i], i < offered, &a->nc[i], alpha);
+    /* ... and where the drafts before it were accepted (accepted <= offered) */
+    for (int i = 0; i < asked && i <= accepted; i++) a->co[i] = sd_avg_update(a->co[i], i < offered, &a->nco[i], alpha);
     if (offered == 0) return;
     a->steps++;
     /* drafts 1..accepted were accepted, draft accepted+1 (if offered) rejected; later ones were never judged */
@@ -323,16 +330,18 @@ void sd_accept_observe(sd_accept *a, int asked, int offered, int accepted, doubl
 void sd_accept_supply_known(sd_accept *a, int n)
 {
     for (int i = 0; i < n && i < SD_MAX_DRAFT; i++) {
-        a->c[i] = 1.0;
-        a->nc[i] = ACCEPT_CAP;
+        a->c[i] = a->co[i] = 1.0;
+        a->nc[i] = a->nco[i] = ACCEPT_CAP;
     }
 }
 
 void sd_accept_supply_scaled(sd_accept *a, double p)
 {
-    double first = sd_accept_offered(a, 1);
-    a->c[0] = (p < 0 ? 0 : p > 1 ? 1 : p) * first;
-    a->nc[0] = ACCEPT_CAP;
+    double first = sd_accept_offered(a, 1), first_o = effective(a->co, a->nco, 0, mean_of(a->co, a->nco, 1.0));
+    p = p < 0 ? 0 : p > 1 ? 1 : p;
+    a->c[0] = p * first;
+    a->co[0] = p * first_o;
+    a->nc[0] = a->nco[0] = ACCEPT_CAP;
 }
 
 void sd_accept_fade(sd_accept *a, const sd_accept *toward, double w, int from)
@@ -340,6 +349,7 @@ void sd_accept_fade(sd_accept *a, const sd_accept *toward, double w, int from)
     for (int i = from < 0 ? 0 : from; i < SD_MAX_DRAFT; i++) {
         if (toward->n[i] > 1) a->a[i] += w * (toward->a[i] - a->a[i]); /* beyond the start's one */
         if (toward->nc[i] > 0) a->c[i] += w * (toward->c[i] - a->c[i]);
+        if (toward->nco[i] > 0) a->co[i] += w * (toward->co[i] - a->co[i]);
     }
 }
 
@@ -380,13 +390,19 @@ double sd_accept_offered(const sd_accept *a, int j)
     return p;
 }
 
+double sd_accept_yield(const sd_accept *a, int j)
+{
+    double p = 1, ma = mean_of(a->a, a->n, SD_ACCEPT_START), mc = mean_of(a->co, a->nco, 1.0);
+    for (int i = 0; i < j && i < SD_MAX_DRAFT; i++) p *= effective(a->a, a->n, i, ma) * effective(a->co, a->nco, i, mc);
+    return p;
+}
+
 double sd_accept_expected(const sd_accept *a, int k)
 {
-    double e = 1, pa = 1, pc = 1, ma = mean_of(a->a, a->n, SD_ACCEPT_START), mc = mean_of(a->c, a->nc, 1.0);
+    double e = 1, p = 1, ma = mean_of(a->a, a->n, SD_ACCEPT_START), mc = mean_of(a->co, a->nco, 1.0);
     for (int i = 0; i < k && i < SD_MAX_DRAFT; i++) {
-        pa *= effective(a->a, a->n, i, ma);
-        pc *= effective(a->c, a->nc, i, mc);
-        e += pa * pc;
+        p *= effective(a->a, a->n, i, ma) * effective(a->co, a->nco, i, mc);
+        e += p;
     }
     return e;
 }

@@ -64,7 +64,8 @@
  *
  * sd_accept is per-position acceptance, a[i] = P(draft i+1 is accepted |
  * drafts 1..i were), and per-position supply, c[i] = P(the proposer offers
- * draft i+1 | it offered 1..i and was asked for more): a drafter stops early
+ * draft i+1 | it offered 1..i and was asked for more; co[i]: and drafts 1..i
+ * were accepted): a drafter stops early
  * on a token it doubts (--p-min), an n-gram proposer finds no match, so
  * asking for k drafts is costed at the drafts that come. Each figure is a
  * plain mean over its first observations and an EMA after, slow enough that
@@ -72,9 +73,13 @@
  * estimate finds unlikely: once equal outcomes in a row had a probability
  * below SD_ACCEPT_SURPRISE under the estimate the run began with, each
  * further outcome of the run moves a[i] half the way, so a drop (or a
- * recovery) is followed within a few steps. Asking for k drafts commits
- * E(k) = 1 + sum_{j=1..k} offered(j) · prod_{i<j} a[i] tokens on average
- * (offered(j) = prod_{i<j} c[i]), where each figure is taken shrunk towards
+ * recovery) is followed within a few steps. Asking for k drafts verifies
+ * sum_{j=1..k} offered(j) drafts (offered(j) = prod_{i<j} c[i]) and commits
+ * E(k) = 1 + sum_{j=1..k} prod_{i<j} co[i] · a[i] tokens on average, co[i]
+ * the supply where drafts 1..i were accepted (a drafter that doubts stops
+ * where its drafts fail: it offers more after accepted drafts than on
+ * average, and offered(j) · prod a[i] fell 12-17% short of the tokens steps
+ * made — docs/BENCHMARKS.md), where each figure is taken shrunk towards
  * the average of all positions observed by two pseudo-observations: a
  * position seldom judged (the tail of a span) borrows from the others, so
  * one unlucky outcome cannot keep it from ever being tried again, while a
@@ -156,6 +161,10 @@ typedef struct sd_accept {
     unsigned n[SD_MAX_DRAFT]; /* observations behind a[i] (capped) */
     double c[SD_MAX_DRAFT];   /* P(the proposer offers draft i+1 | it offered 1..i and was asked for more) */
     unsigned nc[SD_MAX_DRAFT];
+    double co[SD_MAX_DRAFT];  /* the same where drafts 1..i were all accepted: a proposer that doubts stops
+                               * where its drafts fail too, so that after accepted drafts it offers more than
+                               * on average (c: the rows verified; co: the tokens they yield) */
+    unsigned nco[SD_MAX_DRAFT];
     unsigned short run[SD_MAX_DRAFT]; /* equal outcomes in a row at i */
     bool last[SD_MAX_DRAFT];  /* the latest outcome at i */
     bool fast[SD_MAX_DRAFT];  /* the current run was found surprising: catching up */
@@ -197,8 +206,15 @@ double sd_accept_reach(const sd_accept *a, int j);
 /* P(the proposer offers at least j drafts when asked for j or more). */
 double sd_accept_offered(const sd_accept *a, int j);
 
+/* P(draft j is offered and accepted, with all before it) = prod_{i<j} co[i] · a[i]
+ * (shrunk): the expected tokens the j-th draft adds. Not offered(j) · reach(j): on
+ * a CPU, 2 cores, 4 greedy requests asking a draft model for 6, that product
+ * expected 12% fewer tokens than the steps made (the first 2 drafts were offered
+ * in 86% of the steps, but in 95% of those whose first draft was accepted). */
+double sd_accept_yield(const sd_accept *a, int j);
+
 /* Expected tokens committed by a step that asks for k drafts (>= 1):
- * 1 + sum_{j=1..k} offered(j) · reach(j). */
+ * 1 + sum_{j=1..k} yield(j). */
 double sd_accept_expected(const sd_accept *a, int k);
 
 /* Expected drafts offered when k are asked for: sum_{j=1..k} offered(j). */

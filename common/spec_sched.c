@@ -117,9 +117,12 @@ static sd_sched_plan choose(const sd_sched_step *st, const sd_sched_req *reqs, i
         resume += r->kmin > 0 ? r->resume_ms : 0;
         tokens += e;
         free -= extra_blocks(r, r->kmin, st->block_size);
+        double reach = 1; /* tokens per row, non-increasing in j (a later draft never sorts first) */
         for (int j = r->kmin + 1; j <= r->kmax && j <= SD_MAX_DRAFT; j++) {
-            double off = sd_accept_offered(r->acc, j), reach = sd_accept_reach(r->acc, j);
-            cand[nc++] = (sd_sched_cand){.reach = reach, .gain = off * reach, .rows = off, .req = i, .j = j};
+            double off = sd_accept_offered(r->acc, j), gain = sd_accept_yield(r->acc, j);
+            double x = off > 0 ? gain / off : 0;
+            reach = x < reach ? x : reach;
+            cand[nc++] = (sd_sched_cand){.reach = reach, .gain = gain, .rows = off, .req = i, .j = j};
         }
     }
     sd_sched_plan plan = {0, tokens, 0, rate};

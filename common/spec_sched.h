@@ -33,10 +33,11 @@
  * function of the requests it drafts for at once, times the share of it the
  * verifier does not hide (1 when it waits for every span, the steps whose
  * span was not ready when drafted ahead). Asking request i for its j-th
- * draft adds offered(j) expected rows and offered(j) · reach(j) expected
- * tokens (spec_model.h): tokens per row = reach(j), non-increasing in j. So
- * among all choices costing the same rows the best takes the candidates of
- * largest reach; the scheduler sorts every candidate by reach and evaluates
+ * draft adds offered(j) expected rows and yield(j) expected tokens
+ * (spec_model.h): tokens per row = yield(j) / offered(j) (its running
+ * minimum over j: reach(j), non-increasing in j). So among all choices
+ * costing the same rows the best takes the candidates of largest reach;
+ * the scheduler sorts every candidate by reach and evaluates
  * each prefix (the drafter's term tracked along), keeping the best: O(N log
  * N) for N = sum of (kmax - kmin).
  *

@@ -17,6 +17,7 @@
 #define FADE 0.02        /* a step without drafts: drafting steps' overhead and bias fade (half in ~35 steps) */
 #define REFRESH_AGE 64   /* passes after which a plain step's figure is measured again, if it could win */
 #define REFRESH_OPT 0.7  /* ... at this share of its figure */
+#define CATCH_SPREAD_MAX 64 /* steps at most that one catching up is spread over (a request's steps left) */
 #define LATE_MIN 8       /* requests given drafts without their span measured before their yield discounts plans */
 
 void sd_vf_adapt_init(sd_vf_adapt *ad)
@@ -368,6 +369,23 @@ static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
     return testable;
 }
 
+/* The steps one catching up of request r serves: once caught up, the drafter
+ * drafts for it each step until the plan stops — at most its steps left (at
+ * its expected tokens a step, CATCH_SPREAD_MAX at most), at least the
+ * measured length of a drafting run or the drafting block's steps left
+ * (spread). A fresh request once sat out whole drafting blocks: the prompt
+ * it first had to catch up on, spread over runs of 2-4 steps (probes are
+ * runs of one), cost more than its drafts gained; the backlog grew each
+ * plain step, and its drafts never paid (CPU, 2 cores, 4 greedy requests). */
+static double catch_spread(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, double spread)
+{
+    seed(ad, r, q);
+    double e = budget > 0 ? sd_accept_expected(estimate(ad, q), budget) : 1;
+    double steps = (r->p.max_tokens - sd_req_n_output(r)) / (e > 1 ? e : 1);
+    if (steps > CATCH_SPREAD_MAX) steps = CATCH_SPREAD_MAX;
+    return steps > spread ? steps : spread;
+}
+
 sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
                            const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
                            const int *chunk, bool pipelined)
@@ -391,7 +409,9 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
             add_chunk(&st, r, chunk ? chunk[i] : 0);
             continue;
         }
-        double resume = catchup ? st.exposure * catchup[i] * ad->catch_ms / spread : 0;
+        double resume = catchup && catchup[i] > 0
+                            ? st.exposure * catchup[i] * ad->catch_ms / catch_spread(ad, r, aq[i], budgets[i], spread)
+                            : 0;
         ad->sr[m] = sched_req(ad, m, r, aq[i], budgets[i], avail ? avail[i] : -1, resume, pipelined);
         ad->map[m++] = i;
         st.seqs++;
@@ -488,7 +508,8 @@ static double over_update(double avg, double x, unsigned *n)
 /* The step's time outside the engine (step_ms: its cycle, or its wall time
  * where the cycle is unknown) feeds the overhead estimates; drafter_ms: the
  * drafter's time behind this step's drafts. */
-static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, double drafter_ms, bool pipelined)
+static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, double drafter_ms, bool catching_up,
+                          bool pipelined)
 {
     if (step_ms <= 0 || engine_ms <= 0) return;
     double exposed = step_ms > engine_ms ? step_ms - engine_ms : 0;
@@ -511,8 +532,14 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, dou
     if (ad->pred_ms > 0) {
         double bias = (step_ms - ad->pred_ms) / ad->pred_ms;
         if (bias > 1) bias = 1; /* a hiccup */
-        if (ad->maxk > 0) ad->bias_draft = sd_avg_update(ad->bias_draft, bias, &ad->n_bias_draft, OVER_ALPHA);
-        else ad->bias_plain = sd_avg_update(ad->bias_plain, bias, &ad->n_bias_plain, OVER_ALPHA);
+        /* a step whose drafter caught up is priced with a share of that (resume_ms) and measured with all of
+         * it: its error is the catching up's, measured apart (catch_ms). Taken for drafting's, it priced
+         * every plan out until it faded, so that requests fell behind again and the next drafting step
+         * caught up too (CPU, 2 cores, 2-4 greedy requests: bias 1 from the first step on, plain for good) */
+        if (ad->maxk > 0 && !catching_up)
+            ad->bias_draft = sd_avg_update(ad->bias_draft, bias, &ad->n_bias_draft, OVER_ALPHA);
+        else if (ad->maxk == 0)
+            ad->bias_plain = sd_avg_update(ad->bias_plain, bias, &ad->n_bias_plain, OVER_ALPHA);
         ad->pred_us += (uint64_t)(ad->pred_ms * 1e3);
         ad->meas_us += (uint64_t)(step_ms * 1e3);
         ad->err_us += (uint64_t)(fabs(ad->pred_ms - step_ms) * 1e3);
@@ -612,7 +639,7 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
         /* the work between steps (the router's messages, the token events) is paid per step too: a plan
          * is priced, and its prediction judged, by the whole cycle where known */
         note_overhead(ad, t->forward_ms + t->accept_ms, cycle_ms > wall_ms ? cycle_ms : wall_ms, drafter_ms,
-                      pipelined);
+                      behind > 0, pipelined);
     }
     int passes = longest + 1 + pipelined;
     if (asked > 0 && drafter_ms > 0) {

@@ -266,6 +266,29 @@ START_TEST(supply)
 }
 END_TEST
 
+/* A proposer that doubts where its drafts fail: half its steps offer all 6
+ * drafts asked for and all are accepted, half offer one, rejected. A step
+ * commits 4 tokens on average (7 or 1) and verifies 3.5 drafts: the tokens
+ * are estimated from the supply where the drafts before were accepted (the
+ * average supply would expect 2.75 tokens). */
+START_TEST(supply_after_accepted_drafts)
+{
+    sd_accept a;
+    sd_accept_init(&a, NULL, 0);
+    for (int i = 0; i < 400; i++) sd_accept_observe(&a, 6, i % 2 ? 6 : 1, i % 2 ? 6 : 0, 0.05, false);
+    ck_assert_double_eq_tol(sd_accept_drafts(&a, 6), 3.5, 0.15);
+    ck_assert_double_eq_tol(sd_accept_offered(&a, 2), 0.5, 0.05);
+    ck_assert_double_eq_tol(sd_accept_yield(&a, 2), 0.5, 0.05);
+    ck_assert_double_eq_tol(sd_accept_expected(&a, 6), 4.0, 0.15);
+    /* a span at hand (supply known) and one that comes with probability 1/2 */
+    sd_accept k = a, h = a;
+    sd_accept_supply_known(&k, 6);
+    ck_assert_double_eq_tol(sd_accept_expected(&k, 6), 4.0, 0.15);
+    sd_accept_supply_scaled(&h, 0.5);
+    ck_assert_double_eq_tol(sd_accept_expected(&h, 6), 2.5, 0.1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spec_model");
@@ -279,6 +302,7 @@ int main(void)
     tcase_add_test(tc, accept_cost);
     tcase_add_test(tc, acceptance);
     tcase_add_test(tc, supply);
+    tcase_add_test(tc, supply_after_accepted_drafts);
     tcase_add_test(tc, fade);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

@@ -228,11 +228,13 @@ END_TEST
 
 /* One request 100 tokens behind the drafter (0.1 ms a token to catch up on,
  * drafting runs measured at 2 steps) planned at step `into` of a drafting
- * block of the regime test. Spans measured, acceptance 0.9. Returns its k. */
-static int resume_k(int into)
+ * block of the regime test, max_tokens its limit (1 token out). Spans
+ * measured, acceptance 0.9. Returns its k. */
+static int resume_k(int into, int max_tokens)
 {
     sim s;
     sim_measured(&s, 2, 1.1);
+    s.r[0].p.max_tokens = max_tokens;
     for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.cost, 1, 1, timing_of(1).forward_ms);
     s.ad.catch_ms = 0.1;
     s.ad.run_steps = 2;
@@ -258,9 +260,23 @@ static int resume_k(int into)
  * server's rate while 4 drafts a step made 1.03x). */
 START_TEST(catching_up_spread_over_the_block)
 {
-    ck_assert_int_gt(resume_k(0), 0);
-    ck_assert_int_gt(resume_k(10), 0);
-    ck_assert_int_eq(resume_k(SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - 1), 0); /* its last step */
+    ck_assert_int_gt(resume_k(0, 16), 0);
+    ck_assert_int_gt(resume_k(10, 16), 0);
+    ck_assert_int_eq(resume_k(SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - 1, 16), 0); /* its last step */
+}
+END_TEST
+
+/* ... and over the steps the request has left, once caught up: with 400
+ * tokens to go it drafts even at the block's last step (the drafter then
+ * drafts for it until the plan stops). Priced over runs of 2-4 steps alone,
+ * a fresh request's prompt kept it plain through whole drafting blocks, and
+ * its backlog grew (CPU, 2 cores, 4 greedy requests: 20-150 tokens behind,
+ * adaptive at 1.01x plain where drafting 6 a step made 1.26x). */
+START_TEST(catching_up_spread_over_the_request)
+{
+    int last = SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - 1;
+    ck_assert_int_gt(resume_k(last, 400), 0);
+    ck_assert_int_eq(resume_k(last, 12), 0); /* a few tokens left: not worth it */
 }
 END_TEST
 
@@ -324,6 +340,24 @@ START_TEST(catching_up_priced_by_its_tokens)
     ck_assert(s.ad.n_catch == 10 && s.ad.catch_ms < 1e-6);
     catchup_step(&s, 1600, 1.3 + 100);
     ck_assert_msg(s.ad.catch_ms > 0.04 && s.ad.catch_ms < 0.065, "%.4f ms a token", s.ad.catch_ms);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+/* A drafting step whose drafter caught up is measured with all of that
+ * and priced with a share: its error is not drafting's (catch_ms prices
+ * it). Taken for drafting's, one such step priced every plan out while it
+ * faded (bias 1: a step twice as dear as predicted). */
+START_TEST(catching_up_teaches_no_bias)
+{
+    sim s;
+    sim_measured(&s, 1, 0.2);
+    sd_vf_areq_init(&s.q[0], true);
+    for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.drafter, 1, 1, 0.1);
+    catchup_step(&s, 400, 1.3 + 20); /* 20 ms of catching up */
+    ck_assert_double_eq_tol(s.ad.bias_draft, 0, 1e-12);
+    catchup_step(&s, 0, 1.3 + 20); /* as slow, nothing caught up on: drafting is dearer than predicted */
+    ck_assert_double_gt(s.ad.bias_draft, 0.5);
     sd_vf_adapt_free(&s.ad);
 }
 END_TEST
@@ -835,6 +869,8 @@ int main(void)
     tcase_add_test(tc, regime_blocks);
     tcase_add_test(tc, regime_catches_what_the_model_misses);
     tcase_add_test(tc, catching_up_spread_over_the_block);
+    tcase_add_test(tc, catching_up_spread_over_the_request);
+    tcase_add_test(tc, catching_up_teaches_no_bias);
     tcase_add_test(tc, first_catching_up_on_one_request);
     tcase_add_test(tc, a_drafting_block_without_drafts_measures_nothing);
     tcase_add_test(tc, catching_up_priced_by_its_tokens);
