@@ -507,7 +507,8 @@ static double over_update(double avg, double x, unsigned *n)
 
 /* The step's time outside the engine (step_ms: its cycle, or its wall time
  * where the cycle is unknown) feeds the overhead estimates; drafter_ms: the
- * drafter's time behind this step's drafts. */
+ * drafter's time behind this step's drafts; catching_up: that call first
+ * took in tokens it was behind on (the step's error is then not drafting's). */
 static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, double drafter_ms, bool catching_up,
                           bool pipelined)
 {
