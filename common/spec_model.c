@@ -116,25 +116,30 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
     if (rows < 1 || ms <= 0) return;
     if (seqs < 1) seqs = 1;
     /* the machine's speed now: how this pass compares with the shape so far (a hiccup counts at
-     * most double); every prediction scales with it, so sizes measured in a slower or faster
-     * spell compare fairly with those measured now. Only sizes measured before say it: a new
-     * size's figure is a guess from others, and a run of new sizes (the rows of steps with drafts
-     * spread wide) would drift it */
+     * most double; once the size is warm, at most 1.5 times, as in its own figure below); every
+     * prediction scales with it, so sizes measured in a slower or faster spell compare fairly with
+     * those measured now. Only sizes measured before say it: a new size's figure is a guess from
+     * others, and a run of new sizes (the rows of steps with drafts spread wide) would drift it.
+     * The speed and the size's figure both move by this pass's ratio to the prediction, clipped
+     * alike, in proportion (log scale): one size alone cannot tell the two apart, and when they
+     * moved by differently clipped, differently scaled samples they drifted apart — single-row
+     * passes with hiccups for minutes took the speed to 1.8 while that row's figure fell, and every
+     * other size's prediction tripled (CPU, 2 cores; `speed_stays_on_one_size`: 30x in 3000 passes) */
     double expect = rows <= SD_COST_ROWS && c->n_row[rows] > 0 ? shape_ms(c, rows, seqs) : 0;
+    bool warm = rows <= SD_COST_ROWS && c->n_row[rows] >= 3;
+    double x = ms / c->speed; /* the sample in shape units, at the speed before it (as the speed's) */
     if (expect > 0) {
-        double r = ms / expect;
-        if (r > 2 * c->speed) r = 2 * c->speed;
-        if (r < 0.5 * c->speed) r = 0.5 * c->speed;
-        c->speed += SPEED_ALPHA * (r - c->speed);
+        double q = ms / (expect * c->speed), hi = warm ? 1.5 : 2;
+        q = q > hi ? hi : q < 0.5 ? 0.5 : q;
+        c->speed *= exp(SPEED_ALPHA * log(q));
     }
-    double x = ms / c->speed; /* the sample in shape units */
     c->steps++;
     if (rows > SD_COST_ROWS) return; /* beyond the table: extended from its end */
     c->seen[rows] = c->steps;
     unsigned *n = &c->n_row[rows];
     double *t = &c->t_row[rows], *sq = &c->s_row[rows];
     if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
-        double dx = seqs - *sq, dy = x - *t;
+        double dx = seqs - *sq, dy = ms / c->speed - *t; /* net of the speed this pass showed */
         if (dy > 0.5 * *t) dy = 0.5 * *t; /* a hiccup says nothing about sequences */
         c->gxx = c->gxx * DECAY + dx * dx;
         c->gxy = c->gxy * DECAY + dx * dy;
@@ -150,10 +155,16 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
         (*n)++;
     } else {
         /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
-         * a sample counts at most 1.5 times the average */
-        double v = *n >= 3 && x > 1.5 * *t ? 1.5 * *t : x;
+         * a sample counts at most 1.5 times the average (and at least half); averaged in log scale,
+         * as the speed */
+        double v = *n >= 3 && x > 1.5 * *t ? 1.5 * *t : *n >= 3 && x < 0.5 * *t ? 0.5 * *t : x;
         unsigned n0 = *n;
-        *t = sd_avg_update(*t, v, n, ALPHA);
+        if (*n == 0) { /* the first sample */
+            *t = v;
+            (*n)++;
+        } else {
+            *t = exp(sd_avg_update(log(*t), log(v), n, ALPHA));
+        }
         *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
         if (n0 == 1) link_rows(c);
     }

@@ -744,11 +744,14 @@ static uint64_t plain_share(bool cycle, double hidden)
 
 /* What the step model does not see (a cost between steps, of drafting
  * steps only) makes drafting slower than plain: the regime test finds it
- * and runs plain; without the cycle time (the model alone) it drafts. */
+ * and runs plain; without the cycle time (the model alone) it drafts in
+ * most steps (the model finds drafts worth ~1.1x plain, near a tie: its
+ * plain steps vary from 25 to 370 of 1000 with the simulation's seed,
+ * 946-948 with the regime test). */
 START_TEST(regime_catches_what_the_model_misses)
 {
     uint64_t without = plain_share(false, 1.0), with = plain_share(true, 1.0);
-    ck_assert_msg(without < 100, "the model alone: %llu of 1000 steps plain", (unsigned long long)without);
+    ck_assert_msg(without < 400, "the model alone: %llu of 1000 steps plain", (unsigned long long)without);
     ck_assert_msg(with > 800, "the regime test: %llu of 1000 steps plain", (unsigned long long)with);
     /* nothing hidden: drafting pays and stays, plain's blocks rare */
     uint64_t fair = plain_share(true, 0);
