@@ -120,18 +120,21 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
      * prediction scales with it, so sizes measured in a slower or faster spell compare fairly with
      * those measured now. Only sizes measured before say it: a new size's figure is a guess from
      * others, and a run of new sizes (the rows of steps with drafts spread wide) would drift it.
-     * The speed and the size's figure both move by this pass's ratio to the prediction, clipped
-     * alike, in proportion (log scale): one size alone cannot tell the two apart, and when they
-     * moved by differently clipped, differently scaled samples they drifted apart — single-row
-     * passes with hiccups for minutes took the speed to 1.8 while that row's figure fell, and every
-     * other size's prediction tripled (CPU, 2 cores; `speed_stays_on_one_size`: 30x in 3000 passes) */
+     * The speed and the size's figure both move by this pass's ratio q to the prediction, clipped
+     * alike: each is multiplied by exp(rate * (q - 1)), so that their logs move in a fixed proportion
+     * (one size alone cannot tell the two apart, and when they moved by differently clipped samples
+     * they drifted apart — single-row passes with hiccups for minutes took the speed to 1.8 while
+     * that row's figure fell, and every other size's prediction tripled: CPU, 2 cores;
+     * `speed_stays_on_one_size`, 30x in 3000 passes), and their product settles where the mean q is 1:
+     * the passes' mean, not their geometric mean (moved by log q, predictions fell 5-16% short of
+     * passes with +-30-50% noise: `prediction_is_the_mean`) */
     double expect = rows <= SD_COST_ROWS && c->n_row[rows] > 0 ? shape_ms(c, rows, seqs) : 0;
     bool warm = rows <= SD_COST_ROWS && c->n_row[rows] >= 3;
     double x = ms / c->speed; /* the sample in shape units, at the speed before it (as the speed's) */
     if (expect > 0) {
         double q = ms / (expect * c->speed), hi = warm ? 1.5 : 2;
         q = q > hi ? hi : q < 0.5 ? 0.5 : q;
-        c->speed *= exp(SPEED_ALPHA * log(q));
+        c->speed *= exp(SPEED_ALPHA * (q - 1));
     }
     c->steps++;
     if (rows > SD_COST_ROWS) return; /* beyond the table: extended from its end */
@@ -155,15 +158,15 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
         (*n)++;
     } else {
         /* a machine's hiccup (another process, a page fault) is not the cost of the size: once warm,
-         * a sample counts at most 1.5 times the average (and at least half); averaged in log scale,
-         * as the speed */
+         * a sample counts at most 1.5 times the average (and at least half); it moves the figure as
+         * the speed above */
         double v = *n >= 3 && x > 1.5 * *t ? 1.5 * *t : *n >= 3 && x < 0.5 * *t ? 0.5 * *t : x;
         unsigned n0 = *n;
         if (*n == 0) { /* the first sample */
             *t = v;
             (*n)++;
         } else {
-            *t = exp(sd_avg_update(log(*t), log(v), n, ALPHA));
+            *t *= exp(sd_avg_update(0, v / *t - 1, n, ALPHA));
         }
         *sq = sd_avg_update(*sq, seqs, &n0, ALPHA);
         if (n0 == 1) link_rows(c);

@@ -186,6 +186,22 @@ START_TEST(speed_stays_on_one_size)
 }
 END_TEST
 
+/* A size's prediction is the mean of its passes, not their geometric mean
+ * (the step's time is a sum over steps): passes alternating 0.6 and 1.4 ms
+ * are predicted at 1.0 on average, not 0.92. */
+START_TEST(prediction_is_the_mean)
+{
+    sd_cost c;
+    sd_cost_init(&c);
+    double sum = 0;
+    for (int i = 0; i < 2000; i++) {
+        if (i >= 1000) sum += sd_cost_forward_ms(&c, 4, 1);
+        sd_cost_forward(&c, 4, 1, i % 2 ? 1.4 : 0.6);
+    }
+    ck_assert_double_eq_tol(sum / 1000, 1.0, 0.03);
+}
+END_TEST
+
 START_TEST(accept_cost)
 {
     sd_cost c;
@@ -326,6 +342,7 @@ int main(void)
     tcase_add_test(tc, fewer_rows_never_dearer);
     tcase_add_test(tc, speed_drift);
     tcase_add_test(tc, speed_stays_on_one_size);
+    tcase_add_test(tc, prediction_is_the_mean);
     tcase_add_test(tc, accept_cost);
     tcase_add_test(tc, acceptance);
     tcase_add_test(tc, supply);
