@@ -4,7 +4,8 @@
  *   specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]
  *                      [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]
  *                      [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]
- *                      [--graphs on|off|ab] [--context N] [--kv-dtype auto|f32|bf16]
+ *                      [--graphs on|off|ab] [--fuse on|off|ab] [--context N]
+ *                      [--kv-dtype auto|f32|bf16]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
@@ -21,7 +22,10 @@
  * copy bandwidth then says nothing: the device's read bandwidth is measured
  * instead, by a kernel that reads 1 GiB, sd_cuda_read_bandwidth). --batch-invariant measures that mode (CUDA's
  * deterministic matmuls); --graphs off runs a CUDA device's passes eagerly,
- * ab interleaves runs with and without CUDA graphs and prints both.
+ * ab interleaves runs with and without CUDA graphs and prints both; --fuse
+ * likewise for the CUDA default mode's fusions (sd_cuda_set_fuse: packed
+ * q/k/v and gate/up GEMMs, bf16 copies from rmsnorm and SwiGLU), one of the
+ * two as ab at a time.
  * --context N decodes after a prompt of N tokens (default 32), so that
  * attention over a long context is in the step (its cost: the difference
  * from a short context), and prints the prompt's prefill tokens/s (chunks of
@@ -221,14 +225,18 @@ static void report(sd_model *m, sd_backend *be, const char *name, const char *de
     span_table(m);
 }
 
-/* --graphs: CUDA graphs on or off (on, the default, is all other backends have). */
-static sd_status set_graphs(sd_backend *be, int on)
+/* --graphs and --fuse: CUDA graphs and fusions on or off (on, the default,
+ * is all other backends have). */
+static sd_status set_cuda_modes(sd_backend *be, int graphs, int fuse)
 {
 #ifdef SD_HAVE_CUDA
-    if (sd_backend_is_cuda(be)) return sd_cuda_set_graphs(be, on);
+    if (sd_backend_is_cuda(be)) {
+        sd_status st = sd_cuda_set_graphs(be, graphs);
+        return st == SD_OK ? sd_cuda_set_fuse(be, fuse) : st;
+    }
 #endif
     (void)be;
-    return on ? SD_OK : SD_ERR_ARG;
+    return graphs && fuse ? SD_OK : SD_ERR_ARG;
 }
 
 static void usage(void)
@@ -236,13 +244,15 @@ static void usage(void)
     fprintf(stderr, "usage: specd-bench-decode [--model DIR | --random-weights CONFIG.json] [--threads N]\n"
                     "                          [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]\n"
                     "                          [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]\n"
-                    "                          [--graphs on|off|ab] [--context N] [--kv-dtype auto|f32|bf16]\n");
+                    "                          [--graphs on|off|ab] [--fuse on|off|ab] [--context N]\n"
+                    "                          [--kv-dtype auto|f32|bf16]\n");
 }
 
 typedef struct bd_opts {
     const char *dir, *random_cfg, *device;
     int threads, n_tokens, runs, isa, ctx, kv_dtype;
     int graphs; /* CUDA: 0 off, 1 on, 2 both (interleaved runs) */
+    int fuse;   /* likewise */
     bool int8, invariant;
 } bd_opts;
 
@@ -263,10 +273,11 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
                                        {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
                                        {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'},
                                        {"batch-invariant", 0, 0, 'b'}, {"graphs", 1, 0, 'g'},
-                                       {"context", 1, 0, 'c'}, {"kv-dtype", 1, 0, 'k'}, {0, 0, 0, 0}};
+                                       {"context", 1, 0, 'c'}, {"kv-dtype", 1, 0, 'k'}, {"fuse", 1, 0, 'f'},
+                                       {0, 0, 0, 0}};
     static const char *const graph_modes[] = {"off", "on", "ab"};
     *o = (bd_opts){.dir = "models/tinycode-16m", .device = "cpu", .n_tokens = 256, .runs = 3, .isa = -1,
-                   .ctx = 32, .graphs = 1};
+                   .ctx = 32, .graphs = 1, .fuse = 1};
     char err[512];
     sd_status st = SD_OK;
     int c, dev_index, bad = 0;
@@ -281,11 +292,12 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
         else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) o->int8 = !strcmp(optarg, "int8");
         else if (c == 'b') o->invariant = true;
         else if (c == 'g') bad = (o->graphs = pick(optarg, graph_modes, 3)) < 0;
+        else if (c == 'f') bad = (o->fuse = pick(optarg, graph_modes, 3)) < 0;
         else if (c == 'k') bad = (o->kv_dtype = sd_kv_dtype_parse(optarg)) < 0;
         else if (c == 'i') bad = strcmp(optarg, "auto") && (o->isa = pick(optarg, g_isas, 4)) < 0;
         else bad = 1;
     }
-    if (bad || optind < argc) {
+    if (bad || optind < argc || (o->graphs == 2 && o->fuse == 2)) {
         usage();
         return 2;
     }
@@ -333,12 +345,13 @@ int main(int argc, char **argv)
     if (open_model(&o, &be, &m)) return 1;
     char err[512];
     if (o.invariant) printf("batch-invariant            %s\n", sd_backend_set_batch_invariant(be, true) ? "yes" : "no");
-    /* best[1]: the configuration reported (graphs as asked); best[0]: eager, with --graphs ab */
+    /* best[1]: the configuration reported (as asked, ab's on); best[0]: ab's off (1 graphs, 2 fusions) */
+    int ab = o.graphs == 2 ? 1 : o.fuse == 2 ? 2 : 0;
     double best[2] = {1e30, 1e30}, best_prefill = 1e30;
     for (int r = 0; r < o.runs; r++) {
-        for (int g = o.graphs == 2 ? 0 : 1; g < 2; g++) {
-            if (set_graphs(be, o.graphs == 2 ? g : o.graphs) != SD_OK) {
-                fprintf(stderr, "specd-bench-decode: --graphs applies to a CUDA device\n");
+        for (int g = ab ? 0 : 1; g < 2; g++) {
+            if (set_cuda_modes(be, ab == 1 ? g : o.graphs, ab == 2 ? g : o.fuse) != SD_OK) {
+                fprintf(stderr, "specd-bench-decode: --graphs and --fuse apply to a CUDA device\n");
                 return 2;
             }
             double pt = 0;
@@ -351,13 +364,15 @@ int main(int argc, char **argv)
             if (pt < best_prefill) best_prefill = pt;
         }
     }
-    if (o.graphs == 2)
+    if (ab == 1)
         printf("without graphs tokens/s    %.1f  (eager, runs interleaved with the graphed ones below)\n",
                o.n_tokens / best[0]);
+    if (ab == 2)
+        printf("without fusions tokens/s   %.1f  (runs interleaved with the fused ones below)\n", o.n_tokens / best[0]);
     printf("context, KV cache          %d tokens before the first decoded one, %s\n", o.ctx,
            sd_dtype_name(sd_model_kv_dtype(m)));
     printf("prefill tokens/s           %.1f  (the %d-token prompt in chunks of 256, best of %d)\n",
-           o.ctx / best_prefill, o.ctx, o.runs * (o.graphs == 2 ? 2 : 1));
+           o.ctx / best_prefill, o.ctx, o.runs * (ab ? 2 : 1));
     report(m, be, o.random_cfg ? o.random_cfg : o.dir, o.device, o.int8, o.random_cfg != NULL, best[1], o.runs,
            o.n_tokens);
     sd_model_free(m);

@@ -210,7 +210,10 @@ static sd_status load_layer(sd_model *m, int i, char *err, size_t errlen)
 #undef LW
     if (c->mlp_bias)
         return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", c->model_type);
-    return SD_OK;
+    if (!m->be->ops->pack) return SD_OK;
+    sd_weight *const qkv[3] = {&L->wq, &L->wk, &L->wv}, *const gu[2] = {&L->gate, &L->up};
+    st = m->be->ops->pack(m->be, qkv, 3, err, errlen);
+    return st == SD_OK ? m->be->ops->pack(m->be, gu, 2, err, errlen) : st;
 }
 
 /* inv_freq exactly as transformers computes it in float32. */
@@ -480,6 +483,10 @@ size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out)
     size_t R = (size_t)rows, C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
     size_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, big = qd > C ? qd : C;
     size_t per_row = 3 * C + qd + 2 * kvd + big + 2 * F + hd; /* x xn o, q, k v, att, gate up, cos sin */
+    /* the backend's own, grown by 1/4 over a pass's need (CUDA): a packed group's f32 GEMM result and a
+     * matmul input's bf16 copy */
+    size_t group = qd + 2 * kvd > 2 * F ? qd + 2 * kvd : 2 * F, in = big > F ? big : F;
+    per_row += (group + in / 2) * 5 / 4;
     return R * per_row * sizeof(float) + R * 2 * sizeof(int32_t) +
            (size_t)n_out * ((size_t)C + (size_t)c->vocab_size) * sizeof(float);
 }

@@ -99,7 +99,8 @@ sd_kv_pool *sd_model_kv_pool(const sd_model *m);
 size_t sd_model_kv_bytes_per_position(const sd_model *m);
 
 /* Backend bytes of the work buffers for passes of up to `rows` rows and
- * n_out rows of logits (allocated at the first such pass). */
+ * n_out rows of logits (allocated at the first such pass), with the
+ * backend's own per-row buffers (CUDA's packed-group result, bf16 input). */
 size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out);
 
 /* Runs one forward pass over seqs[0..n_seqs). Writes the wanted logits as

@@ -132,12 +132,22 @@ typedef struct sd_backend_ops {
     /* y[n] += x[n]; bf16: rounded */
     void (*add)(sd_backend *be, float *y, const float *x, size_t n, int bf16);
     /* Optional (NULL: the caller composes matmul / add / silu_mul): the
-     * group of f in one pass, bit-identical to the composed ops. */
+     * group of f in one pass, bit-identical to the composed ops — except a
+     * group of packed weights (pack) outside batch-invariant mode, which may
+     * run as one matmul whose sums are ordered otherwise (CUDA: cuBLAS picks
+     * its algorithm by shape), and may leave a SwiGLU pair's y[1] unwritten. */
     void (*matmul_fused)(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16);
     /* Optional (NULL: not offered): replaces a 2-D weight by int8 rows with
      * per-row scales (an approximation, for drafters only); matmul then
      * quantises its input per row (kernels/cpu/cpu_q8.h). */
     sd_status (*quantize_q8)(sd_backend *be, sd_weight *w, char *err, size_t errlen);
+    /* Optional (NULL: not offered): moves the n matrices w[0..n) (uploaded
+     * by this backend, the same columns) into one allocation, one after the
+     * other, so that matmul_fused can read a group (q/k/v, gate/up) as one
+     * matrix. Each stays a weight of its own; w[0] then owns the allocation:
+     * releasing it frees all n (releasing the others frees nothing), so they
+     * go together. A backend may leave the weights as they are (SD_OK). */
+    sd_status (*pack)(sd_backend *be, sd_weight *const *w, int n, char *err, size_t errlen);
     /* Optional (NULL: every pass runs its ops one by one): recorded passes
      * (CUDA graphs). Before the layers of a pass of T rows, graph_begin(be,
      * owner, T) returns SD_GRAPH_REPLAYED (the layers recorded under (owner,

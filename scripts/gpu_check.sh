@@ -24,13 +24,14 @@
 #      without (the fast default: prompts that differ, at near-ties, are counted);
 #   3. specd-bench-decode on the GPU: (decode) the demo target; (decode8b) Qwen3-8B's shapes
 #      with random weights (bench/configs/qwen3-8b.json), CUDA graphs on and off
-#      interleaved, with --batch-invariant (tensor cores) and, optional, the default mode's
-#      passes of up to 8 rows on the GEMV kernel instead of cuBLAS (SD_CUDA_GEMV=1): decode
-#      tok/s, weight read bandwidth against the device's own (roofline), span cost in decode
-#      steps; (context) the 8B shapes after 1k- and 8k-token contexts (prefill tokens/s too),
-#      the 8k one again with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and,
-#      optional, with 128 blocks a row in the split attention (SD_CUDA_ATTN_SPLITS=128), and,
-#      optional, after 32k;
+#      interleaved, the default mode's fusions on and off interleaved (--fuse ab), with
+#      --batch-invariant (tensor cores): decode tok/s, weight read bandwidth against the
+#      device's own (roofline), span cost in decode steps; (context) the 8B shapes after 1k-
+#      and 8k-token contexts (prefill tokens/s too) and, optional, after 32k (one run).
+#      SD_GPU_CHECK_EXTRA=1 adds what earlier sessions measured and set aside: the default
+#      mode's passes of up to 8 rows on the GEMV kernel (SD_CUDA_GEMV=1), the 8k context
+#      with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and with 128 blocks
+#      a row in the split attention (SD_CUDA_ATTN_SPLITS=128);
 #   4. specd serve through specd-bench (C = 1, 4 and 16): plain, the drafter on the GPU, the
 #      drafter on the CPU;
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
@@ -269,25 +270,29 @@ run() {
   local q8=(--random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2)
   if [ "$dev" != cpu ] && want decode8b; then
     step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" "${ab[@]}"
+    step decode_qwen3_8b_fuse 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --fuse ab
     step decode_qwen3_8b_inv 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --batch-invariant
     # the default mode's decode and verify passes on the GEMV kernel instead of cuBLAS
-    OPTIONAL=1 step decode_qwen3_8b_gemv 180 env SD_CUDA_GEMV=1 "$BIN/specd-bench-decode" --device "$dev" \
-      "${q8[@]}"
+    [ -n "${SD_GPU_CHECK_EXTRA:-}" ] && OPTIONAL=1 step decode_qwen3_8b_gemv 180 env SD_CUDA_GEMV=1 \
+      "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}"
   fi
   if [ "$dev" != cpu ] && want context; then
     step decode_qwen3_8b_ctx1k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 1024
     step decode_qwen3_8b_ctx 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 8192
-    step decode_qwen3_8b_ctx_untiled 180 env SD_CUDA_ATTN_TILE=0 "$BIN/specd-bench-decode" --device "$dev" \
-      "${q8[@]}" --context 8192
-    OPTIONAL=1 step decode_qwen3_8b_ctx_s128 180 env SD_CUDA_ATTN_SPLITS=128 "$BIN/specd-bench-decode" \
-      --device "$dev" "${q8[@]}" --context 8192
-    OPTIONAL=1 step decode_qwen3_8b_ctx32k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 32768
+    if [ -n "${SD_GPU_CHECK_EXTRA:-}" ]; then
+      step decode_qwen3_8b_ctx_untiled 180 env SD_CUDA_ATTN_TILE=0 "$BIN/specd-bench-decode" --device "$dev" \
+        "${q8[@]}" --context 8192
+      OPTIONAL=1 step decode_qwen3_8b_ctx_s128 180 env SD_CUDA_ATTN_SPLITS=128 "$BIN/specd-bench-decode" \
+        --device "$dev" "${q8[@]}" --context 8192
+    fi
+    OPTIONAL=1 step decode_qwen3_8b_ctx32k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 32768 \
+      --runs 1
   fi
   [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
   want pair && step serve_pair 300 serve_pair "$dev"
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
-    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_inv decode_qwen3_8b_gemv \
+    for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_fuse decode_qwen3_8b_inv decode_qwen3_8b_gemv \
       decode_qwen3_8b_ctx1k decode_qwen3_8b_ctx decode_qwen3_8b_ctx_untiled \
       decode_qwen3_8b_ctx_s128 decode_qwen3_8b_ctx32k; do
       [ -f "$WORK/$f.log" ] &&

@@ -83,6 +83,13 @@ typedef struct cuda_impl {
     sd_status error;     /* first failure of a void op, until taken */
     uint16_t *xbf;       /* device [xbf_cap] bf16 copy of a matmul's x */
     size_t xbf_cap;
+    const float *xbf_of; /* the activations xbf holds as bf16 ([xbf_n]; NULL: none): set by rmsnorm, a SwiGLU
+                          * epilogue or a conversion, forgotten by every other op (cu) and by writes to them */
+    size_t xbf_n;
+    int fuse;            /* default mode: packed q/k/v and gate/up weights read by one cuBLAS GEMM with one
+                          * epilogue, bf16 copies of rmsnorm and SwiGLU outputs (default on; SD_CUDA_FUSE=0 off) */
+    float *ycat;         /* device [ycat_cap bytes] a packed group's GEMM result */
+    size_t ycat_cap;
     int32_t *meta;       /* device [meta_cap] attention rows + block tables */
     size_t meta_cap;
     int32_t *h_meta;     /* host staging of the next meta [h_meta_cap] */
@@ -108,12 +115,27 @@ typedef struct cuda_impl {
 
 static const sd_backend_ops cuda_ops;
 
-/* The impl, with the backend's device made current for this thread. */
-static cuda_impl *cu(sd_backend *be)
+/* The impl, with the backend's device made current for this thread, for
+ * the ops that keep im->xbf_of (matmuls read it, rmsnorm sets it). */
+static cuda_impl *cu_keep(sd_backend *be)
 {
     cuda_impl *im = be->impl;
     cudaSetDevice(im->device);
     return im;
+}
+
+/* The impl for every other op: what it writes may be what xbf copies. */
+static cuda_impl *cu(sd_backend *be)
+{
+    cuda_impl *im = cu_keep(be);
+    im->xbf_of = NULL;
+    return im;
+}
+
+/* Forgets xbf's source when [p, p + n) floats, just written, overlap it. */
+static void xbf_written(cuda_impl *im, const float *p, size_t n)
+{
+    if (im->xbf_of && p < im->xbf_of + im->xbf_n && im->xbf_of < p + n) im->xbf_of = NULL;
 }
 
 static void note(cuda_impl *im, sd_status st)
@@ -242,6 +264,44 @@ static sd_status cuda_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, c
     return SD_OK;
 }
 
+/* backend.h pack: one allocation, the old ones freed. Left as they are (SD_OK)
+ * with fusion off, when a weight is not a bf16 matrix this backend owns, or
+ * when the device has no room for the copy. */
+static sd_status cuda_pack(sd_backend *be, sd_weight *const *w, int n, char *err, size_t errlen)
+{
+    cuda_impl *im = cu(be);
+    size_t bytes = 0, off[8];
+    if (!im->fuse || n < 2 || n > 8) return SD_OK;
+    for (int i = 0; i < n; i++) {
+        if (w[i]->dtype != SD_DTYPE_BF16 || !w[i]->owned || w[i]->data != w[i]->owned || w[i]->cols != w[0]->cols)
+            return SD_OK;
+        off[i] = bytes;
+        bytes += (size_t)w[i]->rows * w[i]->cols * 2;
+    }
+    void *dev = NULL;
+    cudaError_t e = cudaMalloc(&dev, bytes + 16);
+    if (e == cudaErrorMemoryAllocation) { /* no room for the copy: they stay apart, each GEMM on its own */
+        (void)cudaGetLastError();
+        return SD_OK;
+    }
+    for (int i = 0; i < n && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync((char *)dev + off[i], w[i]->data, (size_t)w[i]->rows * w[i]->cols * 2,
+                            cudaMemcpyDeviceToDevice, im->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess) {
+        cudaFree(dev);
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "packing %d weights of %zu bytes: %s", n, bytes,
+                         cudaGetErrorString(e));
+    }
+    drop_graphs(im);
+    for (int i = 0; i < n; i++) {
+        cudaFree(w[i]->owned);
+        w[i]->owned = i == 0 ? dev : NULL;
+        w[i]->data = (char *)dev + off[i];
+    }
+    return SD_OK;
+}
+
 static void cuda_release(sd_backend *be, sd_weight *w)
 {
     cuda_free(be, w->owned);
@@ -276,9 +336,15 @@ static void cuda_to_host(sd_backend *be, void *dst, const void *src, size_t byte
 static sd_status x_to_bf16(cuda_impl *im, const float *x, int T, int K)
 {
     size_t n = (size_t)T * K;
+    if (im->xbf_of == x && im->xbf_n == n) return SD_OK; /* converted already (rmsnorm, SwiGLU epilogue) */
+    im->xbf_of = NULL;
     sd_status st = grow_dev(im, (void **)&im->xbf, &im->xbf_cap, n * sizeof(uint16_t));
     if (st != SD_OK) return st;
     SD_CUDA_CHECK(sd_cu_f32_to_bf16(im->stream, im->xbf, x, n));
+    if (im->fuse) {
+        im->xbf_of = x;
+        im->xbf_n = n;
+    }
     return SD_OK;
 }
 
@@ -387,14 +453,60 @@ static bool uploaded(cuda_impl *im, const sd_weight *w)
 static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,
                         int bf16)
 {
-    cuda_impl *im = cu(be);
+    cuda_impl *im = cu_keep(be);
     if (T <= 0 || !uploaded(im, w)) return;
     const float *b = bias ? bias->data : NULL;
     sd_status st;
     if (im->batch_invariant || tc_fast(im, x, T, w->cols, bf16)) st = gemm_invariant(im, y, x, w, b, NULL, T, bf16);
     else if (gemv_takes(im, x, T, w->cols, bf16, &w, 1)) st = gemv(im, &y, x, &w, &b, 1, NULL, T, bf16);
     else if ((st = x_to_bf16(im, x, T, w->cols)) == SD_OK) st = gemm_cublas(im, y, w, b, NULL, T, bf16);
+    xbf_written(im, y, (size_t)T * w->rows);
     note(im, st);
+}
+
+/* Whether a group's weights lie one after the other in one allocation
+ * (cuda_pack) and one GEMM with sd_cu_split_epilogue can run it. */
+static bool packed(const sd_mm_fused *f)
+{
+    if (f->n < 2 || f->kind == SD_MM_RESIDUAL) return false;
+    for (int i = 1; i < f->n; i++) {
+        const sd_weight *a = f->w[i - 1], *b = f->w[i];
+        if (b->cols != a->cols || (const char *)b->data != (const char *)a->data + (size_t)a->rows * a->cols * 2)
+            return false;
+    }
+    return f->kind != SD_MM_SWIGLU || (f->w[0]->rows == f->w[1]->rows && !f->bias[0] && !f->bias[1]);
+}
+
+/* A packed group: one cuBLAS GEMM over the weights' rows together into
+ * im->ycat, then one epilogue launch (bias, rounding; SwiGLU's silu_mul and a
+ * bf16 copy of its result, which the down matmul reads: *shadow). */
+static sd_status gemm_packed(cuda_impl *im, const sd_mm_fused *f, const float *x, int T, int bf16, bool *shadow)
+{
+    int K = f->w[0]->cols, N = 0;
+    sd_cu_split s = {.n = f->n, .swiglu = f->kind == SD_MM_SWIGLU};
+    for (int i = 0; i < f->n; i++) {
+        s.N[i] = f->w[i]->rows;
+        s.y[i] = f->y[i];
+        s.bias[i] = f->bias[i] ? f->bias[i]->data : NULL;
+        N += s.N[i];
+    }
+    sd_status st = x_to_bf16(im, x, T, K);
+    if (st == SD_OK) st = grow_dev(im, (void **)&im->ycat, &im->ycat_cap, (size_t)T * N * sizeof(float));
+    if (st != SD_OK) return st;
+    const float one = 1.0f, zero = 0.0f;
+    SD_CUBLAS_CHECK(cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, f->w[0]->data, CUDA_R_16BF, K,
+                                 im->xbf, CUDA_R_16BF, K, &zero, im->ycat, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    if (s.swiglu) { /* xbf, the GEMM's input, becomes the down matmul's (grow_dev waits for the GEMM) */
+        im->xbf_of = NULL;
+        if ((st = grow_dev(im, (void **)&im->xbf, &im->xbf_cap, (size_t)T * s.N[0] * sizeof(uint16_t))) != SD_OK)
+            return st;
+        s.ybf = im->xbf;
+    }
+    s.ycat = im->ycat;
+    SD_CUDA_CHECK(sd_cu_split_epilogue(im->stream, &s, T, bf16));
+    *shadow = s.ybf != NULL;
+    return SD_OK;
 }
 
 /* A fused group (backend.h): x converted to bf16 once for all its matmuls,
@@ -402,7 +514,7 @@ static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weigh
  * composed ops, so the same bits. */
 static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16)
 {
-    cuda_impl *im = cu(be);
+    cuda_impl *im = cu_keep(be);
     if (T <= 0) return;
     for (int i = 0; i < f->n; i++)
         if (!uploaded(im, f->w[i])) return;
@@ -410,6 +522,12 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
     sd_status st = SD_OK;
     bool grouped = (im->batch_invariant || tc_fast(im, x, T, f->w[0]->cols, bf16)) &&
                    gemm_tc_group(im, f, x, T, bf16, &st);
+    bool whole = false, shadow = false; /* whole: the packed path ran the group, silu_mul included */
+    if (!grouped && !im->batch_invariant && im->fuse && packed(f) &&
+        !gemv_takes(im, x, T, f->w[0]->cols, bf16, f->w, f->n)) {
+        st = gemm_packed(im, f, x, T, bf16, &shadow);
+        grouped = whole = true;
+    }
     if (!grouped && gemv_takes(im, x, T, f->w[0]->cols, bf16, f->w, f->n)) {
         const float *b[3] = {0};
         for (int i = 0; i < f->n; i++) b[i] = f->bias[i] ? f->bias[i]->data : NULL;
@@ -422,12 +540,18 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
         st = im->batch_invariant ? gemm_invariant(im, f->y[i], x, f->w[i], b, res, T, bf16)
                                  : gemm_cublas(im, f->y[i], f->w[i], b, res, T, bf16);
     }
-    if (st == SD_OK && f->kind == SD_MM_SWIGLU) {
+    if (st == SD_OK && f->kind == SD_MM_SWIGLU && !whole) {
         cudaError_t e = sd_cu_silu_mul(im->stream, f->y[0], f->y[0], f->y[1], (size_t)T * f->w[0]->rows, bf16);
         if (e != cudaSuccess) {
             fprintf(stderr, "%s:%d: silu_mul: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));
             st = SD_ERR_DEVICE;
         }
+    }
+    for (int i = 0; i < f->n; i++) xbf_written(im, f->y[i], (size_t)T * f->w[i]->rows);
+    if (res) xbf_written(im, res, (size_t)T * f->w[0]->rows);
+    if (shadow && st == SD_OK) {
+        im->xbf_of = f->y[0];
+        im->xbf_n = (size_t)T * f->w[0]->rows;
     }
     note(im, st);
 }
@@ -446,7 +570,16 @@ static void cuda_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weig
                          int bf16)
 {
     cuda_impl *im = cu(be);
-    launched(im, sd_cu_rmsnorm(im->stream, y, x, w->data, T, D, eps, bf16), "rmsnorm", __LINE__);
+    size_t n = (size_t)T * D;
+    uint16_t *ybf = NULL; /* a bf16 copy for the cuBLAS matmul that reads y next */
+    if (im->fuse && !im->batch_invariant && T > 0 &&
+        grow_dev(im, (void **)&im->xbf, &im->xbf_cap, n * sizeof(uint16_t)) == SD_OK)
+        ybf = im->xbf;
+    launched(im, sd_cu_rmsnorm(im->stream, y, x, w->data, T, D, eps, bf16, ybf), "rmsnorm", __LINE__);
+    if (ybf) {
+        im->xbf_of = y;
+        im->xbf_n = n;
+    }
 }
 
 static void cuda_embed(sd_backend *be, float *y, const sd_weight *E, const int32_t *ids, int T)
@@ -668,6 +801,7 @@ static void cuda_destroy(sd_backend *be)
     drop_graphs(im);
     cudaFree(im->blas_ws);
     cudaFree(im->xbf);
+    cudaFree(im->ycat);
     cudaFree(im->meta);
     cudaFree(im->att_part);
     cudaFree(im->amax);
@@ -702,6 +836,7 @@ static const sd_backend_ops cuda_ops = {
     .free = cuda_free,
     .upload = cuda_upload,
     .release = cuda_release,
+    .pack = cuda_pack,
     .to_backend = cuda_to_backend,
     .to_host = cuda_to_host,
     .matmul = cuda_matmul,
@@ -755,6 +890,8 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     im->graphs_on = !(g && strcmp(g, "0") == 0);
     const char *a = getenv("SD_CUDA_ATTN_SPLIT");
     im->attn_split = !(a && strcmp(a, "0") == 0);
+    const char *fu = getenv("SD_CUDA_FUSE");
+    im->fuse = !(fu && strcmp(fu, "0") == 0);
     const char *gv = getenv("SD_CUDA_GEMV");
     im->gemv = gv && strcmp(gv, "1") == 0;
     const char *sp = getenv("SD_CUDA_ATTN_SPLITS");
@@ -829,6 +966,14 @@ sd_status sd_cuda_set_attn_split(sd_backend *be, int on)
     cuda_impl *im = knob(be);
     if (!im) return SD_ERR_ARG;
     im->attn_split = on != 0;
+    return SD_OK;
+}
+
+sd_status sd_cuda_set_fuse(sd_backend *be, int on)
+{
+    cuda_impl *im = knob(be);
+    if (!im) return SD_ERR_ARG;
+    im->fuse = on != 0;
     return SD_OK;
 }
 

@@ -71,6 +71,16 @@ sd_status sd_cuda_set_graphs(sd_backend *be, int on);
  * they differ in summation order. SD_ERR_ARG when be is not a CUDA backend. */
 sd_status sd_cuda_set_attn_split(sd_backend *be, int on);
 
+/* The default mode's fusions (default on; SD_CUDA_FUSE=0 in the environment
+ * starts a backend with them off): pack (backend.h) places q/k/v and
+ * gate/up weights together, and matmul_fused runs such a group as one cuBLAS
+ * GEMM with one epilogue (bias, rounding, SwiGLU); rmsnorm and that SwiGLU
+ * epilogue also write the bf16 copy of their output that the next matmul
+ * reads, so no conversion runs before it. Off: weights packed before stay
+ * packed, their matmuls run one by one. SD_ERR_ARG when be is not a CUDA
+ * backend. */
+sd_status sd_cuda_set_fuse(sd_backend *be, int on);
+
 /* The GEMV kernel (sd_cu_gemv) for the default mode's matmuls of up to 8
  * rows with bf16 activations, instead of cuBLAS (default off; SD_CUDA_GEMV=1
  * in the environment starts a backend with it on). Measured on an H200 with

@@ -79,10 +79,15 @@ static int grid_for(size_t n, int threads)
 
 /* CPU reference: sd_round_bf16 (backend.h); NaN becomes a quiet bf16 NaN
  * (truncating its low mantissa bits could give inf). src, dst: [n] */
+__device__ __forceinline__ uint16_t bf16_bits(float f)
+{
+    return isnan(f) ? (uint16_t)0x7fc0u : (uint16_t)(__float_as_uint(bf16r(f)) >> 16);
+}
+
 __global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = isnan(src[i]) ? (uint16_t)0x7fc0u : (uint16_t)(__float_as_uint(bf16r(src[i])) >> 16);
+        dst[i] = bf16_bits(src[i]);
 }
 
 extern "C" cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, const float *src, size_t n)
@@ -94,12 +99,17 @@ extern "C" cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, con
 /* CPU reference: the epilogue of mm_task() in cpu_backend.c, then (res not
  * NULL) add_range(): res += y, the same two roundings as the matmul and add
  * ops one after the other. y, res: [T, N], bias: [N] or NULL */
+__device__ __forceinline__ float bias_round1(float y, const float *bias, int n, int bf16)
+{
+    float v = bias ? __fadd_rn(y, bias[n]) : y;
+    return bf16 ? bf16r(v) : v;
+}
+
 __global__ void bias_round_kernel(float *y, const float *bias, float *res, int T, int N, int bf16)
 {
     size_t n = (size_t)T * N;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float v = bias ? __fadd_rn(y[i], bias[i % N]) : y[i];
-        v = bf16 ? bf16r(v) : v;
+        float v = bias_round1(y[i], bias, (int)(i % N), bf16);
         y[i] = v;
         if (res) {
             float r = __fadd_rn(res[i], v);
@@ -510,7 +520,7 @@ extern "C" cudaError_t sd_cu_gemv(cudaStream_t stream, const sd_cu_mm_job *mm, c
 /* CPU reference: rmsnorm_rows() in cpu_backend.c.
  * x, y: [T, D] (y may equal x), w: [D] f32. One block per row. Each thread
  * reads only the elements it later writes, so in place is safe. */
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps, int bf16)
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps, int bf16, uint16_t *ybf)
 {
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * D;
@@ -521,12 +531,14 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, 
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float v = xr[d];
-        yr[d] = bf16 ? bf16r(__fmul_rn(w[d], bf16r(__fmul_rn(v, inv)))) : __fmul_rn(__fmul_rn(v, inv), w[d]);
+        float o = bf16 ? bf16r(__fmul_rn(w[d], bf16r(__fmul_rn(v, inv)))) : __fmul_rn(__fmul_rn(v, inv), w[d]);
+        yr[d] = o;
+        if (ybf) ybf[(size_t)blockIdx.x * D + d] = bf16_bits(o);
     }
 }
 
 extern "C" cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D,
-                                     float eps, int bf16)
+                                     float eps, int bf16, uint16_t *ybf)
 {
     /* fixed by D: order independent of T. Four elements a thread at most: a row is one block, and a
      * decode step's single row waits on each thread's serial loads (profiled: 256 threads took 15 us
@@ -534,7 +546,7 @@ extern "C" cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float 
     int threads = (D + 3) / 4;
     threads = threads >= 1024 ? 1024 : (threads + 31) / 32 * 32;
     if (T <= 0) return cudaSuccess;
-    rmsnorm_kernel<<<T, threads, 0, stream>>>(y, x, w, D, eps, bf16);
+    rmsnorm_kernel<<<T, threads, 0, stream>>>(y, x, w, D, eps, bf16, ybf);
     return cudaGetLastError();
 }
 
@@ -1176,13 +1188,16 @@ extern "C" cudaError_t sd_cu_attention_split(cudaStream_t stream, const sd_cu_at
 /* -------------------------------------------------------- elementwise */
 
 /* CPU reference: silu_range() in cpu_backend.c. out, gate, up: [n] */
+__device__ __forceinline__ float silu_mul1(float g, float u, int bf16)
+{
+    float s = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+    return bf16 ? bf16r(__fmul_rn(bf16r(s), u)) : __fmul_rn(s, u);
+}
+
 __global__ void silu_mul_kernel(float *out, const float *gate, const float *up, size_t n, int bf16)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        float s = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        out[i] = bf16 ? bf16r(__fmul_rn(bf16r(s), up[i])) : __fmul_rn(s, up[i]);
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = silu_mul1(gate[i], up[i], bf16);
 }
 
 extern "C" cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,
@@ -1190,6 +1205,39 @@ extern "C" cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const flo
 {
     if (n == 0) return cudaSuccess;
     silu_mul_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, gate, up, n, bf16);
+    return cudaGetLastError();
+}
+
+/* The epilogue of one cuBLAS GEMM over packed weights: the composed ops'
+ * roundings (bias_round1 per matmul, then silu_mul1 for a SwiGLU pair), so
+ * the same arithmetic on each GEMM result. ycat: [T, Ntot], y[i]: [T, N[i]] */
+__global__ void split_epilogue_kernel(sd_cu_split s, int T, int Ntot, int bf16)
+{
+    size_t n = (size_t)T * (s.swiglu ? s.N[0] : Ntot);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (s.swiglu) {
+            size_t t = i / (size_t)s.N[0], j = i % (size_t)s.N[0];
+            const float *r = s.ycat + t * (size_t)Ntot;
+            float v = silu_mul1(bias_round1(r[j], NULL, 0, bf16), bias_round1(r[s.N[0] + j], NULL, 0, bf16), bf16);
+            s.y[0][i] = v;
+            if (s.ybf) s.ybf[i] = bf16_bits(v);
+            continue;
+        }
+        size_t t = i / (size_t)Ntot;
+        int c = (int)(i % (size_t)Ntot), k = 0;
+        while (k + 1 < s.n && c >= s.N[k]) c -= s.N[k++];
+        s.y[k][t * (size_t)s.N[k] + c] = bias_round1(s.ycat[i], s.bias[k], c, bf16);
+    }
+}
+
+extern "C" cudaError_t sd_cu_split_epilogue(cudaStream_t stream, const sd_cu_split *s, int T, int bf16)
+{
+    int Ntot = 0;
+    for (int i = 0; i < s->n; i++) Ntot += s->N[i];
+    if (s->n < 1 || s->n > 3 || (s->swiglu && (s->n != 2 || s->N[0] != s->N[1]))) return cudaErrorInvalidValue;
+    if (T <= 0) return cudaSuccess;
+    size_t n = (size_t)T * (s->swiglu ? s->N[0] : Ntot);
+    split_epilogue_kernel<<<grid_for(n, 256), 256, 0, stream>>>(*s, T, Ntot, bf16);
     return cudaGetLastError();
 }
 

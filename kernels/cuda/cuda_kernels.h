@@ -34,9 +34,10 @@ cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, f
 cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const float *x, const uint16_t *w,
                             const float *bias, int T, int N, int K, int bf16);
 
-/* y[T, D] = rmsnorm(x[T, D]) * w[D] (y may equal x). */
+/* y[T, D] = rmsnorm(x[T, D]) * w[D] (y may equal x); ybf not NULL: y also
+ * as bf16 bits [T, D] (sd_cu_f32_to_bf16's, for a matmul that reads y). */
 cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D,
-                          float eps, int bf16);
+                          float eps, int bf16, uint16_t *ybf);
 
 /* y[T, C] = E[ids[t], :], E bf16 [V, C]. */
 cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const int32_t *ids, int T, int C);
@@ -122,6 +123,24 @@ cudaError_t sd_cu_gemv(cudaStream_t stream, const sd_cu_mm_job *job, const float
 /* Whether sd_cu_gemm_tc can run on device (compute capability 8.0 or later,
  * and this build's kernels compiled for such an architecture). */
 int sd_cu_gemm_tc_supported(int device);
+
+/* The epilogue of one GEMM over n packed weights (their rows one after the
+ * other): ycat [T, N[0] + .. + N[n-1]] is the GEMM's result. Without swiglu,
+ * y[i][T, N[i]] = ycat's columns of weight i, plus bias[i] (may be NULL),
+ * rounded to bf16 when bf16 (sd_cu_bias_round's arithmetic). With swiglu (n
+ * == 2, N[0] == N[1], no bias): y[0] = silu_mul(gate, up) of the two rounded
+ * halves (sd_cu_silu_mul's), y[1] not written; ybf not NULL: y[0] also as
+ * bf16 bits. cudaErrorInvalidValue for other shapes. */
+typedef struct sd_cu_split {
+    const float *ycat;
+    const float *bias[3];
+    float *y[3];
+    int N[3];
+    int n;
+    int swiglu;
+    uint16_t *ybf;
+} sd_cu_split;
+cudaError_t sd_cu_split_epilogue(cudaStream_t stream, const sd_cu_split *s, int T, int bf16);
 
 /* out[n] = silu(gate[n]) * up[n]. */
 cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,

@@ -254,6 +254,142 @@ START_TEST(matmul_fused_is_composed)
 }
 END_TEST
 
+/* A packed group (pack, then matmul_fused as one cuBLAS GEMM and one
+ * epilogue) against the same weights unpacked, run one by one: q/k/v of
+ * different widths with biases, and a SwiGLU pair, over a decode row, a span
+ * and a prefill chunk, bf16 and f32 activations. cuBLAS may order a sum
+ * otherwise for the wider matrix, so within a bf16 rounding or two. */
+START_TEST(matmul_packed_vs_unpacked)
+{
+    const int K = 96, shared_n[3] = {128, 32, 40}, Ts[3] = {1, 8, 70};
+    ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 1), SD_OK);
+    for (int kind = SD_MM_SHARED; kind <= SD_MM_SWIGLU; kind += SD_MM_SWIGLU - SD_MM_SHARED) {
+        int nw = kind == SD_MM_SWIGLU ? 2 : 3;
+        wpair a[3], p[3], b[3];
+        for (int i = 0; i < nw; i++) {
+            int N = kind == SD_MM_SWIGLU ? 160 : shared_n[i];
+            make_weight(&a[i], N, K, 1, (uint32_t)(21 + i), 0.1f, 0.0f);
+            make_weight(&p[i], N, K, 1, (uint32_t)(21 + i), 0.1f, 0.0f);
+            make_weight(&b[i], 1, N, 0, (uint32_t)(31 + i), 0.5f, 0.0f);
+        }
+        sd_weight *pw[3] = {&p[0].g, &p[1].g, &p[2].g};
+        char err[256];
+        ck_assert_int_eq(g_gpu->ops->pack(g_gpu, pw, nw, err, sizeof err), SD_OK);
+        for (int i = 1; i < nw; i++) /* packed: one after the other */
+            ck_assert_ptr_eq(pw[i]->data, (const char *)pw[i - 1]->data + (size_t)pw[i - 1]->rows * K * 2);
+        for (int t = 0; t < 3; t++)
+            for (int b16 = 0; b16 < 2; b16++) {
+                int T = Ts[t];
+                float *x = rand_vec((size_t)T * K, (uint32_t)(T + 40), 1.0f, b16), *xg = on(g_gpu, x, (size_t)T * K);
+                float *ya[3], *yp[3];
+                sd_mm_fused fa = {(sd_mm_kind)kind, nw, {0}, {0}, {0}, NULL}, fp = fa;
+                for (int i = 0; i < nw; i++) {
+                    size_t n = (size_t)T * a[i].g.rows;
+                    ya[i] = on(g_gpu, NULL, n);
+                    yp[i] = on(g_gpu, NULL, n);
+                    fa.w[i] = &a[i].g;
+                    fp.w[i] = pw[i];
+                    fa.bias[i] = fp.bias[i] = kind == SD_MM_SWIGLU ? NULL : &b[i].g;
+                    fa.y[i] = ya[i];
+                    fp.y[i] = yp[i];
+                }
+                g_gpu->ops->matmul_fused(g_gpu, &fa, xg, T, b16);
+                g_gpu->ops->matmul_fused(g_gpu, &fp, xg, T, b16);
+                for (int i = 0; i < (kind == SD_MM_SWIGLU ? 1 : nw); i++) {
+                    size_t n = (size_t)T * a[i].g.rows;
+                    float *ra = gpu_read(ya[i], n), *rp = gpu_read(yp[i], n);
+                    char what[96];
+                    snprintf(what, sizeof what, "packed kind %d T=%d bf16=%d y[%d]", kind, T, b16, i);
+                    expect_close(what, rp, ra, n, 1e-4, 2e-2);
+                    free(ra);
+                    free(rp);
+                }
+                for (int i = 0; i < nw; i++) {
+                    g_gpu->ops->free(g_gpu, ya[i]);
+                    g_gpu->ops->free(g_gpu, yp[i]);
+                }
+                g_gpu->ops->free(g_gpu, xg);
+                free(x);
+            }
+        for (int i = 0; i < nw; i++) {
+            free_weight(&a[i]);
+            free_weight(&p[i]);
+            free_weight(&b[i]);
+        }
+    }
+}
+END_TEST
+
+/* The bf16 copies that spare a matmul its conversion (rmsnorm's, a packed
+ * SwiGLU pair's) hold the conversion's bits: a matmul reading the copy gives
+ * the bits of the same matmul with fusion off (converted); and an op that
+ * writes the normed rows (add) drops the copy. */
+START_TEST(bf16_copies_exact)
+{
+    const int T = 6, D = 96, N = 80, F = 128;
+    size_t n = (size_t)T * D;
+    wpair w, nw, g[2], dn;
+    make_weight(&w, N, D, 1, 51u, 0.1f, 0.0f);
+    make_weight(&nw, 1, D, 0, 52u, 0.2f, 1.0f);
+    make_weight(&g[0], F, D, 1, 53u, 0.1f, 0.0f);
+    make_weight(&g[1], F, D, 1, 54u, 0.1f, 0.0f);
+    make_weight(&dn, N, F, 1, 55u, 0.1f, 0.0f);
+    sd_weight *gw[2] = {&g[0].g, &g[1].g};
+    char err[256];
+    ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 1), SD_OK);
+    ck_assert_int_eq(g_gpu->ops->pack(g_gpu, gw, 2, err, sizeof err), SD_OK);
+    for (int b16 = 0; b16 < 2; b16++) {
+        float *x = rand_vec(n, 56u, 2.0f, b16), *z = rand_vec(n, 57u, 1.0f, 1);
+        float *xg = on(g_gpu, x, n), *h = on(g_gpu, NULL, n), *zz = on(g_gpu, z, n);
+        float *y[4], *gu[2] = {on(g_gpu, NULL, (size_t)T * F), on(g_gpu, NULL, (size_t)T * F)};
+        for (int i = 0; i < 4; i++) y[i] = on(g_gpu, NULL, (size_t)T * N);
+        for (int fuse = 1; fuse >= 0; fuse--) { /* y[0]: through the copy, y[1]: converted */
+            ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, fuse), SD_OK);
+            g_gpu->ops->rmsnorm(g_gpu, h, xg, &nw.g, T, D, 1e-6f, b16);
+            g_gpu->ops->matmul(g_gpu, y[1 - fuse], h, &w.g, NULL, T, b16);
+        }
+        ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 1), SD_OK);
+        g_gpu->ops->rmsnorm(g_gpu, h, xg, &nw.g, T, D, 1e-6f, b16);
+        g_gpu->ops->add(g_gpu, h, zz, n, b16); /* h changes: its copy must not be read */
+        g_gpu->ops->matmul(g_gpu, y[2], h, &w.g, NULL, T, b16);
+        ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 0), SD_OK);
+        g_gpu->ops->matmul(g_gpu, y[3], h, &w.g, NULL, T, b16);
+        ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 1), SD_OK);
+        float *r[4];
+        for (int i = 0; i < 4; i++) r[i] = gpu_read(y[i], (size_t)T * N);
+        ck_assert_msg(memcmp(r[0], r[1], (size_t)T * N * sizeof(float)) == 0, "bf16=%d: rmsnorm's copy differs", b16);
+        ck_assert_msg(memcmp(r[2], r[3], (size_t)T * N * sizeof(float)) == 0, "bf16=%d: a stale copy was read", b16);
+        sd_mm_fused f = {SD_MM_SWIGLU, 2, {gw[0], gw[1]}, {NULL, NULL}, {gu[0], gu[1]}, NULL};
+        g_gpu->ops->matmul_fused(g_gpu, &f, h, T, b16);
+        g_gpu->ops->matmul(g_gpu, y[0], gu[0], &dn.g, NULL, T, b16); /* the SwiGLU epilogue's copy */
+        ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 0), SD_OK);
+        g_gpu->ops->matmul(g_gpu, y[1], gu[0], &dn.g, NULL, T, b16);
+        ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 1), SD_OK);
+        for (int i = 0; i < 2; i++) {
+            free(r[i]);
+            r[i] = gpu_read(y[i], (size_t)T * N);
+        }
+        ck_assert_msg(memcmp(r[0], r[1], (size_t)T * N * sizeof(float)) == 0, "bf16=%d: SwiGLU's copy differs", b16);
+        for (int i = 0; i < 4; i++) {
+            free(r[i]);
+            g_gpu->ops->free(g_gpu, y[i]);
+        }
+        g_gpu->ops->free(g_gpu, gu[0]);
+        g_gpu->ops->free(g_gpu, gu[1]);
+        g_gpu->ops->free(g_gpu, xg);
+        g_gpu->ops->free(g_gpu, h);
+        g_gpu->ops->free(g_gpu, zz);
+        free(x);
+        free(z);
+    }
+    free_weight(&w);
+    free_weight(&nw);
+    free_weight(&g[0]);
+    free_weight(&g[1]);
+    free_weight(&dn);
+}
+END_TEST
+
 /* ---------------------------------------------------- rmsnorm / embed */
 
 START_TEST(rmsnorm_vs_cpu)
@@ -751,6 +887,8 @@ int main(void)
     tcase_add_test(tc, matmul_vs_cpu);
     tcase_add_test(tc, matmul_fused_is_composed);
     tcase_add_test(tc, matmul_rows_invariant);
+    tcase_add_test(tc, matmul_packed_vs_unpacked);
+    tcase_add_test(tc, bf16_copies_exact);
     tcase_add_test(tc, rmsnorm_vs_cpu);
     tcase_add_test(tc, embed_vs_cpu);
     tcase_add_test(tc, rope_vs_cpu);
