@@ -597,6 +597,22 @@ static const sd_weight *opt_w(const sd_weight *w)
     return w->data ? w : NULL;
 }
 
+/* The backend's qk_rope_kv, or the ops it stands for one by one. */
+static void qk_rope_kv(sd_backend *be, const sd_qk_rope_kv *a)
+{
+    const sd_backend_ops *op = be->ops;
+    if (op->qk_rope_kv) {
+        op->qk_rope_kv(be, a);
+        return;
+    }
+    int hd = a->head_dim;
+    if (a->q_norm) op->rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->bf16);
+    if (a->k_norm) op->rmsnorm(be, a->k, a->k, a->k_norm, a->T * a->n_kv_heads, hd, a->eps, a->bf16);
+    op->rope(be, a->q, a->cos, a->sin, a->T, a->n_heads, hd, a->bf16);
+    op->rope(be, a->k, a->cos, a->sin, a->T, a->n_kv_heads, hd, a->bf16);
+    op->kv_write(be, a->kv, a->k, a->v, a->slots, a->T, a->n_kv_heads * hd);
+}
+
 static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
 {
     const sd_model_config *c = &m->cfg;
@@ -604,19 +620,15 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     sd_backend *be = m->be;
     const layer_w *L = &m->layers[li];
     scratch *s = &m->s;
-    int hd = c->head_dim, C = c->hidden_size, kvd = c->n_kv_heads * hd;
+    int hd = c->head_dim, C = c->hidden_size;
     int b16 = m->act_bf16;
     op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16);
     sd_mm_fused qkv = {SD_MM_SHARED, 3, {&L->wq, &L->wk, &L->wv}, {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
                        {s->q, s->k, s->v}, NULL};
     fused(m, &qkv, s->xn, T);
-    if (c->qk_norm) {
-        op->rmsnorm(be, s->q, s->q, &L->q_norm, T * c->n_heads, hd, c->rms_eps, b16);
-        op->rmsnorm(be, s->k, s->k, &L->k_norm, T * c->n_kv_heads, hd, c->rms_eps, b16);
-    }
-    op->rope(be, s->q, s->cos, s->sin, T, c->n_heads, hd, b16);
-    op->rope(be, s->k, s->cos, s->sin, T, c->n_kv_heads, hd, b16);
-    op->kv_write(be, &m->kv[li], s->k, s->v, s->slots, T, kvd);
+    sd_qk_rope_kv qr = {s->q, s->k, s->v, c->qk_norm ? &L->q_norm : NULL, c->qk_norm ? &L->k_norm : NULL,
+                        c->rms_eps, s->cos, s->sin, &m->kv[li], s->slots, T, c->n_heads, c->n_kv_heads, hd, b16};
+    qk_rope_kv(be, &qr);
     sd_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
     sd_status st = op->attention(be, s->att, s->q, &m->kv[li], m->aseqs, n_seqs, &shape);
     if (st != SD_OK) return st;

@@ -88,6 +88,19 @@ typedef struct sd_mm_fused {
     float *res;                /* RESIDUAL: the residual stream [T, w[0]->rows] */
 } sd_mm_fused;
 
+/* The attention block's ops between the q/k/v matmuls and attention (see
+ * qk_rope_kv): q [T, n_heads, head_dim], k and v [T, n_kv_heads, head_dim]. */
+typedef struct sd_qk_rope_kv {
+    float *q, *k;
+    const float *v;
+    const sd_weight *q_norm, *k_norm; /* per-head rmsnorm weights [head_dim] (NULL: none) */
+    float eps;
+    const float *cos, *sin;           /* RoPE tables [T, head_dim / 2] */
+    sd_kv_layer *kv;
+    const int32_t *slots;             /* [T] cache slots */
+    int T, n_heads, n_kv_heads, head_dim, bf16;
+} sd_qk_rope_kv;
+
 /* graph_begin's answers (see sd_backend_ops). */
 enum { SD_GRAPH_EAGER = 0, SD_GRAPH_RECORD = 1, SD_GRAPH_REPLAYED = 2 };
 
@@ -137,6 +150,10 @@ typedef struct sd_backend_ops {
      * run as one matmul whose sums are ordered otherwise (CUDA: cuBLAS picks
      * its algorithm by shape), and may leave a SwiGLU pair's y[1] unwritten. */
     void (*matmul_fused)(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16);
+    /* Optional (NULL: the caller composes the ops): rmsnorm of every q and
+     * k head by q_norm / k_norm (when given), rope on q and k, then kv_write
+     * of k and v — the bits of those ops one after the other. */
+    void (*qk_rope_kv)(sd_backend *be, const sd_qk_rope_kv *a);
     /* Optional (NULL: not offered): replaces a 2-D weight by int8 rows with
      * per-row scales (an approximation, for drafters only); matmul then
      * quantises its input per row (kernels/cpu/cpu_q8.h). */

@@ -602,6 +602,25 @@ static void cuda_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const
     launched(im, sd_cu_kv_write(im->stream, kv->k, kv->v, k, v, slots, T, kv_dim, kvb), "kv_write", __LINE__);
 }
 
+/* backend.h qk_rope_kv: one launch with fusion on (sd_cu_qk_rope_kv), else the ops one by one. */
+static void cuda_qk_rope_kv(sd_backend *be, const sd_qk_rope_kv *a)
+{
+    cuda_impl *im = cu(be);
+    int kvb = a->kv->dtype == SD_DTYPE_BF16, hd = a->head_dim;
+    sd_cu_qkrk k = {.q = a->q, .k = a->k, .v = a->v, .qn = a->q_norm ? a->q_norm->data : NULL,
+                    .kn = a->k_norm ? a->k_norm->data : NULL, .cs = a->cos, .sn = a->sin, .slots = a->slots,
+                    .eps = a->eps, .T = a->T, .nh = a->n_heads, .nkv = a->n_kv_heads, .hd = hd, .bf16 = a->bf16};
+    if (im->fuse && hd <= SD_CU_MAX_HEAD_DIM) {
+        launched(im, sd_cu_qk_rope_kv(im->stream, &k, a->kv->k, a->kv->v, kvb), "qk_rope_kv", __LINE__);
+        return;
+    }
+    if (k.qn) cuda_rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->bf16);
+    if (k.kn) cuda_rmsnorm(be, a->k, a->k, a->k_norm, a->T * a->n_kv_heads, hd, a->eps, a->bf16);
+    cuda_rope(be, a->q, a->cos, a->sin, a->T, a->n_heads, hd, a->bf16);
+    cuda_rope(be, a->k, a->cos, a->sin, a->T, a->n_kv_heads, hd, a->bf16);
+    cuda_kv_write(be, a->kv, a->k, a->v, a->slots, a->T, a->n_kv_heads * hd);
+}
+
 static void cuda_silu_mul(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16)
 {
     cuda_impl *im = cu(be);
@@ -845,6 +864,7 @@ static const sd_backend_ops cuda_ops = {
     .embed = cuda_embed,
     .rope = cuda_rope,
     .kv_write = cuda_kv_write,
+    .qk_rope_kv = cuda_qk_rope_kv,
     .attention = cuda_attention,
     .silu_mul = cuda_silu_mul,
     .add = cuda_add,

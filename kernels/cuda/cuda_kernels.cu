@@ -520,6 +520,18 @@ extern "C" cudaError_t sd_cu_gemv(cudaStream_t stream, const sd_cu_mm_job *mm, c
 /* CPU reference: rmsnorm_rows() in cpu_backend.c.
  * x, y: [T, D] (y may equal x), w: [D] f32. One block per row. Each thread
  * reads only the elements it later writes, so in place is safe. */
+__device__ __forceinline__ float rms_out(float v, float inv, float w, int bf16)
+{
+    return bf16 ? bf16r(__fmul_rn(w, bf16r(__fmul_rn(v, inv)))) : __fmul_rn(__fmul_rn(v, inv), w);
+}
+
+/* Threads of a row's block: fixed by D, so the order of its sum is too. */
+static int rms_threads(int D)
+{
+    int threads = (D + 3) / 4;
+    return threads >= 1024 ? 1024 : (threads + 31) / 32 * 32;
+}
+
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps, int bf16, uint16_t *ybf)
 {
     __shared__ float sh[32];
@@ -531,7 +543,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, 
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float v = xr[d];
-        float o = bf16 ? bf16r(__fmul_rn(w[d], bf16r(__fmul_rn(v, inv)))) : __fmul_rn(__fmul_rn(v, inv), w[d]);
+        float o = rms_out(v, inv, w[d], bf16);
         yr[d] = o;
         if (ybf) ybf[(size_t)blockIdx.x * D + d] = bf16_bits(o);
     }
@@ -543,8 +555,7 @@ extern "C" cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float 
     /* fixed by D: order independent of T. Four elements a thread at most: a row is one block, and a
      * decode step's single row waits on each thread's serial loads (profiled: 256 threads took 15 us
      * for D = 4096 on an H200, a tenth of the layer) */
-    int threads = (D + 3) / 4;
-    threads = threads >= 1024 ? 1024 : (threads + 31) / 32 * 32;
+    int threads = rms_threads(D);
     if (T <= 0) return cudaSuccess;
     rmsnorm_kernel<<<T, threads, 0, stream>>>(y, x, w, D, eps, bf16, ybf);
     return cudaGetLastError();
@@ -572,6 +583,17 @@ extern "C" cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t
 
 /* CPU reference: cpu_rope(). x: [T, nh, hd] in place, cs/sn: [T, hd/2].
  * One thread per (t, h, i < hd/2) pair of rotated elements. */
+__device__ __forceinline__ void rope_pair(float a, float b, float c, float s, int bf16, float *lo, float *hi)
+{
+    if (bf16) {
+        *lo = bf16r(bf16r(__fmul_rn(a, c)) + bf16r(__fmul_rn(-b, s)));
+        *hi = bf16r(bf16r(__fmul_rn(b, c)) + bf16r(__fmul_rn(a, s)));
+    } else {
+        *lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        *hi = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+}
+
 __global__ void rope_kernel(float *x, const float *cs, const float *sn, int T, int nh, int hd, int bf16)
 {
     int half = hd / 2;
@@ -582,14 +604,7 @@ __global__ void rope_kernel(float *x, const float *cs, const float *sn, int T, i
         size_t th = idx / half; /* t * nh + h */
         size_t t = th / nh;
         float *v = x + th * hd;
-        float a = v[i], b = v[i + half], c = cs[t * half + i], s = sn[t * half + i];
-        if (bf16) {
-            v[i] = bf16r(bf16r(__fmul_rn(a, c)) + bf16r(__fmul_rn(-b, s)));
-            v[i + half] = bf16r(bf16r(__fmul_rn(b, c)) + bf16r(__fmul_rn(a, s)));
-        } else {
-            v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-            v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-        }
+        rope_pair(v[i], v[i + half], cs[t * half + i], sn[t * half + i], bf16, &v[i], &v[i + half]);
     }
 }
 
@@ -637,6 +652,59 @@ extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, c
         kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((uint16_t *)kc, (uint16_t *)vc, k, v, slots, T, kv_dim);
     else
         kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((float *)kc, (float *)vc, k, v, slots, T, kv_dim);
+    return cudaGetLastError();
+}
+
+/* rmsnorm_kernel (per head, when a norm is given), rope_kernel and
+ * kv_write_kernel in one launch, with their arithmetic: block (t, h) takes
+ * head h of row t — the q heads, then the k heads (written to the cache
+ * too), then the v heads (copied to the cache); the block has the rmsnorm's
+ * threads for D = hd, so its sum runs in the same order. */
+template <typename KV>
+__global__ void qk_rope_kv_kernel(sd_cu_qkrk a, KV *kc, KV *vc)
+{
+    __shared__ float sh[32];
+    __shared__ float xs[SD_CU_MAX_HEAD_DIM];
+    int t = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2, tid = threadIdx.x, kvd = a.nkv * hd;
+    int kind = h < a.nh ? 0 : h < a.nh + a.nkv ? 1 : 2, hh = kind == 0 ? h : kind == 1 ? h - a.nh : h - a.nh - a.nkv;
+    size_t cache = (size_t)a.slots[t] * kvd + (size_t)hh * hd;
+    if (kind == 2) {
+        const float *v = a.v + (size_t)t * kvd + (size_t)hh * hd;
+        for (int d = tid; d < hd; d += blockDim.x) kv_st(vc + cache + d, v[d]);
+        return;
+    }
+    float *x = kind == 0 ? a.q + ((size_t)t * a.nh + hh) * hd : a.k + (size_t)t * kvd + (size_t)hh * hd;
+    const float *w = kind == 0 ? a.qn : a.kn;
+    if (w) {
+        float ss = 0.0f;
+        for (int d = tid; d < hd; d += blockDim.x) ss = fmaf(x[d], x[d], ss);
+        ss = block_reduce(ss, sh, 0);
+        float inv = 1.0f / sqrtf(ss / (float)hd + a.eps);
+        for (int d = tid; d < hd; d += blockDim.x) xs[d] = rms_out(x[d], inv, w[d], a.bf16);
+    } else {
+        for (int d = tid; d < hd; d += blockDim.x) xs[d] = x[d];
+    }
+    __syncthreads();
+    for (int i = tid; i < half; i += blockDim.x) {
+        float lo, hi;
+        rope_pair(xs[i], xs[i + half], a.cs[(size_t)t * half + i], a.sn[(size_t)t * half + i], a.bf16, &lo, &hi);
+        x[i] = lo;
+        x[i + half] = hi;
+        if (kind == 1) {
+            kv_st(kc + cache + i, lo);
+            kv_st(kc + cache + i + half, hi);
+        }
+    }
+}
+
+extern "C" cudaError_t sd_cu_qk_rope_kv(cudaStream_t stream, const sd_cu_qkrk *a, void *kc, void *vc, int kv_bf16)
+{
+    if (a->hd < 2 || a->hd % 2 || a->hd > SD_CU_MAX_HEAD_DIM || a->nh < 1 || a->nkv < 1) return cudaErrorInvalidValue;
+    if (a->T <= 0) return cudaSuccess;
+    dim3 grid((unsigned)a->T, (unsigned)(a->nh + 2 * a->nkv));
+    int threads = rms_threads(a->hd);
+    if (kv_bf16) qk_rope_kv_kernel<<<grid, threads, 0, stream>>>(*a, (uint16_t *)kc, (uint16_t *)vc);
+    else qk_rope_kv_kernel<<<grid, threads, 0, stream>>>(*a, (float *)kc, (float *)vc);
     return cudaGetLastError();
 }
 

@@ -51,6 +51,21 @@ cudaError_t sd_cu_rope(cudaStream_t stream, float *x, const float *cs, const flo
 cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, const float *k, const float *v,
                            const int32_t *slots, int T, int kv_dim, int kv_bf16);
 
+/* In one launch, with the arithmetic of the ops one after the other: each
+ * head of q [T, nh, hd] and k [T, nkv, hd] normalised by qn / kn [hd]
+ * (sd_cu_rmsnorm; NULL: no norm), both rotated (sd_cu_rope, cs/sn [T,
+ * hd/2]) in place, then k and v [T, nkv, hd] written to the cache at
+ * slots[t] (sd_cu_kv_write). hd even, at most SD_CU_MAX_HEAD_DIM
+ * (cudaErrorInvalidValue otherwise). */
+typedef struct sd_cu_qkrk {
+    float *q, *k;
+    const float *v, *qn, *kn, *cs, *sn;
+    const int32_t *slots;
+    float eps;
+    int T, nh, nkv, hd, bf16;
+} sd_cu_qkrk;
+cudaError_t sd_cu_qk_rope_kv(cudaStream_t stream, const sd_cu_qkrk *a, void *kc, void *vc, int kv_bf16);
+
 /* out[T, nh*hd] = causal attention of q[T, nh*hd] over the paged cache
  * kc/vc [n_blocks, bs, nkv, hd] (f32, or bf16 when kv_bf16). meta (device) holds, for T rows:
  *   meta[0 .. T)      position of row t (it attends to 0 .. pos)

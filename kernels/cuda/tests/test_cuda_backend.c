@@ -648,6 +648,88 @@ START_TEST(attention_vs_cpu)
 }
 END_TEST
 
+/* Bytes of backend memory d, read back. */
+static void *gpu_bytes(const void *d, size_t bytes)
+{
+    void *h = malloc(bytes);
+    g_gpu->ops->to_host(g_gpu, h, d, bytes);
+    ck_assert_int_eq(sd_cuda_take_error(g_gpu), SD_OK);
+    return h;
+}
+
+/* qk_rope_kv (one launch: per-head norms, RoPE, the cache writes) gives
+ * the bits of rmsnorm, rmsnorm, rope, rope and kv_write run one by one: q,
+ * k and both caches, head dims 16 to 256, GQA, with and without norms, bf16
+ * and f32 activations, f32 and bf16 caches. */
+START_TEST(qk_rope_kv_is_composed)
+{
+    static const int shapes[][4] = {{1, 8, 2, 128}, {5, 4, 4, 64}, {3, 16, 2, 256}, {2, 2, 1, 16}}; /* T nh nkv hd */
+    const int slots_n = 40;
+    ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 1), SD_OK);
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int mode = 0; mode < 8; mode++) {
+            int T = shapes[sh][0], nh = shapes[sh][1], nkv = shapes[sh][2], hd = shapes[sh][3], half = hd / 2;
+            int b16 = mode & 1, norm = (mode >> 1) & 1;
+            sd_dtype dt = mode & 4 ? SD_DTYPE_BF16 : SD_DTYPE_F32;
+            size_t kvd = (size_t)nkv * hd, qn = (size_t)T * nh * hd, kn = (size_t)T * kvd, cache = slots_n * kvd;
+            float *q = rand_vec(qn, 61u + mode, 2.0f, b16), *k = rand_vec(kn, 62u, 2.0f, b16);
+            float *v = rand_vec(kn, 63u, 2.0f, b16), *base = rand_vec(cache, 64u, 1.0f, b16);
+            float *cs = rand_vec((size_t)T * half, 65u, 1.0f, b16), *sn = rand_vec((size_t)T * half, 66u, 1.0f, b16);
+            int32_t slots[8];
+            for (int t = 0; t < T; t++) slots[t] = (t * 7 + 3) % slots_n;
+            wpair qw, kw;
+            make_weight(&qw, 1, hd, 0, 67u, 0.2f, 1.0f);
+            make_weight(&kw, 1, hd, 0, 68u, 0.2f, 1.0f);
+            float *qg[2], *kg[2], *vg = on(g_gpu, v, kn), *cg = on(g_gpu, cs, (size_t)T * half);
+            float *sg = on(g_gpu, sn, (size_t)T * half);
+            int32_t *slg = g_gpu->ops->alloc(g_gpu, sizeof slots);
+            g_gpu->ops->to_backend(g_gpu, slg, slots, sizeof slots);
+            sd_kv_layer kv[2];
+            for (int i = 0; i < 2; i++) {
+                qg[i] = on(g_gpu, q, qn);
+                kg[i] = on(g_gpu, k, kn);
+                kv[i] = (sd_kv_layer){kv_on(g_gpu, base, cache, dt), kv_on(g_gpu, base, cache, dt), dt};
+            }
+            if (norm) g_gpu->ops->rmsnorm(g_gpu, qg[0], qg[0], &qw.g, T * nh, hd, 1e-6f, b16);
+            if (norm) g_gpu->ops->rmsnorm(g_gpu, kg[0], kg[0], &kw.g, T * nkv, hd, 1e-6f, b16);
+            g_gpu->ops->rope(g_gpu, qg[0], cg, sg, T, nh, hd, b16);
+            g_gpu->ops->rope(g_gpu, kg[0], cg, sg, T, nkv, hd, b16);
+            g_gpu->ops->kv_write(g_gpu, &kv[0], kg[0], vg, slg, T, (int)kvd);
+            sd_qk_rope_kv a = {qg[1], kg[1], vg, norm ? &qw.g : NULL, norm ? &kw.g : NULL, 1e-6f, cg, sg, &kv[1],
+                               slg, T, nh, nkv, hd, b16};
+            g_gpu->ops->qk_rope_kv(g_gpu, &a);
+            size_t esz = dt == SD_DTYPE_BF16 ? 2 : 4;
+            const void *pa[4] = {qg[0], kg[0], kv[0].k, kv[0].v}, *pb[4] = {qg[1], kg[1], kv[1].k, kv[1].v};
+            size_t bytes[4] = {qn * 4, kn * 4, cache * esz, cache * esz};
+            static const char *const what[4] = {"q", "k", "K cache", "V cache"};
+            for (int i = 0; i < 4; i++) {
+                void *x = gpu_bytes(pa[i], bytes[i]), *y = gpu_bytes(pb[i], bytes[i]);
+                ck_assert_msg(memcmp(x, y, bytes[i]) == 0, "shape %zu mode %d: %s differs", sh, mode, what[i]);
+                free(x);
+                free(y);
+            }
+            for (int i = 0; i < 2; i++) {
+                g_gpu->ops->free(g_gpu, qg[i]);
+                g_gpu->ops->free(g_gpu, kg[i]);
+                g_gpu->ops->free(g_gpu, kv[i].k);
+                g_gpu->ops->free(g_gpu, kv[i].v);
+            }
+            g_gpu->ops->free(g_gpu, vg);
+            g_gpu->ops->free(g_gpu, cg);
+            g_gpu->ops->free(g_gpu, sg);
+            g_gpu->ops->free(g_gpu, slg);
+            free_weight(&qw);
+            free_weight(&kw);
+            free(q);
+            free(k);
+            free(v);
+            free(base);
+            free(cs);
+            free(sn);
+        }
+}
+END_TEST
+
 /* ------------------------------------------------------------- argmax */
 
 START_TEST(argmax_vs_cpu)
@@ -892,6 +974,7 @@ int main(void)
     tcase_add_test(tc, rmsnorm_vs_cpu);
     tcase_add_test(tc, embed_vs_cpu);
     tcase_add_test(tc, rope_vs_cpu);
+    tcase_add_test(tc, qk_rope_kv_is_composed);
     tcase_add_test(tc, elementwise_vs_cpu);
     tcase_add_test(tc, attention_vs_cpu);
     tcase_add_test(tc, argmax_vs_cpu);
