@@ -991,8 +991,11 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
         M[g] = -INFINITY, mx[g] = -INFINITY, sum[g] = 0.0f;
 #pragma unroll
         for (int e = 0; e < (PV ? 8 : 1); e++) acc[g][e] = 0.0f;
-        if (PV && g < G)
-            for (int k = 0; k < S; k++) M[g] = fmaxf(M[g], pmax[(head0 + g) * S + k]);
+        if (PV && g < G) { /* unrolled: eight loads in flight, not one L2 round trip each (max in k order) */
+            const float *pm = pmax + (head0 + g) * S;
+#pragma unroll 8
+            for (int k = 0; k < S; k++) M[g] = fmaxf(M[g], __ldg(pm + k));
+        }
     }
     __syncthreads();
     size_t kvd = (size_t)nkv * hd, off = (size_t)kvh * hd + (size_t)l * 8;
@@ -1043,11 +1046,14 @@ att_split_combine(float *out, const float *part, const int32_t *meta, int T, int
     size_t base = ((size_t)row * nh + h) * S, rows = (size_t)T * nh * S;
     const float *sums = part + rows, *acc = part + 2 * rows + base * hd;
     float sum = 0.0f;
-    for (int k = 0; k < S; k++) sum += sums[base + k];
+    /* unrolled so that eight loads are in flight; the sums still run in k order */
+#pragma unroll 8
+    for (int k = 0; k < S; k++) sum += __ldg(sums + base + k);
     float *orow = out + ((size_t)row * nh + h) * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float a = 0.0f;
-        for (int k = 0; k < S; k++) a += acc[(size_t)k * hd + d];
+#pragma unroll 8
+        for (int k = 0; k < S; k++) a += __ldg(acc + (size_t)k * hd + d);
         orow[d] = bf16 ? bf16r(a / sum) : a / sum;
     }
 }

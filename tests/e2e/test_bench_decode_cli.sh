@@ -36,13 +36,22 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "unknown device 'tpu'" "$tmp/e.txt" || fail "bad --device: exit $rc, $(cat "$tmp/e.txt")"
-# --graphs is CUDA's (exit 2 with a message elsewhere); --batch-invariant says what it got
+# --graphs and --fuse are CUDA's (exit 2 with a message elsewhere; both as ab at once is a usage error);
+# --batch-invariant says what it got
+for flag in "--graphs ab" "--fuse off"; do
+  set +e
+  # shellcheck disable=SC2086 # the flag and its value
+  "$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" $flag --tokens 8 --runs 1 > /dev/null 2> "$tmp/e.txt"
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "graphs and --fuse apply to a CUDA device" "$tmp/e.txt" ||
+    fail "$flag on the CPU: exit $rc, $(cat "$tmp/e.txt")"
+done
 set +e
-"$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --graphs ab --tokens 8 --runs 1 > /dev/null 2> "$tmp/e.txt"
+"$BIN/specd-bench-decode" --graphs ab --fuse ab > /dev/null 2> "$tmp/e.txt"
 rc=$?
 set -e
-[ $rc -eq 2 ] && grep -q "graphs applies to a CUDA device" "$tmp/e.txt" ||
-  fail "--graphs ab on the CPU: exit $rc, $(cat "$tmp/e.txt")"
+[ $rc -eq 2 ] && grep -q "^usage:" "$tmp/e.txt" || fail "--graphs ab --fuse ab: exit $rc, $(cat "$tmp/e.txt")"
 "$BIN/specd-bench-decode" --model "$MOD/tinycode-16m" --batch-invariant --threads 1 --tokens 8 --runs 1 \
   > "$tmp/i.txt" || fail "--batch-invariant: exit $?"
 grep -q "^batch-invariant *yes" "$tmp/i.txt" || fail "--batch-invariant: $(head -3 "$tmp/i.txt")"
