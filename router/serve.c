@@ -6,7 +6,7 @@
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
  *               [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]
  *               [--api-key-file F] [--metrics-auth] [--prefill-budget N] [--drain-timeout S]
- *               [--lanes N] [--device D[,D...]] [--router-arg ARG ...] [--spec-fallback ngram|off]
+ *               [--lanes N] [--device D[,D...]] [--router-arg ARG ...] [--spec-fallback ngram|missing|off]
  *
  * --lanes N starts N verifier + drafter pairs (lane i's verifier on the i-th
  * device of --device's list, cyclically: one lane per GPU of a machine) and
@@ -162,7 +162,7 @@ static void usage(FILE *f)
                "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
                "                   [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
                "                   [--draft-gpu-memory-fraction F] [--random-weights] [--max-model-len N]\n"
-               "                   [--spec-fallback ngram|off]\n"
+               "                   [--spec-fallback ngram|missing|off]\n"
                "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
 }
 

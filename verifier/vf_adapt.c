@@ -441,7 +441,66 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
         budgets[i] = k;
         if (k > ad->maxk) ad->maxk = k;
     }
+    ad->plan = plan;
+    ad->plan.step_ms = ad->pred_ms;
     return SD_OK;
+}
+
+/* The lookup step's place in the schedule for request i (slot j): its
+ * lookup drafts priced by its estimate for the match length, or none. */
+static sd_sched_req lookup_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_areq *q, int avail, int match)
+{
+    seed(ad, r, q);
+    const sd_accept *acc = &q->acc;
+    if (avail > 0) {
+        q->match = match;
+        acc = supply_of(ad, j, estimate(ad, q), avail);
+        q->match = 0;
+    }
+    return (sd_sched_req){acc, 0, avail > 0 ? avail : 0, r->p.sampling.temperature > 0, r->kv.len,
+                          r->kv.n_blocks, 0};
+}
+
+bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
+                        const int *match, int n, int kv_free, int bs, const int *chunk)
+{
+    if (ad->step_plain || ad->plan.step_ms <= 0 || fit(ad, n) != SD_OK) return false;
+    sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->plain_ms,
+                        .kv_free = kv_free, .block_size = bs};
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const sd_req *r = reqs[i];
+        if (r->finish != SD_FINISH_NONE) continue;
+        if (sd_req_prefilling(r)) {
+            add_chunk(&st, r, chunk ? chunk[i] : 0);
+            continue;
+        }
+        if (aq[i]->fixed && aq[i]->k > 0) return false; /* its own num_draft: the drafter's */
+        ad->sr[m] = lookup_req(ad, m, r, aq[i], aq[i]->k >= 0 ? lk_avail[i] : 0, match[i]);
+        ad->map[m++] = i;
+        st.seqs++;
+    }
+    sd_sched_plan lp = sd_sched_choose(&st, ad->sr, m, ad->kk, ad->cand);
+    double bias = ad->maxk > 0 ? ad->bias_draft : ad->bias_plain;
+    if (lp.drafts == 0 || lp.step_ms <= 0 ||
+        !sd_sched_beats(&ad->plan, lp.tokens, lp.step_ms * (1 + ad->bias_plain), ad->plan.tokens,
+                        ad->plan.step_ms * (1 + bias)))
+        return false;
+    for (int j = 0; j < m; j++) {
+        int i = ad->map[j];
+        sd_vf_areq *q = aq[i];
+        k[i] = ad->kk[j];
+        if (q->k < 0) continue;
+        q->k = k[i];
+        q->probing = false;
+        q->lookup = k[i] > 0;
+        q->match = k[i] > 0 ? match[i] : 0;
+    }
+    ad->maxk = 0;
+    ad->step_lookup = true;
+    ad->pred_ms = lp.step_ms;
+    ad->plan = lp;
+    return true;
 }
 
 sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k,
@@ -523,8 +582,9 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, dou
         ad->plain_ms = over_update(ad->plain_ms, exposed, &ad->n_plain);
         /* what only drafting steps renew fades towards what plain steps show: a plan kept out by an old
          * error (a slow spell of the drafter, its messages) would never be measured again (the regime
-         * test's plain blocks chose nothing: they end and drafting is measured again) */
-        double fade = ad->step_plain ? 0 : FADE;
+         * test's plain blocks chose nothing: they end and drafting is measured again; a lookup step is priced
+         * against the drafter's plan every time) */
+        double fade = ad->step_plain || ad->step_lookup ? 0 : FADE;
         ad->bias_draft *= 1 - fade;
         if (ad->n_draft) ad->draft_ms += fade * (ad->plain_ms - ad->draft_ms);
         if (ad->n_ready) ad->ready_ms += fade * (ad->plain_ms - ad->ready_ms);
@@ -569,13 +629,15 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     if (k > 0 && !late) {
         sd_verify_mode mode = sd_req_verify_mode(r, had_q);
         int key = key_of(mode, r->p.sampling.temperature);
-        sd_accept_observe(&q->acc, k, offered, accepted, ACC_ALPHA, true);
-        sd_accept_observe(&ad->prior[key], k, offered, accepted, PRIOR_ALPHA, false);
+        if (!q->lookup) { /* the lookup's drafts chosen first: nothing of the drafter's */
+            sd_accept_observe(&q->acc, k, offered, accepted, ACC_ALPHA, true);
+            sd_accept_observe(&ad->prior[key], k, offered, accepted, PRIOR_ALPHA, false);
+        }
         if (q->match > 0) { /* an n-gram lookup's: its estimate for the length that matched too */
             sd_accept_observe(estimate(ad, q), k, offered, accepted, ACC_ALPHA, true);
             sd_accept_observe(&ad->m_prior[key][match_class(q)], k, offered, accepted, PRIOR_ALPHA, false);
         }
-        if (wants_q(r) && offered > 0) ad->drafter_q = had_q;
+        if (wants_q(r) && offered > 0 && !q->lookup) ad->drafter_q = had_q;
     }
     if (k > 0) {
         q->draft_run++;
@@ -604,7 +666,7 @@ static void note_regime(sd_vf_adapt *ad, sd_vf_areq *const *aq, const int *accep
     int got = 0;
     for (int i = 0; i < n; i++)
         if (aq[i]->k >= 0) got += 1 + accepted[i];
-    sd_vf_regime_note(&ad->rg, got, cycle_ms, ad->maxk > 0);
+    sd_vf_regime_note(&ad->rg, got, cycle_ms, ad->maxk > 0 || ad->step_lookup);
     ad->step_test = false;
 }
 
@@ -627,7 +689,7 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
     int asked = 0, longest = 0, behind = 0;
     double drafter_ms = 0;
     for (int i = 0; i < n; i++) {
-        if (aq[i]->k <= 0) continue;
+        if (aq[i]->k <= 0 || ad->step_lookup) continue;
         asked++;
         behind += catchup[i];
         int off = aq[i]->fb_k > 0 ? 0 : offered[i]; /* the drafter's drafts */
@@ -685,9 +747,11 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
             ad->late_pred = sd_avg_update(ad->late_pred, q->late_gain, &ad->n_late, OVER_ALPHA);
         }
         q->late_gain = -1;
+        q->lookup = false;
     }
     note_regime(ad, aq, accepted, n, cycle_ms);
     ad->pred_ms = 0;
+    ad->step_lookup = false;
 }
 
 int sd_vf_adapt_estimates(const sd_vf_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap)

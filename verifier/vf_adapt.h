@@ -50,6 +50,9 @@
  * (else the cost keeps it plain, and a probe every 256 steps re-measures);
  * as a probe judges the first position only, the later positions' figures
  * of a request left without drafts fade towards its kind's (2% a step).
+ * Serial, the plan's step is also priced against one that verifies the
+ * verifier's own lookup drafts and asks the drafter nothing
+ * (sd_vf_adapt_lookup): the faster runs.
  * Above all this, the regime test (vf_regime.h) runs blocks of steps
  * without drafts against blocks as the scheduler chooses, and keeps the
  * regime whose measured rate is higher: it catches what the step model
@@ -100,6 +103,7 @@ typedef struct sd_vf_areq {
     double late_gain;    /* pipelined, drafts chosen without its span at hand: the tokens they were to add (else -1) */
     int match;           /* set by the caller before the plan: this step's drafts are an n-gram lookup's whose
                           * n-gram of this length matched (0: not, or unknown) */
+    bool lookup;         /* this step's drafts are the verifier's lookup's, chosen instead of asking the drafter */
     sd_accept m_acc[SD_VF_MATCH_CLASSES]; /* its acceptance of such drafts by the length that matched */
     unsigned m_seeded;   /* bit c: m_acc[c] seeded */
     sd_vf_adapt_stats st;
@@ -131,6 +135,8 @@ typedef struct sd_vf_adapt {
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
     uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */
     double pred_ms;                          /* this step's prediction (0: none) */
+    sd_sched_plan plan;                      /* this step's plan as chosen (step_ms: pred_ms) */
+    bool step_lookup;                        /* this step verifies lookup drafts instead of the drafter's */
     sd_vf_regime rg;                         /* the regime test (vf_regime.h) */
     bool step_plain, step_test;              /* this step: the test's plain block; a step the test measures */
     double alt_ms, alt_tok, alt_rows;        /* this step's plain alternative: predicted time, tokens, rows */
@@ -193,6 +199,28 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
  * 0 for the candidates). */
 sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k,
                                const int *fb_avail, int n, const int *chunk);
+
+/* Serial, after the plan and before the drafter is asked (vf_server.c,
+ * --spec-fallback ngram): the verifier's own n-gram lookup has lk_avail[i]
+ * drafts for request i (at most its budget; 0: none), found by an n-gram of
+ * length match[i]. Prices the step in which the requests with such drafts
+ * verify as many of them as pay (each by its estimate for that match
+ * length, vf_adapt.h), the others none, and the drafter is not asked (the
+ * step's time outside the engine that of a step without drafts) — and
+ * compares it with the plan's step (ad->plan, both predictions corrected by
+ * their kind's average error). A lookup step costs no drafter time, and on
+ * text that repeats itself its drafts are as good as the drafter's (on a
+ * CPU, demo pair, C = 1, T = 0: 3.7 accepted a lookup step against 3.6 a
+ * drafter's, whose call was 37% of the step). Not in the regime test's
+ * plain block, nor where a request with its own num_draft verifies the
+ * drafter's. Returns true when the lookup step wins: then k[i] = the
+ * lookup's drafts request i verifies, its estimates learn from them (not the
+ * drafter's: for those, no step happened), the step's time outside the
+ * engine counts as a plain step's (the drafter's figures do not fade), and
+ * for the regime test it is a drafting step. False: nothing changed, k
+ * untouched. */
+bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
+                        const int *match, int n, int kv_free, int bs, const int *chunk);
 
 /* Pipelined: the drafter answered for a state of r with a dry span (no
  * drafts past the committed tokens it continues): the proposer's supply

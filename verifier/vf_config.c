@@ -20,7 +20,7 @@ const char *sd_vf_usage(void)
            "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
            "                      [--spec-max-batch N]"
            "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
-           "                      [--spec-fallback ngram|off]\n"
+           "                      [--spec-fallback ngram|missing|off]\n"
            "                      [--spec-adaptive on|off] [--spec-max-draft N] [--curve-keys DIR]\n"
            "                      [--no-prefix-cache] [--quant none|int8] [--batch-invariant]\n"
            "                      [--log-level debug|info|warn|error]\n";
@@ -49,6 +49,7 @@ static void set_defaults(sd_vf_config *c)
     c->draft_timeout_ms = 200;
     c->spec_pipeline = SD_VF_PIPE_AUTO;
     c->spec_fallback = true;
+    c->spec_lookup_first = true;
     c->log_level = SD_LOG_INFO;
 }
 
@@ -118,9 +119,11 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
             break;
         case 'A': st = sd_opt_on_off(optarg, "--spec-adaptive", &cfg->spec_adaptive, err, errlen); break;
         case 'F':
-            if (strcmp(optarg, "ngram") && strcmp(optarg, "off"))
-                st = sd_seterr(err, errlen, SD_ERR_ARG, "--spec-fallback must be ngram or off, got '%s'", optarg);
-            cfg->spec_fallback = !strcmp(optarg, "ngram");
+            if (strcmp(optarg, "ngram") && strcmp(optarg, "missing") && strcmp(optarg, "off"))
+                st = sd_seterr(err, errlen, SD_ERR_ARG, "--spec-fallback must be ngram, missing or off, got '%s'",
+                               optarg);
+            cfg->spec_fallback = strcmp(optarg, "off") != 0;
+            cfg->spec_lookup_first = !strcmp(optarg, "ngram");
             break;
         case 'P': {
             bool on;

@@ -51,8 +51,10 @@ typedef struct sd_vf_config {
     bool no_prefix_cache;         /* --no-prefix-cache: no prefix sharing between requests (engine.h) */
     int draft_timeout_ms;         /* --draft-timeout-ms N (serial mode) */
     int spec_pipeline;            /* --spec-pipeline: SD_VF_PIPE_* (default auto) */
-    bool spec_fallback;           /* --spec-fallback ngram|off: a request without the drafter's drafts when its
-                                   * step runs verifies n-gram lookup drafts instead (default ngram) */
+    bool spec_fallback;           /* --spec-fallback ngram|missing|off: a request without the drafter's drafts
+                                   * when its step runs verifies n-gram lookup drafts instead (default ngram) */
+    bool spec_lookup_first;       /* ... and (ngram) a serial step verifies the lookup's drafts without asking the
+                                   * drafter where they are expected to pay more (vf_adapt.h) */
     sd_log_level log_level;       /* --log-level */
     bool help;                    /* --help was given */
 } sd_vf_config;

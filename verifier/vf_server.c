@@ -72,11 +72,13 @@ struct sd_vf_server {
     int *chunk;             /* prompt tokens each request prefills this step (sd_engine_prefill_plan) */
     double *draft_ms;       /* the drafter's time behind them */
     sd_proposer *ngram;     /* the verifier's own n-gram lookup: --ngram's drafts, else --spec-fallback's for
-                             * requests the drafter left without drafts */
+                             * requests the drafter left without drafts, and serial steps' lookup first */
     int *fb_avail;          /* the fallback's drafts at hand for each request (0: not a candidate) */
     int *fb_k;              /* the drafts each request verifies (the fallback's choice for the candidates) */
     sd_propose_item *fb_items;
     sd_proposal *fb_out;
+    int *lk_match;          /* serial, the lookup asked before the drafter: the n-gram length that matched */
+    uint32_t lk_us;         /* ... and its time per request (µs) */
     sd_vf_adapt ad;         /* adaptive speculation: measured cost and acceptance, the scheduler */
     sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
     char host[256];         /* gethostname */
@@ -641,6 +643,61 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     emit(s);
 }
 
+/* The n-gram lookup's item for request i, at most k drafts. */
+static sd_propose_item lookup_item(const sd_vf_server *s, int i, int k)
+{
+    const sd_req *r = s->reqs[i];
+    return (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens, .n_context = r->n_tokens, .k = k,
+                             .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
+                             .out_pos = (uint64_t)sd_req_n_output(r)};
+}
+
+/* Runs the lookup over the m items in s->fb_items (request order) into
+ * s->fb_out; s->lk_us its time per item. Returns m, or 0 on failure. */
+static int run_lookup(sd_vf_server *s, int m)
+{
+    char err[128];
+    double t0 = sd_now_ms();
+    if (m == 0 || s->ngram->ops->propose(s->ngram, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK) return 0;
+    s->lk_us = (uint32_t)((sd_now_ms() - t0) * 1e3 / m);
+    return m;
+}
+
+/* Gives each request i of the m looked up with k[i] > 0 the lookup's drafts,
+ * at most k[i] (drafter time: the lookup's, or none). */
+static void lookup_props(sd_vf_server *s, int m, const int *k, bool timed)
+{
+    for (int i = 0, j = 0; i < s->n_active && j < m; i++) {
+        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
+        const sd_proposal *o = &s->fb_out[j++];
+        if (k[i] <= 0 || o->n == 0) continue;
+        sd_vf_slot *sl = s->slots[i];
+        sl->prop = *o;
+        sl->prop.n = k[i] < o->n ? k[i] : o->n;
+        sl->prop_draft_us = timed ? s->lk_us : 0;
+    }
+}
+
+/* The lookup for every decoding request that may verify drafts, as many as
+ * its budget: s->avail[i] the drafts found (0: none), s->lk_match[i] the
+ * length of the n-gram that matched. Returns the requests looked up. */
+static int look_up(sd_vf_server *s)
+{
+    int n = s->n_active, m = 0;
+    for (int i = 0; i < n; i++) {
+        s->avail[i] = 0;
+        s->lk_match[i] = 0;
+        if (s->budgets[i] > 0 && !sd_req_prefilling(s->reqs[i])) s->fb_items[m++] = lookup_item(s, i, s->budgets[i]);
+    }
+    m = run_lookup(s, m);
+    for (int i = 0, j = 0; i < n && j < m; i++) {
+        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
+        s->avail[i] = s->fb_out[j].n;
+        s->lk_match[i] = s->fb_out[j++].match;
+    }
+    return m;
+}
+
 /* The fallback (--spec-fallback, vf_adapt.h): each decoding request that was
  * to verify drafts but has none from the drafter as the step runs gets the
  * n-gram lookup's over its committed tokens (one-hot q where it samples
@@ -650,43 +707,55 @@ static void fallback_drafts(sd_vf_server *s)
 {
     int n = s->n_active, m = 0;
     for (int i = 0; i < n; i++) {
-        const sd_req *r = s->reqs[i];
         s->fb_avail[i] = 0;
-        if (!s->ngram || s->budgets[i] <= 0 || s->slots[i]->prop.n > 0 || sd_req_prefilling(r)) continue;
-        s->fb_items[m] = (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens,
-                                           .n_context = r->n_tokens, .k = s->budgets[i],
-                                           .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
-                                           .out_pos = (uint64_t)sd_req_n_output(r)};
-        m++;
+        if (!s->ngram || s->budgets[i] <= 0 || s->slots[i]->prop.n > 0 || sd_req_prefilling(s->reqs[i])) continue;
+        s->fb_items[m++] = lookup_item(s, i, s->budgets[i]);
     }
-    char err[128];
-    if (m == 0 || s->ngram->ops->propose(s->ngram, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK)
-        return;
+    if ((m = run_lookup(s, m)) == 0) return;
     for (int i = 0, j = 0; i < n && j < m; i++)
         if (s->fb_items[j].seq_id == s->slots[i]->id) s->fb_avail[i] = s->fb_out[j++].n;
     int *k = s->fb_k;
     for (int i = 0; i < n; i++) k[i] = s->fb_avail[i] > 0 ? s->budgets[i] : s->slots[i]->prop.n;
     sd_vf_adapt_fallback(&s->ad, s->reqs, s->aqs, k, s->fb_avail, n, s->chunk);
-    for (int i = 0, j = 0; i < n && j < m; i++) {
-        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
-        const sd_proposal *o = &s->fb_out[j++];
-        if (s->fb_avail[i] == 0 || k[i] == 0) continue;
-        sd_vf_slot *sl = s->slots[i];
-        sl->prop = *o;
-        sl->prop.n = k[i];
-        sl->prop_draft_us = 0;
-    }
+    for (int i = 0; i < n; i++) k[i] = s->fb_avail[i] > 0 ? k[i] : 0;
+    lookup_props(s, m, k, false);
 }
 
-/* Serial: choose the drafts, ask the drafter and wait for its reply
+/* Serial, the lookup asked before the drafter (m requests, look_up): when
+ * its drafts make a better step than the plan's (sd_vf_adapt_lookup), the
+ * requests verify them and the drafter is not asked. Counted as the
+ * fallback's drafts. Returns whether they do. */
+static bool lookup_first(sd_vf_server *s, int m)
+{
+    int n = s->n_active, *k = s->fb_k;
+    int free = sd_kv_pool_free_count(s->pool) - promised_blocks(s);
+    memset(k, 0, (size_t)n * sizeof *k);
+    if (!sd_vf_adapt_lookup(&s->ad, s->reqs, s->aqs, k, s->avail, s->lk_match, n, free,
+                            sd_kv_pool_block_size(s->pool), s->chunk))
+        return false;
+    for (int i = 0; i < n; i++) {
+        if (s->aqs[i]->k >= 0) s->budgets[i] = k[i];
+        s->fb_avail[i] = k[i] > 0 ? s->avail[i] : 0;
+    }
+    lookup_props(s, m, k, false);
+    return true;
+}
+
+/* Serial: choose the drafts — the lookup's instead where they pay more
+ * (--spec-fallback ngram) — ask the drafter and wait for its reply
  * (vf_link.h), then verify. */
 static void step_serial(sd_vf_server *s)
 {
     int n = s->n_active;
     double t = sd_now_ms();
     plan_step(s);
+    int looked = s->link && s->ngram && s->cfg->spec_lookup_first ? look_up(s) : 0;
     int drafting = s->link ? choose_drafts(s, NULL, NULL, false) : 0;
     for (int i = 0; i < n; i++) s->slots[i]->prop.n = 0;
+    if (looked > 0 && lookup_first(s, looked)) {
+        run_step(s, sd_now_ms() - t, false);
+        return;
+    }
     if (drafting > 0) sd_vf_link_draft(s->link, s->slots, s->budgets, n);
     fallback_drafts(s);
     run_step(s, sd_now_ms() - t, false);
@@ -697,40 +766,18 @@ static void step_serial(sd_vf_server *s)
  * of those at hand it verifies (vf_adapt.h), the lookup's time counting as the drafter's. */
 static void step_local(sd_vf_server *s)
 {
-    int n = s->n_active, m = 0;
+    int n = s->n_active;
     double t = sd_now_ms();
     plan_step(s);
     for (int i = 0; i < n; i++) {
-        const sd_req *r = s->reqs[i];
         s->slots[i]->prop.n = 0;
         s->slots[i]->prop_draft_us = 0;
-        s->avail[i] = 0;
         s->fb_avail[i] = 0;
-        if (s->budgets[i] <= 0 || sd_req_prefilling(r)) continue;
-        s->fb_items[m++] = (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens,
-                                             .n_context = r->n_tokens, .k = s->budgets[i],
-                                             .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
-                                             .out_pos = (uint64_t)sd_req_n_output(r)};
     }
-    char err[128];
-    double t0 = sd_now_ms();
-    if (m > 0 && s->ngram->ops->propose(s->ngram, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK) m = 0;
-    uint32_t us = m > 0 ? (uint32_t)((sd_now_ms() - t0) * 1e3 / m) : 0;
-    for (int i = 0, j = 0; i < n && j < m; i++) {
-        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
-        s->avail[i] = s->fb_out[j].n;
-        s->aqs[i]->match = s->fb_out[j++].match; /* priced by the n-gram length that matched (vf_adapt.h) */
-    }
+    int m = look_up(s);
+    for (int i = 0; i < n; i++) s->aqs[i]->match = s->lk_match[i]; /* priced by the n-gram length (vf_adapt.h) */
     choose_drafts(s, s->avail, NULL, false);
-    for (int i = 0, j = 0; i < n && j < m; i++) {
-        if (s->fb_items[j].seq_id != s->slots[i]->id) continue;
-        const sd_proposal *o = &s->fb_out[j++];
-        if (s->budgets[i] <= 0 || o->n == 0) continue;
-        sd_vf_slot *sl = s->slots[i];
-        sl->prop = *o;
-        sl->prop.n = s->budgets[i] < o->n ? s->budgets[i] : o->n;
-        sl->prop_draft_us = us;
-    }
+    lookup_props(s, m, s->budgets, true);
     run_step(s, sd_now_ms() - t, false);
 }
 
@@ -989,6 +1036,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->fb_k = calloc(nb, sizeof *s->fb_k);
     s->fb_items = calloc(nb, sizeof *s->fb_items);
     s->fb_out = calloc(nb, sizeof *s->fb_out);
+    s->lk_match = calloc(nb, sizeof *s->lk_match);
     sd_vf_adapt_init(&s->ad);
     sd_vf_pace_init(&s->pace, &s->ad.cost);
     gethostname(s->host, sizeof s->host - 1);
@@ -999,7 +1047,8 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
         !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->catchup || !s->chunk ||
-        !s->draft_ms || !s->fb_avail || !s->fb_k || !s->fb_items || !s->fb_out) {
+        !s->draft_ms || !s->fb_avail || !s->fb_k || !s->fb_items || !s->fb_out ||
+        !s->lk_match) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
@@ -1038,6 +1087,7 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->fb_k);
     free(s->fb_items);
     free(s->fb_out);
+    free(s->lk_match);
     sd_vf_front_free(s->front); /* closes s->sock */
     sd_curve_free(s->curve);
     free(s->active);

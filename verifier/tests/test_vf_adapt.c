@@ -853,6 +853,75 @@ START_TEST(lookup_drafts_priced_by_their_match)
 }
 END_TEST
 
+/* Serial, one request: the plan, then the lookup's step priced against it
+ * (12 lookup drafts at hand, found by an n-gram of length match, accepted
+ * at p_lookup each); the drafter's drafts are accepted at s->p_accept and
+ * its call takes 0.3 ms + 0.05 ms a draft, which the step waits for.
+ * Returns whether the lookup's drafts ran; the drafter's estimate must not
+ * learn from them. */
+static bool lookup_first_step(sim *s, int match, double p_lookup)
+{
+    int budgets[1] = {12}, k[1] = {0}, avail[1] = {12}, mt[1] = {match}, offered[1], accepted[1] = {0};
+    int catchup[1] = {0};
+    bool had_q[1] = {0}, ready[1] = {0};
+    double dms[1] = {0};
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, catchup, NULL, 1, -1, 16, NULL, false),
+                     SD_OK);
+    bool used = sd_vf_adapt_lookup(&s->ad, s->rp, s->qp, k, avail, mt, 1, -1, 16, NULL);
+    if (used) ck_assert_int_gt(k[0], 0);
+    ck_assert(s->q[0].lookup == used);
+    offered[0] = used ? k[0] : budgets[0];
+    double p = used ? p_lookup : s->p_accept;
+    while (accepted[0] < offered[0] && (double)rand_r(&s->seed) / RAND_MAX < p) accepted[0]++;
+    dms[0] = used || offered[0] == 0 ? 0 : 0.3 + 0.05 * offered[0];
+    sd_step_timing t = timing_of(1 + offered[0]);
+    uint64_t drafter_steps = s->q[0].acc.steps;
+    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05 + dms[0], 0, s->rp, s->qp, offered, accepted,
+                     had_q, catchup, dms, ready, 1, false);
+    if (used) ck_assert_uint_eq(s->q[0].acc.steps, drafter_steps);
+    ck_assert(!s->q[0].lookup && !s->ad.step_lookup);
+    return used;
+}
+
+/* Lookup drafts after long n-grams, accepted as often as the drafter's,
+ * win the step (no drafter call to wait for); after 1-grams that are never
+ * accepted they lose it, and the drafter keeps drafting. */
+START_TEST(lookup_first_where_it_pays)
+{
+    sim s;
+    sim_one(&s, 0.8, 0);
+    int won = 0;
+    for (int i = 0; i < 400; i++) won += lookup_first_step(&s, 4, 0.97) && i >= 200;
+    ck_assert_msg(won >= 180, "lookup drafts after 4-grams ran in %d of 200 steps", won);
+    sim_one(&s, 0.8, 0);
+    won = 0;
+    for (int i = 0; i < 400; i++) won += lookup_first_step(&s, 1, 0.0) && i >= 200;
+    ck_assert_msg(won <= 20, "lookup drafts after 1-grams ran in %d of 200 steps", won);
+    ck_assert_uint_gt(s.q[0].acc.steps, 150); /* the drafter drafted meanwhile */
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
+/* No lookup step in the regime test's plain block, nor where a request's
+ * own num_draft asks the drafter. */
+START_TEST(lookup_first_not_against_the_rules)
+{
+    sim s;
+    sim_one(&s, 0.8, 0);
+    for (int i = 0; i < 50; i++) lookup_first_step(&s, 4, 0.97);
+    int budgets[1] = {12}, k[1] = {0}, avail[1] = {12}, mt[1] = {4};
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
+    s.ad.step_plain = true;
+    ck_assert(!sd_vf_adapt_lookup(&s.ad, s.rp, s.qp, k, avail, mt, 1, -1, 16, NULL));
+    ck_assert_int_eq(k[0], 0);
+    sd_vf_adapt_free(&s.ad);
+    sim_init(&s, 1, true);
+    s.p_accept = 0.8;
+    for (int i = 0; i < 50; i++) ck_assert(!lookup_first_step(&s, 4, 0.97));
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vf_adapt");
@@ -869,6 +938,8 @@ int main(void)
     tcase_add_test(tc, drafts_at_hand_priced_in_full);
     tcase_add_test(tc, fallback_follows_its_own_acceptance);
     tcase_add_test(tc, lookup_drafts_priced_by_their_match);
+    tcase_add_test(tc, lookup_first_where_it_pays);
+    tcase_add_test(tc, lookup_first_not_against_the_rules);
     tcase_add_test(tc, regime_blocks);
     tcase_add_test(tc, regime_catches_what_the_model_misses);
     tcase_add_test(tc, catching_up_spread_over_the_block);

@@ -25,6 +25,7 @@ START_TEST(defaults)
     ck_assert_int_eq(c.num_draft, SD_NUM_DRAFT_DEFAULT);
     ck_assert(c.spec_adaptive);
     ck_assert(c.spec_fallback);
+    ck_assert(c.spec_lookup_first);
     ck_assert_int_eq(c.spec_max_draft, SD_VF_SPEC_MAX_DRAFT_DEFAULT);
     ck_assert_int_eq(c.spec_max_batch, 0); /* optional caps: none by default */
     ck_assert_int_eq(c.spec_max_batch_sampled, 0);
@@ -68,9 +69,15 @@ START_TEST(all_options)
     char *fb[] = {"v", "--model", "m", "--spec-fallback", "off", NULL};
     ck_assert_int_eq(parse(&c, err, 5, fb), SD_OK);
     ck_assert(!c.spec_fallback);
+    ck_assert(!c.spec_lookup_first);
+    fb[4] = "missing"; /* only where the drafter left a request without drafts */
+    ck_assert_int_eq(parse(&c, err, 5, fb), SD_OK);
+    ck_assert(c.spec_fallback);
+    ck_assert(!c.spec_lookup_first);
     fb[4] = "ngram";
     ck_assert_int_eq(parse(&c, err, 5, fb), SD_OK);
     ck_assert(c.spec_fallback);
+    ck_assert(c.spec_lookup_first);
     char *ng[] = {"v", "--model", "m", "--ngram", NULL};
     ck_assert_int_eq(parse(&c, err, 4, ng), SD_OK);
     ck_assert(c.ngram);
