@@ -33,7 +33,7 @@
 #      with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and with 128 blocks
 #      a row in the split attention (SD_CUDA_ATTN_SPLITS=128);
 #   4. specd serve through specd-bench (C = 1, 4 and 16): plain, the drafter on the GPU, the
-#      drafter on the CPU;
+#      drafter on the CPU, the drafter on the GPU without lookup first (--spec-fallback missing);
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
 #   6. (pair) an 8B/0.6B-shaped pair — Qwen3-8B and Qwen3-0.6B shapes, random weights
 #      (--random-weights), the Qwen3 tokenizer — through specd serve at C = 1, 4, 16: plain,
@@ -127,15 +127,17 @@ sys.exit(0 if a["text"] == b["text"] else 1)' "$WORK/plain-$tag-$n.json" "$WORK/
 }
 
 # serve_bench DEVICE: specd serve with the verifier on DEVICE through specd-bench, one round
-# each, C = 1 and 4 (scripts/bench_ab.sh): plain, speculative with the drafter on DEVICE too,
-# speculative with the drafter on the CPU.
+# each, C = 1, 4 and 16 (scripts/bench_ab.sh): plain, speculative with the drafter on DEVICE too,
+# speculative with the drafter on the CPU, and the first again without lookup first (a serial
+# protocol's steps verifying the verifier's own n-gram drafts instead of asking the drafter).
 serve_bench() {
   local dev=$1 c
   for c in 1 4 16; do
     echo "== C = $c"
     SD_BENCH_BIN=$BIN SD_BENCH_OUT=$WORK/serve-c$c "$ROOT/scripts/bench_ab.sh" 1 "$c" 0 16 \
       "--device $dev --no-spec" "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m" \
-      "--device $dev --draft-device cpu --draft $ROOT/models/tinycode-3m" || return 1
+      "--device $dev --draft-device cpu --draft $ROOT/models/tinycode-3m" \
+      "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m --spec-fallback missing" || return 1
   done
 }
 
