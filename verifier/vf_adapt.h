@@ -217,8 +217,8 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
  * lookup's drafts request i verifies, its estimates learn from them (not the
  * drafter's: for those, no step happened), the step's time outside the
  * engine counts as a plain step's (the drafter's figures do not fade), and
- * for the regime test it is a drafting step. False: nothing changed, k
- * untouched. */
+ * for the regime test it is a drafting step. False: the step runs as
+ * planned, k untouched (the lookup's estimates may have been seeded). */
 bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
                         const int *match, int n, int kv_free, int bs, const int *chunk);
 
