@@ -156,7 +156,8 @@ static void render_pipe(FILE *f, const sd_lanes *l)
         "Drafter time behind the drafts used.",
         "Wall time of the decode steps with drafts, end of the previous step to end.",
         "Forward pass and accept time of those steps.",
-        "Steps that verified the fallback proposer's drafts (no drafter span in time; --spec-fallback).",
+        "Steps that verified the verifier's n-gram lookup drafts instead of the drafter's (no span in time, or "
+        "chosen first; --spec-fallback).",
         "Drafts of those steps accepted."};
     uint64_t sum[SD_LANE_PIPE_N] = {0};
     for (size_t i = 0; i < sd_lanes_count(l); i++)
