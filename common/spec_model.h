@@ -118,6 +118,7 @@ typedef struct sd_cost {
     unsigned long long seen[SD_COST_ROWS + 1]; /* steps when each row count was last measured */
     short below[SD_COST_ROWS + 1];       /* the nearest measured row count at or below (0: none) */
     short above[SD_COST_ROWS + 1];       /* ... at or above (0: none) */
+    short ref[SD_COST_ROWS + 1];         /* the warm count at or below each whose rows bound it (0: none) */
     short top, top2;                     /* the largest measured row counts (0: none) */
     unsigned long long steps;            /* forward passes measured */
     double speed;                        /* the machine's speed now: predictions = speed × shape */

@@ -79,6 +79,7 @@
 #define SD_VF_PROBE_MAX 64
 #define SD_VF_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
 #define SD_VF_MATCH_CLASSES 4 /* n-gram lookup drafts by the length that matched: 1, 2, 3, 4 or more */
+#define SD_VF_CALIB_MAX 16 /* the largest batch of the start-up calibration */
 #define SD_VF_FB_PROBE 8 /* fallback drafts declined this many times in a row: one is verified (a probe) */
 
 /* Adaptive figures (specd.AdaptStats), per request or summed. */
@@ -152,12 +153,13 @@ void sd_vf_adapt_init(sd_vf_adapt *ad);
 void sd_vf_adapt_free(sd_vf_adapt *ad);
 
 /* Measures the engine before serving: a throwaway request verifies spans of
- * 0..kmax drafts (greedy, then sampled), three passes each, so the cost
+ * 0..kmax drafts (greedy, then sampled), three passes each, then batches of
+ * 4 and 16 such requests (greedy, as far as max_batch allows), so the cost
  * model starts from this machine's curve rather than from the first,
  * cold, requests (and the weights are paged in); it stops after budget_ms
  * (a large model on a slow device gets fewer sizes measured). Returns
  * SD_OK, or the error that stopped it (the model then starts emptier). */
-sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, double budget_ms, char *err,
+sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, int max_batch, double budget_ms, char *err,
                                 size_t errlen);
 
 /* A new request; fixed: it chose its own num_draft. */

@@ -953,7 +953,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
         char err[256];
         double t0 = sd_now_ms();
         int kmax = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
-        if (sd_vf_adapt_calibrate(&s->ad, s->e, kmax, CALIBRATE_MS, err, sizeof err) != SD_OK)
+        if (sd_vf_adapt_calibrate(&s->ad, s->e, kmax, s->cfg->max_batch, CALIBRATE_MS, err, sizeof err) != SD_OK)
             SD_WARN("calibration stopped: %s", err);
         SD_INFO("step cost measured in %.0f ms: %.3f ms for 1 row, %.3f ms for %d", sd_now_ms() - t0,
                 sd_cost_forward_ms(&s->ad.cost, 1, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1, 1), kmax + 1);

@@ -33,13 +33,47 @@ START_TEST(cost_by_rows)
     ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 8, 0), 2.4, 0.024); /* measured sizes keep their own time */
     double l4 = sd_cost_forward_ms(&c, 4, 0), l20 = sd_cost_forward_ms(&c, 20, 0);
     ck_assert(l4 > 1.0 && l4 < 1.6); /* unmeasured sizes: between the measured neighbours (2 and 7) */
-    ck_assert_double_eq_tol(l20, 2.4 + 0.8 * 12, 0.2); /* beyond the largest: the slope of the last two */
+    /* beyond the largest: the slope of the last two, at most the largest's cost per row (a tile's jump
+     * is no slope: 2.4 + 0.3 * 12) — and not warm, at most in proportion to the warm count below of
+     * the least cost per row (7) */
+    ck_assert_double_eq_tol(l20, 1.6 * 20 / 7, 0.05);
     /* a cold first pass is replaced by a faster second (and two samples borrow from the counts near) */
     sd_cost_forward(&c, 3, 1, 9.0);
     sd_cost_forward(&c, 3, 1, 1.2);
     double l3 = sd_cost_forward_ms(&c, 3, 0), l5 = sd_cost_forward_ms(&c, 5, 0);
     ck_assert_msg(l3 < 1.6, "3 rows: %.3f", l3); /* not the cold pass's 9 (the speed it moved aside) */
     ck_assert_msg(l5 >= l3 && l5 <= sd_cost_forward_ms(&c, 7, 0), "5 rows: %.3f", l5); /* now between 3 and 7 */
+}
+END_TEST
+
+START_TEST(unwarmed_counts_at_most_in_proportion)
+{
+    /* the start-up measure: 1..13 rows of one sequence (1 ms + 0.05 a row); then plain steps of 16
+     * requests, 16 rows at 4.4 ms — dearer by their sequences, not their rows. The slope from 13 to 16
+     * rows (about 1 ms a row) priced each draft of a 16-request step at ten times its cost and none
+     * ever ran (CPU, 1 thread, 16 greedy requests: 17 rows predicted 0.47 ms above 16, drafting steps
+     * measured 0.17 ms a row); an added row costs at most the average row of the largest count, and a
+     * count not warm at most in proportion to a warm one below of as many sequences */
+    sd_cost c;
+    sd_cost_init(&c);
+    for (int i = 0; i < 3; i++)
+        for (int r = 1; r <= 13; r++) sd_cost_forward(&c, r, 1, 1.0 + 0.05 * r);
+    for (int i = 0; i < 50; i++) sd_cost_forward(&c, 16, 16, 4.4);
+    double t16 = sd_cost_forward_ms(&c, 16, 16), t17 = sd_cost_forward_ms(&c, 17, 16);
+    double t32 = sd_cost_forward_ms(&c, 32, 16);
+    ck_assert_double_eq_tol(t16, 4.4, 0.1);
+    ck_assert_msg(t17 - t16 <= t16 / 16 + 1e-9, "17 rows %.3f, 16 rows %.3f", t17, t16);
+    ck_assert_double_eq_tol(t32, 2 * t16, 0.1);
+    /* drafting steps of 34 rows measured often (8 ms), 48 rows once in a slow pass (15 ms): not warm,
+     * 48 rows cost at most in proportion to 34; the counts between are not priced from it either;
+     * once warm, its own figure holds */
+    for (int i = 0; i < 50; i++) sd_cost_forward(&c, 34, 16, 8.0);
+    sd_cost_forward(&c, 48, 16, 15.0);
+    double t34 = sd_cost_forward_ms(&c, 34, 16);
+    ck_assert_double_le(sd_cost_forward_ms(&c, 48, 16), t34 * 48 / 34 + 1e-9);
+    ck_assert_double_le(sd_cost_forward_ms(&c, 40, 16), t34 * 40 / 34 + 1e-9);
+    for (int i = 0; i < 10; i++) sd_cost_forward(&c, 48, 16, 15.0);
+    ck_assert_double_gt(sd_cost_forward_ms(&c, 48, 16), 13.0);
 }
 END_TEST
 
@@ -338,6 +372,7 @@ int main(void)
     Suite *s = suite_create("spec_model");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, cost_by_rows);
+    tcase_add_test(tc, unwarmed_counts_at_most_in_proportion);
     tcase_add_test(tc, rare_counts_borrow_from_near_ones);
     tcase_add_test(tc, cost_by_sequences);
     tcase_add_test(tc, per_sequence_cost_beyond_noise_only);

@@ -473,6 +473,39 @@ START_TEST(late_spans_teach_nothing)
 }
 END_TEST
 
+/* Pipelined, a request left without drafts has nothing in flight: the
+ * span the drafter drafts for it begins with its guess of the step's token.
+ * Before a probe the drafter is told two drafts, so that one is left once
+ * the guess is matched: told one, the span was used up by the guess and the
+ * probe never had its draft at hand (CPU, 16 requests: every probe late). */
+START_TEST(probe_span_past_the_guess)
+{
+    sim s;
+    sim_init(&s, 1, false);
+    int offered[1] = {0}, accepted[1] = {0}, catchup[1] = {0}, told = 0, probes = 0;
+    bool had_q[1] = {false}, ready[1] = {true};
+    double dms[1] = {0};
+    for (int i = 0; i < 200; i++) {
+        int budgets[1] = {12}, avail[1] = {12}, tell[1] = {0};
+        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
+                         SD_OK);
+        if (budgets[0] == 0 && tell[0] > 0) {
+            ck_assert_int_eq(tell[0], 2);
+            told++;
+        }
+        probes += s.q[0].probing;
+        offered[0] = budgets[0];
+        accepted[0] = 0; /* useless drafts: the request soon drafts only in probes */
+        sd_step_timing t = timing_of(1 + budgets[0]);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
+                         catchup, dms, ready, 1, true);
+    }
+    ck_assert_int_ge(probes, 2);
+    ck_assert_int_ge(told, probes - 1); /* each probe told the step before (the first one perhaps not) */
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
 /* Pipelined: request 0's spans are always at hand, request 1's never (the
  * drafter keeps guessing wrong for it) and it gets no drafts in its steps.
  * Its acceptance stays what the kind's is (late steps teach nothing), but
@@ -932,6 +965,7 @@ int main(void)
     tcase_add_test(tc, new_requests_start_from_their_kind);
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
+    tcase_add_test(tc, probe_span_past_the_guess);
     tcase_add_test(tc, late_drafts_priced_at_their_yield);
     tcase_add_test(tc, dry_answers_teach_supply);
     tcase_add_test(tc, pipelined_predictions_by_kind);
