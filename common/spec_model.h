@@ -11,7 +11,8 @@
  *                            then); a row count not measured yet is
  *                            interpolated between its nearest measured
  *                            neighbours, and beyond the largest one extended
- *                            with the slope of the last two (proportionally to
+ *                            with the slope of the last two, at most the
+ *                            largest's cost per row (proportionally to
  *                            rows while only one count is measured, so that
  *                            smaller steps are tried first);
  *   accept(greedy, sampled)  verification after the pass: a greedy row costs
@@ -47,6 +48,18 @@
  * dear are never run — measured on a CPU, 16 requests: 16 rows were
  * predicted at 9.7 ms while 42 rows took 7.5, and 162 of 251 steps drafted
  * (0.70x plain's throughput in that run).
+ * Nor do more rows cost more than in proportion: a count not yet warm
+ * (fewer than 3 samples: not measured, or from a pass or two) costs at most
+ * its rows times the cost per row of a warm count below it with as many
+ * sequences or more (the warm one of the most sequences, then of the least
+ * cost per row; a pass's fixed work is spread over more rows, its
+ * sequences cost no less). The other way round, the slope between the
+ * start-up measure's one-sequence counts and the plain step of 16 requests
+ * (dearer by its sequences) priced each added row at 0.47 ms where drafting
+ * steps took 0.17, and a count priced from one slow pass (48 rows of 16
+ * requests at 15 ms where 34 took 8) was never chosen, so never measured
+ * again (CPU, 1 thread). The bound is a guess, and an optimistic one gets
+ * the count tried; once warm a count's own figure holds, a jump included.
  * The same rows cost more spread over more sequences (per-sequence work:
  * attention set-up, smaller span tiles): each row count also keeps the
  * average number of sequences its passes had, and a per-sequence cost g,
