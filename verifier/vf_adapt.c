@@ -30,6 +30,7 @@ void sd_vf_adapt_init(sd_vf_adapt *ad)
         sd_accept_init(&ad->prior[k], NULL, 0);
         sd_accept_init(&ad->fb_prior[k], NULL, 0);
         for (int c = 0; c < SD_VF_MATCH_CLASSES; c++) sd_accept_init(&ad->m_prior[k][c], NULL, 0);
+        ad->probe_every[k] = SD_VF_PROBE_FIRST;
     }
 }
 
@@ -160,6 +161,7 @@ static void seed(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
 {
     if (q->key >= 0) return;
     q->key = sd_vf_adapt_key(ad, r);
+    q->probe_every = ad->probe_every[q->key];
     const sd_accept *prior = &ad->prior[q->key];
     if (prior->steps > 0) sd_accept_init(&q->acc, prior, SEED_WEIGHT);
 }
@@ -676,6 +678,11 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
     } else {
         q->zero_run = 0;
         q->probe_every = SD_VF_PROBE_FIRST;
+    }
+    if (q->probing && !late && q->key >= 0) { /* the kind's interval, for its new requests */
+        int *e = &ad->probe_every[q->key];
+        *e = accepted == 0 ? (*e * 2 < SD_VF_PROBE_MAX ? *e * 2 : SD_VF_PROBE_MAX)
+                           : (*e / 2 > SD_VF_PROBE_FIRST ? *e / 2 : SD_VF_PROBE_FIRST);
     }
 }
 

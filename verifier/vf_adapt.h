@@ -44,7 +44,12 @@
  * step with prompt chunks prices its time at what the
  * decoding requests make on their own (spec_sched.h). A request it gives no drafts for
  * a while gets a one-draft probe (after 4 steps, doubling to 64 while probes
- * are rejected, back to 4 when one is accepted; one request per step), so a request whose drafts
+ * are rejected, back to 4 when one is accepted; one request per step; a new
+ * request starts at its kind's interval, which doubles with each probe of
+ * the kind rejected and halves with each accepted, so that where drafts are
+ * poor — T = 1.5 — every request does not pay for probes at 4, 12, 28 and 60
+ * steps again: on a CPU, 2 cores, C = 1, those cost 3-5% of the
+ * throughput), so a request whose drafts
  * got better is noticed and the estimates never freeze — but only while a
  * draft sure to be accepted could pay for itself at the measured cost
  * (else the cost keeps it plain, and a probe every 256 steps re-measures);
@@ -132,6 +137,7 @@ typedef struct sd_vf_adapt {
     sd_accept prior[SD_VF_ACCEPT_KEYS];
     sd_accept fb_prior[SD_VF_ACCEPT_KEYS];   /* the same for the fallback proposer's drafts */
     sd_accept m_prior[SD_VF_ACCEPT_KEYS][SD_VF_MATCH_CLASSES]; /* the same for lookup drafts by match length */
+    int probe_every[SD_VF_ACCEPT_KEYS];      /* per kind: the probe interval a new request starts with */
     bool drafter_q;                          /* the drafter answered a q request with q */
     uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
     uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */

@@ -473,6 +473,34 @@ START_TEST(late_spans_teach_nothing)
 }
 END_TEST
 
+/* A new request starts probing at its kind's interval: after the kind's
+ * probes were rejected a while, a fresh request of it takes no probe in
+ * its first 60 steps (at 4, 12, 28 and 60 before); once the kind's drafts
+ * are good again, a fresh request drafts within its first steps (seeded
+ * from the kind's estimate, no probe needed). */
+START_TEST(new_request_probes_at_kinds_interval)
+{
+    sim s;
+    sim_one(&s, 0, 0);
+    for (int i = 0; i < 600; i++) sim_step(&s, NULL); /* useless drafts: probes rejected */
+    ck_assert_int_eq(s.ad.probe_every[s.q[0].key], SD_VF_PROBE_MAX);
+    sd_vf_areq_init(&s.q[0], false);
+    int probes = 0;
+    for (int i = 0; i < 60; i++) probes += sim_step(&s, NULL) > 0;
+    ck_assert_int_eq(probes, 0);
+    s.p_accept = 1; /* the drafts recover: a probe notices, the request drafts again */
+    for (int i = 0; i < 300; i++) sim_step(&s, NULL);
+    ck_assert_int_lt(s.ad.probe_every[s.q[0].key], SD_VF_PROBE_MAX);
+    sd_vf_areq_init(&s.q[0], false);
+    s.p_accept = 0;
+    int first = -1;
+    for (int i = 0; i < 8 && first < 0; i++)
+        if (sim_step(&s, NULL) > 0) first = i;
+    ck_assert_int_ge(first, 0);
+    sd_vf_adapt_free(&s.ad);
+}
+END_TEST
+
 /* Pipelined, a request left without drafts has nothing in flight: the
  * span the drafter drafts for it begins with its guess of the step's token.
  * Before a probe the drafter is told two drafts, so that one is left once
@@ -966,6 +994,7 @@ int main(void)
     tcase_add_test(tc, fixed_and_budgets);
     tcase_add_test(tc, late_spans_teach_nothing);
     tcase_add_test(tc, probe_span_past_the_guess);
+    tcase_add_test(tc, new_request_probes_at_kinds_interval);
     tcase_add_test(tc, late_drafts_priced_at_their_yield);
     tcase_add_test(tc, dry_answers_teach_supply);
     tcase_add_test(tc, pipelined_predictions_by_kind);
