@@ -1,7 +1,6 @@
 /* vf_regime.c — see vf_regime.h. */
 #include "vf_regime.h"
 
-#include <math.h>
 #include <string.h>
 
 void sd_vf_regime_init(sd_vf_regime *g)
@@ -31,18 +30,6 @@ double sd_vf_regime_rate(const sd_vf_regime *g, int regime)
     return g->key < 0 ? -1 : load_rate(&g->load[g->key], regime);
 }
 
-/* The standard error of regime r's rate under load l: the spread of its
- * blocks' rates (faded weights; at least one block's worth). */
-static double rate_se(const sd_vf_regime_load *l, int r)
-{
-    double w = l->w[r];
-    if (!(w > 0)) return 0;
-    double mean = l->x[r] / w, var = l->xx[r] / w - mean * mean;
-    if (var < 0) var = 0;
-    if (w > 1) var *= w / (w - 1); /* a sample's variance */
-    return sqrt(var / (w > 1 ? w : 1));
-}
-
 /* The regime of a block starting under load l. */
 static int next_regime(sd_vf_regime_load *l)
 {
@@ -55,11 +42,7 @@ static int next_regime(sd_vf_regime_load *l)
     }
     if (l->blocks[SD_VF_DRAFTING] < SD_VF_REGIME_MIN || l->blocks[SD_VF_PLAIN] < SD_VF_REGIME_MIN)
         return l->blocks[SD_VF_PLAIN] < l->blocks[SD_VF_DRAFTING] ? SD_VF_PLAIN : SD_VF_DRAFTING;
-    /* drafting unless plain is faster beyond the blocks' noise: the step model already chose drafting over
-     * plain step by step, and at 16 requests (a core each, T = 0) blocks of either regime ranged over +-10%
-     * of its rate — a lucky plain block had made plain the winner for 20 blocks while drafting was ~1.1x */
-    double se = sqrt(rate_se(l, SD_VF_PLAIN) * rate_se(l, SD_VF_PLAIN) + rate_se(l, SD_VF_DRAFTING) * rate_se(l, SD_VF_DRAFTING));
-    int w = p > d + SD_VF_REGIME_Z * se ? SD_VF_PLAIN : SD_VF_DRAFTING;
+    int w = p > d ? SD_VF_PLAIN : SD_VF_DRAFTING;
     if (w != l->winner) {
         l->winner = w;
         l->gap = SD_VF_REGIME_GAP_FIRST;
@@ -97,16 +80,9 @@ void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms, bool dra
         for (int x = 0; x < 2; x++) { /* both regimes' figures age with the load's blocks */
             l->tok[x] *= SD_VF_REGIME_DECAY;
             l->ms[x] *= SD_VF_REGIME_DECAY;
-            l->w[x] *= SD_VF_REGIME_DECAY;
-            l->x[x] *= SD_VF_REGIME_DECAY;
-            l->xx[x] *= SD_VF_REGIME_DECAY;
         }
-        double rate = g->blk_tok / g->blk_ms;
         l->tok[r] += g->blk_tok;
         l->ms[r] += g->blk_ms;
-        l->w[r] += 1;
-        l->x[r] += rate;
-        l->xx[r] += rate * rate;
         l->blocks[r]++;
     }
     g->steps = 0;

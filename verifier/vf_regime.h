@@ -28,7 +28,8 @@
  * own blocks, the first, cold ones weighed on while the winner's stayed
  * fresh — at C = 16, T = 0, a core each, three early drafting blocks at
  * 2.56-2.91 tokens a ms held drafting below plain's 2.95-3.2 for 20
- * blocks, while its later blocks made 3.1-3.6) runs, and the other one block in gap (4,
+ * blocks, while its later blocks made 3.1-3.6) runs, and the other one
+ * block in gap (4,
  * doubling to 32 while it keeps losing, back to 4 when the winner changes),
  * so that a change of load is noticed. While drafting's rate is
  * SD_VF_REGIME_SKIP times plain's or more, no plain block runs: the test
@@ -57,7 +58,6 @@
 #define SD_VF_REGIME_GAP_MAX 32
 #define SD_VF_REGIME_DECAY 0.75
 #define SD_VF_REGIME_SKIP 1.4
-#define SD_VF_REGIME_Z 1.0 /* plain wins when its rate is drafting's plus this many standard errors */
 
 #define SD_VF_REGIME_KEYS 8
 
@@ -66,7 +66,6 @@ enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 /* The test's figures for one load. */
 typedef struct sd_vf_regime_load {
     double tok[2], ms[2]; /* per regime, over its blocks (faded): tokens committed, ms taken */
-    double w[2], x[2], xx[2]; /* per regime, over its blocks (faded alike): weight, block rate, its square */
     unsigned blocks[2];  /* blocks measured per regime */
     int winner;          /* the regime that won the last comparison (-1: none yet) */
     int gap, since;      /* the winner's blocks between two of the loser's; since its last */

@@ -783,28 +783,6 @@ START_TEST(regime_figures_age_with_the_load)
 }
 END_TEST
 
-/* Blocks of either regime vary (on a CPU, 2 cores, 16 requests: +-10%):
- * plain wins only when its rate is drafting's beyond that noise. Equal
- * rates with noise: drafting runs, plain only in its tests; plain clearly
- * faster (3.6 against 3.0, the same noise): plain runs. */
-static int noisy_plain_blocks(double plain_mean, int n)
-{
-    sd_vf_regime g;
-    sd_vf_regime_init(&g);
-    const double wob[4] = {0.0, 0.3, -0.3, 0.15};
-    int plains = 0;
-    for (int b = 0; b < n; b++) plains += block(&g, plain_mean + wob[b % 4], 3.0 - wob[(b + 1) % 4]) == SD_VF_PLAIN;
-    return plains;
-}
-
-START_TEST(regime_noise)
-{
-    int tie = noisy_plain_blocks(3.0, 60), faster = noisy_plain_blocks(3.6, 60);
-    ck_assert_int_le(tie, 12); /* the first three, the tests after 4, 8, 16, 32, a flip or two (before: 54) */
-    ck_assert_int_ge(faster, 45);
-}
-END_TEST
-
 /* A drafting block whose steps chose no drafts measured plain steps: not
  * taken for drafting's rate (nor counted), so the next block drafts again;
  * one that drafted in a step counts. */
@@ -1056,7 +1034,6 @@ int main(void)
     tcase_add_test(tc, first_catching_up_on_one_request);
     tcase_add_test(tc, a_drafting_block_without_drafts_measures_nothing);
     tcase_add_test(tc, regime_figures_age_with_the_load);
-    tcase_add_test(tc, regime_noise);
     tcase_add_test(tc, catching_up_priced_by_its_tokens);
     tcase_add_test(tc, one_slow_step_is_a_hiccup);
     tcase_add_test(tc, the_work_between_steps_counts);
