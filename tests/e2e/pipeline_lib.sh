@@ -83,6 +83,18 @@ wait_drafter() {
   return 1
 }
 
+# wait_log PATTERN N: waits (60 s) until the current server's log has N
+# lines matching PATTERN (grep -E); a worker's health is answered before it
+# logs that it serves (the step-cost calibration runs in between).
+wait_log() {
+  local i
+  for i in $(seq 600); do
+    [ "$(grep -cE -- "$1" "$SERVE_LOG" 2>/dev/null)" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # serve_stop: SIGTERM to the supervisor (it stops its children), then
 # SIGKILL to whatever is left after 15 s.
 serve_stop() {

@@ -18,6 +18,8 @@ lanes_up() { curl -s "$URL/metrics" | awk '$1 ~ /^specd_lane_up\{/ && $2 == 1' |
 up=false
 for i in $(seq 100); do [ "$(lanes_up)" = 2 ] && { up=true; break; }; sleep 0.1; done
 check "two lanes up behind the router" '$up'
+# the start-up lines checked below: the workers log them after their health is first answered
+wait_log "verifier info: serving " 2; wait_log "drafter info: drafting with" 2
 check "the supervisor started 2 verifiers and 2 drafters" \
   '[ "$(pgrep -P "$SERVE_PID" -f specd-verifier | wc -l)" = 2 ] && [ "$(pgrep -P "$SERVE_PID" -f specd-drafter | wc -l)" = 2 ]'
 check "--batch-invariant reached both verifiers" '[ "$(grep -c "verifier info: batch-invariant" "$SERVE_LOG")" = 2 ]'
