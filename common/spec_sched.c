@@ -186,38 +186,3 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
     }
     return choose(st, reqs, n, k_out, cand, rate);
 }
-
-/* Request r's drafts in the uniform step of k: k within [kmin, kmax], less
- * while its last draft needs a KV block beyond *free (which it takes). */
-static int uniform_k(const sd_sched_req *r, int k, int bs, int *free)
-{
-    k = k < r->kmin ? r->kmin : k > r->kmax ? r->kmax : k;
-    while (*free >= 0 && k > r->kmin && extra_blocks(r, k, bs) > *free) k--;
-    if (*free >= 0) *free -= extra_blocks(r, k, bs);
-    return k;
-}
-
-sd_sched_plan sd_sched_uniform(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out, int *scratch,
-                               int *k_best)
-{
-    int top = 1;
-    for (int i = 0; i < n; i++) top = reqs[i].kmax > top ? reqs[i].kmax : top;
-    sd_sched_plan best = {0, 0, 0, 0};
-    *k_best = 0;
-    for (int k = 1; k <= top; k++) {
-        int free = st->kv_free, drafts = 0;
-        double tokens = st->fixed_tokens;
-        for (int i = 0; i < n; i++) {
-            scratch[i] = uniform_k(&reqs[i], k, st->block_size, &free);
-            tokens += sd_accept_expected(reqs[i].acc, scratch[i]);
-            drafts += scratch[i];
-        }
-        double t = sd_sched_step_ms(st, reqs, n, scratch);
-        if (*k_best > 0 && (t <= 0 || tokens / t <= best.tokens / best.step_ms * (1 + 1e-9))) continue;
-        best = (sd_sched_plan){t, tokens, drafts, 0};
-        *k_best = k;
-        for (int i = 0; i < n; i++) k_out[i] = scratch[i];
-        if (t <= 0) break; /* the cost unknown: one draft each */
-    }
-    return best;
-}

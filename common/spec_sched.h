@@ -106,14 +106,6 @@ sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs,
  * of the time's worth). */
 bool sd_sched_beats(const sd_sched_plan *p, double tokens_a, double ms_a, double tokens_b, double ms_b);
 
-/* The step in which every request is asked for the same number of drafts
- * K >= 1 (at most its kmax, at least its kmin; fewer where its last one
- * would need a KV block none is left for, the requests taken in order):
- * the K of the best predicted rate (1 when the cost is unknown). k_out[i]:
- * request i's drafts, *k_best: K, scratch: n ints. Returns the plan. */
-sd_sched_plan sd_sched_uniform(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out, int *scratch,
-                               int *k_best);
-
 /* The step time predicted for given k[0..n) (same model). */
 double sd_sched_step_ms(const sd_sched_step *st, const sd_sched_req *reqs, int n, const int *k);
 

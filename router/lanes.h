@@ -59,9 +59,8 @@ typedef struct sd_lane_info {
     uint64_t k_chosen[SD_LANE_MAX_K + 1]; /* adaptive: request-steps by drafts chosen */
     size_t n_k_chosen;
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
-    uint64_t regime_plain, regime_every;              /* adaptive: steps the regime test ran plain, every request
-                                                       * drafting */
-    float regime_rate[3];                             /* ... its rates (drafting, plain, every; 0: not measured) */
+    uint64_t regime_plain;                            /* adaptive: steps the regime test ran plain */
+    float regime_rate[2];                             /* ... its rates (drafting, plain; 0: not measured) */
     uint32_t step_rows_max;          /* the most rows one of its engine steps had */
     uint64_t preemptions;            /* requests its verifier preempted (KV short) */
     uint64_t prefix_queries, prefix_hits; /* prompt positions looked up / taken from the prefix cache */

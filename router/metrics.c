@@ -181,7 +181,7 @@ static void render_pipe(FILE *f, const sd_lanes *l)
  * acceptance estimates. */
 static void render_adapt(FILE *f, const sd_lanes *l)
 {
-    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0, plain = 0, every = 0;
+    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0, plain = 0;
     size_t nk = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
@@ -191,7 +191,6 @@ static void render_adapt(FILE *f, const sd_lanes *l)
         meas += in->step_meas_us;
         errs += in->step_err_us;
         plain += in->regime_plain;
-        every += in->regime_every;
     }
     header(f, "specd_spec_draft_length_total", "counter",
            "Decode steps by the number of drafts the scheduler chose (k), summed over requests and lanes.");
@@ -206,17 +205,14 @@ static void render_adapt(FILE *f, const sd_lanes *l)
     header(f, "specd_spec_regime_plain_steps_total", "counter",
            "Steps the regime test ran without drafts (blocks of plain decoding measured against drafting).");
     fprintf(f, "specd_spec_regime_plain_steps_total %llu\n", (unsigned long long)plain);
-    header(f, "specd_spec_regime_every_steps_total", "counter",
-           "Steps the regime test ran with drafts for every request (the same number each, the best by the step model).");
-    fprintf(f, "specd_spec_regime_every_steps_total %llu\n", (unsigned long long)every);
     header(f, "specd_spec_regime_rate", "gauge",
-           "The regime test's measured rates under the load last tested (drafting as the scheduler chooses, plain, "
-           "every request drafting): tokens committed per ms (0: not measured).");
+           "The regime test's measured rate of drafting and of plain decoding under the load last tested: tokens "
+           "committed per ms (0: not measured).");
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
-        for (int r = 0; r < 3; r++)
+        for (int r = 0; r < 2; r++)
             fprintf(f, "specd_spec_regime_rate{lane=\"%s\",regime=\"%s\"} %.4f\n", in->endpoint,
-                    r == 2 ? "every" : r ? "plain" : "drafting", in->regime_rate[r]);
+                    r ? "plain" : "drafting", in->regime_rate[r]);
     }
     header(f, "specd_spec_acceptance_estimate", "gauge",
            "P(draft pos accepted | the drafts before it were), by kind of request (verification mode, temperature).");

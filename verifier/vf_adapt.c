@@ -276,8 +276,7 @@ static void plain_alt(sd_vf_adapt *ad, const sd_sched_step *st, int m)
 }
 
 /* This step's plan: the regime test's plain block (vf_regime.h) runs the
- * plain alternative, its block with drafts for every request the best
- * uniform step; otherwise the scheduler's choice, debiased. */
+ * plain alternative; otherwise the scheduler's choice, debiased. */
 static sd_sched_plan choose(sd_vf_adapt *ad, sd_sched_step *st, int m)
 {
     plain_alt(ad, st, m);
@@ -285,7 +284,6 @@ static sd_sched_plan choose(sd_vf_adapt *ad, sd_sched_step *st, int m)
         memcpy(ad->kk, ad->k0, (size_t)m * sizeof *ad->kk);
         return (sd_sched_plan){ad->alt_ms, ad->alt_tok, 0, 0};
     }
-    if (ad->step_every) return sd_sched_uniform(st, ad->sr, m, ad->kk, ad->k0, &ad->every_k);
     return debiased(ad, m, sd_sched_choose(st, ad->sr, m, ad->kk, ad->cand));
 }
 
@@ -374,10 +372,9 @@ static void pipe_overhead(sd_vf_adapt *ad, sd_req *const *reqs, const int *budge
     }
 }
 
-/* The regime test's choice for this step (ad->step_plain, ad->step_every),
- * by the load of its decoding requests (drafts for every request: two or
- * more of them). Returns whether the step is one the test may measure: a
- * request whose drafts the scheduler chooses could draft. */
+/* The regime test's choice for this step (ad->step_plain), by the load of
+ * its decoding requests. Returns whether the step is one the test may
+ * measure: a request whose drafts the scheduler chooses could draft. */
 static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, const int *budgets, int n)
 {
     int m = 0;
@@ -389,9 +386,7 @@ static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
         sampled |= r->p.sampling.temperature > 0;
         testable |= !aq[i]->fixed && budgets[i] > 0;
     }
-    int g = testable ? sd_vf_regime_step(&ad->rg, sd_vf_regime_key(m, sampled), m >= 2) : SD_VF_DRAFTING;
-    ad->step_plain = g == SD_VF_PLAIN;
-    ad->step_every = g == SD_VF_EVERY;
+    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg, sd_vf_regime_key(m, sampled));
     return testable;
 }
 
@@ -446,7 +441,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
     sd_sched_plan plan = choose(ad, &st, m);
     ad->pred_ms = plan.step_ms;
     explore_catchup(ad, &st, catchup, m);
-    int probing = ad->step_plain || ad->step_every ? -1 : probe(ad, &st, aq, m, plan);
+    int probing = ad->step_plain ? -1 : probe(ad, &st, aq, m, plan);
     ad->maxk = 0;
     for (int j = 0; j < m; j++) {
         int i = ad->map[j], k = ad->kk[j];
@@ -462,9 +457,8 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
          * before a probe may come one draft past its guess of this step's token (with nothing in
          * flight a span's first token is that guess: told one, the probe found nothing left) */
         if (tell && eligible)
-            tell[i] = q->fixed          ? budgets[i]
-                      : ad->step_every ? (ad->every_k + 1 < budgets[i] ? ad->every_k + 1 : budgets[i])
-                      : k > 0          ? (k + 2 < budgets[i] ? k + 2 : budgets[i])
+            tell[i] = q->fixed ? budgets[i]
+                      : k > 0  ? (k + 2 < budgets[i] ? k + 2 : budgets[i])
                       : !ad->step_plain && q->zero_run + 1 >= q->probe_every ? (budgets[i] < 2 ? budgets[i] : 2)
                                                                            : 0;
         budgets[i] = k;
@@ -493,7 +487,7 @@ static sd_sched_req lookup_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_ar
 bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
                         const int *match, int n, int kv_free, int bs, const int *chunk)
 {
-    if (ad->step_plain || ad->step_every || ad->plan.step_ms <= 0 || fit(ad, n) != SD_OK) return false;
+    if (ad->step_plain || ad->plan.step_ms <= 0 || fit(ad, n) != SD_OK) return false;
     sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->plain_ms,
                         .kv_free = kv_free, .block_size = bs};
     int m = 0;

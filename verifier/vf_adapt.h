@@ -146,8 +146,6 @@ typedef struct sd_vf_adapt {
     bool step_lookup;                        /* this step verifies lookup drafts instead of the drafter's */
     sd_vf_regime rg;                         /* the regime test (vf_regime.h) */
     bool step_plain, step_test;              /* this step: the test's plain block; a step the test measures */
-    bool step_every;                         /* ... the test's block with drafts for every request */
-    int every_k;                             /* ... their number (sd_sched_uniform) */
     double alt_ms, alt_tok, alt_rows;        /* this step's plain alternative: predicted time, tokens, rows */
     int maxk;                                /* this step's longest span chosen */
     sd_sched_req *sr;                        /* scratch */

@@ -38,21 +38,6 @@
  * and in one round of a C = 16, T = 0.8 benchmark it read drafting as 1.4×
  * plain while drafting made 1.9 tokens a ms against plain servers' 3.6–5.3,
  * so no plain block ever ran (docs/BENCHMARKS.md).
- * Under a load of two or more requests there is a third regime (every):
- * every request drafts, the same number each (sd_sched_uniform: the number
- * of the best rate by the step model, at least one) and, pipelined, the
- * drafter is told to draft that far ahead for all (one more, room to grow).
- * The scheduler's own choice is per request, and pipelined it gives drafts
- * to the requests whose span is at hand: the others were told to draft
- * nothing, so their span is never at hand and the choice stays where it is
- * (on a CPU, 2 cores, a core each, 16 greedy requests: the scheduler chose
- * 0.7 drafts a step and ran at plain's rate while every request verifying
- * 2 — static K2 — made 1.11-1.19 times it). With three, each runs until it
- * has SD_VF_REGIME_MIN blocks (the one with fewest first), the best then,
- * and the two losers in turn at the gaps; plain none while either drafting
- * regime makes SKIP times its rate; a drafting regime whose steps choose no
- * drafts (measuring nothing) is tried 2 * SD_VF_REGIME_MIN times, then only
- * as a loser.
  * The verdict depends on the load, so the test keeps its figures apart by
  * the load a block starts with (sd_vf_regime_key: the decoding requests — 1,
  * 2-5, 6-11, 12 or more — and whether any of them samples): a block starts
@@ -73,21 +58,17 @@
 #define SD_VF_REGIME_GAP_MAX 32
 #define SD_VF_REGIME_DECAY 0.75
 #define SD_VF_REGIME_SKIP 1.4
-#define SD_VF_REGIME_ELIM 0.85
 
 #define SD_VF_REGIME_KEYS 8
 
-enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1, SD_VF_EVERY = 2, SD_VF_REGIMES = 3 };
+enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 
 /* The test's figures for one load. */
 typedef struct sd_vf_regime_load {
-    double tok[SD_VF_REGIMES], ms[SD_VF_REGIMES]; /* per regime, over its blocks (faded): tokens, ms taken */
-    unsigned blocks[SD_VF_REGIMES]; /* blocks measured per regime */
-    unsigned dry;                   /* drafting blocks whose steps chose no drafts (measuring nothing) */
-    double ref[SD_VF_REGIMES][SD_VF_REGIMES]; /* [x][y]: y's rate when x's last block ended (<= 0: none) */
+    double tok[2], ms[2]; /* per regime, over its blocks (faded): tokens committed, ms taken */
+    unsigned blocks[2];  /* blocks measured per regime */
     int winner;          /* the regime that won the last comparison (-1: none yet) */
-    int gap, since;      /* the winner's blocks between two of a loser's; since its last */
-    int turn;            /* the loser whose block came last */
+    int gap, since;      /* the winner's blocks between two of the loser's; since its last */
 } sd_vf_regime_load;
 
 typedef struct sd_vf_regime {
@@ -99,7 +80,6 @@ typedef struct sd_vf_regime {
     double blk_tok, blk_ms; /* the block's measured steps: tokens, ms taken */
     int blk_drafted;       /* ... and those of them with drafts chosen */
     uint64_t plain_steps;  /* steps run plain by the test */
-    uint64_t every_steps;  /* ... and with drafts for every request */
 } sd_vf_regime;
 
 void sd_vf_regime_init(sd_vf_regime *g);
@@ -107,10 +87,9 @@ void sd_vf_regime_init(sd_vf_regime *g);
 /* The load of a step: decoding requests (n) and whether any samples. */
 int sd_vf_regime_key(int n, bool sampled);
 
-/* The regime of this step (SD_VF_DRAFTING, SD_VF_PLAIN or SD_VF_EVERY);
- * key: its load (a block starting now takes its regime from that load's
- * figures); every: SD_VF_EVERY may run (else the test has the first two). */
-int sd_vf_regime_step(sd_vf_regime *g, int key, bool every);
+/* Whether this step runs plain; key: its load (a block starting now takes
+ * its regime from that load's figures). */
+bool sd_vf_regime_plain(sd_vf_regime *g, int key);
 
 /* A decode step of the test ran (not one with prompt chunks, nor one where
  * no request could draft): tokens it committed, cycle_ms the time it took
@@ -124,8 +103,8 @@ int sd_vf_regime_step(sd_vf_regime *g, int key, bool every);
  * plain ones beside it, 3.1-3.7 in drafting blocks that drafted). */
 void sd_vf_regime_note(sd_vf_regime *g, double tokens, double cycle_ms, bool drafted);
 
-/* Steps left in the block running when it drafts, this one included (0:
- * none running, or a plain one). */
+/* Steps left in the drafting block running, this one included (0: none
+ * running, or a plain one). */
 int sd_vf_regime_left(const sd_vf_regime *g);
 
 /* A regime's measured rate under the load of the block running (tokens

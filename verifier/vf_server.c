@@ -345,9 +345,6 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     double rd = sd_vf_regime_rate(&s->ad.rg, SD_VF_DRAFTING), rp = sd_vf_regime_rate(&s->ad.rg, SD_VF_PLAIN);
     st.regime_rate_drafting = rd > 0 ? (float)rd : 0;
     st.regime_rate_plain = rp > 0 ? (float)rp : 0;
-    double re = sd_vf_regime_rate(&s->ad.rg, SD_VF_EVERY);
-    st.regime_every_steps = s->ad.rg.every_steps;
-    st.regime_rate_every = re > 0 ? (float)re : 0;
     Specd__AcceptEstimate est[SD_VF_ACCEPT_KEYS], *estp[SD_VF_ACCEPT_KEYS];
     float est_buf[SD_VF_ACCEPT_KEYS][SD_MAX_DRAFT];
     st.n_accept = (size_t)sd_vf_adapt_estimates(&s->ad, est, est_buf, SD_VF_ACCEPT_KEYS);

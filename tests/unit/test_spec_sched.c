@@ -8,8 +8,7 @@
  * kmin, and the choice is the best by brute force over every combination
  * (by its rate, or beside a prompt chunk by the tokens net of the time at
  * the decoding requests' own best rate), and the drafter's passes follow the
- * expected longest of several spans; the uniform step (every request the
- * same K) takes the K of the best rate within the same bounds. */
+ * expected longest of several spans. */
 #include <check.h>
 #include <math.h>
 
@@ -331,69 +330,6 @@ START_TEST(longest_of_several)
 }
 END_TEST
 
-/* The uniform step (every request the same K >= 1): the K of the best
- * predicted rate by brute force, each request within [kmin, kmax] and the
- * KV; at least one draft each however poor the drafts; K = 1 with no cost
- * measured. */
-START_TEST(uniform_step)
-{
-    sd_cost c;
-    cpu_cost(&c);
-    sd_accept good, poor;
-    uniform(&good, 0.8);
-    uniform(&poor, 0.05);
-    sd_sched_step st = step_of(&c);
-    st.seqs = 4;
-    sd_sched_req r[4] = {req_of(&good, 12), req_of(&good, 12), req_of(&good, 2), req_of(&poor, 12)};
-    r[1].kmin = r[1].kmax = 3; /* its own num_draft */
-    int k[4], tmp[4], kb;
-    sd_sched_plan p = sd_sched_uniform(&st, r, 4, k, tmp, &kb);
-    ck_assert_int_ge(kb, 2);
-    ck_assert_int_eq(k[0], kb);
-    ck_assert_int_eq(k[1], 3);
-    ck_assert_int_eq(k[2], 2);
-    ck_assert_int_eq(k[3], kb);
-    for (int K = 1; K <= 12; K++) {
-        double tokens = 0;
-        for (int i = 0; i < 4; i++) {
-            tmp[i] = K < r[i].kmin ? r[i].kmin : K > r[i].kmax ? r[i].kmax : K;
-            tokens += sd_accept_expected(r[i].acc, tmp[i]);
-        }
-        double t = sd_sched_step_ms(&st, r, 4, tmp);
-        ck_assert_msg(tokens / t <= p.tokens / p.step_ms + 1e-9, "K %d: %.4f tokens/ms beats K %d's %.4f", K,
-                      tokens / t, kb, p.tokens / p.step_ms);
-    }
-    /* poor drafts only: still one each */
-    sd_sched_req q[2] = {req_of(&poor, 12), req_of(&poor, 12)};
-    sd_sched_uniform(&st, q, 2, k, tmp, &kb);
-    ck_assert_int_eq(kb, 1);
-    ck_assert_int_eq(k[0] + k[1], 2);
-    /* the KV: no free block, 10 positions held in one block of 16: 5 drafts at most */
-    st.kv_free = 0;
-    sd_sched_uniform(&st, r, 1, k, tmp, &kb);
-    ck_assert_int_eq(k[0], 5);
-    /* one free block: the first request takes it, the second stays within its own (a flat cost: long
-     * spans) */
-    sd_cost flat;
-    flat_cost(&flat);
-    st.cost = &flat;
-    st.kv_free = 1;
-    r[1] = req_of(&good, 12);
-    p = sd_sched_uniform(&st, r, 2, k, tmp, &kb);
-    ck_assert_int_gt(kb, 5);
-    ck_assert_int_eq(k[0], kb);
-    ck_assert_int_eq(k[1], 5);
-    /* nothing measured: one draft each, no time */
-    sd_cost none;
-    sd_cost_init(&none);
-    st = step_of(&none);
-    p = sd_sched_uniform(&st, r, 4, k, tmp, &kb);
-    ck_assert_int_eq(kb, 1);
-    ck_assert_double_eq(p.step_ms, 0);
-    ck_assert_int_eq(k[0], 1);
-}
-END_TEST
-
 START_TEST(best_by_brute_force)
 {
     sd_cost c;
@@ -448,7 +384,6 @@ int main(void)
     tcase_add_test(tc, best_by_brute_force);
     tcase_add_test(tc, prompt_chunk_priced_at_decode_rate);
     tcase_add_test(tc, longest_of_several);
-    tcase_add_test(tc, uniform_step);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
