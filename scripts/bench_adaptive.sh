@@ -30,6 +30,8 @@
 #   SD_BENCH_N1 [16], SD_BENCH_N4 [32], SD_BENCH_N [64]   measured requests at C = 1, 4, above
 #   SD_BENCH_TOKENS [128]
 #   SD_BENCH_BIN [build/bin]
+#   SD_BENCH_ALT_BIN                 another build's bin directory: its adaptive server runs beside
+#                                    (CONFIG PROPOSER-adaptive-alt), e.g. a commit before a change
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${SD_BENCH_BIN:-$ROOT/build/bin}
@@ -54,6 +56,12 @@ command -v curl >/dev/null && command -v python3 >/dev/null || { echo "bench_ada
 mkdir -p "$OUTDIR/bin" || exit 1
 for b in specd specd-verifier specd-drafter specd-router specd-bench; do cp -p "$BIN/$b" "$OUTDIR/bin/" || exit 1; done
 BIN=$OUTDIR/bin
+ALT_BIN=
+if [ -n "${SD_BENCH_ALT_BIN:-}" ]; then
+  mkdir -p "$OUTDIR/bin-alt" || exit 1
+  for b in specd specd-verifier specd-drafter specd-router; do cp -p "$SD_BENCH_ALT_BIN/$b" "$OUTDIR/bin-alt/" || exit 1; done
+  ALT_BIN=$OUTDIR/bin-alt
+fi
 
 # shellcheck source=scripts/bench_lib.sh
 . "$ROOT/scripts/bench_lib.sh"
@@ -64,16 +72,19 @@ proposer_args() { [ "$1" = draft ] && echo "--draft $DRAFT" || echo "--ngram"; }
 CONFIGS="plain"
 for p in $PROPOSERS; do
   CONFIGS="$CONFIGS $p-adaptive"
+  [ -n "$ALT_BIN" ] && CONFIGS="$CONFIGS $p-adaptive-alt"
   for k in $STATIC; do CONFIGS="$CONFIGS $p-k$k"; done
 done
 config_args() {
   case $1 in
     plain) echo "--no-spec" ;;
     *-adaptive) proposer_args "${1%-adaptive}" ;;
+    *-adaptive-alt) proposer_args "${1%-adaptive-alt}" ;;
     *-k*) echo "$(proposer_args "${1%-k*}") --spec-adaptive off --num-draft ${1##*-k}" ;;
   esac
 }
 
+config_bin() { case $1 in *-alt) echo "$ALT_BIN" ;; *) echo "$BIN" ;; esac; }
 cell_requests() { case $1 in 1) echo "$N1" ;; 4) echo "$N4" ;; *) echo "$N" ;; esac; }
 bench_header "specd adaptive bench"
 bench_rounds bench_adaptive

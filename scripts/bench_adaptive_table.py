@@ -13,6 +13,7 @@ scheduler chose and its step-time prediction error; then the three aims of
 the benchmark, checked.
 """
 import os
+import math
 import re
 import sys
 
@@ -45,10 +46,13 @@ def by_round(outdir, rounds, a, b, th, c, t):
 def main():
     outdir, rounds = sys.argv[1], int(sys.argv[2])
     threads, proposers, statics, concs, temps = (a.split() for a in sys.argv[3:8])
-    hdr = " | ".join(f"K{k}" for k in statics)
-    print(f"| proposer | threads | conc. | temp. | plain tok/s | adaptive tok/s | {hdr} | adaptive / plain | "
+    alt = any(cell(outdir, rounds, f"{p}-adaptive-alt", th, c, t)
+              for p in proposers for th in threads for c in concs for t in temps)
+    hdr = "".join(f"K{k} | " for k in statics) + ("other build tok/s | adaptive / other build | " if alt else "")
+    print(f"| proposer | threads | conc. | temp. | plain tok/s | adaptive tok/s | {hdr}adaptive / plain | "
           "by round | best static | **adaptive / best static** | mean K chosen | step-time prediction off by |")
-    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(statics) + "---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|" + "---:|" * (len(statics) + 2 * alt) + "---:|---:|---:|---:|---:|---:|")
+    alt_ratios = []
     worst_plain = worst_static = None
     n_cells = n_below = n_every = 0
     c1t0 = {}
@@ -59,13 +63,16 @@ def main():
                     pl = cell(outdir, rounds, "plain", th, c, t)
                     ad = cell(outdir, rounds, f"{p}-adaptive", th, c, t)
                     st = {k: cell(outdir, rounds, f"{p}-k{k}", th, c, t) for k in statics}
-                    if not pl or not ad or not all(st.values()):
+                    ot = cell(outdir, rounds, f"{p}-adaptive-alt", th, c, t) if alt else None
+                    if not pl or not ad or not all(st.values()) or (alt and not ot):
                         print(f"| {p} | {th} | {c} | {t} | missing |")
                         continue
-                    bk = max(statics, key=lambda k: st[k]["tps"])
-                    rp, rs = ad["tps"] / pl["tps"], ad["tps"] / st[bk]["tps"]
+                    bk = max(statics, key=lambda k: st[k]["tps"]) if statics else None
+                    rp = ad["tps"] / pl["tps"]
+                    rs = ad["tps"] / st[bk]["tps"] if bk else None
                     worst_plain = min(worst_plain or rp, rp)
-                    worst_static = min(worst_static or rs, rs)
+                    if rs is not None:
+                        worst_static = min(worst_static or rs, rs)
                     if c == "1" and t == "0":
                         c1t0[(p, th)] = rp
                     rr = by_round(outdir, rounds, f"{p}-adaptive", "plain", th, c, t)
@@ -73,11 +80,15 @@ def main():
                     n_below += rp < 0.98
                     n_every += all(x is not None and x < 0.98 for x in rr)
                     rounds_col = ", ".join("—" if x is None else f"{x:.2f}" for x in rr)
-                    cols = " | ".join(f"{st[k]['tps']:.0f}" for k in statics)
+                    cols = "".join(f"{st[k]['tps']:.0f} | " for k in statics)
+                    if alt:
+                        alt_ratios.append(ad["tps"] / ot["tps"])
+                        cols += f"{ot['tps']:.0f} | {alt_ratios[-1]:.2f}× | "
                     mk = "—" if ad["mean_k"] is None else f"{ad['mean_k']:.1f}"
                     pe = "—" if ad["pred_err"] is None else f"{100 * ad['pred_err']:.0f}%"
-                    print(f"| {p} | {th} | {c} | {t} | {pl['tps']:.0f} | {ad['tps']:.0f} | {cols} | {rp:.2f}× | "
-                          f"{rounds_col} | K{bk} | **{rs:.2f}×** | {mk} | {pe} |")
+                    bs = f"K{bk} | **{rs:.2f}×**" if bk else "— | —"
+                    print(f"| {p} | {th} | {c} | {t} | {pl['tps']:.0f} | {ad['tps']:.0f} | {cols}{rp:.2f}× | "
+                          f"{rounds_col} | {bs} | {mk} | {pe} |")
     print()
     print("tok/s: output tokens / wall time of the measured phase, summed over the rounds. Static K: "
           "--spec-adaptive off --num-draft K. mean K chosen: drafts per decode step the scheduler chose "
@@ -85,10 +96,15 @@ def main():
           "summed over the cell. by round: adaptive / plain in each round.")
     print()
     if worst_plain is not None:
+        ws = "—" if worst_static is None else f"{worst_static:.2f}x"
         print(f"Aims: adaptive >= 0.98x plain in every cell: worst {worst_plain:.2f}x; within 5% of (or above) the "
-              f"best static K in every cell: worst {worst_static:.2f}x; >= 2.3x plain at C = 1, T = 0: " +
+              f"best static K in every cell: worst {ws}; >= 2.3x plain at C = 1, T = 0: " +
               ", ".join(f"{p} threads {th}: {v:.2f}x" for (p, th), v in sorted(c1t0.items())))
         print(f"Cells below 0.98x plain: {n_below} of {n_cells}; below it in every round: {n_every}.")
+    if alt_ratios:
+        g = math.exp(sum(math.log(x) for x in alt_ratios) / len(alt_ratios))
+        print(f"Adaptive / the other build's adaptive (SD_BENCH_ALT_BIN): geometric mean over the cells {g:.3f}, "
+              f"{sum(x >= 1 for x in alt_ratios)} of {len(alt_ratios)} cells at or above it.")
 
 
 if __name__ == "__main__":

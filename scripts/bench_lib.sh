@@ -60,7 +60,7 @@ wait_drafter() {
   return 1
 }
 
-# serve_start NAME ARGS...: starts specd serve on a free port, waits (60 s)
+# serve_start NAME ARGS...: starts specd serve ($SERVE_BIN, default $BIN) on a free port, waits (60 s)
 # for /health 200 (and the drafter unless --no-spec); retries on another port
 # when the supervisor exits early. Sets SERVE_PID, URL, SERVE_LOG.
 serve_start() {
@@ -71,7 +71,8 @@ serve_start() {
     local port; port=$(free_port)
     URL=http://127.0.0.1:$port
     SERVE_LOG=$OUTDIR/serve-$name.log
-    "$BIN/specd" serve --target "$TARGET" "$@" "${threads[@]}" --host 127.0.0.1 --port "$port" >"$SERVE_LOG" 2>&1 &
+    "${SERVE_BIN:-$BIN}/specd" serve --target "$TARGET" "$@" "${threads[@]}" --host 127.0.0.1 --port "$port" \
+      >"$SERVE_LOG" 2>&1 &
     SERVE_PID=$!
     for i in $(seq 600); do
       kill -0 "$SERVE_PID" 2>/dev/null || break
@@ -126,7 +127,9 @@ bench_rounds() {
         args=$(config_args "$cfg")
         echo "== round $r, threads $th, $cfg: specd serve --target models/tinycode-16m $args" >&2
         # shellcheck disable=SC2086
-        if ! serve_start "$cfg-t$th-r$r" $args; then failed=1; continue; fi
+        local sbin=$BIN
+        declare -F config_bin >/dev/null && sbin=$(config_bin "$cfg")
+        if ! SERVE_BIN=$sbin serve_start "$cfg-t$th-r$r" $args; then failed=1; continue; fi
         SERVE_PIDS+=("$SERVE_PID")
         SERVE_PID=""
         up+=("$cfg")
