@@ -7,10 +7,17 @@ Reads RESULTS_DIR/CONFIG-thTH-cC-tT-rR.json (specd-bench) and the /metrics
 scrapes before (.m0) and after (.m1) each cell; sums each cell over the
 rounds. Prints one row per proposer x threads x concurrency x temperature:
 plain, adaptive and static tok/s, adaptive / plain, adaptive / best static,
-adaptive / plain in each round (the spread of this machine: a cell is slower
-than plain beyond that only if every round is), the mean draft length the
-scheduler chose and its step-time prediction error; then the three aims of
-the benchmark, checked.
+adaptive / plain in each round (the spread of this machine), the mean draft
+length the scheduler chose and its step-time prediction error; then the
+three aims of the benchmark, checked, and the verdict of the issue's "no cell
+slower than plain beyond noise": a cell is slower beyond noise when the
+one-sided 95% upper bound of the geometric mean of its rounds' ratios
+(Student's t over the rounds, the configurations of a round run seconds
+apart) is below 1; likewise below the best static K (chosen by the summed
+rate) beyond noise when the bound of adaptive / that K is below 0.95. At 5%
+a cell, about one cell in twenty is flagged by chance where adaptive and
+plain are even: a flagged cell is confirmed by measuring it again in the
+table's flow (docs/BENCHMARKS.md).
 """
 import os
 import math
@@ -43,6 +50,22 @@ def by_round(outdir, rounds, a, b, th, c, t):
     return out
 
 
+# one-sided 95% quantiles of Student's t by degrees of freedom
+T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812}
+
+
+def upper_bound(ratios):
+    """(geometric mean, one-sided 95% upper bound) of per-round ratios; the bound None under 2 rounds."""
+    xs = [math.log(x) for x in ratios if x]
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return math.exp(m), None
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return math.exp(m), math.exp(m + T95.get(len(xs) - 1, 1.645) * sd / math.sqrt(len(xs)))
+
+
 def main():
     outdir, rounds = sys.argv[1], int(sys.argv[2])
     threads, proposers, statics, concs, temps = (a.split() for a in sys.argv[3:8])
@@ -55,6 +78,7 @@ def main():
     alt_ratios = []
     worst_plain = worst_static = None
     n_cells = n_below = n_every = 0
+    slower, below_static = [], []
     c1t0 = {}
     for p in proposers:
         for th in threads:
@@ -79,6 +103,14 @@ def main():
                     n_cells += 1
                     n_below += rp < 0.98
                     n_every += all(x is not None and x < 0.98 for x in rr)
+                    name = f"{p} threads {th} C{c} T{t}"
+                    g, ub = upper_bound(rr)
+                    if ub is not None and ub < 1:
+                        slower.append(f"{name} ({g:.2f}x, bound {ub:.2f})")
+                    if bk:
+                        g, ub = upper_bound(by_round(outdir, rounds, f"{p}-adaptive", f"{p}-k{bk}", th, c, t))
+                        if ub is not None and ub < 0.95:
+                            below_static.append(f"{name} ({g:.2f}x K{bk}, bound {ub:.2f})")
                     rounds_col = ", ".join("—" if x is None else f"{x:.2f}" for x in rr)
                     cols = "".join(f"{st[k]['tps']:.0f} | " for k in statics)
                     if alt:
@@ -101,6 +133,12 @@ def main():
               f"best static K in every cell: worst {ws}; >= 2.3x plain at C = 1, T = 0: " +
               ", ".join(f"{p} threads {th}: {v:.2f}x" for (p, th), v in sorted(c1t0.items())))
         print(f"Cells below 0.98x plain: {n_below} of {n_cells}; below it in every round: {n_every}.")
+        print(f"Slower than plain beyond noise (one-sided 95% bound of the rounds' geometric mean < 1): "
+              f"{len(slower)} of {n_cells}" + (": " + "; ".join(slower) if slower else "") +
+              f" (about {0.05 * n_cells:.1f} flagged by chance where every cell is even: confirm a flagged cell)")
+        if statics:
+            print(f"Below 0.95x the best static K beyond noise (bound < 0.95): {len(below_static)} of {n_cells}" +
+                  (": " + "; ".join(below_static) if below_static else ""))
     if alt_ratios:
         g = math.exp(sum(math.log(x) for x in alt_ratios) / len(alt_ratios))
         print(f"Adaptive / the other build's adaptive (SD_BENCH_ALT_BIN): geometric mean over the cells {g:.3f}, "
