@@ -50,12 +50,16 @@ bool sd_amx_int8_available(void)
  * [u / 16][u % 16][n] (4 bytes each); groups of 16 tokens one after another. */
 static void pack_units(char *dst, const char *x, size_t ldx, size_t kb, int U)
 {
+    size_t units = kb / 4;
     for (int t0 = 0; t0 < U; t0 += 16) {
         size_t nt = (size_t)(U - t0 < 16 ? U - t0 : 16);
         char *g = dst + (size_t)t0 * kb;
         for (size_t n = 0; n < nt; n++) {
             const char *xr = x + (size_t)(t0 + (int)n) * ldx;
-            for (size_t b = 0; b < kb; b += 4) memcpy(g + b / 64 * 64 * nt + b % 64 / 4 * 4 * nt + 4 * n, xr + b, 4);
+            for (size_t c = 0; c < units; c += 16) {
+                char *d = g + (c * nt + n) * 4;
+                for (size_t u = 0; u < 16 && c + u < units; u++) memcpy(d + u * nt * 4, xr + (c + u) * 4, 4);
+            }
         }
     }
 }
@@ -174,11 +178,19 @@ typedef struct f32_out {
     int ldy;
 } f32_out;
 
-static void emit_f32(void *ctx, const float *acc, int r0, int rows, int t0, int nt)
+/* The tile's column n (token t0 + n) is y's row: gathered 16 rows at a time (every CPU
+ * with AMX has AVX-512). */
+__attribute__((target("avx512f"))) static void emit_f32(void *ctx, const float *acc, int r0, int rows, int t0,
+                                                        int nt)
 {
     const f32_out *o = ctx;
-    for (int n = 0; n < nt; n++)
-        for (int m = 0; m < rows; m++) o->y[(size_t)(t0 + n) * o->ldy + r0 + m] = acc[m * 16 + n];
+    const __m512i col = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int n = 0; n < nt; n++) {
+        float *yr = o->y + (size_t)(t0 + n) * o->ldy + r0;
+        int m = 0;
+        for (; m + 16 <= rows; m += 16) _mm512_storeu_ps(yr + m, _mm512_i32gather_ps(col, acc + m * 16 + n, 4));
+        for (; m < rows; m++) yr[m] = acc[m * 16 + n];
+    }
 }
 
 void sd_amx_tile(float *y, int ldy, const uint16_t *w, const uint16_t *xp, int K, int R, int U)

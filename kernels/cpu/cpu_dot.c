@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "backend.h"
 #include "cpu_amx.h"
@@ -562,6 +563,73 @@ SD_AVX2 static void attn_row_avx2(float *out, const float *q, const sd_kv_rows *
     if (bf16) attn_normalise_bf16(out, hd, sum);
 }
 
+/* acc[hd] += sum_i w_i · v_i over m f32 rows (rs apart), ascending i: the
+ * chains of attn_pv_avx2, kept in acc between calls. */
+SD_AVX2 static void pv_rows_avx2(float *acc, const float *w, const float *vr, size_t rs, int m, int hd)
+{
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) {
+        __m256 a[8];
+        for (int c = 0; c < 8; c++) a[c] = _mm256_loadu_ps(acc + d0 + 8 * c);
+        for (int i = 0; i < m; i++) {
+            __m256 pv = _mm256_broadcast_ss(w + i);
+            const float *r = vr + i * rs + d0;
+            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 8 * c), a[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc + d0 + 8 * c, a[c]);
+    }
+    for (; d0 + 8 <= hd; d0 += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d0);
+        for (int i = 0; i < m; i++) a = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(vr + i * rs + d0), a);
+        _mm256_storeu_ps(acc + d0, a);
+    }
+    for (; d0 < hd; d0++)
+        for (int i = 0; i < m; i++) acc[d0] = fmaf(w[i], vr[i * rs + d0], acc[d0]);
+}
+
+/* Several queries over one KV head with AVX2, chunk by chunk of a block: a
+ * bf16 chunk is widened once for every query (attn_row_avx2 widens it per
+ * query). Each query's result is bit-identical to attn_row_avx2's. */
+SD_AVX2 static void attn_group_avx2(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
+                                    const int32_t *blocks, int bs, int hd, float scale, int bf16, float *scratch)
+{
+    float buf[KV_WIDE];
+    size_t rs;
+    int nmax = 0, ch = kv_chunk_rows(k, bs, hd);
+    for (int i = 0; i < nq; i++) nmax = qs[i].n > nmax ? qs[i].n : nmax;
+    float *sc = scratch, *acc = scratch + (size_t)nq * nmax, *sums = acc + (size_t)nq * 2 * hd;
+    for (int j = 0, m; j < nmax; j += m) {
+        m = kv_span(nmax, j, bs, ch);
+        const float *kb = kv_f32(k, blocks[j / bs], bs, j % bs, m, 0, hd, buf, &rs);
+        for (int q = 0; q < nq; q++) {
+            int mi = qs[q].n - j < m ? qs[q].n - j : m, i = 0;
+            float *s = sc + (size_t)q * nmax + j;
+            for (; i + 4 <= mi; i += 4)
+                scores4(s + i, qs[q].q, kb + i * rs, kb + (i + 1) * rs, kb + (i + 2) * rs, kb + (i + 3) * rs, hd,
+                        scale);
+            for (; i < mi; i++) s[i] = dot1_f32(kb + i * rs, qs[q].q, hd) * scale;
+        }
+    }
+    for (int q = 0; q < nq; q++) {
+        float *s = sc + (size_t)q * nmax;
+        sums[q] = softmax_avx2(s, qs[q].n);
+        attn_weights_avx2(s, qs[q].n, 1.0f / sums[q], bf16);
+    }
+    for (size_t x = 0; x < (size_t)nq * hd; x++) acc[x] = 0.0f;
+    for (int j = 0, m; j < nmax; j += m) {
+        m = kv_span(nmax, j, bs, ch);
+        const float *vb = kv_f32(v, blocks[j / bs], bs, j % bs, m, 0, hd, buf, &rs);
+        for (int q = 0; q < nq; q++)
+            if (j < qs[q].n)
+                pv_rows_avx2(acc + (size_t)q * hd, sc + (size_t)q * nmax + j, vb, rs,
+                             qs[q].n - j < m ? qs[q].n - j : m, hd);
+    }
+    for (int q = 0; q < nq; q++) {
+        memcpy(qs[q].out, acc + (size_t)q * hd, (size_t)hd * sizeof *acc);
+        if (bf16) attn_normalise_bf16(qs[q].out, hd, sums[q]);
+    }
+}
+
 /* ------------------------------------------------ AVX-512 attention
  *
  * With AVX-512F a score is one 16-lane accumulator over 16-element chunks
@@ -691,10 +759,68 @@ SD_AVX512_INLINE void pv_block(float *acc, const float *w, const void *vb, size_
     }
 }
 
+/* Scores of the queries for positions j0 .. j0+m (m <= a block) from the K
+ * rows kb, st elements apart; a query sees only its first n positions. */
+SD_AVX512_INLINE void scores_rows(float *sc, size_t nmax, const sd_attn_query *qs, int nq, int j0, int m,
+                                  const void *kb, size_t st, int hd, float scale, const int b16)
+{
+    for (int i = 0; i < nq; i++) {
+        if (j0 >= qs[i].n) continue;
+        int mi = qs[i].n - j0 < m ? qs[i].n - j0 : m, t = 0;
+        float *s = sc + (size_t)i * nmax + j0;
+        for (; t + 8 <= mi; t += 8) scores8_512(s + t, qs[i].q, kv_at(kb, t * st, b16), st, hd, scale, b16);
+        for (; t < mi; t++) s[t] = score1_512(qs[i].q, kv_at(kb, t * st, b16), hd, scale, b16);
+    }
+}
+
+/* PV of the queries for positions j0 .. j0+m (j0 even) from the V rows vb. */
+SD_AVX512_INLINE void pv_rows(float *acc, const float *sc, size_t nmax, const sd_attn_query *qs, int nq, int j0,
+                              int m, const void *vb, size_t st, int hd, const int b16)
+{
+    for (int i = 0; i < nq; i++) {
+        if (j0 >= qs[i].n) continue;
+        int mi = qs[i].n - j0 < m ? qs[i].n - j0 : m;
+        pv_block(acc + (size_t)i * 2 * hd, sc + (size_t)i * nmax + j0, vb, st, mi, hd, b16);
+    }
+}
+
+/* A group's bf16 K or V rows are widened to f32 once, ATTN_WIDE floats at a
+ * time, and every query reads the f32 copy from L1: the same values in the
+ * same order as widening in registers per query, so the same bits. */
+#define ATTN_WIDE 4096
+
+SD_AVX512_INLINE void widen_rows_512(float *dst, const uint16_t *src, size_t st, int m, int hd)
+{
+    for (int t = 0; t < m; t++)
+        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(dst + (size_t)t * hd + d, kv_ld16(src + t * st, d, 1));
+}
+
+/* Rows j0 .. j0+m of a block (rows, st apart) through scores_rows (pv = 0)
+ * or pv_rows (pv = 1): in place for an f32 cache or a lone query, widened
+ * once for a group over a bf16 cache. */
+SD_AVX512_INLINE void group_rows(float *sc, float *acc, size_t nmax, const sd_attn_query *qs, int nq, int j0,
+                                 int m, const void *rows, size_t st, int hd, float scale, const int b16,
+                                 const int pv)
+{
+    if (!b16 || nq < 2) {
+        if (pv) pv_rows(acc, sc, nmax, qs, nq, j0, m, rows, st, hd, b16);
+        else scores_rows(sc, nmax, qs, nq, j0, m, rows, st, hd, scale, b16);
+        return;
+    }
+    float wide[ATTN_WIDE] __attribute__((aligned(64)));
+    int w = (ATTN_WIDE / hd) & ~1;
+    for (int c = 0; c < m; c += w) {
+        int mc = m - c < w ? m - c : w;
+        widen_rows_512(wide, (const uint16_t *)rows + (size_t)c * st, st, mc, hd);
+        if (pv) pv_rows(acc, sc, nmax, qs, nq, j0 + c, mc, wide, (size_t)hd, hd, 0);
+        else scores_rows(sc, nmax, qs, nq, j0 + c, mc, wide, (size_t)hd, hd, scale, 0);
+    }
+}
+
 /* Several queries over one KV head, block by block: a block's K (then V)
  * rows are read from memory once and reused from L1 by every query. Each
  * query's result is bit-identical to attn_row_avx512 for it alone. A bf16
- * cache is widened in registers as it is read. */
+ * cache is widened to f32 as it is read (group_rows). */
 SD_AVX512_INLINE void attn_group_512_t(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
                                        const int32_t *blocks, int bs, int hd, float scale, int bf16, float *scratch,
                                        const int b16)
@@ -704,14 +830,9 @@ SD_AVX512_INLINE void attn_group_512_t(const sd_attn_query *qs, int nq, const sd
     for (int i = 0; i < nq; i++) nmax = qs[i].n > nmax ? qs[i].n : nmax;
     float *sc = scratch, *acc = scratch + (size_t)nq * nmax, *sums = acc + (size_t)nq * 2 * hd;
     for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
-        const void *kb = kv_at(k->base, (size_t)blocks[b] * bs * st, b16);
-        for (int i = 0; i < nq; i++) {
-            if (j0 >= qs[i].n) continue;
-            int m = qs[i].n - j0 < bs ? qs[i].n - j0 : bs, t = 0;
-            float *s = sc + (size_t)i * nmax + j0;
-            for (; t + 8 <= m; t += 8) scores8_512(s + t, qs[i].q, kv_at(kb, t * st, b16), st, hd, scale, b16);
-            for (; t < m; t++) s[t] = score1_512(qs[i].q, kv_at(kb, t * st, b16), hd, scale, b16);
-        }
+        int m = nmax - j0 < bs ? nmax - j0 : bs;
+        group_rows(sc, NULL, nmax, qs, nq, j0, m, kv_at(k->base, (size_t)blocks[b] * bs * st, b16), st, hd, scale,
+                   b16, 0);
     }
     for (int i = 0; i < nq; i++) {
         float *s = sc + (size_t)i * nmax;
@@ -720,12 +841,9 @@ SD_AVX512_INLINE void attn_group_512_t(const sd_attn_query *qs, int nq, const sd
     }
     for (size_t x = 0; x < (size_t)nq * 2 * hd; x++) acc[x] = 0.0f;
     for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
-        const void *vb = kv_at(v->base, (size_t)blocks[b] * bs * st, b16);
-        for (int i = 0; i < nq; i++) {
-            if (j0 >= qs[i].n) continue;
-            int m = qs[i].n - j0 < bs ? qs[i].n - j0 : bs;
-            pv_block(acc + (size_t)i * 2 * hd, sc + (size_t)i * nmax + j0, vb, st, m, hd, b16);
-        }
+        int m = nmax - j0 < bs ? nmax - j0 : bs;
+        group_rows(sc, acc, nmax, qs, nq, j0, m, kv_at(v->base, (size_t)blocks[b] * bs * st, b16), st, hd, scale,
+                   b16, 1);
     }
     for (int i = 0; i < nq; i++) {
         const float *a = acc + (size_t)i * 2 * hd;
@@ -770,6 +888,10 @@ void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const s
 {
     if (g_avx512 && hd % 16 == 0 && block_size % 2 == 0) {
         attn_group_512(qs, nq, k, v, blocks, block_size, hd, scale, bf16, scratch);
+        return;
+    }
+    if (g_avx2 && nq > 1) {
+        attn_group_avx2(qs, nq, k, v, blocks, block_size, hd, scale, bf16, scratch);
         return;
     }
     for (int i = 0; i < nq; i++)

@@ -92,9 +92,10 @@ typedef struct sd_attn_query {
     int n;
 } sd_attn_query;
 
-/* sd_attn_row for nq queries of one KV head at once (AVX-512: block by
- * block, so each K/V block is read once for all of them); each result is
- * bit-identical to sd_attn_row's. */
+/* sd_attn_row for nq queries of one KV head at once (AVX-512 and AVX2:
+ * block by block, so each K/V block is read — and a bf16 one widened to
+ * f32 — once for all of them); each result is bit-identical to
+ * sd_attn_row's. */
 void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
                    const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch);
 
