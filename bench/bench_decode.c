@@ -14,6 +14,9 @@
  * weight-read bandwidth to it. Then the cost of one forward pass over a span of
  * T = 1..16 positions after a 300-token context (a verify pass is T = K+1),
  * relative to one decode step (T = 1): speculation pays when this stays near 1.
+ * Then attention alone at the model's shape and KV element type (random keys
+ * and values, scattered blocks): one layer's call for T = 1 and 8 rows at a
+ * context of 300, 1024 and 4096 positions, and that times the layers.
  * --quant int8 measures the int8 weights (sd_model_quantize_q8); --isa caps
  * the kernels' instruction set (an AVX2-only machine measured on an AVX-512
  * one); --random-weights measures a model of a config.json's shapes with
@@ -31,6 +34,7 @@
  * from a short context), and prints the prompt's prefill tokens/s (chunks of
  * 256, best run); --kv-dtype chooses the KV cache's element type. */
 #include <getopt.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -178,6 +182,71 @@ static void span_table(sd_model *m)
     sd_kv_seq_release(pool, &seq);
 }
 
+/* Best time (s) of one attention call: T query rows at positions ctx-T ..
+ * ctx-1 over the cache kv, every head of the shape. */
+static double attn_time(sd_backend *be, const sd_kv_layer *kv, const int32_t *bt, const float *q, float *out,
+                        const sd_attn_shape *sh, int ctx, int T, int reps)
+{
+    sd_attn_seq s = {0, T, ctx - T, bt};
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) { /* the first call warms up */
+        double t0 = sd_now_s();
+        if (be->ops->attention(be, out, q, kv, &s, 1, sh) != SD_OK) return -1;
+        if (be->ops->sync) be->ops->sync(be);
+        double dt = sd_now_s() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return best;
+}
+
+/* Attention alone, at the model's shape and KV element type over random
+ * keys and values: one layer's call for T = 1 and 8 query rows at several
+ * context lengths, and the layers' sum per pass. */
+static void attention_table(sd_model *m)
+{
+    const sd_model_config *c = sd_model_cfg(m);
+    sd_backend *be = sd_model_backend(m);
+    enum { BS = 16, MAXCTX = 4096, TMAX = 8 };
+    const int ctxs[] = {300, 1024, MAXCTX}, Ts[] = {1, TMAX};
+    int hd = c->head_dim, nblk = MAXCTX / BS;
+    sd_dtype dt = sd_model_kv_dtype(m);
+    size_t el = dt == SD_DTYPE_BF16 ? 2 : 4, kv_n = (size_t)MAXCTX * c->n_kv_heads * hd;
+    size_t q_n = (size_t)TMAX * c->n_heads * hd, host_n = kv_n > q_n ? kv_n : q_n;
+    float *host = malloc(host_n * sizeof *host);
+    int32_t bt_host[MAXCTX / BS];
+    sd_kv_layer kv = {be->ops->alloc(be, kv_n * el), be->ops->alloc(be, kv_n * el), dt};
+    float *q = be->ops->alloc(be, q_n * sizeof *q), *out = be->ops->alloc(be, q_n * sizeof *out);
+    int32_t *bt = be->ops->alloc(be, sizeof bt_host);
+    if (host && kv.k && kv.v && q && out && bt) {
+        for (int b = 0; b < nblk; b++) bt_host[b] = (int32_t)((b * 37) % nblk); /* scattered blocks */
+        be->ops->to_backend(be, bt, bt_host, sizeof bt_host);
+        uint32_t x = 12345;
+        for (size_t i = 0; i < host_n; i++) { /* values in [-1, 1), bf16-exact: a cache of either type */
+            x = x * 1664525u + 1013904223u;
+            host[i] = (float)((int)(x >> 24) - 128) / 128.0f;
+        }
+        if (el == 2) { /* bf16 bits: the upper halves of the f32 values */
+            uint16_t *h = (uint16_t *)host;
+            for (size_t i = 0; i < kv_n; i++) h[i] = (uint16_t)(((const uint32_t *)host)[i] >> 16);
+        }
+        be->ops->to_backend(be, kv.k, host, kv_n * el);
+        be->ops->to_backend(be, kv.v, host, kv_n * el);
+        for (size_t i = 0; i < q_n; i++) host[i] = (float)((int)(i % 17) - 8) / 8.0f;
+        be->ops->to_backend(be, q, host, q_n * sizeof *q);
+        sd_attn_shape sh = {c->n_heads, c->n_kv_heads, hd, BS, 1.0f / sqrtf((float)hd), sd_model_act_bf16(m)};
+        printf("attention alone   context   T   us/layer   ms/pass (%d layers; %s cache, best of 20)\n",
+               c->n_layers, sd_dtype_name(dt));
+        for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++)
+            for (size_t j = 0; j < sizeof Ts / sizeof Ts[0]; j++) {
+                double t = attn_time(be, &kv, bt, q, out, &sh, ctxs[i], Ts[j], 20);
+                if (t >= 0) printf("%25d %3d %10.1f %9.3f\n", ctxs[i], Ts[j], t * 1e6, t * 1e3 * c->n_layers);
+            }
+    }
+    free(host);
+    be->ops->free(be, kv.k), be->ops->free(be, kv.v), be->ops->free(be, q), be->ops->free(be, out);
+    be->ops->free(be, bt);
+}
+
 /* A device's roofline: its read bandwidth measured by a kernel that only
  * reads (1 GiB, best of 5), the decode speed it allows (weight bytes per
  * token / bandwidth) and the fraction of it achieved. */
@@ -223,6 +292,7 @@ static void report(sd_model *m, sd_backend *be, const char *name, const char *de
         device_roofline(be, achieved, wb);
     }
     span_table(m);
+    attention_table(m);
 }
 
 /* --graphs and --fuse: CUDA graphs and fusions on or off (on, the default,
