@@ -846,7 +846,11 @@ extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const fl
  * head; (2) with the row's maximum M over the blocks, p_j = exp(s_j - M)
  * (rounded to bf16 for PV in bf16 mode, as the CPU), each block's sum of
  * the unrounded p_j and its p_j v_j; (3) the blocks' sums and accumulators
- * added in z order, out = acc / sum. Every sum runs in an order fixed by the
+ * added in z order, out = acc / sum. Only the blocks holding positions of
+ * the row (the first ceil(n / CH)) run and are read: at a short context a
+ * row's maxima, sums and accumulators are one block's, and where that one
+ * is all, pass 2 divides and writes out itself (the combine's very
+ * operations: 0 + x is x here). Every sum runs in an order fixed by the
  * row's context length, hd and G (lane order within a position, positions
  * in loop order per thread, a butterfly over a warp's positions, warps in
  * order, blocks in order), never by T: batch-invariant; the grid depends on
@@ -907,17 +911,13 @@ __device__ __forceinline__ float as_score(const float *qg, const float *kf, floa
     return s * scale;
 }
 
-/* A split block with no position of its row: the identities of its share. */
-template <bool PV>
-__device__ __forceinline__ void as_empty(float *pmax, float *psum, float *pacc, size_t head0, int z, int G, int hd)
+/* The splits of a row holding positions: the first ceil(n / CH), at most S.
+ * Blocks from there on hold none and write nothing; the PV pass and the
+ * combine read the first ones only (the rest would add identities: -inf to
+ * a maximum, zeros to sums that start from +0.0 — the same bits). */
+__device__ __forceinline__ int as_used(int n, int ch, int S)
 {
-    int tid = threadIdx.x, S = (int)gridDim.z; /* splits */
-    for (int g = tid; g < G; g += AS_THREADS) {
-        if (PV) psum[(head0 + g) * S + z] = 0.0f;
-        else pmax[(head0 + g) * S + z] = -INFINITY;
-    }
-    if (PV)
-        for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * S + z) * hd + i % hd] = 0.0f;
+    return min(S, (n + ch - 1) / ch);
 }
 
 /* A split block's results: each thread's maxima (pass 1) or sums and
@@ -926,7 +926,7 @@ __device__ __forceinline__ void as_empty(float *pmax, float *psum, float *pacc, 
 template <int LP, int GM, bool PV>
 __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], float (&acc)[GM][PV ? 8 : 1],
                                           float *red, float (*redg)[AS_GMAX], float *pmax, float *psum,
-                                          float *pacc, size_t head0, int z, int G, int hd)
+                                          float *pacc, size_t head0, int z, int G, int hd, float *out, int bf16)
 {
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP, S = (int)gridDim.z;
 #pragma unroll
@@ -956,10 +956,17 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
     for (int g = tid; g < G; g += AS_THREADS) {
         float v = redg[0][g];
         for (int w = 1; w < AS_WARPS; w++) v = PV ? v + redg[w][g] : fmaxf(v, redg[w][g]);
-        if (PV) psum[(head0 + g) * S + z] = v;
+        if (out) redg[0][g] = v; /* column g is this thread's alone */
+        else if (PV) psum[(head0 + g) * S + z] = v;
         else pmax[(head0 + g) * S + z] = v;
     }
-    if (PV)
+    if (PV && out) { /* the row's only split: the combine's result (0 + sum, 0 + acc: the same values) */
+        __syncthreads();
+        for (int i = tid; i < G * hd; i += AS_THREADS) {
+            float o = red[i] / redg[0][i / hd];
+            out[head0 * hd + i] = bf16 ? bf16r(o) : o;
+        }
+    } else if (PV)
         for (int i = tid; i < G * hd; i += AS_THREADS) pacc[((head0 + i / hd) * S + z) * hd + i % hd] = red[i];
 }
 
@@ -967,8 +974,8 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
  * head, split) block; GM >= G bounds the per-thread arrays. */
 template <typename KV, int LP, int GM, bool PV>
 __global__ void __launch_bounds__(AS_THREADS)
-att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
-               int hd, int bs, float scale, int bf16, int tiled)
+att_split_pass(float *part, float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh,
+               int nkv, int hd, int bs, float scale, int bf16, int tiled)
 {
     if (tiled && meta[2 * T + blockIdx.x] >= 0) return; /* a prefill row: att_tile_kernel's */
     constexpr int PPW = 32 / LP, STEP = AS_WARPS * PPW, CH = STEP * AS_UNROLL;
@@ -979,10 +986,8 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
     int lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP, n = meta[row] + 1;
     size_t rows = (size_t)T * nh * S, head0 = (size_t)row * nh + (size_t)kvh * G;
     float *pmax = part, *psum = part + rows, *pacc = part + 2 * rows;
-    if (z * CH >= n) { /* nothing here for this row: identities, and the whole block leaves */
-        as_empty<PV>(pmax, psum, pacc, head0, z, G, hd);
-        return;
-    }
+    int used = as_used(n, CH, S);
+    if (z >= used) return; /* no position of this row here (z * CH >= n) */
     const int32_t *tab = meta + 3 * (size_t)T + meta[T + row];
     for (int i = tid; i < G * hd; i += AS_THREADS) qs[i] = q[head0 * hd + i];
     float M[GM], mx[GM], sum[GM], acc[GM][PV ? 8 : 1];
@@ -994,7 +999,7 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
         if (PV && g < G) { /* unrolled: eight loads in flight, not one L2 round trip each (max in k order) */
             const float *pm = pmax + (head0 + g) * S;
 #pragma unroll 8
-            for (int k = 0; k < S; k++) M[g] = fmaxf(M[g], __ldg(pm + k));
+            for (int k = 0; k < used; k++) M[g] = fmaxf(M[g], __ldg(pm + k));
         }
     }
     __syncthreads();
@@ -1034,26 +1039,29 @@ att_split_pass(float *part, const float *q, const KV *kc, const KV *vc, const in
             }
         }
     }
-    as_finish<LP, GM, PV>(mx, sum, acc, red, redg, pmax, psum, pacc, head0, z, G, hd);
+    as_finish<LP, GM, PV>(mx, sum, acc, red, redg, pmax, psum, pacc, head0, z, G, hd, PV && used == 1 ? out : NULL,
+                          bf16);
 }
 
 __global__ void __launch_bounds__(ATT_THREADS)
 att_split_combine(float *out, const float *part, const int32_t *meta, int T, int nh, int hd, int bf16, int tiled,
-                  int S)
+                  int S, int ch)
 {
     int row = blockIdx.x, h = blockIdx.y;
     if (tiled && meta[2 * T + row] >= 0) return;
+    int used = as_used(meta[row] + 1, ch, S);
+    if (used == 1) return; /* the PV pass wrote it */
     size_t base = ((size_t)row * nh + h) * S, rows = (size_t)T * nh * S;
     const float *sums = part + rows, *acc = part + 2 * rows + base * hd;
     float sum = 0.0f;
     /* unrolled so that eight loads are in flight; the sums still run in k order */
 #pragma unroll 8
-    for (int k = 0; k < S; k++) sum += __ldg(sums + base + k);
+    for (int k = 0; k < used; k++) sum += __ldg(sums + base + k);
     float *orow = out + ((size_t)row * nh + h) * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float a = 0.0f;
 #pragma unroll 8
-        for (int k = 0; k < S; k++) a += __ldg(acc + (size_t)k * hd + d);
+        for (int k = 0; k < used; k++) a += __ldg(acc + (size_t)k * hd + d);
         orow[d] = bf16 ? bf16r(a / sum) : a / sum;
     }
 }
@@ -1065,12 +1073,13 @@ static void att_split_run(cudaStream_t stream, const att_args &a)
 {
     dim3 split((unsigned)a.T, (unsigned)a.nkv, (unsigned)a.splits), rows((unsigned)a.T, (unsigned)a.nh);
     const KV *kc = (const KV *)a.kc, *vc = (const KV *)a.vc;
-    att_split_pass<KV, LP, GM, false><<<split, AS_THREADS, 0, stream>>>(a.part, a.q, kc, vc, a.meta, a.T, a.nh, a.nkv,
-                                                                         a.hd, a.bs, a.scale, a.bf16, a.tiled);
-    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(a.part, a.q, kc, vc, a.meta, a.T, a.nh, a.nkv,
-                                                                        a.hd, a.bs, a.scale, a.bf16, a.tiled);
+    const int ch = AS_WARPS * (32 / LP) * AS_UNROLL; /* att_split_pass's CH */
+    att_split_pass<KV, LP, GM, false><<<split, AS_THREADS, 0, stream>>>(a.part, a.out, a.q, kc, vc, a.meta, a.T, a.nh,
+                                                                         a.nkv, a.hd, a.bs, a.scale, a.bf16, a.tiled);
+    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(a.part, a.out, a.q, kc, vc, a.meta, a.T, a.nh,
+                                                                        a.nkv, a.hd, a.bs, a.scale, a.bf16, a.tiled);
     att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(a.out, a.part, a.meta, a.T, a.nh, a.hd, a.bf16, a.tiled,
-                                                        a.splits);
+                                                        a.splits, ch);
 }
 
 /* The instance for G (query heads a KV head): GM = 2, 4 or 8 >= G. */
