@@ -7,13 +7,15 @@
  *                      [--graphs on|off|ab] [--fuse on|off|ab] [--context N]
  *                      [--kv-dtype auto|f32|bf16]
  *
- * Prints decode tokens/s (greedy, one sequence, after a prompt), the bytes of
+ * Prints decode tokens/s (greedy, one sequence, after a prompt; each step's
+ * token is the argmax on the backend, as the verifier takes greedy rows), the bytes of
  * weights one decode step reads, the memory bandwidth of a plain multi-
  * threaded copy of a buffer much larger than the caches (STREAM "copy"
  * convention: bytes read + bytes written), and the ratio of achieved
  * weight-read bandwidth to it. Then the cost of one forward pass over a span of
  * T = 1..16 positions after a 300-token context (a verify pass is T = K+1),
- * relative to one decode step (T = 1): speculation pays when this stays near 1.
+ * relative to one decode step (T = 1): speculation pays when this stays near 1
+ * (every row's argmax on the backend, as a greedy verify pass).
  * Then attention alone at the model's shape and KV element type (random keys
  * and values, scattered blocks): one layer's call for T = 1 and 8 rows at a
  * context of 300, 1024 and 4096 positions, and that times the layers.
@@ -120,14 +122,14 @@ static double decode_run(sd_model *m, int ctx, int n_tokens, double *prefill_s, 
     double t0 = sd_now_s();
     if (!logits || prefill(m, &seq, ctx, logits, err, errlen) != SD_OK) goto out;
     *prefill_s = sd_now_s() - t0;
-    int32_t tok = sd_argmax(logits, c->vocab_size);
+    int32_t tok = sd_argmax(logits, c->vocab_size), next;
     t0 = sd_now_s();
-    for (int i = 0; i < n_tokens; i++) {
+    for (int i = 0; i < n_tokens; i++) { /* as the verifier decodes greedy rows: the argmax on the backend */
         if (sd_kv_reserve(pool, &seq, 1) != SD_OK) goto out;
-        sd_batch_seq d = {&tok, 1, ctx + i, &seq, 1, NULL};
-        if (sd_model_forward(m, &d, 1, logits, err, errlen) != SD_OK) goto out;
+        sd_batch_seq d = {&tok, 1, ctx + i, &seq, 1, &next};
+        if (sd_model_forward(m, &d, 1, NULL, err, errlen) != SD_OK) goto out;
         sd_kv_commit(pool, &seq, 1);
-        tok = sd_argmax(logits, c->vocab_size);
+        tok = next;
     }
     t = sd_now_s() - t0;
 out:
@@ -136,19 +138,20 @@ out:
     return t;
 }
 
-/* Best time of a forward pass over T positions at pos0 (KV rolled back each time). */
+/* Best time of a forward pass over T <= 16 positions at pos0 (KV rolled back each time), every
+ * row's argmax as a greedy verify pass takes it (on the backend: a GPU's logits stay there). */
 static double span_time(sd_model *m, sd_kv_seq *seq, const int32_t *toks, int pos0, int T, int reps)
 {
     sd_kv_pool *pool = sd_model_kv_pool(m);
-    static float logits[16 * 262144];
+    int32_t am[16];
     char err[256];
     double best = 1e30;
-    if ((size_t)T * sd_model_cfg(m)->vocab_size > sizeof logits / sizeof logits[0]) return -1;
+    if (T > 16) return -1;
     for (int r = 0; r < reps; r++) {
         if (sd_kv_reserve(pool, seq, T) != SD_OK) return -1;
-        sd_batch_seq b = {toks + pos0, T, pos0, seq, T, NULL};
+        sd_batch_seq b = {toks + pos0, T, pos0, seq, T, am};
         double t0 = sd_now_s();
-        if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) return -1;
+        if (sd_model_forward(m, &b, 1, NULL, err, sizeof err) != SD_OK) return -1;
         double dt = sd_now_s() - t0;
         if (dt < best) best = dt;
         sd_kv_commit(pool, seq, 0);
