@@ -18,7 +18,9 @@
  * (every row's argmax on the backend, as a greedy verify pass).
  * Then attention alone at the model's shape and KV element type (random keys
  * and values, scattered blocks): one layer's call for T = 1 and 8 rows at a
- * context of 300, 1024 and 4096 positions, and that times the layers.
+ * context of 300, 1024 and 4096 positions, and that times the layers. On a
+ * device, logits rows (1, 16, 144) copied to the host into pageable memory and
+ * into the backend's host buffer (page-locked), alternating.
  * --quant int8 measures the int8 weights (sd_model_quantize_q8); --isa caps
  * the kernels' instruction set (an AVX2-only machine measured on an AVX-512
  * one); --random-weights measures a model of a config.json's shapes with
@@ -250,6 +252,46 @@ static void attention_table(sd_model *m)
     be->ops->free(be, bt);
 }
 
+/* Best seconds of to_host copying n bytes from src into dst (of 10). */
+static double copy_time(sd_backend *be, void *dst, const void *src, size_t n)
+{
+    double best = 1e30;
+    for (int r = 0; r < 10; r++) {
+        double t0 = sd_now_s();
+        be->ops->to_host(be, dst, src, n);
+        double dt = sd_now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+/* Where the backend offers host buffers (a GPU: page-locked): logits rows
+ * copied to the host into malloc's memory and into sd_model_logits_grow's,
+ * alternating — the rows a sampled pass hands over (1, 16 sequences, 16
+ * spans of 9). */
+static void logits_copy_table(sd_model *m)
+{
+    sd_backend *be = sd_model_backend(m);
+    if (!be->ops->host_alloc) return;
+    enum { ROWS = 144 };
+    size_t V = (size_t)sd_model_cfg(m)->vocab_size, cap = 0;
+    float *dev = be->ops->alloc(be, ROWS * V * sizeof *dev), *plain = malloc(ROWS * V * sizeof *plain), *pinned = NULL;
+    if (dev && plain && sd_model_logits_grow(m, &pinned, &cap, ROWS) == SD_OK) {
+        memset(plain, 0, ROWS * V * sizeof *plain); /* pages present, as a reused buffer's */
+        printf("logits to host    rows   pageable ms  GB/s   host buffer ms  GB/s   (vocab %zu, best of 10)\n", V);
+        const int rows[] = {1, 16, ROWS};
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            size_t n = (size_t)rows[i] * V * sizeof *dev;
+            double a = copy_time(be, plain, dev, n), b = copy_time(be, pinned, dev, n);
+            a = fmin(a, copy_time(be, plain, dev, n)), b = fmin(b, copy_time(be, pinned, dev, n));
+            printf("%22d %13.3f %5.1f %16.3f %5.1f\n", rows[i], a * 1e3, n / a / 1e9, b * 1e3, n / b / 1e9);
+        }
+    }
+    sd_model_logits_free(m, pinned);
+    free(plain);
+    be->ops->free(be, dev);
+}
+
 /* A device's roofline: its read bandwidth measured by a kernel that only
  * reads (1 GiB, best of 5), the decode speed it allows (weight bytes per
  * token / bandwidth) and the fraction of it achieved. */
@@ -296,6 +338,7 @@ static void report(sd_model *m, sd_backend *be, const char *name, const char *de
     }
     span_table(m);
     attention_table(m);
+    logits_copy_table(m);
 }
 
 /* --graphs and --fuse: CUDA graphs and fusions on or off (on, the default,

@@ -67,8 +67,8 @@ typedef struct draft_impl {
     item_state *st;     /* [cap_items] */
     sd_batch_seq *batch;/* [cap_items] */
     int *rows;          /* [cap_items] item of each batch row */
-    float *logits;      /* [cap_items, vocab] */
-    size_t cap_items;
+    float *logits;      /* [cap_logits, vocab] (sd_model_logits_grow) */
+    size_t cap_items, cap_logits;
     sd_sampler *sp;
     sd_tokprob *dist;   /* [vocab] scratch distribution */
     sd_tokprob *arena;  /* q entries of the last call */
@@ -170,9 +170,9 @@ static void seq_register(draft_impl *d, draft_seq *s)
 
 static bool fit_items(draft_impl *d, int n)
 {
-    const sd_grow_item per_item[] = {SD_GROW_ITEM(d->st), SD_GROW_ITEM(d->batch), SD_GROW_ITEM(d->rows),
-                                     {&d->logits, (size_t)d->vocab * sizeof *d->logits}};
-    return sd_grow_all(per_item, 4, &d->cap_items, (size_t)n) == SD_OK;
+    const sd_grow_item per_item[] = {SD_GROW_ITEM(d->st), SD_GROW_ITEM(d->batch), SD_GROW_ITEM(d->rows)};
+    return sd_grow_all(per_item, 3, &d->cap_items, (size_t)n) == SD_OK &&
+           sd_model_logits_grow(d->m, &d->logits, &d->cap_logits, (size_t)n) == SD_OK;
 }
 
 /* Appends nq entries to the q arena; returns their offset or SIZE_MAX. */
@@ -377,7 +377,7 @@ static void draft_destroy(sd_proposer *p)
         free(d->st);
         free(d->batch);
         free(d->rows);
-        free(d->logits);
+        if (d->m) sd_model_logits_free(d->m, d->logits);
         free(d->dist);
         free(d->arena);
         free(d->match);

@@ -69,7 +69,7 @@ void sd_engine_free(sd_engine *e)
     free(e->vers);
     free(e->rowp);
     free(e->pre);
-    free(e->logits);
+    sd_model_logits_free(e->m, e->logits);
     free(e->batch);
     free(e->slot);
     free(e->span_k);
@@ -232,7 +232,7 @@ static sd_status grow(sd_engine *e, int n, int rows)
                                     SD_GROW_ITEM(e->pre)};
     if (sd_grow_all(per_req, 8, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
     if (!e->raw && !(e->raw = malloc((SD_MAX_DRAFT + 1) * V * sizeof *e->raw))) return SD_ERR_NOMEM;
-    return sd_grow(&e->logits, &e->cap_rows, (size_t)rows, V * sizeof *e->logits);
+    return sd_model_logits_grow(e->m, &e->logits, &e->cap_rows, (size_t)rows);
 }
 
 static void fail_req(sd_engine *e, sd_req *r, const char *msg)

@@ -721,6 +721,28 @@ static sd_status head_out(sd_model *m, const sd_batch_seq *seqs, int n_seqs, flo
     return SD_OK;
 }
 
+sd_status sd_model_logits_grow(const sd_model *m, float **buf, size_t *cap, size_t rows)
+{
+    if (rows <= *cap) return SD_OK;
+    size_t row = (size_t)m->cfg.vocab_size * sizeof(float), nc = *cap > rows / 2 ? 2 * *cap : rows;
+    if (nc > SIZE_MAX / row) return SD_ERR_NOMEM;
+    const sd_backend_ops *op = m->be->ops;
+    size_t bytes = nc * row;
+    float *p = op->host_alloc && bytes <= SD_LOGITS_PINNED_MAX ? op->host_alloc(m->be, bytes) : NULL;
+    if (!p && !(p = malloc(bytes))) return SD_ERR_NOMEM;
+    sd_model_logits_free(m, *buf);
+    *buf = p;
+    *cap = nc;
+    return SD_OK;
+}
+
+void sd_model_logits_free(const sd_model *m, float *buf)
+{
+    if (!buf) return;
+    if (m->be->ops->host_free) m->be->ops->host_free(m->be, buf);
+    else free(buf);
+}
+
 sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
                            size_t errlen)
 {

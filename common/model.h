@@ -103,6 +103,16 @@ size_t sd_model_kv_bytes_per_position(const sd_model *m);
  * backend's own per-row buffers (CUDA's packed-group result, bf16 input). */
 size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out);
 
+/* A host buffer for at least `rows` rows of logits (vocab floats each) that
+ * sd_model_forward's copies fill fastest: the backend's host_alloc (CUDA:
+ * page-locked) up to SD_LOGITS_PINNED_MAX bytes, malloc beyond or when that
+ * fails. Grows geometrically by replacement — the rows it held are not kept.
+ * *buf NULL and *cap 0 at first; SD_ERR_NOMEM with both unchanged on failure.
+ * Free with sd_model_logits_free while the model lives. */
+#define SD_LOGITS_PINNED_MAX ((size_t)256 << 20)
+sd_status sd_model_logits_grow(const sd_model *m, float **buf, size_t *cap, size_t rows);
+void sd_model_logits_free(const sd_model *m, float *buf);
+
 /* Runs one forward pass over seqs[0..n_seqs). Writes the wanted logits as
  * float32 rows [sum of n_logits, vocab] into logits (host memory), sequences
  * in order, but for the sequences with an argmax array: their rows' argmax

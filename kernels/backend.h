@@ -193,6 +193,13 @@ typedef struct sd_backend_ops {
      * the CPU backend's pool, idle between its kernels — returning when all
      * are done; for host work beside the model (verifying each request's rows). */
     void (*host_parallel)(sd_backend *be, void (*fn)(void *ctx, int i, int n), void *ctx);
+    /* Optional (NULL: malloc and free): host memory that to_host fills
+     * fastest (CUDA: page-locked, so that a copy is one DMA straight into
+     * it, not staged through the driver's pageable buffer), for the logits
+     * rows a pass hands over. host_alloc returns NULL on failure; host_free
+     * takes what host_alloc returned, memory from malloc, or NULL. */
+    void *(*host_alloc)(sd_backend *be, size_t bytes);
+    void (*host_free)(sd_backend *be, void *p);
     /* Waits for queued work (no-op on CPU). */
     void (*sync)(sd_backend *be);
     /* Returns and clears the first error recorded by an op that returns

@@ -843,6 +843,34 @@ static sd_status cuda_argmax_op(sd_backend *be, int32_t *out, const float *logit
     return sd_cuda_argmax(be, logits, rows, vocab, out);
 }
 
+/* Page-locked host memory: to_host then copies straight into it (one DMA)
+ * instead of through the driver's pageable staging. NULL on failure. */
+static void *cuda_host_alloc(sd_backend *be, size_t bytes)
+{
+    cu_keep(be);
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocPortable);
+    if (e == cudaSuccess) return p;
+    fprintf(stderr, "%s:%d: host_alloc of %zu bytes: %s (pageable memory instead)\n", __FILE__, __LINE__, bytes,
+            cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return NULL;
+}
+
+/* Frees host_alloc's memory, or malloc's (the model falls back to it). */
+static void cuda_host_free(sd_backend *be, void *p)
+{
+    if (!p) return;
+    cu_keep(be);
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost) {
+        cudaFreeHost(p);
+        return;
+    }
+    (void)cudaGetLastError();
+    free(p);
+}
+
 static bool cuda_lost(sd_backend *be)
 {
     (void)be;
@@ -873,6 +901,8 @@ static const sd_backend_ops cuda_ops = {
     .attn_stage = cuda_attn_stage,
     .mem_info = cuda_mem_info,
     .argmax = cuda_argmax_op,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .sync = cuda_sync,
     .take_error = sd_cuda_take_error,
     .lost = cuda_lost,

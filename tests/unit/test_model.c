@@ -403,6 +403,81 @@ START_TEST(bad_batches_rejected)
 }
 END_TEST
 
+/* A backend's host memory, counted (host_alloc fails while g_host_fail). */
+static int g_host_allocs, g_host_frees, g_host_fail;
+
+static void *count_alloc(sd_backend *be, size_t bytes)
+{
+    (void)be;
+    if (g_host_fail) return NULL;
+    g_host_allocs++;
+    return malloc(bytes);
+}
+
+static void count_free(sd_backend *be, void *p)
+{
+    (void)be;
+    g_host_frees += p != NULL;
+    free(p);
+}
+
+/* sd_model_logits_grow: malloc without a host_alloc; with one, its memory up
+ * to SD_LOGITS_PINNED_MAX bytes, malloc beyond or when it fails; every
+ * buffer back through host_free; geometric growth; nothing changed when out
+ * of memory. */
+START_TEST(logits_buffers)
+{
+    sd_backend *be = sd_backend_cpu_new(1);
+    sd_model *m = tu_open_model("qwen3-tiny", be, 32);
+    size_t V = (size_t)sd_model_cfg(m)->vocab_size, cap = 0;
+    float *buf = NULL;
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, 3), SD_OK);
+    ck_assert_uint_ge(cap, 3);
+    buf[3 * V - 1] = 1.0f;
+    float *same = buf;
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, 2), SD_OK);
+    ck_assert_ptr_eq(buf, same);
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, cap + 1), SD_OK);
+    ck_assert_uint_ge(cap, 6);
+    memset(buf, 0, cap * V * sizeof *buf);
+    sd_model_logits_free(m, buf);
+
+    sd_backend_ops ops = *be->ops;
+    ops.host_alloc = count_alloc;
+    ops.host_free = count_free;
+    const sd_backend_ops *cpu = be->ops;
+    be->ops = &ops;
+    buf = NULL;
+    cap = 0;
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, 4), SD_OK);
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, 5), SD_OK);
+    ck_assert_int_eq(g_host_allocs, 2);
+    ck_assert_int_eq(g_host_frees, 1);
+    size_t big = SD_LOGITS_PINNED_MAX / (V * sizeof(float)) + 1;
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, big), SD_OK);
+    ck_assert_int_eq(g_host_allocs, 2); /* past the limit: malloc */
+    ck_assert_uint_ge(cap, big);
+    buf[big * V - 1] = 2.0f;
+    sd_model_logits_free(m, buf);
+    ck_assert_int_eq(g_host_frees, 3);
+    g_host_fail = 1;
+    buf = NULL;
+    cap = 0;
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, 2), SD_OK); /* host_alloc failed: malloc */
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(g_host_allocs, 2);
+    float *kept = buf;
+    ck_assert_int_eq(sd_model_logits_grow(m, &buf, &cap, SIZE_MAX / 2), SD_ERR_NOMEM);
+    ck_assert_ptr_eq(buf, kept);
+    ck_assert_uint_eq(cap, 2);
+    sd_model_logits_free(m, buf);
+    ck_assert_int_eq(g_host_frees, 4);
+    be->ops = cpu;
+    sd_model_free(m);
+    sd_backend_free(be);
+}
+END_TEST
+
 /* Prompt log-probabilities through the engine (chunked prefill, top 5) equal
  * log-softmax of Hugging Face's logits: the oracle for the values the API
  * reports. */
@@ -462,6 +537,7 @@ int main(void)
     tcase_add_test(tc, kv_dtypes);
     tcase_add_test(tc, argmax_rows);
     tcase_add_test(tc, bad_batches_rejected);
+    tcase_add_test(tc, logits_buffers);
     tcase_add_test(tc, random_weights);
     tcase_add_test(tc, prompt_logprobs_reference);
     suite_add_tcase(s, tc);

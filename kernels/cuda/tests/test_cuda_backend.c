@@ -927,6 +927,27 @@ END_TEST
 
 /* The read-bandwidth probe: a figure within what any GPU has (above
  * 10 GB/s, below 100 TB/s), and its bad arguments refused. */
+/* host_alloc: page-locked memory that to_host fills with the device's bytes;
+ * host_free takes it, malloc's memory (sd_model_logits_grow's fallback) and
+ * NULL without an error. */
+START_TEST(host_buffers)
+{
+    size_t n = 3 * 151936 + 5;
+    float *h = rand_vec(n, 71u, 1.0f, 0), *d = on(g_gpu, h, n);
+    float *pinned = g_gpu->ops->host_alloc(g_gpu, n * sizeof *pinned);
+    ck_assert_ptr_nonnull(pinned);
+    g_gpu->ops->to_host(g_gpu, pinned, d, n * sizeof *pinned);
+    ck_assert_int_eq(sd_cuda_take_error(g_gpu), SD_OK);
+    ck_assert_int_eq(memcmp(pinned, h, n * sizeof *h), 0);
+    g_gpu->ops->host_free(g_gpu, pinned);
+    g_gpu->ops->host_free(g_gpu, malloc(64));
+    g_gpu->ops->host_free(g_gpu, NULL);
+    ck_assert_int_eq(sd_cuda_take_error(g_gpu), SD_OK);
+    free(h);
+    g_gpu->ops->free(g_gpu, d);
+}
+END_TEST
+
 START_TEST(read_bandwidth)
 {
     double gbps = 0.0;
@@ -982,6 +1003,7 @@ int main(void)
     tcase_add_test(tc, model_batch_invariant);
     tcase_add_test(tc, model_graphs_exact);
     tcase_add_test(tc, read_bandwidth);
+    tcase_add_test(tc, host_buffers);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
