@@ -587,9 +587,11 @@ static void fused(sd_model *m, const sd_mm_fused *f, const float *x, int T)
         return;
     }
     for (int i = 0; i < f->n; i++) op->matmul(be, f->y[i], x, f->w[i], f->bias[i], T, b16);
-    size_t n = (size_t)T * f->w[0]->rows;
+    int N = f->w[0]->rows;
+    size_t n = (size_t)T * N;
     if (f->kind == SD_MM_RESIDUAL) op->add(be, f->res, f->y[0], n, b16);
     else if (f->kind == SD_MM_SWIGLU) op->silu_mul(be, f->y[0], f->y[0], f->y[1], n, b16);
+    if (f->kind == SD_MM_RESIDUAL && f->norm) op->rmsnorm(be, f->norm_y, f->res, f->norm, T, N, f->eps, b16);
 }
 
 static const sd_weight *opt_w(const sd_weight *w)
@@ -622,9 +624,9 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     scratch *s = &m->s;
     int hd = c->head_dim, C = c->hidden_size;
     int b16 = m->act_bf16;
-    op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16);
+    if (li == 0) op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16); /* else the down group before */
     sd_mm_fused qkv = {SD_MM_SHARED, 3, {&L->wq, &L->wk, &L->wv}, {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
-                       {s->q, s->k, s->v}, NULL};
+                       {s->q, s->k, s->v}, NULL, NULL, NULL, 0.0f};
     fused(m, &qkv, s->xn, T);
     sd_qk_rope_kv qr = {s->q, s->k, s->v, c->qk_norm ? &L->q_norm : NULL, c->qk_norm ? &L->k_norm : NULL,
                         c->rms_eps, s->cos, s->sin, &m->kv[li], s->slots, T, c->n_heads, c->n_kv_heads, hd, b16};
@@ -632,12 +634,13 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     sd_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
     sd_status st = op->attention(be, s->att, s->q, &m->kv[li], m->aseqs, n_seqs, &shape);
     if (st != SD_OK) return st;
-    sd_mm_fused o = {SD_MM_RESIDUAL, 1, {&L->wo}, {opt_w(&L->bo)}, {s->o}, s->x};
+    sd_mm_fused o = {SD_MM_RESIDUAL, 1, {&L->wo}, {opt_w(&L->bo)}, {s->o}, s->x, &L->post_norm, s->xn, c->rms_eps};
     fused(m, &o, s->att, T);
-    op->rmsnorm(be, s->xn, s->x, &L->post_norm, T, C, c->rms_eps, b16);
-    sd_mm_fused mlp = {SD_MM_SWIGLU, 2, {&L->gate, &L->up}, {NULL, NULL}, {s->gate, s->up}, NULL};
+    sd_mm_fused mlp = {SD_MM_SWIGLU, 2, {&L->gate, &L->up}, {NULL, NULL}, {s->gate, s->up}, NULL, NULL, NULL, 0.0f};
     fused(m, &mlp, s->xn, T);
-    sd_mm_fused down = {SD_MM_RESIDUAL, 1, {&L->down}, {NULL}, {s->o}, s->x};
+    /* the next layer's input norm with the residual add (the last layer's rows get the final norm) */
+    const sd_weight *next = li + 1 < c->n_layers ? &m->layers[li + 1].in_norm : NULL;
+    sd_mm_fused down = {SD_MM_RESIDUAL, 1, {&L->down}, {NULL}, {s->o}, s->x, next, s->xn, c->rms_eps};
     fused(m, &down, s->gate, T);
     return SD_OK;
 }

@@ -86,6 +86,11 @@ typedef struct sd_mm_fused {
     const sd_weight *bias[3];  /* NULL: none */
     float *y[3];               /* [T, w[i]->rows] outputs (RESIDUAL: scratch) */
     float *res;                /* RESIDUAL: the residual stream [T, w[0]->rows] */
+    /* RESIDUAL, optional (NULL: none): then norm_y = rmsnorm(res) by norm
+     * with eps, as the rmsnorm op after the group (the next block's input norm) */
+    const sd_weight *norm;
+    float *norm_y;
+    float eps;
 } sd_mm_fused;
 
 /* The attention block's ops between the q/k/v matmuls and attention (see
@@ -144,8 +149,9 @@ typedef struct sd_backend_ops {
     void (*silu_mul)(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16);
     /* y[n] += x[n]; bf16: rounded */
     void (*add)(sd_backend *be, float *y, const float *x, size_t n, int bf16);
-    /* Optional (NULL: the caller composes matmul / add / silu_mul): the
-     * group of f in one pass, bit-identical to the composed ops — except a
+    /* Optional (NULL: the caller composes matmul / add / silu_mul, and
+     * rmsnorm for a residual group's norm): the group of f in one pass,
+     * bit-identical to the composed ops — except a
      * group of packed weights (pack) outside batch-invariant mode, which may
      * run as one matmul whose sums are ordered otherwise (CUDA: cuBLAS picks
      * its algorithm by shape), and may leave a SwiGLU pair's y[1] unwritten. */

@@ -270,6 +270,9 @@ static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weigh
 /* int8 multiply-adds are ~8x cheaper (vpdpbusd), so the bar is higher */
 #define SD_MM_INLINE_MACS_Q8 ((size_t)1 << 19)
 
+static void cpu_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
+                        int bf16);
+
 static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *x, int T, int bf16)
 {
     const sd_weight *w0 = f->w[0];
@@ -301,6 +304,7 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
     }
     if (macs < (w0->dtype == SD_DTYPE_Q8 ? SD_MM_INLINE_MACS_Q8 : SD_MM_INLINE_MACS)) mm_task(&c, 0, 1);
     else sd_pool_run(impl_of(be)->pool, mm_task, &c);
+    if (f->kind == SD_MM_RESIDUAL && f->norm) cpu_rmsnorm(be, f->norm_y, f->res, f->norm, T, w0->rows, f->eps, bf16);
 }
 
 static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight *w, const sd_weight *bias, int T,

@@ -348,17 +348,38 @@ static sd_status x_to_bf16(cuda_impl *im, const float *x, int T, int K)
     return SD_OK;
 }
 
-/* y = xbf · W^T with cuBLAS, then the epilogue (bias, rounding, res += y).
+/* A residual group's epilogue with the norm after it (nf->norm of nf->res
+ * into nf->norm_y) in one launch, and the bf16 copy of norm_y that the next
+ * matmul reads (as cuda_rmsnorm's). */
+static sd_status residual_norm(cuda_impl *im, float *y, const float *bias, int T, int N, int bf16,
+                               const sd_mm_fused *nf)
+{
+    size_t n = (size_t)T * N;
+    uint16_t *ybf = NULL; /* xbf is this GEMM's input: grow_dev waits for it before moving it */
+    if (grow_dev(im, (void **)&im->xbf, &im->xbf_cap, n * sizeof(uint16_t)) == SD_OK) ybf = im->xbf;
+    im->xbf_of = NULL;
+    SD_CUDA_CHECK(sd_cu_residual_norm(im->stream, y, bias, nf->res, T, N, bf16, nf->norm->data, nf->eps, nf->norm_y,
+                                      ybf));
+    if (ybf) {
+        im->xbf_of = nf->norm_y;
+        im->xbf_n = n;
+    }
+    return SD_OK;
+}
+
+/* y = xbf · W^T with cuBLAS, then the epilogue (bias, rounding, res += y;
+ * with nf, a residual group with a norm: residual_norm).
  * cuBLAS sees row-major y[T, N] as column-major y^T [N, T]:
  * y^T = W · x^T with W row-major [N, K] = column-major [K, N] transposed. */
 static sd_status gemm_cublas(cuda_impl *im, float *y, const sd_weight *w, const float *bias, float *res, int T,
-                             int bf16)
+                             int bf16, const sd_mm_fused *nf)
 {
     int N = w->rows, K = w->cols;
     const float one = 1.0f, zero = 0.0f;
     SD_CUBLAS_CHECK(cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w->data, CUDA_R_16BF, K,
                                  im->xbf, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
+    if (nf) return residual_norm(im, y, bias, T, N, bf16, nf);
     if (bias || bf16 || res) SD_CUDA_CHECK(sd_cu_bias_round(im->stream, y, bias, res, T, N, bf16));
     return SD_OK;
 }
@@ -459,7 +480,7 @@ static void cuda_matmul(sd_backend *be, float *y, const float *x, const sd_weigh
     sd_status st;
     if (im->batch_invariant || tc_fast(im, x, T, w->cols, bf16)) st = gemm_invariant(im, y, x, w, b, NULL, T, bf16);
     else if (gemv_takes(im, x, T, w->cols, bf16, &w, 1)) st = gemv(im, &y, x, &w, &b, 1, NULL, T, bf16);
-    else if ((st = x_to_bf16(im, x, T, w->cols)) == SD_OK) st = gemm_cublas(im, y, w, b, NULL, T, bf16);
+    else if ((st = x_to_bf16(im, x, T, w->cols)) == SD_OK) st = gemm_cublas(im, y, w, b, NULL, T, bf16, NULL);
     xbf_written(im, y, (size_t)T * w->rows);
     note(im, st);
 }
@@ -509,6 +530,9 @@ static sd_status gemm_packed(cuda_impl *im, const sd_mm_fused *f, const float *x
     return SD_OK;
 }
 
+static void cuda_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
+                         int bf16);
+
 /* A fused group (backend.h): x converted to bf16 once for all its matmuls,
  * the residual add in the matmul's epilogue; the same arithmetic as the
  * composed ops, so the same bits. */
@@ -519,6 +543,9 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
     for (int i = 0; i < f->n; i++)
         if (!uploaded(im, f->w[i])) return;
     float *res = f->kind == SD_MM_RESIDUAL ? f->res : NULL;
+    /* a norm after the residual add: in cuBLAS's epilogue when the fusions are on, else the op after */
+    const sd_mm_fused *nf = res && f->norm && im->fuse ? f : NULL;
+    bool normed = false;
     sd_status st = SD_OK;
     bool grouped = (im->batch_invariant || tc_fast(im, x, T, f->w[0]->cols, bf16)) &&
                    gemm_tc_group(im, f, x, T, bf16, &st);
@@ -537,8 +564,12 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
     if (!grouped && !im->batch_invariant) st = x_to_bf16(im, x, T, f->w[0]->cols);
     for (int i = 0; i < f->n && st == SD_OK && !grouped; i++) {
         const float *b = f->bias[i] ? f->bias[i]->data : NULL;
-        st = im->batch_invariant ? gemm_invariant(im, f->y[i], x, f->w[i], b, res, T, bf16)
-                                 : gemm_cublas(im, f->y[i], f->w[i], b, res, T, bf16);
+        if (im->batch_invariant) {
+            st = gemm_invariant(im, f->y[i], x, f->w[i], b, res, T, bf16);
+        } else {
+            st = gemm_cublas(im, f->y[i], f->w[i], b, res, T, bf16, nf);
+            normed = nf != NULL;
+        }
     }
     if (st == SD_OK && f->kind == SD_MM_SWIGLU && !whole) {
         cudaError_t e = sd_cu_silu_mul(im->stream, f->y[0], f->y[0], f->y[1], (size_t)T * f->w[0]->rows, bf16);
@@ -554,6 +585,8 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
         im->xbf_n = (size_t)T * f->w[0]->rows;
     }
     note(im, st);
+    if (st == SD_OK && res && f->norm && !normed)
+        cuda_rmsnorm(be, f->norm_y, res, f->norm, T, f->w[0]->rows, f->eps, bf16);
 }
 
 /* ------------------------------------------------------ elementwise ops */

@@ -561,6 +561,40 @@ extern "C" cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float 
     return cudaGetLastError();
 }
 
+/* bias_round_kernel's residual add (y = bias_round1(y), res += y rounded),
+ * then rmsnorm_kernel over each new row of res into yn (and ybf): a block a
+ * row with rms_threads(N) threads, each reading the elements it wrote, so
+ * the values and the sums of the two kernels one after the other. */
+__global__ void residual_norm_kernel(float *y, const float *bias, float *res, int N, int bf16, const float *w,
+                                     float eps, float *yn, uint16_t *ybf)
+{
+    __shared__ float sh[32];
+    size_t row = (size_t)blockIdx.x * N;
+    float ss = 0.0f;
+    for (int d = threadIdx.x; d < N; d += blockDim.x) {
+        float v = bias_round1(y[row + d], bias, d, bf16), r = __fadd_rn(res[row + d], v);
+        r = bf16 ? bf16r(r) : r;
+        y[row + d] = v;
+        res[row + d] = r;
+        ss = fmaf(r, r, ss);
+    }
+    ss = block_reduce(ss, sh, 0);
+    float inv = 1.0f / sqrtf(ss / (float)N + eps);
+    for (int d = threadIdx.x; d < N; d += blockDim.x) {
+        float o = rms_out(res[row + d], inv, w[d], bf16);
+        yn[row + d] = o;
+        if (ybf) ybf[row + d] = bf16_bits(o);
+    }
+}
+
+extern "C" cudaError_t sd_cu_residual_norm(cudaStream_t stream, float *y, const float *bias, float *res, int T, int N,
+                                           int bf16, const float *w, float eps, float *yn, uint16_t *ybf)
+{
+    if (T <= 0) return cudaSuccess;
+    residual_norm_kernel<<<T, rms_threads(N), 0, stream>>>(y, bias, res, N, bf16, w, eps, yn, ybf);
+    return cudaGetLastError();
+}
+
 /* -------------------------------------------------------------- embed */
 
 /* CPU reference: cpu_embed(). y: [T, C], E: [V, C] bf16, ids: [T] */

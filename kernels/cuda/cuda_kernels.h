@@ -39,6 +39,12 @@ cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const float *x, const
 cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D,
                           float eps, int bf16, uint16_t *ybf);
 
+/* sd_cu_bias_round with res, then sd_cu_rmsnorm of the new res rows by w
+ * into yn (and their bf16 bits into ybf when not NULL): one launch, the bits
+ * of the two. y, res, yn: [T, N]. */
+cudaError_t sd_cu_residual_norm(cudaStream_t stream, float *y, const float *bias, float *res, int T, int N, int bf16,
+                                const float *w, float eps, float *yn, uint16_t *ybf);
+
 /* y[T, C] = E[ids[t], :], E bf16 [V, C]. */
 cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const int32_t *ids, int T, int C);
 

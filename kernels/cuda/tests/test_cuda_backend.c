@@ -214,7 +214,7 @@ START_TEST(matmul_fused_is_composed)
             int nw = kind == SD_MM_SHARED ? 3 : kind == SD_MM_SWIGLU ? 2 : 1;
             float *xg = on(g_gpu, x, (size_t)T * K), *ra = on(g_gpu, r0, n), *rb = on(g_gpu, r0, n);
             float *ya[3], *yb[3];
-            sd_mm_fused f = {(sd_mm_kind)kind, nw, {0}, {0}, {0}, kind == SD_MM_RESIDUAL ? rb : NULL};
+            sd_mm_fused f = {(sd_mm_kind)kind, nw, {0}, {0}, {0}, kind == SD_MM_RESIDUAL ? rb : NULL, NULL, NULL, 0.0f};
             for (int i = 0; i < nw; i++) {
                 ya[i] = on(g_gpu, NULL, n);
                 yb[i] = on(g_gpu, NULL, n);
@@ -254,6 +254,77 @@ START_TEST(matmul_fused_is_composed)
 }
 END_TEST
 
+/* Bits of backend memory d (n floats) equal those of e. */
+static void expect_same(const char *what, const float *d, const float *e, size_t n)
+{
+    float *a = gpu_read(d, n), *b = gpu_read(e, n);
+    ck_assert_msg(memcmp(a, b, n * sizeof *a) == 0, "%s differs", what);
+    free(a);
+    free(b);
+}
+
+/* A residual group with the next norm (sd_mm_fused.norm: one epilogue
+ * launch in the default mode) gives the bits of matmul, add and rmsnorm one
+ * by one — the residual stream and the normed rows — with cuBLAS, the
+ * batch-invariant kernel and the GEMV kernel, bf16 and f32 activations, a
+ * decode row, a span, a prefill chunk; and a matmul reading the normed rows
+ * after it (through the bf16 copy the epilogue leaves) the bits of one
+ * reading a copy of them. */
+START_TEST(residual_norm_is_composed)
+{
+    const int K = 96, Ts[] = {1, 8, 70}, Ns[] = {130, 4096};
+    for (int ni = 0; ni < 2; ni++) {
+        int N = Ns[ni];
+        wpair w, b, g, w2;
+        make_weight(&w, N, K, 1, 31u, 0.1f, 0.0f);
+        make_weight(&b, 1, N, 0, 32u, 0.5f, 0.0f);
+        make_weight(&g, 1, N, 0, 33u, 0.2f, 1.0f);
+        make_weight(&w2, 40, N, 1, 34u, 0.05f, 0.0f);
+        for (int mode = 0; mode < 6; mode++) {
+            int inv = mode % 3, b16 = mode / 3; /* inv 2: the default mode with the GEMV kernel */
+            ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, inv == 1), SD_OK);
+            ck_assert_int_eq(sd_cuda_set_gemv(g_gpu, inv == 2), SD_OK);
+            for (int ti = 0; ti < 3; ti++) {
+                int T = Ts[ti];
+                size_t n = (size_t)T * N;
+                float *x = rand_vec((size_t)T * K, 35u + T, 1.0f, b16), *r0 = rand_vec(n, 36u, 1.0f, b16);
+                float *xg = on(g_gpu, x, (size_t)T * K), *ra = on(g_gpu, r0, n), *rb = on(g_gpu, r0, n);
+                float *ya = on(g_gpu, NULL, n), *yb = on(g_gpu, NULL, n), *na = on(g_gpu, NULL, n);
+                float *nb = on(g_gpu, NULL, n), *ncopy = on(g_gpu, NULL, n);
+                float *za = on(g_gpu, NULL, (size_t)T * 40), *zb = on(g_gpu, NULL, (size_t)T * 40);
+                g_gpu->ops->matmul(g_gpu, ya, xg, &w.g, &b.g, T, b16);
+                g_gpu->ops->add(g_gpu, ra, ya, n, b16);
+                g_gpu->ops->rmsnorm(g_gpu, na, ra, &g.g, T, N, 1e-6f, b16);
+                sd_mm_fused f = {SD_MM_RESIDUAL, 1, {&w.g}, {&b.g}, {yb}, rb, &g.g, nb, 1e-6f};
+                g_gpu->ops->matmul_fused(g_gpu, &f, xg, T, b16);
+                g_gpu->ops->matmul(g_gpu, zb, nb, &w2.g, NULL, T, b16); /* may read the epilogue's bf16 copy */
+                float *hn = gpu_read(nb, n);
+                g_gpu->ops->to_backend(g_gpu, ncopy, hn, n * sizeof *hn);
+                g_gpu->ops->matmul(g_gpu, za, ncopy, &w2.g, NULL, T, b16);
+                char what[96];
+                snprintf(what, sizeof what, "N %d T %d inv %d bf16 %d: residual", N, T, inv, b16);
+                expect_same(what, rb, ra, n);
+                snprintf(what, sizeof what, "N %d T %d inv %d bf16 %d: normed rows", N, T, inv, b16);
+                expect_same(what, nb, na, n);
+                snprintf(what, sizeof what, "N %d T %d inv %d bf16 %d: the next matmul", N, T, inv, b16);
+                expect_same(what, zb, za, (size_t)T * 40);
+                free(hn);
+                free(x);
+                free(r0);
+                float *bufs[] = {xg, ra, rb, ya, yb, na, nb, ncopy, za, zb};
+                for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
+            }
+        }
+        free_weight(&w);
+        free_weight(&b);
+        free_weight(&g);
+        free_weight(&w2);
+    }
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    sd_cuda_set_gemv(g_gpu, 0);
+}
+END_TEST
+
 /* A packed group (pack, then matmul_fused as one cuBLAS GEMM and one
  * epilogue) against the same weights unpacked, run one by one: q/k/v of
  * different widths with biases, and a SwiGLU pair, over a decode row, a span
@@ -282,7 +353,7 @@ START_TEST(matmul_packed_vs_unpacked)
                 int T = Ts[t];
                 float *x = rand_vec((size_t)T * K, (uint32_t)(T + 40), 1.0f, b16), *xg = on(g_gpu, x, (size_t)T * K);
                 float *ya[3], *yp[3];
-                sd_mm_fused fa = {(sd_mm_kind)kind, nw, {0}, {0}, {0}, NULL}, fp = fa;
+                sd_mm_fused fa = {(sd_mm_kind)kind, nw, {0}, {0}, {0}, NULL, NULL, NULL, 0.0f}, fp = fa;
                 for (int i = 0; i < nw; i++) {
                     size_t n = (size_t)T * a[i].g.rows;
                     ya[i] = on(g_gpu, NULL, n);
@@ -359,7 +430,7 @@ START_TEST(bf16_copies_exact)
         for (int i = 0; i < 4; i++) r[i] = gpu_read(y[i], (size_t)T * N);
         ck_assert_msg(memcmp(r[0], r[1], (size_t)T * N * sizeof(float)) == 0, "bf16=%d: rmsnorm's copy differs", b16);
         ck_assert_msg(memcmp(r[2], r[3], (size_t)T * N * sizeof(float)) == 0, "bf16=%d: a stale copy was read", b16);
-        sd_mm_fused f = {SD_MM_SWIGLU, 2, {gw[0], gw[1]}, {NULL, NULL}, {gu[0], gu[1]}, NULL};
+        sd_mm_fused f = {SD_MM_SWIGLU, 2, {gw[0], gw[1]}, {NULL, NULL}, {gu[0], gu[1]}, NULL, NULL, NULL, 0.0f};
         g_gpu->ops->matmul_fused(g_gpu, &f, h, T, b16);
         g_gpu->ops->matmul(g_gpu, y[0], gu[0], &dn.g, NULL, T, b16); /* the SwiGLU epilogue's copy */
         ck_assert_int_eq(sd_cuda_set_fuse(g_gpu, 0), SD_OK);
@@ -1004,6 +1075,7 @@ int main(void)
     tcase_add_test(tc, model_graphs_exact);
     tcase_add_test(tc, read_bandwidth);
     tcase_add_test(tc, host_buffers);
+    tcase_add_test(tc, residual_norm_is_composed);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
