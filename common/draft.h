@@ -44,6 +44,11 @@ enum {
  * pair (docs/BENCHMARKS.md). */
 #define SD_DRAFT_P_MIN_DEFAULT 0.3f
 
+/* Default share of a device's memory for a draft model's KV mirrors
+ * (sd_draft_opts.mem_fraction): the drafter's --gpu-memory-fraction, the
+ * verifier's --draft-model's. */
+#define SD_DRAFT_GPU_MEM_FRACTION 0.1
+
 typedef struct sd_draft_opts {
     sd_backend *be;   /* backend to share (borrowed, must outlive the proposer);
                          NULL: create and own a CPU backend */

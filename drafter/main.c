@@ -52,7 +52,6 @@
 /* Default --gpu-memory-fraction: a drafter fits beside a verifier at its
  * default 0.9 (as vLLM's) on one GPU, and runs on a GPU of its own (its pool
  * capped by the fraction; raise it there for more sequences). */
-#define SD_DRAFT_GPU_MEM_FRACTION 0.1
 #define SD_MAX_BRANCH_CALL 8      /* branches drafted in one propose call */
 #define BRANCH_MIN_PROB 0.02      /* outcomes less likely than this are not drafted for */
 

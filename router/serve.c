@@ -1,6 +1,7 @@
 /* serve.c — `specd serve`: the one-command supervisor.
  *
- *   specd serve --target DIR [--draft DIR | --ngram | --ngram-drafter | --no-spec] [--host H]
+ *   specd serve --target DIR [--draft DIR [--draft-in-verifier] | --ngram | --ngram-drafter | --no-spec]
+ *               [--host H]
  *               [--port P] [--api-key K] [--threads N] [--num-draft K]
  *               [--device cpu] [--draft-quant auto|int8|none] [--draft-p-min P]
  *               [--spec-max-batch N] [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]
@@ -17,6 +18,10 @@
  * those in flight finish, up to --drain-timeout seconds, default 30, then end
  * with an error event or response), then the workers; a second signal ends
  * the requests in flight at once.
+ *
+ * --draft-in-verifier runs --draft's model inside the verifier, on its
+ * device (specd-verifier --draft-model): serial speculation without a
+ * drafter process or messages.
  *
  * Starts specd-verifier, specd-drafter (with --draft DIR, or --ngram-drafter:
  * the n-gram proposer in a process of its own; with neither, or --ngram, the
@@ -93,6 +98,7 @@ typedef struct serve_opts {
     const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, ngram_drafter, no_spec, metrics_auth, no_prefix_cache, batch_invariant, random_weights;
+    bool draft_in_verifier;  /* --draft-in-verifier: --draft's model runs in the verifier (--draft-model) */
     int port;
     int lanes;               /* --lanes N: verifier + drafter pairs (default 1) */
     const char *router_args[MAX_ROUTER_ARGS]; /* --router-arg ARG: passed to the router as they are */
@@ -149,7 +155,8 @@ static int self_dir(char *buf, size_t n)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: specd serve --target DIR [--draft DIR | --ngram | --ngram-drafter | --no-spec]\n"
+    fprintf(f, "usage: specd serve --target DIR [--draft DIR [--draft-in-verifier] | --ngram | --ngram-drafter |\n"
+               "                   --no-spec]\n"
                "                   [--host H] [--port P]\n"
                "                   [--api-key K | --api-key-file F] [--metrics-auth]\n"
                "                   [--threads N] [--num-draft K] [--device cpu]\n"
@@ -215,7 +222,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
                                        {"draft-gpu-memory-fraction", 1, 0, 'H'},
                                        {"random-weights", 0, 0, 'O'}, {"max-model-len", 1, 0, 'm'},
                                        {"spec-fallback", 1, 0, 'b'}, {"ngram-drafter", 0, 0, 'J'},
-                                       {0, 0, 0, 0}};
+                                       {"draft-in-verifier", 0, 0, 'i'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";
@@ -230,6 +237,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         case 'd': o->draft = optarg; break;
         case 'n': o->ngram = true; break;
         case 'J': o->ngram_drafter = true; break;
+        case 'i': o->draft_in_verifier = true; break;
         case 'N': o->no_spec = true; break;
         case 'h': o->host = optarg; break;
         case 'p':
@@ -273,6 +281,11 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         }
     }
     if (!o->target || optind < argc || (o->draft != NULL) + o->ngram + o->ngram_drafter + o->no_spec > 1) return -1;
+    if (o->draft_in_verifier && (!o->draft || o->draft_device || o->draft_gpu_mem || o->draft_branches)) {
+        fprintf(stderr, "specd serve: --draft-in-verifier takes --draft DIR and runs it on the verifier's device, "
+                        "without --draft-device, --draft-gpu-memory-fraction or --draft-branches\n");
+        return -1;
+    }
     if (!o->no_spec && !o->draft && !o->ngram_drafter) o->ngram = true;
     return 0;
 bad:
@@ -348,8 +361,15 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_arg(ver, path);
     add_opt(ver, "--model", o->target);
     add_opt(ver, "--listen", vep);
-    if (o->ngram) add_arg(ver, "--ngram");
-    else if (!o->no_spec) add_opt(ver, "--drafter", dep);
+    if (o->ngram) {
+        add_arg(ver, "--ngram");
+    } else if (o->draft_in_verifier) {
+        add_opt(ver, "--draft-model", o->draft);
+        add_opt(ver, "--draft-quant", o->draft_quant);
+        add_opt(ver, "--draft-p-min", o->draft_p_min);
+    } else if (!o->no_spec) {
+        add_opt(ver, "--drafter", dep);
+    }
     add_opt(ver, "--num-draft", o->num_draft);
     add_opt(ver, "--spec-max-batch", o->spec_max_batch);
     add_opt(ver, "--spec-max-batch-sampled", o->spec_max_batch_sampled);
@@ -370,7 +390,7 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--kv-dtype", o->kv_dtype);
     add_opt(ver, "--max-model-len", o->max_model_len);
     char ddev[64];
-    bool shared = o->draft && same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
+    bool shared = o->draft && !o->draft_in_verifier && same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
     /* a drafter on the verifier's GPU takes its default 0.1: the verifier leaves room for it */
     add_opt(ver, "--gpu-memory-fraction", o->gpu_mem ? o->gpu_mem : shared ? SERVE_SHARED_GPU_FRACTION : NULL);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
@@ -580,7 +600,7 @@ static int build_children(const serve_opts *o, const char *dir, const char *tmp,
         dra[i].name = names[2 * i + 1];
         build_lane(o, dir, tmp, i, &ver[i], &dra[i]);
         cs[n++] = &ver[i];
-        if (o->draft || o->ngram_drafter) cs[n++] = &dra[i];
+        if ((o->draft && !o->draft_in_verifier) || o->ngram_drafter) cs[n++] = &dra[i];
     }
     build_router(o, dir, tmp, &rt);
     cs[n++] = &rt;
@@ -628,7 +648,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd serve: --api-key is visible in the process list; --api-key-file or SPECD_API_KEY "
                         "keep the key out of it\n");
     free(key);
-    if (o.draft && o.device && strncmp(o.device, "cpu", 3) && !o.draft_device)
+    if (o.draft && !o.draft_in_verifier && o.device && strncmp(o.device, "cpu", 3) && !o.draft_device)
         fprintf(stderr, "specd serve: the verifier runs on %s, the drafter on the CPU (--draft-device puts it on a "
                         "GPU)\n", o.device);
     remove_stale_sock_dirs();

@@ -13,10 +13,13 @@
 
 #include "backend.h"
 #include "backend_open.h"
+#include "clock.h"
+#include "draft.h"
 #include "engine.h"
 #include "log.h"
 #include "mem_plan.h"
 #include "model.h"
+#include "model_config.h"
 #include "proposer.h"
 #include "vf_config.h"
 #include "vf_server.h"
@@ -65,6 +68,48 @@ static int kv_blocks(const sd_vf_config *cfg, sd_model *m, size_t free_at_start,
     }
     SD_INFO("device memory: %s", how);
     *blocks = (int)n;
+    return 0;
+}
+
+/* --draft-model: the draft model on the target's backend (its weights and
+ * KV mirrors counted in --gpu-memory-fraction: loaded first, its pool capped
+ * to SD_DRAFT_GPU_MEM_FRACTION of the device), warmed up. Returns 0 or 1
+ * (message logged). */
+static int load_draft(const sd_vf_config *cfg, sd_backend *be, size_t free_at_start, sd_proposer **p)
+{
+    char err[512];
+    sd_model_config dc, tc;
+    if (sd_draft_check_tokenizer(cfg->model_dir, cfg->draft_model, err, sizeof err) != SD_OK ||
+        sd_config_load_dir(cfg->draft_model, &dc, err, sizeof err) != SD_OK ||
+        sd_config_load_dir(cfg->model_dir, &tc, err, sizeof err) != SD_OK) {
+        SD_ERROR("--draft-model %s: %s", cfg->draft_model, err);
+        return 1;
+    }
+    sd_draft_opts o = sd_draft_opts_default();
+    o.be = be;
+    o.mem_free_at_start = free_at_start;
+    o.mem_fraction = SD_DRAFT_GPU_MEM_FRACTION;
+    o.max_seqs = cfg->max_batch;
+    int ctx = cfg->max_model_len > 0 ? cfg->max_model_len : tc.max_position;
+    o.max_context = ctx < dc.max_position ? ctx : dc.max_position;
+    o.vocab_limit = tc.vocab_size < dc.vocab_size ? tc.vocab_size : 0;
+    o.quant = cfg->draft_quant;
+    o.p_min = (float)cfg->draft_p_min;
+    o.kv_dtype = cfg->kv_dtype;
+    o.random_weights = cfg->random_weights;
+    o.no_prefix_cache = cfg->no_prefix_cache;
+    double t0 = sd_now_ms();
+    int passes = 0;
+    if (sd_draft_new(cfg->draft_model, &o, p, err, sizeof err) != SD_OK ||
+        sd_draft_warm_up(*p, &passes, err, sizeof err) != SD_OK) {
+        SD_ERROR("--draft-model %s: %s", cfg->draft_model, err);
+        return 1;
+    }
+    const sd_model *m = sd_draft_model(*p);
+    const sd_kv_pool *pool = sd_model_kv_pool(m);
+    SD_INFO("draft model %s in this process (weights %s; %d KV mirror blocks of %d; warm-up %d passes, %.0f ms)",
+            cfg->draft_model, cfg->draft_quant == SD_DRAFT_QUANT_NONE || !be->ops->quantize_q8 ? "as stored" : "int8",
+            sd_kv_pool_total(pool), sd_kv_pool_block_size(pool), passes, sd_now_ms() - t0);
     return 0;
 }
 
@@ -124,6 +169,7 @@ int main(int argc, char **argv)
     sd_model *m = NULL;
     sd_engine *e = NULL;
     sd_vf_server *srv = NULL;
+    sd_proposer *draft = NULL; /* --draft-model's, until the server takes it */
     void *zctx = NULL;
     sd_backend *be = sd_backend_open(cfg.device, cfg.threads, err, sizeof err);
     if (!be) {
@@ -135,7 +181,15 @@ int main(int argc, char **argv)
     else
         SD_WARN("not batch-invariant (%s without --batch-invariant): greedy speculative output may differ from plain "
                 "decoding where two tokens' logits nearly tie", cfg.device);
-    if (load_model(&cfg, be, sd_mem_free_now(be), &m) != 0) goto out;
+    size_t free_at_start = sd_mem_free_now(be);
+    if (cfg.draft_model && load_draft(&cfg, be, free_at_start, &draft) != 0) goto out;
+    if (cfg.draft_model && be->ops->mem_info) { /* the process's share: the draft model's comes out of it */
+        double f = cfg.gpu_mem_fraction;
+        cfg.gpu_mem_fraction = f > 2 * SD_DRAFT_GPU_MEM_FRACTION ? f - SD_DRAFT_GPU_MEM_FRACTION : f / 2;
+        SD_INFO("--gpu-memory-fraction %.2f: %.2f for the target, the rest for the draft model", f,
+                cfg.gpu_mem_fraction);
+    }
+    if (load_model(&cfg, be, free_at_start, &m) != 0) goto out;
     sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};
     e = sd_engine_new(m, &eo);
@@ -148,9 +202,12 @@ int main(int argc, char **argv)
         SD_ERROR("%s", err);
         goto out;
     }
+    if (draft) sd_vf_server_use_proposer(srv, draft);
+    draft = NULL;
     rc = sd_vf_server_run(srv, &g_stop) == SD_OK ? 0 : 1;
 out:
     sd_vf_server_free(srv);
+    sd_proposer_free(draft);
     if (zctx) zmq_ctx_term(zctx);
     sd_engine_free(e);
     sd_model_free(m);

@@ -7,13 +7,16 @@
 #include <string.h>
 
 #include "backend_open.h"
+#include "draft.h"
 #include "model.h"
 #include "opt.h"
 #include "proposer.h"
 
 const char *sd_vf_usage(void)
 {
-    return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT | --ngram]\n"
+    return "usage: specd-verifier --model DIR [--listen ENDPOINT]\n"
+           "                      [--drafter ENDPOINT | --ngram |\n"
+           "                       --draft-model DIR [--draft-quant auto|int8|none] [--draft-p-min P]]\n"
            "                      [--num-draft K] [--threads N] [--device cpu|cuda:N] [--max-batch N]\n"
            "                      [--kv-blocks N] [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
            "                      [--random-weights] [--max-model-len N]\n"
@@ -51,6 +54,7 @@ static void set_defaults(sd_vf_config *c)
     c->spec_fallback = true;
     c->spec_lookup_first = true;
     c->log_level = SD_LOG_INFO;
+    c->draft_p_min = SD_DRAFT_P_MIN_DEFAULT;
 }
 
 /* Applies one numeric option. */
@@ -73,6 +77,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
     case 'S': return sd_opt_int(arg, "--spec-max-batch", 0, 1 << 20, &cfg->spec_max_batch, err, errlen);
     case 'Z': return sd_opt_int(arg, "--spec-max-batch-sampled", 0, 1 << 20, &cfg->spec_max_batch_sampled, err, errlen);
     case 'X': return sd_opt_int(arg, "--spec-max-draft", 1, SD_MAX_DRAFT, &cfg->spec_max_draft, err, errlen);
+    case 'y': return sd_opt_double(arg, "--draft-p-min", 0.0, 1.0, &cfg->draft_p_min, err, errlen);
     default: return sd_seterr(err, errlen, SD_ERR_ARG, "unknown option");
     }
 }
@@ -89,7 +94,9 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
         {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
         {"max-model-len", 1, 0, 'M'}, {"spec-fallback", 1, 0, 'F'},
-        {"ngram", 0, 0, 'g'},     {0, 0, 0, 0}};
+        {"ngram", 0, 0, 'g'},     {"draft-model", 1, 0, 'R'},   {"draft-quant", 1, 0, 'q'},
+        {"draft-p-min", 1, 0, 'y'},
+        {0, 0, 0, 0}};
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
@@ -108,6 +115,11 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
         case 'I': cfg->batch_invariant = true; break;
         case 'W': cfg->random_weights = true; break;
         case 'g': cfg->ngram = true; break;
+        case 'R': cfg->draft_model = *optarg ? optarg : NULL; break;
+        case 'q':
+            if ((cfg->draft_quant = sd_draft_quant_parse(optarg)) < 0)
+                st = sd_seterr(err, errlen, SD_ERR_ARG, "--draft-quant must be auto, int8 or none, got '%s'", optarg);
+            break;
         case 'V':
             if ((cfg->kv_dtype = sd_kv_dtype_parse(optarg)) < 0)
                 st = sd_seterr(err, errlen, SD_ERR_ARG, "--kv-dtype must be auto, f32 or bf16, got '%s'", optarg);
@@ -144,9 +156,9 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
     if (optind < argc) return sd_seterr(err, errlen, SD_ERR_ARG, "unexpected argument '%s'", argv[optind]);
     if (cfg->help) return SD_OK;
     if (!cfg->model_dir) return sd_seterr(err, errlen, SD_ERR_ARG, "--model DIR is required");
-    if (cfg->ngram && cfg->drafter)
+    if ((cfg->ngram != 0) + (cfg->drafter != NULL) + (cfg->draft_model != NULL) > 1)
         return sd_seterr(err, errlen, SD_ERR_ARG,
-                         "--ngram (the verifier's own drafts) and --drafter exclude each other");
+                         "--drafter, --ngram and --draft-model (where the drafts come from) exclude each other");
     int index;
     if (sd_device_parse(cfg->device, &index, err, errlen) < 0) return SD_ERR_UNSUPPORTED;
     return SD_OK;

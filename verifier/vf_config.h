@@ -30,6 +30,10 @@ typedef struct sd_vf_config {
     const char *listen;           /* --listen: ROUTER bind endpoint */
     const char *drafter;          /* --drafter: DEALER connect endpoint, NULL = none */
     bool ngram;                   /* --ngram: drafts from the verifier's own n-gram lookup, no drafter */
+    const char *draft_model;      /* --draft-model DIR: drafts from a draft model in this process, on its
+                                   * backend (device, threads), taking turns with the target; no drafter */
+    int draft_quant;              /* --draft-quant auto|int8|none: its weights (SD_DRAFT_QUANT_*, default auto) */
+    double draft_p_min;           /* --draft-p-min P: it stops drafting after a token below P (draft.h) */
     const char *curve_keys;       /* --curve-keys DIR: CURVE on both sockets (proto/curve.h), NULL = plain */
     const char *device;           /* --device: "cpu", "cuda" or "cuda:N" (backend_open.h) */
     int num_draft;                /* --num-draft K, 0..SD_MAX_DRAFT: drafts per step without --spec-adaptive */

@@ -75,6 +75,7 @@ struct sd_vf_server {
     double *draft_ms;       /* the drafter's time behind them */
     sd_proposer *ngram;     /* the verifier's own n-gram lookup: --ngram's drafts, else --spec-fallback's for
                              * requests the drafter left without drafts, and serial steps' lookup first */
+    sd_proposer *local;     /* --draft-model: the draft model in this process (sd_vf_server_use_proposer) */
     int *fb_avail;          /* the fallback's drafts at hand for each request (0: not a candidate) */
     int *fb_k;              /* the drafts each request verifies (the fallback's choice for the candidates) */
     sd_propose_item *fb_items;
@@ -92,10 +93,10 @@ struct sd_vf_server {
     char model_name[256];
 };
 
-/* Whether requests may verify drafts: a drafter's, or (--ngram) the verifier's own lookup's. */
+/* Whether requests may verify drafts: a drafter's, or the verifier's own (--ngram's lookup, --draft-model's). */
 static bool speculates(const sd_vf_server *s)
 {
-    return s->link || s->cfg->ngram;
+    return s->link || s->cfg->ngram || s->local;
 }
 
 /* ------------------------------------------------------------ messages */
@@ -219,6 +220,7 @@ static int find_req(vf_req *const *list, int n, const sd_msg_id *peer, uint64_t 
 static void req_destroy(sd_vf_server *s, vf_req *vr)
 {
     if (s->link) sd_vf_link_close(s->link, &vr->slot);
+    if (s->local) s->local->ops->release(s->local, vr->slot.id);
     sd_req_free(s->e, vr->slot.r);
     sd_vf_slot_release(&vr->slot);
     free(vr);
@@ -548,7 +550,7 @@ static void plan_step(sd_vf_server *s)
          * verifier's own lookup has nothing to catch up on) */
         const sd_vf_slot *sl = s->slots[i];
         int behind = s->reqs[i]->n_tokens - sl->drafter_known;
-        s->catchup[i] = !s->link                  ? 0
+        s->catchup[i] = !s->link && !s->local     ? 0
                         : sl->drafter_known == 0 ? s->reqs[i]->n_tokens
                         : behind > SD_MAX_DRAFT + 1 ? behind
                                                     : 0;
@@ -645,7 +647,8 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     emit(s);
 }
 
-/* The n-gram lookup's item for request i, at most k drafts. */
+/* The item for request i of a proposer in this process (the n-gram lookup,
+ * the draft model), at most k drafts. */
 static sd_propose_item lookup_item(const sd_vf_server *s, int i, int k)
 {
     const sd_req *r = s->reqs[i];
@@ -780,6 +783,40 @@ static void step_local(sd_vf_server *s)
     for (int i = 0; i < n; i++) s->aqs[i]->match = s->lk_match[i]; /* priced by the n-gram length (vf_adapt.h) */
     choose_drafts(s, s->avail, NULL, false);
     lookup_props(s, m, s->budgets, true);
+    run_step(s, sd_now_ms() - t, false);
+}
+
+/* --draft-model: the draft model in this process drafts, in one batched call
+ * on the target's backend, as many as the plan allows each request that may
+ * verify drafts (its time counting as the drafter's, its catching up on new
+ * tokens priced as a drafter's), then the target verifies them. */
+static void step_model(sd_vf_server *s)
+{
+    int n = s->n_active, m = 0;
+    double t = sd_now_ms();
+    plan_step(s);
+    choose_drafts(s, NULL, NULL, false);
+    for (int i = 0; i < n; i++) {
+        s->slots[i]->prop.n = 0;
+        s->slots[i]->prop_draft_us = 0;
+        if (s->budgets[i] > 0 && !sd_req_prefilling(s->reqs[i])) s->fb_items[m++] = lookup_item(s, i, s->budgets[i]);
+    }
+    char err[256] = "";
+    double t0 = sd_now_ms();
+    if (m > 0 && s->local->ops->propose(s->local, s->fb_items, m, s->fb_out, err, sizeof err) != SD_OK) {
+        SD_WARN("the draft model failed (%s): verifying without drafts", err);
+        m = 0;
+    }
+    uint32_t us = (uint32_t)((sd_now_ms() - t0) * 1e3);
+    for (int i = 0, j = 0; i < n && j < m; i++) {
+        sd_vf_slot *sl = s->slots[i];
+        if (s->fb_items[j].seq_id != sl->id) continue;
+        const sd_proposal *o = &s->fb_out[j++];
+        sl->drafter_known = s->reqs[i]->n_tokens; /* it has caught up on the committed tokens */
+        sl->prop = *o;
+        if (sl->prop.n > s->budgets[i]) sl->prop.n = s->budgets[i];
+        sl->prop_draft_us = us;
+    }
     run_step(s, sd_now_ms() - t, false);
 }
 
@@ -943,6 +980,7 @@ static void step(sd_vf_server *s)
 {
     s->step_begin_ms = sd_now_ms();
     if (s->cfg->ngram) step_local(s);
+    else if (s->local) step_model(s);
     else if (pipelined(s)) step_pipe(s);
     else step_serial(s);
 }
@@ -996,7 +1034,10 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
     sd_vf_front_busy(s->front, false);
     SD_INFO("serving %s on %s (drafts: %s, max batch %d, %d KV blocks, n-gram fallback %s)", s->model_name,
             s->cfg->listen,
-            s->cfg->drafter ? s->cfg->drafter : s->cfg->ngram ? "the verifier's own n-gram lookup" : "none",
+            s->cfg->drafter ? s->cfg->drafter
+            : s->cfg->ngram ? "the verifier's own n-gram lookup"
+            : s->local      ? "the draft model in this process"
+                            : "none",
             s->cfg->max_batch, sd_kv_pool_total(s->pool), s->ngram && s->link ? "on" : "off");
     while (!*stop && !s->lost) {
         if (idle_wait(s) != SD_OK) return SD_ERR_IO;
@@ -1104,6 +1145,12 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     return SD_OK;
 }
 
+void sd_vf_server_use_proposer(sd_vf_server *s, sd_proposer *p)
+{
+    sd_proposer_free(s->local);
+    s->local = p;
+}
+
 void sd_vf_server_free(sd_vf_server *s)
 {
     if (!s) return;
@@ -1111,6 +1158,7 @@ void sd_vf_server_free(sd_vf_server *s)
     for (int i = 0; i < s->n_queue; i++) req_destroy(s, s->queue[i]);
     sd_vf_link_free(s->link);
     sd_proposer_free(s->ngram);
+    sd_proposer_free(s->local);
     free(s->fb_avail);
     free(s->fb_k);
     free(s->fb_items);

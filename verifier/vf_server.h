@@ -17,6 +17,7 @@
 #include <signal.h>
 
 #include "engine.h"
+#include "proposer.h"
 #include "status.h"
 #include "vf_config.h"
 
@@ -28,6 +29,11 @@ typedef struct sd_vf_server sd_vf_server;
  * Errors: SD_ERR_IO (bind / connect) or SD_ERR_NOMEM with a message. */
 sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd_vf_server **out, char *err,
                            size_t errlen);
+
+/* --draft-model: drafts from p (a draft model on the target's backend,
+ * sd_draft_new), called in this process each step — serial speculation
+ * without a drafter or messages. The server owns p from here on. */
+void sd_vf_server_use_proposer(sd_vf_server *s, sd_proposer *p);
 
 /* Serves until *stop becomes non-zero (set from a signal handler). Returns
  * SD_OK, SD_ERR_IO when the router socket fails, or SD_ERR_DEVICE when the

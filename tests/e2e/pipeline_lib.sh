@@ -52,6 +52,7 @@ serve_start() {
         SERVE_LOG=$log
         case " $* " in
           *" --no-spec "*) return 0 ;;
+          *" --draft-in-verifier "*) sleep 1.5; return 0 ;; # the draft model runs in the verifier
           *" --draft "* | *" --ngram-drafter "*) ;;
           *) sleep 1.5; return 0 ;; # no drafter process: the router's next health check has the figures
         esac

@@ -5,7 +5,8 @@
 # For a draft-model drafter (tinycode-3m drafting for tinycode-16m), for the
 # verifier's own n-gram lookup (--ngram, the default without --draft; also with
 # a static length of 4: greedy accepts some) and for the n-gram drafter
-# (--ngram-drafter), and three code prompts:
+# (--ngram-drafter), for the draft model inside the verifier (--draft-in-verifier:
+# serial, no drafter process), and three code prompts:
 #   - greedy (temperature 0, 64 tokens, ignore_eos), non-streamed and
 #     streamed (SSE text concatenated), equals `specd-generate` on the target
 #     alone, byte for byte (the CPU backend is batch-invariant);
@@ -75,7 +76,7 @@ run_mode() {
       echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled.$i")"
     fi
   done
-  if [ "$mode" = draft-serial-static ] || [ "$mode" = ngram-static ]; then
+  if [ "$mode" = draft-serial-static ] || [ "$mode" = ngram-static ] || [ "$mode" = draft-in-verifier-static ]; then
     check "[$mode] greedy runs accepted draft tokens (total $accepted)" '[ "$accepted" -gt 0 ]'
     sleep 1.2 # the router's next health check carries the verifier's figures
     check "[$mode] /metrics: acceptance estimates (drafts verified at every step)" \
@@ -117,6 +118,20 @@ run_mode draft-serial-static --draft "$DRAFT" --spec-pipeline off --spec-adaptiv
 run_mode ngram --ngram
 run_mode ngram-static --ngram --spec-adaptive off --num-draft 4
 run_mode ngram-drafter --ngram-drafter
+run_mode draft-in-verifier --draft "$DRAFT" --draft-in-verifier
+check "[draft-in-verifier] the verifier drafts with the model itself, no drafter process" \
+  'grep -q "drafts: the draft model in this process" "$SERVE_LOG" && ! grep -q "drafter info" "$SERVE_LOG"'
+run_mode draft-in-verifier-static --draft "$DRAFT" --draft-in-verifier --spec-adaptive off --num-draft 4
+# usage: --draft-in-verifier needs --draft and takes no drafter-process option; a bad draft model stops the verifier
+"$BIN/specd" serve --target "$TARGET" --draft-in-verifier >"$WORK/div.out" 2>&1
+check "[draft-in-verifier] without --draft: exit 2 with a message" \
+  '[ $? = 2 ] && grep -q -- "--draft-in-verifier takes --draft DIR" "$WORK/div.out"'
+"$BIN/specd" serve --target "$TARGET" --draft "$DRAFT" --draft-in-verifier --draft-device cpu >"$WORK/div.out" 2>&1
+check "[draft-in-verifier] with --draft-device: exit 2" '[ $? = 2 ]'
+"$BIN/specd-verifier" --model "$TARGET" --draft-model "$WORK/nonexistent" --listen "ipc://$WORK/v.sock" \
+  >"$WORK/dm.out" 2>&1
+check "[draft-in-verifier] a draft model that cannot load: the verifier says which and exits 1" \
+  '[ $? = 1 ] && grep -q -- "--draft-model $WORK/nonexistent" "$WORK/dm.out"'
 
 # --quant int8: the int8 target's greedy output through the pipeline (4 drafts
 # a step, serial) equals specd-generate on the int8 target alone

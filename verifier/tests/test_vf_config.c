@@ -5,6 +5,7 @@
 #include "proposer.h"
 #include "testutil.h"
 #include "model.h"
+#include "draft.h"
 #include "vf_config.h"
 
 static sd_status parse(sd_vf_config *c, char *err, int argc, char **argv)
@@ -109,6 +110,19 @@ START_TEST(errors)
     ck_assert_int_eq(parse(&c, err, 6, both), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--ngram"));
     ck_assert_ptr_nonnull(strstr(err, "--drafter"));
+    char *dm_ngram[] = {"v", "--model", "m", "--ngram", "--draft-model", "d", NULL};
+    ck_assert_int_eq(parse(&c, err, 6, dm_ngram), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--draft-model"));
+    char *dm_drafter[] = {"v", "--model", "m", "--draft-model", "d", "--drafter", "ipc:///tmp/d", NULL};
+    ck_assert_int_eq(parse(&c, err, 7, dm_drafter), SD_ERR_ARG);
+    char *dq[] = {"v", "--model", "m", "--draft-model", "d", "--draft-quant", "int4", NULL};
+    ck_assert_int_eq(parse(&c, err, 7, dq), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "--draft-quant"));
+    char *dm[] = {"v", "--model", "m", "--draft-model", "d", "--draft-quant", "none", NULL};
+    ck_assert_int_eq(parse(&c, err, 7, dm), SD_OK);
+    ck_assert_str_eq(c.draft_model, "d");
+    ck_assert_int_eq(c.draft_quant, SD_DRAFT_QUANT_NONE);
+    ck_assert_ptr_null(c.drafter);
     char *maxd[] = {"v", "--model", "m", "--spec-max-draft", "17", NULL};
     ck_assert_int_eq(parse(&c, err, 5, maxd), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "--spec-max-draft"));
