@@ -77,7 +77,11 @@ serve_start() {
     for i in $(seq 600); do
       kill -0 "$SERVE_PID" 2>/dev/null || break
       if [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then
-        case " $* " in *" --draft "* | *" --ngram-drafter "*) ;; *) return 0 ;; esac  # no drafter process
+        case " $* " in
+          *" --draft-in-verifier "*) return 0 ;;        # the draft model runs in the verifier
+          *" --draft "* | *" --ngram-drafter "*) ;;
+          *) return 0 ;;                                 # no drafter process
+        esac
         wait_drafter && return 0
         echo "bench: the drafter did not start in 60 s; log tail:" >&2; tail -n 20 "$SERVE_LOG" >&2
         serve_stop; return 1

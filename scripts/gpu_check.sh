@@ -33,11 +33,12 @@
 #      with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and with 128 blocks
 #      a row in the split attention (SD_CUDA_ATTN_SPLITS=128);
 #   4. specd serve through specd-bench (C = 1, 4 and 16): plain, the drafter on the GPU, the
-#      drafter on the CPU, the drafter on the GPU without lookup first (--spec-fallback missing);
+#      drafter on the CPU, the drafter on the GPU without lookup first (--spec-fallback missing),
+#      the draft model inside the verifier on the GPU (--draft-in-verifier);
 #   5. a per-kernel profile of a decode step (scripts/gpu_profile.sh, Nsight Compute);
 #   6. (pair) an 8B/0.6B-shaped pair — Qwen3-8B and Qwen3-0.6B shapes, random weights
 #      (--random-weights), the Qwen3 tokenizer — through specd serve at C = 1, 4, 16: plain,
-#      and the drafter on the same GPU (the memory split and adaptive speculation where
+#      the drafter on the same GPU and inside the verifier (the memory split and adaptive speculation where
 #      drafts are worthless: random models agree on nothing);
 #   7. (hf) Hugging Face transformers on the same GPU (scripts/hf_decode.py): greedy decode of
 #      the demo target (batch 1, 16; assisted generation with the demo drafter) and of
@@ -128,8 +129,9 @@ sys.exit(0 if a["text"] == b["text"] else 1)' "$WORK/plain-$tag-$n.json" "$WORK/
 
 # serve_bench DEVICE: specd serve with the verifier on DEVICE through specd-bench, one round
 # each, C = 1, 4 and 16 (scripts/bench_ab.sh): plain, speculative with the drafter on DEVICE too,
-# speculative with the drafter on the CPU, and the first again without lookup first (a serial
-# protocol's steps verifying the verifier's own n-gram drafts instead of asking the drafter).
+# speculative with the drafter on the CPU, the first again without lookup first (a serial
+# protocol's steps verifying the verifier's own n-gram drafts instead of asking the drafter), and
+# the draft model inside the verifier on DEVICE (--draft-in-verifier: no drafter process).
 serve_bench() {
   local dev=$1 c
   for c in 1 4 16; do
@@ -137,7 +139,8 @@ serve_bench() {
     SD_BENCH_BIN=$BIN SD_BENCH_OUT=$WORK/serve-c$c "$ROOT/scripts/bench_ab.sh" 1 "$c" 0 16 \
       "--device $dev --no-spec" "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m" \
       "--device $dev --draft-device cpu --draft $ROOT/models/tinycode-3m" \
-      "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m --spec-fallback missing" || return 1
+      "--device $dev --draft-device $dev --draft $ROOT/models/tinycode-3m --spec-fallback missing" \
+      "--device $dev --draft $ROOT/models/tinycode-3m --draft-in-verifier" || return 1
   done
 }
 
@@ -154,8 +157,9 @@ for o in sys.argv[2:]: open(o, "wb").write(data)' "$tok" "$d/target/tokenizer.js
 }
 
 # serve_pair DEVICE: the 8B/0.6B-shaped pair with random weights through specd serve
-# (scripts/bench_ab.sh, one round each), C = 1, 4, 16: plain, and the drafter on the same
-# device. On the CPU (a rehearsal) the demo models' shapes stand in.
+# (scripts/bench_ab.sh, one round each), C = 1, 4, 16: plain, the drafter on the same
+# device, and the draft model inside the verifier. On the CPU (a rehearsal) the demo models'
+# shapes stand in.
 serve_pair() {
   local dev=$1 c n
   if [ "$dev" = cpu ]; then
@@ -171,7 +175,8 @@ serve_pair() {
     echo "== C = $c"
     SD_BENCH_TARGET=$WORK/pair/target SD_BENCH_ARGS=--random-weights SD_BENCH_BIN=$BIN SD_BENCH_OUT=$WORK/pair-c$c \
       "$ROOT/scripts/bench_ab.sh" 1 "$c" 0 "$n" "--device $dev --no-spec" \
-      "--device $dev --draft-device $dev --draft $WORK/pair/draft" || return 1
+      "--device $dev --draft-device $dev --draft $WORK/pair/draft" \
+      "--device $dev --draft $WORK/pair/draft --draft-in-verifier" || return 1
   done
 }
 
@@ -268,7 +273,7 @@ run() {
     step decode_demo_inv 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" \
       --runs 3 --batch-invariant
   fi
-  want serve && step serve_demo 200 serve_bench "$dev"
+  want serve && step serve_demo 260 serve_bench "$dev"
   local q8=(--random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2)
   if [ "$dev" != cpu ] && want decode8b; then
     step decode_qwen3_8b 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" "${ab[@]}"
@@ -291,7 +296,7 @@ run() {
       --runs 1
   fi
   [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
-  want pair && step serve_pair 300 serve_pair "$dev"
+  want pair && step serve_pair 360 serve_pair "$dev"
   want hf && OPTIONAL=1 step hf 300 hf_side "$dev"
   {
     for f in decode_demo decode_demo_inv decode_qwen3_8b decode_qwen3_8b_fuse decode_qwen3_8b_inv decode_qwen3_8b_gemv \
