@@ -11,6 +11,7 @@
  * No state; all functions are thread-safe. */
 #include "model_config.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -349,9 +350,10 @@ static sd_status parse_sizes(json_t *root, const family *fam, sd_model_config *c
                          c->n_heads, c->n_kv_heads);
     double eps = 0;
     if ((st = get_num(root, "", "rms_norm_eps", false, 1e-6, &eps, err, errlen)) != SD_OK) return st;
-    if (!(eps > 0 && eps < 1))
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: rms_norm_eps %g must be in (0, 1)", eps);
-    c->rms_eps = (float)eps;
+    c->rms_eps = (float)eps; /* checked as stored: 1e-50 is > 0 as a double but 0 as a float */
+    if (!(eps > 0 && eps < 1) || !(c->rms_eps >= FLT_MIN))
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: rms_norm_eps %g must be in [%g, 1)", eps,
+                         (double)FLT_MIN);
     return SD_OK;
 }
 

@@ -86,6 +86,7 @@ static sd_status emit(sd_tok_stream *s, const char *p, size_t n) {
 static sd_status drain_bytes(sd_tok_stream *s, bool final) {
     const unsigned char *p = (const unsigned char *)s->pend.p;
     size_t n = s->pend.len, i = 0, ok = 0; /* p[ok..i) is valid, not yet emitted */
+    if (n == 0) return SD_OK; /* nothing held (pend.p may still be NULL) */
     sd_status st = SD_OK;
     while (i < n && st == SD_OK) {
         unsigned char lo, hi;

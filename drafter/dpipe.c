@@ -23,7 +23,9 @@ sd_status sd_dpipe_note(sd_dreq *r, const Specd__DraftItem *it, const uint8_t *p
     }
     p->k = k;
     p->want_q = it->sample;
-    p->n_prompt = (int64_t)it->committed_len - (int64_t)it->output_pos;
+    /* output_pos is a peer's uint64: an output position beyond the committed length is nonsense (and
+     * (int64_t) of a value >= 2^63 made this subtraction overflow) */
+    p->n_prompt = it->output_pos <= it->committed_len ? (int64_t)(it->committed_len - it->output_pos) : 0;
     p->n_in_flight = n_in;
     if (n_in) memcpy(p->in_flight, it->in_flight, (size_t)n_in * sizeof *p->in_flight);
     size_t pl = peer_len < sizeof p->peer ? peer_len : sizeof p->peer;

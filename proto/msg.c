@@ -4,6 +4,7 @@
 #include "msg.h"
 
 #include <errno.h>
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,31 @@ sd_status sd_msg_recv(void *sock, sd_msg_id *id, Specd__Envelope **out, int flag
     return st;
 }
 
+/* True when m or a message inside it kept an unknown field numbered 0: protobuf-c accepts the key
+ * when it is written overlong (80 00) but refuses the canonical 00 it packs back, so such an
+ * envelope would not survive being forwarded or re-sent. */
+static int has_field_zero(const ProtobufCMessage *m)
+{
+    if (!m) return 0;
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == 0) return 1;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned f = 0; f < d->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &d->fields[f];
+        const char *base = (const char *)m;
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)(base + fd->quantifier_offset);
+            ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(base + fd->offset);
+            for (size_t k = 0; k < n; k++)
+                if (has_field_zero(v[k])) return 1;
+        } else if (!(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) || *(const uint32_t *)(base + fd->quantifier_offset) == fd->id) {
+            if (has_field_zero(*(ProtobufCMessage *const *)(base + fd->offset))) return 1;
+        }
+    }
+    return 0;
+}
+
 sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, char *err,
                         size_t errlen)
 {
@@ -136,7 +162,8 @@ sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, c
     Specd__Envelope *env = specd__envelope__unpack(NULL, len, buf);
     if (!env)
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: %zu bytes do not unpack as an Envelope", len);
-    sd_status st = sd_msg_validate(env, err, errlen);
+    sd_status st = has_field_zero(&env->base) ? sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: field number 0 in an envelope")
+                                              : sd_msg_validate(env, err, errlen);
     if (st != SD_OK) {
         specd__envelope__free_unpacked(env, NULL);
         return st;
@@ -220,11 +247,12 @@ static sd_status check_logprobs(const char *what, Specd__TokenLogprob *const *lp
     if (n > SD_MSG_MAX_TOKENS) return BAD("msg: %s has %zu entries", what, n);
     for (size_t i = 0; i < n; i++) {
         if (!lp[i]) return BAD("msg: %s[%zu] missing", what, i);
-        if (lp[i]->logprob != lp[i]->logprob) return BAD("msg: %s[%zu].logprob is NaN", what, i);
+        /* NaN and +inf: JSON has neither (json_real refuses them), and a log-probability is <= 0 */
+        if (!(lp[i]->logprob <= FLT_MAX)) return BAD("msg: %s[%zu].logprob is NaN or +inf", what, i);
         if (lp[i]->n_top > SD_MSG_MAX_LOGPROBS) return BAD("msg: %s[%zu] has %zu alternatives", what, i, lp[i]->n_top);
         for (size_t j = 0; j < lp[i]->n_top; j++) {
             const Specd__TopLogprob *t = lp[i]->top[j];
-            if (!t || t->token < 0 || t->logprob != t->logprob)
+            if (!t || t->token < 0 || !(t->logprob <= FLT_MAX))
                 return BAD("msg: %s[%zu].top[%zu] is missing or invalid", what, i, j);
         }
     }

@@ -13,6 +13,26 @@
 
 #define INVALID "invalid_request_error"
 
+/* Replaces every byte that does not start a complete, valid UTF-8 sequence with '?', so that the
+ * message can always become a JSON string (json_string refuses invalid UTF-8). */
+static void utf8_scrub(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int need = *p < 0x80 ? 0 : *p >= 0xC2 && *p <= 0xDF ? 1 : *p >= 0xE0 && *p <= 0xEF ? 2
+                 : *p >= 0xF0 && *p <= 0xF4 ? 3 : -1;
+        unsigned char lo = *p == 0xE0 ? 0xA0 : *p == 0xF0 ? 0x90 : 0x80;
+        unsigned char hi = *p == 0xED ? 0x9F : *p == 0xF4 ? 0x8F : 0xBF;
+        int k = 0;
+        while (need > 0 && k < need && p[k + 1] >= (k == 0 ? lo : 0x80) && p[k + 1] <= (k == 0 ? hi : 0xBF)) k++;
+        if (need < 0 || k < need) {
+            *p++ = '?';
+            continue;
+        }
+        p += need + 1;
+    }
+}
+
 sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *param,
                       const char *code, const char *fmt, ...)
 {
@@ -24,6 +44,7 @@ sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *p
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    utf8_scrub(e->message); /* jansson's "near '...'" may quote half a character; so may truncation */
     return SD_ERR_ARG;
 }
 

@@ -28,12 +28,19 @@ typedef struct {
     int line;
 } tok;
 
+/* Bound on expression height and on statement / expression nesting: parsing, evaluating, printing and
+ * freeing recurse once per level, so a template must not be able to exhaust the stack. */
+#define J_MAX_DEPTH 256
+
 typedef struct {
     tok *t;
     size_t n, cap, pos;
     char *err;
     size_t errlen;
     bool failed;
+    int depth;                        /* parser recursion (nested expressions / statements) */
+    const char *line_src, *line_pos;  /* line_of's cursor: one pass over the source, not one per token */
+    int line_no;
 } parser;
 
 static bool fail(parser *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -66,11 +73,14 @@ static bool push(parser *p, t_kind k, const char *s, size_t len, int line)
     return true;
 }
 
-static int line_of(const char *src, const char *at)
+static int line_of(parser *p, const char *src, const char *at)
 {
-    int line = 1;
-    for (const char *c = src; c < at; c++) line += *c == '\n';
-    return line;
+    if (p->line_src != src || at < p->line_pos) {
+        p->line_src = p->line_pos = src;
+        p->line_no = 1;
+    }
+    for (; p->line_pos < at; p->line_pos++) p->line_no += *p->line_pos == '\n';
+    return p->line_no;
 }
 
 /* ---------------------------------------------------------------- lexer */
@@ -142,7 +152,7 @@ static bool lex_tag(parser *p, const char **s, bool block, bool *strip_after, co
     int braces = 0; /* dict literals open inside the tag: their '}' is not the tag's */
     for (;;) {
         while (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r') c++;
-        int line = line_of(src, c);
+        int line = line_of(p, src, c);
         if (!*c) return fail(p, line, "unclosed tag");
         if (braces == 0 && ((c[0] == '-' && c[1] == close && c[2] == '}') || (c[0] == close && c[1] == '}'))) {
             *strip_after = c[0] == '-';
@@ -180,7 +190,7 @@ static bool lex_text(parser *p, const char *src, const char *from, const char *t
         while (w > from && (w[-1] == ' ' || w[-1] == '\t')) w--;
         if (w == src || w[-1] == '\n') end = w;
     }
-    return end > from ? push(p, T_TEXT, from, (size_t)(end - from), line_of(src, from)) : true;
+    return end > from ? push(p, T_TEXT, from, (size_t)(end - from), line_of(p, src, from)) : true;
 }
 
 static bool lex(parser *p, const char *src)
@@ -200,11 +210,11 @@ static bool lex(parser *p, const char *src)
         c = t + 2 + minus;
         if (kind == '#') {
             const char *e = strstr(c, "#}");
-            if (!e) return fail(p, line_of(src, t), "unclosed comment");
+            if (!e) return fail(p, line_of(p, src, t), "unclosed comment");
             strip_next = e > c && e[-1] == '-';
             c = e + 2;
         } else {
-            if (!push(p, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, NULL, 0, line_of(src, t))) return false;
+            if (!push(p, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, NULL, 0, line_of(p, src, t))) return false;
             if (!lex_tag(p, &c, kind == '%', &strip_next, src)) return false;
         }
         if (!strip_next && kind != '{') { /* trim_blocks */
@@ -212,7 +222,7 @@ static bool lex(parser *p, const char *src)
             else if (c[0] == '\r' && c[1] == '\n') c += 2;
         }
     }
-    return !p->failed && push(p, T_EOF, NULL, 0, line_of(src, c));
+    return !p->failed && push(p, T_EOF, NULL, 0, line_of(p, src, c));
 }
 
 /* ---------------------------------------------------------------- nodes */
@@ -238,6 +248,30 @@ static bool list_add(parser *p, j_list *l, j_node *n)
 }
 
 static void node_free(j_node *n);
+
+static int height_of(const j_node *n) { return n ? n->height : 0; }
+
+/* Sets n's height from its operands; too tall (e.g. 1+1+...+1 thousands of times) is an error. */
+static j_node *grown(parser *p, j_node *n)
+{
+    if (!n) return NULL;
+    int h = 0;
+    const j_node *kids[] = {n->a, n->b, n->c, n->d};
+    for (size_t i = 0; i < 4; i++) h = height_of(kids[i]) > h ? height_of(kids[i]) : h;
+    for (size_t i = 0; i < n->args.n; i++) h = height_of(n->args.v[i]) > h ? height_of(n->args.v[i]) : h;
+    for (size_t i = 0; i < n->kwargs.n; i++) h = height_of(n->kwargs.v[i]) > h ? height_of(n->kwargs.v[i]) : h;
+    n->height = h + 1;
+    if (n->height > J_MAX_DEPTH) fail(p, n->line, "expression nested too deeply");
+    return n;
+}
+
+/* Parser recursion guard: false (and the parse fails) beyond J_MAX_DEPTH levels. */
+static bool enter(parser *p, int line)
+{
+    if (++p->depth <= J_MAX_DEPTH) return true;
+    p->depth--;
+    return fail(p, line, "template nested too deeply");
+}
 
 static void list_free(j_list *l)
 {
@@ -299,7 +333,10 @@ static bool parse_args(parser *p, j_node *n)
             if (!kw) return fail(p, t->line, "out of memory");
             n->kw = kw;
             kw[n->kwargs.n] = dup_name(p, t);
-            if (!list_add(p, &n->kwargs, parse_expr(p))) return false;
+            if (!list_add(p, &n->kwargs, parse_expr(p))) {
+                free(kw[n->kwargs.n]); /* not counted in kwargs.n: node_free would miss it */
+                return false;
+            }
         } else if (!list_add(p, &n->args, parse_expr(p))) {
             return false;
         }
@@ -329,7 +366,7 @@ static j_node *parse_list_or_dict(parser *p, const tok *open)
         next(p);
     }
     if (n && !p->failed) expect_op(p, close);
-    return n;
+    return grown(p, n);
 }
 
 static j_node *parse_primary(parser *p)
@@ -337,16 +374,21 @@ static j_node *parse_primary(parser *p)
     tok *t = next(p);
     switch (t->k) {
     case T_STRING: {
-        j_node *n = lit(p, json_stringn(t->s, t->len), t->line);
+        json_t *v = json_stringn(t->s, t->len);
+        if (!v) return fail(p, t->line, "string literal is not valid UTF-8"), NULL;
+        j_node *n = lit(p, v, t->line);
         while (n && peek(p)->k == T_STRING) { /* adjacent literals join */
             tok *u = next(p);
-            char *j = malloc(strlen(json_string_value(n->lit)) + u->len + 1);
-            if (!j) return NULL;
-            strcpy(j, json_string_value(n->lit));
-            strcat(j, u->s);
-            json_decref(n->lit);
-            n->lit = json_string(j);
+            size_t la = json_string_length(n->lit);
+            char *j = malloc(la + u->len + 1);
+            if (!j) return fail(p, u->line, "out of memory"), n;
+            memcpy(j, json_string_value(n->lit), la);
+            memcpy(j + la, u->s, u->len);
+            v = json_stringn(j, la + u->len);
             free(j);
+            if (!v) return fail(p, u->line, "string literal is not valid UTF-8"), n;
+            json_decref(n->lit);
+            n->lit = v;
         }
         return n;
     }
@@ -398,7 +440,7 @@ static j_node *parse_subscript(parser *p, j_node *obj, int line)
     n->c = parts[1];
     n->d = parts[2];
     if (!slice && !n->b) fail(p, line, "empty subscript");
-    return n;
+    return grown(p, n);
 }
 
 static j_node *parse_postfix(parser *p, j_node *n)
@@ -423,13 +465,13 @@ static j_node *parse_postfix(parser *p, j_node *n)
             if (!(m = node(p, J_CALL, t->line))) return n;
             m->a = n;
             parse_args(p, m);
-            n = m;
+            n = grown(p, m);
             continue;
         } else {
             break;
         }
         m->a = n;
-        n = m;
+        n = grown(p, m);
     }
     return n;
 }
@@ -462,7 +504,7 @@ static j_node *parse_filters(parser *p, j_node *n)
         } else if (test && (peek(p)->k == T_STRING || peek(p)->k == T_INT || peek(p)->k == T_FLOAT)) {
             list_add(p, &m->args, parse_primary(p)); /* `is divisibleby 3` */
         }
-        n = parse_postfix(p, n);
+        n = parse_postfix(p, grown(p, n));
     }
     return n;
 }
@@ -477,7 +519,7 @@ static j_node *parse_unary(parser *p)
             j_node *n = node(p, J_NEG, t->line);
             if (n) n->a = a;
             else node_free(a);
-            a = n;
+            a = grown(p, n);
         }
         return parse_filters(p, a);
     }
@@ -495,7 +537,7 @@ static j_node *binary(parser *p, j_kind k, j_op op, j_node *a, j_node *b, int li
     n->op = op;
     n->a = a;
     n->b = b;
-    return n;
+    return grown(p, n);
 }
 
 static j_node *parse_pow(parser *p)
@@ -563,11 +605,13 @@ static j_node *parse_not(parser *p)
     tok *t = peek(p);
     if (!is_name(t, "not")) return parse_compare(p);
     next(p);
+    if (!enter(p, t->line)) return NULL;
     j_node *n = node(p, J_NOT, t->line);
     j_node *a = parse_not(p);
+    p->depth--;
     if (n) n->a = a;
     else node_free(a);
-    return n;
+    return grown(p, n);
 }
 
 static j_node *parse_and(parser *p)
@@ -587,6 +631,7 @@ static j_node *parse_or(parser *p)
 /* or_expr [if or_expr [else expr]] */
 static j_node *parse_expr(parser *p)
 {
+    if (!enter(p, peek(p)->line)) return NULL;
     j_node *n = parse_or(p);
     while (n && !p->failed && is_name(peek(p), "if")) {
         tok *t = next(p);
@@ -598,8 +643,9 @@ static j_node *parse_expr(parser *p)
             next(p);
             c->c = parse_expr(p);
         }
-        n = c;
+        n = grown(p, c);
     }
+    p->depth--;
     return n;
 }
 
@@ -614,7 +660,17 @@ static bool block_end(parser *p)
 }
 
 /* if ... (elif ...)* (else ...)? endif, after "if". */
+static j_node *parse_if_body(parser *p, int line);
+
 static j_node *parse_if(parser *p, int line)
+{
+    if (!enter(p, line)) return NULL; /* nested ifs and elif chains recurse */
+    j_node *n = parse_if_body(p, line);
+    p->depth--;
+    return n;
+}
+
+static j_node *parse_if_body(parser *p, int line)
 {
     static const char *const STOPS[] = {"elif", "else", "endif", NULL};
     j_node *n = node(p, J_IF, line);
@@ -691,9 +747,19 @@ static j_node *parse_set(parser *p, int line)
 }
 
 /* One {% ... %} statement (after the '{%'); NULL with p->failed on error. */
+static j_node *parse_stmt_body(parser *p, tok *t);
+
 static j_node *parse_stmt(parser *p)
 {
     tok *t = next(p);
+    if (!enter(p, t->line)) return NULL;
+    j_node *n = parse_stmt_body(p, t);
+    p->depth--;
+    return n;
+}
+
+static j_node *parse_stmt_body(parser *p, tok *t)
+{
     if (t->k != T_NAME) return fail(p, t->line, "expected a statement"), NULL;
     if (!strcmp(t->s, "if")) return parse_if(p, t->line);
     if (!strcmp(t->s, "for")) return parse_for(p, t->line);

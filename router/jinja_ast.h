@@ -56,6 +56,7 @@ struct j_node {
     j_list args, kwargs;
     char **kw;          /* keyword names of kwargs (J_CALL, J_FILTER) */
     j_list body, els;
+    int height;         /* expressions: 1 + the tallest operand (bounds eval / free recursion) */
 };
 
 struct sd_jinja {

@@ -3,6 +3,7 @@
  * reference (or NULL). Printing and comparisons follow Python: str() of
  * numbers, True / False / None, repr() inside lists and dicts. */
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -22,7 +23,11 @@ typedef struct {
     char *err;
     size_t errlen;
     bool failed;
+    unsigned long iterations; /* loop iterations so far (J_MAX_ITERATIONS) */
 } ctx;
+
+/* A render is a prompt: more loop iterations than this is a runaway template (nested ranges). */
+#define J_MAX_ITERATIONS 10000000UL
 
 static json_t *fail(ctx *c, const j_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static json_t *fail(ctx *c, const j_node *n, const char *fmt, ...)
@@ -344,6 +349,52 @@ static void dump(const json_t *v, sd_buf *out, int indent, int level)
     }
 }
 
+/* ---------------------------------------------------------------- nesting */
+
+/* Values a template builds nest at most this deep: printing, tojson, comparing and freeing recurse
+ * per level, and a value that contains itself (x.append([x])) would nest without end. */
+#define J_MAX_VALUE_DEPTH 128
+
+/* True when v nests at most limit levels deep (walks at most limit levels; a cycle fails). */
+static bool depth_ok(const json_t *v, int limit)
+{
+    if (!json_is_array(v) && !json_is_object(v)) return true;
+    if (limit <= 0) return false;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!depth_ok(json_array_get(v, i), limit - 1)) return false;
+        return true;
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) if (!depth_ok(x, limit - 1)) return false;
+    return true;
+}
+
+/* True when target is reachable from v within limit levels. */
+static bool reaches(const json_t *v, const json_t *target, int limit)
+{
+    if (v == target) return true;
+    if (limit <= 0 || (!json_is_array(v) && !json_is_object(v))) return false;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (reaches(json_array_get(v, i), target, limit - 1)) return true;
+        return false;
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) if (reaches(x, target, limit - 1)) return true;
+    return false;
+}
+
+/* Whether v may be stored inside container (a list append, a namespace attribute). */
+static bool storable(ctx *c, const j_node *n, const json_t *container, const json_t *v)
+{
+    if (!depth_ok(v, J_MAX_VALUE_DEPTH - 1) || reaches(v, container, J_MAX_VALUE_DEPTH))
+        return fail(c, n, "value nested too deeply (or containing itself)"), false;
+    return true;
+}
+
 /* ---------------------------------------------------------------- scopes */
 
 static json_t *lookup(ctx *c, const char *name)
@@ -420,13 +471,15 @@ static json_t *slice(ctx *c, const j_node *n, json_t *obj, json_t *a, json_t *b,
     slice_bounds(len, a, b, step, &start, &stop);
     json_t *out = str ? NULL : json_array();
     sd_buf sb = {0};
-    for (long long i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (long long i = start; step > 0 ? i < stop : i > stop;) {
         if (!str) {
             json_array_append(out, json_array_get(obj, (size_t)i));
+            if (__builtin_add_overflow(i, step, &i)) break;
             continue;
         }
         size_t x = utf8_offset(s, bl, (size_t)i), y = utf8_offset(s, bl, (size_t)i + 1);
         sd_buf_add(&sb, s + x, y - x);
+        if (__builtin_add_overflow(i, step, &i)) break;
     }
     if (!str) return out;
     size_t sl = sb.len;
@@ -459,21 +512,31 @@ static json_t *arith(ctx *c, const j_node *n, j_op op, json_t *a, json_t *b)
     if (!is_num(a) || !is_num(b)) return fail(c, n, "unsupported operand types for an arithmetic operator");
     bool ints = json_is_integer(a) && json_is_integer(b);
     double x = num(a), y = num(b);
-    long long i = ints ? json_integer_value(a) : 0, j = ints ? json_integer_value(b) : 0;
+    long long i = ints ? json_integer_value(a) : 0, j = ints ? json_integer_value(b) : 0, k;
     switch (op) {
-    case OP_ADD: return ints ? json_integer(i + j) : json_real(x + y);
-    case OP_SUB: return ints ? json_integer(i - j) : json_real(x - y);
-    case OP_MUL: return ints ? json_integer(i * j) : json_real(x * y);
+    case OP_ADD:
+        if (!ints) return json_real(x + y);
+        return __builtin_add_overflow(i, j, &k) ? fail(c, n, "integer overflow") : json_integer(k);
+    case OP_SUB:
+        if (!ints) return json_real(x - y);
+        return __builtin_sub_overflow(i, j, &k) ? fail(c, n, "integer overflow") : json_integer(k);
+    case OP_MUL:
+        if (!ints) return json_real(x * y);
+        return __builtin_mul_overflow(i, j, &k) ? fail(c, n, "integer overflow") : json_integer(k);
     case OP_DIV: return y == 0 ? fail(c, n, "division by zero") : json_real(x / y);
     case OP_FLOORDIV:
         if (y == 0) return fail(c, n, "division by zero");
+        if (ints && i == LLONG_MIN && j == -1) return fail(c, n, "integer overflow"); /* and SIGFPE */
         if (ints) return json_integer(i / j - ((i % j != 0) && ((i < 0) != (j < 0))));
         return json_real(floor(x / y));
     case OP_MOD:
         if (y == 0) return fail(c, n, "modulo by zero");
+        if (ints && j == -1) return json_integer(0); /* LLONG_MIN % -1 traps */
         if (ints) { long long m = i % j; return json_integer(m != 0 && ((m < 0) != (j < 0)) ? m + j : m); }
         { double m = fmod(x, y); return json_real(m != 0 && ((m < 0) != (y < 0)) ? m + y : m); }
-    case OP_POW: return ints && j >= 0 ? json_integer((long long)llround(pow(x, y))) : json_real(pow(x, y));
+    case OP_POW:
+        if (ints && j >= 0 && fabs(pow(x, y)) >= 9.2e18) return fail(c, n, "integer overflow");
+        return ints && j >= 0 ? json_integer((long long)llround(pow(x, y))) : json_real(pow(x, y));
     default: return fail(c, n, "bad operator");
     }
 }
@@ -639,7 +702,9 @@ static json_t *method(ctx *c, const j_node *n, json_t *obj, const char *m, const
     }
     if (json_is_array(obj)) {
         if (!strcmp(m, "append")) {
-            json_array_append(obj, arg(a, 0, NULL) ? arg(a, 0, NULL) : json_null());
+            json_t *x = arg(a, 0, NULL) ? arg(a, 0, NULL) : json_null();
+            if (!storable(c, n, obj, x)) return NULL;
+            json_array_append(obj, x);
             return json_null();
         }
         if (!strcmp(m, "index") || !strcmp(m, "count")) {
@@ -675,8 +740,10 @@ static json_t *global_call(ctx *c, const j_node *n, const char *fn, const args *
         long long start = a->n >= 2 ? v[0] : 0, stop = a->n >= 2 ? v[1] : v[0], step = a->n >= 3 ? v[2] : 1;
         if (step == 0) return fail(c, n, "range() step cannot be zero");
         json_t *r = json_array();
-        for (long long i = start; (step > 0 ? i < stop : i > stop) && json_array_size(r) < 100000; i += step)
+        for (long long i = start; (step > 0 ? i < stop : i > stop) && json_array_size(r) < 100000;) {
             json_array_append_new(r, json_integer(i));
+            if (__builtin_add_overflow(i, step, &i)) break;
+        }
         return r;
     }
     if (!strcmp(fn, "strftime_now")) {
@@ -738,7 +805,7 @@ static json_t *test(ctx *c, const j_node *n, json_t *v, const char *t, const arg
         r = v && json_is_integer(v) && (json_integer_value(v) % 2 != 0) == (t[0] == 'o');
     else if (!strcmp(t, "divisibleby"))
         r = v && json_is_integer(v) && json_is_integer(x) && json_integer_value(x) &&
-            json_integer_value(v) % json_integer_value(x) == 0;
+            (json_integer_value(x) == -1 || json_integer_value(v) % json_integer_value(x) == 0);
     else if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "sameas")) r = eq(v, x);
     else if (!strcmp(t, "ne")) r = !eq(v, x);
     else if (!strcmp(t, "in")) r = x && contains(x, v);
@@ -872,11 +939,20 @@ static json_t *filter(ctx *c, const j_node *n, json_t *v, const char *f, const a
     }
     if (!strcmp(f, "string")) return v ? to_string(v) : json_string("");
     if (!strcmp(f, "safe") || !strcmp(f, "e") || !strcmp(f, "escape")) return v ? json_incref(v) : json_string("");
-    if (!strcmp(f, "tojson")) return tojson(v, a);
+    if (!strcmp(f, "tojson")) {
+        json_t *ind = arg(a, 0, "indent");
+        if (json_is_integer(ind) && (json_integer_value(ind) < 0 || json_integer_value(ind) > 64))
+            return fail(c, n, "tojson: indent must be between 0 and 64");
+        return tojson(v, a);
+    }
     if (!strcmp(f, "items")) return v && json_is_object(v) ? pairs(v) : fail(c, n, "items needs a mapping");
     if (!strcmp(f, "int") || !strcmp(f, "float") || !strcmp(f, "abs")) {
         double x = is_num(v) ? num(v) : json_is_string(v) ? strtod(json_string_value(v), NULL) : 0;
+        if (f[0] == 'a' && json_is_integer(v) && json_integer_value(v) == LLONG_MIN)
+            return fail(c, n, "integer overflow");
         if (f[0] == 'a') return json_is_integer(v) ? json_integer(llabs(json_integer_value(v))) : json_real(fabs(x));
+        if (f[0] == 'i' && json_is_integer(v)) return json_incref(v);
+        if (f[0] == 'i' && !(x > -9.2e18 && x < 9.2e18)) return fail(c, n, "int: %g does not fit a 64-bit integer", x);
         return f[0] == 'i' ? json_integer((long long)x) : json_real(x);
     }
     if (!strcmp(f, "map") || !strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") ||
@@ -903,18 +979,20 @@ static json_t *eval_filter_or_test(ctx *c, const j_node *n)
 {
     args a;
     json_t *v = eval(c, n->a), *r = NULL;
-    if (!c->failed && eval_args(c, n, &a)) {
-        if (n->kind == J_FILTER) {
-            r = filter(c, n, v, n->name, &a);
-        } else {
-            r = test(c, n, v, n->name, &a);
-            if (r && n->negate) {
-                json_t *x = json_boolean(!json_is_true(r));
-                json_decref(r);
-                r = x;
+    if (!c->failed) {
+        if (eval_args(c, n, &a)) {
+            if (n->kind == J_FILTER) {
+                r = filter(c, n, v, n->name, &a);
+            } else {
+                r = test(c, n, v, n->name, &a);
+                if (r && n->negate) {
+                    json_t *x = json_boolean(!json_is_true(r));
+                    json_decref(r);
+                    r = x;
+                }
             }
         }
-        args_free(&a);
+        args_free(&a); /* also the arguments evaluated before one failed */
     }
     json_decref(v);
     return r;
@@ -1039,6 +1117,10 @@ static bool render_for(ctx *c, const j_node *n, sd_buf *out)
         json_decref(t);
     }
     for (size_t i = 0; i < json_array_size(items) && !c->failed; i++) {
+        if (++c->iterations > J_MAX_ITERATIONS) {
+            fail(c, n, "the template loops more than %lu times", J_MAX_ITERATIONS);
+            break;
+        }
         json_t *lp = loop_object(items, i);
         set_var(c, "loop", lp);
         json_decref(lp);
@@ -1074,10 +1156,12 @@ static bool render_node(ctx *c, const j_node *n, sd_buf *out)
         if (n->name2) {
             json_t *ns = lookup(c, n->name);
             if (!json_is_object(ns)) fail(c, n, "'%s' is not a namespace", n->name);
-            else json_object_set(ns, n->name2, v ? v : json_null());
+            else if (storable(c, n, ns, v ? v : json_null())) json_object_set(ns, n->name2, v ? v : json_null());
             json_decref(ns);
-        } else {
+        } else if (depth_ok(v, J_MAX_VALUE_DEPTH)) {
             set_var(c, n->name, v);
+        } else {
+            fail(c, n, "value nested too deeply");
         }
         json_decref(v);
         return !c->failed;

@@ -57,7 +57,7 @@ static void emit(sd_stop *s, size_t n, const char **out, size_t *outlen)
 {
     if (sd_grow(&s->out, &s->ocap, n + 1, 1) != SD_OK) n = 0;
     if (n) memcpy(s->out, s->pend, n);
-    memmove(s->pend, s->pend + n, s->plen - n);
+    if (s->plen > n) memmove(s->pend, s->pend + n, s->plen - n); /* pend is NULL before the first feed */
     s->plen -= n;
     *out = s->out;
     *outlen = n;

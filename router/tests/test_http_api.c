@@ -126,6 +126,25 @@ START_TEST(bad_inputs)
 }
 END_TEST
 
+/* A body jansson refuses with a message quoting half a UTF-8 character
+ * (an escape before a two-byte character): the error is still OpenAI-shaped
+ * JSON, its message valid UTF-8. */
+START_TEST(error_message_stays_utf8)
+{
+    const char body[] = "\"\\\xcd\x9b";
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, body, sizeof body - 1, &r, &e), SD_ERR_ARG);
+    char *j = sd_api_error_json(&e);
+    ck_assert_ptr_nonnull(j);
+    json_t *o = json_loads(j, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert(json_is_string(json_object_get(json_object_get(o, "error"), "message")));
+    json_decref(o);
+    free(j);
+}
+END_TEST
+
 START_TEST(full_completion_request)
 {
     const char *b = "{\"model\": \"m\", \"prompt\": \"hello\", \"max_tokens\": 7, \"temperature\": 0.5, \"top_p\": 0.9,"
@@ -431,6 +450,7 @@ int main(void)
 {
     Suite *s = suite_create("http_api");
     TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, error_message_stays_utf8);
     tcase_add_loop_test(tc, bad_inputs, 0, (int)(sizeof BAD / sizeof *BAD));
     tcase_add_test(tc, full_completion_request);
     tcase_add_test(tc, defaults_and_prompt_forms);

@@ -247,6 +247,9 @@ static size_t pack(const Specd__Envelope *env, uint8_t **out)
 START_TEST(garbage_is_rejected)
 {
     expect_rejected("", 0, "empty frame");
+    /* Cancel{1}, then an unknown field numbered 0 written overlong (80 00): protobuf-c takes it, but
+     * could not pack the envelope again */
+    expect_rejected("\x12\x02\x08\x01\x80\x00\x00", 7, "field number 0");
     uint8_t none[1];
     Specd__Envelope empty = SPECD__ENVELOPE__INIT;
     expect_rejected(none, specd__envelope__get_packed_size(&empty), "no oneof");
@@ -341,6 +344,10 @@ START_TEST(bad_logprobs_are_rejected)
     lp.logprob = NAN;
     n = pack(&env, &buf);
     expect_rejected(buf, n, "NaN logprob");
+    free(buf);
+    lp.logprob = INFINITY; /* JSON has no +inf: the router would drop the entry */
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "+inf logprob");
     free(buf);
     lp.logprob = -1.0f;
     lp.top = tls;

@@ -42,6 +42,12 @@ START_TEST(no_stops_pass_through)
     ck_assert_str_eq(out, "hello world");
     ck_assert_int_eq(at, -1);
     free(out);
+    const char *stops[] = {"x"}, *o; /* flushed before any text (a generation of no text) */
+    size_t on = 1;
+    sd_stop *s = sd_stop_new(stops, 1);
+    sd_stop_flush(s, &o, &on);
+    ck_assert_uint_eq(on, 0);
+    sd_stop_free(s);
 }
 END_TEST
 

@@ -215,6 +215,7 @@ static const bad_case k_bad[] = {
     {QWEN2, "{\"hidden_size\": 66}", NULL, SD_ERR_FORMAT, "hidden_size"},
     {QWEN3, "{\"head_dim\": 15}", NULL, SD_ERR_FORMAT, "head_dim"},
     {QWEN2, "{\"rms_norm_eps\": 0}", NULL, SD_ERR_FORMAT, "rms_norm_eps"},
+    {QWEN2, "{\"rms_norm_eps\": 1e-50}", NULL, SD_ERR_FORMAT, "rms_norm_eps"}, /* 0 as a float */
     {QWEN2, "{\"rms_norm_eps\": \"1e-6\"}", NULL, SD_ERR_FORMAT, "rms_norm_eps"},
     {QWEN2, "{\"tie_word_embeddings\": 1}", NULL, SD_ERR_FORMAT, "tie_word_embeddings"},
     {LLAMA, "{\"attention_bias\": \"yes\"}", NULL, SD_ERR_FORMAT, "attention_bias"},

@@ -463,6 +463,14 @@ START_TEST(test_call_errors) {
     ck_assert_int_eq(sd_tok_encode(tok, "", 0, true, &ids, &n, err, sizeof err), SD_OK);
     ck_assert_uint_eq(n, 0);
     free(ids);
+    /* nothing to decode, a stream flushed before any token: empty, no pointer arithmetic on NULL */
+    ck_assert_int_eq(sd_tok_decode(tok, NULL, 0, false, &text, &len, err, sizeof err), SD_OK);
+    ck_assert_uint_eq(len, 0);
+    free(text);
+    s = sd_tok_stream_new(tok, false);
+    ck_assert_int_eq(sd_tok_stream_flush(s, &p, &k), SD_OK);
+    ck_assert_uint_eq(k, 0);
+    sd_tok_stream_free(s);
     sd_tok_free(tok);
 }
 END_TEST
