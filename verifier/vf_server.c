@@ -786,16 +786,24 @@ static void step_local(sd_vf_server *s)
     run_step(s, sd_now_ms() - t, false);
 }
 
-/* --draft-model: the draft model in this process drafts, in one batched call
- * on the target's backend, as many as the plan allows each request that may
- * verify drafts (its time counting as the drafter's, its catching up on new
- * tokens priced as a drafter's), then the target verifies them. */
+/* --draft-model: as a serial step (the lookup asked first where
+ * --spec-fallback ngram, its drafts verified instead where they pay more),
+ * but the draft model in this process drafts, in one batched call on the
+ * target's backend, as many as the plan allows each request that may verify
+ * drafts (its time counting as the drafter's, its catching up on new tokens
+ * priced as a drafter's); then the target verifies them. */
 static void step_model(sd_vf_server *s)
 {
     int n = s->n_active, m = 0;
     double t = sd_now_ms();
     plan_step(s);
+    int looked = s->ngram && s->cfg->spec_lookup_first ? look_up(s) : 0;
     choose_drafts(s, NULL, NULL, false);
+    for (int i = 0; i < n; i++) s->slots[i]->prop.n = 0;
+    if (looked > 0 && lookup_first(s, looked)) {
+        run_step(s, sd_now_ms() - t, false);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         s->slots[i]->prop.n = 0;
         s->slots[i]->prop_draft_us = 0;
@@ -817,6 +825,7 @@ static void step_model(sd_vf_server *s)
         if (sl->prop.n > s->budgets[i]) sl->prop.n = s->budgets[i];
         sl->prop_draft_us = us;
     }
+    fallback_drafts(s);
     run_step(s, sd_now_ms() - t, false);
 }
 
@@ -1038,7 +1047,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
             : s->cfg->ngram ? "the verifier's own n-gram lookup"
             : s->local      ? "the draft model in this process"
                             : "none",
-            s->cfg->max_batch, sd_kv_pool_total(s->pool), s->ngram && s->link ? "on" : "off");
+            s->cfg->max_batch, sd_kv_pool_total(s->pool), s->ngram && !s->cfg->ngram ? "on" : "off");
     while (!*stop && !s->lost) {
         if (idle_wait(s) != SD_OK) return SD_ERR_IO;
         if (*stop) break;
@@ -1121,7 +1130,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
-    if (((cfg->drafter && cfg->spec_fallback) || cfg->ngram) &&
+    if (((cfg->drafter && cfg->spec_fallback) || (cfg->draft_model && cfg->spec_fallback) || cfg->ngram) &&
         sd_ngram_new(SD_NGRAM_DEFAULT_MIN, SD_NGRAM_DEFAULT_MAX, &s->ngram, err, errlen) != SD_OK) {
         sd_vf_server_free(s);
         return SD_ERR_NOMEM;
