@@ -144,7 +144,8 @@ static int has_field_zero(const ProtobufCMessage *m)
             ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(base + fd->offset);
             for (size_t k = 0; k < n; k++)
                 if (has_field_zero(v[k])) return 1;
-        } else if (!(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) || *(const uint32_t *)(base + fd->quantifier_offset) == fd->id) {
+        } else if (!(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ||
+                   *(const uint32_t *)(base + fd->quantifier_offset) == fd->id) {
             if (has_field_zero(*(ProtobufCMessage *const *)(base + fd->offset))) return 1;
         }
     }
@@ -162,8 +163,9 @@ sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, c
     Specd__Envelope *env = specd__envelope__unpack(NULL, len, buf);
     if (!env)
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: %zu bytes do not unpack as an Envelope", len);
-    sd_status st = has_field_zero(&env->base) ? sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: field number 0 in an envelope")
-                                              : sd_msg_validate(env, err, errlen);
+    sd_status st = has_field_zero(&env->base)
+                       ? sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: field number 0 in an envelope")
+                       : sd_msg_validate(env, err, errlen);
     if (st != SD_OK) {
         specd__envelope__free_unpacked(env, NULL);
         return st;

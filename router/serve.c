@@ -202,6 +202,19 @@ static bool as_given(serve_opts *o, int c, const char *arg)
     return false;
 }
 
+/* The options' combinations (after parsing); -1 with a message where they clash. */
+static int check_opts(serve_opts *o)
+{
+    if ((o->draft != NULL) + o->ngram + o->ngram_drafter + o->no_spec > 1) return -1;
+    if (o->draft_in_verifier && (!o->draft || o->draft_device || o->draft_gpu_mem || o->draft_branches)) {
+        fprintf(stderr, "specd serve: --draft-in-verifier takes --draft DIR and runs it on the verifier's device, "
+                        "without --draft-device, --draft-gpu-memory-fraction or --draft-branches\n");
+        return -1;
+    }
+    if (!o->no_spec && !o->draft && !o->ngram_drafter) o->ngram = true;
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, serve_opts *o)
 {
     static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"ngram", 0, 0, 'n'},
@@ -280,14 +293,8 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
         default: return -1;
         }
     }
-    if (!o->target || optind < argc || (o->draft != NULL) + o->ngram + o->ngram_drafter + o->no_spec > 1) return -1;
-    if (o->draft_in_verifier && (!o->draft || o->draft_device || o->draft_gpu_mem || o->draft_branches)) {
-        fprintf(stderr, "specd serve: --draft-in-verifier takes --draft DIR and runs it on the verifier's device, "
-                        "without --draft-device, --draft-gpu-memory-fraction or --draft-branches\n");
-        return -1;
-    }
-    if (!o->no_spec && !o->draft && !o->ngram_drafter) o->ngram = true;
-    return 0;
+    if (!o->target || optind < argc) return -1;
+    return check_opts(o);
 bad:
     fprintf(stderr, "specd serve: %s\n", err);
     return -1;
@@ -390,7 +397,8 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--kv-dtype", o->kv_dtype);
     add_opt(ver, "--max-model-len", o->max_model_len);
     char ddev[64];
-    bool shared = o->draft && !o->draft_in_verifier && same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
+    bool shared = o->draft && !o->draft_in_verifier &&
+                  same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
     /* a drafter on the verifier's GPU takes its default 0.1: the verifier leaves room for it */
     add_opt(ver, "--gpu-memory-fraction", o->gpu_mem ? o->gpu_mem : shared ? SERVE_SHARED_GPU_FRACTION : NULL);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);

@@ -77,22 +77,14 @@ END_TEST
 
 START_TEST(deep_nesting)
 {
-    char *s = repeat("(", 20000, "1", ")"), *t;
-    t = repeat("{{ ", 1, s, " }}");
-    expect_err(t, "nested too deeply");
-    free(s), free(t);
-    s = repeat("not ", 50000, "1", "");
-    t = repeat("{{ ", 1, s, " }}");
-    expect_err(t, "nested too deeply");
-    free(s), free(t);
-    s = repeat("1+", 50000, "1", ""); /* a loop builds the chain: its height, not the parser's depth */
-    t = repeat("{{ ", 1, s, " }}");
-    expect_err(t, "nested too deeply");
-    free(s), free(t);
-    s = repeat("[", 20000, "", "]");
-    t = repeat("{{ ", 1, s, " }}");
-    expect_err(t, "nested too deeply");
-    free(s), free(t);
+    /* parentheses, not, lists: the parser's depth; a + chain (built by a loop): the tree's height */
+    static const struct { const char *pre; int n; const char *mid, *post; } deep[] = {
+        {"(", 20000, "1", ")"}, {"not ", 50000, "1", ""}, {"1+", 50000, "1", ""}, {"[", 20000, "", "]"}};
+    for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) {
+        char *s = repeat(deep[i].pre, deep[i].n, deep[i].mid, deep[i].post), *t = repeat("{{ ", 1, s, " }}");
+        expect_err(t, "nested too deeply");
+        free(s), free(t);
+    }
     expect_out("{{ ((((1 + 2)))) * 3 }} {{ not not 1 }}", "9 True");
 }
 END_TEST
