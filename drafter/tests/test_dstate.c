@@ -3,6 +3,7 @@
  * appending committed tokens, close, and least-recently-used eviction. */
 #include <stdlib.h>
 
+#include "dpipe.h"
 #include "dstate.h"
 #include "testutil.h"
 
@@ -131,6 +132,34 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+/* A pipelined item's output position is a peer's uint64: one beyond the
+ * committed length (2^63 overflowed the arithmetic) counts as no prompt; a
+ * sound one gives the first new token's output position. */
+START_TEST(test_pipe_output_pos)
+{
+    sd_dstate *t = sd_dstate_new(2);
+    int32_t ctx[3] = {5, 6, 7};
+    sd_dreq *r;
+    ck_assert_int_eq(sd_dstate_open(t, 9, ctx, 3, NULL, NULL, NULL), SD_OK);
+    ck_assert_int_eq(sd_dstate_advance(t, 9, 3, NULL, 0, &r), SD_OK);
+    Specd__DraftItem it = SPECD__DRAFT_ITEM__INIT;
+    it.request_id = 9;
+    it.committed_len = 3;
+    it.num_draft = 2;
+    const uint64_t pos[2] = {(uint64_t)1 << 63, 1}, want[2] = {3, 1};
+    for (int i = 0; i < 2; i++) {
+        it.output_pos = pos[i];
+        ck_assert_int_eq(sd_dpipe_note(r, &it, (const uint8_t *)"p", 1, true, 0.0, 1.0), SD_OK);
+        r->pipe.dirty = true;
+        sd_propose_item items[2];
+        sd_dreq *reqs[2];
+        ck_assert_int_eq(sd_dpipe_collect(t, items, reqs, 2), 1);
+        ck_assert_uint_eq(items[0].out_pos, want[i]);
+    }
+    sd_dstate_free(t);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("dstate");
@@ -140,6 +169,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_long_append);
     tcase_add_test(tc, test_lru_eviction);
     tcase_add_test(tc, test_bad_args);
+    tcase_add_test(tc, test_pipe_output_pos);
     suite_add_tcase(s, tc);
     return s;
 }
