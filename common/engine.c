@@ -95,6 +95,65 @@ sd_req_params sd_req_params_default(void)
     return p;
 }
 
+/* A request's memory (not its KV); NULL is a no-op. */
+static void req_mem_free(sd_req *r)
+{
+    if (!r) return;
+    free(r->tokens);
+    free(r->lp);
+    free(r->prompt_lp);
+    free(r->procs);
+    free(r);
+}
+
+/* Token ids of a processor list within the vocabulary. */
+static sd_status check_vocab_ids(const char *what, const int32_t *ids, uint32_t n, int vocab, char *err,
+                                 size_t errlen)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "%s token id %d is out of range [0, %d)", what, (int)ids[i],
+                             vocab);
+    return SD_OK;
+}
+
+/* The request's own copies of its logits processors' lists (the caller's
+ * settings borrow them), ids checked against the vocabulary, and the tokens
+ * min_tokens holds back: EOS (unless ignore_eos) and the stop ids. */
+static sd_status own_processors(const sd_model_config *c, sd_req *r, char *err, size_t errlen)
+{
+    sd_sampling *s = &r->p.sampling;
+    sd_status st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);
+    if (st == SD_OK) st = check_vocab_ids("allowed_token_ids", s->allowed, s->n_allowed, c->vocab_size, err, errlen);
+    if (st != SD_OK) return st;
+    uint32_t n_ban = s->min_tokens > 0 ? (uint32_t)(r->p.ignore_eos ? 0 : c->n_eos) + (uint32_t)r->p.n_stop : 0;
+    size_t n = 2 * (size_t)s->n_bias + s->n_allowed + n_ban;
+    if (n == 0) {
+        s->bias_ids = s->allowed = s->early_ban = NULL;
+        s->bias_values = NULL;
+        s->n_early_ban = 0;
+        return SD_OK;
+    }
+    int32_t *block = r->procs = malloc(n * sizeof *block);
+    if (!block) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    float *values = (float *)(void *)(block + s->n_bias);
+    if (s->n_bias) {
+        memcpy(block, s->bias_ids, s->n_bias * sizeof *block);
+        memcpy(values, s->bias_values, s->n_bias * sizeof *values);
+    }
+    int32_t *allowed = block + 2 * (size_t)s->n_bias, *ban = allowed + s->n_allowed;
+    if (s->n_allowed) memcpy(allowed, s->allowed, s->n_allowed * sizeof *allowed);
+    uint32_t k = 0;
+    for (int i = 0; n_ban && !r->p.ignore_eos && i < c->n_eos; i++) ban[k++] = c->eos_token_ids[i];
+    for (int i = 0; n_ban && i < r->p.n_stop; i++) ban[k++] = r->p.stop_ids[i];
+    s->bias_ids = s->n_bias ? block : NULL;
+    s->bias_values = s->n_bias ? values : NULL;
+    s->allowed = s->n_allowed ? allowed : NULL;
+    s->early_ban = k ? ban : NULL;
+    s->n_early_ban = k;
+    return SD_OK;
+}
+
 sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
                      const sd_req_params *p, sd_req **out, char *err, size_t errlen)
 {
@@ -126,12 +185,7 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
     if (r && p->logprobs) r->lp = malloc((SD_MAX_DRAFT + 1) * sizeof *r->lp);
     if (r && p->prompt_logprobs) r->prompt_lp = calloc((size_t)n_prompt, sizeof *r->prompt_lp);
     if (!r || !r->tokens || (p->logprobs && !r->lp) || (p->prompt_logprobs && !r->prompt_lp)) {
-        if (r) {
-            free(r->tokens);
-            free(r->lp);
-            free(r->prompt_lp);
-            free(r);
-        }
+        req_mem_free(r);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
     memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -139,6 +193,11 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
     r->n_prompt = r->n_tokens = r->prefill_to = n_prompt;
     r->p = *p;
     sd_kv_seq_init(&r->kv);
+    st = own_processors(c, r, err, errlen);
+    if (st != SD_OK) {
+        req_mem_free(r); /* no KV yet */
+        return st;
+    }
     *out = r;
     return SD_OK;
 }
@@ -147,10 +206,7 @@ void sd_req_free(sd_engine *e, sd_req *r)
 {
     if (!r) return;
     sd_kv_seq_release(sd_model_kv_pool(e->m), &r->kv);
-    free(r->tokens);
-    free(r->lp);
-    free(r->prompt_lp);
-    free(r);
+    req_mem_free(r);
 }
 
 void sd_req_cancel(sd_engine *e, sd_req *r)
@@ -250,12 +306,11 @@ static bool wants_prompt_lp(const sd_req *r)
 }
 
 /* True when the argmax of r's rows is all its step needs (sd_batch_seq's
- * argmax): greedy, no penalty, no log-probabilities. */
+ * argmax): greedy, no penalty or logits processor, no log-probabilities. */
 static bool argmax_serves(const sd_req *r)
 {
     const sd_sampling *s = &r->p.sampling;
-    return s->temperature <= 0.0f && s->repetition_penalty == 1.0f && s->presence_penalty == 0.0f &&
-           s->frequency_penalty == 0.0f && !r->lp && !wants_prompt_lp(r);
+    return s->temperature <= 0.0f && !sd_sampling_processes(s) && !r->lp && !wants_prompt_lp(r);
 }
 
 /* ---------------------------------------------------------------- prefix sharing */

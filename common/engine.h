@@ -83,6 +83,7 @@ typedef struct sd_req {
     bool share_looked;   /* prefix sharing: counted in the engine's queries */
     int shared;          /* positions of its KV taken from the prefix cache (sd_engine_share_prefixes) */
     int n_registered;    /* its KV blocks registered in the prefix cache */
+    int32_t *procs;      /* its copies of p.sampling's logits-processor lists (p.sampling points here) */
 } sd_req;
 
 typedef struct sd_engine_opts {
@@ -105,8 +106,11 @@ sd_model *sd_engine_model(const sd_engine *e);
 /* Default request parameters: greedy, 256 tokens, no speculation. */
 sd_req_params sd_req_params_default(void);
 
-/* Creates a request (copies the prompt). Validates ids, sampling, sizes and
- * the context (n_prompt + 1 <= max_position). Does not touch the KV pool.
+/* Creates a request (copies the prompt, and the logits processors' lists
+ * of p->sampling, to which r->p.sampling then points; with min_tokens it
+ * lists EOS and the stop ids as the tokens held back). Validates ids,
+ * sampling, sizes and the context (n_prompt + 1 <= max_position). Does not
+ * touch the KV pool.
  * Errors: SD_ERR_ARG with a message naming the problem. */
 sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
                      const sd_req_params *p, sd_req **out, char *err, size_t errlen);

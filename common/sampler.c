@@ -54,6 +54,29 @@ sd_sampling sd_sampling_default(void)
     return s;
 }
 
+/* The logits processors' lists: bounded, present when counted, ids >= 0,
+ * biases within OpenAI's [-100, 100]. */
+static sd_status validate_processors(const sd_sampling *s, char *err, size_t errlen)
+{
+    if (s->n_bias > SD_MAX_LOGIT_BIAS)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "logit_bias has %u entries (at most %d)", s->n_bias,
+                         SD_MAX_LOGIT_BIAS);
+    if ((s->n_bias && (!s->bias_ids || !s->bias_values)) || (s->n_allowed && !s->allowed) ||
+        (s->n_early_ban && !s->early_ban))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "logit_bias / allowed_token_ids list missing");
+    for (uint32_t i = 0; i < s->n_bias; i++) {
+        if (s->bias_ids[i] < 0)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "logit_bias token id %d is negative", (int)s->bias_ids[i]);
+        if (!(s->bias_values[i] >= -100.0f && s->bias_values[i] <= 100.0f))
+            return sd_seterr(err, errlen, SD_ERR_ARG, "logit_bias of token %d must be in [-100, 100], got %g",
+                             (int)s->bias_ids[i], s->bias_values[i]);
+    }
+    for (uint32_t i = 0; i < s->n_allowed; i++)
+        if (s->allowed[i] < 0)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "allowed_token_ids holds a negative id (%d)", (int)s->allowed[i]);
+    return SD_OK;
+}
+
 sd_status sd_sampling_validate(const sd_sampling *s, char *err, size_t errlen)
 {
     if (!s)
@@ -73,7 +96,20 @@ sd_status sd_sampling_validate(const sd_sampling *s, char *err, size_t errlen)
         return sd_seterr(err, errlen, SD_ERR_ARG, "presence_penalty must be in [-2, 2]");
     if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f))
         return sd_seterr(err, errlen, SD_ERR_ARG, "frequency_penalty must be in [-2, 2]");
-    return SD_OK;
+    return validate_processors(s, err, errlen);
+}
+
+void sd_sampling_drop_processors(sd_sampling *s)
+{
+    s->bias_ids = s->allowed = s->early_ban = NULL;
+    s->bias_values = NULL;
+    s->n_bias = s->n_allowed = s->n_early_ban = s->min_tokens = 0;
+}
+
+bool sd_sampling_processes(const sd_sampling *s)
+{
+    return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f ||
+           s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0);
 }
 
 /* ---- random stream ------------------------------------------------------ */
@@ -168,16 +204,46 @@ static void clear_marks(int *counts, int nv, const int32_t *toks, size_t n)
             counts[toks[i]] = 0;
 }
 
+/* allowed_token_ids: every token not in the list gets -inf (counts[] marks
+ * the allowed ones and is cleared after). */
+static void allow_only(int *counts, float *logits, int nv, const int32_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < nv)
+            counts[ids[i]] = 1;
+    for (int t = 0; t < nv; t++)
+        if (!counts[t])
+            logits[t] = -INFINITY;
+    clear_marks(counts, nv, ids, n);
+}
+
+/* The processors that come before the penalties: allowed tokens, min_tokens,
+ * logit bias. */
+static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, size_t n_output)
+{
+    if (s->n_allowed > 0 && s->allowed)
+        allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
+    if (n_output < s->min_tokens && s->early_ban)
+        for (uint32_t i = 0; i < s->n_early_ban; i++)
+            if (s->early_ban[i] >= 0 && s->early_ban[i] < nv)
+                logits[s->early_ban[i]] = -INFINITY;
+    if (s->bias_ids && s->bias_values)
+        for (uint32_t i = 0; i < s->n_bias; i++)
+            if (s->bias_ids[i] >= 0 && s->bias_ids[i] < nv)
+                logits[s->bias_ids[i]] += s->bias_values[i];
+}
+
 /* Tokens outside [0, min(vocab, sampler vocab)) are ignored. The scratch
  * count array is zero on entry and on exit; only touched entries are reset. */
-void sd_sampler_apply_penalties(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
-                                const int32_t *prompt, size_t n_prompt, const int32_t *output,
-                                size_t n_output)
+void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
+                               const int32_t *prompt, size_t n_prompt, const int32_t *output,
+                               size_t n_output)
 {
     if (!sp || !s || !logits || vocab <= 0)
         return;
     int nv = vocab < sp->vocab ? vocab : sp->vocab;
     int *counts = sp->counts;
+    apply_processors(sp, s, logits, nv, n_output);
     if (!prompt)
         n_prompt = 0;
     if (!output)
@@ -837,7 +903,7 @@ int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, i
 {
     if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
         return -1;
-    sd_sampler_apply_penalties(sp, s, logits, vocab, prompt, n_prompt, output, n_output);
+    sd_sampler_process_logits(sp, s, logits, vocab, prompt, n_prompt, output, n_output);
     if (!(s->temperature > 0.0f))
         return sd_argmax(logits, vocab);
     int32_t x = sd_sampler_draw(sp, s, logits, vocab, sd_rng_uniform(s->seed, position, 0));

@@ -1,5 +1,6 @@
-/* sampler.h — logits → next token: penalties, temperature, top-k, top-p,
- * min-p, and a reproducible random stream.
+/* sampler.h — logits → next token: logits processors (allowed tokens,
+ * min_tokens, logit bias), penalties, temperature, top-k, top-p, min-p, and
+ * a reproducible random stream.
  *
  * The random number used for output position i is a pure function of
  * (seed, i, stream), so a sampled run is reproducible whatever the batching
@@ -8,6 +9,7 @@
 #ifndef SD_SAMPLER_H
 #define SD_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,7 +25,22 @@ typedef struct sd_sampling {
     float presence_penalty;   /* 0 = off; OpenAI rule over output tokens */
     float frequency_penalty;  /* 0 = off; OpenAI rule over output tokens */
     uint64_t seed;
+    /* Logits processors (OpenAI logit_bias, vLLM min_tokens and
+     * allowed_token_ids). The arrays are borrowed: whoever fills them keeps
+     * them alive as long as the settings are used (sd_req_new copies them
+     * into the request). Token ids outside the row's vocabulary are skipped
+     * when applied; sd_req_new and the router refuse them. */
+    const int32_t *bias_ids;  /* logit_bias: bias_values[i] added to token bias_ids[i]'s logit */
+    const float *bias_values; /* each in [-100, 100] */
+    uint32_t n_bias;          /* 0 = off; at most SD_MAX_LOGIT_BIAS */
+    const int32_t *allowed;   /* allowed_token_ids: every other token's logit becomes -inf */
+    uint32_t n_allowed;       /* 0 = off (every token allowed) */
+    uint32_t min_tokens;      /* 0 = off: while fewer output tokens than this precede a position, */
+    const int32_t *early_ban; /* ... these tokens' logits are -inf there (the request's stop tokens: */
+    uint32_t n_early_ban;     /* EOS and stop ids, filled by sd_req_new) */
 } sd_sampling;
+
+#define SD_MAX_LOGIT_BIAS 4096
 
 typedef struct sd_tokprob {
     int32_t token;
@@ -33,7 +50,9 @@ typedef struct sd_tokprob {
 /* Neutral settings: greedy, every filter off, seed 0. */
 sd_sampling sd_sampling_default(void);
 
-/* Checks ranges; SD_ERR_ARG with a message naming the field. */
+/* Checks ranges; SD_ERR_ARG with a message naming the field (logit_bias,
+ * allowed_token_ids for the processors: counts, negative ids, biases
+ * outside [-100, 100]; ids against a vocabulary are the caller's check). */
 sd_status sd_sampling_validate(const sd_sampling *s, char *err, size_t errlen);
 
 /* Uniform double in [0, 1) from (seed, position, stream); a pure function. */
@@ -45,11 +64,23 @@ typedef struct sd_sampler sd_sampler;
 sd_sampler *sd_sampler_new(int vocab);
 void sd_sampler_free(sd_sampler *sp);
 
-/* Applies repetition (HF: divide positive / multiply negative logits of every
- * token seen in prompt or output), then presence / frequency penalties
- * (OpenAI: logit -= presence*[count>0] + frequency*count over output tokens)
- * to logits in place. */
-void sd_sampler_apply_penalties(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
+/* Clears s's logits processors (lists, counts, min_tokens): the settings a
+ * drafter drafts with, which do not borrow the request's lists. */
+void sd_sampling_drop_processors(sd_sampling *s);
+
+/* True when s changes logits before the distribution (a penalty or a logits
+ * processor): rows then need their logits and their history, not just an
+ * argmax. */
+bool sd_sampling_processes(const sd_sampling *s);
+
+/* Processes logits in place for the position after output[0..n_output), in
+ * vLLM's order: allowed_token_ids (others -inf), min_tokens (early_ban -inf
+ * while n_output < min_tokens), logit_bias (added), then repetition (HF:
+ * divide positive / multiply negative logits of every token seen in prompt
+ * or output), then presence / frequency penalties (OpenAI: logit -=
+ * presence*[count>0] + frequency*count over output tokens). output may be
+ * NULL with n_output the count when no penalty is on. */
+void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
                                 const int32_t *prompt, size_t n_prompt, const int32_t *output,
                                 size_t n_output);
 
@@ -115,7 +146,7 @@ float sd_sparse_prob(const sd_tokprob *dist, size_t n, int32_t token);
  * or every logit is NaN. */
 int32_t sd_argmax(const float *logits, int vocab);
 
-/* Full chain for one output position: penalties (in place on logits), then
+/* Full chain for one output position: sd_sampler_process_logits (in place), then
  * argmax when temperature == 0, else a draw from the filtered distribution
  * with u = sd_rng_uniform(seed, position, 0). */
 int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,

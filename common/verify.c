@@ -5,8 +5,9 @@
  * sampler chain of sampler.c, so a speculative step decides exactly as plain
  * decoding would (greedy, match) or draws from exactly the same distribution
  * (rejection):
- *   - row i is penalised with history = output + d_0..d_{i-1}, the tokens
- *     plain decoding would have generated before that position;
+ *   - row i is penalised (and processed: logit bias, allowed tokens,
+ *     min_tokens) with history = output + d_0..d_{i-1}, the tokens plain
+ *     decoding would have generated before that position;
  *   - row i's random numbers are keyed by output position out_pos + i;
  *   - rows are examined lazily: once a draft is rejected the rows after it
  *     are neither penalised nor read.
@@ -60,10 +61,10 @@ void sd_verifier_free(sd_verifier *v)
 
 /* ---- input checks and history ------------------------------------------ */
 
+/* Penalties or logits processors: rows need their history (its length at least). */
 static int penalties_on(const sd_sampling *s)
 {
-    return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f ||
-           s->frequency_penalty != 0.0f;
+    return sd_sampling_processes(s);
 }
 
 /* Temperature 0 (or NaN) is greedy whatever the requested mode. */
@@ -136,7 +137,7 @@ static int32_t plain_token(sd_verifier *v, const sd_verify_in *in, int i, int gr
         return in->argmax[i];
     float *row = in->logits + (size_t)i * (size_t)in->vocab;
     if (greedy) {
-        sd_sampler_apply_penalties(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
+        sd_sampler_process_logits(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
                                    row_hist(v, in), row_nhist(in, i));
         return sd_argmax(row, in->vocab);
     }
@@ -167,7 +168,7 @@ static int verify_plain(sd_verifier *v, const sd_verify_in *in, int32_t *out, in
 static float *penalised_row(sd_verifier *v, const sd_verify_in *in, int i)
 {
     float *row = in->logits + (size_t)i * (size_t)in->vocab;
-    sd_sampler_apply_penalties(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
+    sd_sampler_process_logits(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
                                row_hist(v, in), row_nhist(in, i));
     return row;
 }

@@ -14,7 +14,7 @@
  *               reject draw from normalise(max(0, p_i - q_i)); after a full
  *               accept draw the bonus from p_K. Distribution of the output
  *               equals the target's (Leviathan et al. 2023), for any q.
- * Penalties (repetition / presence / frequency) make p depend on the tokens
+ * Penalties (repetition / presence / frequency) and min_tokens make p depend on the tokens
  * before it: row i is penalised with history = output so far + d1..d_i, as
  * plain decoding would at that position.
  *

@@ -289,12 +289,15 @@ static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequ
 
 /* ---- request state ------------------------------------------------------- */
 
-/* The request's sampling settings (proto/convert.h); settings that do not
- * validate fall back to greedy drafting (the verifier refuses such requests
- * before they reach a drafter). */
+/* The request's sampling settings (proto/convert.h) without the logits
+ * processors (drafts need not follow them: the verifier applies them to
+ * every row it verifies, and the lists would point into the message);
+ * settings that do not validate fall back to greedy drafting (the verifier
+ * refuses such requests before they reach a drafter). */
 static sd_sampling open_sampling(const Specd__SamplingParams *p)
 {
     sd_sampling s = sd_pb_sampling_get(p);
+    sd_sampling_drop_processors(&s);
     char err[128];
     if (sd_sampling_validate(&s, err, sizeof err) != SD_OK) {
         SD_DEBUG("sampling settings rejected (%s): drafting greedily", err);

@@ -13,6 +13,16 @@ sd_sampling sd_pb_sampling_get(const Specd__SamplingParams *sp)
     s.presence_penalty = sp->presence_penalty;
     s.frequency_penalty = sp->frequency_penalty;
     s.seed = sp->seed;
+    if (sp->n_bias_ids == sp->n_bias_values && sp->n_bias_ids <= UINT32_MAX) {
+        s.bias_ids = sp->bias_ids;
+        s.bias_values = sp->bias_values;
+        s.n_bias = (uint32_t)sp->n_bias_ids;
+    }
+    if (sp->n_allowed_token_ids <= UINT32_MAX) {
+        s.allowed = sp->allowed_token_ids;
+        s.n_allowed = (uint32_t)sp->n_allowed_token_ids;
+    }
+    s.min_tokens = sp->min_tokens;
     return s;
 }
 
@@ -27,4 +37,11 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     out->presence_penalty = s->presence_penalty;
     out->frequency_penalty = s->frequency_penalty;
     out->seed = s->seed;
+    /* protobuf-c's lists are not const; packing only reads them */
+    out->bias_ids = (int32_t *)s->bias_ids;
+    out->bias_values = (float *)s->bias_values;
+    out->n_bias_ids = out->n_bias_values = s->bias_ids && s->bias_values ? s->n_bias : 0;
+    out->allowed_token_ids = (int32_t *)s->allowed;
+    out->n_allowed_token_ids = s->allowed ? s->n_allowed : 0;
+    out->min_tokens = s->min_tokens;
 }

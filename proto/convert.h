@@ -13,10 +13,13 @@
 
 /* Sampling settings from a (possibly NULL: greedy defaults) SamplingParams.
  * Values are mapped, not validated: sd_sampling_validate says whether the
- * result is usable. */
+ * result is usable. The logits processors' lists point into *sp (valid
+ * while it is; sd_req_new copies them); a bias list whose two halves differ
+ * in length is read as empty (sd_msg_validate refuses such a message). */
 sd_sampling sd_pb_sampling_get(const Specd__SamplingParams *sp);
 
-/* Writes s into *out (initialised first; no allocation). */
+/* Writes s into *out (initialised first; no allocation: the lists point to
+ * s's, which must outlive the packing of *out). */
 void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out);
 
 #endif

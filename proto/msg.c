@@ -3,6 +3,8 @@
  * are unpacked by protobuf-c with the default allocator and then validated. */
 #include "msg.h"
 
+#include "sampler.h"
+
 #include <errno.h>
 #include <float.h>
 #include <stdint.h>
@@ -226,11 +228,29 @@ static sd_status check_stats(const Specd__Stats *s, char *err, size_t errlen)
     return SD_OK;
 }
 
+/* Sampling settings' lists: the bias halves of one length, bounded, ids >= 0
+ * (the values and the vocabulary are the verifier's check: sd_req_new). */
+static sd_status check_sampling(const char *what, const Specd__SamplingParams *s, char *err, size_t errlen)
+{
+    if (!s) return SD_OK;
+    if (s->n_bias_ids != s->n_bias_values)
+        return BAD("msg: %s.bias_ids has %zu entries, bias_values %zu", what, s->n_bias_ids, s->n_bias_values);
+    if (s->n_bias_ids > SD_MAX_LOGIT_BIAS)
+        return BAD("msg: %s.bias_ids has %zu entries (max %d)", what, s->n_bias_ids, SD_MAX_LOGIT_BIAS);
+    char name[64];
+    snprintf(name, sizeof name, "%s.bias_ids", what);
+    sd_status st = check_ids(name, s->bias_ids, s->n_bias_ids, SD_MAX_LOGIT_BIAS, err, errlen);
+    snprintf(name, sizeof name, "%s.allowed_token_ids", what);
+    if (st == SD_OK) st = check_ids(name, s->allowed_token_ids, s->n_allowed_token_ids, SD_MSG_MAX_TOKENS, err, errlen);
+    return st;
+}
+
 static sd_status check_submit(const Specd__Submit *m, char *err, size_t errlen)
 {
     if (m->request_id == 0) return BAD("msg: submit.request_id is 0");
     if (m->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: submit.request_id is beyond 2^56");
     sd_status st = check_ids("submit.prompt_ids", m->prompt_ids, m->n_prompt_ids, SD_MSG_MAX_TOKENS, err, errlen);
+    if (st == SD_OK) st = check_sampling("submit.sampling", m->sampling, err, errlen);
     if (st == SD_OK) st = check_ids("submit.stop_ids", m->stop_ids, m->n_stop_ids, SD_MSG_MAX_TOKENS, err, errlen);
     if (st == SD_OK)
         st = check_ids("submit.resume_ids", m->resume_ids, m->n_resume_ids, SD_MSG_MAX_TOKENS, err, errlen);
@@ -326,8 +346,11 @@ sd_status sd_msg_validate(const Specd__Envelope *env, char *err, size_t errlen)
     }
     case SPECD__ENVELOPE__BODY_DRAFT_OPEN:
         if (env->draft_open->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: draft_open.request_id is beyond 2^56");
-        return check_ids("draft_open.context", env->draft_open->context, env->draft_open->n_context,
-                         SD_MSG_MAX_TOKENS, err, errlen);
+    {
+        sd_status st = check_ids("draft_open.context", env->draft_open->context, env->draft_open->n_context,
+                                 SD_MSG_MAX_TOKENS, err, errlen);
+        return st == SD_OK ? check_sampling("draft_open.sampling", env->draft_open->sampling, err, errlen) : st;
+    }
     case SPECD__ENVELOPE__BODY_DRAFT_CLOSE:
         return env->draft_close->request_id > SD_MSG_MAX_REQUEST_ID ? BAD("msg: draft_close.request_id is beyond 2^56")
                                                                      : SD_OK;

@@ -793,12 +793,17 @@ static void gen_drain_queue(sd_gen *s)
 
 /* ------------------------------------------------------------ token events */
 
-/* Appends decoded text to the output (after stop matching). Returns true when
- * a stop string matched. */
+/* Appends decoded text to the output (after stop matching: stop strings are
+ * looked for in the text of the tokens after the first min_tokens, as vLLM
+ * does). Returns true when a stop string matched. */
 static bool gen_text(gen *g, const char *t, size_t n)
 {
     const char *out;
     size_t outlen;
+    if (g->completion_tokens <= g->j->p.sampling.min_tokens) {
+        evbuffer_add(g->text, t, n);
+        return false;
+    }
     bool hit = sd_stop_feed(g->stop, t, n, &out, &outlen);
     if (outlen) evbuffer_add(g->text, out, outlen);
     return hit;
@@ -1013,16 +1018,25 @@ static sd_status tokenize(sd_gen *s, job *j, sd_api_err *e)
     return sd_prompt_tokens(s->tok, s->chat, s->vocab, &j->p, &j->prompt, &j->n_prompt, e);
 }
 
+/* Token ids a request names (stop ids, logit_bias, allowed_token_ids) within the vocabulary. */
+static sd_status check_ids(const char *param, const int32_t *ids, size_t n, int vocab, sd_api_err *e)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= vocab)
+            return sd_api_fail(e, 400, INVALID, param, NULL, "'%s' id %d is out of range (vocabulary size %d)", param,
+                               (int)ids[i], vocab);
+    return SD_OK;
+}
+
 static sd_status check_request(sd_gen *s, job *j, sd_api_err *e)
 {
     if (j->p.model && !sd_gen_served_name(s, j->p.model))
         return sd_api_fail(e, 404, INVALID, "model", "model_not_found",
                            "The model '%s' does not exist; this server serves '%s'", j->p.model, s->o.model_name);
-    for (size_t i = 0; i < j->p.n_stop_ids; i++)
-        if (j->p.stop_ids[i] >= s->vocab)
-            return sd_api_fail(e, 400, INVALID, "stop_token_ids", NULL, "'stop_token_ids' id %d is out of range "
-                               "(vocabulary size %d)", (int)j->p.stop_ids[i], s->vocab);
-    sd_status st = tokenize(s, j, e);
+    sd_status st = check_ids("stop_token_ids", j->p.stop_ids, j->p.n_stop_ids, s->vocab, e);
+    if (st == SD_OK) st = check_ids("logit_bias", j->p.bias_ids, j->p.sampling.n_bias, s->vocab, e);
+    if (st == SD_OK) st = check_ids("allowed_token_ids", j->p.allowed, j->p.sampling.n_allowed, s->vocab, e);
+    if (st == SD_OK) st = tokenize(s, j, e);
     uint32_t ctx = 0;
     if (st == SD_OK && sd_lanes_any_up(s->lanes, &ctx) && ctx) st = fit_context(j, ctx, e);
     return st;

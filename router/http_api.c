@@ -4,6 +4,7 @@
  * type or range. */
 #include "http_api.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -371,6 +372,77 @@ static sd_status parse_sampling(json_t *o, sd_api_req *r, sd_api_err *e)
     return SD_OK;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI; keys decimal). */
+static sd_status parse_logit_bias(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *b = field(o, "logit_bias");
+    if (!b) return SD_OK;
+    if (!json_is_object(b)) return BADF("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+    size_t n = json_object_size(b);
+    if (n > SD_MAX_LOGIT_BIAS)
+        return BADF("logit_bias", "'logit_bias' has %zu entries (at most %d)", n, SD_MAX_LOGIT_BIAS);
+    if (n == 0) return SD_OK;
+    r->bias_ids = malloc(n * sizeof *r->bias_ids);
+    r->bias_values = malloc(n * sizeof *r->bias_values);
+    if (!r->bias_ids || !r->bias_values) return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(b, key, v) {
+        char *end = NULL;
+        errno = 0;
+        long long id = key[0] >= '0' && key[0] <= '9' ? strtoll(key, &end, 10) : -1;
+        if (id < 0 || errno || !end || *end || id > INT32_MAX)
+            return BADF("logit_bias", "'logit_bias' keys must be token ids (non-negative integers), got \"%.40s\"",
+                        key);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100.0 && json_number_value(v) <= 100.0))
+            return BADF("logit_bias", "'logit_bias' values must be numbers between -100 and 100 (token %lld)", id);
+        r->bias_ids[i] = (int32_t)id;
+        r->bias_values[i++] = (float)json_number_value(v);
+    }
+    r->sampling.bias_ids = r->bias_ids;
+    r->sampling.bias_values = r->bias_values;
+    r->sampling.n_bias = (uint32_t)n;
+    return SD_OK;
+}
+
+/* allowed_token_ids (vLLM): a non-empty array of token ids. */
+static sd_status parse_allowed(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *a = field(o, "allowed_token_ids");
+    if (!a) return SD_OK;
+    size_t n = json_is_array(a) ? json_array_size(a) : 0;
+    if (n == 0 || n > SD_API_MAX_ALLOWED)
+        return BADF("allowed_token_ids", "'allowed_token_ids' must be a non-empty array of at most %d token ids",
+                    SD_API_MAX_ALLOWED);
+    r->allowed = malloc(n * sizeof *r->allowed);
+    if (!r->allowed) return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return BADF("allowed_token_ids", "'allowed_token_ids' must hold non-negative integers");
+        r->allowed[i] = (int32_t)json_integer_value(v);
+    }
+    r->sampling.allowed = r->allowed;
+    r->sampling.n_allowed = (uint32_t)n;
+    return SD_OK;
+}
+
+/* The logits processors: logit_bias, allowed_token_ids, min_tokens (<=
+ * max_tokens when that is given). */
+static sd_status parse_processors(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    long long mt = 0;
+    sd_status st = parse_logit_bias(o, r, e);
+    if (st == SD_OK) st = parse_allowed(o, r, e);
+    if (st == SD_OK) st = get_int(o, "min_tokens", 0, INT32_MAX, &mt, NULL, e);
+    if (st == SD_OK && r->max_tokens > 0 && mt > r->max_tokens)
+        return BADF("min_tokens", "'min_tokens' (%lld) must not exceed max_tokens (%d)", mt, r->max_tokens);
+    r->sampling.min_tokens = (uint32_t)mt;
+    return st;
+}
+
 static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api_err *e)
 {
     json_t *model = field(o, "model");
@@ -382,6 +454,7 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK && mt < 0) st = get_int(o, "max_completion_tokens", 1, INT32_MAX, &mt, NULL, e);
     r->max_tokens = (int)mt;
     if (st == SD_OK) st = parse_sampling(o, r, e);
+    if (st == SD_OK) st = parse_processors(o, r, e);
     if (st == SD_OK) st = parse_stop(o, r, e);
     if (st == SD_OK) st = parse_stop_ids(o, r, e);
     if (st == SD_OK) st = parse_stream(o, r, e);
@@ -424,6 +497,9 @@ void sd_api_req_clear(sd_api_req *r)
     }
     free(r->messages);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->bias_ids);
+    free(r->bias_values);
+    free(r->allowed);
     sd_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

@@ -21,6 +21,7 @@
 #define SD_API_MAX_NUM_DRAFT 64
 #define SD_API_MAX_LOGPROBS 20   /* alternatives per token (as vLLM's default max_logprobs) */
 #define SD_API_MAX_N 128         /* n and best_of (OpenAI's bound on n) */
+#define SD_API_MAX_ALLOWED (1 << 20) /* allowed_token_ids entries */
 
 /* The generation endpoints. A parsed request is a completion or a chat; a
  * /v1/responses one is a chat with sd_api_req.responses set. */
@@ -52,7 +53,10 @@ typedef struct sd_api_req {
     sd_chat_msg *messages;     /* chat: role/content owned here */
     size_t n_messages;
     int max_tokens;            /* -1: not given */
-    sd_sampling sampling;
+    sd_sampling sampling;      /* its logits processors' lists point to the three below */
+    int32_t *bias_ids;         /* "logit_bias" token ids (NULL when absent) */
+    float *bias_values;        /* ... and their biases */
+    int32_t *allowed;          /* "allowed_token_ids" (vLLM extension; NULL when absent) */
     bool seed_set;             /* "seed" given (else the server picks one) */
     char *stop[SD_API_MAX_STOP];
     size_t n_stop;

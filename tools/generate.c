@@ -47,6 +47,11 @@ typedef struct gen_opts {
     bool json;
     bool batch_invariant; /* --batch-invariant (sd_backend_set_batch_invariant) */
     sd_sampling sampling;
+    const char *logit_bias;   /* --logit-bias ID=B,...: parsed into sampling (process_opts) */
+    const char *allowed;      /* --allowed-token-ids 1,2,3 */
+    int min_tokens;           /* --min-tokens */
+    int32_t *bias_ids, *allowed_ids;
+    float *bias_values;
 } gen_opts;
 
 static void usage(FILE *f)
@@ -58,8 +63,11 @@ static void usage(FILE *f)
             "       [--threads N] [--json] [--dump-logits FILE]\n"
             "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
             "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
-            "       [--quant none|int8] [--batch-invariant]\n");
+            "       [--quant none|int8] [--batch-invariant]\n"
+            "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n");
 }
+
+static int parse_processors(gen_opts *o);
 
 /* One switch over the options, kept whole (a table in code). */
 static int parse_args(int argc, char **argv, gen_opts *o)
@@ -73,7 +81,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
         {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
         {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
-        {"batch-invariant", 0, 0, 'I'}, {0, 0, 0, 0}};
+        {"batch-invariant", 0, 0, 'I'}, {"logit-bias", 1, 0, 'B'}, {"allowed-token-ids", 1, 0, 'A'},
+        {"min-tokens", 1, 0, 'N'},  {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -103,6 +112,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'e': st = sd_opt_float(optarg, "--presence-penalty", -1e9, 1e9, &o->sampling.presence_penalty, err, sizeof err); break;
         case 'f': st = sd_opt_float(optarg, "--frequency-penalty", -1e9, 1e9, &o->sampling.frequency_penalty, err, sizeof err); break;
         case 's': st = sd_opt_u64(optarg, "--seed", &o->sampling.seed, err, sizeof err); break;
+        case 'B': o->logit_bias = optarg; break;
+        case 'A': o->allowed = optarg; break;
+        case 'N': st = sd_opt_int(optarg, "--min-tokens", 0, 1000000000, &o->min_tokens, err, sizeof err); break;
         case 'D': o->draft_dir = optarg; break;
         case 'X': o->device = optarg; break;
         case 'G': o->ngram = true; break;
@@ -147,6 +159,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         fprintf(stderr, "specd-generate: --draft and --ngram are exclusive\n");
         return -1;
     }
+    if (parse_processors(o) != 0) return -1;
     if (sd_sampling_validate(&o->sampling, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-generate: %s\n", err);
         return -1;
@@ -154,8 +167,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     return 0;
 }
 
-/* Parses "1,2,3" into a malloc'd array. */
-static int parse_ids(const char *s, int32_t **ids, size_t *n)
+/* Parses "1,2,3" (option `name`) into a malloc'd array. */
+static int parse_ids(const char *name, const char *s, int32_t **ids, size_t *n)
 {
     size_t cap = 16, k = 0;
     int32_t *a = malloc(cap * sizeof *a);
@@ -177,11 +190,50 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
     }
     if (!a || *p || k == 0) {
         free(a);
-        fprintf(stderr, "specd-generate: --prompt-ids must be a comma-separated list of token ids\n");
+        fprintf(stderr, "specd-generate: %s must be a comma-separated list of token ids\n", name);
         return -1;
     }
     *ids = a;
     *n = k;
+    return 0;
+}
+
+/* --logit-bias "ID=B,ID=B" and --allowed-token-ids into o->sampling's
+ * logits processors (o owns the lists; sd_sampling_validate checks them). */
+static int parse_processors(gen_opts *o)
+{
+    size_t n = 0;
+    if (o->allowed && parse_ids("--allowed-token-ids", o->allowed, &o->allowed_ids, &n) != 0) return -1;
+    o->sampling.allowed = o->allowed_ids;
+    o->sampling.n_allowed = (uint32_t)n;
+    o->sampling.min_tokens = (uint32_t)o->min_tokens;
+    if (!o->logit_bias) return 0;
+    size_t cap = strlen(o->logit_bias) / 2 + 1;
+    o->bias_ids = malloc(cap * sizeof *o->bias_ids);
+    o->bias_values = malloc(cap * sizeof *o->bias_values);
+    const char *p = o->logit_bias;
+    n = 0;
+    while (o->bias_ids && o->bias_values && *p && n < cap) {
+        char *end;
+        errno = 0;
+        long id = strtol(p, &end, 10);
+        if (errno || end == p || id < 0 || id > INT32_MAX || *end != '=') break;
+        p = end + 1;
+        float b = strtof(p, &end);
+        if (end == p) break;
+        o->bias_ids[n] = (int32_t)id;
+        o->bias_values[n++] = b;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) break;
+    }
+    if (!o->bias_ids || !o->bias_values || *p || n == 0) {
+        fprintf(stderr, "specd-generate: --logit-bias must be a comma-separated list of ID=BIAS\n");
+        return -1;
+    }
+    o->sampling.bias_ids = o->bias_ids;
+    o->sampling.bias_values = o->bias_values;
+    o->sampling.n_bias = (uint32_t)n;
     return 0;
 }
 
@@ -342,7 +394,7 @@ static sd_tok *load_tokenizer(const char *dir, bool required)
 
 static int prompt_ids(const gen_opts *o, const sd_tok *tok, int32_t **ids, size_t *n)
 {
-    if (o->prompt_ids) return parse_ids(o->prompt_ids, ids, n);
+    if (o->prompt_ids) return parse_ids("--prompt-ids", o->prompt_ids, ids, n);
     char err[512];
     if (sd_tok_encode(tok, o->prompt, strlen(o->prompt), true, ids, n, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-generate: %s\n", err);
@@ -437,6 +489,9 @@ int main(int argc, char **argv)
 out:
     free(res.tokens);
     free(ids);
+    free(o.bias_ids);
+    free(o.bias_values);
+    free(o.allowed_ids);
     sd_tok_stream_free(ts);
     sd_engine_free(eng);
     sd_proposer_free(pr);

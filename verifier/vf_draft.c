@@ -95,7 +95,9 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
             o->request_id = s->id;
             o->context = r->tokens;
             o->n_context = (size_t)r->n_tokens;
-            sd_pb_sampling_set(&r->p.sampling, &b->open_sampling[b->n_opens]);
+            sd_sampling ds = r->p.sampling;
+            sd_sampling_drop_processors(&ds); /* the drafter drafts without them */
+            sd_pb_sampling_set(&ds, &b->open_sampling[b->n_opens]);
             o->sampling = &b->open_sampling[b->n_opens];
             b->n_opens++;
             s->drafter_known = r->n_tokens;

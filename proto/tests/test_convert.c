@@ -2,6 +2,7 @@
  * proto3 zeros and the "off" spellings map to the engine's neutral values,
  * and a round trip keeps every field. */
 #include <check.h>
+#include <stdlib.h>
 
 #include "convert.h"
 #include "testutil.h"
@@ -50,12 +51,53 @@ START_TEST(round_trip)
 }
 END_TEST
 
+/* The logits processors' lists go through the wire (pack, unpack) and come
+ * back pointing into the unpacked message; mismatched bias halves read as
+ * no bias. */
+START_TEST(processor_lists)
+{
+    static const int32_t ids[3] = {5, 0, 77}, allowed[2] = {9, 3};
+    static const float bias[3] = {-100.0f, 2.5f, 100.0f};
+    sd_sampling a = sd_sampling_default();
+    a.bias_ids = ids;
+    a.bias_values = bias;
+    a.n_bias = 3;
+    a.allowed = allowed;
+    a.n_allowed = 2;
+    a.min_tokens = 12;
+    Specd__SamplingParams sp;
+    sd_pb_sampling_set(&a, &sp);
+    size_t n = specd__sampling_params__get_packed_size(&sp);
+    uint8_t *buf = malloc(n);
+    specd__sampling_params__pack(&sp, buf);
+    Specd__SamplingParams *u = specd__sampling_params__unpack(NULL, n, buf);
+    ck_assert_ptr_nonnull(u);
+    sd_sampling b = sd_pb_sampling_get(u);
+    ck_assert_uint_eq(b.n_bias, 3);
+    ck_assert_uint_eq(b.n_allowed, 2);
+    ck_assert_uint_eq(b.min_tokens, 12);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(b.bias_ids[i], ids[i]);
+        ck_assert_float_eq(b.bias_values[i], bias[i]);
+    }
+    ck_assert_int_eq(b.allowed[0], 9);
+    ck_assert_int_eq(b.allowed[1], 3);
+    ck_assert_ptr_eq(b.allowed, u->allowed_token_ids);
+    u->n_bias_values = 2;
+    b = sd_pb_sampling_get(u);
+    ck_assert_uint_eq(b.n_bias, 0);
+    specd__sampling_params__free_unpacked(u, NULL);
+    free(buf);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("convert");
     TCase *tc = tcase_create("sampling");
     tcase_add_test(tc, neutral_values);
     tcase_add_test(tc, round_trip);
+    tcase_add_test(tc, processor_lists);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -99,6 +99,19 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}", "response_format",
      "not supported"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"text\"}", "response_format", "may only be"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias", "must be an object"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias", "keys must be token ids"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"-3\": 1}}", "logit_bias", "non-negative"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"12x\": 1}}", "logit_bias", "keys must be"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"99999999999\": 1}}", "logit_bias", "keys must be"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"5\": 100.5}}", "logit_bias", "between -100 and 100"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logit_bias\": {\"5\": \"up\"}}",
+     "logit_bias", "numbers between"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"allowed_token_ids\": []}", "allowed_token_ids", "non-empty array"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"allowed_token_ids\": 5}", "allowed_token_ids", "non-empty array"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"allowed_token_ids\": [1, -1]}", "allowed_token_ids", "non-negative"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"min_tokens\": -1}", "min_tokens", "between 0"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"min_tokens\": 9, \"max_tokens\": 8}", "min_tokens", "must not exceed"},
 };
 
 START_TEST(bad_inputs)
@@ -170,6 +183,32 @@ START_TEST(full_completion_request)
     ck_assert_uint_eq(r.num_draft, 3);
     ck_assert_int_eq(r.verify, SD_API_VERIFY_REJECTION);
     ck_assert_uint_eq(r.n_stop_ids, 2);
+    sd_api_req_clear(&r);
+}
+END_TEST
+
+/* logit_bias, allowed_token_ids, min_tokens: kept, and the sampling
+ * settings point to the request's own lists. */
+START_TEST(logits_processor_fields)
+{
+    const char *b = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logit_bias\": {\"50256\": -100,"
+                    "\"7\": 2.5}, \"allowed_token_ids\": [7, 8, 50256], \"min_tokens\": 4, \"max_tokens\": 4}";
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_uint_eq(r.sampling.n_bias, 2);
+    ck_assert_ptr_eq(r.sampling.bias_ids, r.bias_ids);
+    ck_assert_int_eq(r.bias_ids[0], 50256);
+    ck_assert_float_eq(r.bias_values[0], -100.0f);
+    ck_assert_int_eq(r.bias_ids[1], 7);
+    ck_assert_float_eq(r.bias_values[1], 2.5f);
+    ck_assert_uint_eq(r.sampling.n_allowed, 3);
+    ck_assert_int_eq(r.sampling.allowed[2], 50256);
+    ck_assert_uint_eq(r.sampling.min_tokens, 4);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"logit_bias\": {}, \"allowed_token_ids\": null, \"min_tokens\": 0}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(!sd_sampling_processes(&r.sampling));
     sd_api_req_clear(&r);
 }
 END_TEST
@@ -454,6 +493,7 @@ int main(void)
     tcase_add_loop_test(tc, bad_inputs, 0, (int)(sizeof BAD / sizeof *BAD));
     tcase_add_test(tc, full_completion_request);
     tcase_add_test(tc, defaults_and_prompt_forms);
+    tcase_add_test(tc, logits_processor_fields);
     tcase_add_test(tc, chat_messages);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("responses");

@@ -319,6 +319,57 @@ START_TEST(garbage_is_rejected)
 }
 END_TEST
 
+/* Sampling settings' lists (logit bias, allowed ids) in a submit or a draft
+ * open: the bias halves of one length, bounded, ids >= 0. */
+START_TEST(bad_sampling_lists_are_rejected)
+{
+    int32_t prompt[2] = {1, 2}, ids[2] = {3, 4};
+    float values[2] = {1.0f, -2.0f};
+    Specd__SamplingParams sp = SPECD__SAMPLING_PARAMS__INIT;
+    Specd__Submit sub = SPECD__SUBMIT__INIT;
+    sub.request_id = 7;
+    sub.prompt_ids = prompt;
+    sub.n_prompt_ids = 2;
+    sub.sampling = &sp;
+    sp.bias_ids = ids;
+    sp.bias_values = values;
+    sp.n_bias_ids = 2;
+    sp.n_bias_values = 2;
+    sp.allowed_token_ids = ids;
+    sp.n_allowed_token_ids = 2;
+    sp.min_tokens = 5;
+    Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    env.body_case = SPECD__ENVELOPE__BODY_SUBMIT;
+    env.submit = &sub;
+    roundtrip(&env);
+    uint8_t *buf;
+    sp.n_bias_values = 1;
+    size_t n = pack(&env, &buf);
+    expect_rejected(buf, n, "2 bias ids, 1 value");
+    free(buf);
+    sp.n_bias_values = 2;
+    ids[1] = -4;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "negative bias / allowed id");
+    free(buf);
+    ids[1] = 4;
+    Specd__DraftOpen o = SPECD__DRAFT_OPEN__INIT;
+    o.request_id = 7;
+    o.context = prompt;
+    o.n_context = 2;
+    o.sampling = &sp;
+    env.body_case = SPECD__ENVELOPE__BODY_DRAFT_OPEN;
+    env.draft_open = &o;
+    roundtrip(&env);
+    sp.n_allowed_token_ids = 0;
+    sp.n_bias_ids = 1;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "draft open: 1 bias id, 2 values");
+    free(buf);
+    still_works();
+}
+END_TEST
+
 /* Log-probabilities: one per token, no NaN, at most 20 alternatives, ids >= 0. */
 START_TEST(bad_logprobs_are_rejected)
 {
@@ -430,6 +481,7 @@ int main(void)
     tcase_add_test(tc, every_type_roundtrips);
     tcase_add_test(tc, garbage_is_rejected);
     tcase_add_test(tc, bad_logprobs_are_rejected);
+    tcase_add_test(tc, bad_sampling_lists_are_rejected);
     tcase_add_test(tc, oversize_list_is_rejected);
     tcase_add_test(tc, extra_frames_are_rejected);
     tcase_add_test(tc, nonblocking_and_send_errors);

@@ -489,7 +489,7 @@ START_TEST(test_repetition_penalty)
     float l[5] = {2.0f, -2.0f, 1.0f, 0.5f, 0.0f};
     int32_t prompt[3] = {0, 1, 1};
     int32_t output[4] = {0, 0, 1, 4};
-    sd_sampler_apply_penalties(sp, &s, l, 5, prompt, 3, output, 4);
+    sd_sampler_process_logits(sp, &s, l, 5, prompt, 3, output, 4);
     ck_assert_float_eq_tol(l[0], 1.0f, 1e-7f);  /* positive: divided, once */
     ck_assert_float_eq_tol(l[1], -4.0f, 1e-7f); /* negative: multiplied, once */
     ck_assert_float_eq(l[2], 1.0f);             /* unseen */
@@ -498,7 +498,7 @@ START_TEST(test_repetition_penalty)
     /* Scratch is clean afterwards: the same call again gives the same change. */
     float l2[5] = {2.0f, -2.0f, 1.0f, 0.5f, 0.0f};
     int32_t bad[2] = {-1, 99}; /* out of range ids are ignored */
-    sd_sampler_apply_penalties(sp, &s, l2, 5, prompt, 3, bad, 2);
+    sd_sampler_process_logits(sp, &s, l2, 5, prompt, 3, bad, 2);
     ck_assert_float_eq_tol(l2[0], 1.0f, 1e-7f);
     ck_assert_float_eq_tol(l2[1], -4.0f, 1e-7f);
     sd_sampler_free(sp);
@@ -515,7 +515,7 @@ START_TEST(test_presence_frequency)
     int32_t output[4] = {2, 2, 3, 2};
     for (int rep = 0; rep < 2; rep++) { /* twice: counts must be cleared */
         float l[5] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
-        sd_sampler_apply_penalties(sp, &s, l, 5, prompt, 2, output, 4);
+        sd_sampler_process_logits(sp, &s, l, 5, prompt, 2, output, 4);
         ck_assert_float_eq(l[0], 1.0f);
         ck_assert_float_eq(l[1], 1.0f);
         ck_assert_float_eq_tol(l[2], 1.0f - (0.5f * 3 + 1.0f), 1e-6f);
@@ -526,7 +526,7 @@ START_TEST(test_presence_frequency)
     s.presence_penalty = -0.5f;
     s.frequency_penalty = 0.0f;
     float l[5] = {0};
-    sd_sampler_apply_penalties(sp, &s, l, 5, NULL, 0, output, 4);
+    sd_sampler_process_logits(sp, &s, l, 5, NULL, 0, output, 4);
     ck_assert_float_eq_tol(l[2], 0.5f, 1e-7f);
     ck_assert_float_eq_tol(l[3], 0.5f, 1e-7f);
     /* combined with repetition: repetition first, then presence/frequency */
@@ -534,11 +534,90 @@ START_TEST(test_presence_frequency)
     s.repetition_penalty = 2.0f;
     s.frequency_penalty = 1.0f;
     float m[5] = {4.0f, 4.0f, 4.0f, 4.0f, 4.0f};
-    sd_sampler_apply_penalties(sp, &s, m, 5, prompt, 2, output, 4);
+    sd_sampler_process_logits(sp, &s, m, 5, prompt, 2, output, 4);
     ck_assert_float_eq_tol(m[0], 2.0f, 1e-6f);
     ck_assert_float_eq_tol(m[2], 4.0f / 2.0f - 3.0f, 1e-6f);
     ck_assert_float_eq(m[4], 4.0f);
     sd_sampler_free(sp);
+}
+END_TEST
+
+/* allowed_token_ids, min_tokens and logit_bias before the penalties (vLLM's
+ * order); the scratch marks are clean after (the same call twice). */
+START_TEST(test_logits_processors)
+{
+    sd_sampler *sp = sd_sampler_new(6);
+    sd_sampling s = sd_sampling_default();
+    ck_assert(!sd_sampling_processes(&s));
+    static const int32_t ids[3] = {1, 2, 99}, allowed[4] = {0, 1, 2, -3}, ban[2] = {2, 5};
+    static const float bias[3] = {-1.5f, 2.0f, 100.0f};
+    s.bias_ids = ids;
+    s.bias_values = bias;
+    s.n_bias = 3; /* id 99: outside the row, skipped */
+    ck_assert(sd_sampling_processes(&s));
+    for (int rep = 0; rep < 2; rep++) {
+        float l[6] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+        sd_sampler_process_logits(sp, &s, l, 6, NULL, 0, NULL, 0);
+        ck_assert_float_eq(l[0], 1.0f);
+        ck_assert_float_eq(l[1], -0.5f);
+        ck_assert_float_eq(l[2], 3.0f);
+        ck_assert_float_eq(l[3], 1.0f);
+    }
+    s.allowed = allowed;
+    s.n_allowed = 4;
+    s.min_tokens = 2;
+    s.early_ban = ban;
+    s.n_early_ban = 2;
+    s.repetition_penalty = 2.0f;
+    int32_t out[1] = {0};
+    for (size_t n_out = 0; n_out <= 2; n_out++) {
+        float l[6] = {4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f};
+        sd_sampler_process_logits(sp, &s, l, 6, NULL, 0, n_out ? out : NULL, n_out);
+        ck_assert_float_eq(l[0], n_out ? 2.0f : 4.0f); /* repetition after the bias: 4 / 2 */
+        ck_assert_float_eq(l[1], 2.5f);
+        if (n_out < 2) ck_assert(isinf(l[2]) && l[2] < 0); /* held back before 2 output tokens */
+        else ck_assert_float_eq(l[2], 6.0f);
+        ck_assert(isinf(l[3]) && isinf(l[4]) && isinf(l[5])); /* not allowed (5 is banned too) */
+    }
+    /* greedy sampling picks within the allowed tokens */
+    float l[6] = {0.0f, 0.1f, 0.2f, 9.0f, 9.0f, 9.0f};
+    s.repetition_penalty = 1.0f;
+    ck_assert_int_eq(sd_sampler_sample(sp, &s, l, 6, NULL, 0, NULL, 0, 0), 0); /* 1: -1.4, 2: banned */
+    sd_sampling_drop_processors(&s);
+    ck_assert(!sd_sampling_processes(&s));
+    ck_assert(!s.bias_ids && !s.allowed && !s.early_ban && s.min_tokens == 0);
+    sd_sampler_free(sp);
+}
+END_TEST
+
+START_TEST(test_validate_processors)
+{
+    char err[128];
+    sd_sampling s = sd_sampling_default();
+    static const int32_t ids[2] = {1, -2}, neg[1] = {-1};
+    static const float bias[2] = {100.0f, -100.5f}, nan_bias[1] = {NAN};
+    s.bias_ids = ids;
+    s.bias_values = bias;
+    s.n_bias = 1;
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_OK);
+    s.n_bias = 2;
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "logit_bias") && strstr(err, "negative"), "%s", err);
+    s.bias_ids = (const int32_t[2]){1, 2};
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "[-100, 100]"), "%s", err);
+    s.bias_values = nan_bias;
+    s.n_bias = 1;
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_ERR_ARG);
+    s.n_bias = SD_MAX_LOGIT_BIAS + 1;
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_ERR_ARG);
+    s = sd_sampling_default();
+    s.allowed = neg;
+    s.n_allowed = 1;
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "allowed_token_ids"), "%s", err);
+    s.allowed = NULL; /* counted but missing */
+    ck_assert_int_eq(sd_sampling_validate(&s, err, sizeof err), SD_ERR_ARG);
 }
 END_TEST
 
@@ -975,6 +1054,8 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_repetition_penalty);
     tcase_add_test(tc, test_presence_frequency);
     tcase_add_test(tc, test_validate);
+    tcase_add_test(tc, test_logits_processors);
+    tcase_add_test(tc, test_validate_processors);
     tcase_add_test(tc, test_reproducible_sampling);
     tcase_add_test(tc, test_sample_equals_distribution_draw);
     tcase_add_test(tc, test_draw_and_prob_equal_sorted);

@@ -544,6 +544,90 @@ START_TEST(stops_and_exhaustion)
 }
 END_TEST
 
+/* Logits processors through the engine: the request keeps its own copies of
+ * the lists (the caller's are overwritten after sd_req_new), min_tokens
+ * holds back the stop id and EOS, ids outside the vocabulary are refused,
+ * and speculative output (greedy; match at T 0.8) equals plain. */
+static int32_t *gen_overwritten(fixture *f, sd_proposer *pr, const int32_t *ids, int n, const sd_req_params *p,
+                                int32_t *bias_ids, int *n_out)
+{
+    sd_req *r;
+    char err[256];
+    ck_assert_msg(sd_req_new(f->eng, 9, ids, n, p, &r, err, sizeof err) == SD_OK, "%s", err);
+    int32_t saved = bias_ids[0];
+    bias_ids[0] = 0; /* the request must not read the caller's list any more */
+    run_reqs(f, pr, &r, 1);
+    bias_ids[0] = saved;
+    *n_out = sd_req_n_output(r);
+    int32_t *out = malloc((size_t)*n_out * sizeof *out);
+    memcpy(out, sd_req_output(r), (size_t)*n_out * sizeof *out);
+    sd_req_free(f->eng, r);
+    return out;
+}
+
+START_TEST(logits_processors_exact)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    int n, nref;
+    int32_t *ids = encode(&f, PROMPTS[3], &n);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 64;
+    p.ignore_eos = true;
+    int32_t *ref = gen(&f, NULL, ids, n, &p, &nref, NULL);
+    int32_t bias_ids[3] = {ref[0], ref[5], 13}, allowed[64];
+    float bias_values[3] = {-100.0f, -3.0f, 2.0f};
+    for (int i = 0; i < 64; i++) allowed[i] = ref[i] == ref[7] ? 13 : ref[i]; /* the output's tokens but one */
+    p.sampling.bias_ids = bias_ids;
+    p.sampling.bias_values = bias_values;
+    p.sampling.n_bias = 3;
+    p.sampling.allowed = allowed;
+    p.sampling.n_allowed = 64;
+    p.stop_ids[0] = ref[2];
+    p.n_stop = 1;
+    p.sampling.min_tokens = 20;
+    for (int c = 0; c < 2; c++) {
+        p.sampling.temperature = c ? 0.8f : 0.0f;
+        p.sampling.seed = 11;
+        p.speculate = false;
+        int na, nb;
+        int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
+        ck_assert_int_ge(na, 20);
+        for (int i = 0; i < na; i++) {
+            ck_assert_msg(a[i] != ref[0] && a[i] != ref[7], "config %d: token %d is %d, biased / not allowed", c,
+                          i, a[i]);
+            ck_assert_msg(i >= 20 || a[i] != ref[2], "config %d: the stop id came at %d, before min_tokens", c, i);
+        }
+        p.speculate = true;
+        p.num_draft = 4;
+        p.verify = c ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
+        int32_t *b = gen_overwritten(&f, pr, ids, n, &p, bias_ids, &nb);
+        ck_assert_int_eq(na, nb);
+        for (int j = 0; j < na; j++) ck_assert_msg(a[j] == b[j], "config %d: token %d differs", c, j);
+        free(a);
+        free(b);
+    }
+    char err[256];
+    sd_req *r;
+    ck_assert_int_eq(sd_req_new(f.eng, 3, ids, n, &p, &r, err, sizeof err), SD_OK);
+    ck_assert_uint_eq(r->p.sampling.n_early_ban, 1); /* ignore_eos: the stop id only */
+    sd_req_free(f.eng, r);
+    p.ignore_eos = false;
+    ck_assert_int_eq(sd_req_new(f.eng, 3, ids, n, &p, &r, err, sizeof err), SD_OK);
+    ck_assert_uint_eq(r->p.sampling.n_early_ban, 1 + (uint32_t)sd_model_cfg(f.target)->n_eos);
+    ck_assert(r->p.sampling.early_ban[0] == sd_model_cfg(f.target)->eos_token_ids[0]);
+    sd_req_free(f.eng, r);
+    bias_ids[1] = sd_model_cfg(f.target)->vocab_size;
+    ck_assert_int_eq(sd_req_new(f.eng, 3, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "logit_bias") && strstr(err, "out of range"), "%s", err);
+    free(ref);
+    free(ids);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
 /* Log-probabilities collected step by step (sd_engine_run's callback). */
 typedef struct lp_log {
     sd_token_lp lp[256];
@@ -675,6 +759,7 @@ int main(void)
     tcase_add_test(tc, shared_prefixes_equal_alone);
     tcase_add_test(tc, rejection_mode_runs);
     tcase_add_test(tc, stops_and_exhaustion);
+    tcase_add_test(tc, logits_processors_exact);
     tcase_add_test(tc, logprobs_same_with_speculation);
     tcase_add_test(tc, prompt_logprobs_match_decoding);
     suite_add_tcase(s, tc);

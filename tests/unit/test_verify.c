@@ -68,6 +68,26 @@ static int32_t plain_at(const sd_sampling *s, const float *rows, int vocab, int 
     return x;
 }
 
+/* Logits processors over a vocabulary of at least 10: logit_bias on four
+ * tokens, allowed_token_ids leaving out 6, 8, 9 (and everything from 12),
+ * min_tokens 3 holding back tokens 0 and 4 (as EOS and a stop id). */
+static const int32_t PROC_BIAS_IDS[4] = {1, 3, 5, 7};
+static const float PROC_BIAS_VALUES[4] = {1.5f, -2.0f, 0.75f, 3.0f};
+static const int32_t PROC_ALLOWED[9] = {0, 1, 2, 3, 4, 5, 7, 10, 11};
+static const int32_t PROC_BAN[2] = {0, 4};
+
+static void with_processors(sd_sampling *s, uint32_t min_tokens)
+{
+    s->bias_ids = PROC_BIAS_IDS;
+    s->bias_values = PROC_BIAS_VALUES;
+    s->n_bias = 4;
+    s->allowed = PROC_ALLOWED;
+    s->n_allowed = 9;
+    s->min_tokens = min_tokens;
+    s->early_ban = PROC_BAN;
+    s->n_early_ban = 2;
+}
+
 /* ---- greedy ---------------------------------------------------------------- */
 
 enum { GV = 8 };
@@ -272,6 +292,12 @@ START_TEST(test_greedy_equals_plain_random)
     /* temperature 0 makes match and rejection greedy too */
     ck_assert_int_eq(equality_failures(&s, SD_VERIFY_MATCH, 500), 0);
     ck_assert_int_eq(equality_failures(&s, SD_VERIFY_REJECTION, 500), 0);
+    /* logits processors: min_tokens 3 is crossed within a span in many trials */
+    sd_sampling p = sd_sampling_default();
+    with_processors(&p, 3);
+    ck_assert_int_eq(equality_failures(&p, SD_VERIFY_GREEDY, 500), 0);
+    with_processors(&s, 4);
+    ck_assert_int_eq(equality_failures(&s, SD_VERIFY_GREEDY, 500), 0);
 }
 END_TEST
 
@@ -292,6 +318,11 @@ START_TEST(test_match_equals_plain_random)
     set[6].repetition_penalty = 0.8f; /* < 1 boosts seen tokens */
     for (int i = 0; i < 7; i++)
         ck_assert_msg(equality_failures(&set[i], SD_VERIFY_MATCH, 400) == 0, "setting %d", i);
+    sd_sampling p = sampled(0.9f); /* logits processors, alone and with filters and penalties */
+    with_processors(&p, 3);
+    ck_assert_int_eq(equality_failures(&p, SD_VERIFY_MATCH, 400), 0);
+    with_processors(&set[6], 2);
+    ck_assert_int_eq(equality_failures(&set[6], SD_VERIFY_MATCH, 400), 0);
 }
 END_TEST
 
@@ -377,7 +408,7 @@ START_TEST(test_rejection_full_accept_bonus_is_plain)
         for (int i = 0; i < K; i++) {
             float row[MV];
             memcpy(row, rows + i * MV, sizeof row);
-            sd_sampler_apply_penalties(sp, &s, row, MV, NULL, 0, hist, 3 + (size_t)i);
+            sd_sampler_process_logits(sp, &s, row, MV, NULL, 0, hist, 3 + (size_t)i);
             nq[i] = sd_sampler_distribution(sp, &s, row, MV, q[i], MV);
             qs[i] = q[i];
             d[i] = sd_sample_sparse(q[i], nq[i], sd_rng_uniform(seed, 3 + i, SD_RNG_STREAM_DRAFT));
@@ -471,7 +502,7 @@ static void set_rows(rcase *c, const float *r0, const float *r1)
 }
 
 enum { CASE_Q_EQ_P, CASE_DISJOINT, CASE_Q_TOPK, CASE_Q_TOPP, CASE_P_FILTERED, CASE_P_PEAKED,
-       CASE_Q_ONE_HOT, NCASES };
+       CASE_Q_ONE_HOT, CASE_P_PROCESSED, NCASES };
 
 static void build_case(rcase *c, int which)
 {
@@ -517,6 +548,11 @@ static void build_case(rcase *c, int which)
         c->s.min_p = 0.05f;
         set_q(c, D0, D1, 1.0f, 0, 1.0f);
         break;
+    case CASE_P_PROCESSED: /* drafts do not see the processors (the drafter drops them) */
+        c->name = "p processed (logit bias, allowed ids, min_tokens 1), q not";
+        with_processors(&c->s, 1);
+        set_q(c, D0, D1, 1.0f, 0, 1.0f);
+        break;
     case CASE_Q_ONE_HOT: /* an n-gram proposer's drafts (the verifier's fallback, ngram.h) */
         c->name = "q one-hot (n-gram drafts)";
         c->q[0][0] = (sd_tokprob){3, 1.0f};
@@ -531,11 +567,17 @@ static void build_case(rcase *c, int which)
     }
 }
 
-/* Dense exact distribution (as doubles) of row i under the case's chain. */
+/* Dense exact distribution (as doubles) of row i (output position i) under
+ * the case's chain, its logits processors included. */
 static void exact_p(const rcase *c, int row, double *p)
 {
     sd_tokprob d[SV];
-    size_t n = dist_of(&c->s, c->rows[row], SV, d);
+    float r[SV];
+    memcpy(r, c->rows[row], sizeof r);
+    sd_sampler *sp = sd_sampler_new(SV);
+    sd_sampler_process_logits(sp, &c->s, r, SV, NULL, 0, NULL, (size_t)row);
+    sd_sampler_free(sp);
+    size_t n = dist_of(&c->s, r, SV, d);
     for (int i = 0; i < SV; i++)
         p[i] = 0.0;
     for (size_t j = 0; j < n; j++)

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test_logits_processors.sh — logit_bias (OpenAI), allowed_token_ids and
+# min_tokens (vLLM) through `specd serve` with a draft model:
+#   - greedy (non-streamed and streamed) and sampled (match, seed 42) output
+#     with all three equals `specd-generate` on the target alone with the same
+#     settings (the verifier applies them to every row it verifies; the
+#     drafter drafts without them), pipelined and serial with 4 drafts a step;
+#   - a bias of 100 forces a token (completions and chat);
+#   - min_tokens holds back stop_token_ids (and EOS) and stop strings: a stop
+#     id ends a request at its first occurrence, with min_tokens 20 not
+#     before 20 tokens; a stop string is looked for after the first
+#     min_tokens;
+#   - ids outside the vocabulary, bad biases and min_tokens > max_tokens are
+#     400s in the OpenAI shape naming the field.
+# Env: SD_BIN, SD_MODELS (set by CTest).
+. "$(dirname "$0")/pipeline_lib.sh"
+
+PROMPT="def fibonacci(n):"
+# the target's greedy tokens: the lists below name tokens it really produces
+"$BIN/specd-generate" --model "$TARGET" --prompt "$PROMPT" --threads 1 --json --max-tokens 64 --ignore-eos \
+  >"$WORK/plain.json" 2>"$WORK/plain.err" || { fail "specd-generate plain"; cat "$WORK/plain.err"; }
+T=($(jget "$WORK/plain.json" '" ".join(str(t) for t in j["tokens"])'))
+[ "${#T[@]}" = 64 ] || { fail "64 reference tokens (got ${#T[@]})"; finish; }
+ALLOWED=$("$PY" -c 'import sys; t=[int(x) for x in sys.argv[1:]]; print(",".join(str(x) for x in sorted(set(t) - {t[7]} | {13})))' "${T[@]}")
+BIAS="${T[0]}=-100,${T[5]}=-3,13=2"
+GEN_OPTS=(--logit-bias "$BIAS" --allowed-token-ids "$ALLOWED" --min-tokens 20)
+JSON_OPTS=$("$PY" -c 'import json,sys
+ids=[int(x) for x in sys.argv[2].split(",")]
+bias={k: float(v) for k, v in (kv.split("=") for kv in sys.argv[1].split(","))}
+print(json.dumps({"logit_bias": bias, "allowed_token_ids": ids, "min_tokens": 20}))' "$BIAS" "$ALLOWED")
+
+reference "$PROMPT" "$WORK/ref.greedy" --max-tokens 64 --ignore-eos "${GEN_OPTS[@]}" ||
+  { fail "specd-generate greedy reference"; cat "$WORK/ref.greedy.err"; }
+reference "$PROMPT" "$WORK/ref.sampled" --max-tokens 64 --ignore-eos --temperature 0.8 --seed 42 "${GEN_OPTS[@]}" ||
+  { fail "specd-generate sampled reference"; cat "$WORK/ref.sampled.err"; }
+check "the settings change the target's output" '! cmp -s "$WORK/ref.greedy" <(jget "$WORK/plain.json" "j[\"text\"]" | head -c -1)'
+check "the reference keeps to the lists (no ${T[0]}, no ${T[7]})" \
+  '[ "$(jget "$WORK/ref.greedy.json" "any(t in ('"${T[0]}, ${T[7]}"') for t in j[\"tokens\"])")" = False ]'
+
+run_mode() {
+  local mode=$1; shift
+  if ! serve_start --draft "$DRAFT" "$@"; then fail "[$mode] specd serve came up"; return; fi
+  local f=$WORK/$mode st
+  st=$(post /v1/completions "$(body "$PROMPT" 64 0 "$JSON_OPTS")" "$f.json")
+  check "[$mode] greedy with logit_bias, allowed_token_ids, min_tokens == specd-generate (status $st)" \
+    '[ "$st" = 200 ] && text_of "$f.json" "$f.txt" && cmp -s "$f.txt" "$WORK/ref.greedy"' ||
+    { echo "#   got:  $(head -c 300 "$f.json")"; echo "#   want: $(head -c 300 "$WORK/ref.greedy")"; }
+  curl -sN -H 'Content-Type: application/json' -d "$(body "$PROMPT" 64 1 "$JSON_OPTS")" "$URL/v1/completions" >"$f.sse"
+  check "[$mode] the same streamed" 'sse_text "$f.sse" "$f.stxt" && cmp -s "$f.stxt" "$WORK/ref.greedy"'
+  local sj; sj=$("$PY" -c 'import json,sys; b=json.loads(sys.argv[1]); b.update(temperature=0.8, seed=42,
+speculative={"verify": "match"}); print(json.dumps(b))' "$JSON_OPTS")
+  st=$(post /v1/completions "$(body "$PROMPT" 64 0 "$sj")" "$f.s.json")
+  check "[$mode] sampled (match, seed 42) == specd-generate (status $st)" \
+    '[ "$st" = 200 ] && text_of "$f.s.json" "$f.s.txt" && cmp -s "$f.s.txt" "$WORK/ref.sampled"' ||
+    { echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled")"; }
+  check "[$mode] speculative stats present" '[ "$(jget "$f.json" "j[\"speculative\"][\"steps\"] > 0")" = True ]'
+  serve_stop
+}
+
+run_mode pipelined
+run_mode serial-static --spec-pipeline off --spec-adaptive off --num-draft 4
+
+if serve_start --draft "$DRAFT"; then
+  st=$(post /v1/completions "$(body "$PROMPT" 5 0 '{"logit_bias": {"13": 100}}')" "$WORK/force.json")
+  check "a bias of 100 forces token 13 (\"-\") five times (status $st)" \
+    '[ "$st" = 200 ] && [ "$(jget "$WORK/force.json" "j[\"choices\"][0][\"text\"]")" = "-----" ]'
+  st=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0,
+    "logit_bias": {"13": 100}}' "$WORK/chat.json")
+  check "... on chat too (status $st)" \
+    '[ "$st" = 200 ] && [ "$(jget "$WORK/chat.json" "j[\"choices\"][0][\"message\"][\"content\"]")" = "-----" ]'
+  first=$("$PY" -c 'import sys; print(sys.argv[2:].index(sys.argv[1]) + 1)' "${T[2]}" "${T[@]}")
+  st=$(post /v1/completions "$(body "$PROMPT" 64 0 "{\"stop_token_ids\": [${T[2]}]}")" "$WORK/stopid.json")
+  check "stop id ${T[2]} ends the request after $first token(s) (status $st)" \
+    '[ "$(jget "$WORK/stopid.json" "(j[\"usage\"][\"completion_tokens\"], j[\"choices\"][0][\"finish_reason\"])")" = "($first, '"'"'stop'"'"')" ]'
+  st=$(post /v1/completions "$(body "$PROMPT" 64 0 "{\"stop_token_ids\": [${T[2]}], \"min_tokens\": 20}")" "$WORK/minstop.json")
+  check "with min_tokens 20, not before 20 tokens (status $st)" \
+    '[ "$st" = 200 ] && [ "$(jget "$WORK/minstop.json" "j[\"usage\"][\"completion_tokens\"] >= 20")" = True ]'
+  STOP_TEXT=$(jget "$WORK/plain.json" 'j["text"].split()[1]')
+  st=$(post /v1/completions "$(body "$PROMPT" 64 0 "{\"stop\": [\"$STOP_TEXT\"]}")" "$WORK/stopstr.json")
+  n1=$(jget "$WORK/stopstr.json" 'j["usage"]["completion_tokens"]')
+  st=$(post /v1/completions "$(body "$PROMPT" 64 0 "{\"stop\": [\"$STOP_TEXT\"], \"min_tokens\": 20}")" "$WORK/minstr.json")
+  n2=$(jget "$WORK/minstr.json" 'j["usage"]["completion_tokens"]')
+  check "a stop string ('$STOP_TEXT') ends the request at $n1 tokens, with min_tokens 20 after 20 ($n2)" \
+    '[ "$n1" -lt 20 ] && [ "$n2" -gt 20 ]'
+  for c in '{"logit_bias": {"8192": 1}}|logit_bias|out of range' \
+           '{"logit_bias": {"5": -101}}|logit_bias|between -100 and 100' \
+           '{"logit_bias": {"x": 1}}|logit_bias|token ids' \
+           '{"allowed_token_ids": [1, 99999]}|allowed_token_ids|out of range' \
+           '{"allowed_token_ids": []}|allowed_token_ids|non-empty' \
+           '{"min_tokens": 65}|min_tokens|must not exceed'; do
+    IFS='|' read -r extra param msg <<<"$c"
+    st=$(post /v1/completions "$(body "$PROMPT" 64 0 "$extra")" "$WORK/bad.json")
+    check "$extra: 400 naming $param" \
+      '[ "$st" = 400 ] && [ "$(jget "$WORK/bad.json" "(j[\"error\"][\"type\"], j[\"error\"][\"param\"], \"$msg\" in j[\"error\"][\"message\"])")" = "('"'"'invalid_request_error'"'"', '"'"'$param'"'"', True)" ]' ||
+      echo "#   got: $(head -c 300 "$WORK/bad.json")"
+  done
+  serve_stop
+else
+  fail "specd serve came up"
+fi
+finish
