@@ -17,6 +17,7 @@ typedef struct verified {
 struct sd_engine {
     sd_model *m;
     sd_engine_opts opts;
+    const sd_json_vocab *json; /* the token table of JSON output (sd_engine_set_json_vocab), or NULL */
     sd_verifier *ver;
     sd_verifier **vers;     /* one per host thread of the backend (vers[0] = ver) */
     int n_vers;
@@ -85,6 +86,11 @@ sd_model *sd_engine_model(const sd_engine *e) { return e->m; }
 
 const sd_step_timing *sd_engine_last_timing(const sd_engine *e) { return &e->timing; }
 
+void sd_engine_set_json_vocab(sd_engine *e, const sd_json_vocab *v)
+{
+    e->json = v;
+}
+
 sd_req_params sd_req_params_default(void)
 {
     sd_req_params p;
@@ -120,9 +126,13 @@ static sd_status check_vocab_ids(const char *what, const int32_t *ids, uint32_t 
 /* The request's own copies of its logits processors' lists (the caller's
  * settings borrow them), ids checked against the vocabulary, and the tokens
  * min_tokens holds back: EOS (unless ignore_eos) and the stop ids. */
-static sd_status own_processors(const sd_model_config *c, sd_req *r, char *err, size_t errlen)
+static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd_req *r, char *err, size_t errlen)
 {
     sd_sampling *s = &r->p.sampling;
+    s->json_vocab = s->json_object ? e->json : NULL;
+    if (s->json_object && !e->json)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output (response_format json_object) needs the model's "
+                         "tokenizer.json, which this server did not load");
     sd_status st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);
     if (st == SD_OK) st = check_vocab_ids("allowed_token_ids", s->allowed, s->n_allowed, c->vocab_size, err, errlen);
     if (st != SD_OK) return st;
@@ -193,7 +203,7 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
     r->n_prompt = r->n_tokens = r->prefill_to = n_prompt;
     r->p = *p;
     sd_kv_seq_init(&r->kv);
-    st = own_processors(c, r, err, errlen);
+    st = own_processors(e, c, r, err, errlen);
     if (st != SD_OK) {
         req_mem_free(r); /* no KV yet */
         return st;

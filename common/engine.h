@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "json_mask.h"
 #include "logprob.h"
 #include "model.h"
 #include "proposer.h"
@@ -102,6 +103,11 @@ typedef struct sd_engine sd_engine;
 sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts);
 void sd_engine_free(sd_engine *e);
 sd_model *sd_engine_model(const sd_engine *e);
+
+/* The token table requests with sampling.json_object are masked with
+ * (json_mask.h; borrowed: it must outlive the engine's requests). Without
+ * one such requests are refused. */
+void sd_engine_set_json_vocab(sd_engine *e, const sd_json_vocab *v);
 
 /* Default request parameters: greedy, 256 tokens, no speculation. */
 sd_req_params sd_req_params_default(void);

@@ -13,6 +13,7 @@
 #include "sampler.h"
 
 #include "exsum.h"
+#include "json_mask.h"
 #include "vecmath.h"
 
 #include <math.h>
@@ -104,12 +105,14 @@ void sd_sampling_drop_processors(sd_sampling *s)
     s->bias_ids = s->allowed = s->early_ban = NULL;
     s->bias_values = NULL;
     s->n_bias = s->n_allowed = s->n_early_ban = s->min_tokens = 0;
+    s->json_object = false;
+    s->json_vocab = NULL;
 }
 
 bool sd_sampling_processes(const sd_sampling *s)
 {
     return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f ||
-           s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0);
+           s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0) || s->json_object;
 }
 
 /* ---- random stream ------------------------------------------------------ */
@@ -217,10 +220,13 @@ static void allow_only(int *counts, float *logits, int nv, const int32_t *ids, s
     clear_marks(counts, nv, ids, n);
 }
 
-/* The processors that come before the penalties: allowed tokens, min_tokens,
- * logit bias. */
-static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, size_t n_output)
+/* The processors that come before the penalties: JSON output, allowed
+ * tokens, min_tokens, logit bias. */
+static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, const int32_t *output,
+                             size_t n_output)
 {
+    if (s->json_object && s->json_vocab)
+        sd_json_mask(s->json_vocab, output, n_output, logits, nv);
     if (s->n_allowed > 0 && s->allowed)
         allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
     if (n_output < s->min_tokens && s->early_ban)
@@ -243,7 +249,7 @@ void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logi
         return;
     int nv = vocab < sp->vocab ? vocab : sp->vocab;
     int *counts = sp->counts;
-    apply_processors(sp, s, logits, nv, n_output);
+    apply_processors(sp, s, logits, nv, output, n_output);
     if (!prompt)
         n_prompt = 0;
     if (!output)

@@ -38,6 +38,8 @@ typedef struct sd_sampling {
     uint32_t min_tokens;      /* 0 = off: while fewer output tokens than this precede a position, */
     const int32_t *early_ban; /* ... these tokens' logits are -inf there (the request's stop tokens: */
     uint32_t n_early_ban;     /* EOS and stop ids, filled by sd_req_new) */
+    bool json_object;         /* response_format json_object: the output is one JSON object (json_mask.h) */
+    const struct sd_json_vocab *json_vocab; /* ... the model's token table (sd_req_new sets it) */
 } sd_sampling;
 
 #define SD_MAX_LOGIT_BIAS 4096
@@ -74,7 +76,8 @@ void sd_sampling_drop_processors(sd_sampling *s);
 bool sd_sampling_processes(const sd_sampling *s);
 
 /* Processes logits in place for the position after output[0..n_output), in
- * vLLM's order: allowed_token_ids (others -inf), min_tokens (early_ban -inf
+ * vLLM's order: JSON output (tokens that cannot continue a JSON object -inf,
+ * json_mask.h; needs output), allowed_token_ids (others -inf), min_tokens (early_ban -inf
  * while n_output < min_tokens), logit_bias (added), then repetition (HF:
  * divide positive / multiply negative logits of every token seen in prompt
  * or output), then presence / frequency penalties (OpenAI: logit -=

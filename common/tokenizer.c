@@ -253,6 +253,59 @@ void sd_tok_stream_free(sd_tok_stream *s) {
     free(s);
 }
 
+/* ---- raw token bytes ------------------------------------------------------------------------ */
+
+/* One token's bytes as the decoder produces them mid-text, without UTF-8
+ * repair: the per-token steps, then <0xNN> → byte NN or ByteLevel characters
+ * → bytes. s is a scratch stream (its pend buffer is used and emptied). */
+static sd_status raw_token(sd_tok_stream *s, int32_t id, sd_buf *out) {
+    const sd_tok *t = s->tok;
+    const char *p = t->id_str[id];
+    size_t n = t->id_len[id];
+    if (!p) return SD_OK;
+    if (!t->has_decoder) return sd_buf_add(out, p, n);
+    sd_status st = per_token(s, &p, &n);
+    if (st != SD_OK) return st;
+    int b = t->dec_bytefallback ? byte_token(p, n) : -1;
+    if (b >= 0) {
+        char c = (char)b;
+        return sd_buf_add(out, &c, 1);
+    }
+    if (!t->dec_bytelevel) return sd_buf_add(out, p, n);
+    s->pend.len = 0;
+    if ((st = bytelevel_token(s, p, n)) != SD_OK) return st;
+    st = s->pend.len ? sd_buf_add(out, s->pend.p, s->pend.len) : SD_OK;
+    s->pend.len = 0;
+    return st;
+}
+
+sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, char *err, size_t errlen) {
+    *data = NULL;
+    *off = NULL;
+    sd_tok_stream *s = sd_tok_stream_new(tok, false);
+    uint32_t *o = tok ? malloc(((size_t)tok->vocab_size + 1) * sizeof *o) : NULL;
+    sd_buf all = {0};
+    sd_status st = s && o ? SD_OK : SD_ERR_NOMEM;
+    for (int32_t id = 0; st == SD_OK && id < tok->vocab_size; id++) {
+        o[id] = (uint32_t)all.len;
+        st = raw_token(s, id, &all);
+        if (st == SD_OK && all.len > UINT32_MAX) st = SD_ERR_FORMAT;
+    }
+    sd_tok_stream_free(s);
+    if (st == SD_OK) {
+        o[tok->vocab_size] = (uint32_t)all.len;
+        *data = all.len ? sd_buf_take(&all) : calloc(1, 1);
+        if (!*data) st = SD_ERR_NOMEM;
+    }
+    if (st != SD_OK) {
+        sd_buf_free(&all);
+        free(o);
+        return sd_seterr(err, errlen, st, "tokenizer: the vocabulary's bytes (%s)", sd_status_str(st));
+    }
+    *off = o;
+    return SD_OK;
+}
+
 /* ---- whole decode ------------------------------------------------------------------------- */
 
 sd_status sd_tok_decode(const sd_tok *tok, const int32_t *ids, size_t n, bool skip_special,

@@ -62,6 +62,14 @@ int32_t sd_tok_bos_id(const sd_tok *tok);
  * fingerprints encode and decode identically. */
 uint64_t sd_tok_fingerprint(const sd_tok *tok);
 
+/* Every id's raw bytes, as the decoder turns the token into text in the
+ * middle of a sequence (ByteLevel characters back to bytes, <0xNN> as byte
+ * NN, Replace steps such as "▁" → " "), before any UTF-8 repair: token
+ * id's bytes are (*data)[(*off)[id] .. (*off)[id + 1]). Both malloc'd, owned
+ * by the caller; ids without a string have none. For byte-level
+ * constraints on the output (structured output). */
+sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, char *err, size_t errlen);
+
 /* Incremental decoding for streaming. The stream borrows tok (which must
  * outlive it). Each push returns the text that became final with this token:
  * bytes of an unfinished UTF-8 character are held back until complete. The

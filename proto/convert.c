@@ -23,6 +23,7 @@ sd_sampling sd_pb_sampling_get(const Specd__SamplingParams *sp)
         s.n_allowed = (uint32_t)sp->n_allowed_token_ids;
     }
     s.min_tokens = sp->min_tokens;
+    s.json_object = sp->json_object;
     return s;
 }
 
@@ -44,4 +45,5 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     out->allowed_token_ids = (int32_t *)s->allowed;
     out->n_allowed_token_ids = s->allowed ? s->n_allowed : 0;
     out->min_tokens = s->min_tokens;
+    out->json_object = s->json_object;
 }

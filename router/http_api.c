@@ -338,9 +338,11 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
         return BADF("function_call", "'function_call' may only be \"none\" or \"auto\": this server does not call tools");
     json_t *rf = field(o, "response_format");
     json_t *rft = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-    if (rf && !(json_is_string(rft) && !strcmp(json_string_value(rft), "text")))
-        return BADF("response_format", "'response_format' may only be {\"type\": \"text\"}: structured output "
-                    "(json_object, json_schema) is not supported");
+    const char *type = json_is_string(rft) ? json_string_value(rft) : "";
+    if (rf && strcmp(type, "text") && strcmp(type, "json_object"))
+        return BADF("response_format", "'response_format' may only be {\"type\": \"text\"} or {\"type\": "
+                    "\"json_object\"}: structured output by a schema (json_schema) is not supported");
+    r->sampling.json_object = rf && !strcmp(type, "json_object");
     return SD_OK;
 }
 

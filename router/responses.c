@@ -97,8 +97,9 @@ static sd_status refuse_unsupported(json_t *o, sd_api_err *e)
         return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": this server does not call tools");
     json_t *fmt = json_is_object(text) ? field(text, "format") : NULL;
     const char *ft = json_string_value(json_object_get(fmt, "type"));
-    if (fmt && !(ft && !strcmp(ft, "text")))
-        return BADF("text.format", "'text.format' may only be {\"type\": \"text\"}: structured output is not supported");
+    if (fmt && !(ft && (!strcmp(ft, "text") || !strcmp(ft, "json_object"))))
+        return BADF("text.format", "'text.format' may only be {\"type\": \"text\"} or {\"type\": \"json_object\"}: "
+                    "structured output by a schema is not supported");
     if (field(o, "previous_response_id"))
         return BADF("previous_response_id", "'previous_response_id' is not supported: responses are not stored; "
                     "send the conversation in 'input'");
@@ -141,6 +142,8 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
         if (json_object_get(o, keep[i])) json_object_set(chat, keep[i], json_object_get(o, keep[i]));
     json_object_set_new(chat, "messages", msgs);
     if (mot) json_object_set(chat, "max_tokens", mot);
+    json_t *fmt = json_object_get(json_object_get(o, "text"), "format");
+    if (fmt) json_object_set(chat, "response_format", fmt); /* text or json_object (checked above) */
     char *text = json_dumps(chat, JSON_COMPACT);
     json_decref(chat);
     json_decref(o);
@@ -180,7 +183,8 @@ json_t *sd_resp_object(const sd_resp *r)
                           r->length ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(),
                           "temperature", (double)q->sampling.temperature, "top_p", (double)q->sampling.top_p,
                           "max_output_tokens", q->max_tokens > 0 ? json_integer(q->max_tokens) : json_null(),
-                          "tool_choice", "none", "tools", "parallel_tool_calls", 0, "text", "format", "type", "text",
+                          "tool_choice", "none", "tools", "parallel_tool_calls", 0, "text", "format", "type",
+                          q->sampling.json_object ? "json_object" : "text",
                           "truncation", "disabled", "instructions");
     return o;
 }

@@ -64,7 +64,8 @@ static void usage(FILE *f)
             "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
             "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
             "       [--quant none|int8] [--batch-invariant]\n"
-            "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n");
+            "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n"
+            "       [--response-format text|json_object]\n");
 }
 
 static int parse_processors(gen_opts *o);
@@ -82,7 +83,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
         {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
         {"batch-invariant", 0, 0, 'I'}, {"logit-bias", 1, 0, 'B'}, {"allowed-token-ids", 1, 0, 'A'},
-        {"min-tokens", 1, 0, 'N'},  {0, 0, 0, 0}};
+        {"min-tokens", 1, 0, 'N'},  {"response-format", 1, 0, 'F'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -113,6 +114,13 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'f': st = sd_opt_float(optarg, "--frequency-penalty", -1e9, 1e9, &o->sampling.frequency_penalty, err, sizeof err); break;
         case 's': st = sd_opt_u64(optarg, "--seed", &o->sampling.seed, err, sizeof err); break;
         case 'B': o->logit_bias = optarg; break;
+        case 'F':
+            if (strcmp(optarg, "text") && strcmp(optarg, "json_object")) {
+                fprintf(stderr, "specd-generate: --response-format must be text or json_object\n");
+                return -1;
+            }
+            o->sampling.json_object = !strcmp(optarg, "json_object");
+            break;
         case 'A': o->allowed = optarg; break;
         case 'N': st = sd_opt_int(optarg, "--min-tokens", 0, 1000000000, &o->min_tokens, err, sizeof err); break;
         case 'D': o->draft_dir = optarg; break;
@@ -439,6 +447,7 @@ int main(int argc, char **argv)
     sd_tok_stream *ts = NULL;
     sd_engine *eng = NULL;
     sd_proposer *pr = NULL;
+    sd_json_vocab *jv = NULL;
     sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
     sd_backend *be = sd_backend_open(o.device, o.threads, err, sizeof err);
     if (!be) fprintf(stderr, "specd-generate: %s\n", err);
@@ -473,6 +482,13 @@ int main(int argc, char **argv)
     if (make_proposer(&o, be, (int)positions, &pr) != 0) goto out;
     eng = sd_engine_new(m, NULL);
     if (!eng) goto out;
+    if (o.sampling.json_object) {
+        if (!(jv = sd_json_vocab_load(o.model_dir, c, err, sizeof err))) {
+            fprintf(stderr, "specd-generate: --response-format json_object: %s\n", err);
+            goto out;
+        }
+        sd_engine_set_json_vocab(eng, jv);
+    }
     if (!o.json && tok) ts = sd_tok_stream_new(tok, true);
     if (run_engine(eng, pr, &o, ids, np, ts, &res) != 0) goto out;
     if (ts) {
@@ -494,6 +510,7 @@ out:
     free(o.allowed_ids);
     sd_tok_stream_free(ts);
     sd_engine_free(eng);
+    sd_json_vocab_free(jv);
     sd_proposer_free(pr);
     sd_model_free(m);
     sd_backend_free(be);

@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "draft.h"
 #include "engine.h"
+#include "json_mask.h"
 #include "log.h"
 #include "mem_plan.h"
 #include "model.h"
@@ -170,6 +171,7 @@ int main(int argc, char **argv)
     sd_engine *e = NULL;
     sd_vf_server *srv = NULL;
     sd_proposer *draft = NULL; /* --draft-model's, until the server takes it */
+    sd_json_vocab *jv = NULL;  /* the token table of JSON output (the engine borrows it) */
     void *zctx = NULL;
     sd_backend *be = sd_backend_open(cfg.device, cfg.threads, err, sizeof err);
     if (!be) {
@@ -193,6 +195,10 @@ int main(int argc, char **argv)
     sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};
     e = sd_engine_new(m, &eo);
+    if (e && (jv = sd_json_vocab_load(cfg.model_dir, sd_model_cfg(m), err, sizeof err)))
+        sd_engine_set_json_vocab(e, jv);
+    else if (e)
+        SD_WARN("JSON output (response_format json_object) unavailable: %s", err);
     zctx = zmq_ctx_new();
     if (!e || !zctx) {
         SD_ERROR("out of memory");
@@ -210,6 +216,7 @@ out:
     sd_proposer_free(draft);
     if (zctx) zmq_ctx_term(zctx);
     sd_engine_free(e);
+    sd_json_vocab_free(jv);
     sd_model_free(m);
     sd_backend_free(be);
     return rc;

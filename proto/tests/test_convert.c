@@ -65,6 +65,7 @@ START_TEST(processor_lists)
     a.allowed = allowed;
     a.n_allowed = 2;
     a.min_tokens = 12;
+    a.json_object = true;
     Specd__SamplingParams sp;
     sd_pb_sampling_set(&a, &sp);
     size_t n = specd__sampling_params__get_packed_size(&sp);
@@ -76,6 +77,7 @@ START_TEST(processor_lists)
     ck_assert_uint_eq(b.n_bias, 3);
     ck_assert_uint_eq(b.n_allowed, 2);
     ck_assert_uint_eq(b.min_tokens, 12);
+    ck_assert(b.json_object && !b.json_vocab); /* the table is the verifier's own (sd_req_new) */
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(b.bias_ids[i], ids[i]);
         ck_assert_float_eq(b.bias_values[i], bias[i]);

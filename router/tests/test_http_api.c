@@ -95,7 +95,8 @@ static const bad_case BAD[] = {
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"function_call\": {\"name\": \"f\"}}",
      "function_call", "not call tools"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
-                  "{\"type\": \"json_object\"}}", "response_format", "structured output"},
+                  "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {}}}}", "response_format",
+     "by a schema"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}", "response_format",
      "not supported"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"text\"}", "response_format", "may only be"},
@@ -206,7 +207,12 @@ START_TEST(logits_processor_fields)
     ck_assert_int_eq(r.sampling.allowed[2], 50256);
     ck_assert_uint_eq(r.sampling.min_tokens, 4);
     sd_api_req_clear(&r);
-    b = "{\"prompt\": \"x\", \"logit_bias\": {}, \"allowed_token_ids\": null, \"min_tokens\": 0}";
+    b = "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.sampling.json_object && sd_sampling_processes(&r.sampling));
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"logit_bias\": {}, \"allowed_token_ids\": null, \"min_tokens\": 0, "
+        "\"response_format\": {\"type\": \"text\"}}";
     ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
     ck_assert(!sd_sampling_processes(&r.sampling));
     sd_api_req_clear(&r);

@@ -55,7 +55,8 @@ static const struct { const char *body, *param, *msg; } BAD[] = {
      "input[0].content", "input_image"},
     {"{\"input\": \"x\", \"tools\": [{\"type\": \"function\", \"name\": \"f\"}]}", "tools", "not supported"},
     {"{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice", "none"},
-    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_object\"}}}", "text.format", "structured"},
+    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"schema\": {}}}}", "text.format",
+     "by a schema"},
     {"{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", "previous_response_id", "not stored"},
     {"{\"input\": \"x\", \"background\": true}", "background", "not supported"},
     {"{\"input\": \"x\", \"include\": [\"message.output_text.logprobs\"]}", "include", "not supported"},
@@ -94,6 +95,8 @@ START_TEST(object_and_events)
     json_t *u = json_object_get(o, "usage");
     ck_assert_int_eq(json_integer_value(json_object_get(u, "total_tokens")), 7);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "max_output_tokens")), 4);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(o, "text"), "format"), "type")),
+                     "text");
     json_decref(o);
     r.status = "in_progress";
     o = sd_resp_object(&r);
@@ -108,6 +111,15 @@ START_TEST(object_and_events)
     ck_assert_ptr_nonnull(strstr(ev, "\"type\":\"response.output_text.delta\""));
     ck_assert(strlen(ev) > 2 && !strcmp(ev + strlen(ev) - 2, "\n\n"));
     free(ev);
+    sd_api_req_clear(&q);
+    /* text.format json_object: JSON output, echoed in the response */
+    ck_assert_int_eq(parse("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_object\"}}}", &q, &e), SD_OK);
+    ck_assert(q.sampling.json_object);
+    r.req = &q;
+    o = sd_resp_object(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(o, "text"), "format"), "type")),
+                     "json_object");
+    json_decref(o);
     sd_api_req_clear(&q);
 }
 END_TEST

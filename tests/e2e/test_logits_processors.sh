@@ -11,11 +11,36 @@
 #     before 20 tokens; a stop string is looked for after the first
 #     min_tokens;
 #   - ids outside the vocabulary, bad biases and min_tokens > max_tokens are
-#     400s in the OpenAI shape naming the field.
+#     400s in the OpenAI shape naming the field;
+#   - JSON output (response_format json_object, the same machinery): greedy
+#     and sampled (match) equal `specd-generate --response-format
+#     json_object`, pipelined and serial; output that stopped by itself is
+#     one JSON object (Python's json reads it; chat, the references), what
+#     ran out of tokens starts one; the Responses API's text.format
+#     json_object too;
+#     json_schema is a 400.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
 PROMPT="def fibonacci(n):"
+# jsoncheck.py KIND FILE...: each answer (KIND gen: specd-generate --json, chat, resp) holds a JSON
+# object when it stopped by itself; one that ran out of tokens starts one (that it is a prefix of one is
+# the unit tests' part: test_json_mask, test_spec)
+cat >"$WORK/jsoncheck.py" <<'PY'
+import json, sys
+kind = sys.argv[1]
+for path in sys.argv[2:]:
+    j = json.load(open(path, encoding="utf-8"))
+    if kind == "gen":
+        t, done = j["text"], j["finish_reason"] == "stop"
+    elif kind == "chat":
+        t, done = j["choices"][0]["message"]["content"], j["choices"][0]["finish_reason"] == "stop"
+    else:
+        t, done = j["output"][0]["content"][0]["text"], j["status"] == "completed"
+    assert t.startswith("{"), (path, t)
+    if done:
+        assert isinstance(json.loads(t), dict), (path, t)
+PY
 # the target's greedy tokens: the lists below name tokens it really produces
 "$BIN/specd-generate" --model "$TARGET" --prompt "$PROMPT" --threads 1 --json --max-tokens 64 --ignore-eos \
   >"$WORK/plain.json" 2>"$WORK/plain.err" || { fail "specd-generate plain"; cat "$WORK/plain.err"; }
@@ -29,6 +54,16 @@ ids=[int(x) for x in sys.argv[2].split(",")]
 bias={k: float(v) for k, v in (kv.split("=") for kv in sys.argv[1].split(","))}
 print(json.dumps({"logit_bias": bias, "allowed_token_ids": ids, "min_tokens": 20}))' "$BIAS" "$ALLOWED")
 
+JSON_PROMPTS=("import json" "config = " "def f():")
+for i in "${!JSON_PROMPTS[@]}"; do
+  reference "${JSON_PROMPTS[$i]}" "$WORK/ref.json.$i" --max-tokens 48 --response-format json_object ||
+    { fail "specd-generate --response-format json_object reference $i"; cat "$WORK/ref.json.$i.err"; }
+  reference "${JSON_PROMPTS[$i]}" "$WORK/ref.jsons.$i" --max-tokens 48 --response-format json_object \
+    --temperature 0.8 --seed 42 || fail "specd-generate --response-format json_object sampled reference $i"
+done
+check "JSON references: the objects that ended parse (one at least), the others start one" \
+  '"$PY" "$WORK/jsoncheck.py" gen "$WORK"/ref.json.?.json "$WORK"/ref.jsons.?.json &&
+   [ "$(cat "$WORK"/ref.json.?.json "$WORK"/ref.jsons.?.json | grep -c "\"finish_reason\":\"stop\"")" -ge 1 ]'
 reference "$PROMPT" "$WORK/ref.greedy" --max-tokens 64 --ignore-eos "${GEN_OPTS[@]}" ||
   { fail "specd-generate greedy reference"; cat "$WORK/ref.greedy.err"; }
 reference "$PROMPT" "$WORK/ref.sampled" --max-tokens 64 --ignore-eos --temperature 0.8 --seed 42 "${GEN_OPTS[@]}" ||
@@ -54,6 +89,18 @@ speculative={"verify": "match"}); print(json.dumps(b))' "$JSON_OPTS")
     '[ "$st" = 200 ] && text_of "$f.s.json" "$f.s.txt" && cmp -s "$f.s.txt" "$WORK/ref.sampled"' ||
     { echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled")"; }
   check "[$mode] speculative stats present" '[ "$(jget "$f.json" "j[\"speculative\"][\"steps\"] > 0")" = True ]'
+  local i
+  for i in "${!JSON_PROMPTS[@]}"; do
+    st=$(post /v1/completions "$(body "${JSON_PROMPTS[$i]}" 48 0 '{"response_format": {"type": "json_object"},
+      "ignore_eos": false}')" "$f.j$i.json")
+    check "[$mode] JSON output, prompt $i, greedy == specd-generate (status $st)" \
+      '[ "$st" = 200 ] && text_of "$f.j$i.json" "$f.j$i.txt" && cmp -s "$f.j$i.txt" "$WORK/ref.json.$i"' ||
+      { echo "#   got:  $(head -c 300 "$f.j$i.json")"; echo "#   want: $(head -c 300 "$WORK/ref.json.$i")"; }
+    st=$(post /v1/completions "$(body "${JSON_PROMPTS[$i]}" 48 0 '{"response_format": {"type": "json_object"},
+      "ignore_eos": false, "temperature": 0.8, "seed": 42, "speculative": {"verify": "match"}}')" "$f.js$i.json")
+    check "[$mode] JSON output, prompt $i, sampled (match) == specd-generate (status $st)" \
+      '[ "$st" = 200 ] && text_of "$f.js$i.json" "$f.js$i.txt" && cmp -s "$f.js$i.txt" "$WORK/ref.jsons.$i"'
+  done
   serve_stop
 }
 
@@ -82,7 +129,20 @@ if serve_start --draft "$DRAFT"; then
   n2=$(jget "$WORK/minstr.json" 'j["usage"]["completion_tokens"]')
   check "a stop string ('$STOP_TEXT') ends the request at $n1 tokens, with min_tokens 20 after 20 ($n2)" \
     '[ "$n1" -lt 20 ] && [ "$n2" -gt 20 ]'
-  for c in '{"logit_bias": {"8192": 1}}|logit_bias|out of range' \
+  st=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "a config file"}], "max_tokens": 64,
+    "temperature": 0.7, "seed": 3, "response_format": {"type": "json_object"}}' "$WORK/chatjson.json")
+  check "chat with response_format json_object: a JSON object, or the start of one (status $st)" \
+    '[ "$st" = 200 ] && "$PY" "$WORK/jsoncheck.py" chat "$WORK/chatjson.json"' ||
+    echo "#   got: $(head -c 300 "$WORK/chatjson.json")"
+  st=$(post /v1/responses \
+    '{"input": "settings", "max_output_tokens": 40, "text": {"format": {"type": "json_object"}}}' \
+    "$WORK/resp.json")
+  check "Responses API, text.format json_object: the same, the format echoed (status $st)" \
+    '[ "$st" = 200 ] && "$PY" "$WORK/jsoncheck.py" resp "$WORK/resp.json" &&
+     [ "$(jget "$WORK/resp.json" "j[\"text\"][\"format\"][\"type\"]")" = json_object ]'
+  SCHEMA='{"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}'
+  for c in "$SCHEMA|response_format|by a schema" \
+           '{"logit_bias": {"8192": 1}}|logit_bias|out of range' \
            '{"logit_bias": {"5": -101}}|logit_bias|between -100 and 100' \
            '{"logit_bias": {"x": 1}}|logit_bias|token ids' \
            '{"allowed_token_ids": [1, 99999]}|allowed_token_ids|out of range' \

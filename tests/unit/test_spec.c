@@ -628,6 +628,60 @@ START_TEST(logits_processors_exact)
 }
 END_TEST
 
+/* JSON output through the engine: refused without the token table; with it
+ * every output is a JSON object prefix (complete when it stopped) and
+ * speculative output (greedy; match at T 0.9) equals plain. */
+START_TEST(json_output_exact)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    char dir[512], err[256];
+    int n;
+    int32_t *ids = encode(&f, PROMPTS[5], &n);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 96;
+    p.sampling.json_object = true;
+    sd_req *r;
+    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
+    sd_json_vocab *jv = sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f.target), err,
+                                           sizeof err);
+    ck_assert_msg(jv != NULL, "%s", err);
+    sd_engine_set_json_vocab(f.eng, jv);
+    for (int c = 0; c < 4; c++) {
+        free(ids);
+        ids = encode(&f, PROMPTS[5 + c], &n);
+        p.sampling.temperature = c % 2 ? 0.9f : 0.0f;
+        p.sampling.seed = 17;
+        p.speculate = false;
+        int na, nb;
+        int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(sd_tok_decode(f.tok, a, (size_t)na, true, &text, &len, err, sizeof err), SD_OK);
+        sd_json_state st;
+        sd_json_init(&st);
+        ck_assert_msg(sd_json_feed(&st, text, len), "config %d: not a JSON prefix: %s", c, text);
+        ck_assert_msg(na == p.max_tokens || sd_json_complete(&st), "config %d: stopped before the end: %s", c, text);
+        free(text);
+        p.speculate = true;
+        p.num_draft = 4;
+        p.verify = c % 2 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
+        int32_t *b = gen(&f, pr, ids, n, &p, &nb, NULL);
+        ck_assert_int_eq(na, nb);
+        for (int j = 0; j < na; j++) ck_assert_msg(a[j] == b[j], "config %d: token %d differs", c, j);
+        free(a);
+        free(b);
+    }
+    sd_engine_set_json_vocab(f.eng, NULL);
+    sd_json_vocab_free(jv);
+    free(ids);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
 /* Log-probabilities collected step by step (sd_engine_run's callback). */
 typedef struct lp_log {
     sd_token_lp lp[256];
@@ -760,6 +814,7 @@ int main(void)
     tcase_add_test(tc, rejection_mode_runs);
     tcase_add_test(tc, stops_and_exhaustion);
     tcase_add_test(tc, logits_processors_exact);
+    tcase_add_test(tc, json_output_exact);
     tcase_add_test(tc, logprobs_same_with_speculation);
     tcase_add_test(tc, prompt_logprobs_match_decoding);
     suite_add_tcase(s, tc);

@@ -1,0 +1,99 @@
+/* bench_json_mask.c — specd-bench-json-mask: what JSON output (response_format
+ * json_object, json_mask.h) costs a sampled position: building a
+ * tokenizer's token table once, then masking one row of the whole
+ * vocabulary after a few outputs (the start, in a key, in a string value, in
+ * a number, between array items).
+ *
+ *   specd-bench-json-mask TOKENIZER.json [--rounds R]
+ *
+ * Each output is encoded with the tokenizer; each round times R masks of it
+ * (one thread). Prints the tokens a row keeps and microseconds a row (best
+ * and median of 9 rounds). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "json_mask.h"
+#include "opt.h"
+#include "tokenizer.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The tokenizer's end-of-text token, if it has one of the usual names. */
+static int find_eos(const sd_tok *tok)
+{
+    static const char *const names[] = {"<|endoftext|>", "<|im_end|>", "<|end_of_text|>", "</s>", "<|eot_id|>"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        int id = sd_tok_token_id(tok, names[i]);
+        if (id >= 0) return id;
+    }
+    return -1;
+}
+
+static void bench_output(const sd_tok *tok, const sd_json_vocab *v, int vocab, const char *text, int reps)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char err[256];
+    if (sd_tok_encode(tok, text, strlen(text), false, &ids, &n, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-json-mask: %s\n", err);
+        return;
+    }
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    double t[9];
+    int kept = 0;
+    for (int r = 0; r < 9; r++) {
+        double t0 = sd_now_s();
+        for (int k = 0; k < reps; k++) {
+            memset(logits, 0, (size_t)vocab * sizeof *logits);
+            sd_json_mask(v, ids, n, logits, vocab);
+        }
+        t[r] = (sd_now_s() - t0) / reps * 1e6;
+    }
+    for (int i = 0; i < vocab; i++) kept += !isinf(logits[i]);
+    qsort(t, 9, sizeof *t, cmp_double);
+    printf("%-28s %3zu tokens  keeps %7d  us/row  best %8.1f  median %8.1f\n", text, n, kept, t[0], t[4]);
+    free(logits);
+    free(ids);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 20;
+    char err[256];
+    if (argc < 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: specd-bench-json-mask TOKENIZER.json [--rounds R]\n");
+        return 2;
+    }
+    if (argc >= 4 && !strcmp(argv[2], "--rounds") &&
+        sd_opt_int(argv[3], "--rounds", 1, 1000000, &reps, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-json-mask: %s\n", err);
+        return 2;
+    }
+    sd_tok *tok = NULL;
+    if (sd_tok_load(argv[1], &tok, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-json-mask: %s\n", err);
+        return 1;
+    }
+    int vocab = sd_tok_vocab_size(tok), eos = find_eos(tok);
+    double t0 = sd_now_s();
+    sd_json_vocab *v = sd_json_vocab_new(tok, vocab, &eos, eos >= 0, err, sizeof err);
+    if (!v) {
+        fprintf(stderr, "specd-bench-json-mask: %s\n", err);
+        sd_tok_free(tok);
+        return 1;
+    }
+    printf("%s: vocab %d, token table built in %.1f ms; %d masks a round, 9 rounds, one thread\n", argv[1], vocab,
+           (sd_now_s() - t0) * 1e3, reps);
+    static const char *const outputs[] = {"", "{", "{\"na", "{\"name\": \"va", "{\"n\": 12.5", "{\"a\": [1, 2, "};
+    for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) bench_output(tok, v, vocab, outputs[i], reps);
+    sd_json_vocab_free(v);
+    sd_tok_free(tok);
+    return 0;
+}

@@ -1,0 +1,406 @@
+/* json_mask.c — JSON output constraint (see json_mask.h).
+ *
+ * The automaton: a stack of open containers and a mode saying what may come
+ * next. Whitespace may come between tokens (the "structural" modes); a
+ * number ends at the first byte that cannot continue it, which is then read
+ * again in the mode after the value. Strings check UTF-8 as they go (the
+ * ranges of RFC 3629: no overlongs, no surrogates, nothing beyond U+10FFFF). */
+#include "json_mask.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    JM_TOP,       /* before the object: '{' (no whitespace before it) */
+    JM_VALUE,     /* a value: after ':' or an array's ',' */
+    JM_ARR_FIRST, /* after '[': a value or ']' */
+    JM_OBJ_FIRST, /* after '{': a key or '}' */
+    JM_OBJ_KEY,   /* after an object's ',': a key */
+    JM_COLON,     /* after a key: ':' */
+    JM_AFTER,     /* after a value in a container: ',' or the container's close */
+    JM_STR,       /* in a string */
+    JM_ESC,       /* after '\' */
+    JM_UHEX,      /* in a \u escape's hex digits */
+    JM_UTF,       /* in a multi-byte character */
+    JM_MINUS,     /* a number: after '-' */
+    JM_ZERO,      /* ... a leading 0 */
+    JM_INT,       /* ... integer digits */
+    JM_DOT,       /* ... after '.' */
+    JM_FRAC,      /* ... fraction digits */
+    JM_E,         /* ... after 'e' */
+    JM_ESIGN,     /* ... after the exponent's sign */
+    JM_EXP,       /* ... exponent digits */
+    JM_LIT,       /* in true / false / null */
+    JM_DONE,      /* the object is complete */
+};
+
+static const char *const LITS[3] = {"true", "false", "null"};
+
+void sd_json_init(sd_json_state *st)
+{
+    memset(st, 0, sizeof *st);
+    st->mode = JM_TOP;
+}
+
+bool sd_json_complete(const sd_json_state *st)
+{
+    return st->mode == JM_DONE;
+}
+
+static bool structural(int mode)
+{
+    return mode <= JM_AFTER;
+}
+
+static bool is_ws(unsigned char c);
+
+static bool is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static bool is_hex(unsigned char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static bool open_container(sd_json_state *st, uint8_t kind)
+{
+    if (st->depth == SD_JSON_MAX_DEPTH) return false;
+    st->stack[st->depth++] = kind;
+    st->mode = kind == 0 ? JM_OBJ_FIRST : JM_ARR_FIRST;
+    return true;
+}
+
+static void value_end(sd_json_state *st)
+{
+    st->mode = st->depth == 0 ? JM_DONE : JM_AFTER;
+}
+
+static bool close_container(sd_json_state *st, uint8_t kind)
+{
+    if (st->depth == 0 || st->stack[st->depth - 1] != kind) return false;
+    st->depth--;
+    value_end(st);
+    return true;
+}
+
+/* c starts a value. */
+static bool value_start(sd_json_state *st, unsigned char c)
+{
+    switch (c) {
+    case '{': return open_container(st, 0);
+    case '[': return open_container(st, 1);
+    case '"': st->mode = JM_STR, st->key = 0; return true;
+    case '-': st->mode = JM_MINUS; return true;
+    case '0': st->mode = JM_ZERO; return true;
+    case 't': case 'f': case 'n':
+        st->mode = JM_LIT, st->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, st->left = 1;
+        return true;
+    default:
+        if (c >= '1' && c <= '9') return st->mode = JM_INT, true;
+        return false;
+    }
+}
+
+/* A UTF-8 lead byte in a string: the continuation bytes it needs and the
+ * first one's range (RFC 3629, as tk_utf8_need). */
+static bool utf8_lead(sd_json_state *st, unsigned char c)
+{
+    st->lo = 0x80, st->hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) st->left = 1;
+    else if (c >= 0xE0 && c <= 0xEF) st->left = 2, st->lo = c == 0xE0 ? 0xA0 : 0x80, st->hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) st->left = 3, st->lo = c == 0xF0 ? 0x90 : 0x80, st->hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    st->mode = JM_UTF;
+    return true;
+}
+
+static bool string_byte(sd_json_state *st, unsigned char c)
+{
+    switch (st->mode) {
+    case JM_STR:
+        if (c == '"') {
+            if (st->key) st->mode = JM_COLON;
+            else value_end(st);
+            return true;
+        }
+        if (c == '\\') return st->mode = JM_ESC, true;
+        if (c < 0x20) return false;
+        return c < 0x80 ? true : utf8_lead(st, c);
+    case JM_ESC:
+        if (c == 'u') return st->mode = JM_UHEX, st->left = 4, true;
+        if (!strchr("\"\\/bfnrt", c) || c == 0) return false;
+        st->mode = JM_STR;
+        return true;
+    case JM_UHEX:
+        if (!is_hex(c)) return false;
+        if (st->left == 4) st->aux = c;
+        /* no surrogate escapes: \uD800 .. \uDFFF (second digit 8-9 or a-f after d) */
+        if (st->left == 3 && (st->aux == 'd' || st->aux == 'D') && (c == '8' || c == '9' || !is_digit(c)))
+            return false;
+        if (--st->left == 0) st->mode = JM_STR;
+        return true;
+    default: /* JM_UTF */
+        if (c < st->lo || c > st->hi) return false;
+        st->lo = 0x80, st->hi = 0xBF;
+        if (--st->left == 0) st->mode = JM_STR;
+        return true;
+    }
+}
+
+static bool step(sd_json_state *st, unsigned char c);
+
+/* The number ends before c: c is read again after the value. */
+static bool number_end(sd_json_state *st, unsigned char c)
+{
+    value_end(st);
+    return st->mode != JM_DONE && step(st, c);
+}
+
+static bool number_byte(sd_json_state *st, unsigned char c)
+{
+    bool e = c == 'e' || c == 'E';
+    switch (st->mode) {
+    case JM_MINUS:
+        if (c == '0') return st->mode = JM_ZERO, true;
+        return is_digit(c) ? (st->mode = JM_INT, true) : false;
+    case JM_ZERO:
+        if (c == '.') return st->mode = JM_DOT, true;
+        return e ? (st->mode = JM_E, true) : number_end(st, c);
+    case JM_INT:
+        if (is_digit(c)) return true;
+        if (c == '.') return st->mode = JM_DOT, true;
+        return e ? (st->mode = JM_E, true) : number_end(st, c);
+    case JM_DOT: return is_digit(c) ? (st->mode = JM_FRAC, true) : false;
+    case JM_FRAC:
+        if (is_digit(c)) return true;
+        return e ? (st->mode = JM_E, true) : number_end(st, c);
+    case JM_E:
+        if (c == '+' || c == '-') return st->mode = JM_ESIGN, true;
+        return is_digit(c) ? (st->mode = JM_EXP, true) : false;
+    case JM_ESIGN: return is_digit(c) ? (st->mode = JM_EXP, true) : false;
+    default: /* JM_EXP */
+        return is_digit(c) ? true : number_end(st, c);
+    }
+}
+
+/* The structural modes: between tokens. */
+static bool structural_byte(sd_json_state *st, unsigned char c)
+{
+    if (is_ws(c)) return st->mode != JM_TOP && ++st->ws <= SD_JSON_MAX_WS;
+    st->ws = 0;
+    bool in_object = st->depth > 0 && st->stack[st->depth - 1] == 0;
+    switch (st->mode) {
+    case JM_TOP: return c == '{' && open_container(st, 0);
+    case JM_VALUE: return value_start(st, c);
+    case JM_ARR_FIRST: return c == ']' ? close_container(st, 1) : value_start(st, c);
+    case JM_OBJ_FIRST:
+        if (c == '}') return close_container(st, 0);
+        /* fall through */
+    case JM_OBJ_KEY:
+        if (c != '"') return false;
+        st->mode = JM_STR, st->key = 1;
+        return true;
+    case JM_COLON: return c == ':' ? (st->mode = JM_VALUE, true) : false;
+    default: /* JM_AFTER */
+        if (c == ',') return st->mode = in_object ? JM_OBJ_KEY : JM_VALUE, true;
+        if (c == '}') return close_container(st, 0);
+        return c == ']' && close_container(st, 1);
+    }
+}
+
+static bool step(sd_json_state *st, unsigned char c)
+{
+    int m = st->mode;
+    if (structural(m)) return structural_byte(st, c);
+    if (m >= JM_STR && m <= JM_UTF) return string_byte(st, c);
+    if (m >= JM_MINUS && m <= JM_EXP) return number_byte(st, c);
+    if (m == JM_LIT) {
+        const char *lit = LITS[st->aux];
+        if ((unsigned char)lit[st->left] != c) return false;
+        if (lit[++st->left] == 0) value_end(st);
+        return true;
+    }
+    return false; /* JM_DONE: nothing after the object */
+}
+
+bool sd_json_feed(sd_json_state *st, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!step(st, (unsigned char)p[i])) return false;
+    return true;
+}
+
+/* ---- the token table and the mask ------------------------------------------------- */
+
+enum { TOK_TEXT = 0, TOK_EOS = 1, TOK_NEVER = 2 };
+
+struct sd_json_vocab {
+    int n;          /* ids with an entry (the model's vocab) */
+    char *bytes;    /* every id's bytes */
+    uint32_t *off;  /* [n + 1] */
+    uint8_t *kind;  /* [n] TOK_* */
+    uint8_t *lead;  /* [n] leading whitespace bytes (255: 255 or more) */
+    int16_t *body;  /* [n] the first byte after them, -1 when the token is all whitespace */
+    uint8_t *plain; /* [n] string content: whole UTF-8 characters, no '"', '\\' or control byte */
+};
+
+static bool is_ws(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The shortcuts' table: what a token starts with, and whether it is plain
+ * string content (whole characters: a string stays open, in the same mode). */
+static void classify(sd_json_vocab *v, int t)
+{
+    const unsigned char *p = (const unsigned char *)v->bytes + v->off[t];
+    size_t n = v->off[t + 1] - v->off[t], i = 0;
+    while (i < n && is_ws(p[i])) i++;
+    v->lead[t] = i > 255 ? 255 : (uint8_t)i;
+    v->body[t] = i < n ? p[i] : -1;
+    sd_json_state st = {.mode = JM_STR};
+    bool plain = n > 0;
+    for (i = 0; i < n && plain; i++) plain = p[i] != '"' && p[i] != '\\' && step(&st, p[i]);
+    v->plain[t] = plain && st.mode == JM_STR;
+}
+
+sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, char *err, size_t errlen)
+{
+    sd_json_vocab *v = calloc(1, sizeof *v);
+    char *data = NULL;
+    uint32_t *off = NULL;
+    if (!v || vocab <= 0) {
+        free(v);
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
+        return NULL;
+    }
+    if (sd_tok_vocab_bytes(tok, &data, &off, err, errlen) != SD_OK) {
+        free(v);
+        return NULL;
+    }
+    int nt = sd_tok_vocab_size(tok);
+    v->n = vocab;
+    v->bytes = data;
+    v->off = calloc((size_t)vocab + 1, sizeof *v->off);
+    v->kind = malloc((size_t)vocab);
+    v->lead = malloc((size_t)vocab);
+    v->body = malloc((size_t)vocab * sizeof *v->body);
+    v->plain = malloc((size_t)vocab);
+    if (!v->off || !v->kind || !v->lead || !v->body || !v->plain) {
+        free(off);
+        sd_json_vocab_free(v);
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
+        return NULL;
+    }
+    for (int t = 0; t < vocab; t++) {
+        bool known = t < nt;
+        v->off[t] = known ? off[t] : off[nt];
+        v->kind[t] = !known || sd_tok_is_special(tok, t) || off[t + 1] == off[t] ? TOK_NEVER : TOK_TEXT;
+    }
+    v->off[vocab] = vocab < nt ? off[vocab] : off[nt];
+    for (int i = 0; i < n_eos; i++)
+        if (eos[i] >= 0 && eos[i] < vocab) v->kind[eos[i]] = TOK_EOS;
+    for (int t = 0; t < vocab; t++) classify(v, t);
+    free(off);
+    return v;
+}
+
+sd_json_vocab *sd_json_vocab_load(const char *model_dir, const sd_model_config *c, char *err, size_t errlen)
+{
+    char path[4096];
+    sd_tok *tok = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    if (sd_tok_load(path, &tok, err, errlen) != SD_OK) return NULL;
+    sd_json_vocab *v = sd_json_vocab_new(tok, c->vocab_size, c->eos_token_ids, c->n_eos, err, errlen);
+    sd_tok_free(tok);
+    return v;
+}
+
+void sd_json_vocab_free(sd_json_vocab *v)
+{
+    if (!v) return;
+    free(v->bytes);
+    free(v->off);
+    free(v->kind);
+    free(v->lead);
+    free(v->body);
+    free(v->plain);
+    free(v);
+}
+
+/* The state after the output; false when the automaton refuses it. */
+static bool state_after(const sd_json_vocab *v, const int32_t *output, size_t n, sd_json_state *st)
+{
+    sd_json_init(st);
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = output[i];
+        if (t < 0 || t >= v->n || v->kind[t] != TOK_TEXT) continue;
+        if (!sd_json_feed(st, v->bytes + v->off[t], v->off[t + 1] - v->off[t])) return false;
+    }
+    return true;
+}
+
+/* A row's state and what may come first in it. */
+typedef struct row_state {
+    sd_json_state st;
+    bool first[256]; /* byte c may come first */
+} row_state;
+
+static void row_state_set(row_state *r, const sd_json_state *st, bool ok)
+{
+    r->st = *st;
+    for (int c = 0; c < 256; c++) {
+        sd_json_state b = *st;
+        r->first[c] = ok && step(&b, (unsigned char)c);
+    }
+}
+
+/* Whether text token t (not EOS, not special) may come in state r.
+ * Shortcuts before running the automaton: in the structural modes a token's
+ * leading whitespace only counts (the mode stays) and its first other byte
+ * must pass first[]; in a string, plain content keeps it open. */
+static bool token_ok(const sd_json_vocab *v, const row_state *r, int t)
+{
+    const sd_json_state *st = &r->st;
+    if (structural(st->mode)) {
+        int lead = v->lead[t];
+        if (lead > 0 && (st->mode == JM_TOP || st->ws + lead > SD_JSON_MAX_WS)) return false;
+        if (v->body[t] < 0) return true; /* all whitespace, within the bound */
+        if (!r->first[v->body[t]]) return false;
+    } else if (st->mode == JM_STR && v->plain[t]) {
+        return true;
+    } else if (!r->first[(unsigned char)v->bytes[v->off[t]]]) {
+        return false;
+    }
+    sd_json_state b = *st;
+    return sd_json_feed(&b, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
+}
+
+void sd_json_mask(const sd_json_vocab *v, const int32_t *output, size_t n, float *logits, int nv)
+{
+    if (!v || !logits || nv <= 0) return;
+    sd_json_state st;
+    bool ok = state_after(v, output, output ? n : 0, &st), done = ok && sd_json_complete(&st);
+    row_state r, end;
+    row_state_set(&r, &st, ok);
+    /* a number that may end here ends at a token's leading whitespace: such tokens are judged from the state
+     * after the number (structural), with its shortcuts */
+    bool num_end = ok && (st.mode == JM_ZERO || st.mode == JM_INT || st.mode == JM_FRAC || st.mode == JM_EXP);
+    if (num_end) {
+        sd_json_state e = st;
+        value_end(&e);
+        row_state_set(&end, &e, true);
+    }
+    for (int t = 0; t < nv; t++) {
+        if (logits[t] == -INFINITY) continue;
+        int kind = t < v->n ? v->kind[t] : TOK_NEVER;
+        bool keep;
+        if (kind != TOK_TEXT) keep = kind == TOK_EOS && (done || !ok);
+        else keep = ok && token_ok(v, num_end && v->lead[t] > 0 ? &end : &r, t);
+        if (!keep) logits[t] = -INFINITY;
+    }
+}
