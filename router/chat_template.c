@@ -264,21 +264,31 @@ void sd_chat_clear(sd_chat *c)
     memset(c, 0, sizeof *c);
 }
 
-sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, char **out, bool *add_special,
-                        char *err, size_t errlen)
+sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, json_t *tools, char **out,
+                        bool *add_special, char *err, size_t errlen)
 {
+    bool fields = false;
+    for (size_t i = 0; i < n; i++) fields |= msgs[i].fields != NULL;
     if (!c->tmpl) {
+        if (tools || fields)
+            return sd_seterr(err, errlen, SD_ERR_ARG, "tools and tool calls need the checkpoint's Jinja chat "
+                             "template; this server renders the built-in %s format, which has none",
+                             sd_chat_family_name(c->family));
         *add_special = sd_chat_add_special(c->family);
         return sd_chat_render(c->family, msgs, n, out, err, errlen);
     }
     *add_special = false; /* as apply_chat_template: the template writes the special tokens */
     json_t *m = json_array();
-    for (size_t i = 0; m && i < n; i++)
-        json_array_append_new(m, json_pack("{s:s, s:s}", "role", msgs[i].role ? msgs[i].role : "",
-                                           "content", msgs[i].content ? msgs[i].content : ""));
+    for (size_t i = 0; m && i < n; i++) {
+        json_t *msg = json_pack("{s:s, s:s}", "role", msgs[i].role ? msgs[i].role : "",
+                                "content", msgs[i].content ? msgs[i].content : "");
+        if (msg && msgs[i].fields) json_object_update(msg, msgs[i].fields);
+        json_array_append_new(m, msg);
+    }
     json_t *vars = json_pack("{s:o, s:b, s:s, s:s}", "messages", m, "add_generation_prompt", 1, "bos_token",
                              c->bos, "eos_token", c->eos);
     if (!vars) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+    if (tools) json_object_set(vars, "tools", tools);
     sd_status st = sd_jinja_render(c->tmpl, vars, out, err, errlen);
     json_decref(vars);
     return st;

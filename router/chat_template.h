@@ -36,6 +36,7 @@ typedef enum {
 typedef struct sd_chat_msg {
     const char *role;    /* "system" | "user" | "assistant" | "tool" */
     const char *content; /* UTF-8 */
+    json_t *fields;      /* the message's tool fields (tool_calls, tool_call_id, name) for a template, or NULL */
 } sd_chat_msg;
 
 /* Detects the family. config_json: the text of tokenizer_config.json or
@@ -82,10 +83,13 @@ sd_status sd_chat_load(sd_chat *c, const sd_tok *tok, const char *config_json, c
 void sd_chat_clear(sd_chat *c);
 
 /* Renders the messages with the generation prompt: the template, else the
- * family. *add_special: whether the text is tokenized with add_special (a
- * template's text carries its own special tokens: false). SD_ERR_ARG with
- * the template's message (raise_exception, a role the family lacks). */
-sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, char **out, bool *add_special,
-                        char *err, size_t errlen);
+ * family. tools (NULL: none) and the messages' fields go to the template as
+ * Hugging Face's apply_chat_template(tools=...) passes them; the built-in
+ * families have no tools (SD_ERR_ARG). *add_special: whether the text is
+ * tokenized with add_special (a template's text carries its own special
+ * tokens: false). SD_ERR_ARG with the template's message (raise_exception,
+ * a role the family lacks). */
+sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, json_t *tools, char **out,
+                        bool *add_special, char *err, size_t errlen);
 
 #endif

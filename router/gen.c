@@ -33,6 +33,7 @@
 #include "reply.h"
 #include "responses.h"
 #include "stop_match.h"
+#include "tool_calls.h"
 
 #define INVALID "invalid_request_error"
 
@@ -57,6 +58,8 @@ typedef struct gen {
     size_t n_out, cap_out;
     sd_tok_stream *dec;
     sd_stop *stop;
+    sd_tool_split split;       /* tools: the text from "<tool_call>" on is held (tool_calls.h) */
+    json_t *tool_calls;        /* ... and parsed into these at the end (NULL: none) */
     struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
     sd_lp *lp;                 /* logprobs: the entries not yet sent (non-stream: all) */
     double cum_logprob;        /* best_of: the output tokens' summed log-probabilities */
@@ -177,6 +180,8 @@ static void gen_free(gen *g)
     free(g->out_ids);
     sd_tok_stream_free(g->dec);
     sd_stop_free(g->stop);
+    sd_tool_split_free(&g->split);
+    json_decref(g->tool_calls);
     if (g->text) evbuffer_free(g->text);
     sd_lp_free(g->lp);
     free(g);
@@ -300,7 +305,7 @@ static sd_api_result job_result(const job *j, const char *finish, sd_api_spec *s
 {
     job_sum(j, spec, t);
     sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
-                       t->completion_tokens, spec, NULL, 0, j->gens[0]->cached_tokens};
+                       t->completion_tokens, spec, NULL, 0, j->gens[0]->cached_tokens, NULL};
     return r;
 }
 
@@ -316,7 +321,7 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
     const job *j = g->j;
     sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
-                       g->completion_tokens, spec, NULL, g->index, g->cached_tokens};
+                       g->completion_tokens, spec, NULL, g->index, g->cached_tokens, NULL};
     return r;
 }
 
@@ -407,7 +412,7 @@ static char *final_body(job *j)
         for (unsigned i = 0; i < j->p.n; i++) {
             gen *g = order[i];
             ch[i] = (sd_api_choice){(const char *)evbuffer_pullup(g->text, -1), evbuffer_get_length(g->text),
-                                    g->finish, g->lp ? sd_lp_take(g->lp) : NULL};
+                                    g->finish, g->lp ? sd_lp_take(g->lp) : NULL, g->tool_calls};
         }
         sd_api_spec spec;
         job_stats t;
@@ -528,11 +533,38 @@ static void send_finish_chunk(gen *g)
     send_sse(j, sd_api_chunk_sse(j->p.kind, &r, "", 0, false, j->p.include_usage));
 }
 
+static void flush_chunk(gen *g);
+
+/* With tools, at the end of a choice: the held text becomes its tool calls
+ * (streamed: one chunk with delta.tool_calls; finish_reason "tool_calls"),
+ * or content after all. Returns the finish reason. */
+static const char *tools_end(gen *g, const char *finish)
+{
+    job *j = g->j;
+    if (!j->p.tools) return finish;
+    sd_buf rest = {0};
+    char base[80];
+    const char *dash = strchr(j->cid, '-');
+    snprintf(base, sizeof base, "call_%s_%u", dash ? dash + 1 : j->cid, g->index);
+    g->tool_calls = sd_tool_split_end(&g->split, base, &rest);
+    if (rest.len) evbuffer_add(g->text, rest.p, rest.len);
+    sd_buf_free(&rest);
+    flush_chunk(g);
+    if (!g->tool_calls) return finish;
+    if (j->stream_started && !j->client_gone) {
+        sd_api_spec spec;
+        sd_api_result r = gen_result(g, NULL, &spec);
+        r.tool_calls = g->tool_calls;
+        send_sse(j, sd_api_chunk_sse(j->p.kind, &r, "", 0, false, j->p.include_usage));
+    }
+    return "tool_calls";
+}
+
 /* Choice g finished normally; the request ends with its last choice. */
 static void gen_finish(gen *g, const char *finish)
 {
     job *j = g->j;
-    g->finish = finish;
+    g->finish = tools_end(g, finish);
     gen_detach(g);
     send_finish_chunk(g);
     if (++j->n_done == j->n_gens) job_end(j, NULL);
@@ -793,19 +825,30 @@ static void gen_drain_queue(sd_gen *s)
 
 /* ------------------------------------------------------------ token events */
 
+/* Output text after stop matching: with tools, what may start a tool call is
+ * held back (tool_calls.h). */
+static void gen_content(gen *g, const char *t, size_t n)
+{
+    if (!n) return;
+    if (!g->j->p.tools) {
+        evbuffer_add(g->text, t, n);
+        return;
+    }
+    sd_buf content = {0};
+    sd_tool_split_feed(&g->split, t, n, &content);
+    if (content.len) evbuffer_add(g->text, content.p, content.len);
+    sd_buf_free(&content);
+}
+
 /* Appends decoded text to the output (after stop matching: stop strings are
  * looked for in the text of the tokens after the first min_tokens, as vLLM
  * does). Returns true when a stop string matched. */
 static bool gen_text(gen *g, const char *t, size_t n)
 {
-    const char *out;
-    size_t outlen;
-    if (g->completion_tokens <= g->j->p.sampling.min_tokens) {
-        evbuffer_add(g->text, t, n);
-        return false;
-    }
-    bool hit = sd_stop_feed(g->stop, t, n, &out, &outlen);
-    if (outlen) evbuffer_add(g->text, out, outlen);
+    const char *out = t;
+    size_t outlen = n;
+    bool hit = g->completion_tokens > g->j->p.sampling.min_tokens && sd_stop_feed(g->stop, t, n, &out, &outlen);
+    gen_content(g, out, outlen);
     return hit;
 }
 
@@ -916,7 +959,7 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
     if (sd_tok_stream_flush(g->dec, &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
     if (!hit) {
         sd_stop_flush(g->stop, &t, &n);
-        if (n) evbuffer_add(g->text, t, n);
+        gen_content(g, t, n);
     }
     flush_chunk(g);
     switch (ev->finish) {

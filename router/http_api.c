@@ -168,6 +168,43 @@ static sd_status parse_content(json_t *c, size_t i, char **out, sd_api_err *e)
     return SD_OK;
 }
 
+/* A message's tool fields, for the chat template: an assistant's
+ * tool_calls ([{"type": "function", "function": {"name", "arguments"}}],
+ * arguments an object or JSON text), a tool message's tool_call_id and
+ * name. *out: an object of those given, or NULL. */
+static sd_status parse_msg_fields(json_t *msg, const char *role, size_t i, json_t **out, sd_api_err *e)
+{
+    char param[64];
+    json_t *calls = json_object_get(msg, "tool_calls"), *id = json_object_get(msg, "tool_call_id");
+    json_t *name = json_object_get(msg, "name");
+    *out = NULL;
+    if (calls && !json_is_null(calls)) {
+        snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+        if (strcmp(role, "assistant") || !json_is_array(calls))
+            return BADF(param, "'%s' must be an array, on an assistant message", param);
+        size_t k;
+        json_t *c;
+        json_array_foreach(calls, k, c) {
+            json_t *fn = json_object_get(c, "function"), *args = json_object_get(fn, "arguments");
+            bool args_ok = !args || json_is_string(args) || json_is_object(args);
+            if (!json_is_string(json_object_get(fn, "name")) || !args_ok)
+                return BADF(param, "'%s[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": string, "
+                            "\"arguments\": string or object}}", param, k);
+        }
+    }
+    snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+    if (id && !json_is_null(id) && !json_is_string(id)) return BADF(param, "'%s' must be a string", param);
+    snprintf(param, sizeof param, "messages[%zu].name", i);
+    if (name && !json_is_null(name) && !json_is_string(name)) return BADF(param, "'%s' must be a string", param);
+    json_t *f = json_object();
+    if (calls && json_is_array(calls)) json_object_set(f, "tool_calls", calls);
+    if (json_is_string(id)) json_object_set(f, "tool_call_id", id);
+    if (json_is_string(name)) json_object_set(f, "name", name);
+    if (json_object_size(f)) *out = f;
+    else json_decref(f);
+    return SD_OK;
+}
+
 static sd_status parse_messages(json_t *o, sd_api_req *r, sd_api_err *e)
 {
     static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
@@ -191,6 +228,7 @@ static sd_status parse_messages(json_t *o, sd_api_req *r, sd_api_err *e)
         r->n_messages = i + 1;
         sd_status st = dup_str(role, (char **)&r->messages[i].role, param, e);
         if (st == SD_OK) st = parse_content(json_object_get(msg, "content"), i, (char **)&r->messages[i].content, e);
+        if (st == SD_OK) st = parse_msg_fields(msg, role, i, &r->messages[i].fields, e);
         if (st != SD_OK) return st;
     }
     return SD_OK;
@@ -324,18 +362,13 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     if (st == SD_OK && r->echo && r->kind == SD_API_CHAT)
         return BADF("echo", "'echo' is supported on /v1/completions only");
     if (st != SD_OK) return st;
-    /* tool calling and structured output: a client relying on them must not get plain text back */
-    json_t *tools = field(o, "tools"), *functions = field(o, "functions");
-    if (tools && !(json_is_array(tools) && json_array_size(tools) == 0))
-        return BADF("tools", "'tools' is not supported: this server does not call tools");
+    /* what is not supported: a client relying on it must not get plain text back */
+    json_t *functions = field(o, "functions");
     if (functions && !(json_is_array(functions) && json_array_size(functions) == 0))
-        return BADF("functions", "'functions' is not supported: this server does not call tools");
-    json_t *tc = field(o, "tool_choice");
-    if (tc && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") || !strcmp(json_string_value(tc), "auto"))))
-        return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": this server does not call tools");
+        return BADF("functions", "'functions' (deprecated) is not supported: use 'tools'");
     json_t *fc = field(o, "function_call");
     if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))))
-        return BADF("function_call", "'function_call' may only be \"none\" or \"auto\": this server does not call tools");
+        return BADF("function_call", "'function_call' (deprecated) may only be \"none\" or \"auto\": use 'tools'");
     json_t *rf = field(o, "response_format");
     json_t *rft = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
     const char *type = json_is_string(rft) ? json_string_value(rft) : "";
@@ -431,6 +464,32 @@ static sd_status parse_allowed(json_t *o, sd_api_req *r, sd_api_err *e)
     return SD_OK;
 }
 
+/* tools (chat) and tool_choice "auto" (the default) or "none" (the tools are
+ * then left out of the prompt). Each tool {"type": "function", "function":
+ * {"name": ...}}; kept whole for the chat template. */
+static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
+    const char *choice = json_is_string(tc) ? json_string_value(tc) : NULL;
+    if (tc && !(choice && (!strcmp(choice, "none") || !strcmp(choice, "auto"))))
+        return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": \"required\" and naming a function "
+                    "are not supported");
+    if (!tools || (json_is_array(tools) && json_array_size(tools) == 0)) return SD_OK;
+    if (!json_is_array(tools)) return BADF("tools", "'tools' must be an array of {\"type\": \"function\", ...}");
+    if (r->kind != SD_API_CHAT) return BADF("tools", "'tools' is supported on /v1/chat/completions only");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function"), *name = json_object_get(fn, "name");
+        if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+            strcmp(json_string_value(json_object_get(t, "type")), "function") || !json_is_object(fn) ||
+            !json_is_string(name) || json_string_length(name) == 0)
+            return BADF("tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+    }
+    if (!choice || strcmp(choice, "none")) r->tools = json_incref(tools);
+    return SD_OK;
+}
+
 /* The logits processors: logit_bias, allowed_token_ids, min_tokens (<=
  * max_tokens when that is given). */
 static sd_status parse_processors(json_t *o, sd_api_req *r, sd_api_err *e)
@@ -463,6 +522,7 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK) st = get_bool(o, "ignore_eos", &r->ignore_eos, e);
     if (st == SD_OK) st = parse_spec(o, r, e);
     if (st == SD_OK) st = parse_unsupported(o, r, e);
+    if (st == SD_OK) st = parse_tools(o, r, e);
     if (st == SD_OK) st = parse_logprobs(o, r, e);
     return st;
 }
@@ -496,12 +556,14 @@ void sd_api_req_clear(sd_api_req *r)
     for (size_t i = 0; i < r->n_messages; i++) {
         free((char *)r->messages[i].role);
         free((char *)r->messages[i].content);
+        json_decref(r->messages[i].fields);
     }
     free(r->messages);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->bias_ids);
     free(r->bias_values);
     free(r->allowed);
+    json_decref(r->tools);
     sd_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -595,10 +657,16 @@ char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const sd_
     for (size_t i = 0; i < n; i++) {
         json_t *choice = choice_json((unsigned)i, ch[i].logprobs, ch[i].finish);
         json_t *t = text_json(ch[i].text, ch[i].len);
-        if (chat)
+        if (chat && ch[i].tool_calls) {
+            json_decref(t);
+            t = ch[i].len ? text_json(ch[i].text, ch[i].len) : json_null();
+            json_object_set_new(choice, "message", json_pack("{s:s, s:o, s:O}", "role", "assistant", "content", t,
+                                                             "tool_calls", ch[i].tool_calls));
+        } else if (chat) {
             json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", t));
-        else
+        } else {
             json_object_set_new(choice, "text", t);
+        }
         json_array_append_new(choices, choice);
     }
     json_object_set_new(o, "choices", choices);
@@ -607,6 +675,20 @@ char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const sd_
     char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8));
     json_decref(o);
     return s;
+}
+
+/* Tool calls as a streamed delta carries them: each with its "index". */
+static json_t *indexed_calls(json_t *calls)
+{
+    json_t *a = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        json_t *d = json_deep_copy(c);
+        json_object_set_new(d, "index", json_integer((json_int_t)i));
+        json_array_append_new(a, d);
+    }
+    return a;
 }
 
 /* Wraps a JSON object as "data: …\n\n" and releases it. */
@@ -632,6 +714,7 @@ char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *t
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
         if (len || (first && !res->finish)) json_object_set_new(delta, "content", text_json(text, len));
+        if (res->tool_calls) json_object_set_new(delta, "tool_calls", indexed_calls(res->tool_calls));
         json_object_set_new(choice, "delta", delta);
     } else {
         json_object_set_new(choice, "text", text_json(text, len));

@@ -57,6 +57,8 @@ typedef struct sd_api_req {
     int32_t *bias_ids;         /* "logit_bias" token ids (NULL when absent) */
     float *bias_values;        /* ... and their biases */
     int32_t *allowed;          /* "allowed_token_ids" (vLLM extension; NULL when absent) */
+    struct json_t *tools;      /* chat "tools" for the template and tool-call parsing (tool_calls.h); NULL when
+                                * absent, empty or tool_choice "none" */
     bool seed_set;             /* "seed" given (else the server picks one) */
     char *stop[SD_API_MAX_STOP];
     size_t n_stop;
@@ -134,14 +136,16 @@ typedef struct sd_api_result {
     struct json_t *logprobs;  /* a chunk's choice's logprobs (borrowed; NULL: null) */
     unsigned index;           /* a chunk's choice index */
     unsigned cached_tokens;   /* usage.prompt_tokens_details.cached_tokens: prompt tokens from the prefix cache */
+    struct json_t *tool_calls; /* a chat chunk's delta.tool_calls (borrowed; tool_calls.h; NULL: none) */
 } sd_api_result;
 
 /* One choice of a non-streamed response. */
 typedef struct sd_api_choice {
     const char *text;
     size_t len;
-    const char *finish;       /* "stop" | "length" */
+    const char *finish;       /* "stop" | "length" | "tool_calls" */
     struct json_t *logprobs;  /* borrowed; NULL: null */
+    struct json_t *tool_calls; /* chat: message.tool_calls (borrowed; NULL: none), content null when empty */
 } sd_api_choice;
 
 /* Non-streaming response body: text_completion or chat.completion with

@@ -27,7 +27,7 @@ sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd
     char *text = r->prompt;
     bool add_special = true;
     if (r->kind == SD_API_CHAT) {
-        if (sd_chat_apply(chat, r->messages, r->n_messages, &text, &add_special, err, sizeof err) != SD_OK)
+        if (sd_chat_apply(chat, r->messages, r->n_messages, r->tools, &text, &add_special, err, sizeof err) != SD_OK)
             return sd_api_fail(e, 400, INVALID, "messages", NULL, "%s", err);
     }
     sd_status st = sd_tok_encode(tok, text, strlen(text), add_special, ids, n, err, sizeof err);

@@ -11,10 +11,10 @@
 #include "testutil.h"
 
 static const sd_chat_msg CONV[] = {
-    {"system", "You are terse."},
-    {"user", "Hi!"},
-    {"assistant", " Hello. "},
-    {"user", "2+2?"},
+    {"system", "You are terse.", NULL},
+    {"user", "Hi!", NULL},
+    {"assistant", " Hello. ", NULL},
+    {"user", "2+2?", NULL},
 };
 
 static void expect(sd_chat_family f, const sd_chat_msg *m, size_t n, const char *want)
@@ -54,7 +54,7 @@ END_TEST
 
 START_TEST(llama2_rejects_tool_role)
 {
-    sd_chat_msg m[] = {{"user", "a"}, {"tool", "b"}};
+    sd_chat_msg m[] = {{"user", "a", NULL}, {"tool", "b", NULL}};
     char *out = NULL, err[128];
     ck_assert_int_eq(sd_chat_render(SD_CHAT_LLAMA2, m, 2, &out, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "messages[1].role"));
@@ -131,22 +131,45 @@ START_TEST(templates_load_and_apply)
     sd_chat c;
     char warn[600], err[600], *out = NULL;
     bool add_special = true;
-    const sd_chat_msg msgs[] = {{"user", "hi"}};
+    const sd_chat_msg msgs[] = {{"user", "hi", NULL}};
     const char *cfg = "{\"chat_template\": \"{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}"
                       "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}\", "
                       "\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"</s>\"}";
     ck_assert_int_eq(sd_chat_load(&c, NULL, cfg, NULL, warn, sizeof warn, err, sizeof err), SD_OK);
     ck_assert_ptr_nonnull(c.tmpl);
     ck_assert_str_eq(warn, "");
-    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, &out, &add_special, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, NULL, &out, &add_special, err, sizeof err), SD_OK);
     ck_assert_str_eq(out, "<s><user>hi<assistant>");
     ck_assert(!add_special);
     free(out);
     sd_chat_clear(&c);
+    /* tools and a message's tool fields reach the template; the built-in formats refuse them */
+    const char *tcfg = "{\"chat_template\": \"{% if tools %}T={{ tools[0].function.name }};{% endif %}{% for m in "
+                       "messages %}<{{ m.role }}>{{ m.content }}{% if m.tool_calls %}["
+                       "{{ m.tool_calls[0].function.name }}]{% endif %}{% if m.tool_call_id %}({{ m.tool_call_id }})"
+                       "{% endif %}{% endfor %}\"}";
+    ck_assert_int_eq(sd_chat_load(&c, NULL, tcfg, NULL, warn, sizeof warn, err, sizeof err), SD_OK);
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]", 0, NULL);
+    sd_chat_msg tm[] = {{"user", "w?", NULL},
+                        {"assistant", "", json_loads("{\"tool_calls\": [{\"type\": \"function\", \"function\": "
+                                                     "{\"name\": \"get_weather\", \"arguments\": {}}}]}", 0, NULL)},
+                        {"tool", "sunny", json_loads("{\"tool_call_id\": \"c1\"}", 0, NULL)}};
+    ck_assert_int_eq(sd_chat_apply(&c, tm, 3, tools, &out, &add_special, err, sizeof err), SD_OK);
+    ck_assert_str_eq(out, "T=get_weather;<user>w?<assistant>[get_weather]<tool>sunny(c1)");
+    free(out);
+    sd_chat_clear(&c);
+    ck_assert_int_eq(sd_chat_load(&c, NULL, NULL, "chatml", warn, sizeof warn, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_chat_apply(&c, tm, 1, tools, &out, &add_special, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err, "chat template"));
+    ck_assert_int_eq(sd_chat_apply(&c, tm, 3, NULL, &out, &add_special, err, sizeof err), SD_ERR_ARG);
+    sd_chat_clear(&c);
+    json_decref(tools);
+    json_decref(tm[1].fields);
+    json_decref(tm[2].fields);
     /* a family by name overrides the template */
     ck_assert_int_eq(sd_chat_load(&c, NULL, cfg, "chatml", warn, sizeof warn, err, sizeof err), SD_OK);
     ck_assert_ptr_null(c.tmpl);
-    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, &out, &add_special, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, NULL, &out, &add_special, err, sizeof err), SD_OK);
     ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(out);
     sd_chat_clear(&c);
@@ -174,7 +197,7 @@ START_TEST(templates_load_and_apply)
     ck_assert_int_eq(write(fd, t, strlen(t)), (ssize_t)strlen(t));
     close(fd);
     ck_assert_int_eq(sd_chat_load(&c, NULL, NULL, path, warn, sizeof warn, err, sizeof err), SD_OK);
-    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, &out, &add_special, err, sizeof err), SD_ERR_ARG);
+    ck_assert_int_eq(sd_chat_apply(&c, msgs, 1, NULL, &out, &add_special, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "only one role"));
     sd_chat_clear(&c);
     unlink(path);

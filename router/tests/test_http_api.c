@@ -84,16 +84,27 @@ static const bad_case BAD[] = {
      "max_completion_tokens", "between 1"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"max_completion_tokens\": 0}", "max_completion_tokens", "between 1"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"f\"}}]}", "tools", "does not call tools"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": 1}", "tools", "not supported"},
+                  "\"function\": {\"name\": \"\"}}]}", "tools", "'tools[0]' must be"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"retrieval\"}]}",
+     "tools", "'tools[0]' must be"},
+    {SD_API_COMPLETION, "{\"prompt\": \"a\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
+     "tools", "chat/completions only"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": 1}", "tools",
+     "must be an array"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]}",
+     "messages[0].tool_calls", "assistant"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": "
+                  "{\"arguments\": 1}}]}]}", "messages[0].tool_calls", "name"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 5}]}",
+     "messages[0].tool_call_id", "string"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}",
      "tool_choice", "\"none\" or \"auto\""},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": {\"type\": \"function\"}}",
-     "tool_choice", "does not call tools"},
+     "tool_choice", "naming a function are not supported"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{\"name\": \"f\"}]}",
      "functions", "not supported"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"function_call\": {\"name\": \"f\"}}",
-     "function_call", "not call tools"},
+     "function_call", "use 'tools'"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
                   "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {}}}}", "response_format",
      "by a schema"},
@@ -328,8 +339,8 @@ START_TEST(choices_fields)
     ck_assert(r.n == 4 && r.best_of == 4);
     sd_api_req_clear(&r);
     /* a response with several choices: index i, each its text and finish reason */
-    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0, 0};
-    sd_api_choice ch[3] = {{"a", 1, "stop", NULL}, {"bb", 2, "length", NULL}, {"", 0, "stop", NULL}};
+    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0, 0, NULL};
+    sd_api_choice ch[3] = {{"a", 1, "stop", NULL, NULL}, {"bb", 2, "length", NULL, NULL}, {"", 0, "stop", NULL, NULL}};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, ch, 3));
     json_t *cs = json_object_get(o, "choices");
     ck_assert_int_eq(json_array_size(cs), 3);
@@ -349,10 +360,59 @@ START_TEST(choices_fields)
 }
 END_TEST
 
+/* tools kept for the template (not with tool_choice "none"), messages'
+ * tool fields kept; tool calls in a response and a chunk. */
+START_TEST(tool_fields)
+{
+    const char *b = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": "
+                    "null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get\", "
+                    "\"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", "
+                    "\"content\": \"sunny\"}], "
+                    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get\", \"parameters\": {}}}], "
+                    "\"tool_choice\": \"auto\"}";
+    sd_api_req r;
+    sd_api_err e;
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_uint_eq(json_array_size(r.tools), 1);
+    ck_assert_ptr_null(r.messages[0].fields);
+    ck_assert_str_eq(r.messages[1].content, "");
+    ck_assert_uint_eq(json_array_size(json_object_get(r.messages[1].fields, "tool_calls")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(r.messages[2].fields, "tool_call_id")), "c1");
+    sd_api_req_clear(&r);
+    const char *none = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], \"tools\": [{\"type\": "
+                       "\"function\", \"function\": {\"name\": \"get\"}}], \"tool_choice\": \"none\"}";
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, none, strlen(none), &r, &e), SD_OK);
+    ck_assert_ptr_null(r.tools);
+    sd_api_req_clear(&r);
+    json_t *calls = json_loads("[{\"id\": \"call_1-0\", \"type\": \"function\", \"function\": {\"name\": \"get\", "
+                               "\"arguments\": \"{}\"}}]", 0, NULL);
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 4, NULL, NULL, 0, 0, NULL};
+    sd_api_choice ch = {"", 0, "tool_calls", NULL, calls};
+    json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
+    json_t *c0 = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c0, "message");
+    ck_assert_str_eq(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
+    ck_assert(json_is_null(json_object_get(msg, "content")));
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(msg,
+                     "tool_calls"), 0), "function"), "name")), "get");
+    json_decref(o);
+    res.tool_calls = calls;
+    char *ev = sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, false, false);
+    ck_assert_ptr_nonnull(ev);
+    o = json_loads(ev + 6, 0, NULL);
+    json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
+    json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(tc, "index")), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(tc, "id")), "call_1-0");
+    json_decref(o);
+    free(ev);
+    json_decref(calls);
+}
+END_TEST
+
 START_TEST(completion_response_shape)
 {
-    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0, 2};
-    sd_api_choice ch = {"a\"b", 3, "length", NULL};
+    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0, 2, NULL};
+    sd_api_choice ch = {"a\"b", 3, "length", NULL, NULL};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     ck_assert_str_eq(json_string_value(json_object_get(o, "id")), "cmpl-1");
@@ -409,8 +469,8 @@ START_TEST(logprobs_fields)
     sd_api_req_clear(&r);
     /* the choice carries the object it is given, else null */
     json_t *lp = json_pack("{s:[]}", "content");
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0};
-    sd_api_choice ch = {"hi", 2, "stop", lp};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL};
+    sd_api_choice ch = {"hi", 2, "stop", lp, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert(json_is_array(json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
                                                             "logprobs"), "content")));
@@ -425,8 +485,8 @@ END_TEST
 
 START_TEST(chat_response_shape)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0};
-    sd_api_choice ch = {"hi", 2, "stop", NULL};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL};
+    sd_api_choice ch = {"hi", 2, "stop", NULL, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *m = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
@@ -441,7 +501,7 @@ END_TEST
 
 START_TEST(sse_chunk_shapes)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0, 0};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0, 0, NULL};
     json_t *o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, true, true));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);
@@ -500,6 +560,7 @@ int main(void)
     tcase_add_test(tc, full_completion_request);
     tcase_add_test(tc, defaults_and_prompt_forms);
     tcase_add_test(tc, logits_processor_fields);
+    tcase_add_test(tc, tool_fields);
     tcase_add_test(tc, chat_messages);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("responses");

@@ -1,0 +1,103 @@
+/* test_tool_calls.c — Hermes tool calls in generated text (tool_calls.c):
+ * blocks parsed into OpenAI tool_call objects (arguments as JSON text, ids
+ * from the base), the last block may be unterminated, anything malformed
+ * gives no calls; the splitter emits content up to the marker whatever the
+ * chunking, and gives the held text back as content when it is no call. */
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "tool_calls.h"
+
+static json_t *parse(const char *t)
+{
+    return sd_tool_calls_parse(t, strlen(t), "call_x");
+}
+
+START_TEST(parses_blocks)
+{
+    json_t *c = parse("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n"
+                      "</tool_call>\n<tool_call>{\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}"
+                      "</tool_call>\n");
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(json_array_size(c), 2);
+    json_t *a = json_array_get(c, 0), *f = json_object_get(a, "function");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "id")), "call_x-0");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "type")), "function");
+    ck_assert_str_eq(json_string_value(json_object_get(f, "name")), "get_weather");
+    json_t *args = json_loads(json_string_value(json_object_get(f, "arguments")), 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(args, "city")), "Paris");
+    ck_assert_int_eq(json_integer_value(json_object_get(args, "days")), 2);
+    json_decref(args);
+    f = json_object_get(json_array_get(c, 1), "function"); /* arguments given as a string holding an object */
+    ck_assert_str_eq(json_string_value(json_object_get(f, "arguments")), "{\"tz\":\"UTC\"}");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 1), "id")), "call_x-1");
+    json_decref(c);
+    c = parse("<tool_call>{\"name\": \"f\", \"arguments\": {}}"); /* ended with EOS before the closing tag */
+    ck_assert_uint_eq(json_array_size(c), 1);
+    json_decref(c);
+}
+END_TEST
+
+START_TEST(malformed_is_no_call)
+{
+    static const char *const bad[] = {
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}</tool_call>",         /* JSON cut */
+        "<tool_call>{\"arguments\": {}}</tool_call>",                          /* no name */
+        "<tool_call>{\"name\": \"\", \"arguments\": {}}</tool_call>",          /* empty name */
+        "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",        /* arguments not an object */
+        "<tool_call>{\"name\": \"f\", \"arguments\": \"x\"}</tool_call>",      /* ... nor a string holding one */
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> and then", /* text after */
+        "<tool_call></tool_call>",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) ck_assert_msg(parse(bad[i]) == NULL, "case %zu", i);
+}
+END_TEST
+
+/* The same text split into chunks of every size: the same content and calls. */
+START_TEST(splitter_any_chunking)
+{
+    const char *text = "Let me check.<tool_c <tool_call>\n{\"name\": \"get\", \"arguments\": {\"q\": 1}}\n</tool_call>";
+    size_t n = strlen(text);
+    for (size_t chunk = 1; chunk <= n; chunk++) {
+        sd_tool_split s = {0};
+        sd_buf content = {0};
+        for (size_t i = 0; i < n; i += chunk) sd_tool_split_feed(&s, text + i, i + chunk > n ? n - i : chunk, &content);
+        json_t *c = sd_tool_split_end(&s, "id", &content);
+        ck_assert_msg(c && json_array_size(c) == 1, "chunk %zu", chunk);
+        ck_assert_str_eq(content.p, "Let me check.<tool_c ");
+        json_decref(c);
+        sd_buf_free(&content);
+    }
+    /* no marker: everything is content, the tail that looked like one too */
+    sd_tool_split s = {0};
+    sd_buf content = {0};
+    sd_tool_split_feed(&s, "a < b <tool_ca", 14, &content);
+    ck_assert_uint_eq(content.len, 6); /* "a < b " out; "<tool_ca" held */
+    ck_assert_ptr_null(sd_tool_split_end(&s, "id", &content));
+    ck_assert_str_eq(content.p, "a < b <tool_ca");
+    sd_buf_free(&content);
+    /* a marker then no call: the held text comes back as content */
+    sd_tool_split t = {0};
+    sd_buf c2 = {0};
+    sd_tool_split_feed(&t, "x<tool_call>not json", 20, &c2);
+    ck_assert_str_eq(c2.p, "x");
+    ck_assert_ptr_null(sd_tool_split_end(&t, "id", &c2));
+    ck_assert_str_eq(c2.p, "x<tool_call>not json");
+    sd_buf_free(&c2);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tool_calls");
+    TCase *tc = tcase_create("hermes");
+    tcase_add_test(tc, parses_blocks);
+    tcase_add_test(tc, malformed_is_no_call);
+    tcase_add_test(tc, splitter_any_chunking);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}

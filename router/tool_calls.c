@@ -1,0 +1,117 @@
+/* tool_calls.c — see tool_calls.h. */
+#include "tool_calls.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *find(const char *p, size_t n, const char *needle)
+{
+    return memmem(p, n, needle, strlen(needle));
+}
+
+static bool blank(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') return false;
+    return true;
+}
+
+/* One block's JSON → a tool_call object; NULL when malformed. */
+static json_t *one_call(const char *p, size_t n, const char *id_base, size_t index)
+{
+    json_t *o = json_loadb(p, n, 0, NULL);
+    json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+    json_t *call = NULL;
+    if (json_is_object(o) && json_is_string(name) && json_string_length(name) > 0) {
+        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+        json_t *obj = json_is_object(args) ? args : json_is_object(parsed) ? parsed : NULL;
+        char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+        char id[96];
+        snprintf(id, sizeof id, "%s-%zu", id_base ? id_base : "call", index);
+        if (text)
+            call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name", name,
+                             "arguments", text);
+        free(text);
+        json_decref(parsed);
+    }
+    json_decref(o);
+    return call;
+}
+
+json_t *sd_tool_calls_parse(const char *text, size_t len, const char *id_base)
+{
+    const size_t ol = strlen(SD_TOOL_CALL_OPEN), cl = strlen(SD_TOOL_CALL_CLOSE);
+    json_t *calls = json_array();
+    size_t i = 0;
+    while (calls && i < len) {
+        const char *at = find(text + i, len - i, SD_TOOL_CALL_OPEN);
+        if (!at) {
+            if (!blank(text + i, len - i)) break; /* text after the calls: malformed */
+            return calls;
+        }
+        if (!blank(text + i, (size_t)(at - (text + i)))) break;
+        size_t start = (size_t)(at - text) + ol;
+        const char *end = find(text + start, len - start, SD_TOOL_CALL_CLOSE);
+        size_t stop = end ? (size_t)(end - text) : len;
+        json_t *call = one_call(text + start, stop - start, id_base, json_array_size(calls));
+        if (!call) break;
+        json_array_append_new(calls, call);
+        i = end ? stop + cl : len;
+    }
+    if (calls && i >= len && json_array_size(calls) > 0) return calls;
+    json_decref(calls);
+    return NULL;
+}
+
+/* The length of the longest suffix of p[0..n) that is a proper prefix of the marker. */
+static size_t marker_tail(const char *p, size_t n)
+{
+    const size_t ol = strlen(SD_TOOL_CALL_OPEN);
+    for (size_t k = ol - 1 < n ? ol - 1 : n; k > 0; k--)
+        if (!memcmp(p + n - k, SD_TOOL_CALL_OPEN, k)) return k;
+    return 0;
+}
+
+void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content)
+{
+    if (s->in_call) {
+        sd_buf_add(&s->held, text, len);
+        return;
+    }
+    sd_buf_add(&s->pending, text, len);
+    if (!s->pending.p) return; /* nothing yet */
+    const char *p = s->pending.p;
+    size_t n = s->pending.len;
+    const char *at = find(p, n, SD_TOOL_CALL_OPEN);
+    if (at) {
+        sd_buf_add(content, p, (size_t)(at - p));
+        sd_buf_add(&s->held, at, n - (size_t)(at - p));
+        s->in_call = true;
+        sd_buf_clear(&s->pending);
+        return;
+    }
+    size_t keep = marker_tail(p, n);
+    sd_buf_add(content, p, n - keep);
+    memmove(s->pending.p, p + n - keep, keep);
+    s->pending.len = keep;
+    s->pending.p[keep] = '\0';
+}
+
+json_t *sd_tool_split_end(sd_tool_split *s, const char *id_base, sd_buf *content)
+{
+    json_t *calls = s->in_call ? sd_tool_calls_parse(s->held.p, s->held.len, id_base) : NULL;
+    if (!calls) {
+        if (s->pending.len) sd_buf_add(content, s->pending.p, s->pending.len);
+        if (s->held.len) sd_buf_add(content, s->held.p, s->held.len);
+    }
+    sd_tool_split_free(s);
+    return calls;
+}
+
+void sd_tool_split_free(sd_tool_split *s)
+{
+    sd_buf_free(&s->pending);
+    sd_buf_free(&s->held);
+    s->in_call = false;
+}

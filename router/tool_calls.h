@@ -1,0 +1,49 @@
+/* tool_calls.h — tool calls in generated text (the Hermes format that
+ * Qwen 2.5 / 3, Hermes and many fine-tunes write):
+ *
+ *   <tool_call>
+ *   {"name": "get_weather", "arguments": {"city": "Paris"}}
+ *   </tool_call>
+ *
+ * A splitter follows a choice's text as it is generated: the text before the
+ * first "<tool_call>" is content (emitted as soon as it cannot be the start
+ * of the marker), everything from the marker on is held. At the end the
+ * held text is parsed: every block (the last may lack its closing tag, as
+ * when the model ends with EOS) must hold a JSON object with a string
+ * "name" and "arguments" (an object, or a string holding one); the calls
+ * come back as OpenAI tool_call objects ({"id", "type": "function",
+ * "function": {"name", "arguments": JSON text}}). Anything malformed: no
+ * calls, and the held text is content after all. Pure; no I/O. */
+#ifndef SD_TOOL_CALLS_H
+#define SD_TOOL_CALLS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "strbuf.h"
+
+#define SD_TOOL_CALL_OPEN "<tool_call>"
+#define SD_TOOL_CALL_CLOSE "</tool_call>"
+
+/* Parses held text (starting at "<tool_call>"): a JSON array of tool_call
+ * objects, ids "<id_base>-<i>" (new reference), or NULL when a block is
+ * malformed or there is none. */
+json_t *sd_tool_calls_parse(const char *text, size_t len, const char *id_base);
+
+typedef struct sd_tool_split {
+    sd_buf pending;  /* content that may still be the start of the marker */
+    sd_buf held;     /* from the marker on */
+    bool in_call;    /* the marker was seen */
+} sd_tool_split;
+
+/* Feeds generated text; appends to *content what is content for sure. */
+void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content);
+
+/* End of the text: the calls (as sd_tool_calls_parse), or NULL with the
+ * held and pending text appended to *content. Frees the splitter's buffers. */
+json_t *sd_tool_split_end(sd_tool_split *s, const char *id_base, sd_buf *content);
+
+void sd_tool_split_free(sd_tool_split *s);
+
+#endif

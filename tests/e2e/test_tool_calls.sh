@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# test_tool_calls.sh — tool calling through specd-router (Hermes format):
+# the TEST-ONLY fake verifier echoes the prompt's tokens, and the router
+# renders prompts with a test chat template that writes the last message and
+# then, when the request has tools, a <tool_call> block naming the first
+# tool — so the "model output" is known and shows that the tools reached the
+# template. Checked with curl: a tool call comes back as message.tool_calls
+# (content before it kept, arguments JSON text, finish_reason "tool_calls"),
+# streamed as delta.tool_calls after the content chunks; without tools, or
+# with tool_choice "none", the same text is plain content; a malformed block
+# is content; messages with tool_calls and tool results are accepted; a
+# built-in chat format refuses tools with a 400. Env: SD_BIN, SD_MODELS.
+. "$(dirname "$0")/router_lib.sh"
+
+cat >"$WORK/tmpl.jinja" <<'J'
+{%- for m in messages %}{% if loop.last %}{{ m.content }}{% endif %}{% endfor -%}
+{%- if tools %}<tool_call>
+{"name": "{{ tools[0].function.name }}", "arguments": {"city": "Paris", "days": 2}}
+</tool_call>{% endif -%}
+J
+start_router() { # start_router PORT CHAT_TEMPLATE
+  "$BIN/specd-router" --host 127.0.0.1 --port "$1" --verifier "tcp://127.0.0.1:$VPORT" --tokenizer "$TOK" \
+    --model-name tinycode-16m --chat-template "$2" --health-interval-ms 200 >>"$WORK/router.log" 2>&1 &
+  PIDS+=("$!")
+}
+VPORT=$(free_port); HPORT=$(free_port); HPORT2=$(free_port)
+"$BIN/specd-test-fake-verifier" --listen "tcp://127.0.0.1:$VPORT" --model tinycode-16m --max-context 512 \
+  >"$WORK/fv.log" 2>&1 &
+PIDS+=("$!")
+start_router "$HPORT" "$WORK/tmpl.jinja"
+start_router "$HPORT2" chatml
+URL=http://127.0.0.1:$HPORT
+wait_health "$URL" || fail "router up"
+wait_health "http://127.0.0.1:$HPORT2" || fail "second router up"
+
+TOOLS='[{"type": "function", "function": {"name": "get_weather", "description": "Weather by city",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
+# req STREAM EXTRA: a chat body asking "Sure." with max_tokens = its prompt's length (the echo is the prompt)
+req() {
+  local b; b=$("$PY" -c 'import json,sys
+b={"messages":[{"role":"user","content":"Sure."}],"temperature":0,"stream":sys.argv[1]=="1"}
+b.update(json.loads(sys.argv[2])); print(json.dumps(b))' "$1" "$2")
+  local n; n=$(curl -s "$URL/tokenize" -H 'Content-Type: application/json' -d "$b" |
+    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["count"])')
+  "$PY" -c 'import json,sys; b=json.loads(sys.argv[1]); b["max_tokens"]=int(sys.argv[2]); print(json.dumps(b))' \
+    "$b" "$n"
+}
+post() { curl -s -o "$2" -w '%{http_code}' -H 'Content-Type: application/json' -d "$1" "$URL/v1/chat/completions"; }
+
+st=$(post "$(req 0 "{\"tools\": $TOOLS}")" "$WORK/a.json")
+check "a tool call: 200, finish_reason tool_calls (status $st)" \
+  '[ "$st" = 200 ] && [ "$(jget "$WORK/a.json" "j[\"choices\"][0][\"finish_reason\"]")" = tool_calls ]'
+"$PY" - "$WORK/a.json" >"$WORK/a.out" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["choices"][0]["message"]
+t = m["tool_calls"][0]
+print(json.dumps([m["content"], t["type"], t["function"]["name"], json.loads(t["function"]["arguments"]),
+                  t["id"].startswith("call_")]))
+PY
+check "... message.content is the text before it, tool_calls[0] names the tool with JSON-text arguments" \
+  '[ "$(cat "$WORK/a.out")" = '"'"'["Sure.", "function", "get_weather", {"city": "Paris", "days": 2}, true]'"'"' ]' ||
+  echo "#   got: $(head -c 400 "$WORK/a.json")"
+
+curl -sN -H 'Content-Type: application/json' -d "$(req 1 "{\"tools\": $TOOLS}")" "$URL/v1/chat/completions" >"$WORK/s.sse"
+"$PY" - "$WORK/s.sse" >"$WORK/s.out" <<'PY'
+import json, sys
+content, calls, finish = "", [], None
+for line in open(sys.argv[1], encoding="utf-8"):
+    if not line.startswith("data: ") or line.strip() == "data: [DONE]":
+        continue
+    for c in json.loads(line[6:]).get("choices", []):
+        d = c.get("delta", {})
+        content += d.get("content") or ""
+        calls += d.get("tool_calls") or []
+        finish = c.get("finish_reason") or finish
+print(json.dumps([content, [(t["index"], t["function"]["name"], json.loads(t["function"]["arguments"])) for t in calls], finish]))
+PY
+check "streamed: content \"Sure.\", then one delta.tool_calls, finish_reason tool_calls" \
+  '[ "$(cat "$WORK/s.out")" = '"'"'["Sure.", [[0, "get_weather", {"city": "Paris", "days": 2}]], "tool_calls"]'"'"' ]' ||
+  { echo "#   got: $(cat "$WORK/s.out")"; head -c 600 "$WORK/s.sse" | sed 's/^/#   /'; }
+
+st=$(post "$(req 0 "{\"tools\": $TOOLS, \"tool_choice\": \"none\"}")" "$WORK/none.json")
+check "tool_choice none: the tools stay out of the prompt, the answer is content (status $st)" \
+  '[ "$st" = 200 ] && [ "$(jget "$WORK/none.json" "(j[\"choices\"][0][\"message\"][\"content\"], \"tool_calls\" in j[\"choices\"][0][\"message\"])")" = "('"'"'Sure.'"'"', False)" ]'
+
+# a block that is not a call (the user's text itself): content, not a call
+BADB='{"messages":[{"role":"user","content":"<tool_call>{\"name\": 5}</tool_call>"}],"tools":[{"type":"function","function":{"name":"f"}}],"temperature":0,"max_tokens":12}'
+st=$(post "$BADB" "$WORK/bad.json")
+check "a malformed block stays content (status $st)" \
+  '[ "$st" = 200 ] && [ "$(jget "$WORK/bad.json" "(j[\"choices\"][0][\"message\"][\"content\"].startswith(\"<tool_call>\"), \"tool_calls\" in j[\"choices\"][0][\"message\"], j[\"choices\"][0][\"finish_reason\"])")" = "(True, False, '"'"'length'"'"')" ]' ||
+  echo "#   got: $(head -c 400 "$WORK/bad.json")"
+
+HIST='{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"Sunny."}],"temperature":0,"max_tokens":4}'
+st=$(post "$HIST" "$WORK/hist.json")
+check "a conversation with a tool call and its result: 200, the last message answered (status $st)" \
+  '[ "$st" = 200 ] && [ "$(jget "$WORK/hist.json" "j[\"choices\"][0][\"message\"][\"content\"]")" = Sunny. ]'
+
+st=$(curl -s -o "$WORK/fam.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+  -d "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":$TOOLS}" "http://127.0.0.1:$HPORT2/v1/chat/completions")
+check "a built-in chat format (chatml) refuses tools: 400 naming messages (status $st)" \
+  '[ "$st" = 400 ] && [ "$(jget "$WORK/fam.json" "\"chat template\" in j[\"error\"][\"message\"]")" = True ]'
+
+if [ "$FAILS" -ne 0 ]; then
+  echo "--- router log"; tail -n 30 "$WORK/router.log"; echo "$FAILS check(s) failed"; exit 1
+fi
+echo "all tool-call checks passed"
