@@ -62,6 +62,17 @@ static void run_reqs(fixture *f, sd_proposer *pr, sd_req **reqs, int n)
     for (int i = 0; i < n; i++) ck_assert_msg(reqs[i]->finish != SD_FINISH_ERROR, "request failed: %s", reqs[i]->error);
 }
 
+/* A finished request's output (malloc'd, n_out tokens); frees the request. */
+static int32_t *take_output(fixture *f, sd_req *r, int *n_out, sd_spec_stats *stats)
+{
+    *n_out = sd_req_n_output(r);
+    int32_t *out = malloc((size_t)*n_out * sizeof *out);
+    memcpy(out, sd_req_output(r), (size_t)*n_out * sizeof *out);
+    if (stats) *stats = r->stats;
+    sd_req_free(f->eng, r);
+    return out;
+}
+
 /* Generates from one prompt; returns the malloc'd output (n_out tokens). */
 static int32_t *gen(fixture *f, sd_proposer *pr, const int32_t *ids, int n, const sd_req_params *p, int *n_out,
                     sd_spec_stats *stats)
@@ -70,12 +81,7 @@ static int32_t *gen(fixture *f, sd_proposer *pr, const int32_t *ids, int n, cons
     char err[256];
     ck_assert_msg(sd_req_new(f->eng, 7, ids, n, p, &r, err, sizeof err) == SD_OK, "%s", err);
     run_reqs(f, pr, &r, 1);
-    *n_out = sd_req_n_output(r);
-    int32_t *out = malloc((size_t)*n_out * sizeof *out);
-    memcpy(out, sd_req_output(r), (size_t)*n_out * sizeof *out);
-    if (stats) *stats = r->stats;
-    sd_req_free(f->eng, r);
-    return out;
+    return take_output(f, r, n_out, stats);
 }
 
 static int32_t *encode(fixture *f, const char *text, int *n)
@@ -558,11 +564,7 @@ static int32_t *gen_overwritten(fixture *f, sd_proposer *pr, const int32_t *ids,
     bias_ids[0] = 0; /* the request must not read the caller's list any more */
     run_reqs(f, pr, &r, 1);
     bias_ids[0] = saved;
-    *n_out = sd_req_n_output(r);
-    int32_t *out = malloc((size_t)*n_out * sizeof *out);
-    memcpy(out, sd_req_output(r), (size_t)*n_out * sizeof *out);
-    sd_req_free(f->eng, r);
-    return out;
+    return take_output(f, r, n_out, NULL);
 }
 
 START_TEST(logits_processors_exact)
