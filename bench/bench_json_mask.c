@@ -52,7 +52,7 @@ static void bench_output(const sd_tok *tok, const sd_json_vocab *v, int vocab, c
         double t0 = sd_now_s();
         for (int k = 0; k < reps; k++) {
             memset(logits, 0, (size_t)vocab * sizeof *logits);
-            sd_json_mask(v, ids, n, logits, vocab);
+            sd_json_mask(v, NULL, ids, n, logits, vocab);
         }
         t[r] = (sd_now_s() - t0) / reps * 1e6;
     }

@@ -7,6 +7,7 @@
 
 #include "array.h"
 #include "clock.h"
+#include "json_schema.h"
 
 /* A request's rows verified ahead of its commit (sd_engine_step's parallel phase). */
 typedef struct verified {
@@ -109,6 +110,7 @@ static void req_mem_free(sd_req *r)
     free(r->lp);
     free(r->prompt_lp);
     free(r->procs);
+    sd_json_schema_free(r->schema);
     free(r);
 }
 
@@ -129,10 +131,15 @@ static sd_status check_vocab_ids(const char *what, const int32_t *ids, uint32_t 
 static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd_req *r, char *err, size_t errlen)
 {
     sd_sampling *s = &r->p.sampling;
-    s->json_vocab = s->json_object ? e->json : NULL;
-    if (s->json_object && !e->json)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output (response_format json_object) needs the model's "
-                         "tokenizer.json, which this server did not load");
+    bool json = s->json_object || s->json_schema;
+    s->json_vocab = json ? e->json : NULL;
+    if (json && !e->json)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output (response_format json_object / json_schema) needs "
+                         "the model's tokenizer.json, which this server did not load");
+    if (s->json_schema && !(r->schema = sd_json_schema_parse(s->json_schema, strlen(s->json_schema), err, errlen)))
+        return SD_ERR_ARG;
+    s->json_schema = NULL; /* borrowed: the compiled schema stands for it */
+    s->schema = r->schema;
     sd_status st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);
     if (st == SD_OK) st = check_vocab_ids("allowed_token_ids", s->allowed, s->n_allowed, c->vocab_size, err, errlen);
     if (st != SD_OK) return st;

@@ -85,6 +85,7 @@ typedef struct sd_req {
     int shared;          /* positions of its KV taken from the prefix cache (sd_engine_share_prefixes) */
     int n_registered;    /* its KV blocks registered in the prefix cache */
     int32_t *procs;      /* its copies of p.sampling's logits-processor lists (p.sampling points here) */
+    struct sd_json_schema *schema; /* p.sampling.json_schema compiled (p.sampling.schema points here) */
 } sd_req;
 
 typedef struct sd_engine_opts {

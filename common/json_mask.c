@@ -8,12 +8,13 @@
 #include "json_mask.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum {
-    JM_TOP,       /* before the object: '{' (no whitespace before it) */
+    JM_TOP,       /* before the value: it begins here (no whitespace before it) */
     JM_VALUE,     /* a value: after ':' or an array's ',' */
     JM_ARR_FIRST, /* after '[': a value or ']' */
     JM_OBJ_FIRST, /* after '{': a key or '}' */
@@ -33,25 +34,50 @@ enum {
     JM_ESIGN,     /* ... after the exponent's sign */
     JM_EXP,       /* ... exponent digits */
     JM_LIT,       /* in true / false / null */
-    JM_DONE,      /* the object is complete */
+    JM_ENUM,      /* in an enum value: cand are the values its bytes match so far */
+    JM_DONE,      /* the value is complete */
 };
 
 static const char *const LITS[3] = {"true", "false", "null"};
 
+void sd_json_init_schema(sd_json_state *st, const sd_json_schema *schema)
+{
+    memset(st, 0, offsetof(sd_json_state, stack));
+    st->schema = schema ? schema : sd_json_schema_object();
+    st->mode = JM_TOP;
+    st->vnode = SD_JS_NONE;
+}
+
 void sd_json_init(sd_json_state *st)
 {
-    memset(st, 0, sizeof *st);
-    st->mode = JM_TOP;
+    sd_json_init_schema(st, NULL);
 }
 
-bool sd_json_complete(const sd_json_state *st)
+/* A branch of the state: the open containers only. */
+static void copy_state(sd_json_state *d, const sd_json_state *s)
 {
-    return st->mode == JM_DONE;
+    memcpy(d, s, offsetof(sd_json_state, stack) + s->depth * sizeof(sd_json_frame));
 }
 
-static bool structural(int mode)
+static const sd_js_node *node_of(const sd_json_state *st, uint16_t id)
 {
-    return mode <= JM_AFTER;
+    return &st->schema->nodes[id];
+}
+
+static const sd_js_item *item_of(const sd_json_state *st, const sd_js_node *nd, int i)
+{
+    return &st->schema->items[nd->items + (uint32_t)i];
+}
+
+static sd_json_frame *top(sd_json_state *st)
+{
+    return &st->stack[st->depth - 1];
+}
+
+/* A value of the node may begin at the current depth and be finished. */
+static bool fits(const sd_json_state *st, uint16_t id)
+{
+    return id != SD_JS_NONE && st->depth + node_of(st, id)->min_depth <= SD_JSON_MAX_DEPTH;
 }
 
 static bool is_ws(unsigned char c);
@@ -66,42 +92,202 @@ static bool is_hex(unsigned char c)
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-static bool open_container(sd_json_state *st, uint8_t kind)
+static bool enum_complete(const sd_json_state *st)
+{
+    const sd_js_node *nd = node_of(st, st->vnode);
+    for (int i = 0; i < nd->n; i++)
+        if ((st->cand >> i & 1) && item_of(st, nd, i)->len == st->pos) return true;
+    return false;
+}
+
+bool sd_json_complete(const sd_json_state *st)
+{
+    if (st->mode == JM_DONE) return true;
+    if (st->depth > 0) return false;
+    int m = st->mode;
+    return m == JM_ZERO || m == JM_INT || m == JM_FRAC || m == JM_EXP || (m == JM_ENUM && enum_complete(st));
+}
+
+static bool structural(int mode)
+{
+    return mode <= JM_AFTER;
+}
+
+/* ---- containers and keys --------------------------------------------------------------- */
+
+static bool open_container(sd_json_state *st, uint8_t kind, uint16_t node)
 {
     if (st->depth == SD_JSON_MAX_DEPTH) return false;
-    st->stack[st->depth++] = kind;
+    st->stack[st->depth++] = (sd_json_frame){.node = node, .prop = SD_JS_NONE, .kind = kind};
     st->mode = kind == 0 ? JM_OBJ_FIRST : JM_ARR_FIRST;
     return true;
 }
 
+static const sd_js_item *item_of(const sd_json_state *st, const sd_js_node *nd, int i);
+static sd_json_frame *top(sd_json_state *st);
+
+/* A union's discriminator value was read: the object goes on as the
+ * alternative the value names, the discriminator written. */
+static void union_pick(sd_json_state *st)
+{
+    const sd_js_node *e = node_of(st, st->vnode), *u = node_of(st, top(st)->node);
+    const sd_js_item *name = item_of(st, u, 0);
+    for (int i = 0; i < e->n; i++) {
+        const sd_js_item *v = item_of(st, e, i);
+        if (!(st->cand >> i & 1) || v->len != st->pos) continue;
+        const sd_js_node *a = node_of(st, v->node);
+        for (int q = 0; q < a->n; q++) {
+            const sd_js_item *p = item_of(st, a, q);
+            if (p->len == name->len && !memcmp(st->schema->text + p->text, st->schema->text + name->text, p->len)) {
+                top(st)->node = v->node;
+                top(st)->seen = 1ull << q;
+            }
+        }
+        return;
+    }
+}
+
 static void value_end(sd_json_state *st)
 {
+    if (st->mode == JM_ENUM && st->depth > 0 && node_of(st, top(st)->node)->kind == SD_JS_UNION) union_pick(st);
     st->mode = st->depth == 0 ? JM_DONE : JM_AFTER;
 }
 
 static bool close_container(sd_json_state *st, uint8_t kind)
 {
-    if (st->depth == 0 || st->stack[st->depth - 1] != kind) return false;
+    if (st->depth == 0 || top(st)->kind != kind) return false;
+    const sd_json_frame *f = top(st);
+    const sd_js_node *nd = node_of(st, f->node);
+    if (kind == 0 && (nd->kind == SD_JS_OBJECT || nd->kind == SD_JS_UNION) && (nd->required & ~f->seen))
+        return false;
+    if (kind == 1 && nd->kind == SD_JS_ARRAY && f->count < nd->min) return false;
     st->depth--;
     value_end(st);
     return true;
 }
 
-/* c starts a value. */
+/* The open object has declared properties (its keys are matched). */
+static bool keyed(const sd_json_state *st)
+{
+    const sd_js_node *nd = node_of(st, st->stack[st->depth - 1].node);
+    return (nd->kind == SD_JS_OBJECT || nd->kind == SD_JS_UNION) && nd->n > 0;
+}
+
+/* The declared properties not yet written whose values fit. */
+static uint64_t open_props(sd_json_state *st)
+{
+    const sd_js_node *nd = node_of(st, top(st)->node);
+    uint64_t m = 0;
+    for (int i = 0; i < nd->n; i++)
+        if (!(top(st)->seen >> i & 1) && fits(st, item_of(st, nd, i)->node)) m |= 1ull << i;
+    return m;
+}
+
+/* Undeclared keys may come (additionalProperties, or any object). */
+static bool extra_ok(sd_json_state *st)
+{
+    const sd_js_node *nd = node_of(st, top(st)->node);
+    return nd->kind == SD_JS_ANY || fits(st, nd->child);
+}
+
+/* '"' begins a key. */
+static bool key_start(sd_json_state *st)
+{
+    bool extra = extra_ok(st);
+    uint64_t open = keyed(st) ? open_props(st) : 0;
+    if (!extra && !open) return false;
+    int n = node_of(st, top(st)->node)->n;
+    st->cand = extra ? (n == 64 ? ~0ull : (1ull << n) - 1) : open;
+    st->pos = 0;
+    st->mode = JM_STR, st->key = 1, st->vnode = SD_JS_NONE;
+    return true;
+}
+
+/* A byte of a key of declared properties (not its closing quote). */
+static bool key_byte(sd_json_state *st, unsigned char c)
+{
+    const sd_js_node *nd = node_of(st, top(st)->node);
+    bool extra = extra_ok(st);
+    if (extra && st->mode == JM_ESC && (c == 'u' || c == '/')) return false; /* equal names: equal texts */
+    uint64_t next = 0;
+    for (int i = 0; i < nd->n; i++) {
+        const sd_js_item *it = item_of(st, nd, i);
+        if ((st->cand >> i & 1) && st->pos < it->len && (unsigned char)st->schema->text[it->text + st->pos] == c)
+            next |= 1ull << i;
+    }
+    if (!next && !extra) return false;
+    st->cand = next;
+    if (st->pos < UINT16_MAX) st->pos++;
+    return true;
+}
+
+/* The key's closing quote: which property's value follows. */
+static bool key_end(sd_json_state *st)
+{
+    sd_json_frame *f = top(st);
+    const sd_js_node *nd = node_of(st, f->node);
+    if (nd->kind == SD_JS_ANY) f->prop = f->node;
+    else if (!keyed(st)) f->prop = nd->child;
+    else {
+        int hit = -1;
+        for (int i = 0; i < nd->n && hit < 0; i++)
+            if ((st->cand >> i & 1) && item_of(st, nd, i)->len == st->pos) hit = i;
+        if (hit >= 0 && ((f->seen >> hit & 1) || !fits(st, item_of(st, nd, hit)->node))) return false;
+        if (hit < 0 && !extra_ok(st)) return false;
+        f->prop = hit >= 0 ? item_of(st, nd, hit)->node : nd->child;
+        if (hit >= 0) f->seen |= 1ull << hit;
+    }
+    st->key = 0;
+    st->mode = JM_COLON;
+    return true;
+}
+
+/* ---- values ------------------------------------------------------------------------------ */
+
+/* The node the value beginning here must be. */
+static uint16_t expected(sd_json_state *st)
+{
+    if (st->depth == 0) return st->schema->root;
+    const sd_json_frame *f = top(st);
+    if (f->kind == 0) return f->prop;
+    return node_of(st, f->node)->kind == SD_JS_ANY ? f->node : node_of(st, f->node)->child;
+}
+
+static bool enum_start(sd_json_state *st, unsigned char c)
+{
+    const sd_js_node *nd = node_of(st, st->vnode);
+    st->cand = 0;
+    for (int i = 0; i < nd->n; i++) {
+        const sd_js_item *it = item_of(st, nd, i);
+        /* a union's value: only alternatives that fit around the object already open */
+        if (it->node != SD_JS_NONE && st->depth - 1 + node_of(st, it->node)->min_depth > SD_JSON_MAX_DEPTH) continue;
+        if ((unsigned char)st->schema->text[it->text] == c) st->cand |= 1ull << i;
+    }
+    st->pos = 1;
+    st->mode = JM_ENUM;
+    return st->cand != 0;
+}
+
+/* c begins a value. */
 static bool value_start(sd_json_state *st, unsigned char c)
 {
+    uint16_t node = expected(st);
+    if (node != SD_JS_NONE && node_of(st, node)->kind == SD_JS_ANYOF)
+        node = st->schema->picks[node_of(st, node)->pick + c];
+    if (!fits(st, node) || !sd_json_schema_starts(st->schema, node, c)) return false;
+    if (st->depth > 0 && top(st)->kind == 1 && top(st)->count < UINT16_MAX) top(st)->count++;
+    st->vnode = node;
+    if (node_of(st, node)->kind == SD_JS_ENUM) return enum_start(st, c);
     switch (c) {
-    case '{': return open_container(st, 0);
-    case '[': return open_container(st, 1);
-    case '"': st->mode = JM_STR, st->key = 0; return true;
+    case '{': return open_container(st, 0, node);
+    case '[': return open_container(st, 1, node);
+    case '"': st->mode = JM_STR, st->key = 0, st->len = 0; return true;
     case '-': st->mode = JM_MINUS; return true;
     case '0': st->mode = JM_ZERO; return true;
     case 't': case 'f': case 'n':
         st->mode = JM_LIT, st->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, st->left = 1;
         return true;
-    default:
-        if (c >= '1' && c <= '9') return st->mode = JM_INT, true;
-        return false;
+    default: st->mode = JM_INT; return true; /* 1-9 (sd_json_schema_starts) */
     }
 }
 
@@ -118,18 +304,36 @@ static bool utf8_lead(sd_json_state *st, unsigned char c)
     return true;
 }
 
+/* The string value's node when it bounds the length (else NULL). */
+static const sd_js_node *bounded(const sd_json_state *st)
+{
+    if (st->key || st->vnode == SD_JS_NONE) return NULL;
+    const sd_js_node *nd = node_of(st, st->vnode);
+    return nd->kind == SD_JS_STRING && (nd->min > 0 || nd->max != SD_JS_UNBOUNDED) ? nd : NULL;
+}
+
+static bool string_end(sd_json_state *st)
+{
+    const sd_js_node *b = bounded(st);
+    if (b && st->len < b->min) return false;
+    if (st->key) return key_end(st);
+    value_end(st);
+    return true;
+}
+
 static bool string_byte(sd_json_state *st, unsigned char c)
 {
+    if (st->key && !(st->mode == JM_STR && c == '"') && keyed(st) && !key_byte(st, c)) return false;
     switch (st->mode) {
-    case JM_STR:
-        if (c == '"') {
-            if (st->key) st->mode = JM_COLON;
-            else value_end(st);
-            return true;
-        }
+    case JM_STR: {
+        if (c == '"') return string_end(st);
+        if (c < 0x20 || (c >= 0x80 && c < 0xC2) || c > 0xF4) return false;
+        const sd_js_node *b = bounded(st);
+        if (b && st->len >= b->max) return false;
+        st->len++;
         if (c == '\\') return st->mode = JM_ESC, true;
-        if (c < 0x20) return false;
         return c < 0x80 ? true : utf8_lead(st, c);
+    }
     case JM_ESC:
         if (c == 'u') return st->mode = JM_UHEX, st->left = 4, true;
         if (!strchr("\"\\/bfnrt", c) || c == 0) return false;
@@ -153,7 +357,7 @@ static bool string_byte(sd_json_state *st, unsigned char c)
 
 static bool step(sd_json_state *st, unsigned char c);
 
-/* The number ends before c: c is read again after the value. */
+/* The number (or enum value) ends before c: c is read again after it. */
 static bool number_end(sd_json_state *st, unsigned char c)
 {
     value_end(st);
@@ -162,17 +366,18 @@ static bool number_end(sd_json_state *st, unsigned char c)
 
 static bool number_byte(sd_json_state *st, unsigned char c)
 {
-    bool e = c == 'e' || c == 'E';
+    bool real = node_of(st, st->vnode)->kind != SD_JS_INTEGER;
+    bool e = real && (c == 'e' || c == 'E'), dot = real && c == '.';
     switch (st->mode) {
     case JM_MINUS:
         if (c == '0') return st->mode = JM_ZERO, true;
         return is_digit(c) ? (st->mode = JM_INT, true) : false;
     case JM_ZERO:
-        if (c == '.') return st->mode = JM_DOT, true;
+        if (dot) return st->mode = JM_DOT, true;
         return e ? (st->mode = JM_E, true) : number_end(st, c);
     case JM_INT:
         if (is_digit(c)) return true;
-        if (c == '.') return st->mode = JM_DOT, true;
+        if (dot) return st->mode = JM_DOT, true;
         return e ? (st->mode = JM_E, true) : number_end(st, c);
     case JM_DOT: return is_digit(c) ? (st->mode = JM_FRAC, true) : false;
     case JM_FRAC:
@@ -187,26 +392,60 @@ static bool number_byte(sd_json_state *st, unsigned char c)
     }
 }
 
+static bool enum_byte(sd_json_state *st, unsigned char c)
+{
+    const sd_js_node *nd = node_of(st, st->vnode);
+    uint64_t next = 0;
+    bool done = false;
+    for (int i = 0; i < nd->n; i++) {
+        if (!(st->cand >> i & 1)) continue;
+        const sd_js_item *it = item_of(st, nd, i);
+        if (it->len == st->pos) done = true;
+        else if ((unsigned char)st->schema->text[it->text + st->pos] == c) next |= 1ull << i;
+    }
+    if (next) {
+        st->cand = next;
+        st->pos++;
+        return true;
+    }
+    return done && number_end(st, c);
+}
+
+/* After a value in a container: ',' when another member may come. */
+static bool comma(sd_json_state *st)
+{
+    sd_json_frame *f = top(st);
+    if (f->kind == 0) {
+        if (!extra_ok(st) && !(keyed(st) && open_props(st))) return false;
+        st->mode = JM_OBJ_KEY;
+        return true;
+    }
+    const sd_js_node *nd = node_of(st, f->node);
+    if (nd->kind == SD_JS_ARRAY && f->count >= nd->max) return false;
+    st->mode = JM_VALUE;
+    return true;
+}
+
 /* The structural modes: between tokens. */
 static bool structural_byte(sd_json_state *st, unsigned char c)
 {
     if (is_ws(c)) return st->mode != JM_TOP && ++st->ws <= SD_JSON_MAX_WS;
     st->ws = 0;
-    bool in_object = st->depth > 0 && st->stack[st->depth - 1] == 0;
     switch (st->mode) {
-    case JM_TOP: return c == '{' && open_container(st, 0);
+    case JM_TOP:
     case JM_VALUE: return value_start(st, c);
-    case JM_ARR_FIRST: return c == ']' ? close_container(st, 1) : value_start(st, c);
+    case JM_ARR_FIRST: {
+        if (c == ']') return close_container(st, 1);
+        const sd_js_node *nd = node_of(st, top(st)->node);
+        return (nd->kind != SD_JS_ARRAY || nd->max > 0) && value_start(st, c);
+    }
     case JM_OBJ_FIRST:
         if (c == '}') return close_container(st, 0);
         /* fall through */
-    case JM_OBJ_KEY:
-        if (c != '"') return false;
-        st->mode = JM_STR, st->key = 1;
-        return true;
+    case JM_OBJ_KEY: return c == '"' && key_start(st);
     case JM_COLON: return c == ':' ? (st->mode = JM_VALUE, true) : false;
     default: /* JM_AFTER */
-        if (c == ',') return st->mode = in_object ? JM_OBJ_KEY : JM_VALUE, true;
+        if (c == ',') return comma(st);
         if (c == '}') return close_container(st, 0);
         return c == ']' && close_container(st, 1);
     }
@@ -224,7 +463,8 @@ static bool step(sd_json_state *st, unsigned char c)
         if (lit[++st->left] == 0) value_end(st);
         return true;
     }
-    return false; /* JM_DONE: nothing after the object */
+    if (m == JM_ENUM) return enum_byte(st, c);
+    return false; /* JM_DONE: nothing after the value */
 }
 
 bool sd_json_feed(sd_json_state *st, const char *p, size_t n)
@@ -246,6 +486,7 @@ struct sd_json_vocab {
     uint8_t *lead;  /* [n] leading whitespace bytes (255: 255 or more) */
     int16_t *body;  /* [n] the first byte after them, -1 when the token is all whitespace */
     uint8_t *plain; /* [n] string content: whole UTF-8 characters, no '"', '\\' or control byte */
+    uint16_t *chars; /* [n] plain tokens: their characters (stops at 65535) */
 };
 
 static bool is_ws(unsigned char c)
@@ -262,10 +503,13 @@ static void classify(sd_json_vocab *v, int t)
     while (i < n && is_ws(p[i])) i++;
     v->lead[t] = i > 255 ? 255 : (uint8_t)i;
     v->body[t] = i < n ? p[i] : -1;
-    sd_json_state st = {.mode = JM_STR};
+    sd_json_state st;
+    sd_json_init(&st);
+    st.mode = JM_STR, st.vnode = 0; /* a string value of any JSON (json_object's node 0) */
     bool plain = n > 0;
     for (i = 0; i < n && plain; i++) plain = p[i] != '"' && p[i] != '\\' && step(&st, p[i]);
     v->plain[t] = plain && st.mode == JM_STR;
+    v->chars[t] = st.len > UINT16_MAX ? UINT16_MAX : (uint16_t)st.len;
 }
 
 sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, char *err, size_t errlen)
@@ -290,7 +534,8 @@ sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, i
     v->lead = malloc((size_t)vocab);
     v->body = malloc((size_t)vocab * sizeof *v->body);
     v->plain = malloc((size_t)vocab);
-    if (!v->off || !v->kind || !v->lead || !v->body || !v->plain) {
+    v->chars = malloc((size_t)vocab * sizeof *v->chars);
+    if (!v->off || !v->kind || !v->lead || !v->body || !v->plain || !v->chars) {
         free(off);
         sd_json_vocab_free(v);
         sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
@@ -329,13 +574,15 @@ void sd_json_vocab_free(sd_json_vocab *v)
     free(v->lead);
     free(v->body);
     free(v->plain);
+    free(v->chars);
     free(v);
 }
 
 /* The state after the output; false when the automaton refuses it. */
-static bool state_after(const sd_json_vocab *v, const int32_t *output, size_t n, sd_json_state *st)
+static bool state_after(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n,
+                        sd_json_state *st)
 {
-    sd_json_init(st);
+    sd_json_init_schema(st, schema);
     for (size_t i = 0; i < n; i++) {
         int32_t t = output[i];
         if (t < 0 || t >= v->n || v->kind[t] != TOK_TEXT) continue;
@@ -352,9 +599,10 @@ typedef struct row_state {
 
 static void row_state_set(row_state *r, const sd_json_state *st, bool ok)
 {
-    r->st = *st;
+    copy_state(&r->st, st);
     for (int c = 0; c < 256; c++) {
-        sd_json_state b = *st;
+        sd_json_state b;
+        copy_state(&b, st);
         r->first[c] = ok && step(&b, (unsigned char)c);
     }
 }
@@ -371,27 +619,31 @@ static bool token_ok(const sd_json_vocab *v, const row_state *r, int t)
         if (lead > 0 && (st->mode == JM_TOP || st->ws + lead > SD_JSON_MAX_WS)) return false;
         if (v->body[t] < 0) return true; /* all whitespace, within the bound */
         if (!r->first[v->body[t]]) return false;
-    } else if (st->mode == JM_STR && v->plain[t]) {
-        return true;
+    } else if (st->mode == JM_STR && v->plain[t] && !(st->key && keyed(st))) {
+        const sd_js_node *b = bounded(st);
+        return !b || st->len + v->chars[t] <= b->max;
     } else if (!r->first[(unsigned char)v->bytes[v->off[t]]]) {
         return false;
     }
-    sd_json_state b = *st;
+    sd_json_state b;
+    copy_state(&b, st);
     return sd_json_feed(&b, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
 }
 
-void sd_json_mask(const sd_json_vocab *v, const int32_t *output, size_t n, float *logits, int nv)
+void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n,
+                  float *logits, int nv)
 {
     if (!v || !logits || nv <= 0) return;
     sd_json_state st;
-    bool ok = state_after(v, output, output ? n : 0, &st), done = ok && sd_json_complete(&st);
+    bool ok = state_after(v, schema, output, output ? n : 0, &st), done = ok && sd_json_complete(&st);
     row_state r, end;
     row_state_set(&r, &st, ok);
     /* a number that may end here ends at a token's leading whitespace: such tokens are judged from the state
      * after the number (structural), with its shortcuts */
     bool num_end = ok && (st.mode == JM_ZERO || st.mode == JM_INT || st.mode == JM_FRAC || st.mode == JM_EXP);
     if (num_end) {
-        sd_json_state e = st;
+        sd_json_state e;
+        copy_state(&e, &st);
         value_end(&e);
         row_state_set(&end, &e, true);
     }

@@ -1,18 +1,20 @@
 /* json_mask.h — JSON output (the API's response_format {"type":
- * "json_object"}): which tokens may come next so that the output stays a
- * prefix of one JSON object (RFC 8259), and ends only when the object is
- * complete.
+ * "json_object"} and {"type": "json_schema"}): which tokens may come next so
+ * that the output stays a prefix of one JSON object (json_object) or of one
+ * value a schema accepts (json_schema.h), and ends only when it is complete.
  *
  * A byte-level pushdown automaton (sd_json_state) follows the output; a
  * token may come next when the automaton accepts every one of its bytes
- * (sd_tok_vocab_bytes). The object ends the output: after its closing brace
- * only EOS may come; EOS never comes before. The JSON written is the RFC's,
- * with bounds so that a constrained model cannot run away or produce what
- * common parsers refuse: the object starts the output (no whitespace before
- * it), at most SD_JSON_MAX_WS whitespace bytes in a row inside it, nesting
- * at most SD_JSON_MAX_DEPTH deep, and no \u escape of a UTF-16
- * surrogate (characters beyond the BMP are written as UTF-8; strings are
- * valid UTF-8 with no control characters).
+ * (sd_tok_vocab_bytes). The value ends the output: after it only EOS may
+ * come; EOS never comes before. The JSON written is the RFC's (8259), with
+ * bounds so that a constrained model cannot run away or produce what common
+ * parsers refuse: the value starts the output (no whitespace before it), at
+ * most SD_JSON_MAX_WS whitespace bytes in a row inside it, nesting at most
+ * SD_JSON_MAX_DEPTH deep, and no \u escape of a UTF-16 surrogate
+ * (characters beyond the BMP are written as UTF-8; strings are valid UTF-8
+ * with no control characters). Under a schema the automaton never begins
+ * what it could not finish (a property, an item or a value that would need
+ * deeper nesting, a key no declared property continues).
  *
  * The mask is a pure function of the output tokens, so applying it to a
  * verify span's rows (output + the drafts before each row) gives what plain
@@ -30,15 +32,30 @@
 #include <stdint.h>
 
 #include "model_config.h"
+#include "json_schema.h"
 #include "status.h"
 #include "tokenizer.h"
 
 #define SD_JSON_MAX_DEPTH 32 /* nested objects / arrays */
 #define SD_JSON_MAX_WS 64    /* whitespace bytes in a row */
 
-/* The automaton's state after some bytes (plain data: copy to branch). */
+/* An open container. */
+typedef struct sd_json_frame {
+    uint64_t seen;  /* object: its declared properties written (bit i: property i) */
+    uint16_t node;  /* the container's schema node */
+    uint16_t prop;  /* object: the node of the value after the last key */
+    uint16_t count; /* array: items begun (stops at 65535) */
+    uint8_t kind;   /* 0 object, 1 array */
+} sd_json_frame;
+
+/* The automaton's state after some bytes (plain data: copy to branch; the
+ * schema is borrowed). */
 typedef struct sd_json_state {
-    uint8_t stack[SD_JSON_MAX_DEPTH]; /* open containers: 0 object, 1 array */
+    const sd_json_schema *schema;
+    uint64_t cand; /* a key of declared properties or an enum value: the items its bytes still match */
+    uint32_t len;  /* a string's characters so far */
+    uint16_t vnode; /* the scalar being read: its node */
+    uint16_t pos;   /* bytes of cand matched */
     uint8_t depth;
     uint8_t mode;  /* what may come next (json_mask.c) */
     uint8_t key;   /* the string being read is an object key */
@@ -46,17 +63,23 @@ typedef struct sd_json_state {
     uint8_t aux;   /* the literal being read; a \u escape's first digit */
     uint8_t lo, hi; /* the next continuation byte's range */
     uint8_t ws;    /* whitespace bytes in a row */
+    sd_json_frame stack[SD_JSON_MAX_DEPTH]; /* open containers (last: a copy needs the first depth only) */
 } sd_json_state;
 
-/* The state before any output: '{' comes first. */
+/* The state before any output of response_format json_object: '{' comes
+ * first. */
 void sd_json_init(sd_json_state *st);
+
+/* The state before any output of a schema's value (json_schema.h; borrowed
+ * for the state's life): the value starts the output, no whitespace before. */
+void sd_json_init_schema(sd_json_state *st, const sd_json_schema *schema);
 
 /* Feeds n bytes; false (state then undefined) when they cannot continue a
  * JSON object prefix within the bounds above. */
 bool sd_json_feed(sd_json_state *st, const char *p, size_t n);
 
-/* True when the bytes so far are one complete JSON object (only EOS may
- * follow). */
+/* True when the bytes so far are one complete value (only EOS may follow;
+ * a number or an enum value at the top may still go on). */
 bool sd_json_complete(const sd_json_state *st);
 
 typedef struct sd_json_vocab sd_json_vocab;
@@ -73,9 +96,10 @@ void sd_json_vocab_free(sd_json_vocab *v);
 sd_json_vocab *sd_json_vocab_load(const char *model_dir, const sd_model_config *c, char *err, size_t errlen);
 
 /* Sets logits[t] = -inf for every t < nv that cannot come after the output
- * output[0..n) (its tokens' bytes fed to the automaton; EOS and special
- * tokens in it add none). An output the automaton refuses (not produced
- * under this mask) leaves only EOS. */
-void sd_json_mask(const sd_json_vocab *v, const int32_t *output, size_t n, float *logits, int nv);
+ * output[0..n) (its tokens' bytes fed to the automaton of schema, NULL:
+ * json_object's; EOS and special tokens in it add none). An output the
+ * automaton refuses (not produced under this mask) leaves only EOS. */
+void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n,
+                  float *logits, int nv);
 
 #endif

@@ -75,6 +75,10 @@ static sd_status validate_processors(const sd_sampling *s, char *err, size_t err
     for (uint32_t i = 0; i < s->n_allowed; i++)
         if (s->allowed[i] < 0)
             return sd_seterr(err, errlen, SD_ERR_ARG, "allowed_token_ids holds a negative id (%d)", (int)s->allowed[i]);
+    if (s->json_object && (s->json_schema || s->schema))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output is by json_object or by a schema, not both");
+    if (s->json_schema && strnlen(s->json_schema, SD_MAX_JSON_SCHEMA + 1) > SD_MAX_JSON_SCHEMA)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "the JSON schema's text exceeds %d bytes", SD_MAX_JSON_SCHEMA);
     return SD_OK;
 }
 
@@ -106,13 +110,16 @@ void sd_sampling_drop_processors(sd_sampling *s)
     s->bias_values = NULL;
     s->n_bias = s->n_allowed = s->n_early_ban = s->min_tokens = 0;
     s->json_object = false;
+    s->json_schema = NULL;
+    s->schema = NULL;
     s->json_vocab = NULL;
 }
 
 bool sd_sampling_processes(const sd_sampling *s)
 {
     return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f ||
-           s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0) || s->json_object;
+           s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0) || s->json_object ||
+           s->json_schema || s->schema;
 }
 
 /* ---- random stream ------------------------------------------------------ */
@@ -225,8 +232,8 @@ static void allow_only(int *counts, float *logits, int nv, const int32_t *ids, s
 static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, const int32_t *output,
                              size_t n_output)
 {
-    if (s->json_object && s->json_vocab)
-        sd_json_mask(s->json_vocab, output, n_output, logits, nv);
+    if ((s->json_object || s->schema) && s->json_vocab)
+        sd_json_mask(s->json_vocab, s->schema, output, n_output, logits, nv);
     if (s->n_allowed > 0 && s->allowed)
         allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
     if (n_output < s->min_tokens && s->early_ban)

@@ -39,10 +39,14 @@ typedef struct sd_sampling {
     const int32_t *early_ban; /* ... these tokens' logits are -inf there (the request's stop tokens: */
     uint32_t n_early_ban;     /* EOS and stop ids, filled by sd_req_new) */
     bool json_object;         /* response_format json_object: the output is one JSON object (json_mask.h) */
-    const struct sd_json_vocab *json_vocab; /* ... the model's token table (sd_req_new sets it) */
+    const char *json_schema;  /* response_format json_schema: the schema's JSON text (NUL-terminated, borrowed */
+                              /* as the lists); the output is one value it accepts (json_schema.h) */
+    const struct sd_json_schema *schema;    /* ... compiled (sd_req_new compiles it; the request owns it) */
+    const struct sd_json_vocab *json_vocab; /* JSON output: the model's token table (sd_req_new sets it) */
 } sd_sampling;
 
 #define SD_MAX_LOGIT_BIAS 4096
+#define SD_MAX_JSON_SCHEMA (256 * 1024) /* bytes of a schema's text */
 
 typedef struct sd_tokprob {
     int32_t token;

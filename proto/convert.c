@@ -24,6 +24,7 @@ sd_sampling sd_pb_sampling_get(const Specd__SamplingParams *sp)
     }
     s.min_tokens = sp->min_tokens;
     s.json_object = sp->json_object;
+    s.json_schema = sp->json_schema && sp->json_schema[0] ? sp->json_schema : NULL;
     return s;
 }
 
@@ -46,4 +47,5 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     out->n_allowed_token_ids = s->allowed ? s->n_allowed : 0;
     out->min_tokens = s->min_tokens;
     out->json_object = s->json_object;
+    if (s->json_schema) out->json_schema = (char *)s->json_schema; /* packing only reads it */
 }

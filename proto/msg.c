@@ -237,6 +237,9 @@ static sd_status check_sampling(const char *what, const Specd__SamplingParams *s
         return BAD("msg: %s.bias_ids has %zu entries, bias_values %zu", what, s->n_bias_ids, s->n_bias_values);
     if (s->n_bias_ids > SD_MAX_LOGIT_BIAS)
         return BAD("msg: %s.bias_ids has %zu entries (max %d)", what, s->n_bias_ids, SD_MAX_LOGIT_BIAS);
+    size_t schema = s->json_schema ? strnlen(s->json_schema, SD_MAX_JSON_SCHEMA + 1) : 0;
+    if (schema > SD_MAX_JSON_SCHEMA) return BAD("msg: %s.json_schema exceeds %d bytes", what, SD_MAX_JSON_SCHEMA);
+    if (schema && s->json_object) return BAD("msg: %s has both json_object and json_schema", what);
     char name[64];
     snprintf(name, sizeof name, "%s.bias_ids", what);
     sd_status st = check_ids(name, s->bias_ids, s->n_bias_ids, SD_MAX_LOGIT_BIAS, err, errlen);

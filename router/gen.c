@@ -536,8 +536,9 @@ static void send_finish_chunk(gen *g)
 static void flush_chunk(gen *g);
 
 /* With tools, at the end of a choice: the held text becomes its tool calls
- * (streamed: one chunk with delta.tool_calls; finish_reason "tool_calls"),
- * or content after all. Returns the finish reason. */
+ * (streamed: one chunk with delta.tool_calls; finish_reason "tool_calls",
+ * "stop" for a named function), or content after all. Returns the finish
+ * reason. */
 static const char *tools_end(gen *g, const char *finish)
 {
     job *j = g->j;
@@ -557,7 +558,7 @@ static const char *tools_end(gen *g, const char *finish)
         r.tool_calls = g->tool_calls;
         send_sse(j, sd_api_chunk_sse(j->p.kind, &r, "", 0, false, j->p.include_usage));
     }
-    return "tool_calls";
+    return j->p.tool_name ? "stop" : "tool_calls"; /* a named function: "stop", as OpenAI */
 }
 
 /* Choice g finished normally; the request ends with its last choice. */
@@ -1125,6 +1126,7 @@ static gen *gen_new(sd_gen *s, job *j, unsigned i)
     g->dec = sd_tok_stream_new(s->tok, true);
     g->stop = sd_stop_new((const char *const *)j->p.stop, j->p.n_stop);
     if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
+    if (j->p.tools_forced) sd_tool_split_force(&g->split, j->p.tool_name);
     bool lp_ok = !j->p.logprobs || (g->lp = sd_lp_new(s->tok, j->p.kind, j->p.top_logprobs));
     if (!g->text || !g->dec || !g->stop || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok) {
         gen_free(g);

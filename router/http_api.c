@@ -4,6 +4,8 @@
  * type or range. */
 #include "http_api.h"
 
+#include "json_schema.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -369,14 +371,62 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     json_t *fc = field(o, "function_call");
     if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))))
         return BADF("function_call", "'function_call' (deprecated) may only be \"none\" or \"auto\": use 'tools'");
-    json_t *rf = field(o, "response_format");
+    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend"};
+    for (size_t i = 0; i < sizeof guided / sizeof *guided; i++)
+        if (field(o, guided[i]))
+            return BADF(guided[i], "'%s' is not supported: JSON output is by 'response_format' (json_object or "
+                        "json_schema)", guided[i]);
+    return SD_OK;
+}
+
+/* A JSON schema (an object, or its text) for the request's output: compiled
+ * here to refuse what the verifier would, then carried as compact text. */
+static sd_status set_schema(json_t *schema, const char *param, sd_api_req *r, sd_api_err *e)
+{
+    json_t *parsed = json_is_string(schema) ? json_loads(json_string_value(schema), JSON_DECODE_ANY, NULL) : NULL;
+    if (json_is_string(schema) && !parsed) return BADF(param, "'%s' is not JSON", param);
+    if (parsed) schema = parsed;
+    char msg[400];
+    sd_json_schema *c = sd_json_schema_compile(schema, msg, sizeof msg);
+    sd_json_schema_free(c);
+    r->json_schema = c ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(parsed);
+    if (!c) return BADF(param, "'%s': %s", param, msg);
+    if (!r->json_schema) return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (strlen(r->json_schema) > SD_MAX_JSON_SCHEMA)
+        return BADF(param, "'%s' is longer than %d bytes written compactly", param, SD_MAX_JSON_SCHEMA);
+    r->sampling.json_schema = r->json_schema;
+    return SD_OK;
+}
+
+/* JSON output: response_format (OpenAI), or vLLM's structured_outputs.json
+ * / guided_json; at most one of them. */
+static sd_status parse_response_format(json_t *o, sd_api_req *r, sd_api_err *e)
+{
+    json_t *rf = field(o, "response_format"), *so = field(o, "structured_outputs"), *gj = field(o, "guided_json");
+    if ((rf != NULL) + (so != NULL) + (gj != NULL) > 1)
+        return BADF(rf ? "response_format" : "structured_outputs", "give one of 'response_format', "
+                    "'structured_outputs' and 'guided_json'");
+    if (gj) return set_schema(gj, "guided_json", r, e);
+    if (so) {
+        if (!json_is_object(so) || json_object_size(so) != 1 || !json_object_get(so, "json"))
+            return BADF("structured_outputs", "'structured_outputs' may only be {\"json\": SCHEMA}: regex, choice "
+                        "and grammar are not supported");
+        return set_schema(json_object_get(so, "json"), "structured_outputs", r, e);
+    }
     json_t *rft = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
     const char *type = json_is_string(rft) ? json_string_value(rft) : "";
-    if (rf && strcmp(type, "text") && strcmp(type, "json_object"))
-        return BADF("response_format", "'response_format' may only be {\"type\": \"text\"} or {\"type\": "
-                    "\"json_object\"}: structured output by a schema (json_schema) is not supported");
-    r->sampling.json_object = rf && !strcmp(type, "json_object");
-    return SD_OK;
+    if (!rf || !strcmp(type, "text")) return SD_OK;
+    if (!strcmp(type, "json_object")) return r->sampling.json_object = true, SD_OK;
+    if (strcmp(type, "json_schema"))
+        return BADF("response_format", "'response_format.type' must be \"text\", \"json_object\" or "
+                    "\"json_schema\"");
+    json_t *js = json_object_get(rf, "json_schema");
+    json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema");
+    if (!json_is_object(js) || !schema || (name && !json_is_string(name)))
+        return BADF("response_format", "'response_format.json_schema' must be an object with the schema in "
+                    "'schema' (and a string 'name')");
+    return set_schema(schema, "response_format", r, e);
 }
 
 static sd_status parse_sampling(json_t *o, sd_api_req *r, sd_api_err *e)
@@ -464,30 +514,90 @@ static sd_status parse_allowed(json_t *o, sd_api_req *r, sd_api_err *e)
     return SD_OK;
 }
 
-/* tools (chat) and tool_choice "auto" (the default) or "none" (the tools are
- * then left out of the prompt). Each tool {"type": "function", "function":
+/* A tool's parameters schema (absent: any object); new reference. */
+static json_t *params_of(json_t *tool)
+{
+    json_t *p = json_object_get(json_object_get(tool, "function"), "parameters");
+    return p ? json_incref(p) : json_pack("{s:s}", "type", "object");
+}
+
+static const char *tool_name(json_t *tool)
+{
+    return json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
+}
+
+/* tool_choice naming a function: the output is its arguments, by its
+ * parameters schema. */
+static sd_status force_named(json_t *tools, const char *name, sd_api_req *r, sd_api_err *e)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (strcmp(tool_name(t), name)) continue;
+        json_t *p = params_of(t);
+        sd_status st = set_schema(p, "tools", r, e);
+        json_decref(p);
+        r->tools_forced = st == SD_OK;
+        return st == SD_OK ? dup_str(name, &r->tool_name, "tool_choice", e) : st;
+    }
+    return BADF("tool_choice", "'tool_choice' names the function '%s', which is not among 'tools'", name);
+}
+
+/* tool_choice "required": the output is a JSON array of {"name",
+ * "parameters"} calls (one at most with parallel_tool_calls false), each by
+ * its tool's schema (the name picks it: a discriminated union). */
+static sd_status force_required(json_t *o, json_t *tools, sd_api_req *r, sd_api_err *e)
+{
+    json_t *alts = json_array(), *t;
+    size_t i;
+    json_array_foreach(tools, i, t)
+        json_array_append_new(alts, json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s]}", "type", "object", "properties",
+                                              "name", "const", tool_name(t), "parameters", params_of(t), "required",
+                                              "name", "parameters"));
+    json_t *schema = json_pack("{s:s, s:i, s:{s:o}}", "type", "array", "minItems", 1, "items", "anyOf", alts);
+    if (json_is_false(field(o, "parallel_tool_calls"))) json_object_set_new(schema, "maxItems", json_integer(1));
+    sd_status st = set_schema(schema, "tools", r, e);
+    json_decref(schema);
+    r->tools_forced = st == SD_OK;
+    return st;
+}
+
+/* tools (chat) and tool_choice: "auto" (the default), "none" (the tools are
+ * then left out of the prompt), "required" or {"type": "function",
+ * "function": {"name"}} (forced: the output is JSON by a schema of the
+ * tools, after response_format). Each tool {"type": "function", "function":
  * {"name": ...}}; kept whole for the chat template. */
 static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
 {
     json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
     const char *choice = json_is_string(tc) ? json_string_value(tc) : NULL;
-    if (tc && !(choice && (!strcmp(choice, "none") || !strcmp(choice, "auto"))))
-        return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": \"required\" and naming a function "
-                    "are not supported");
-    if (!tools || (json_is_array(tools) && json_array_size(tools) == 0)) return SD_OK;
+    json_t *fn = json_is_object(tc) ? json_object_get(tc, "function") : NULL, *named = json_object_get(fn, "name");
+    bool named_ok = json_is_string(named) && json_is_string(json_object_get(tc, "type")) &&
+                    !strcmp(json_string_value(json_object_get(tc, "type")), "function");
+    if (tc && !named_ok && !(choice && (!strcmp(choice, "none") || !strcmp(choice, "auto") || !strcmp(choice, "required"))))
+        return BADF("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
+    bool forced = named_ok || (choice && !strcmp(choice, "required"));
+    if (!tools || (json_is_array(tools) && json_array_size(tools) == 0))
+        return forced ? BADF("tool_choice", "this 'tool_choice' needs 'tools'") : SD_OK;
     if (!json_is_array(tools)) return BADF("tools", "'tools' must be an array of {\"type\": \"function\", ...}");
     if (r->kind != SD_API_CHAT) return BADF("tools", "'tools' is supported on /v1/chat/completions only");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
-        json_t *fn = json_object_get(t, "function"), *name = json_object_get(fn, "name");
+        json_t *f = json_object_get(t, "function"), *name = json_object_get(f, "name");
         if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
-            strcmp(json_string_value(json_object_get(t, "type")), "function") || !json_is_object(fn) ||
+            strcmp(json_string_value(json_object_get(t, "type")), "function") || !json_is_object(f) ||
             !json_is_string(name) || json_string_length(name) == 0)
             return BADF("tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
     }
-    if (!choice || strcmp(choice, "none")) r->tools = json_incref(tools);
-    return SD_OK;
+    if (choice && !strcmp(choice, "none")) return SD_OK;
+    r->tools = json_incref(tools);
+    if (!forced) return SD_OK;
+    if (r->sampling.json_object || r->json_schema)
+        return BADF("tool_choice", "a forced 'tool_choice' (required, or a named function) constrains the output "
+                    "itself: it cannot come with JSON output ('response_format')");
+    return named_ok ? force_named(tools, json_string_value(named), r, e) : force_required(o, tools, r, e);
 }
 
 /* The logits processors: logit_bias, allowed_token_ids, min_tokens (<=
@@ -522,6 +632,7 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK) st = get_bool(o, "ignore_eos", &r->ignore_eos, e);
     if (st == SD_OK) st = parse_spec(o, r, e);
     if (st == SD_OK) st = parse_unsupported(o, r, e);
+    if (st == SD_OK) st = parse_response_format(o, r, e);
     if (st == SD_OK) st = parse_tools(o, r, e);
     if (st == SD_OK) st = parse_logprobs(o, r, e);
     return st;
@@ -563,6 +674,8 @@ void sd_api_req_clear(sd_api_req *r)
     free(r->bias_ids);
     free(r->bias_values);
     free(r->allowed);
+    free(r->json_schema);
+    free(r->tool_name);
     json_decref(r->tools);
     sd_api_kind kind = r->kind;
     memset(r, 0, sizeof *r);

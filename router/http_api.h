@@ -53,12 +53,15 @@ typedef struct sd_api_req {
     sd_chat_msg *messages;     /* chat: role/content owned here */
     size_t n_messages;
     int max_tokens;            /* -1: not given */
-    sd_sampling sampling;      /* its logits processors' lists point to the three below */
+    sd_sampling sampling;      /* its logits processors' lists point to the four below */
     int32_t *bias_ids;         /* "logit_bias" token ids (NULL when absent) */
     float *bias_values;        /* ... and their biases */
     int32_t *allowed;          /* "allowed_token_ids" (vLLM extension; NULL when absent) */
+    char *json_schema;         /* response_format json_schema's schema, compact (NULL when absent) */
     struct json_t *tools;      /* chat "tools" for the template and tool-call parsing (tool_calls.h); NULL when
                                 * absent, empty or tool_choice "none" */
+    bool tools_forced;         /* tool_choice "required" or a named function: the output is JSON by a schema of */
+    char *tool_name;           /* ... the tools (json_schema), read as tool calls; the named function, or NULL */
     bool seed_set;             /* "seed" given (else the server picks one) */
     char *stop[SD_API_MAX_STOP];
     size_t n_stop;
@@ -87,9 +90,10 @@ sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *p
 /* Parses and validates a request body of the given kind. On SD_OK *r is
  * filled (free with sd_api_req_clear); on failure *e says why (400 unless
  * noted) and *r holds nothing to free. Sampling ranges are checked with
- * sd_sampling_validate plus the OpenAI bounds. best_of on chat or with
- * stream (unless = n), echo on chat, tools and structured output are
- * refused (400, unsupported). */
+ * sd_sampling_validate plus the OpenAI bounds; a JSON schema is compiled
+ * (json_schema.h) so that what the verifier would refuse is a 400 here.
+ * best_of on chat or with stream (unless = n), echo on chat, vLLM's
+ * guided regex / choice / grammar are refused (400, unsupported). */
 sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_req *r,
                        sd_api_err *e);
 

@@ -97,9 +97,10 @@ static sd_status refuse_unsupported(json_t *o, sd_api_err *e)
         return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": this server does not call tools");
     json_t *fmt = json_is_object(text) ? field(text, "format") : NULL;
     const char *ft = json_string_value(json_object_get(fmt, "type"));
-    if (fmt && !(ft && (!strcmp(ft, "text") || !strcmp(ft, "json_object"))))
-        return BADF("text.format", "'text.format' may only be {\"type\": \"text\"} or {\"type\": \"json_object\"}: "
-                    "structured output by a schema is not supported");
+    if (fmt && !(ft && (!strcmp(ft, "text") || !strcmp(ft, "json_object") || !strcmp(ft, "json_schema"))))
+        return BADF("text.format", "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    if (ft && !strcmp(ft, "json_schema") && !json_object_get(fmt, "schema"))
+        return BADF("text.format", "'text.format' of type json_schema needs the schema in 'schema'");
     if (field(o, "previous_response_id"))
         return BADF("previous_response_id", "'previous_response_id' is not supported: responses are not stored; "
                     "send the conversation in 'input'");
@@ -143,7 +144,11 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
     json_object_set_new(chat, "messages", msgs);
     if (mot) json_object_set(chat, "max_tokens", mot);
     json_t *fmt = json_object_get(json_object_get(o, "text"), "format");
-    if (fmt) json_object_set(chat, "response_format", fmt); /* text or json_object (checked above) */
+    const char *ft = json_string_value(json_object_get(fmt, "type"));
+    if (ft && !strcmp(ft, "json_schema")) /* {type, name, schema, strict} → chat's {type, json_schema: {...}} */
+        json_object_set_new(chat, "response_format", json_pack("{s:s, s:{s:O}}", "type", "json_schema", "json_schema",
+                                                                "schema", json_object_get(fmt, "schema")));
+    else if (fmt) json_object_set(chat, "response_format", fmt); /* text or json_object (checked above) */
     char *text = json_dumps(chat, JSON_COMPACT);
     json_decref(chat);
     json_decref(o);
@@ -186,6 +191,10 @@ json_t *sd_resp_object(const sd_resp *r)
                           "tool_choice", "none", "tools", "parallel_tool_calls", 0, "text", "format", "type",
                           q->sampling.json_object ? "json_object" : "text",
                           "truncation", "disabled", "instructions");
+    json_t *schema = q->json_schema ? json_loads(q->json_schema, JSON_DECODE_ANY, NULL) : NULL;
+    if (schema)
+        json_object_set_new(json_object_get(o, "text"), "format",
+                            json_pack("{s:s, s:o}", "type", "json_schema", "schema", schema));
     return o;
 }
 

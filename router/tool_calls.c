@@ -17,26 +17,57 @@ static bool blank(const char *p, size_t n)
     return true;
 }
 
+/* A tool_call object for a name and its arguments (an object, or JSON text
+ * of one); NULL when they are not that. */
+static json_t *make_call(json_t *name, json_t *args, const char *id_base, size_t index)
+{
+    if (!json_is_string(name) || json_string_length(name) == 0) return NULL;
+    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+    json_t *obj = json_is_object(args) ? args : json_is_object(parsed) ? parsed : NULL;
+    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char id[96];
+    snprintf(id, sizeof id, "%s-%zu", id_base ? id_base : "call", index);
+    json_t *call = text ? json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name",
+                                    name, "arguments", text)
+                        : NULL;
+    free(text);
+    json_decref(parsed);
+    return call;
+}
+
 /* One block's JSON → a tool_call object; NULL when malformed. */
 static json_t *one_call(const char *p, size_t n, const char *id_base, size_t index)
 {
     json_t *o = json_loadb(p, n, 0, NULL);
-    json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
-    json_t *call = NULL;
-    if (json_is_object(o) && json_is_string(name) && json_string_length(name) > 0) {
-        json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-        json_t *obj = json_is_object(args) ? args : json_is_object(parsed) ? parsed : NULL;
-        char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-        char id[96];
-        snprintf(id, sizeof id, "%s-%zu", id_base ? id_base : "call", index);
-        if (text)
-            call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name", name,
-                             "arguments", text);
-        free(text);
-        json_decref(parsed);
-    }
+    json_t *call = json_is_object(o) ? make_call(json_object_get(o, "name"), json_object_get(o, "arguments"),
+                                                 id_base, index)
+                                     : NULL;
     json_decref(o);
     return call;
+}
+
+json_t *sd_tool_calls_forced(const char *text, size_t len, const char *name, const char *id_base)
+{
+    json_t *o = json_loadb(text ? text : "", len, 0, NULL), *calls = NULL;
+    if (name && json_is_object(o)) {
+        json_t *n = json_string(name), *call = make_call(n, o, id_base, 0);
+        calls = call ? json_pack("[o]", call) : NULL;
+        json_decref(n);
+    } else if (!name && json_is_array(o) && json_array_size(o) > 0) {
+        calls = json_array();
+        size_t i;
+        json_t *c;
+        json_array_foreach(o, i, c) {
+            json_t *call = make_call(json_object_get(c, "name"), json_object_get(c, "parameters"), id_base, i);
+            if (!call || json_array_append_new(calls, call)) {
+                json_decref(calls);
+                calls = NULL;
+                break;
+            }
+        }
+    }
+    json_decref(o);
+    return calls;
 }
 
 json_t *sd_tool_calls_parse(const char *text, size_t len, const char *id_base)
@@ -98,9 +129,17 @@ void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *
     s->pending.p[keep] = '\0';
 }
 
+void sd_tool_split_force(sd_tool_split *s, const char *name)
+{
+    s->forced = s->in_call = true;
+    s->name = name;
+}
+
 json_t *sd_tool_split_end(sd_tool_split *s, const char *id_base, sd_buf *content)
 {
-    json_t *calls = s->in_call ? sd_tool_calls_parse(s->held.p, s->held.len, id_base) : NULL;
+    json_t *calls = !s->in_call ? NULL
+                    : s->forced ? sd_tool_calls_forced(s->held.p, s->held.len, s->name, id_base)
+                                : sd_tool_calls_parse(s->held.p, s->held.len, id_base);
     if (!calls) {
         if (s->pending.len) sd_buf_add(content, s->pending.p, s->pending.len);
         if (s->held.len) sd_buf_add(content, s->held.p, s->held.len);
@@ -113,5 +152,6 @@ void sd_tool_split_free(sd_tool_split *s)
 {
     sd_buf_free(&s->pending);
     sd_buf_free(&s->held);
-    s->in_call = false;
+    s->in_call = s->forced = false;
+    s->name = NULL;
 }

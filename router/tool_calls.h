@@ -13,7 +13,9 @@
  * "name" and "arguments" (an object, or a string holding one); the calls
  * come back as OpenAI tool_call objects ({"id", "type": "function",
  * "function": {"name", "arguments": JSON text}}). Anything malformed: no
- * calls, and the held text is content after all. Pure; no I/O. */
+ * calls, and the held text is content after all. A forced tool choice
+ * (the output constrained to JSON by a schema, http_api.c) is read as JSON
+ * instead. Pure; no I/O. */
 #ifndef SD_TOOL_CALLS_H
 #define SD_TOOL_CALLS_H
 
@@ -31,17 +33,30 @@
  * malformed or there is none. */
 json_t *sd_tool_calls_parse(const char *text, size_t len, const char *id_base);
 
+/* Parses the output of a forced tool choice (tool_choice "required": a
+ * JSON array of {"name", "parameters"} objects; a named function, `name`
+ * not NULL: its arguments object) into tool_call objects as above; NULL
+ * when the text is not that (it ran out of tokens). */
+json_t *sd_tool_calls_forced(const char *text, size_t len, const char *name, const char *id_base);
+
 typedef struct sd_tool_split {
     sd_buf pending;  /* content that may still be the start of the marker */
     sd_buf held;     /* from the marker on */
     bool in_call;    /* the marker was seen */
+    bool forced;     /* tool_choice required / named: all the text is held (sd_tool_split_force) */
+    const char *name; /* ... the named function (borrowed), NULL for required */
 } sd_tool_split;
+
+/* A forced tool choice: every byte is held, and parsed at the end by
+ * sd_tool_calls_forced (name borrowed; NULL: required). */
+void sd_tool_split_force(sd_tool_split *s, const char *name);
 
 /* Feeds generated text; appends to *content what is content for sure. */
 void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content);
 
-/* End of the text: the calls (as sd_tool_calls_parse), or NULL with the
- * held and pending text appended to *content. Frees the splitter's buffers. */
+/* End of the text: the calls (as sd_tool_calls_parse, or
+ * sd_tool_calls_forced when forced), or NULL with the held and pending text
+ * appended to *content. Frees the splitter's buffers. */
 json_t *sd_tool_split_end(sd_tool_split *s, const char *id_base, sd_buf *content);
 
 void sd_tool_split_free(sd_tool_split *s);

@@ -26,6 +26,7 @@
 #include "ngram.h"
 #include "opt.h"
 #include "sampler.h"
+#include "strbuf.h"
 #include "tokenizer.h"
 
 typedef struct gen_opts {
@@ -50,6 +51,8 @@ typedef struct gen_opts {
     const char *logit_bias;   /* --logit-bias ID=B,...: parsed into sampling (process_opts) */
     const char *allowed;      /* --allowed-token-ids 1,2,3 */
     int min_tokens;           /* --min-tokens */
+    const char *json_schema;  /* --json-schema: the schema's text, or @FILE */
+    char *schema_text;        /* ... read from FILE */
     int32_t *bias_ids, *allowed_ids;
     float *bias_values;
 } gen_opts;
@@ -65,7 +68,7 @@ static void usage(FILE *f)
             "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
             "       [--quant none|int8] [--batch-invariant]\n"
             "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n"
-            "       [--response-format text|json_object]\n");
+            "       [--response-format text|json_object] [--json-schema SCHEMA|@FILE]\n");
 }
 
 static int parse_processors(gen_opts *o);
@@ -83,7 +86,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
         {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
         {"batch-invariant", 0, 0, 'I'}, {"logit-bias", 1, 0, 'B'}, {"allowed-token-ids", 1, 0, 'A'},
-        {"min-tokens", 1, 0, 'N'},  {"response-format", 1, 0, 'F'}, {0, 0, 0, 0}};
+        {"min-tokens", 1, 0, 'N'},  {"response-format", 1, 0, 'F'},
+        {"json-schema", 1, 0, 'J'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -121,6 +125,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             }
             o->sampling.json_object = !strcmp(optarg, "json_object");
             break;
+        case 'J': o->json_schema = optarg; break;
         case 'A': o->allowed = optarg; break;
         case 'N': st = sd_opt_int(optarg, "--min-tokens", 0, 1000000000, &o->min_tokens, err, sizeof err); break;
         case 'D': o->draft_dir = optarg; break;
@@ -215,6 +220,15 @@ static int parse_processors(gen_opts *o)
     o->sampling.allowed = o->allowed_ids;
     o->sampling.n_allowed = (uint32_t)n;
     o->sampling.min_tokens = (uint32_t)o->min_tokens;
+    if (o->json_schema && o->json_schema[0] == '@') {
+        char err[256];
+        size_t len;
+        if (sd_read_file(o->json_schema + 1, SD_MAX_JSON_SCHEMA, &o->schema_text, &len, err, sizeof err) != SD_OK) {
+            fprintf(stderr, "specd-generate: --json-schema: %s\n", err);
+            return -1;
+        }
+    }
+    o->sampling.json_schema = o->schema_text ? o->schema_text : o->json_schema; /* compiled by sd_req_new */
     if (!o->logit_bias) return 0;
     size_t cap = strlen(o->logit_bias) / 2 + 1;
     o->bias_ids = malloc(cap * sizeof *o->bias_ids);
@@ -482,9 +496,9 @@ int main(int argc, char **argv)
     if (make_proposer(&o, be, (int)positions, &pr) != 0) goto out;
     eng = sd_engine_new(m, NULL);
     if (!eng) goto out;
-    if (o.sampling.json_object) {
+    if (o.sampling.json_object || o.sampling.json_schema) {
         if (!(jv = sd_json_vocab_load(o.model_dir, c, err, sizeof err))) {
-            fprintf(stderr, "specd-generate: --response-format json_object: %s\n", err);
+            fprintf(stderr, "specd-generate: JSON output: %s\n", err);
             goto out;
         }
         sd_engine_set_json_vocab(eng, jv);
@@ -508,6 +522,7 @@ out:
     free(o.bias_ids);
     free(o.bias_values);
     free(o.allowed_ids);
+    free(o.schema_text);
     sd_tok_stream_free(ts);
     sd_engine_free(eng);
     sd_json_vocab_free(jv);

@@ -48,6 +48,7 @@ START_TEST(round_trip)
     ck_assert_float_eq(b.presence_penalty, a.presence_penalty);
     ck_assert_float_eq(b.frequency_penalty, a.frequency_penalty);
     ck_assert_uint_eq(b.seed, a.seed);
+    ck_assert(!b.json_schema); /* protobuf's empty string: none */
 }
 END_TEST
 
@@ -66,6 +67,7 @@ START_TEST(processor_lists)
     a.n_allowed = 2;
     a.min_tokens = 12;
     a.json_object = true;
+    a.json_schema = "{}";
     Specd__SamplingParams sp;
     sd_pb_sampling_set(&a, &sp);
     size_t n = specd__sampling_params__get_packed_size(&sp);
@@ -78,6 +80,8 @@ START_TEST(processor_lists)
     ck_assert_uint_eq(b.n_allowed, 2);
     ck_assert_uint_eq(b.min_tokens, 12);
     ck_assert(b.json_object && !b.json_vocab); /* the table is the verifier's own (sd_req_new) */
+    ck_assert_str_eq(b.json_schema, "{}");
+    ck_assert(!b.schema); /* compiled by sd_req_new */
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(b.bias_ids[i], ids[i]);
         ck_assert_float_eq(b.bias_values[i], bias[i]);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "http_api.h"
+#include "json_mask.h"
 #include "testutil.h"
 
 typedef struct {
@@ -98,19 +99,44 @@ static const bad_case BAD[] = {
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 5}]}",
      "messages[0].tool_call_id", "string"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}",
-     "tool_choice", "\"none\" or \"auto\""},
+     "tool_choice", "needs 'tools'"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": {\"type\": \"function\"}}",
-     "tool_choice", "naming a function are not supported"},
+     "tool_choice", "must be \"none\""},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"any\"}",
+     "tool_choice", "must be \"none\""},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+                  "\"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": "
+                  "{\"name\": \"g\"}}}", "tool_choice", "'g', which is not among"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+                  "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": "
+                  "{\"type\": \"string\", \"pattern\": \"a\"}}}}}], \"tool_choice\": \"required\"}", "tools",
+     "#/items/anyOf/0/properties/parameters/properties/x: the keyword 'pattern'"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+                  "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"response_format\": {\"type\": "
+                  "\"json_object\"}}", "tool_choice", "cannot come with JSON output"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{\"name\": \"f\"}]}",
      "functions", "not supported"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"function_call\": {\"name\": \"f\"}}",
      "function_call", "use 'tools'"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
-                  "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {}}}}", "response_format",
-     "by a schema"},
+                  "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"string\", "
+                  "\"pattern\": \"a+\"}}}}", "response_format", "the keyword 'pattern' is not supported"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
+                  "{\"type\": \"json_schema\", \"json_schema\": {\"name\": 3, \"schema\": {}}}}", "response_format",
+     "a string 'name'"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}", "response_format",
+     "schema in 'schema'"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"yaml\"}}", "response_format",
+     "must be \"text\""},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"text\"}", "response_format", "must be \"text\""},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_json\": \"{nope\"}", "guided_json", "not JSON"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_json\": {}, \"response_format\": {\"type\": \"text\"}}",
+     "response_format", "give one of"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\"}}", "structured_outputs",
      "not supported"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"text\"}", "response_format", "may only be"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"]}", "guided_choice", "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"$ref\": \"#/x\"}}}",
+     "structured_outputs", "points nowhere"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias", "must be an object"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias", "keys must be token ids"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"-3\": 1}}", "logit_bias", "non-negative"},
@@ -221,6 +247,21 @@ START_TEST(logits_processor_fields)
     b = "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}";
     ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
     ck_assert(r.sampling.json_object && sd_sampling_processes(&r.sampling));
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", "
+        "\"strict\": true, \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(!r.sampling.json_object && sd_sampling_processes(&r.sampling));
+    ck_assert_ptr_eq(r.sampling.json_schema, r.json_schema);
+    ck_assert_str_eq(r.json_schema, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}");
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"guided_json\": \"{\\\"enum\\\": [1, 2]}\"}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_str_eq(r.sampling.json_schema, "{\"enum\":[1,2]}");
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"type\": \"null\"}}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_str_eq(r.sampling.json_schema, "{\"type\":\"null\"}");
     sd_api_req_clear(&r);
     b = "{\"prompt\": \"x\", \"logit_bias\": {}, \"allowed_token_ids\": null, \"min_tokens\": 0, "
         "\"response_format\": {\"type\": \"text\"}}";
@@ -357,6 +398,58 @@ START_TEST(choices_fields)
     o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "x", 1, false, false));
     ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "index")), 2);
     json_decref(o);
+}
+END_TEST
+
+/* Whether the schema a request carries accepts doc whole. */
+static bool schema_accepts(const sd_api_req *r, const char *doc)
+{
+    sd_json_schema *s = sd_json_schema_parse(r->json_schema, strlen(r->json_schema), NULL, 0);
+    ck_assert_ptr_nonnull(s);
+    sd_json_state st;
+    sd_json_init_schema(&st, s);
+    bool ok = sd_json_feed(&st, doc, strlen(doc)) && sd_json_complete(&st);
+    sd_json_schema_free(s);
+    return ok;
+}
+
+/* tool_choice "required" and a named function: the tools stay for the
+ * template, and the output is constrained by a schema built from them
+ * (required: an array of calls, the name picking each call's parameters;
+ * parallel_tool_calls false: one call; named: the function's arguments). */
+START_TEST(forced_tool_choice)
+{
+    static const char tools[] =
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}, "
+        "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
+    char b[1024];
+    sd_api_req r;
+    sd_api_err e;
+    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
+             "\"required\"}", tools);
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.tools_forced && !r.tool_name && json_array_size(r.tools) == 2);
+    ck_assert(schema_accepts(&r, "[{\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}, {\"name\": \"now\", "
+                                 "\"parameters\": {\"tz\": [1]}}]"));
+    ck_assert(!schema_accepts(&r, "[{\"name\": \"get\", \"parameters\": {\"town\": \"Oslo\"}}]"));
+    ck_assert(!schema_accepts(&r, "[{\"parameters\": {}, \"name\": \"now\"}]")); /* the name first */
+    ck_assert(!schema_accepts(&r, "[]"));
+    sd_api_req_clear(&r);
+    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
+             "\"required\", \"parallel_tool_calls\": false}", tools);
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}]"));
+    ck_assert(!schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}, {\"name\": \"now\", \"parameters\": {}}]"));
+    sd_api_req_clear(&r);
+    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
+             "{\"type\": \"function\", \"function\": {\"name\": \"get\"}}}", tools);
+    ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.tools_forced);
+    ck_assert_str_eq(r.tool_name, "get");
+    ck_assert(schema_accepts(&r, "{\"city\": \"Oslo\"}"));
+    ck_assert(!schema_accepts(&r, "{}"));
+    sd_api_req_clear(&r);
 }
 END_TEST
 
@@ -561,6 +654,7 @@ int main(void)
     tcase_add_test(tc, defaults_and_prompt_forms);
     tcase_add_test(tc, logits_processor_fields);
     tcase_add_test(tc, tool_fields);
+    tcase_add_test(tc, forced_tool_choice);
     tcase_add_test(tc, chat_messages);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("responses");

@@ -3,12 +3,14 @@
  * truncated envelopes, empty frames, no body, unknown body, bad ids, oversize
  * lists, extra frames) is rejected with a message, never a crash. */
 #include <check.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
 #include "msg.h"
+#include "sampler.h"
 #include "testutil.h"
 
 static void *ctx, *router, *dealer;
@@ -320,7 +322,8 @@ START_TEST(garbage_is_rejected)
 END_TEST
 
 /* Sampling settings' lists (logit bias, allowed ids) in a submit or a draft
- * open: the bias halves of one length, bounded, ids >= 0. */
+ * open: the bias halves of one length, bounded, ids >= 0; a JSON schema
+ * bounded, not beside json_object. */
 START_TEST(bad_sampling_lists_are_rejected)
 {
     int32_t prompt[2] = {1, 2}, ids[2] = {3, 4};
@@ -353,6 +356,22 @@ START_TEST(bad_sampling_lists_are_rejected)
     expect_rejected(buf, n, "negative bias / allowed id");
     free(buf);
     ids[1] = 4;
+    sp.json_schema = "{\"type\": \"integer\"}";
+    roundtrip(&env);
+    sp.json_object = true;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "json_object and json_schema");
+    free(buf);
+    sp.json_object = false;
+    char *big = malloc(SD_MAX_JSON_SCHEMA + 2);
+    memset(big, ' ', SD_MAX_JSON_SCHEMA + 1);
+    big[SD_MAX_JSON_SCHEMA + 1] = 0;
+    sp.json_schema = big;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "a schema too long");
+    free(buf);
+    free(big);
+    sp.json_schema = (char *)protobuf_c_empty_string;
     Specd__DraftOpen o = SPECD__DRAFT_OPEN__INIT;
     o.request_id = 7;
     o.context = prompt;

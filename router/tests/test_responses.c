@@ -55,8 +55,10 @@ static const struct { const char *body, *param, *msg; } BAD[] = {
      "input[0].content", "input_image"},
     {"{\"input\": \"x\", \"tools\": [{\"type\": \"function\", \"name\": \"f\"}]}", "tools", "not supported"},
     {"{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice", "none"},
-    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"schema\": {}}}}", "text.format",
-     "by a schema"},
+    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}", "text.format", "schema in 'schema'"},
+    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"xml\"}}}", "text.format", "must be \"text\""},
+    {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"schema\": {\"not\": {}}}}}",
+     "response_format", "'not' is not supported"},
     {"{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", "previous_response_id", "not stored"},
     {"{\"input\": \"x\", \"background\": true}", "background", "not supported"},
     {"{\"input\": \"x\", \"include\": [\"message.output_text.logprobs\"]}", "include", "not supported"},
@@ -119,6 +121,17 @@ START_TEST(object_and_events)
     o = sd_resp_object(&r);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(o, "text"), "format"), "type")),
                      "json_object");
+    json_decref(o);
+    sd_api_req_clear(&q);
+    /* text.format json_schema: the schema goes on, and comes back in the response */
+    ck_assert_int_eq(parse("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"n\", "
+                           "\"strict\": true, \"schema\": {\"type\": \"integer\"}}}}", &q, &e), SD_OK);
+    ck_assert_str_eq(q.sampling.json_schema, "{\"type\":\"integer\"}");
+    r.req = &q;
+    o = sd_resp_object(&r);
+    json_t *fmt = json_object_get(json_object_get(o, "text"), "format");
+    ck_assert_str_eq(json_string_value(json_object_get(fmt, "type")), "json_schema");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(fmt, "schema"), "type")), "integer");
     json_decref(o);
     sd_api_req_clear(&q);
 }

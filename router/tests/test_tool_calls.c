@@ -2,7 +2,8 @@
  * blocks parsed into OpenAI tool_call objects (arguments as JSON text, ids
  * from the base), the last block may be unterminated, anything malformed
  * gives no calls; the splitter emits content up to the marker whatever the
- * chunking, and gives the held text back as content when it is no call. */
+ * chunking, and gives the held text back as content when it is no call;
+ * a forced tool choice's JSON read as calls. */
 #include <check.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -91,6 +92,49 @@ START_TEST(splitter_any_chunking)
 }
 END_TEST
 
+/* A forced tool choice: the whole output is JSON (required: an array of
+ * {"name", "parameters"}; named: the arguments), held whatever it holds. */
+START_TEST(forced_calls)
+{
+    const char *req = "[{\"name\": \"get\", \"parameters\": {\"q\": [1, 2]}}, {\"name\": \"put\", \"parameters\": {}}]";
+    json_t *c = sd_tool_calls_forced(req, strlen(req), NULL, "call_r");
+    ck_assert_int_eq(json_array_size(c), 2);
+    json_t *f = json_object_get(json_array_get(c, 0), "function");
+    ck_assert_str_eq(json_string_value(json_object_get(f, "name")), "get");
+    ck_assert_str_eq(json_string_value(json_object_get(f, "arguments")), "{\"q\":[1,2]}");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 1), "id")), "call_r-1");
+    json_decref(c);
+    const char *args = "{\"city\": \"Paris\"}";
+    c = sd_tool_calls_forced(args, strlen(args), "weather", "call_n");
+    ck_assert_int_eq(json_array_size(c), 1);
+    f = json_object_get(json_array_get(c, 0), "function");
+    ck_assert_str_eq(json_string_value(json_object_get(f, "name")), "weather");
+    ck_assert_str_eq(json_string_value(json_object_get(f, "arguments")), "{\"city\":\"Paris\"}");
+    json_decref(c);
+    /* cut short, or not the shape: no calls */
+    static const char *const bad[] = {"[{\"name\": \"get\", \"param", "[]", "{\"name\": \"get\"}",
+                                      "[{\"name\": \"\", \"parameters\": {}}]", "[{\"name\": \"a\", \"parameters\": 3}]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(!sd_tool_calls_forced(bad[i], strlen(bad[i]), NULL, "id"), "%s", bad[i]);
+    ck_assert_ptr_null(sd_tool_calls_forced("[1]", 3, "weather", "id"));
+    /* the splitter holds everything, and gives it back when it is no call */
+    sd_tool_split t = {0};
+    sd_buf content = {0};
+    sd_tool_split_force(&t, "weather");
+    sd_tool_split_feed(&t, args, 5, &content);
+    sd_tool_split_feed(&t, args + 5, strlen(args) - 5, &content);
+    ck_assert_uint_eq(content.len, 0);
+    c = sd_tool_split_end(&t, "id", &content);
+    ck_assert_int_eq(json_array_size(c), 1);
+    json_decref(c);
+    sd_tool_split_force(&t, NULL);
+    sd_tool_split_feed(&t, "[{\"na", 5, &content);
+    ck_assert_ptr_null(sd_tool_split_end(&t, "id", &content));
+    ck_assert_str_eq(content.p, "[{\"na");
+    sd_buf_free(&content);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tool_calls");
@@ -98,6 +142,7 @@ int main(void)
     tcase_add_test(tc, parses_blocks);
     tcase_add_test(tc, malformed_is_no_call);
     tcase_add_test(tc, splitter_any_chunking);
+    tcase_add_test(tc, forced_calls);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -23,7 +23,7 @@ PY=$(python3 -c 'import sys; print(sys.executable)')  # skip slow version-manage
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ok() { echo "ok   - $1"; }
 fail() { echo "FAIL - $1"; FAILS=$((FAILS + 1)); }
-check() { if eval "$2"; then ok "$1"; else fail "$1"; fi; }
+check() { if eval "$2"; then ok "$1"; else fail "$1"; return 1; fi; }
 # jget FILE EXPR: evaluates a Python expression over the JSON in FILE as j.
 jget() { "$PY" -c "import json,sys; j=json.load(open('$1')); print($2)" 2>/dev/null; }
 # wait_health URL: up to 10 s for GET URL/health to answer 200.

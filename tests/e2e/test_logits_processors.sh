@@ -12,23 +12,33 @@
 #     min_tokens;
 #   - ids outside the vocabulary, bad biases and min_tokens > max_tokens are
 #     400s in the OpenAI shape naming the field;
-#   - JSON output (response_format json_object, the same machinery): greedy
-#     and sampled (match) equal `specd-generate --response-format
-#     json_object`, pipelined and serial; output that stopped by itself is
-#     one JSON object (Python's json reads it; chat, the references), what
-#     ran out of tokens starts one; the Responses API's text.format
-#     json_object too;
-#     json_schema is a 400.
+#   - JSON output (response_format json_object and json_schema, the same
+#     machinery): greedy and sampled (match) equal `specd-generate
+#     --response-format json_object` / `--json-schema`, pipelined and serial;
+#     output that stopped by itself is one JSON object (Python's json reads
+#     it; chat, the references) and, by a schema, one the schema accepts
+#     (checked here in Python), what ran out of tokens starts one; the
+#     Responses API's text.format json_object / json_schema too; a schema
+#     outside the subset is a 400 naming the keyword.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
 PROMPT="def fibonacci(n):"
-# jsoncheck.py KIND FILE...: each answer (KIND gen: specd-generate --json, chat, resp) holds a JSON
-# object when it stopped by itself; one that ran out of tokens starts one (that it is a prefix of one is
-# the unit tests' part: test_json_mask, test_spec)
+# jsoncheck.py KIND FILE...: each answer (KIND gen: specd-generate --json, chat, resp; KIND+schema: by
+# SCHEMA below) holds a JSON object when it stopped by itself (by SCHEMA: one it accepts); one that ran out
+# of tokens starts one (that it is a prefix of one is the unit tests' part: test_json_mask, test_spec)
+SCHEMA='{"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}, "version": {"type":
+ "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}, "required":
+ ["name", "version"]}'
+echo "$SCHEMA" >"$WORK/schema.json"
 cat >"$WORK/jsoncheck.py" <<'PY'
 import json, sys
-kind = sys.argv[1]
+kind, by_schema = sys.argv[1].split("+")[0], sys.argv[1].endswith("+schema")
+def schema_ok(o):
+    assert set(o) <= {"name", "version", "tags"} and {"name", "version"} <= set(o), o
+    assert isinstance(o["name"], str) and len(o["name"]) <= 16, o
+    assert isinstance(o["version"], int) and not isinstance(o["version"], bool), o
+    assert "tags" not in o or (len(o["tags"]) <= 3 and set(o["tags"]) <= {"a", "b", "c"}), o
 for path in sys.argv[2:]:
     j = json.load(open(path, encoding="utf-8"))
     if kind == "gen":
@@ -40,6 +50,8 @@ for path in sys.argv[2:]:
     assert t.startswith("{"), (path, t)
     if done:
         assert isinstance(json.loads(t), dict), (path, t)
+        if by_schema:
+            schema_ok(json.loads(t))
 PY
 # the target's greedy tokens: the lists below name tokens it really produces
 "$BIN/specd-generate" --model "$TARGET" --prompt "$PROMPT" --threads 1 --json --max-tokens 64 --ignore-eos \
@@ -55,15 +67,26 @@ bias={k: float(v) for k, v in (kv.split("=") for kv in sys.argv[1].split(","))}
 print(json.dumps({"logit_bias": bias, "allowed_token_ids": ids, "min_tokens": 20}))' "$BIAS" "$ALLOWED")
 
 JSON_PROMPTS=("import json" "config = " "def f():")
-for i in "${!JSON_PROMPTS[@]}"; do
-  reference "${JSON_PROMPTS[$i]}" "$WORK/ref.json.$i" --max-tokens 48 --response-format json_object ||
-    { fail "specd-generate --response-format json_object reference $i"; cat "$WORK/ref.json.$i.err"; }
-  reference "${JSON_PROMPTS[$i]}" "$WORK/ref.jsons.$i" --max-tokens 48 --response-format json_object \
-    --temperature 0.8 --seed 42 || fail "specd-generate --response-format json_object sampled reference $i"
+# the two formats: specd-generate's options, the API's response_format, the files' tag
+FMT_GEN=("--response-format json_object" "--json-schema @$WORK/schema.json")
+FMT_API=('{"type": "json_object"}' "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"cfg\", \"schema\": $SCHEMA}}")
+FMT_TAG=(json schema)
+for k in 0 1; do
+  tag=${FMT_TAG[$k]}
+  for i in "${!JSON_PROMPTS[@]}"; do
+    # shellcheck disable=SC2086 # the options split into words
+    reference "${JSON_PROMPTS[$i]}" "$WORK/ref.$tag.$i" --max-tokens 48 ${FMT_GEN[$k]} ||
+      { fail "specd-generate ${FMT_GEN[$k]} reference $i"; cat "$WORK/ref.$tag.$i.err"; }
+    # shellcheck disable=SC2086
+    reference "${JSON_PROMPTS[$i]}" "$WORK/ref.${tag}s.$i" --max-tokens 48 ${FMT_GEN[$k]} \
+      --temperature 0.8 --seed 42 || fail "specd-generate ${FMT_GEN[$k]} sampled reference $i"
+  done
+  kind=gen
+  [ "$tag" = schema ] && kind=gen+schema
+  check "JSON references ($tag): the objects that ended parse (one at least), the others start one" \
+    '"$PY" "$WORK/jsoncheck.py" $kind "$WORK"/ref.$tag.?.json "$WORK"/ref.${tag}s.?.json &&
+     [ "$(cat "$WORK"/ref.$tag.?.json "$WORK"/ref.${tag}s.?.json | grep -c "\"finish_reason\":\"stop\"")" -ge 1 ]'
 done
-check "JSON references: the objects that ended parse (one at least), the others start one" \
-  '"$PY" "$WORK/jsoncheck.py" gen "$WORK"/ref.json.?.json "$WORK"/ref.jsons.?.json &&
-   [ "$(cat "$WORK"/ref.json.?.json "$WORK"/ref.jsons.?.json | grep -c "\"finish_reason\":\"stop\"")" -ge 1 ]'
 reference "$PROMPT" "$WORK/ref.greedy" --max-tokens 64 --ignore-eos "${GEN_OPTS[@]}" ||
   { fail "specd-generate greedy reference"; cat "$WORK/ref.greedy.err"; }
 reference "$PROMPT" "$WORK/ref.sampled" --max-tokens 64 --ignore-eos --temperature 0.8 --seed 42 "${GEN_OPTS[@]}" ||
@@ -89,17 +112,22 @@ speculative={"verify": "match"}); print(json.dumps(b))' "$JSON_OPTS")
     '[ "$st" = 200 ] && text_of "$f.s.json" "$f.s.txt" && cmp -s "$f.s.txt" "$WORK/ref.sampled"' ||
     { echo "#   got:  $(head -c 300 "$f.s.json")"; echo "#   want: $(head -c 300 "$WORK/ref.sampled")"; }
   check "[$mode] speculative stats present" '[ "$(jget "$f.json" "j[\"speculative\"][\"steps\"] > 0")" = True ]'
-  local i
-  for i in "${!JSON_PROMPTS[@]}"; do
-    st=$(post /v1/completions "$(body "${JSON_PROMPTS[$i]}" 48 0 '{"response_format": {"type": "json_object"},
-      "ignore_eos": false}')" "$f.j$i.json")
-    check "[$mode] JSON output, prompt $i, greedy == specd-generate (status $st)" \
-      '[ "$st" = 200 ] && text_of "$f.j$i.json" "$f.j$i.txt" && cmp -s "$f.j$i.txt" "$WORK/ref.json.$i"' ||
-      { echo "#   got:  $(head -c 300 "$f.j$i.json")"; echo "#   want: $(head -c 300 "$WORK/ref.json.$i")"; }
-    st=$(post /v1/completions "$(body "${JSON_PROMPTS[$i]}" 48 0 '{"response_format": {"type": "json_object"},
-      "ignore_eos": false, "temperature": 0.8, "seed": 42, "speculative": {"verify": "match"}}')" "$f.js$i.json")
-    check "[$mode] JSON output, prompt $i, sampled (match) == specd-generate (status $st)" \
-      '[ "$st" = 200 ] && text_of "$f.js$i.json" "$f.js$i.txt" && cmp -s "$f.js$i.txt" "$WORK/ref.jsons.$i"'
+  local i k tag
+  for k in 0 1; do
+    tag=${FMT_TAG[$k]}
+    for i in "${!JSON_PROMPTS[@]}"; do
+      st=$(post /v1/completions "$(body "${JSON_PROMPTS[$i]}" 48 0 "{\"response_format\": ${FMT_API[$k]},
+        \"ignore_eos\": false}")" "$f.$tag$i.json")
+      check "[$mode] JSON output ($tag), prompt $i, greedy == specd-generate (status $st)" \
+        '[ "$st" = 200 ] && text_of "$f.$tag$i.json" "$f.$tag$i.txt" && cmp -s "$f.$tag$i.txt" "$WORK/ref.$tag.$i"' ||
+        { echo "#   got:  $(head -c 300 "$f.$tag$i.json")"; echo "#   want: $(head -c 300 "$WORK/ref.$tag.$i")"; }
+      st=$(post /v1/completions "$(body "${JSON_PROMPTS[$i]}" 48 0 "{\"response_format\": ${FMT_API[$k]},
+        \"ignore_eos\": false, \"temperature\": 0.8, \"seed\": 42, \"speculative\": {\"verify\": \"match\"}}")" \
+        "$f.${tag}s$i.json")
+      check "[$mode] JSON output ($tag), prompt $i, sampled (match) == specd-generate (status $st)" \
+        '[ "$st" = 200 ] && text_of "$f.${tag}s$i.json" "$f.${tag}s$i.txt" &&
+         cmp -s "$f.${tag}s$i.txt" "$WORK/ref.${tag}s.$i"'
+    done
   done
   serve_stop
 }
@@ -140,8 +168,19 @@ if serve_start --draft "$DRAFT"; then
   check "Responses API, text.format json_object: the same, the format echoed (status $st)" \
     '[ "$st" = 200 ] && "$PY" "$WORK/jsoncheck.py" resp "$WORK/resp.json" &&
      [ "$(jget "$WORK/resp.json" "j[\"text\"][\"format\"][\"type\"]")" = json_object ]'
-  SCHEMA='{"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}'
-  for c in "$SCHEMA|response_format|by a schema" \
+  st=$(post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"a package\"}], \"max_tokens\": 64,
+    \"temperature\": 0.7, \"seed\": 5, \"response_format\": ${FMT_API[1]}}" "$WORK/chatschema.json")
+  check "chat with response_format json_schema: an object the schema accepts, or the start of one (status $st)" \
+    '[ "$st" = 200 ] && "$PY" "$WORK/jsoncheck.py" chat+schema "$WORK/chatschema.json"' ||
+    echo "#   got: $(head -c 300 "$WORK/chatschema.json")"
+  st=$(post /v1/responses "{\"input\": \"settings\", \"max_output_tokens\": 40, \"text\": {\"format\": {\"type\":
+    \"json_schema\", \"name\": \"cfg\", \"strict\": true, \"schema\": $SCHEMA}}}" "$WORK/respschema.json")
+  check "Responses API, text.format json_schema: the same, the format echoed (status $st)" \
+    '[ "$st" = 200 ] && "$PY" "$WORK/jsoncheck.py" resp+schema "$WORK/respschema.json" &&
+     [ "$(jget "$WORK/respschema.json" "j[\"text\"][\"format\"][\"type\"]")" = json_schema ]'
+  BADSCHEMA='{"response_format": {"type": "json_schema", "json_schema": {"schema": {"pattern": "[a-z]+"}}}}'
+  for c in "$BADSCHEMA|response_format|'pattern' is not supported" \
+           '{"structured_outputs": {"regex": "a+"}}|structured_outputs|not supported' \
            '{"logit_bias": {"8192": 1}}|logit_bias|out of range' \
            '{"logit_bias": {"5": -101}}|logit_bias|between -100 and 100' \
            '{"logit_bias": {"x": 1}}|logit_bias|token ids' \

@@ -9,7 +9,9 @@
 # streamed as delta.tool_calls after the content chunks; without tools, or
 # with tool_choice "none", the same text is plain content; a malformed block
 # is content; messages with tool_calls and tool results are accepted; a
-# built-in chat format refuses tools with a 400. Env: SD_BIN, SD_MODELS.
+# built-in chat format refuses tools with a 400; tool_choice "required" and
+# a named function read the (JSON) answer as the calls, streamed or not.
+# Env: SD_BIN, SD_MODELS.
 . "$(dirname "$0")/router_lib.sh"
 
 cat >"$WORK/tmpl.jinja" <<'J'
@@ -99,6 +101,63 @@ st=$(curl -s -o "$WORK/fam.json" -w '%{http_code}' -H 'Content-Type: application
   -d "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":$TOOLS}" "http://127.0.0.1:$HPORT2/v1/chat/completions")
 check "a built-in chat format (chatml) refuses tools: 400 naming messages (status $st)" \
   '[ "$st" = 400 ] && [ "$(jget "$WORK/fam.json" "\"chat template\" in j[\"error\"][\"message\"]")" = True ]'
+
+# forced tool choice (required / a named function): the verifier constrains the output to JSON by a schema
+# of the tools (the fake one does not: it echoes), and the router reads that JSON as the calls. A third
+# router whose template writes the last message only: the answer is the user's text.
+cat >"$WORK/echo.jinja" <<'J'
+{%- for m in messages %}{% if loop.last %}{{ m.content }}{% endif %}{% endfor -%}
+J
+HPORT3=$(free_port)
+start_router "$HPORT3" "$WORK/echo.jinja"
+U3=http://127.0.0.1:$HPORT3
+wait_health "$U3" || fail "third router up"
+# forced STREAM CONTENT TOOL_CHOICE OUT: the answer to CONTENT with TOOLS and TOOL_CHOICE, summarised in OUT as
+# [content, [[index, name, arguments]...], finish_reason] (streamed or not)
+forced() {
+  local b; b=$("$PY" -c 'import json,sys
+b={"messages":[{"role":"user","content":sys.argv[2]}],"temperature":0,"stream":sys.argv[1]=="1",
+   "tools":json.loads(sys.argv[4]),"tool_choice":json.loads(sys.argv[3])}
+print(json.dumps(b))' "$1" "$2" "$3" "$TOOLS")
+  local n; n=$(curl -s "$U3/tokenize" -H 'Content-Type: application/json' -d "$b" |
+    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["count"])')
+  b=$("$PY" -c 'import json,sys; b=json.loads(sys.argv[1]); b["max_tokens"]=int(sys.argv[2]); print(json.dumps(b))' "$b" "$n")
+  curl -sN -H 'Content-Type: application/json' -d "$b" "$U3/v1/chat/completions" >"$4.raw"
+  "$PY" - "$4.raw" "$1" >"$4" <<'PY'
+import json, sys
+raw, stream = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2] == "1"
+if stream:
+    content, calls, finish = "", [], None
+    for line in raw.splitlines():
+        if not line.startswith("data: ") or line.strip() == "data: [DONE]":
+            continue
+        for c in json.loads(line[6:]).get("choices", []):
+            d = c.get("delta", {})
+            content += d.get("content") or ""
+            calls += d.get("tool_calls") or []
+            finish = c.get("finish_reason") or finish
+else:
+    c = json.loads(raw)["choices"][0]
+    content, calls, finish = c["message"]["content"], c["message"].get("tool_calls", []), c["finish_reason"]
+print(json.dumps([content or None, [(t.get("index", i), t["function"]["name"], json.loads(t["function"]["arguments"]))
+                                    for i, t in enumerate(calls)], finish]))
+PY
+}
+CALLS='[{"name": "get_weather", "parameters": {"city": "Oslo"}}, {"name": "get_weather", "parameters": {}}]'
+for sm in 0 1; do
+  forced "$sm" "$CALLS" '"required"' "$WORK/req$sm.out"
+  check "tool_choice required (stream $sm): the JSON answer is the calls, no content, finish_reason tool_calls" \
+    '[ "$(cat "$WORK/req$sm.out")" = '"'"'[null, [[0, "get_weather", {"city": "Oslo"}], [1, "get_weather", {}]], "tool_calls"]'"'"' ]' ||
+    { echo "#   got: $(cat "$WORK/req$sm.out")"; head -c 400 "$WORK/req$sm.out.raw" | sed 's/^/#   /'; }
+  forced "$sm" '{"city": "Rome", "days": 3}' '{"type": "function", "function": {"name": "get_weather"}}' \
+    "$WORK/named$sm.out"
+  check "a named function (stream $sm): the answer is its arguments, finish_reason stop (as OpenAI)" \
+    '[ "$(cat "$WORK/named$sm.out")" = '"'"'[null, [[0, "get_weather", {"city": "Rome", "days": 3}]], "stop"]'"'"' ]' ||
+    { echo "#   got: $(cat "$WORK/named$sm.out")"; head -c 400 "$WORK/named$sm.out.raw" | sed 's/^/#   /'; }
+done
+forced 0 'no JSON here' '"required"' "$WORK/nojson.out"
+check "an answer that is no call (the fake verifier does not constrain) comes back as content" \
+  '[ "$(cat "$WORK/nojson.out")" = '"'"'["no JSON here", [], "length"]'"'"' ]' || echo "#   got: $(cat "$WORK/nojson.out")"
 
 if [ "$FAILS" -ne 0 ]; then
   echo "--- router log"; tail -n 30 "$WORK/router.log"; echo "$FAILS check(s) failed"; exit 1

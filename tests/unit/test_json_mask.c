@@ -226,13 +226,14 @@ static void close_demo(demo *d)
     sd_tok_free(d->tok);
 }
 
-/* The mask after out[0..n): a token passes iff its bytes continue the output. */
-static void check_mask(const demo *d, const int32_t *out, size_t n, float *logits)
+/* The mask after out[0..n) (schema NULL: json_object): a token passes iff
+ * its bytes continue the output. */
+static void check_mask(const demo *d, const sd_json_schema *schema, const int32_t *out, size_t n, float *logits)
 {
     for (int t = 0; t < d->vocab; t++) logits[t] = 0.0f;
-    sd_json_mask(d->v, out, n, logits, d->vocab);
+    sd_json_mask(d->v, schema, out, n, logits, d->vocab);
     sd_json_state st;
-    sd_json_init(&st);
+    sd_json_init_schema(&st, schema);
     for (size_t i = 0; i < n; i++)
         ck_assert(sd_json_feed(&st, d->bytes + d->off[out[i]], d->off[out[i] + 1] - d->off[out[i]]));
     for (int t = 0; t < d->vocab; t++) {
@@ -248,45 +249,52 @@ static void check_mask(const demo *d, const int32_t *out, size_t n, float *logit
     }
 }
 
-START_TEST(token_mask)
+/* Random walks over the mask (checked against the automaton every few
+ * tokens), then preferring tokens that close; returns how many ended (EOS
+ * passing, and nothing else). */
+static int mask_walks(const demo *d, const sd_json_schema *schema, int walks, unsigned seed, float *logits)
 {
-    demo d;
-    open_demo(&d);
-    float *logits = malloc((size_t)d.vocab * sizeof *logits);
-    int32_t out[400];
-    unsigned seed = 5;
+    int32_t out[1000];
     int complete = 0;
-    for (int w = 0; w < 12; w++) { /* random walks over the mask, then preferring tokens that close */
+    for (int w = 0; w < walks; w++) {
         size_t n = 0;
         bool done = false;
-        while (!done && n < 400) {
-            if (n % 7 == 0 || n < 3) check_mask(&d, out, n, logits);
+        while (!done && n < 1000) {
+            if (n % 7 == 0 || n < 3) check_mask(d, schema, out, n, logits);
             else {
-                for (int t = 0; t < d.vocab; t++) logits[t] = 0.0f;
-                sd_json_mask(d.v, out, n, logits, d.vocab);
+                for (int t = 0; t < d->vocab; t++) logits[t] = 0.0f;
+                sd_json_mask(d->v, schema, out, n, logits, d->vocab);
             }
-            if (logits[d.eos] == 0.0f) {
+            if (logits[d->eos] == 0.0f) {
                 done = true;
                 break;
             }
             int32_t pick = -1;
-            static const char *const closers[] = {"\"", "}", "]", "0", ":"};
-            for (int j = 0; n > 40 && j < 5 && pick < 0; j++) {
-                int32_t id = sd_tok_token_id(d.tok, closers[j]);
+            static const char *const closers[] = {"\"", "}", "]", "0", ":", ","};
+            for (int j = 0; n > 40 && j < 6 && pick < 0; j++) {
+                int32_t id = sd_tok_token_id(d->tok, closers[j]);
                 if (id >= 0 && logits[id] == 0.0f) pick = id;
             }
             while (pick < 0) {
-                int32_t t = (int32_t)(rand_r(&seed) % (unsigned)d.vocab);
+                int32_t t = (int32_t)(rand_r(&seed) % (unsigned)d->vocab);
                 if (logits[t] == 0.0f) pick = t;
             }
             out[n++] = pick;
         }
         complete += done;
         if (done) { /* EOS passes; nothing else does */
-            for (int t = 0; t < d.vocab; t++) ck_assert(t == d.eos ? logits[t] == 0.0f : isinf(logits[t]));
+            for (int t = 0; t < d->vocab; t++) ck_assert(t == d->eos ? logits[t] == 0.0f : isinf(logits[t]));
         }
     }
-    ck_assert_int_eq(complete, 12);
+    return complete;
+}
+
+START_TEST(token_mask)
+{
+    demo d;
+    open_demo(&d);
+    float *logits = malloc((size_t)d.vocab * sizeof *logits);
+    ck_assert_int_eq(mask_walks(&d, NULL, 12, 5, logits), 12);
     /* states the walks may miss: in a number (a token's leading whitespace ends it), after an escape, in a
      * literal, deep in whitespace */
     char deep[64] = "{";
@@ -298,15 +306,48 @@ START_TEST(token_mask)
         size_t n = 0;
         char err[128];
         ck_assert(sd_tok_encode(d.tok, texts[i], strlen(texts[i]), false, &ids, &n, err, sizeof err) == SD_OK);
-        check_mask(&d, ids, n, logits);
+        check_mask(&d, NULL, ids, n, logits);
         free(ids);
     }
     /* -inf stays -inf; a refused output leaves only EOS */
     int32_t junk[2] = {sd_tok_token_id(d.tok, "x"), sd_tok_token_id(d.tok, "y")};
     for (int t = 0; t < d.vocab; t++) logits[t] = 1.0f;
-    sd_json_mask(d.v, junk, 2, logits, d.vocab);
+    sd_json_mask(d.v, NULL, junk, 2, logits, d.vocab);
     for (int t = 0; t < d.vocab; t++) ck_assert(t == d.eos ? logits[t] == 1.0f : isinf(logits[t]));
     free(logits);
+    close_demo(&d);
+}
+END_TEST
+
+/* Under a schema (json_schema.h): the mask is the automaton token by token
+ * (keys of declared properties, bounded strings, enum values, integers), and
+ * masked walks end. */
+START_TEST(schema_token_mask)
+{
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 6},"
+        " \"n\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"cat\", \"dog\", 12, null]},"
+        " \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 2},"
+        " \"sub\": {\"$ref\": \"#\"}}, \"required\": [\"name\", \"kind\"]}";
+    demo d;
+    open_demo(&d);
+    char err[256];
+    sd_json_schema *s = sd_json_schema_parse(schema, strlen(schema), err, sizeof err);
+    ck_assert_msg(s, "%s", err);
+    float *logits = malloc((size_t)d.vocab * sizeof *logits);
+    ck_assert_int_eq(mask_walks(&d, s, 10, 11, logits), 10);
+    const char *const texts[] = {"{\"na", "{\"name\": \"abcde", "{\"name\": \"ab\\", "{\"n\": 12",
+                                 "{\"kind\": 1", "{\"kind\": \"c", "{\"tags\": [\"a\", \"b\"",
+                                 "{\"sub\": {\"sub\": {"};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        ck_assert(sd_tok_encode(d.tok, texts[i], strlen(texts[i]), false, &ids, &n, err, sizeof err) == SD_OK);
+        check_mask(&d, s, ids, n, logits);
+        free(ids);
+    }
+    free(logits);
+    sd_json_schema_free(s);
     close_demo(&d);
 }
 END_TEST
@@ -352,6 +393,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("mask");
     tcase_add_test(tm, token_mask);
+    tcase_add_test(tm, schema_token_mask);
     tcase_add_test(tm, sampler_applies_it);
     suite_add_tcase(s, tm);
     return tu_run_suite(s);

@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "draft.h"
 #include "engine.h"
+#include "json_mask.h"
 #include "ngram.h"
 #include "testutil.h"
 #include "tokenizer.h"
@@ -633,8 +634,15 @@ END_TEST
 /* JSON output through the engine: refused without the token table; with it
  * every output is a JSON object prefix (complete when it stopped) and
  * speculative output (greedy; match at T 0.9) equals plain. */
+/* JSON output, json_object (configs 0-3) and a schema (4-7): speculative ==
+ * plain, and the output is a prefix of what the constraint allows (whole
+ * unless max_tokens cut it). */
 START_TEST(json_output_exact)
 {
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12},"
+        " \"n\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"a\", \"bc\", 7]}, \"xs\": {\"type\": "
+        "\"array\", \"items\": {\"type\": \"number\"}, \"maxItems\": 4}}, \"required\": [\"name\", \"kind\"]}";
     fixture f;
     open_demo(&f);
     sd_proposer *pr = demo_drafter(&f, 1);
@@ -651,9 +659,17 @@ START_TEST(json_output_exact)
                                            sizeof err);
     ck_assert_msg(jv != NULL, "%s", err);
     sd_engine_set_json_vocab(f.eng, jv);
-    for (int c = 0; c < 4; c++) {
+    sd_json_schema *compiled = sd_json_schema_parse(schema, strlen(schema), err, sizeof err);
+    ck_assert_msg(compiled, "%s", err);
+    p.sampling.json_object = false;
+    p.sampling.json_schema = "{\"type\": \"string\", \"pattern\": \"x\"}";
+    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "'pattern' is not supported"), "%s", err);
+    for (int c = 0; c < 8; c++) {
         free(ids);
-        ids = encode(&f, PROMPTS[5 + c], &n);
+        ids = encode(&f, PROMPTS[5 + c % 4], &n);
+        p.sampling.json_object = c < 4;
+        p.sampling.json_schema = c < 4 ? NULL : schema;
         p.sampling.temperature = c % 2 ? 0.9f : 0.0f;
         p.sampling.seed = 17;
         p.speculate = false;
@@ -663,8 +679,8 @@ START_TEST(json_output_exact)
         size_t len = 0;
         ck_assert_int_eq(sd_tok_decode(f.tok, a, (size_t)na, true, &text, &len, err, sizeof err), SD_OK);
         sd_json_state st;
-        sd_json_init(&st);
-        ck_assert_msg(sd_json_feed(&st, text, len), "config %d: not a JSON prefix: %s", c, text);
+        sd_json_init_schema(&st, c < 4 ? NULL : compiled);
+        ck_assert_msg(sd_json_feed(&st, text, len), "config %d: not a prefix of what may come: %s", c, text);
         ck_assert_msg(na == p.max_tokens || sd_json_complete(&st), "config %d: stopped before the end: %s", c, text);
         free(text);
         p.speculate = true;
@@ -676,6 +692,7 @@ START_TEST(json_output_exact)
         free(a);
         free(b);
     }
+    sd_json_schema_free(compiled);
     sd_engine_set_json_vocab(f.eng, NULL);
     sd_json_vocab_free(jv);
     free(ids);
