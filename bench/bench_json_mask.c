@@ -1,8 +1,10 @@
 /* bench_json_mask.c — specd-bench-json-mask: what JSON output (response_format
- * json_object, json_mask.h) costs a sampled position: building a
- * tokenizer's token table once, then masking one row of the whole
+ * json_object and json_schema, json_mask.h) costs a sampled position:
+ * building a tokenizer's token table once, then masking one row of the whole
  * vocabulary after a few outputs (the start, in a key, in a string value, in
- * a number, between array items).
+ * a number, between array items), then the same under a schema (keys of
+ * declared properties, a bounded string, an integer, an enum value, array
+ * items of an enum).
  *
  *   specd-bench-json-mask TOKENIZER.json [--rounds R]
  *
@@ -36,7 +38,8 @@ static int find_eos(const sd_tok *tok)
     return -1;
 }
 
-static void bench_output(const sd_tok *tok, const sd_json_vocab *v, int vocab, const char *text, int reps)
+static void bench_output(const sd_tok *tok, const sd_json_vocab *v, const sd_json_schema *schema, int vocab,
+                         const char *text, int reps)
 {
     int32_t *ids = NULL;
     size_t n = 0;
@@ -52,7 +55,7 @@ static void bench_output(const sd_tok *tok, const sd_json_vocab *v, int vocab, c
         double t0 = sd_now_s();
         for (int k = 0; k < reps; k++) {
             memset(logits, 0, (size_t)vocab * sizeof *logits);
-            sd_json_mask(v, NULL, ids, n, logits, vocab);
+            sd_json_mask(v, schema, ids, n, logits, vocab);
         }
         t[r] = (sd_now_s() - t0) / reps * 1e6;
     }
@@ -92,7 +95,23 @@ int main(int argc, char **argv)
     printf("%s: vocab %d, token table built in %.1f ms; %d masks a round, 9 rounds, one thread\n", argv[1], vocab,
            (sd_now_s() - t0) * 1e3, reps);
     static const char *const outputs[] = {"", "{", "{\"na", "{\"name\": \"va", "{\"n\": 12.5", "{\"a\": [1, 2, "};
-    for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) bench_output(tok, v, vocab, outputs[i], reps);
+    for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) bench_output(tok, v, NULL, vocab, outputs[i], reps);
+    static const char schema_text[] =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 40}, \"age\": "
+        "{\"type\": \"integer\"}, \"kind\": {\"enum\": [\"cat\", \"dog\", \"cow\"]}, \"nick\": {\"anyOf\": "
+        "[{\"type\": \"string\"}, {\"type\": \"null\"}]}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": "
+        "[\"red\", \"green\", \"blue\"]}}}, \"required\": [\"name\", \"kind\"]}";
+    sd_json_schema *schema = sd_json_schema_parse(schema_text, strlen(schema_text), err, sizeof err);
+    printf("under a schema: %s\n", schema ? schema_text : err);
+    static const char *const under[] = {"",          "{",
+                                        "{\"na",    "{\"name\": \"va",
+                                        "{\"name\": \"x\", \"age\": 12",
+                                        "{\"name\": \"x\", \"kind\": \"c",
+                                        "{\"name\": \"x\", \"nick\": ",
+                                        "{\"name\": \"x\", \"tags\": [\"red\", "};
+    for (size_t i = 0; schema && i < sizeof under / sizeof *under; i++)
+        bench_output(tok, v, schema, vocab, under[i], reps);
+    sd_json_schema_free(schema);
     sd_json_vocab_free(v);
     sd_tok_free(tok);
     return 0;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "json_mask.h"
 #include "mem_plan.h"
 #include "model_config.h"
 #include "sampler.h"
@@ -74,6 +75,8 @@ typedef struct draft_impl {
     sd_tokprob *arena;  /* q entries of the last call */
     size_t arena_len;
     size_t arena_cap;
+    int32_t *out;       /* JSON output: an item's output so far, then its drafts (json_constrain) */
+    size_t cap_out;
 } draft_impl;
 
 static const sd_proposer_ops draft_ops;
@@ -226,11 +229,29 @@ static int32_t second_choice(float *row, int n, int32_t first)
     return alt >= 0 && row[alt] > -INFINITY ? alt : -1;
 }
 
+/* JSON output (response_format json_object / json_schema): the draft row
+ * masked as the verifier masks the target's (json_mask.h), so drafts keep to
+ * the JSON the target must write — keys, punctuation, enum values are then
+ * drafted right. The verifier stays exact whatever is drafted; q is drawn
+ * from the masked row. The output so far: the context's last out_pos tokens,
+ * then the drafts before t. */
+static void json_constrain(draft_impl *d, const sd_propose_item *it, const sd_proposal *o, int t, float *row)
+{
+    const sd_sampling *s = it->sampling;
+    if (!s || !s->json_vocab || !(s->json_object || s->schema) || it->out_pos > (uint64_t)it->n_context) return;
+    size_t n_out = (size_t)it->out_pos;
+    if (sd_grow(&d->out, &d->cap_out, n_out + SD_MAX_DRAFT, sizeof *d->out) != SD_OK) return;
+    memcpy(d->out, it->context + (it->n_context - (int)n_out), n_out * sizeof *d->out);
+    memcpy(d->out + n_out, o->tokens, (size_t)t * sizeof *d->out);
+    sd_json_mask(s->json_vocab, s->schema, d->out, n_out + (size_t)t, row, d->vlimit);
+}
+
 /* Chooses draft token t of item it from its logits row; records its q.
  * Returns false when no token can be drawn (or q cannot be stored). */
 static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st, float *row, int t,
                        sd_proposal *o)
 {
+    json_constrain(d, it, o, t, row);
     int32_t tok;
     size_t nq = 1;
     const sd_tokprob *q = NULL;
@@ -381,6 +402,7 @@ static void draft_destroy(sd_proposer *p)
         free(d->dist);
         free(d->arena);
         free(d->match);
+        free(d->out);
         sd_sampler_free(d->sp);
         sd_model_free(d->m);
         if (d->own_be) sd_backend_free(d->be);

@@ -111,6 +111,7 @@ static void req_mem_free(sd_req *r)
     free(r->prompt_lp);
     free(r->procs);
     sd_json_schema_free(r->schema);
+    free(r->schema_text);
     free(r);
 }
 
@@ -138,6 +139,8 @@ static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd
                          "the model's tokenizer.json, which this server did not load");
     if (s->json_schema && !(r->schema = sd_json_schema_parse(s->json_schema, strlen(s->json_schema), err, errlen)))
         return SD_ERR_ARG;
+    if (s->json_schema && !(r->schema_text = strdup(s->json_schema)))
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     s->json_schema = NULL; /* borrowed: the compiled schema stands for it */
     s->schema = r->schema;
     sd_status st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);

@@ -86,6 +86,7 @@ typedef struct sd_req {
     int n_registered;    /* its KV blocks registered in the prefix cache */
     int32_t *procs;      /* its copies of p.sampling's logits-processor lists (p.sampling points here) */
     struct sd_json_schema *schema; /* p.sampling.json_schema compiled (p.sampling.schema points here) */
+    char *schema_text;   /* ... and its text (a drafter compiles its own) */
 } sd_req;
 
 typedef struct sd_engine_opts {

@@ -474,6 +474,17 @@ bool sd_json_feed(sd_json_state *st, const char *p, size_t n)
     return true;
 }
 
+int sd_json_next(const sd_json_state *st, unsigned char next[256])
+{
+    int k = 0;
+    for (int c = 0; c < 256; c++) {
+        sd_json_state b;
+        copy_state(&b, st);
+        if (step(&b, (unsigned char)c)) next[k++] = (unsigned char)c;
+    }
+    return k;
+}
+
 /* ---- the token table and the mask ------------------------------------------------- */
 
 enum { TOK_TEXT = 0, TOK_EOS = 1, TOK_NEVER = 2 };
@@ -600,11 +611,9 @@ typedef struct row_state {
 static void row_state_set(row_state *r, const sd_json_state *st, bool ok)
 {
     copy_state(&r->st, st);
-    for (int c = 0; c < 256; c++) {
-        sd_json_state b;
-        copy_state(&b, st);
-        r->first[c] = ok && step(&b, (unsigned char)c);
-    }
+    memset(r->first, 0, sizeof r->first);
+    unsigned char next[256];
+    for (int i = 0, k = ok ? sd_json_next(st, next) : 0; i < k; i++) r->first[next[i]] = true;
 }
 
 /* Whether text token t (not EOS, not special) may come in state r.

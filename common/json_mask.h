@@ -78,6 +78,11 @@ void sd_json_init_schema(sd_json_state *st, const sd_json_schema *schema);
  * JSON object prefix within the bounds above. */
 bool sd_json_feed(sd_json_state *st, const char *p, size_t n);
 
+/* The bytes that may come next, in increasing order, into next[0..k);
+ * returns k (0: nothing may come — the value is complete, or the state is a
+ * refused one). */
+int sd_json_next(const sd_json_state *st, unsigned char next[256]);
+
 /* True when the bytes so far are one complete value (only EOS may follow;
  * a number or an enum value at the top may still go on). */
 bool sd_json_complete(const sd_json_state *st);

@@ -79,6 +79,9 @@ static int any_node(jsc *c)
 /* Appends n items (zeroed) to the node; returns the first's index or -1. */
 static int new_items(jsc *c, int node, uint32_t n)
 {
+    c->s->nodes[node].items = c->n_items;
+    c->s->nodes[node].n = (uint16_t)n;
+    if (n == 0) return (int)c->n_items;
     if (c->n_items + n > c->cap_items) {
         uint32_t cap = c->cap_items ? c->cap_items : 16;
         while (cap < c->n_items + n) cap *= 2;
@@ -90,8 +93,6 @@ static int new_items(jsc *c, int node, uint32_t n)
     uint32_t first = c->n_items;
     memset(c->s->items + first, 0, n * sizeof *c->s->items);
     c->n_items += n;
-    c->s->nodes[node].items = first;
-    c->s->nodes[node].n = (uint16_t)n;
     return (int)first;
 }
 

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "array.h"
+#include "json_schema.h"
+#include "log.h"
 #include "span.h"
 
 struct sd_dstate {
@@ -31,10 +33,12 @@ sd_dstate *sd_dstate_new(int max_seqs)
     return t;
 }
 
+static void forget(sd_dreq *r);
+
 void sd_dstate_free(sd_dstate *t)
 {
     if (!t) return;
-    for (int i = 0; i < t->n_slots; i++) free(t->slots[i].ctx);
+    for (int i = 0; i < t->n_slots; i++) forget(&t->slots[i]);
     free(t->slots);
     free(t);
 }
@@ -56,7 +60,24 @@ int sd_dstate_count(const sd_dstate *t)
 static void forget(sd_dreq *r)
 {
     free(r->ctx);
+    sd_json_schema_free(r->schema);
     memset(r, 0, sizeof *r);
+}
+
+/* The settings kept: a JSON schema compiled (the text is the message's). */
+static void keep_sampling(sd_dreq *r, const sd_sampling *sampling)
+{
+    sd_json_schema_free(r->schema);
+    r->schema = NULL;
+    r->sampling = sampling ? *sampling : sd_sampling_default();
+    if (r->sampling.json_schema) {
+        char err[256];
+        r->schema = sd_json_schema_parse(r->sampling.json_schema, strlen(r->sampling.json_schema), err, sizeof err);
+        if (!r->schema) SD_DEBUG("request %llu: drafting without its schema: %s", (unsigned long long)r->id, err);
+        r->sampling.json_schema = NULL;
+        r->sampling.schema = r->schema;
+        if (!r->schema) r->sampling.json_vocab = NULL;
+    }
 }
 
 sd_status sd_dstate_reserve(sd_dreq *r, size_t n)
@@ -108,7 +129,7 @@ sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n
     if (n_ctx) memcpy(r->ctx, ctx, n_ctx * sizeof *ctx);
     r->n_ctx = n_ctx;
     r->ctx_hash = sd_span_hash(SD_SPAN_HASH_SEED, ctx, n_ctx);
-    r->sampling = sampling ? *sampling : sd_sampling_default();
+    keep_sampling(r, sampling);
     r->last_used = ++t->clock;
     return SD_OK;
 }

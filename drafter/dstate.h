@@ -66,7 +66,8 @@ typedef struct sd_dreq {
     int32_t *ctx;          /* committed tokens known to the drafter; room for in_flight after them */
     size_t n_ctx, cap;
     uint64_t ctx_hash;     /* sd_span_hash of ctx[0..n_ctx) (proto/span.h) */
-    sd_sampling sampling;
+    sd_sampling sampling;  /* its json_schema compiled into schema (sampling.schema points there) */
+    struct sd_json_schema *schema;
     uint64_t last_used;    /* LRU clock value of the last open/advance */
     bool used;
     sd_dreq_pipe pipe;
@@ -82,7 +83,9 @@ sd_dstate *sd_dstate_new(int max_seqs);
 void sd_dstate_free(sd_dstate *t);
 
 /* Opens (or re-opens) request id with its full committed context (copied)
- * and sampling settings (copied); its pipelined state starts clean. When the table is full and id is new, the
+ * and sampling settings (copied; a JSON schema's text is compiled, and
+ * dropped — drafting unconstrained — when it does not compile); its
+ * pipelined state starts clean. When the table is full and id is new, the
  * least recently used request is evicted first: its id is written to
  * *evicted (may be NULL) and the function returns true in *did_evict (may be
  * NULL) so the caller can release that request's proposer state.

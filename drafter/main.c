@@ -38,6 +38,7 @@
 #include "draft.h"
 #include "dreply.h"
 #include "dstate.h"
+#include "json_mask.h"
 #include "log.h"
 #include "mem_plan.h"
 #include "model.h"
@@ -79,6 +80,7 @@ typedef struct drafter {
     size_t peer_len[MAX_PEERS];
     int n_peers;
     sd_proposer *prop;
+    sd_json_vocab *json;   /* JSON output: the draft model's token table (NULL: drafts unconstrained) */
     sd_backend *be;        /* the draft model's device (--device), owned */
     sd_dstate *table;
     char model_name[256];
@@ -240,6 +242,8 @@ static int make_proposer(drafter *d, const drafter_opts *o)
             d->be->ops->mem_info ? " — sized within --gpu-memory-fraction" : "");
     d->max_context = dopts.max_context;
     d->vocab = cfg.vocab_size;
+    if (!(d->json = sd_json_vocab_load(o->model, &cfg, err, sizeof err)))
+        SD_INFO("drafts of JSON output are not constrained: %s", err);
     char name[PATH_MAX];
     snprintf(name, sizeof name, "%s", o->model);
     size_t n = strlen(name);
@@ -291,13 +295,22 @@ static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequ
 
 /* The request's sampling settings (proto/convert.h) without the logits
  * processors (drafts need not follow them: the verifier applies them to
- * every row it verifies, and the lists would point into the message);
- * settings that do not validate fall back to greedy drafting (the verifier
- * refuses such requests before they reach a drafter). */
-static sd_sampling open_sampling(const Specd__SamplingParams *p)
+ * every row it verifies, and the lists would point into the message) but
+ * JSON output's (drafts that keep to the JSON are accepted more often;
+ * sd_dstate_open compiles the schema); settings that do not validate fall
+ * back to greedy drafting (the verifier refuses such requests before they
+ * reach a drafter). */
+static sd_sampling open_sampling(const drafter *d, const Specd__SamplingParams *p)
 {
     sd_sampling s = sd_pb_sampling_get(p);
+    bool json_object = s.json_object;
+    const char *json_schema = s.json_schema;
     sd_sampling_drop_processors(&s);
+    if (d->json && (json_object || json_schema)) {
+        s.json_object = json_object;
+        s.json_schema = json_schema; /* borrowed from the message until sd_dstate_open */
+        s.json_vocab = d->json;
+    }
     char err[128];
     if (sd_sampling_validate(&s, err, sizeof err) != SD_OK) {
         SD_DEBUG("sampling settings rejected (%s): drafting greedily", err);
@@ -329,7 +342,7 @@ static uint64_t key_of(drafter *d, const sd_msg_id *peer, uint64_t request_id)
 
 static void on_open(drafter *d, const sd_msg_id *peer, const Specd__DraftOpen *m)
 {
-    sd_sampling s = open_sampling(m->sampling);
+    sd_sampling s = open_sampling(d, m->sampling);
     bool evicted = false;
     uint64_t ev = 0, key = key_of(d, peer, m->request_id);
     if (!key) return;
@@ -712,6 +725,7 @@ int main(int argc, char **argv)
     sd_proposer_free(d.prop);
     sd_backend_free(d.be);
     sd_dstate_free(d.table);
+    sd_json_vocab_free(d.json);
     free(d.items);
     free(d.props);
     free(d.item_of);

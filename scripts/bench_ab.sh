@@ -17,7 +17,8 @@
 # verify, wait and drafter times (ms), the fraction of drafting hidden,
 # the steps that verified the drafter's drafts and accepted drafts per such step, and the same for
 # the verifier's n-gram fallback (--spec-fallback).
-# specd-bench runs N requests of 128 tokens (--ignore-eos --seed 1 --warmup 2).
+# specd-bench runs N requests of 128 tokens (--ignore-eos --seed 1 --warmup 2; SD_BENCH_IGNORE_EOS=""
+# lets requests end at EOS: for JSON output, whose mask leaves only EOS once the value is complete).
 # Results (json, metrics, logs) in ${SD_BENCH_OUT:-/tmp/specd-ab}.
 set -u
 [ $# -ge 5 ] || { sed -n 2,20p "$0" >&2; exit 2; }
@@ -48,7 +49,7 @@ for r in $(seq "$ROUNDS"); do
     curl -s "$URL/metrics" >"$base.m0"
     cpu_snapshot >"$base.cpu0"
     fg "$BIN/specd-bench" --url "$URL" --num-prompts "$N" --concurrency "$C" --max-tokens 128 --temperature "$T" \
-      --seed 1 --ignore-eos --warmup 2 --quiet --json "$base.json" ${SD_BENCH_CLIENT_ARGS:-} >/dev/null 2>&1 || echo "bench_ab: specd-bench failed ($cfg)" >&2
+      --seed 1 ${SD_BENCH_IGNORE_EOS---ignore-eos} --warmup 2 --quiet --json "$base.json" ${SD_BENCH_CLIENT_ARGS:-} >/dev/null 2>&1 || echo "bench_ab: specd-bench failed ($cfg)" >&2
     curl -s "$URL/metrics" >"$base.m1"
     cpu_snapshot >"$base.cpu1"
     serve_stop

@@ -96,7 +96,9 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
             o->context = r->tokens;
             o->n_context = (size_t)r->n_tokens;
             sd_sampling ds = r->p.sampling;
-            sd_sampling_drop_processors(&ds); /* the drafter drafts without them */
+            sd_sampling_drop_processors(&ds); /* the drafter drafts without them, */
+            ds.json_object = r->p.sampling.json_object; /* but keeps to JSON output (draft.c) */
+            ds.json_schema = r->schema_text;
             sd_pb_sampling_set(&ds, &b->open_sampling[b->n_opens]);
             o->sampling = &b->open_sampling[b->n_opens];
             b->n_opens++;

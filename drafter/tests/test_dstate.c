@@ -1,10 +1,13 @@
 /* test_dstate.c — the drafter's request-state table (drafter/dstate.h):
  * open / re-open, the need_open cases (unknown request, length mismatch),
- * appending committed tokens, close, and least-recently-used eviction. */
+ * appending committed tokens, close, least-recently-used eviction, a JSON
+ * schema compiled per request. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "dpipe.h"
 #include "dstate.h"
+#include "json_schema.h"
 #include "testutil.h"
 
 START_TEST(test_open_and_advance)
@@ -30,6 +33,35 @@ START_TEST(test_open_and_advance)
     ck_assert_int_eq(sd_dstate_advance(t, 42, 5, NULL, 0, &r), SD_OK);
     ck_assert_uint_eq(r->n_ctx, 5);
     sd_dstate_free(t);
+}
+END_TEST
+
+/* A JSON schema's text (borrowed from the message) is compiled into the
+ * request's own schema; one that does not compile leaves drafts
+ * unconstrained; re-opening replaces it. */
+START_TEST(test_json_schema_kept)
+{
+    sd_dstate *t = sd_dstate_new(2);
+    int32_t ctx[] = {5, 6};
+    char text[] = "{\"type\": \"integer\"}";
+    sd_sampling s = sd_sampling_default();
+    s.json_schema = text;
+    s.json_vocab = (const struct sd_json_vocab *)&s; /* any non-NULL table: not used here */
+    ck_assert_int_eq(sd_dstate_open(t, 1, ctx, 2, &s, NULL, NULL), SD_OK);
+    memset(text, 'x', sizeof text - 1); /* the message's buffer goes away */
+    sd_dreq *r = sd_dstate_get(t, 1);
+    ck_assert(r->schema && r->sampling.schema == r->schema && !r->sampling.json_schema && r->sampling.json_vocab);
+    ck_assert_int_eq(r->schema->nodes[r->schema->root].kind, SD_JS_INTEGER);
+    s.json_schema = "{\"pattern\": \"a\"}";
+    ck_assert_int_eq(sd_dstate_open(t, 1, ctx, 2, &s, NULL, NULL), SD_OK);
+    ck_assert(!r->schema && !r->sampling.schema && !r->sampling.json_vocab);
+    s.json_schema = "{\"type\": \"string\"}";
+    ck_assert_int_eq(sd_dstate_open(t, 1, ctx, 2, &s, NULL, NULL), SD_OK);
+    ck_assert_int_eq(r->schema->nodes[r->schema->root].kind, SD_JS_STRING);
+    ck_assert(sd_dstate_close(t, 1));
+    ck_assert_ptr_null(r->schema);
+    ck_assert_int_eq(sd_dstate_open(t, 2, ctx, 2, &s, NULL, NULL), SD_OK);
+    sd_dstate_free(t); /* frees the open request's schema */
 }
 END_TEST
 
@@ -165,6 +197,7 @@ static Suite *suite(void)
     Suite *s = suite_create("dstate");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_open_and_advance);
+    tcase_add_test(tc, test_json_schema_kept);
     tcase_add_test(tc, test_need_open_cases);
     tcase_add_test(tc, test_long_append);
     tcase_add_test(tc, test_lru_eviction);

@@ -26,34 +26,20 @@ TOOLS='[{"type": "function", "function": {"name": "get_weather", "parameters": {
   {"city": {"type": "string", "maxLength": 20}, "days": {"type": "integer"}}, "required": ["city"]}}},
   {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties":
   {"tz": {"enum": ["UTC", "CET", "PST"]}}, "required": ["tz"]}}}]'
-# calls.py FILE [stream]: the answer's [content, [[name, arguments]...], finish_reason], after checking that
-# every call names a tool and that its arguments satisfy the tool's parameters
+# calls.py FILE: the answer as chat_answer.py gives it, after checking that every call names a tool and
+# that its arguments satisfy the tool's parameters
 cat >"$WORK/calls.py" <<'PY'
-import json, sys
-raw = open(sys.argv[1], encoding="utf-8").read()
-if len(sys.argv) > 2:
-    content, calls, finish = "", [], None
-    for line in raw.splitlines():
-        if line.startswith("data: ") and line.strip() != "data: [DONE]":
-            for c in json.loads(line[6:]).get("choices", []):
-                d = c.get("delta", {})
-                content += d.get("content") or ""
-                calls += d.get("tool_calls") or []
-                finish = c.get("finish_reason") or finish
-else:
-    c = json.loads(raw)["choices"][0]
-    content, calls, finish = c["message"]["content"], c["message"].get("tool_calls", []), c["finish_reason"]
-out = []
-for t in calls:
-    name, args = t["function"]["name"], json.loads(t["function"]["arguments"])
+import json, subprocess, sys
+out = subprocess.run([sys.executable, sys.argv[2], sys.argv[1]], capture_output=True, text=True, check=True).stdout
+for _, name, args in json.loads(out)[1]:
     if name == "get_weather":
         assert set(args) <= {"city", "days"} and isinstance(args["city"], str) and len(args["city"]) <= 20, args
         assert "days" not in args or (isinstance(args["days"], int) and not isinstance(args["days"], bool)), args
     else:
         assert name == "get_time" and set(args) == {"tz"} and args["tz"] in ("UTC", "CET", "PST"), (name, args)
-    out.append([name, args])
-print(json.dumps([content or None, out, finish]))
+sys.stdout.write(out)
 PY
+calls() { "$PY" "$WORK/calls.py" "$1" "$(dirname "$0")/chat_answer.py"; }
 # ask OUT TOOL_CHOICE [extra JSON members]: a chat request with the tools
 ask() {
   local b; b=$("$PY" -c 'import json,sys
@@ -66,21 +52,21 @@ b.update(json.loads(sys.argv[3])); print(json.dumps(b))' "$TOOLS" "$2" "${3:-{\}
 if serve_start --draft "$DRAFT" --router-arg "--chat-template=$WORK/tools.jinja"; then
   st=$(ask "$WORK/req.json" '"required"')
   check "required, greedy: one call the tools accept, finish_reason tool_calls (status $st)" \
-    '[ "$st" = 200 ] && "$PY" "$WORK/calls.py" "$WORK/req.json" >"$WORK/req.out" &&
+    '[ "$st" = 200 ] && calls "$WORK/req.json" >"$WORK/req.out" &&
      [ "$(jget "$WORK/req.json" "(j[\"choices\"][0][\"finish_reason\"], len(j[\"choices\"][0][\"message\"][\"tool_calls\"]))")" \
        = "('"'"'tool_calls'"'"', 1)" ]' ||
     echo "#   got: $(head -c 600 "$WORK/req.json")"
   echo "# calls: $(cat "$WORK/req.out")"
   st=$(ask "$WORK/req.nospec.json" '"required"' '{"speculative": {"enabled": false}}')
   check "... the same without speculation" \
-    '"$PY" "$WORK/calls.py" "$WORK/req.nospec.json" | cmp -s - "$WORK/req.out"'
+    'calls "$WORK/req.nospec.json" | cmp -s - "$WORK/req.out"'
   ask "$WORK/req.sse" '"required"' '{"stream": true}' >/dev/null
   check "... streamed: the same calls, no content" \
-    '"$PY" "$WORK/calls.py" "$WORK/req.sse" stream | cmp -s - "$WORK/req.out"'
+    'calls "$WORK/req.sse" | cmp -s - "$WORK/req.out"'
   SPEC=('{"verify": "match"}' '{"verify": "match", "enabled": false}')
   for k in 0 1; do
     ask "$WORK/smp.$k.json" '"required"' "{\"temperature\": 0.8, \"seed\": 7, \"speculative\": ${SPEC[$k]}}" >/dev/null
-    "$PY" "$WORK/calls.py" "$WORK/smp.$k.json" >"$WORK/smp.$k" ||
+    calls "$WORK/smp.$k.json" >"$WORK/smp.$k" ||
       echo "#   not calls: $(head -c 400 "$WORK/smp.$k.json")"
   done
   check "required, sampled (seed 7, verify match): speculative == not, a call the tools accept" \
@@ -88,8 +74,8 @@ if serve_start --draft "$DRAFT" --router-arg "--chat-template=$WORK/tools.jinja"
     echo "#   got: $(cat "$WORK"/smp.0 "$WORK"/smp.1)"
   st=$(ask "$WORK/named.json" '{"type": "function", "function": {"name": "get_time"}}')
   check "a named function: its arguments, finish_reason stop (status $st)" \
-    '[ "$st" = 200 ] && "$PY" "$WORK/calls.py" "$WORK/named.json" >"$WORK/named.out" &&
-     [ "$("$PY" -c "import json,sys; c=json.load(open(sys.argv[1])); print(c[0], len(c[1]), c[1][0][0], c[2])" \
+    '[ "$st" = 200 ] && calls "$WORK/named.json" >"$WORK/named.out" &&
+     [ "$("$PY" -c "import json,sys; c=json.load(open(sys.argv[1])); print(c[0], len(c[1]), c[1][0][1], c[2])" \
            "$WORK/named.out")" = "None 1 get_time stop" ]' ||
     echo "#   got: $(head -c 600 "$WORK/named.json")"
   serve_stop

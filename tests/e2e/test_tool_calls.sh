@@ -64,19 +64,7 @@ check "... message.content is the text before it, tool_calls[0] names the tool w
   echo "#   got: $(head -c 400 "$WORK/a.json")"
 
 curl -sN -H 'Content-Type: application/json' -d "$(req 1 "{\"tools\": $TOOLS}")" "$URL/v1/chat/completions" >"$WORK/s.sse"
-"$PY" - "$WORK/s.sse" >"$WORK/s.out" <<'PY'
-import json, sys
-content, calls, finish = "", [], None
-for line in open(sys.argv[1], encoding="utf-8"):
-    if not line.startswith("data: ") or line.strip() == "data: [DONE]":
-        continue
-    for c in json.loads(line[6:]).get("choices", []):
-        d = c.get("delta", {})
-        content += d.get("content") or ""
-        calls += d.get("tool_calls") or []
-        finish = c.get("finish_reason") or finish
-print(json.dumps([content, [(t["index"], t["function"]["name"], json.loads(t["function"]["arguments"])) for t in calls], finish]))
-PY
+"$PY" "$(dirname "$0")/chat_answer.py" "$WORK/s.sse" >"$WORK/s.out"
 check "streamed: content \"Sure.\", then one delta.tool_calls, finish_reason tool_calls" \
   '[ "$(cat "$WORK/s.out")" = '"'"'["Sure.", [[0, "get_weather", {"city": "Paris", "days": 2}]], "tool_calls"]'"'"' ]' ||
   { echo "#   got: $(cat "$WORK/s.out")"; head -c 600 "$WORK/s.sse" | sed 's/^/#   /'; }
@@ -123,25 +111,7 @@ print(json.dumps(b))' "$1" "$2" "$3" "$TOOLS")
     "$PY" -c 'import json,sys; print(json.load(sys.stdin)["count"])')
   b=$("$PY" -c 'import json,sys; b=json.loads(sys.argv[1]); b["max_tokens"]=int(sys.argv[2]); print(json.dumps(b))' "$b" "$n")
   curl -sN -H 'Content-Type: application/json' -d "$b" "$U3/v1/chat/completions" >"$4.raw"
-  "$PY" - "$4.raw" "$1" >"$4" <<'PY'
-import json, sys
-raw, stream = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2] == "1"
-if stream:
-    content, calls, finish = "", [], None
-    for line in raw.splitlines():
-        if not line.startswith("data: ") or line.strip() == "data: [DONE]":
-            continue
-        for c in json.loads(line[6:]).get("choices", []):
-            d = c.get("delta", {})
-            content += d.get("content") or ""
-            calls += d.get("tool_calls") or []
-            finish = c.get("finish_reason") or finish
-else:
-    c = json.loads(raw)["choices"][0]
-    content, calls, finish = c["message"]["content"], c["message"].get("tool_calls", []), c["finish_reason"]
-print(json.dumps([content or None, [(t.get("index", i), t["function"]["name"], json.loads(t["function"]["arguments"]))
-                                    for i, t in enumerate(calls)], finish]))
-PY
+  "$PY" "$(dirname "$0")/chat_answer.py" "$4.raw" >"$4"
 }
 CALLS='[{"name": "get_weather", "parameters": {"city": "Oslo"}}, {"name": "get_weather", "parameters": {}}]'
 for sm in 0 1; do

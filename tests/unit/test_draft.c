@@ -17,6 +17,8 @@
 
 #include "draft.h"
 #include "model.h"
+#include "json_mask.h"
+#include "model_config.h"
 #include "sampler.h"
 #include "tokenizer.h"
 #include "testutil.h"
@@ -557,6 +559,71 @@ START_TEST(bad_options)
 }
 END_TEST
 
+/* JSON output: drafts keep to what the verifier's mask allows — greedy
+ * and sampled (q holds allowed tokens only), from the start of the output
+ * and from within it (out_pos counts the output already in the context). */
+START_TEST(json_drafts_keep_to_the_schema)
+{
+    static const char schema_text[] = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+                                      "\"kind\": {\"enum\": [\"cat\", \"dog\"]}}, \"required\": [\"kind\"]}";
+    char dir[512], path[600], err[256], *bytes = NULL;
+    uint32_t *off = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer.json", drafter_dir(dir, sizeof dir));
+    sd_tok *tok = NULL;
+    ck_assert(sd_tok_load(path, &tok, err, sizeof err) == SD_OK);
+    ck_assert(sd_tok_vocab_bytes(tok, &bytes, &off, err, sizeof err) == SD_OK);
+    sd_model_config cfg;
+    ck_assert(sd_config_load_dir(dir, &cfg, err, sizeof err) == SD_OK);
+    sd_json_vocab *jv = sd_json_vocab_load(dir, &cfg, err, sizeof err);
+    sd_json_schema *schema = sd_json_schema_parse(schema_text, strlen(schema_text), err, sizeof err);
+    ck_assert(jv && schema);
+    static const char *const starts[] = {"", "{\"", "{\"kind\": \"c"};
+    sd_proposer *p = make(2, 256);
+    for (int c = 0; c < 6; c++) {
+        const char *out = starts[c % 3];
+        int32_t ctx[128], *ids = NULL, *pre = NULL;
+        size_t n = 0, np = 0;
+        ck_assert(sd_tok_encode(tok, "config = ", 9, false, &ids, &n, err, sizeof err) == SD_OK);
+        ck_assert(sd_tok_encode(tok, out, strlen(out), false, &pre, &np, err, sizeof err) == SD_OK);
+        memcpy(ctx, ids, n * sizeof *ctx); /* the prompt's tokens, then the output's */
+        memcpy(ctx + n, pre, np * sizeof *ctx);
+        sd_sampling s = sd_sampling_default();
+        s.temperature = c < 3 ? 0.0f : 1.0f;
+        s.seed = 9;
+        s.schema = schema;
+        s.json_vocab = jv;
+        sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = (int)(n + np), .k = 8, .sampling = &s,
+                              .want_q = c >= 3, .out_pos = np};
+        sd_proposal o;
+        ck_assert(p->ops->propose(p, &it, 1, &o, err, sizeof err) == SD_OK);
+        ck_assert_int_gt(o.n, 0);
+        sd_json_state st;
+        sd_json_init_schema(&st, schema);
+        ck_assert(sd_json_feed(&st, out, strlen(out)));
+        for (int t = 0; t < o.n && !sd_json_complete(&st); t++) {
+            for (size_t j = 0; c >= 3 && j < o.nq[t]; j++) { /* every token q holds is allowed */
+                int32_t q = o.q[t][j].token;
+                sd_json_state b = st;
+                ck_assert_msg(sd_json_feed(&b, bytes + off[q], off[q + 1] - off[q]), "config %d: q holds %d at %d",
+                              c, q, t);
+            }
+            int32_t d = o.tokens[t];
+            ck_assert_msg(sd_json_feed(&st, bytes + off[d], off[d + 1] - off[d]), "config %d: draft %d (%d) leaves "
+                          "the schema", c, t, d);
+        }
+        p->ops->release(p, 1);
+        free(ids);
+        free(pre);
+    }
+    sd_proposer_free(p);
+    sd_json_schema_free(schema);
+    sd_json_vocab_free(jv);
+    free(bytes);
+    free(off);
+    sd_tok_free(tok);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("draft");
@@ -573,6 +640,7 @@ int main(void)
     tcase_add_test(tc, p_min_stops_drafting);
     tcase_add_test(tc, warm_up_changes_nothing);
     tcase_add_test(tc, bad_options);
+    tcase_add_test(tc, json_drafts_keep_to_the_schema);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

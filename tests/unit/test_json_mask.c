@@ -155,11 +155,7 @@ static size_t walk(unsigned *seed, char *out, size_t cap, size_t open)
     size_t n = 0;
     while (!sd_json_complete(&st) && n + 1 < cap) {
         unsigned char ok[256];
-        int k = 0, pick = -1;
-        for (int c = 0; c < 256; c++) {
-            sd_json_state b = st;
-            if (sd_json_feed(&b, (const char *)&(char){(char)c}, 1)) ok[k++] = (unsigned char)c;
-        }
+        int k = sd_json_next(&st, ok), pick = -1;
         if (k == 0) return 0;
         for (int j = 0; n > open && closing[j] && pick < 0; j++)
             if (memchr(ok, closing[j], (size_t)k)) pick = (unsigned char)closing[j];
