@@ -345,7 +345,8 @@ static sd_resp resp_of(const job *j, const char *finish, bool streamed)
     sd_resp r = {j->cid, j->msg_id, job_model(j), (long long)j->created,
                  !finish ? "in_progress" : !strcmp(finish, "length") ? "incomplete" : "completed",
                  finish && !strcmp(finish, "length"), (unsigned)j->n_prompt, j->gens[0]->completion_tokens,
-                 j->gens[0]->cached_tokens, &j->p, text ? text : "", text ? evbuffer_get_length(b) : 0};
+                 j->gens[0]->cached_tokens, &j->p, text ? text : "", text ? evbuffer_get_length(b) : 0,
+                 j->gens[0]->tool_calls, streamed};
     return r;
 }
 
@@ -376,6 +377,24 @@ static void resp_close(job *j, const char *finish)
                                         "annotations"), &j->seq));
     send_sse(j, sd_resp_event("response.output_item.done",
                               json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, true)), &j->seq));
+    size_t i;
+    json_t *call;
+    json_array_foreach((json_t *)r.tool_calls, i, call) { /* each call: its item, its arguments whole */
+        int at = (int)i + 1;
+        json_t *item = sd_resp_call(call, true);
+        json_t *id = json_object_get(item, "id"), *args = json_object_get(item, "arguments");
+        send_sse(j, sd_resp_event("response.output_item.added",
+                                  json_pack("{s:i, s:o}", "output_index", at, "item", sd_resp_call(call, false)),
+                                  &j->seq));
+        send_sse(j, sd_resp_event("response.function_call_arguments.delta",
+                                  json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", at, "delta", args),
+                                  &j->seq));
+        send_sse(j, sd_resp_event("response.function_call_arguments.done",
+                                  json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", at, "arguments", args),
+                                  &j->seq));
+        send_sse(j, sd_resp_event("response.output_item.done",
+                                  json_pack("{s:i, s:o}", "output_index", at, "item", item), &j->seq));
+    }
     send_sse(j, sd_resp_event(r.length ? "response.incomplete" : "response.completed",
                               json_pack("{s:o}", "response", sd_resp_object(&r)), &j->seq));
 }
@@ -552,7 +571,7 @@ static const char *tools_end(gen *g, const char *finish)
     sd_buf_free(&rest);
     flush_chunk(g);
     if (!g->tool_calls) return finish;
-    if (j->stream_started && !j->client_gone) {
+    if (j->stream_started && !j->client_gone && !j->p.responses) { /* Responses: resp_close's events */
         sd_api_spec spec;
         sd_api_result r = gen_result(g, NULL, &spec);
         r.tool_calls = g->tool_calls;

@@ -574,7 +574,8 @@ static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
     json_t *fn = json_is_object(tc) ? json_object_get(tc, "function") : NULL, *named = json_object_get(fn, "name");
     bool named_ok = json_is_string(named) && json_is_string(json_object_get(tc, "type")) &&
                     !strcmp(json_string_value(json_object_get(tc, "type")), "function");
-    if (tc && !named_ok && !(choice && (!strcmp(choice, "none") || !strcmp(choice, "auto") || !strcmp(choice, "required"))))
+    bool known = choice && (!strcmp(choice, "none") || !strcmp(choice, "auto") || !strcmp(choice, "required"));
+    if (tc && !named_ok && !known)
         return BADF("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                     "\"function\": {\"name\": ...}}");
     bool forced = named_ok || (choice && !strcmp(choice, "required"));

@@ -43,6 +43,35 @@ static json_t *item_text(json_t *c, size_t i, sd_api_err *e)
     return parts;
 }
 
+/* A function_call item (the model's call, as a previous response gave it)
+ * or a function_call_output item (its result) → chat messages: the calls
+ * join an assistant message's tool_calls (consecutive calls one message),
+ * a result becomes a tool message. */
+static sd_status tool_item(json_t *msgs, json_t *it, size_t i, sd_api_err *e)
+{
+    char param[32];
+    snprintf(param, sizeof param, "input[%zu]", i);
+    json_t *id = json_object_get(it, "call_id");
+    if (!json_is_string(id)) return BADF(param, "'%s' needs a string 'call_id'", param);
+    if (!strcmp(json_string_value(json_object_get(it, "type")), "function_call_output")) {
+        json_t *out = json_object_get(it, "output");
+        if (!json_is_string(out)) return BADF(param, "'%s' needs a string 'output'", param);
+        json_array_append_new(msgs, json_pack("{s:s, s:O, s:O}", "role", "tool", "tool_call_id", id, "content", out));
+        return SD_OK;
+    }
+    json_t *name = json_object_get(it, "name"), *args = json_object_get(it, "arguments");
+    if (!json_is_string(name) || !json_is_string(args))
+        return BADF(param, "'%s' needs a string 'name' and 'arguments' (JSON text)", param);
+    json_t *call = json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name", name,
+                             "arguments", args);
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    json_t *calls = json_object_get(last, "tool_calls");
+    if (json_is_array(calls) && json_is_null(json_object_get(last, "content")))
+        return json_array_append_new(calls, call), SD_OK;
+    json_array_append_new(msgs, json_pack("{s:s, s:n, s:[o]}", "role", "assistant", "content", "tool_calls", call));
+    return SD_OK;
+}
+
 /* input (string or items) + instructions → chat messages (new ref) or NULL. */
 static json_t *messages_of(json_t *o, sd_api_err *e)
 {
@@ -70,6 +99,13 @@ static json_t *messages_of(json_t *o, sd_api_err *e)
     json_t *it;
     json_array_foreach(input, i, it) {
         const char *type = json_string_value(json_object_get(it, "type"));
+        if (type && (!strcmp(type, "function_call") || !strcmp(type, "function_call_output"))) {
+            if (tool_item(msgs, it, i, e) != SD_OK) {
+                json_decref(msgs);
+                return NULL;
+            }
+            continue;
+        }
         json_t *role = json_object_get(it, "role");
         json_t *content = json_is_object(it) ? item_text(json_object_get(it, "content"), i, e) : NULL;
         if (!json_is_object(it) || (type && strcmp(type, "message")) || !json_is_string(role) || !content) {
@@ -90,11 +126,15 @@ static json_t *messages_of(json_t *o, sd_api_err *e)
 /* The Responses fields specd refuses rather than ignores. */
 static sd_status refuse_unsupported(json_t *o, sd_api_err *e)
 {
-    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice"), *text = field(o, "text");
-    if (tools && !(json_is_array(tools) && json_array_size(tools) == 0))
-        return BADF("tools", "'tools' is not supported: this server does not call tools");
-    if (tc && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") || !strcmp(json_string_value(tc), "auto"))))
-        return BADF("tool_choice", "'tool_choice' may only be \"none\" or \"auto\": this server does not call tools");
+    json_t *tools = field(o, "tools"), *text = field(o, "text"), *t;
+    size_t i;
+    if (tools && !json_is_array(tools)) return BADF("tools", "'tools' must be an array of function tools");
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name")))
+            return BADF("tools", "'tools[%zu]' must be {\"type\": \"function\", \"name\": ...} (%s tools are not "
+                        "supported)", i, type ? type : "untyped");
+    }
     json_t *fmt = json_is_object(text) ? field(text, "format") : NULL;
     const char *ft = json_string_value(json_object_get(fmt, "type"));
     if (fmt && !(ft && (!strcmp(ft, "text") || !strcmp(ft, "json_object") || !strcmp(ft, "json_schema"))))
@@ -109,6 +149,30 @@ static sd_status refuse_unsupported(json_t *o, sd_api_err *e)
     if (inc && !(json_is_array(inc) && json_array_size(inc) == 0))
         return BADF("include", "'include' is not supported");
     return SD_OK;
+}
+
+/* Responses' function tools and tool_choice → chat's (the chat parser
+ * checks them further). */
+static void chat_tools(json_t *o, json_t *chat)
+{
+    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice"), *t;
+    size_t i;
+    if (tools) {
+        json_t *ct = json_array();
+        json_array_foreach(tools, i, t) {
+            json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
+            static const char *const more[] = {"description", "parameters"};
+            for (size_t k = 0; k < 2; k++)
+                if (field(t, more[k])) json_object_set(fn, more[k], json_object_get(t, more[k]));
+            json_array_append_new(ct, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        }
+        json_object_set_new(chat, "tools", ct);
+    }
+    if (json_is_object(tc) && json_object_get(tc, "name")) /* {"type": "function", "name"} */
+        json_object_set_new(chat, "tool_choice", json_pack("{s:O, s:{s:O}}", "type", json_object_get(tc, "type"),
+                                                           "function", "name", json_object_get(tc, "name")));
+    else if (tc)
+        json_object_set(chat, "tool_choice", tc);
 }
 
 sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd_api_err *e)
@@ -137,11 +201,12 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
     /* the chat request: the same sampling names, messages, max_tokens */
     static const char *const keep[] = {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream",
                                        "presence_penalty", "frequency_penalty", "repetition_penalty", "stop",
-                                       "stop_token_ids", "ignore_eos", "speculative"};
+                                       "stop_token_ids", "ignore_eos", "speculative", "parallel_tool_calls"};
     json_t *chat = json_object();
     for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
         if (json_object_get(o, keep[i])) json_object_set(chat, keep[i], json_object_get(o, keep[i]));
     json_object_set_new(chat, "messages", msgs);
+    chat_tools(o, chat);
     if (mot) json_object_set(chat, "max_tokens", mot);
     json_t *fmt = json_object_get(json_object_get(o, "text"), "format");
     const char *ft = json_string_value(json_object_get(fmt, "type"));
@@ -169,11 +234,43 @@ json_t *sd_resp_message(const sd_resp *r, bool done)
                      done ? "completed" : "in_progress", "role", "assistant", "content", content);
 }
 
+json_t *sd_resp_call(const json_t *call, bool done)
+{
+    json_t *fn = json_object_get(call, "function");
+    const char *id = json_string_value(json_object_get(call, "id"));
+    char fc[96];
+    snprintf(fc, sizeof fc, "fc_%s", id && !strncmp(id, "call_", 5) ? id + 5 : id ? id : "");
+    return json_pack("{s:s, s:s, s:O, s:O, s:O, s:s}", "type", "function_call", "id", fc, "call_id",
+                     json_object_get(call, "id"), "name", json_object_get(fn, "name"), "arguments",
+                     done ? json_object_get(fn, "arguments") : json_string(""), "status",
+                     done ? "completed" : "in_progress");
+}
+
+/* The tools and tool_choice as the request gave them (Responses' shapes). */
+static void echo_tools(json_t *o, const sd_api_req *q)
+{
+    json_t *tools = json_array(), *t;
+    size_t i;
+    json_array_foreach(q->tools, i, t) {
+        json_t *fn = json_deep_copy(json_object_get(t, "function"));
+        json_object_set_new(fn, "type", json_string("function"));
+        json_array_append_new(tools, fn);
+    }
+    json_object_set_new(o, "tools", tools);
+    json_t *choice = !q->tools ? json_string("none")
+                     : !q->tools_forced ? json_string("auto")
+                     : q->tool_name ? json_pack("{s:s, s:s}", "type", "function", "name", q->tool_name)
+                                    : json_string("required");
+    json_object_set_new(o, "tool_choice", choice);
+}
+
 json_t *sd_resp_object(const sd_resp *r)
 {
     bool started = strcmp(r->status, "in_progress") != 0;
-    json_t *output = json_array();
-    if (started) json_array_append_new(output, sd_resp_message(r, true));
+    json_t *output = json_array(), *call;
+    size_t i;
+    if (started && (r->streamed || r->len || !r->tool_calls)) json_array_append_new(output, sd_resp_message(r, true));
+    json_array_foreach((json_t *)r->tool_calls, i, call) json_array_append_new(output, sd_resp_call(call, true));
     json_t *usage = started ? json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", (int)r->input_tokens,
                                         "input_tokens_details", "cached_tokens", (int)r->cached_tokens, "output_tokens",
                                         (int)r->output_tokens, "output_tokens_details", "reasoning_tokens", 0,
@@ -188,10 +285,11 @@ json_t *sd_resp_object(const sd_resp *r)
                           r->length ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(),
                           "temperature", (double)q->sampling.temperature, "top_p", (double)q->sampling.top_p,
                           "max_output_tokens", q->max_tokens > 0 ? json_integer(q->max_tokens) : json_null(),
-                          "tool_choice", "none", "tools", "parallel_tool_calls", 0, "text", "format", "type",
+                          "tool_choice", "none", "tools", "parallel_tool_calls", 1, "text", "format", "type",
                           q->sampling.json_object ? "json_object" : "text",
                           "truncation", "disabled", "instructions");
-    json_t *schema = q->json_schema ? json_loads(q->json_schema, JSON_DECODE_ANY, NULL) : NULL;
+    echo_tools(o, q);
+    json_t *schema = q->json_schema && !q->tools_forced ? json_loads(q->json_schema, JSON_DECODE_ANY, NULL) : NULL;
     if (schema)
         json_object_set_new(json_object_get(o, "text"), "format",
                             json_pack("{s:s, s:o}", "type", "json_schema", "schema", schema));

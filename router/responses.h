@@ -5,9 +5,12 @@
  * message, `input` (a string, or a list of messages whose content is a
  * string or input_text / output_text parts) → the messages,
  * `max_output_tokens` → max_tokens; temperature, top_p, seed, stream and the
- * vLLM sampling extensions keep their names. Tools, tool_choice other than
- * none/auto, a text format other than text, previous_response_id,
- * background and include are refused with a 400 naming them; store,
+ * vLLM sampling extensions keep their names. Function tools and
+ * tool_choice become chat's (function_call / function_call_output input
+ * items: an assistant message's tool_calls, tool messages), and the calls
+ * come back as function_call output items. Other tools, a text format other
+ * than text / json_object / json_schema, previous_response_id, background
+ * and include are refused with a 400 naming them; store,
  * metadata, user, reasoning, parallel_tool_calls, truncation and
  * service_tier are accepted and have no effect (nothing is stored).
  * Builders turn a generation into the `response` object and into the
@@ -39,7 +42,13 @@ typedef struct sd_resp {
     const sd_api_req *req;     /* for temperature, top_p, max_output_tokens */
     const char *text;
     size_t len;
+    const json_t *tool_calls;  /* the answer's tool calls (chat tool_call objects), or NULL */
+    bool streamed;             /* the message item was announced (streaming): it stays, even empty */
 } sd_resp;
+
+/* A function_call output item for a chat tool_call object ("in_progress":
+ * arguments ""). New reference. */
+json_t *sd_resp_call(const json_t *call, bool done);
 
 /* The `response` object (new reference). */
 json_t *sd_resp_object(const sd_resp *r);

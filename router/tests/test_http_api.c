@@ -440,7 +440,8 @@ START_TEST(forced_tool_choice)
              "\"required\", \"parallel_tool_calls\": false}", tools);
     ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
     ck_assert(schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}]"));
-    ck_assert(!schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}, {\"name\": \"now\", \"parameters\": {}}]"));
+    ck_assert(!schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}, "
+                                  "{\"name\": \"now\", \"parameters\": {}}]"));
     sd_api_req_clear(&r);
     snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
              "{\"type\": \"function\", \"function\": {\"name\": \"get\"}}}", tools);

@@ -49,12 +49,15 @@ static const struct { const char *body, *param, *msg; } BAD[] = {
     {"{\"input\": 3}", "input", "string or a non-empty array"},
     {"{\"input\": []}", "input", "string or a non-empty array"},
     {"{\"input\": \"x\", \"instructions\": 1}", "instructions", "string"},
-    {"{\"input\": [{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": \"o\"}]}", "input[0]",
-     "function_call_output"},
+
     {"{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_image\", \"image_url\": \"u\"}]}]}",
      "input[0].content", "input_image"},
-    {"{\"input\": \"x\", \"tools\": [{\"type\": \"function\", \"name\": \"f\"}]}", "tools", "not supported"},
-    {"{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice", "none"},
+    {"{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}", "tools", "web_search tools are not supported"},
+    {"{\"input\": \"x\", \"tools\": {\"type\": \"function\"}}", "tools", "must be an array"},
+    {"{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice", "needs 'tools'"},
+    {"{\"input\": [{\"type\": \"function_call\", \"name\": \"f\", \"arguments\": \"{}\"}]}", "input[0]",
+     "call_id"},
+    {"{\"input\": [{\"type\": \"function_call_output\", \"call_id\": \"c\"}]}", "input[0]", "string 'output'"},
     {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}", "text.format", "schema in 'schema'"},
     {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"xml\"}}}", "text.format", "must be \"text\""},
     {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"schema\": {\"not\": {}}}}}",
@@ -83,7 +86,7 @@ START_TEST(object_and_events)
     sd_api_req q;
     sd_api_err e;
     ck_assert_int_eq(parse("{\"input\": \"x\", \"max_output_tokens\": 4}", &q, &e), SD_OK);
-    sd_resp r = {"resp_1", "msg_1", "tiny", 7, "incomplete", true, 3, 4, 0, &q, "abc", 3};
+    sd_resp r = {"resp_1", "msg_1", "tiny", 7, "incomplete", true, 3, 4, 0, &q, "abc", 3, NULL, false};
     json_t *o = sd_resp_object(&r);
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "response");
     ck_assert_str_eq(json_string_value(json_object_get(o, "status")), "incomplete");
@@ -137,6 +140,56 @@ START_TEST(object_and_events)
 }
 END_TEST
 
+/* Function tools: tools / tool_choice become chat's, function_call and
+ * function_call_output input items an assistant message's tool_calls and
+ * tool messages; calls come back as function_call output items (the
+ * message left out when it is empty and not streamed). */
+START_TEST(function_tools)
+{
+    sd_api_req q;
+    sd_api_err e;
+    ck_assert_int_eq(parse("{\"input\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"type\": \"function_call\", "
+                           "\"call_id\": \"call_1\", \"name\": \"get\", \"arguments\": \"{\\\"c\\\": 1}\"}, {\"type\": "
+                           "\"function_call\", \"call_id\": \"call_2\", \"name\": \"now\", \"arguments\": \"{}\"}, "
+                           "{\"type\": \"function_call_output\", \"call_id\": \"call_1\", \"output\": \"sunny\"}], "
+                           "\"tools\": [{\"type\": \"function\", \"name\": \"get\", \"description\": \"d\", "
+                           "\"parameters\": {\"type\": \"object\"}}, {\"type\": \"function\", \"name\": \"now\"}], "
+                           "\"tool_choice\": {\"type\": \"function\", \"name\": \"now\"}}", &q, &e), SD_OK);
+    ck_assert_uint_eq(json_array_size(q.tools), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(q.tools, 0), "function"),
+                                                       "description")), "d");
+    ck_assert(q.tools_forced);
+    ck_assert_str_eq(q.tool_name, "now");
+    ck_assert_uint_eq(q.n_messages, 3); /* user, assistant with two calls, tool */
+    ck_assert_str_eq(q.messages[1].role, "assistant");
+    ck_assert_uint_eq(json_array_size(json_object_get(q.messages[1].fields, "tool_calls")), 2);
+    ck_assert_str_eq(q.messages[2].role, "tool");
+    ck_assert_str_eq(json_string_value(json_object_get(q.messages[2].fields, "tool_call_id")), "call_1");
+    json_t *calls = json_loads("[{\"id\": \"call_9-0\", \"type\": \"function\", \"function\": {\"name\": \"now\", "
+                               "\"arguments\": \"{}\"}}]", 0, NULL);
+    sd_resp r = {"resp_1", "msg_1", "tiny", 7, "completed", false, 3, 4, 0, &q, "", 0, calls, false};
+    json_t *o = sd_resp_object(&r);
+    json_t *out = json_object_get(o, "output"), *fc = json_array_get(out, 0);
+    ck_assert_uint_eq(json_array_size(out), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(fc, "type")), "function_call");
+    ck_assert_str_eq(json_string_value(json_object_get(fc, "call_id")), "call_9-0");
+    ck_assert_str_eq(json_string_value(json_object_get(fc, "id")), "fc_9-0");
+    ck_assert_str_eq(json_string_value(json_object_get(fc, "name")), "now");
+    ck_assert_str_eq(json_string_value(json_object_get(fc, "arguments")), "{}");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "tool_choice"), "name")), "now");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "tools"), 1), "name")), "now");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(o, "text"), "format"), "type")),
+                     "text"); /* the forced choice's schema is no text format */
+    json_decref(o);
+    r.streamed = true; /* streamed: the announced message stays */
+    o = sd_resp_object(&r);
+    ck_assert_uint_eq(json_array_size(json_object_get(o, "output")), 2);
+    json_decref(o);
+    json_decref(calls);
+    sd_api_req_clear(&q);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("responses");
@@ -144,6 +197,7 @@ int main(void)
     tcase_add_test(tc, input_forms);
     tcase_add_loop_test(tc, refusals, 0, (int)(sizeof BAD / sizeof *BAD));
     tcase_add_test(tc, object_and_events);
+    tcase_add_test(tc, function_tools);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

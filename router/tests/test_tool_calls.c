@@ -113,7 +113,8 @@ START_TEST(forced_calls)
     json_decref(c);
     /* cut short, or not the shape: no calls */
     static const char *const bad[] = {"[{\"name\": \"get\", \"param", "[]", "{\"name\": \"get\"}",
-                                      "[{\"name\": \"\", \"parameters\": {}}]", "[{\"name\": \"a\", \"parameters\": 3}]"};
+                                      "[{\"name\": \"\", \"parameters\": {}}]",
+                                      "[{\"name\": \"a\", \"parameters\": 3}]"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         ck_assert_msg(!sd_tool_calls_forced(bad[i], strlen(bad[i]), NULL, "id"), "%s", bad[i]);
     ck_assert_ptr_null(sd_tool_calls_forced("[1]", 3, "weather", "id"));

@@ -4,7 +4,8 @@
 # chat, streamed chat, logprobs, the Responses API, models, errors
 # (tests/e2e/openai_client.mjs); then the Vercel AI SDK (`ai@6` +
 # `@ai-sdk/openai`): its default provider over /v1/responses, and its chat
-# provider (tests/e2e/ai_sdk_client.mjs). Without node / npm, or when npm
+# provider, each also calling a required tool (the server's chat template is
+# a test one that takes tools) (tests/e2e/ai_sdk_client.mjs). Without node / npm, or when npm
 # cannot fetch the packages, it skips (77) with a message saying so. The package is
 # installed once (the AI SDK in its ai-sdk/ subfolder) into ${SD_NODE_DIR:-$HOME/.cache/specd-e2e-node} (or
 # $TMPDIR/specd-e2e-node when that is not writable), outside the repository. Env: SD_BIN, SD_MODELS (set by CTest).
@@ -32,7 +33,15 @@ fi
 ok "ai $(node -p "require('$AI_DIR/node_modules/ai/package.json').version"), @ai-sdk/openai $(node -p "require('$AI_DIR/node_modules/@ai-sdk/openai/package.json').version")"
 
 KEY=e2e-openai-key
-if ! serve_start --ngram --api-key "$KEY"; then fail "specd serve came up"; finish; fi
+# a chat template that takes tools (the demo checkpoint has none; the built-in formats refuse tools): the
+# conversation as comments, then, with tools, the start of a Python list of calls
+cat >"$WORK/tools.jinja" <<'J'
+{%- for m in messages %}# {{ m.role }}: {{ m.content }}
+{% endfor %}{% if tools %}calls = {% endif %}
+J
+if ! serve_start --ngram --api-key "$KEY" --router-arg "--chat-template=$WORK/tools.jinja"; then
+  fail "specd serve came up"; finish
+fi
 ok "specd serve came up on port $PORT"
 if OPENAI_MODULE=$PKG/index.mjs node "$(dirname "$0")/openai_client.mjs" "$URL/v1" "$KEY" tinycode-16m; then
   ok "openai client checks"

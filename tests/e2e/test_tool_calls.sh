@@ -10,7 +10,8 @@
 # with tool_choice "none", the same text is plain content; a malformed block
 # is content; messages with tool_calls and tool results are accepted; a
 # built-in chat format refuses tools with a 400; tool_choice "required" and
-# a named function read the (JSON) answer as the calls, streamed or not.
+# a named function read the (JSON) answer as the calls, streamed or not; the
+# Responses API's function tools and function_call items, streamed or not.
 # Env: SD_BIN, SD_MODELS.
 . "$(dirname "$0")/router_lib.sh"
 
@@ -128,6 +129,57 @@ done
 forced 0 'no JSON here' '"required"' "$WORK/nojson.out"
 check "an answer that is no call (the fake verifier does not constrain) comes back as content" \
   '[ "$(cat "$WORK/nojson.out")" = '"'"'["no JSON here", [], "length"]'"'"' ]' || echo "#   got: $(cat "$WORK/nojson.out")"
+
+# /v1/responses: function tools (Responses' shape) go the same way; calls come back as function_call output
+# items, streamed as output_item.added / function_call_arguments.delta / .done / output_item.done events
+# resp BASE STREAM INPUT TOOL_CHOICE OUT: a Responses request with TOOLS in Responses' shape, max_output_tokens the
+# prompt's length (the fake verifier echoes it)
+resp() {
+  local t; t=$("$PY" -c 'import json,sys; print(json.dumps([dict(type="function", **t["function"]) for t in json.loads(sys.argv[1])]))' "$TOOLS")
+  local n; n=$(curl -s "$1/tokenize" -H 'Content-Type: application/json' -d "$("$PY" -c 'import json,sys
+print(json.dumps({"messages":[{"role":"user","content":sys.argv[1]}],"tools":json.loads(sys.argv[2])}))' "$3" "$TOOLS")" |
+    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["count"])')
+  curl -sN -H 'Content-Type: application/json' -d "$("$PY" -c 'import json,sys
+print(json.dumps({"input":sys.argv[1],"tools":json.loads(sys.argv[2]),"tool_choice":json.loads(sys.argv[3]),
+"stream":sys.argv[4]=="1","max_output_tokens":int(sys.argv[5]),"temperature":0}))' "$3" "$t" "$4" "$2" "$n")" \
+    "$1/v1/responses" >"$5"
+}
+# the response's [message text or null, [[name, arguments]...], status] (streamed: from the events, and the
+# final response.completed must agree)
+cat >"$WORK/resp.py" <<'PY'
+import json, sys
+raw = open(sys.argv[1], encoding="utf-8").read()
+def summary(o):
+    text = [c["text"] for it in o["output"] if it["type"] == "message" for c in it["content"]]
+    calls = [[it["name"], json.loads(it["arguments"])] for it in o["output"] if it["type"] == "function_call"]
+    return [("".join(text) or None), calls, o["status"]]
+if raw.startswith("event: "):
+    ev = [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: ")]
+    done = [e for e in ev if e["type"] == "response.function_call_arguments.done"]
+    added = [e["item"]["name"] for e in ev if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"]
+    final = summary([e for e in ev if e["type"] == "response.completed"][0]["response"])
+    assert [c[0] for c in final[1]] == added and [json.loads(e["arguments"]) for e in done] == [c[1] for c in final[1]], ev
+    print(json.dumps(final))
+else:
+    print(json.dumps(summary(json.loads(raw))))
+PY
+for sm in 0 1; do
+  resp "$URL" "$sm" "Sure." '"auto"' "$WORK/r$sm.raw"
+  check "Responses API with function tools (stream $sm): the text, then a function_call item" \
+    '[ "$("$PY" "$WORK/resp.py" "$WORK/r$sm.raw")" = '"'"'["Sure.", [["get_weather", {"city": "Paris", "days": 2}]], "completed"]'"'"' ]' ||
+    { echo "#   got: $("$PY" "$WORK/resp.py" "$WORK/r$sm.raw")"; head -c 600 "$WORK/r$sm.raw" | sed 's/^/#   /'; }
+done
+resp "$U3" 0 "$CALLS" '"required"' "$WORK/rq.raw"
+check "Responses API, tool_choice required: function_call items only" \
+  '[ "$("$PY" "$WORK/resp.py" "$WORK/rq.raw")" = '"'"'[null, [["get_weather", {"city": "Oslo"}], ["get_weather", {}]], "completed"]'"'"' ]' ||
+  { echo "#   got: $(head -c 600 "$WORK/rq.raw")"; }
+HISTR='{"input": [{"role": "user", "content": "weather?"}, {"type": "function_call", "call_id": "c1", "name": "get_weather",
+  "arguments": "{\"city\": \"Paris\"}"}, {"type": "function_call_output", "call_id": "c1", "output": "Sunny."}],
+  "max_output_tokens": 4, "temperature": 0}'
+st=$(curl -s -o "$WORK/rh.json" -w '%{http_code}' -H 'Content-Type: application/json' -d "$HISTR" "$URL/v1/responses")
+check "Responses API, a function call and its output in the input: the last item answered, up to max_output_tokens (status $st)" \
+  '[ "$st" = 200 ] && [ "$("$PY" "$WORK/resp.py" "$WORK/rh.json")" = '"'"'["Sunny.", [], "incomplete"]'"'"' ]' ||
+  echo "#   got: $(head -c 400 "$WORK/rh.json")"
 
 if [ "$FAILS" -ne 0 ]; then
   echo "--- router log"; tail -n 30 "$WORK/router.log"; echo "$FAILS check(s) failed"; exit 1
