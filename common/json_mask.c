@@ -498,6 +498,13 @@ struct sd_json_vocab {
     int16_t *body;  /* [n] the first byte after them, -1 when the token is all whitespace */
     uint8_t *plain; /* [n] string content: whole UTF-8 characters, no '"', '\\' or control byte */
     uint16_t *chars; /* [n] plain tokens: their characters (stops at 65535) */
+    /* the sparse paths of the mask (sd_json_mask): text tokens grouped by body (by_body[body_off[b] ..
+     * body_off[b + 1]), b 256 for all-whitespace tokens), the text tokens that are not plain, the others (EOS,
+     * never) */
+    uint32_t *by_body, body_off[258];
+    uint32_t *nonplain, n_nonplain;
+    uint32_t *others, n_others;
+    uint32_t *plain_long, n_plain; /* the plain text tokens, most characters first */
 };
 
 static bool is_ws(unsigned char c)
@@ -521,6 +528,59 @@ static void classify(sd_json_vocab *v, int t)
     for (i = 0; i < n && plain; i++) plain = p[i] != '"' && p[i] != '\\' && step(&st, p[i]);
     v->plain[t] = plain && st.mode == JM_STR;
     v->chars[t] = st.len > UINT16_MAX ? UINT16_MAX : (uint16_t)st.len;
+}
+
+/* plain_long: most characters first (a counting sort: a token has at most
+ * 65535). */
+static void sort_by_chars(sd_json_vocab *v)
+{
+    uint16_t top = 0;
+    for (uint32_t i = 0; i < v->n_plain; i++) top = v->chars[v->plain_long[i]] > top ? v->chars[v->plain_long[i]] : top;
+    uint32_t *count = calloc((size_t)top + 2, sizeof *count), *out = malloc((v->n_plain + 1) * sizeof *out);
+    if (count && out) {
+        for (uint32_t i = 0; i < v->n_plain; i++) count[top - v->chars[v->plain_long[i]] + 1]++;
+        for (uint32_t c = 1; c <= (uint32_t)top + 1; c++) count[c] += count[c - 1];
+        for (uint32_t i = 0; i < v->n_plain; i++) out[count[top - v->chars[v->plain_long[i]]]++] = v->plain_long[i];
+        memcpy(v->plain_long, out, v->n_plain * sizeof *out);
+    }
+    free(count);
+    free(out);
+}
+
+/* The lists of the mask's sparse paths (sd_json_vocab). */
+static bool index_tokens(sd_json_vocab *v)
+{
+    uint32_t count[257] = {0}, n_text = 0;
+    for (int t = 0; t < v->n; t++) {
+        if (v->kind[t] != TOK_TEXT) {
+            v->n_others++;
+            continue;
+        }
+        count[v->body[t] < 0 ? 256 : v->body[t]]++;
+        n_text++;
+        v->n_nonplain += !v->plain[t];
+    }
+    v->by_body = malloc((n_text ? n_text : 1) * sizeof *v->by_body);
+    v->nonplain = malloc((v->n_nonplain ? v->n_nonplain : 1) * sizeof *v->nonplain);
+    v->others = malloc((v->n_others ? v->n_others : 1) * sizeof *v->others);
+    v->n_plain = n_text - v->n_nonplain;
+    v->plain_long = malloc((v->n_plain ? v->n_plain : 1) * sizeof *v->plain_long);
+    if (!v->by_body || !v->nonplain || !v->others || !v->plain_long) return false;
+    v->body_off[0] = 0;
+    for (int b = 0; b < 257; b++) v->body_off[b + 1] = v->body_off[b] + count[b];
+    uint32_t at[257], np = 0, no = 0, nl = 0;
+    memcpy(at, v->body_off, sizeof at);
+    for (int t = 0; t < v->n; t++) {
+        if (v->kind[t] != TOK_TEXT) {
+            v->others[no++] = (uint32_t)t;
+            continue;
+        }
+        v->by_body[at[v->body[t] < 0 ? 256 : v->body[t]]++] = (uint32_t)t;
+        if (!v->plain[t]) v->nonplain[np++] = (uint32_t)t;
+        else v->plain_long[nl++] = (uint32_t)t;
+    }
+    sort_by_chars(v);
+    return true;
 }
 
 sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, char *err, size_t errlen)
@@ -562,6 +622,11 @@ sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, i
         if (eos[i] >= 0 && eos[i] < vocab) v->kind[eos[i]] = TOK_EOS;
     for (int t = 0; t < vocab; t++) classify(v, t);
     free(off);
+    if (!index_tokens(v)) {
+        sd_json_vocab_free(v);
+        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
+        return NULL;
+    }
     return v;
 }
 
@@ -586,6 +651,10 @@ void sd_json_vocab_free(sd_json_vocab *v)
     free(v->body);
     free(v->plain);
     free(v->chars);
+    free(v->by_body);
+    free(v->nonplain);
+    free(v->others);
+    free(v->plain_long);
     free(v);
 }
 
@@ -639,6 +708,81 @@ static bool token_ok(const sd_json_vocab *v, const row_state *r, int t)
     return sd_json_feed(&b, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
 }
 
+/* Inside a string not a key matched against declared names: plain
+ * content passes (within a length bound: the plain tokens with more
+ * characters than are left are refused, the longest first); only the tokens
+ * that are not plain content are checked, the others (EOS, never) refused. */
+static bool string_path(const sd_json_state *st)
+{
+    return st->mode == JM_STR && !(st->key && keyed(st));
+}
+
+static void mask_string(const sd_json_vocab *v, const row_state *r, float *logits, int nv)
+{
+    const sd_js_node *b = bounded(&r->st);
+    uint64_t room = b ? (uint64_t)b->max - r->st.len : UINT64_MAX; /* len <= max within a string */
+    for (uint32_t i = 0; b && i < v->n_plain && v->chars[v->plain_long[i]] > room; i++)
+        if ((int)v->plain_long[i] < nv) logits[v->plain_long[i]] = -INFINITY;
+    for (uint32_t i = 0; i < v->n_nonplain; i++) {
+        uint32_t t = v->nonplain[i];
+        if ((int)t < nv && logits[t] != -INFINITY && !token_ok(v, r, (int)t)) logits[t] = -INFINITY;
+    }
+    for (uint32_t i = 0; i < v->n_others; i++)
+        if ((int)v->others[i] < nv) logits[v->others[i]] = -INFINITY; /* EOS too: the value is not complete */
+    for (int t = v->n; t < nv; t++) logits[t] = -INFINITY;
+}
+
+/* The token groups (by body, sd_json_vocab) that may hold a token the
+ * state keeps: in the structural modes those whose body the state accepts
+ * (a token's leading whitespace only counts there), and the all-whitespace
+ * group; in a number that may end, also those the state after it accepts
+ * (a token with leading whitespace is judged there); elsewhere, when no
+ * whitespace may come, those the state accepts first. False when that
+ * cannot be told (whitespace may come inside the value). */
+static bool groups(const sd_json_state *st, const row_state *r, const row_state *end, bool num_end, bool sel[257])
+{
+    bool ws = r->first[' '] || r->first['\t'] || r->first['\n'] || r->first['\r'];
+    if (!structural(st->mode) && !num_end && ws) return false;
+    for (int b = 0; b < 256; b++) sel[b] = r->first[b] || (num_end && end->first[b]);
+    sel[256] = structural(st->mode) || num_end;
+    return true;
+}
+
+/* Outside strings a kept token is in one of the groups above: only those
+ * are checked; the row is then refused whole and the kept ones put back.
+ * False (nothing done) when the groups are too many for this to pay. */
+static bool mask_sparse(const sd_json_vocab *v, const sd_json_state *st, const row_state *r, const row_state *end,
+                        bool num_end, bool done, float *logits, int nv)
+{
+    bool sel[257];
+    if (!groups(st, r, end, num_end, sel)) return false;
+    size_t n = 0;
+    for (int b = 0; b < 257; b++)
+        if (sel[b]) n += v->body_off[b + 1] - v->body_off[b];
+    if (n > (size_t)nv / 4) return false;
+    struct kept {
+        uint32_t t;
+        float logit;
+    } stack[1024], *keep = n + v->n_others <= 1024 ? stack : malloc((n + v->n_others) * sizeof *keep);
+    if (!keep) return false;
+    size_t k = 0;
+    for (int b = 0; b < 257; b++) {
+        for (uint32_t i = sel[b] ? v->body_off[b] : v->body_off[b + 1]; i < v->body_off[b + 1]; i++) {
+            uint32_t t = v->by_body[i];
+            if ((int)t < nv && logits[t] != -INFINITY && token_ok(v, num_end && v->lead[t] > 0 ? end : r, (int)t))
+                keep[k++] = (struct kept){t, logits[t]};
+        }
+    }
+    for (uint32_t i = 0; done && i < v->n_others; i++) {
+        uint32_t t = v->others[i];
+        if ((int)t < nv && v->kind[t] == TOK_EOS && logits[t] != -INFINITY) keep[k++] = (struct kept){t, logits[t]};
+    }
+    for (int t = 0; t < nv; t++) logits[t] = -INFINITY;
+    for (size_t i = 0; i < k; i++) logits[keep[i].t] = keep[i].logit;
+    if (keep != stack) free(keep);
+    return true;
+}
+
 void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n,
                   float *logits, int nv)
 {
@@ -656,6 +800,11 @@ void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const in
         value_end(&e);
         row_state_set(&end, &e, true);
     }
+    if (ok && string_path(&st)) {
+        mask_string(v, &r, logits, nv);
+        return;
+    }
+    if (ok && mask_sparse(v, &st, &r, &end, num_end, done, logits, nv)) return;
     for (int t = 0; t < nv; t++) {
         if (logits[t] == -INFINITY) continue;
         int kind = t < v->n ? v->kind[t] : TOK_NEVER;

@@ -19,8 +19,13 @@
  * The mask is a pure function of the output tokens, so applying it to a
  * verify span's rows (output + the drafts before each row) gives what plain
  * decoding would: speculation stays exact (sampler.h's logits processors).
- * Cost: one pass over the output's bytes, then one automaton run per token
- * whose first byte the state accepts (a token table lookup for the others).
+ * Cost: one pass over the output's bytes, then the tokens that may pass:
+ * inside a string only those that are not plain content (and, under a
+ * length bound, the plain ones too long); elsewhere only the groups of
+ * tokens whose first byte after their leading whitespace the state accepts
+ * (the row is refused whole and the kept ones put back), each checked with
+ * a table lookup or an automaton run — the whole vocabulary only where
+ * those groups are a quarter of it or more.
  *
  * Ownership: an sd_json_vocab is immutable once built and shared by every
  * request of a model (any thread). */
