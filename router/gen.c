@@ -1146,6 +1146,7 @@ static gen *gen_new(sd_gen *s, job *j, unsigned i)
     g->stop = sd_stop_new((const char *const *)j->p.stop, j->p.n_stop);
     if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
     if (j->p.tools_forced) sd_tool_split_force(&g->split, j->p.tool_name);
+    else g->split.fmt = (uint8_t)s->o.tool_parser;
     bool lp_ok = !j->p.logprobs || (g->lp = sd_lp_new(s->tok, j->p.kind, j->p.top_logprobs));
     if (!g->text || !g->dec || !g->stop || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok) {
         gen_free(g);

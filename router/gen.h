@@ -43,6 +43,7 @@ typedef struct sd_gen_opts {
     size_t n_verifier_dns;
     double dns_interval_s;
     const char *dns_server;
+    int tool_parser;                 /* sd_tool_fmt: how answers to tool requests are read (tool_calls.h) */
 } sd_gen_opts;
 
 /* What generation borrows from its owner (all outlive the sd_gen). */

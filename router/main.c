@@ -11,6 +11,7 @@
  *                [--max-queue 256] [--max-body 1048576] [--request-timeout 600]
  *                [--lane-capacity 64] [--health-interval-ms 1000]
  *                [--health-misses 3] [--chat-template FAMILY|FILE]
+ *                [--tool-call-parser hermes|llama3_json|mistral]
  *                [--default-max-tokens 256] [--log-level info] */
 #include <getopt.h>
 #include <limits.h>
@@ -22,6 +23,7 @@
 #include "log.h"
 #include "opt.h"
 #include "server.h"
+#include "tool_calls.h"
 
 #define MAX_LANES 64
 
@@ -37,6 +39,7 @@ static void usage(FILE *f)
             "                    [--curve-keys DIR]\n"
             "                    [--request-timeout S] [--lane-capacity N] [--health-interval-ms MS]\n"
             "                    [--health-misses N] [--chat-template FAMILY|FILE]\n"
+            "                    [--tool-call-parser hermes|llama3_json|mistral]\n"
             "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
 }
 
@@ -97,7 +100,7 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         {"header-timeout", 1, 0, 'W'}, {"drain-timeout", 1, 0, 'G'}, {"resume-wait", 1, 0, 'P'},
         {"max-connections", 1, 0, 'N'}, {"served-model-name", 1, 0, 'S'},
         {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {"verifier-dns", 1, 0, 'n'},
-        {"dns-interval-s", 1, 0, 'i'}, {"dns-server", 1, 0, 'd'}, {0, 0, 0, 0}};
+        {"dns-interval-s", 1, 0, 'i'}, {"dns-server", 1, 0, 'd'}, {"tool-call-parser", 1, 0, 'E'}, {0, 0, 0, 0}};
     o->port = 8000;
     o->max_queue = 256;
     o->request_timeout_s = 600;
@@ -156,6 +159,12 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         case 'H': o->health_interval_ms = (int)num_arg("--health-interval-ms", optarg, INT_MAX); break;
         case 'M': o->max_missed = (int)num_arg("--health-misses", optarg, INT_MAX); break;
         case 'x': o->chat_template = optarg; break;
+        case 'E':
+            if ((o->tool_parser = sd_tool_fmt_parse(optarg)) < 0) {
+                fprintf(stderr, "specd-router: --tool-call-parser must be hermes, llama3_json or mistral\n");
+                return 2;
+            }
+            break;
         case 'D': o->default_max_tokens = (int)num_arg("--default-max-tokens", optarg, INT_MAX); break;
         case 'l': c->level = optarg; break;
         case 'U': usage(stdout); return 0;

@@ -462,7 +462,8 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
                           s->o.max_queue, s->o.max_body,
                           s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
                           s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s,
-                          s->o.verifier_dns, s->o.n_verifier_dns, s->o.dns_interval_s, s->o.dns_server};
+                          s->o.verifier_dns, s->o.n_verifier_dns, s->o.dns_interval_s, s->o.dns_server,
+                          s->o.tool_parser};
         sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, &s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }

@@ -27,6 +27,7 @@ typedef struct sd_server_opts {
     const char *tokenizer;           /* tokenizer.json */
     const char *tokenizer_config;    /* tokenizer_config.json or NULL */
     const char *chat_template;       /* family override ("chatml", ...) or NULL */
+    int tool_parser;                 /* sd_tool_fmt of answers to tool requests (tool_calls.h) */
     const char *model_name;          /* the served model id (responses name it unless the request named an alias) */
     const char *const *aliases;      /* more names requests may use for it (--served-model-name a,b,...) */
     size_t n_aliases;

@@ -10,10 +10,15 @@ static const char *find(const char *p, size_t n, const char *needle)
     return memmem(p, n, needle, strlen(needle));
 }
 
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
 static bool blank(const char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') return false;
+        if (!is_ws(p[i])) return false;
     return true;
 }
 
@@ -104,8 +109,14 @@ static size_t marker_tail(const char *p, size_t n)
     return 0;
 }
 
+static void json_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content);
+
 void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content)
 {
+    if (s->fmt == SD_TOOL_FMT_JSON && !s->in_call && !s->forced) {
+        json_feed(s, text, len, content);
+        return;
+    }
     if (s->in_call) {
         sd_buf_add(&s->held, text, len);
         return;
@@ -129,6 +140,78 @@ void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *
     s->pending.p[keep] = '\0';
 }
 
+int sd_tool_fmt_parse(const char *name)
+{
+    if (!name) return -1;
+    if (!strcmp(name, "hermes")) return SD_TOOL_FMT_HERMES;
+    if (!strcmp(name, "llama3_json") || !strcmp(name, "mistral") || !strcmp(name, "json")) return SD_TOOL_FMT_JSON;
+    return -1;
+}
+
+/* One call object of the JSON format → a tool_call (index i), or NULL. */
+static json_t *json_call(json_t *o, const char *id_base, size_t i)
+{
+    json_t *args = json_object_get(o, "parameters");
+    if (!args) args = json_object_get(o, "arguments");
+    return json_is_object(o) ? make_call(json_object_get(o, "name"), args, id_base, i) : NULL;
+}
+
+json_t *sd_tool_calls_json(const char *text, size_t len, const char *id_base)
+{
+    size_t i = 0;
+    while (i < len && is_ws(text[i])) i++;
+    json_t *calls = json_array();
+    if (i < len && text[i] == '[') { /* an array of calls */
+        json_t *a = json_loadb(text + i, len - i, 0, NULL), *c;
+        size_t k;
+        json_array_foreach(a, k, c) {
+            json_t *call = json_call(c, id_base, k);
+            if (!call) break;
+            json_array_append_new(calls, call);
+        }
+        bool ok = json_is_array(a) && json_array_size(a) > 0 && json_array_size(calls) == json_array_size(a);
+        json_decref(a);
+        if (ok) return calls;
+        json_decref(calls);
+        return NULL;
+    }
+    while (i < len && text[i] == '{') { /* objects, separated by ';' */
+        json_error_t e;
+        json_t *o = json_loadb(text + i, len - i, JSON_DISABLE_EOF_CHECK, &e);
+        json_t *call = o ? json_call(o, id_base, json_array_size(calls)) : NULL;
+        json_decref(o);
+        if (!call) break;
+        json_array_append_new(calls, call);
+        i += (size_t)e.position;
+        while (i < len && (is_ws(text[i]) || text[i] == ';')) i++;
+    }
+    if (i >= len && json_array_size(calls) > 0) return calls;
+    json_decref(calls);
+    return NULL;
+}
+
+/* The JSON format: the answer is held from its first byte after whitespace
+ * when that is '{' or '['; otherwise everything is content. */
+static void json_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content)
+{
+    if (s->decided) {
+        sd_buf_add(content, text, len);
+        return;
+    }
+    sd_buf_add(&s->pending, text, len);
+    size_t i = 0;
+    while (i < s->pending.len && is_ws(s->pending.p[i])) i++;
+    if (i == s->pending.len) return; /* whitespace so far */
+    if (s->pending.p[i] == '{' || s->pending.p[i] == '[') {
+        sd_buf_add(&s->held, s->pending.p, s->pending.len);
+        s->in_call = true;
+    } else {
+        sd_buf_add(content, s->pending.p, s->pending.len);
+        s->decided = true;
+    }
+    sd_buf_clear(&s->pending);
+}
+
 void sd_tool_split_force(sd_tool_split *s, const char *name)
 {
     s->forced = s->in_call = true;
@@ -137,9 +220,10 @@ void sd_tool_split_force(sd_tool_split *s, const char *name)
 
 json_t *sd_tool_split_end(sd_tool_split *s, const char *id_base, sd_buf *content)
 {
-    json_t *calls = !s->in_call ? NULL
-                    : s->forced ? sd_tool_calls_forced(s->held.p, s->held.len, s->name, id_base)
-                                : sd_tool_calls_parse(s->held.p, s->held.len, id_base);
+    json_t *calls = !s->in_call                  ? NULL
+                    : s->forced                  ? sd_tool_calls_forced(s->held.p, s->held.len, s->name, id_base)
+                    : s->fmt == SD_TOOL_FMT_JSON ? sd_tool_calls_json(s->held.p, s->held.len, id_base)
+                                                 : sd_tool_calls_parse(s->held.p, s->held.len, id_base);
     if (!calls) {
         if (s->pending.len) sd_buf_add(content, s->pending.p, s->pending.len);
         if (s->held.len) sd_buf_add(content, s->held.p, s->held.len);
@@ -152,6 +236,6 @@ void sd_tool_split_free(sd_tool_split *s)
 {
     sd_buf_free(&s->pending);
     sd_buf_free(&s->held);
-    s->in_call = s->forced = false;
+    s->in_call = s->forced = s->decided = false;
     s->name = NULL;
 }

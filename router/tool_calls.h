@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "strbuf.h"
 
@@ -39,19 +40,38 @@ json_t *sd_tool_calls_parse(const char *text, size_t len, const char *id_base);
  * when the text is not that (it ran out of tokens). */
 json_t *sd_tool_calls_forced(const char *text, size_t len, const char *name, const char *id_base);
 
+/* The format of tool calls in an answer (vLLM's --tool-call-parser names:
+ * "hermes"; "llama3_json" and "mistral" read the same way as JSON). */
+typedef enum sd_tool_fmt {
+    SD_TOOL_FMT_HERMES = 0, /* <tool_call>{…}</tool_call> blocks after any content */
+    SD_TOOL_FMT_JSON,       /* the whole answer is JSON: {"name", "parameters" | "arguments"} objects (several
+                             * separated by ';', Llama 3.x) or an array of them (Mistral, its [TOOL_CALLS]
+                             * control token not in the text); anything else is content */
+} sd_tool_fmt;
+
+/* The format a parser name stands for; -1 when unknown. */
+int sd_tool_fmt_parse(const char *name);
+
+/* Parses a whole answer in SD_TOOL_FMT_JSON; NULL when it is not calls. */
+json_t *sd_tool_calls_json(const char *text, size_t len, const char *id_base);
+
 typedef struct sd_tool_split {
     sd_buf pending;  /* content that may still be the start of the marker */
     sd_buf held;     /* from the marker on */
     bool in_call;    /* the marker was seen */
     bool forced;     /* tool_choice required / named: all the text is held (sd_tool_split_force) */
     const char *name; /* ... the named function (borrowed), NULL for required */
+    uint8_t fmt;     /* sd_tool_fmt (0: Hermes) */
+    bool decided;    /* JSON format: the answer's first byte after whitespace was not '{' or '[': content */
 } sd_tool_split;
 
 /* A forced tool choice: every byte is held, and parsed at the end by
  * sd_tool_calls_forced (name borrowed; NULL: required). */
 void sd_tool_split_force(sd_tool_split *s, const char *name);
 
-/* Feeds generated text; appends to *content what is content for sure. */
+/* Feeds generated text; appends to *content what is content for sure (in
+ * the JSON format: all of it once the answer's first byte after whitespace
+ * is not '{' or '['; else nothing until the end). */
 void sd_tool_split_feed(sd_tool_split *s, const char *text, size_t len, sd_buf *content);
 
 /* End of the text: the calls (as sd_tool_calls_parse, or

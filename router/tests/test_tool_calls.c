@@ -3,7 +3,8 @@
  * from the base), the last block may be unterminated, anything malformed
  * gives no calls; the splitter emits content up to the marker whatever the
  * chunking, and gives the held text back as content when it is no call;
- * a forced tool choice's JSON read as calls. */
+ * a forced tool choice's JSON read as calls; the JSON format (llama3_json,
+ * mistral). */
 #include <check.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -136,6 +137,52 @@ START_TEST(forced_calls)
 }
 END_TEST
 
+/* The JSON format (llama3_json, mistral): the whole answer is calls — one
+ * or more objects with "parameters" or "arguments" (';' between them), or
+ * an array of them; anything else is content, streamed as soon as its first
+ * byte after whitespace is not '{' or '['. */
+START_TEST(json_format)
+{
+    ck_assert_int_eq(sd_tool_fmt_parse("hermes"), SD_TOOL_FMT_HERMES);
+    ck_assert_int_eq(sd_tool_fmt_parse("llama3_json"), SD_TOOL_FMT_JSON);
+    ck_assert_int_eq(sd_tool_fmt_parse("mistral"), SD_TOOL_FMT_JSON);
+    ck_assert_int_eq(sd_tool_fmt_parse("pythonic"), -1);
+    static const struct {
+        const char *text;
+        int calls;
+    } cases[] = {
+        {"{\"name\": \"get\", \"parameters\": {\"q\": 1}}", 1},
+        {" \n{\"name\": \"get\", \"parameters\": {}}; {\"name\": \"put\", \"arguments\": \"{\\\"a\\\": 2}\"}\n", 2},
+        {"[{\"name\": \"get\", \"arguments\": {\"q\": 1}}, {\"name\": \"put\", \"arguments\": {}}]", 2},
+        {"{\"name\": \"get\", \"parameters\": {}} and more", 0},
+        {"{\"name\": \"get\"}", 0},
+        {"[]", 0},
+        {"[{\"name\": \"get\", \"arguments\": {}}, 3]", 0},
+        {"{\"name\": \"get\", \"parame", 0},
+        {"hello", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *t = cases[i].text;
+        json_t *c = sd_tool_calls_json(t, strlen(t), "id");
+        ck_assert_msg((int)json_array_size(c) == cases[i].calls, "%s", t);
+        if (cases[i].calls == 2)
+            ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(c, 1), "function"),
+                                                               "name")), "put");
+        json_decref(c);
+        /* through the splitter, fed a byte at a time: calls, or the text back as content */
+        sd_tool_split sp = {.fmt = SD_TOOL_FMT_JSON};
+        sd_buf content = {0};
+        for (size_t k = 0; t[k]; k++) sd_tool_split_feed(&sp, t + k, 1, &content);
+        if (!strcmp(t, "hello")) ck_assert_str_eq(content.p, "hello"); /* streamed before the end */
+        c = sd_tool_split_end(&sp, "id", &content);
+        ck_assert_int_eq((int)json_array_size(c), cases[i].calls);
+        ck_assert_msg(cases[i].calls || (content.p && !strcmp(content.p, t)), "%s came back as '%s'", t, content.p);
+        json_decref(c);
+        sd_buf_free(&content);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tool_calls");
@@ -144,6 +191,7 @@ int main(void)
     tcase_add_test(tc, malformed_is_no_call);
     tcase_add_test(tc, splitter_any_chunking);
     tcase_add_test(tc, forced_calls);
+    tcase_add_test(tc, json_format);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -11,7 +11,8 @@
 # is content; messages with tool_calls and tool results are accepted; a
 # built-in chat format refuses tools with a 400; tool_choice "required" and
 # a named function read the (JSON) answer as the calls, streamed or not; the
-# Responses API's function tools and function_call items, streamed or not.
+# Responses API's function tools and function_call items, streamed or not;
+# --tool-call-parser llama3_json (the answer as JSON calls, else content).
 # Env: SD_BIN, SD_MODELS.
 . "$(dirname "$0")/router_lib.sh"
 
@@ -21,9 +22,10 @@ cat >"$WORK/tmpl.jinja" <<'J'
 {"name": "{{ tools[0].function.name }}", "arguments": {"city": "Paris", "days": 2}}
 </tool_call>{% endif -%}
 J
-start_router() { # start_router PORT CHAT_TEMPLATE
-  "$BIN/specd-router" --host 127.0.0.1 --port "$1" --verifier "tcp://127.0.0.1:$VPORT" --tokenizer "$TOK" \
-    --model-name tinycode-16m --chat-template "$2" --health-interval-ms 200 >>"$WORK/router.log" 2>&1 &
+start_router() { # start_router PORT CHAT_TEMPLATE [more router options]
+  local port=$1 tmpl=$2; shift 2
+  "$BIN/specd-router" --host 127.0.0.1 --port "$port" --verifier "tcp://127.0.0.1:$VPORT" --tokenizer "$TOK" \
+    --model-name tinycode-16m --chat-template "$tmpl" --health-interval-ms 200 "$@" >>"$WORK/router.log" 2>&1 &
   PIDS+=("$!")
 }
 VPORT=$(free_port); HPORT=$(free_port); HPORT2=$(free_port)
@@ -180,6 +182,29 @@ st=$(curl -s -o "$WORK/rh.json" -w '%{http_code}' -H 'Content-Type: application/
 check "Responses API, a function call and its output in the input: the last item answered, up to max_output_tokens (status $st)" \
   '[ "$st" = 200 ] && [ "$("$PY" "$WORK/resp.py" "$WORK/rh.json")" = '"'"'["Sunny.", [], "incomplete"]'"'"' ]' ||
   echo "#   got: $(head -c 400 "$WORK/rh.json")"
+
+# --tool-call-parser llama3_json (mistral reads the same): the whole answer is JSON calls, else content
+HPORT4=$(free_port)
+start_router "$HPORT4" "$WORK/echo.jinja" --tool-call-parser llama3_json
+U4=http://127.0.0.1:$HPORT4
+wait_health "$U4" || fail "fourth router up"
+jsonfmt() { # jsonfmt STREAM CONTENT OUT: tool_choice auto through the fourth router
+  local save=$U3; U3=$U4; forced "$1" "$2" '"auto"' "$3"; U3=$save
+}
+for sm in 0 1; do
+  jsonfmt "$sm" '{"name": "get_weather", "parameters": {"city": "Oslo"}}; {"name": "get_weather", "parameters": {}}' \
+    "$WORK/l$sm.out"
+  check "llama3_json (stream $sm): objects with parameters are the calls, finish_reason tool_calls" \
+    '[ "$(cat "$WORK/l$sm.out")" = '"'"'[null, [[0, "get_weather", {"city": "Oslo"}], [1, "get_weather", {}]], "tool_calls"]'"'"' ]' ||
+    echo "#   got: $(cat "$WORK/l$sm.out")"
+  jsonfmt "$sm" '[{"name": "get_weather", "arguments": {"city": "Rome"}}]' "$WORK/m$sm.out"
+  check "... an array of calls with arguments (Mistral's) too (stream $sm)" \
+    '[ "$(cat "$WORK/m$sm.out")" = '"'"'[null, [[0, "get_weather", {"city": "Rome"}]], "tool_calls"]'"'"' ]' ||
+    echo "#   got: $(cat "$WORK/m$sm.out")"
+  jsonfmt "$sm" 'It is sunny.' "$WORK/p$sm.out"
+  check "... other text is content (stream $sm)" \
+    '[ "$(cat "$WORK/p$sm.out")" = '"'"'["It is sunny.", [], "length"]'"'"' ]' || echo "#   got: $(cat "$WORK/p$sm.out")"
+done
 
 if [ "$FAILS" -ne 0 ]; then
   echo "--- router log"; tail -n 30 "$WORK/router.log"; echo "$FAILS check(s) failed"; exit 1
