@@ -229,21 +229,21 @@ static int32_t second_choice(float *row, int n, int32_t first)
     return alt >= 0 && row[alt] > -INFINITY ? alt : -1;
 }
 
-/* JSON output (response_format json_object / json_schema): the draft row
- * masked as the verifier masks the target's (json_mask.h), so drafts keep to
- * the JSON the target must write — keys, punctuation, enum values are then
- * drafted right. The verifier stays exact whatever is drafted; q is drawn
+/* JSON or regex output (response_format json_object / json_schema,
+ * structured_outputs regex / choice): the draft row masked as the verifier
+ * masks the target's (sd_sampling_constrain), so drafts keep to the text the
+ * target must write — keys, punctuation, enum values are then drafted right. The verifier stays exact whatever is drafted; q is drawn
  * from the masked row. The output so far: the context's last out_pos tokens,
  * then the drafts before t. */
 static void json_constrain(draft_impl *d, const sd_propose_item *it, const sd_proposal *o, int t, float *row)
 {
     const sd_sampling *s = it->sampling;
-    if (!s || !s->json_vocab || !(s->json_object || s->schema) || it->out_pos > (uint64_t)it->n_context) return;
+    if (!sd_sampling_constrained(s) || it->out_pos > (uint64_t)it->n_context) return;
     size_t n_out = (size_t)it->out_pos;
     if (sd_grow(&d->out, &d->cap_out, n_out + SD_MAX_DRAFT, sizeof *d->out) != SD_OK) return;
     memcpy(d->out, it->context + (it->n_context - (int)n_out), n_out * sizeof *d->out);
     memcpy(d->out + n_out, o->tokens, (size_t)t * sizeof *d->out);
-    sd_json_mask(s->json_vocab, s->schema, d->out, n_out + (size_t)t, row, d->vlimit);
+    sd_sampling_constrain(s, d->out, n_out + (size_t)t, row, d->vlimit);
 }
 
 /* Chooses draft token t of item it from its logits row; records its q.

@@ -8,6 +8,7 @@
 #include "array.h"
 #include "clock.h"
 #include "json_schema.h"
+#include "regex_mask.h"
 
 /* A request's rows verified ahead of its commit (sd_engine_step's parallel phase). */
 typedef struct verified {
@@ -112,6 +113,7 @@ static void req_mem_free(sd_req *r)
     free(r->procs);
     sd_json_schema_free(r->schema);
     free(r->schema_text);
+    sd_regex_free(r->rx);
     free(r);
 }
 
@@ -132,11 +134,14 @@ static sd_status check_vocab_ids(const char *what, const int32_t *ids, uint32_t 
 static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd_req *r, char *err, size_t errlen)
 {
     sd_sampling *s = &r->p.sampling;
-    bool json = s->json_object || s->json_schema;
+    bool json = s->json_object || s->json_schema || s->regex;
     s->json_vocab = json ? e->json : NULL;
     if (json && !e->json)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output (response_format json_object / json_schema) needs "
-                         "the model's tokenizer.json, which this server did not load");
+        return sd_seterr(err, errlen, SD_ERR_ARG, "%s output needs the model's tokenizer.json, which this server did "
+                         "not load", s->regex ? "regular-expression" : "JSON (response_format json_object / json_schema)");
+    if (s->regex && !(r->rx = sd_regex_compile(s->regex, err, errlen))) return SD_ERR_ARG;
+    s->regex = NULL; /* borrowed: the compiled expression stands for it (and keeps its text) */
+    s->rx = r->rx;
     if (s->json_schema && !(r->schema = sd_json_schema_parse(s->json_schema, strlen(s->json_schema), err, errlen)))
         return SD_ERR_ARG;
     if (s->json_schema && !(r->schema_text = strdup(s->json_schema)))

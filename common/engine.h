@@ -87,6 +87,7 @@ typedef struct sd_req {
     int32_t *procs;      /* its copies of p.sampling's logits-processor lists (p.sampling points here) */
     struct sd_json_schema *schema; /* p.sampling.json_schema compiled (p.sampling.schema points here) */
     char *schema_text;   /* ... and its text (a drafter compiles its own) */
+    struct sd_regex *rx; /* p.sampling.regex compiled (p.sampling.rx points here; its text for a drafter) */
 } sd_req;
 
 typedef struct sd_engine_opts {

@@ -487,7 +487,7 @@ int sd_json_next(const sd_json_state *st, unsigned char next[256])
 
 /* ---- the token table and the mask ------------------------------------------------- */
 
-enum { TOK_TEXT = 0, TOK_EOS = 1, TOK_NEVER = 2 };
+enum { TOK_TEXT = SD_JSON_TOKEN_TEXT, TOK_EOS = SD_JSON_TOKEN_EOS, TOK_NEVER = SD_JSON_TOKEN_NEVER };
 
 struct sd_json_vocab {
     int n;          /* ids with an entry (the model's vocab) */
@@ -502,6 +502,7 @@ struct sd_json_vocab {
      * body_off[b + 1]), b 256 for all-whitespace tokens), the text tokens that are not plain, the others (EOS,
      * never) */
     uint32_t *by_body, body_off[258];
+    uint32_t *by_first, first_off[257]; /* text tokens by their first byte (sd_json_vocab_first) */
     uint32_t *nonplain, n_nonplain;
     uint32_t *others, n_others;
     uint32_t *plain_long, n_plain; /* the plain text tokens, most characters first */
@@ -561,11 +562,20 @@ static bool index_tokens(sd_json_vocab *v)
         v->n_nonplain += !v->plain[t];
     }
     v->by_body = malloc((n_text ? n_text : 1) * sizeof *v->by_body);
+    v->by_first = malloc((n_text ? n_text : 1) * sizeof *v->by_first);
     v->nonplain = malloc((v->n_nonplain ? v->n_nonplain : 1) * sizeof *v->nonplain);
     v->others = malloc((v->n_others ? v->n_others : 1) * sizeof *v->others);
     v->n_plain = n_text - v->n_nonplain;
     v->plain_long = malloc((v->n_plain ? v->n_plain : 1) * sizeof *v->plain_long);
-    if (!v->by_body || !v->nonplain || !v->others || !v->plain_long) return false;
+    if (!v->by_body || !v->by_first || !v->nonplain || !v->others || !v->plain_long) return false;
+    uint32_t firsts[256] = {0};
+    for (int t = 0; t < v->n; t++)
+        if (v->kind[t] == TOK_TEXT) firsts[(unsigned char)v->bytes[v->off[t]]]++;
+    v->first_off[0] = 0;
+    for (int b = 0; b < 256; b++) v->first_off[b + 1] = v->first_off[b] + firsts[b];
+    memcpy(firsts, v->first_off, sizeof firsts);
+    for (int t = 0; t < v->n; t++)
+        if (v->kind[t] == TOK_TEXT) v->by_first[firsts[(unsigned char)v->bytes[v->off[t]]]++] = (uint32_t)t;
     v->body_off[0] = 0;
     for (int b = 0; b < 257; b++) v->body_off[b + 1] = v->body_off[b] + count[b];
     uint32_t at[257], np = 0, no = 0, nl = 0;
@@ -652,10 +662,27 @@ void sd_json_vocab_free(sd_json_vocab *v)
     free(v->plain);
     free(v->chars);
     free(v->by_body);
+    free(v->by_first);
     free(v->nonplain);
     free(v->others);
     free(v->plain_long);
     free(v);
+}
+
+const uint32_t *sd_json_vocab_first(const sd_json_vocab *v, int b, size_t *n)
+{
+    if (b < 0 || b > 256) return *n = 0, NULL;
+    if (b == 256) return *n = v->n_others, v->others;
+    *n = v->first_off[b + 1] - v->first_off[b];
+    return v->by_first + v->first_off[b];
+}
+
+int sd_json_vocab_token(const sd_json_vocab *v, int32_t t, const char **p, size_t *n)
+{
+    if (!v || t < 0 || t >= v->n) return SD_JSON_TOKEN_NEVER;
+    *p = v->bytes + v->off[t];
+    *n = v->off[t + 1] - v->off[t];
+    return v->kind[t];
 }
 
 /* The state after the output; false when the automaton refuses it. */

@@ -101,6 +101,17 @@ typedef struct sd_json_vocab sd_json_vocab;
 sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, char *err, size_t errlen);
 void sd_json_vocab_free(sd_json_vocab *v);
 
+/* What token t is in v: SD_JSON_TOKEN_TEXT (its bytes in *p, *n),
+ * SD_JSON_TOKEN_EOS, or SD_JSON_TOKEN_NEVER (special, empty, or outside the
+ * table: never produced under a mask). */
+enum { SD_JSON_TOKEN_TEXT = 0, SD_JSON_TOKEN_EOS = 1, SD_JSON_TOKEN_NEVER = 2 };
+int sd_json_vocab_token(const sd_json_vocab *v, int32_t t, const char **p, size_t *n);
+
+/* The text tokens whose first byte is b (0..255), or for b 256 the others
+ * (EOS and the never produced ids below the table's size): ids in *n
+ * entries, owned by v. */
+const uint32_t *sd_json_vocab_first(const sd_json_vocab *v, int b, size_t *n);
+
 /* The same from a checkpoint directory: its tokenizer.json, c's vocab_size
  * and EOS ids. NULL when the tokenizer is missing or cannot load (err). */
 sd_json_vocab *sd_json_vocab_load(const char *model_dir, const sd_model_config *c, char *err, size_t errlen);

@@ -14,6 +14,7 @@
 
 #include "exsum.h"
 #include "json_mask.h"
+#include "regex_mask.h"
 #include "vecmath.h"
 
 #include <math.h>
@@ -79,6 +80,10 @@ static sd_status validate_processors(const sd_sampling *s, char *err, size_t err
         return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output is by json_object or by a schema, not both");
     if (s->json_schema && strnlen(s->json_schema, SD_MAX_JSON_SCHEMA + 1) > SD_MAX_JSON_SCHEMA)
         return sd_seterr(err, errlen, SD_ERR_ARG, "the JSON schema's text exceeds %d bytes", SD_MAX_JSON_SCHEMA);
+    if ((s->regex || s->rx) && (s->json_object || s->json_schema || s->schema))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "output is by JSON or by a regular expression, not both");
+    if (s->regex && strnlen(s->regex, SD_MAX_REGEX + 1) > SD_MAX_REGEX)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression exceeds %d bytes", SD_MAX_REGEX);
     return SD_OK;
 }
 
@@ -112,6 +117,8 @@ void sd_sampling_drop_processors(sd_sampling *s)
     s->json_object = false;
     s->json_schema = NULL;
     s->schema = NULL;
+    s->regex = NULL;
+    s->rx = NULL;
     s->json_vocab = NULL;
 }
 
@@ -119,7 +126,19 @@ bool sd_sampling_processes(const sd_sampling *s)
 {
     return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f ||
            s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0) || s->json_object ||
-           s->json_schema || s->schema;
+           s->json_schema || s->schema || s->regex || s->rx;
+}
+
+bool sd_sampling_constrained(const sd_sampling *s)
+{
+    return s && s->json_vocab && (s->json_object || s->schema || s->rx);
+}
+
+void sd_sampling_constrain(const sd_sampling *s, const int32_t *output, size_t n, float *logits, int nv)
+{
+    if (!sd_sampling_constrained(s)) return;
+    if (s->rx) sd_regex_mask(s->json_vocab, s->rx, output, n, logits, nv);
+    else sd_json_mask(s->json_vocab, s->schema, output, n, logits, nv);
 }
 
 /* ---- random stream ------------------------------------------------------ */
@@ -232,8 +251,7 @@ static void allow_only(int *counts, float *logits, int nv, const int32_t *ids, s
 static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, const int32_t *output,
                              size_t n_output)
 {
-    if ((s->json_object || s->schema) && s->json_vocab)
-        sd_json_mask(s->json_vocab, s->schema, output, n_output, logits, nv);
+    sd_sampling_constrain(s, output, n_output, logits, nv);
     if (s->n_allowed > 0 && s->allowed)
         allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
     if (n_output < s->min_tokens && s->early_ban)

@@ -42,7 +42,10 @@ typedef struct sd_sampling {
     const char *json_schema;  /* response_format json_schema: the schema's JSON text (NUL-terminated, borrowed */
                               /* as the lists); the output is one value it accepts (json_schema.h) */
     const struct sd_json_schema *schema;    /* ... compiled (sd_req_new compiles it; the request owns it) */
-    const struct sd_json_vocab *json_vocab; /* JSON output: the model's token table (sd_req_new sets it) */
+    const char *regex;        /* structured_outputs regex / choice: the pattern (NUL-terminated, borrowed as */
+                              /* the lists; not with JSON output); the output is a text it matches whole */
+    const struct sd_regex *rx; /* ... compiled (regex_mask.h; sd_req_new compiles it; the request owns it) */
+    const struct sd_json_vocab *json_vocab; /* JSON / regex output: the model's token table (sd_req_new sets it) */
 } sd_sampling;
 
 #define SD_MAX_LOGIT_BIAS 4096
@@ -79,9 +82,18 @@ void sd_sampling_drop_processors(sd_sampling *s);
  * argmax. */
 bool sd_sampling_processes(const sd_sampling *s);
 
+/* True when s restricts the output's text (JSON or a regular expression,
+ * compiled, with a token table). */
+bool sd_sampling_constrained(const sd_sampling *s);
+
+/* The restriction's mask for the position after output[0..n) (json_mask.h,
+ * regex_mask.h): tokens that cannot come there get -inf. Nothing when s is
+ * not constrained. */
+void sd_sampling_constrain(const sd_sampling *s, const int32_t *output, size_t n, float *logits, int nv);
+
 /* Processes logits in place for the position after output[0..n_output), in
- * vLLM's order: JSON output (tokens that cannot continue a JSON object -inf,
- * json_mask.h; needs output), allowed_token_ids (others -inf), min_tokens (early_ban -inf
+ * vLLM's order: JSON or regex output (tokens that cannot continue it -inf,
+ * sd_sampling_constrain; needs output), allowed_token_ids (others -inf), min_tokens (early_ban -inf
  * while n_output < min_tokens), logit_bias (added), then repetition (HF:
  * divide positive / multiply negative logits of every token seen in prompt
  * or output), then presence / frequency penalties (OpenAI: logit -=

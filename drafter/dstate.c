@@ -10,6 +10,7 @@
 
 #include "array.h"
 #include "json_schema.h"
+#include "regex_mask.h"
 #include "log.h"
 #include "span.h"
 
@@ -61,15 +62,28 @@ static void forget(sd_dreq *r)
 {
     free(r->ctx);
     sd_json_schema_free(r->schema);
+    sd_regex_free(r->rx);
     memset(r, 0, sizeof *r);
 }
 
-/* The settings kept: a JSON schema compiled (the text is the message's). */
+/* The settings kept: a JSON schema or a regular expression compiled (the
+ * text is the message's); one that does not compile is drafted without. */
 static void keep_sampling(sd_dreq *r, const sd_sampling *sampling)
 {
     sd_json_schema_free(r->schema);
+    sd_regex_free(r->rx);
     r->schema = NULL;
+    r->rx = NULL;
     r->sampling = sampling ? *sampling : sd_sampling_default();
+    if (r->sampling.regex) {
+        char err[256];
+        r->rx = sd_regex_compile(r->sampling.regex, err, sizeof err);
+        if (!r->rx) SD_DEBUG("request %llu: drafting without its regular expression: %s", (unsigned long long)r->id,
+                             err);
+        r->sampling.regex = NULL;
+        r->sampling.rx = r->rx;
+        if (!r->rx) r->sampling.json_vocab = NULL;
+    }
     if (r->sampling.json_schema) {
         char err[256];
         r->schema = sd_json_schema_parse(r->sampling.json_schema, strlen(r->sampling.json_schema), err, sizeof err);

@@ -66,8 +66,9 @@ typedef struct sd_dreq {
     int32_t *ctx;          /* committed tokens known to the drafter; room for in_flight after them */
     size_t n_ctx, cap;
     uint64_t ctx_hash;     /* sd_span_hash of ctx[0..n_ctx) (proto/span.h) */
-    sd_sampling sampling;  /* its json_schema compiled into schema (sampling.schema points there) */
+    sd_sampling sampling;  /* its json_schema / regex compiled into schema / rx (sampling's point there) */
     struct sd_json_schema *schema;
+    struct sd_regex *rx;
     uint64_t last_used;    /* LRU clock value of the last open/advance */
     bool used;
     sd_dreq_pipe pipe;

@@ -25,6 +25,7 @@ sd_sampling sd_pb_sampling_get(const Specd__SamplingParams *sp)
     s.min_tokens = sp->min_tokens;
     s.json_object = sp->json_object;
     s.json_schema = sp->json_schema && sp->json_schema[0] ? sp->json_schema : NULL;
+    s.regex = sp->regex && sp->regex[0] ? sp->regex : NULL;
     return s;
 }
 
@@ -48,4 +49,5 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     out->min_tokens = s->min_tokens;
     out->json_object = s->json_object;
     if (s->json_schema) out->json_schema = (char *)s->json_schema; /* packing only reads it */
+    if (s->regex) out->regex = (char *)s->regex;
 }

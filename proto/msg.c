@@ -3,6 +3,7 @@
  * are unpacked by protobuf-c with the default allocator and then validated. */
 #include "msg.h"
 
+#include "regex_mask.h"
 #include "sampler.h"
 
 #include <errno.h>
@@ -240,6 +241,9 @@ static sd_status check_sampling(const char *what, const Specd__SamplingParams *s
     size_t schema = s->json_schema ? strnlen(s->json_schema, SD_MAX_JSON_SCHEMA + 1) : 0;
     if (schema > SD_MAX_JSON_SCHEMA) return BAD("msg: %s.json_schema exceeds %d bytes", what, SD_MAX_JSON_SCHEMA);
     if (schema && s->json_object) return BAD("msg: %s has both json_object and json_schema", what);
+    size_t regex = s->regex ? strnlen(s->regex, SD_MAX_REGEX + 1) : 0;
+    if (regex > SD_MAX_REGEX) return BAD("msg: %s.regex exceeds %d bytes", what, SD_MAX_REGEX);
+    if (regex && (schema || s->json_object)) return BAD("msg: %s has both JSON output and a regex", what);
     char name[64];
     snprintf(name, sizeof name, "%s.bias_ids", what);
     sd_status st = check_ids(name, s->bias_ids, s->n_bias_ids, SD_MAX_LOGIT_BIAS, err, errlen);

@@ -5,6 +5,7 @@
 #include "http_api.h"
 
 #include "json_schema.h"
+#include "regex_mask.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -371,11 +372,12 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     json_t *fc = field(o, "function_call");
     if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))))
         return BADF("function_call", "'function_call' (deprecated) may only be \"none\" or \"auto\": use 'tools'");
-    static const char *const guided[] = {"guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend"};
-    for (size_t i = 0; i < sizeof guided / sizeof *guided; i++)
-        if (field(o, guided[i]))
-            return BADF(guided[i], "'%s' is not supported: JSON output is by 'response_format' (json_object or "
-                        "json_schema)", guided[i]);
+    if (field(o, "guided_grammar"))
+        return BADF("guided_grammar", "'guided_grammar' is not supported: output is constrained by a JSON schema, "
+                    "a regular expression or a list of choices");
+    json_t *backend = field(o, "guided_decoding_backend"); /* which library does it: specd has its own */
+    if (backend && !json_is_string(backend)) return BADF("guided_decoding_backend", "'guided_decoding_backend' "
+                                                          "must be a string");
     return SD_OK;
 }
 
@@ -399,21 +401,79 @@ static sd_status set_schema(json_t *schema, const char *param, sd_api_req *r, sd
     return SD_OK;
 }
 
-/* JSON output: response_format (OpenAI), or vLLM's structured_outputs.json
- * / guided_json; at most one of them. */
+/* A regular expression for the request's output: compiled here to refuse
+ * what the verifier would (regex_mask.h). */
+static sd_status set_regex(json_t *re, const char *param, sd_api_req *r, sd_api_err *e)
+{
+    if (!json_is_string(re)) return BADF(param, "'%s' must be a string (a regular expression)", param);
+    char msg[400];
+    sd_regex *c = sd_regex_compile(json_string_value(re), msg, sizeof msg);
+    sd_regex_free(c);
+    if (!c) return BADF(param, "'%s': %s", param, msg);
+    return dup_str(json_string_value(re), &r->regex, param, e) == SD_OK ? (r->sampling.regex = r->regex, SD_OK)
+                                                                         : SD_ERR_ARG;
+}
+
+/* choice: the output is exactly one of the strings (a regular expression of
+ * them, every character literal). */
+static sd_status set_choice(json_t *ch, const char *param, sd_api_req *r, sd_api_err *e)
+{
+    size_t n = json_is_array(ch) ? json_array_size(ch) : 0, i;
+    if (n == 0 || n > SD_API_MAX_CHOICES)
+        return BADF(param, "'%s' must be an array of 1 to %d strings", param, SD_API_MAX_CHOICES);
+    const char *texts[SD_API_MAX_CHOICES];
+    size_t lens[SD_API_MAX_CHOICES];
+    json_t *c;
+    json_array_foreach(ch, i, c) {
+        if (!json_is_string(c)) return BADF(param, "'%s[%zu]' must be a string", param, i);
+        texts[i] = json_string_value(c);
+        lens[i] = json_string_length(c);
+    }
+    char msg[200];
+    char *pattern = sd_regex_of_choices(texts, lens, n, msg, sizeof msg);
+    if (!pattern) return BADF(param, "'%s': %s", param, msg);
+    json_t *s = json_string(pattern);
+    free(pattern);
+    sd_status st = s ? set_regex(s, param, r, e) : sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    json_decref(s);
+    return st;
+}
+
+/* vLLM's structured_outputs: one of json, json_object (true), regex,
+ * choice. */
+static sd_status set_structured(json_t *so, sd_api_req *r, sd_api_err *e)
+{
+    static const char *const keys[] = {"json", "json_object", "regex", "choice"};
+    const char *key = NULL;
+    int given = 0;
+    for (size_t i = 0; json_is_object(so) && i < sizeof keys / sizeof *keys; i++)
+        if (json_object_get(so, keys[i])) key = keys[i], given++;
+    if (!json_is_object(so) || given != 1 || json_object_size(so) != 1)
+        return BADF("structured_outputs", "'structured_outputs' must hold one of 'json' (a schema), 'json_object' "
+                    "(true), 'regex' and 'choice': grammar and structural tags are not supported");
+    json_t *v = json_object_get(so, key);
+    if (!strcmp(key, "json")) return set_schema(v, "structured_outputs", r, e);
+    if (!strcmp(key, "regex")) return set_regex(v, "structured_outputs", r, e);
+    if (!strcmp(key, "choice")) return set_choice(v, "structured_outputs", r, e);
+    if (!json_is_true(v)) return BADF("structured_outputs", "'structured_outputs.json_object' must be true");
+    r->sampling.json_object = true;
+    return SD_OK;
+}
+
+/* Output by a format: response_format (OpenAI), or vLLM's
+ * structured_outputs / guided_json / guided_regex / guided_choice; at most
+ * one of them. */
 static sd_status parse_response_format(json_t *o, sd_api_req *r, sd_api_err *e)
 {
     json_t *rf = field(o, "response_format"), *so = field(o, "structured_outputs"), *gj = field(o, "guided_json");
-    if ((rf != NULL) + (so != NULL) + (gj != NULL) > 1)
-        return BADF(rf ? "response_format" : "structured_outputs", "give one of 'response_format', "
-                    "'structured_outputs' and 'guided_json'");
+    json_t *gr = field(o, "guided_regex"), *gc = field(o, "guided_choice");
+    if ((rf != NULL) + (so != NULL) + (gj != NULL) + (gr != NULL) + (gc != NULL) > 1)
+        return BADF(rf ? "response_format" : so ? "structured_outputs" : "guided_json", "give one of "
+                    "'response_format', 'structured_outputs', 'guided_json', 'guided_regex' and 'guided_choice'");
     if (gj) return set_schema(gj, "guided_json", r, e);
-    if (so) {
-        if (!json_is_object(so) || json_object_size(so) != 1 || !json_object_get(so, "json"))
-            return BADF("structured_outputs", "'structured_outputs' may only be {\"json\": SCHEMA}: regex, choice "
-                        "and grammar are not supported");
-        return set_schema(json_object_get(so, "json"), "structured_outputs", r, e);
-    }
+    if (gr) return set_regex(gr, "guided_regex", r, e);
+    if (gc) return set_choice(gc, "guided_choice", r, e);
+    if (so) return set_structured(so, r, e);
     json_t *rft = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
     const char *type = json_is_string(rft) ? json_string_value(rft) : "";
     if (!rf || !strcmp(type, "text")) return SD_OK;
@@ -595,9 +655,9 @@ static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
     if (choice && !strcmp(choice, "none")) return SD_OK;
     r->tools = json_incref(tools);
     if (!forced) return SD_OK;
-    if (r->sampling.json_object || r->json_schema)
+    if (r->sampling.json_object || r->json_schema || r->regex)
         return BADF("tool_choice", "a forced 'tool_choice' (required, or a named function) constrains the output "
-                    "itself: it cannot come with JSON output ('response_format')");
+                    "itself: it cannot come with JSON or regex output ('response_format', 'structured_outputs')");
     return named_ok ? force_named(tools, json_string_value(named), r, e) : force_required(o, tools, r, e);
 }
 
@@ -676,6 +736,7 @@ void sd_api_req_clear(sd_api_req *r)
     free(r->bias_values);
     free(r->allowed);
     free(r->json_schema);
+    free(r->regex);
     free(r->tool_name);
     json_decref(r->tools);
     sd_api_kind kind = r->kind;

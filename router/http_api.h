@@ -21,6 +21,7 @@
 #define SD_API_MAX_NUM_DRAFT 64
 #define SD_API_MAX_LOGPROBS 20   /* alternatives per token (as vLLM's default max_logprobs) */
 #define SD_API_MAX_N 128         /* n and best_of (OpenAI's bound on n) */
+#define SD_API_MAX_CHOICES 1024  /* guided_choice / structured_outputs.choice strings */
 #define SD_API_MAX_ALLOWED (1 << 20) /* allowed_token_ids entries */
 
 /* The generation endpoints. A parsed request is a completion or a chat; a
@@ -58,6 +59,7 @@ typedef struct sd_api_req {
     float *bias_values;        /* ... and their biases */
     int32_t *allowed;          /* "allowed_token_ids" (vLLM extension; NULL when absent) */
     char *json_schema;         /* response_format json_schema's schema, compact (NULL when absent) */
+    char *regex;               /* structured_outputs regex / choice (choices as a pattern; NULL when absent) */
     struct json_t *tools;      /* chat "tools" for the template and tool-call parsing (tool_calls.h); NULL when
                                 * absent, empty or tool_choice "none" */
     bool tools_forced;         /* tool_choice "required" or a named function: the output is JSON by a schema of */
@@ -92,8 +94,9 @@ sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *p
  * noted) and *r holds nothing to free. Sampling ranges are checked with
  * sd_sampling_validate plus the OpenAI bounds; a JSON schema is compiled
  * (json_schema.h) so that what the verifier would refuse is a 400 here.
- * best_of on chat or with stream (unless = n), echo on chat, vLLM's
- * guided regex / choice / grammar are refused (400, unsupported). */
+ * A regular expression likewise (regex_mask.h). best_of on chat or with
+ * stream (unless = n), echo on chat, vLLM's guided_grammar are refused (400,
+ * unsupported). */
 sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_req *r,
                        sd_api_err *e);
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""bench_json_gen.py — JSON output in one process: plain against speculative decoding, interleaved.
+"""bench_json_gen.py — JSON or regex output in one process: plain against speculative decoding, interleaved.
 
-    scripts/bench_json_gen.py ROUNDS (SCHEMA.json | object) [BIN=DIR ...]
+    scripts/bench_json_gen.py ROUNDS (SCHEMA.json | object | regex=PATTERN) [BIN=DIR ...]
 
 Runs `specd-generate --max-tokens 128 --threads 1 --json` on the demo target with `--json-schema @SCHEMA.json`
-(or `--response-format json_object`) for three prompts, per round: plain (build/bin), then speculative
+(or `--response-format json_object`, or `--regex PATTERN`) for three prompts, per round: plain (build/bin), then speculative
 (`--draft models/tinycode-3m`) with build/bin and with each other build's binaries given as BIN=DIR.
 Prints per configuration tokens / seconds summed over the rounds, the per-round ratio to plain (geometric
 mean ± standard error) and the mean tokens a step; exits non-zero when a configuration wrote other tokens
@@ -31,7 +31,8 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     rounds, what = int(sys.argv[1]), sys.argv[2]
-    fmt = ["--response-format", "json_object"] if what == "object" else ["--json-schema", "@" + what]
+    fmt = ["--response-format", "json_object"] if what == "object" else \
+        ["--regex", what[6:]] if what.startswith("regex=") else ["--json-schema", "@" + what]
     cfgs = [("plain", "build/bin", [])] + [("speculative", "build/bin", DRAFT)] + \
            [("speculative " + a[4:], a[4:], DRAFT) for a in sys.argv[3:] if a.startswith("BIN=")]
     tot = {c[0]: [0, 0.0, []] for c in cfgs}

@@ -25,6 +25,7 @@
 #include "model.h"
 #include "ngram.h"
 #include "opt.h"
+#include "regex_mask.h"
 #include "sampler.h"
 #include "strbuf.h"
 #include "tokenizer.h"
@@ -53,6 +54,10 @@ typedef struct gen_opts {
     int min_tokens;           /* --min-tokens */
     const char *json_schema;  /* --json-schema: the schema's text, or @FILE */
     char *schema_text;        /* ... read from FILE */
+    const char *regex;        /* --regex: the pattern, or @FILE */
+    char *regex_text;         /* ... read from FILE, or the pattern of the --choice strings */
+    const char *choices[256]; /* --choice (repeatable) */
+    size_t n_choices;
     int32_t *bias_ids, *allowed_ids;
     float *bias_values;
 } gen_opts;
@@ -68,7 +73,8 @@ static void usage(FILE *f)
             "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
             "       [--quant none|int8] [--batch-invariant]\n"
             "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n"
-            "       [--response-format text|json_object] [--json-schema SCHEMA|@FILE]\n");
+            "       [--response-format text|json_object] [--json-schema SCHEMA|@FILE]\n"
+            "       [--regex PATTERN|@FILE | --choice TEXT [--choice TEXT ...]]\n");
 }
 
 static int parse_processors(gen_opts *o);
@@ -87,7 +93,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
         {"batch-invariant", 0, 0, 'I'}, {"logit-bias", 1, 0, 'B'}, {"allowed-token-ids", 1, 0, 'A'},
         {"min-tokens", 1, 0, 'N'},  {"response-format", 1, 0, 'F'},
-        {"json-schema", 1, 0, 'J'}, {0, 0, 0, 0}};
+        {"json-schema", 1, 0, 'J'}, {"regex", 1, 0, 'g'},       {"choice", 1, 0, 'C'},      {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -126,6 +132,14 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             o->sampling.json_object = !strcmp(optarg, "json_object");
             break;
         case 'J': o->json_schema = optarg; break;
+        case 'g': o->regex = optarg; break;
+        case 'C':
+            if (o->n_choices == sizeof o->choices / sizeof *o->choices) {
+                fprintf(stderr, "specd-generate: at most 256 --choice strings\n");
+                return -1;
+            }
+            o->choices[o->n_choices++] = optarg;
+            break;
         case 'A': o->allowed = optarg; break;
         case 'N': st = sd_opt_int(optarg, "--min-tokens", 0, 1000000000, &o->min_tokens, err, sizeof err); break;
         case 'D': o->draft_dir = optarg; break;
@@ -213,6 +227,33 @@ static int parse_ids(const char *name, const char *s, int32_t **ids, size_t *n)
 
 /* --logit-bias "ID=B,ID=B" and --allowed-token-ids into o->sampling's
  * logits processors (o owns the lists; sd_sampling_validate checks them). */
+/* --regex (@FILE read) or --choice's strings as a pattern: o->sampling.regex
+ * (compiled by sd_req_new). */
+static int read_regex(gen_opts *o)
+{
+    char err[256];
+    size_t len;
+    if (o->regex && o->n_choices) {
+        fprintf(stderr, "specd-generate: give --regex or --choice, not both\n");
+        return -1;
+    }
+    if (o->regex && o->regex[0] == '@' && sd_read_file(o->regex + 1, SD_MAX_REGEX, &o->regex_text, &len, err,
+                                                       sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: --regex: %s\n", err);
+        return -1;
+    }
+    if (o->n_choices) {
+        size_t lens[256];
+        for (size_t i = 0; i < o->n_choices; i++) lens[i] = strlen(o->choices[i]);
+        if (!(o->regex_text = sd_regex_of_choices(o->choices, lens, o->n_choices, err, sizeof err))) {
+            fprintf(stderr, "specd-generate: --choice: %s\n", err);
+            return -1;
+        }
+    }
+    o->sampling.regex = o->regex_text ? o->regex_text : o->regex;
+    return 0;
+}
+
 static int parse_processors(gen_opts *o)
 {
     size_t n = 0;
@@ -229,6 +270,7 @@ static int parse_processors(gen_opts *o)
         }
     }
     o->sampling.json_schema = o->schema_text ? o->schema_text : o->json_schema; /* compiled by sd_req_new */
+    if (read_regex(o) != 0) return -1;
     if (!o->logit_bias) return 0;
     size_t cap = strlen(o->logit_bias) / 2 + 1;
     o->bias_ids = malloc(cap * sizeof *o->bias_ids);
@@ -496,9 +538,9 @@ int main(int argc, char **argv)
     if (make_proposer(&o, be, (int)positions, &pr) != 0) goto out;
     eng = sd_engine_new(m, NULL);
     if (!eng) goto out;
-    if (o.sampling.json_object || o.sampling.json_schema) {
+    if (o.sampling.json_object || o.sampling.json_schema || o.sampling.regex) {
         if (!(jv = sd_json_vocab_load(o.model_dir, c, err, sizeof err))) {
-            fprintf(stderr, "specd-generate: JSON output: %s\n", err);
+            fprintf(stderr, "specd-generate: %s output: %s\n", o.sampling.regex ? "regex" : "JSON", err);
             goto out;
         }
         sd_engine_set_json_vocab(eng, jv);
@@ -523,6 +565,7 @@ out:
     free(o.bias_values);
     free(o.allowed_ids);
     free(o.schema_text);
+    free(o.regex_text);
     sd_tok_stream_free(ts);
     sd_engine_free(eng);
     sd_json_vocab_free(jv);

@@ -6,6 +6,7 @@
 
 #include "array.h"
 #include "convert.h"
+#include "regex_mask.h"
 
 void sd_vf_batch_init(sd_vf_batch *b) { memset(b, 0, sizeof *b); }
 
@@ -99,6 +100,7 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
             sd_sampling_drop_processors(&ds); /* the drafter drafts without them, */
             ds.json_object = r->p.sampling.json_object; /* but keeps to JSON output (draft.c) */
             ds.json_schema = r->schema_text;
+            ds.regex = sd_regex_pattern(r->rx);
             sd_pb_sampling_set(&ds, &b->open_sampling[b->n_opens]);
             o->sampling = &b->open_sampling[b->n_opens];
             b->n_opens++;

@@ -8,6 +8,7 @@
 #include "dpipe.h"
 #include "dstate.h"
 #include "json_schema.h"
+#include "regex_mask.h"
 #include "testutil.h"
 
 START_TEST(test_open_and_advance)
@@ -62,6 +63,32 @@ START_TEST(test_json_schema_kept)
     ck_assert_ptr_null(r->schema);
     ck_assert_int_eq(sd_dstate_open(t, 2, ctx, 2, &s, NULL, NULL), SD_OK);
     sd_dstate_free(t); /* frees the open request's schema */
+}
+END_TEST
+
+START_TEST(test_regex_kept)
+{
+    sd_dstate *t = sd_dstate_new(2);
+    int32_t ctx[] = {5, 6};
+    char text[] = "(cat|dog)s?";
+    sd_sampling s = sd_sampling_default();
+    s.regex = text;
+    s.json_vocab = (const struct sd_json_vocab *)&s; /* any non-NULL table: not used here */
+    ck_assert_int_eq(sd_dstate_open(t, 1, ctx, 2, &s, NULL, NULL), SD_OK);
+    memset(text, 'x', sizeof text - 1); /* the message's buffer goes away */
+    sd_dreq *r = sd_dstate_get(t, 1);
+    ck_assert(r->rx && r->sampling.rx == r->rx && !r->sampling.regex && r->sampling.json_vocab);
+    ck_assert_str_eq(sd_regex_pattern(r->rx), "(cat|dog)s?");
+    s.regex = "(a";
+    ck_assert_int_eq(sd_dstate_open(t, 1, ctx, 2, &s, NULL, NULL), SD_OK); /* drafted without it */
+    ck_assert(!r->rx && !r->sampling.rx && !r->sampling.json_vocab);
+    s.regex = "b+";
+    ck_assert_int_eq(sd_dstate_open(t, 1, ctx, 2, &s, NULL, NULL), SD_OK);
+    ck_assert(r->rx != NULL);
+    ck_assert(sd_dstate_close(t, 1));
+    ck_assert_ptr_null(r->rx);
+    ck_assert_int_eq(sd_dstate_open(t, 2, ctx, 2, &s, NULL, NULL), SD_OK);
+    sd_dstate_free(t); /* frees the open request's expression */
 }
 END_TEST
 
@@ -198,6 +225,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_open_and_advance);
     tcase_add_test(tc, test_json_schema_kept);
+    tcase_add_test(tc, test_regex_kept);
     tcase_add_test(tc, test_need_open_cases);
     tcase_add_test(tc, test_long_append);
     tcase_add_test(tc, test_lru_eviction);

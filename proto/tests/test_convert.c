@@ -48,7 +48,7 @@ START_TEST(round_trip)
     ck_assert_float_eq(b.presence_penalty, a.presence_penalty);
     ck_assert_float_eq(b.frequency_penalty, a.frequency_penalty);
     ck_assert_uint_eq(b.seed, a.seed);
-    ck_assert(!b.json_schema); /* protobuf's empty string: none */
+    ck_assert(!b.json_schema && !b.regex); /* protobuf's empty string: none */
 }
 END_TEST
 
@@ -68,6 +68,7 @@ START_TEST(processor_lists)
     a.min_tokens = 12;
     a.json_object = true;
     a.json_schema = "{}";
+    a.regex = "a|b"; /* both: the wire carries them (msg.c refuses such a message) */
     Specd__SamplingParams sp;
     sd_pb_sampling_set(&a, &sp);
     size_t n = specd__sampling_params__get_packed_size(&sp);
@@ -82,6 +83,7 @@ START_TEST(processor_lists)
     ck_assert(b.json_object && !b.json_vocab); /* the table is the verifier's own (sd_req_new) */
     ck_assert_str_eq(b.json_schema, "{}");
     ck_assert(!b.schema); /* compiled by sd_req_new */
+    ck_assert_str_eq(b.regex, "a|b");
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(b.bias_ids[i], ids[i]);
         ck_assert_float_eq(b.bias_values[i], bias[i]);

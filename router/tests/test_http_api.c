@@ -113,7 +113,10 @@ static const bad_case BAD[] = {
      "#/items/anyOf/0/properties/parameters/properties/x: the keyword 'pattern'"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
                   "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"response_format\": {\"type\": "
-                  "\"json_object\"}}", "tool_choice", "cannot come with JSON output"},
+                  "\"json_object\"}}", "tool_choice", "cannot come with JSON or regex output"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+                  "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"guided_regex\": \"a\"}",
+     "tool_choice", "cannot come with JSON or regex output"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{\"name\": \"f\"}]}",
      "functions", "not supported"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"function_call\": {\"name\": \"f\"}}",
@@ -132,9 +135,23 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_json\": \"{nope\"}", "guided_json", "not JSON"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_json\": {}, \"response_format\": {\"type\": \"text\"}}",
      "response_format", "give one of"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\"}}", "structured_outputs",
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"grammar\": \"a\"}}", "structured_outputs",
+     "grammar and structural tags are not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\", \"choice\": [\"a\"]}}",
+     "structured_outputs", "one of 'json'"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json_object\": false}}", "structured_outputs",
+     "must be true"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"(a\"}}", "structured_outputs",
+     "missing closing parenthesis (at byte 2)"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_regex\": \"(a)\\\\1\"}", "guided_regex", "back-references"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_regex\": 3}", "guided_regex", "must be a string"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": []}", "guided_choice", "array of 1 to 1024 strings"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\", 2]}", "guided_choice",
+     "'guided_choice[1]' must be a string"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}",
+     "guided_json", "give one of"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_grammar\": \"root ::= x\"}", "guided_grammar",
      "not supported"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"]}", "guided_choice", "not supported"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"$ref\": \"#/x\"}}}",
      "structured_outputs", "points nowhere"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias", "must be an object"},
@@ -262,6 +279,19 @@ START_TEST(logits_processor_fields)
     b = "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"type\": \"null\"}}}";
     ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
     ck_assert_str_eq(r.sampling.json_schema, "{\"type\":\"null\"}");
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"guided_regex\": \"\\\\d+\", \"guided_decoding_backend\": \"xgrammar\"}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(sd_sampling_processes(&r.sampling) && !r.sampling.json_object && !r.sampling.json_schema);
+    ck_assert_str_eq(r.sampling.regex, "\\d+");
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"structured_outputs\": {\"choice\": [\"a.b\", \"c d\", \"caf\u00e9\"]}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert_str_eq(r.sampling.regex, "a\\.b|c\\ d|caf\xc3\xa9");
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"structured_outputs\": {\"json_object\": true}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.sampling.json_object && !r.sampling.regex);
     sd_api_req_clear(&r);
     b = "{\"prompt\": \"x\", \"logit_bias\": {}, \"allowed_token_ids\": null, \"min_tokens\": 0, "
         "\"response_format\": {\"type\": \"text\"}}";

@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "msg.h"
+#include "regex_mask.h"
 #include "sampler.h"
 #include "testutil.h"
 
@@ -390,6 +391,22 @@ START_TEST(bad_sampling_lists_are_rejected)
     free(buf);
     free(big);
     sp.json_schema = (char *)protobuf_c_empty_string;
+    sp.regex = "\\d{4}-\\d{2}";
+    roundtrip(&env);
+    sp.json_object = true;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "JSON output and a regex");
+    free(buf);
+    sp.json_object = false;
+    big = malloc(SD_MAX_REGEX + 2);
+    memset(big, 'a', SD_MAX_REGEX + 1);
+    big[SD_MAX_REGEX + 1] = 0;
+    sp.regex = big;
+    n = pack(&env, &buf);
+    expect_rejected(buf, n, "a regex too long");
+    free(buf);
+    free(big);
+    sp.regex = (char *)protobuf_c_empty_string;
     Specd__DraftOpen o = SPECD__DRAFT_OPEN__INIT;
     o.request_id = 7;
     o.context = prompt;

@@ -180,7 +180,7 @@ if serve_start --draft "$DRAFT"; then
      [ "$(jget "$WORK/respschema.json" "j[\"text\"][\"format\"][\"type\"]")" = json_schema ]'
   BADSCHEMA='{"response_format": {"type": "json_schema", "json_schema": {"schema": {"pattern": "[a-z]+"}}}}'
   for c in "$BADSCHEMA|response_format|'pattern' is not supported" \
-           '{"structured_outputs": {"regex": "a+"}}|structured_outputs|not supported' \
+           '{"structured_outputs": {"grammar": "root ::= x"}}|structured_outputs|not supported' \
            '{"logit_bias": {"8192": 1}}|logit_bias|out of range' \
            '{"logit_bias": {"5": -101}}|logit_bias|between -100 and 100' \
            '{"logit_bias": {"x": 1}}|logit_bias|token ids' \

@@ -18,6 +18,7 @@
 #include "draft.h"
 #include "model.h"
 #include "json_mask.h"
+#include "regex_mask.h"
 #include "model_config.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -624,6 +625,64 @@ START_TEST(json_drafts_keep_to_the_schema)
 }
 END_TEST
 
+/* The same under a regular expression: drafts and q keep to it. */
+START_TEST(regex_drafts_keep_to_the_pattern)
+{
+    static const char pattern[] = "config = \\{\"kind\": \"(cat|dog)\", \"age\": [0-9]{1,2}\\}";
+    char dir[512], path[600], err[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", drafter_dir(dir, sizeof dir));
+    sd_tok *tok = NULL;
+    ck_assert(sd_tok_load(path, &tok, err, sizeof err) == SD_OK);
+    sd_model_config cfg;
+    ck_assert(sd_config_load_dir(dir, &cfg, err, sizeof err) == SD_OK);
+    sd_json_vocab *jv = sd_json_vocab_load(dir, &cfg, err, sizeof err);
+    sd_regex *rx = sd_regex_compile(pattern, err, sizeof err);
+    ck_assert_msg(jv && rx, "%s", err);
+    static const char *const starts[] = {"", "config = {\"", "config = {\"kind\": \"c"};
+    sd_proposer *p = make(2, 256);
+    for (int c = 0; c < 6; c++) {
+        const char *out = starts[c % 3];
+        int32_t ctx[128], *ids = NULL, *pre = NULL;
+        size_t n = 0, np = 0;
+        ck_assert(sd_tok_encode(tok, "# settings\n", 11, false, &ids, &n, err, sizeof err) == SD_OK);
+        ck_assert(sd_tok_encode(tok, out, strlen(out), false, &pre, &np, err, sizeof err) == SD_OK);
+        memcpy(ctx, ids, n * sizeof *ctx);
+        memcpy(ctx + n, pre, np * sizeof *ctx);
+        sd_sampling s = sd_sampling_default();
+        s.temperature = c < 3 ? 0.0f : 1.0f;
+        s.seed = 9;
+        s.rx = rx;
+        s.json_vocab = jv;
+        sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = (int)(n + np), .k = 8, .sampling = &s,
+                              .want_q = c >= 3, .out_pos = np};
+        sd_proposal o;
+        ck_assert(p->ops->propose(p, &it, 1, &o, err, sizeof err) == SD_OK);
+        ck_assert_int_gt(o.n, 0);
+        sd_regex_state *st = sd_regex_state_new(rx);
+        ck_assert(sd_regex_state_feed(st, out, strlen(out)));
+        for (int t = 0; t < o.n && !sd_regex_state_complete(st); t++) {
+            const char *b;
+            size_t len;
+            for (size_t j = 0; c >= 3 && j < o.nq[t]; j++) {
+                ck_assert(sd_json_vocab_token(jv, o.q[t][j].token, &b, &len) == SD_JSON_TOKEN_TEXT);
+                ck_assert_msg(sd_regex_state_accepts(st, b, len), "config %d: q holds %d at %d", c, o.q[t][j].token, t);
+            }
+            ck_assert(sd_json_vocab_token(jv, o.tokens[t], &b, &len) == SD_JSON_TOKEN_TEXT);
+            ck_assert_msg(sd_regex_state_feed(st, b, len), "config %d: draft %d (%d) leaves the pattern", c, t,
+                          o.tokens[t]);
+        }
+        sd_regex_state_free(st);
+        p->ops->release(p, 1);
+        free(ids);
+        free(pre);
+    }
+    sd_proposer_free(p);
+    sd_regex_free(rx);
+    sd_json_vocab_free(jv);
+    sd_tok_free(tok);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("draft");
@@ -641,6 +700,7 @@ int main(void)
     tcase_add_test(tc, warm_up_changes_nothing);
     tcase_add_test(tc, bad_options);
     tcase_add_test(tc, json_drafts_keep_to_the_schema);
+    tcase_add_test(tc, regex_drafts_keep_to_the_pattern);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

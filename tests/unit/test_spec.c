@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "json_mask.h"
 #include "ngram.h"
+#include "regex_mask.h"
 #include "testutil.h"
 #include "tokenizer.h"
 #include "../../bench/code_prompts.h"
@@ -732,6 +733,74 @@ static void gen_lp(fixture *f, sd_proposer *pr, const int32_t *ids, int n, const
  * must not touch them) and seeded sampling with match verification — and
  * they are the target's: the chosen token's value is among the top ones
  * where it is the argmax, the top list descends and sums to at most 1. */
+/* Output by a regular expression (regex_mask.h): every verified row masked
+ * (and the drafts, draft.c), the output a text the expression matches (or
+ * a prefix of one, cut by max_tokens), speculative == plain, greedy and
+ * sampled. */
+START_TEST(regex_output_exact)
+{
+    static const char *const patterns[] = {
+        "\n    (return|raise|yield) [a-z_]{1,16}(\\([a-z_, ]{0,24}\\))?\n",
+        "( {4}[a-z_]{1,12} = [a-z0-9_.()+*, -]{1,30}\n){1,4}",
+        "(True|False|None|[0-9]{1,6})",
+    };
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 1);
+    char dir[512], err[256];
+    int n;
+    int32_t *ids = encode(&f, PROMPTS[5], &n);
+    sd_req_params p = sd_req_params_default();
+    p.max_tokens = 64;
+    p.sampling.regex = patterns[0];
+    sd_req *r;
+    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
+    sd_json_vocab *jv = sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f.target), err,
+                                           sizeof err);
+    ck_assert_msg(jv != NULL, "%s", err);
+    sd_engine_set_json_vocab(f.eng, jv);
+    p.sampling.regex = "(a)\\1";
+    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "back-references"), "%s", err);
+    for (int c = 0; c < 6; c++) {
+        free(ids);
+        ids = encode(&f, PROMPTS[6 + c], &n);
+        const char *pattern = patterns[c % 3];
+        p.sampling.regex = pattern;
+        p.sampling.temperature = c % 2 ? 0.9f : 0.0f; /* sampled: verified by matching (token for token) */
+        p.sampling.seed = 23;
+        p.speculate = false;
+        int na, nb;
+        int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
+        char *text = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(sd_tok_decode(f.tok, a, (size_t)na, true, &text, &len, err, sizeof err), SD_OK);
+        sd_regex *rx = sd_regex_compile(pattern, err, sizeof err);
+        sd_regex_state *st = sd_regex_state_new(rx);
+        ck_assert_msg(sd_regex_state_feed(st, text, len), "config %d: not a prefix of what may come: %s", c, text);
+        ck_assert_msg(na == p.max_tokens || sd_regex_state_complete(st), "config %d: stopped before the end: %s", c,
+                      text);
+        sd_regex_state_free(st);
+        sd_regex_free(rx);
+        free(text);
+        p.speculate = true;
+        p.num_draft = 4;
+        p.verify = c % 2 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
+        int32_t *b = gen(&f, pr, ids, n, &p, &nb, NULL);
+        ck_assert_int_eq(na, nb);
+        for (int j = 0; j < na; j++) ck_assert_msg(a[j] == b[j], "config %d: token %d differs", c, j);
+        free(a);
+        free(b);
+    }
+    sd_engine_set_json_vocab(f.eng, NULL);
+    sd_json_vocab_free(jv);
+    free(ids);
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
 START_TEST(logprobs_same_with_speculation)
 {
     fixture f;
@@ -834,6 +903,7 @@ int main(void)
     tcase_add_test(tc, stops_and_exhaustion);
     tcase_add_test(tc, logits_processors_exact);
     tcase_add_test(tc, json_output_exact);
+    tcase_add_test(tc, regex_output_exact);
     tcase_add_test(tc, logprobs_same_with_speculation);
     tcase_add_test(tc, prompt_logprobs_match_decoding);
     suite_add_tcase(s, tc);
