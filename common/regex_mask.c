@@ -97,8 +97,9 @@ static int run(const sd_regex_state *st, const unsigned char *p, size_t n, uint3
     for (int states = st->count;;) {
         if (!scratch_fit(s, states)) return PCRE2_ERROR_NOMEMORY;
         if (st->started) memcpy(s->w, st->ws, (2 + 3 * (size_t)st->count) * sizeof *s->w);
-        int rc = pcre2_dfa_match(st->rx->code, p, n, 0, opts | (st->started ? PCRE2_DFA_RESTART : 0), s->md, NULL,
-                                 s->w, (PCRE2_SIZE)s->wscount);
+        /* a restart's piece does not begin the text: ^ does not match there */
+        uint32_t o = opts | (st->started ? PCRE2_DFA_RESTART | PCRE2_NOTBOL : 0);
+        int rc = pcre2_dfa_match(st->rx->code, p, n, 0, o, s->md, NULL, s->w, (PCRE2_SIZE)s->wscount);
         if (rc != PCRE2_ERROR_DFA_WSSIZE) return rc;
         states = (s->wscount - 2) / 3; /* twice the lists' room */
     }
@@ -542,9 +543,39 @@ static lz_pos lz_walk(const sd_regex *rx, lazy *z, lz_pos at, const unsigned cha
 
 /* ---- compiling ------------------------------------------------------------ */
 
-/* The constructs PCRE2's DFA matcher lacks that pattern information does not
- * report: backtracking verbs and \K. A scan skipping escapes, \Q...\E and
- * character classes (a verb's text inside a comment is refused too). */
+/* The option letters of a group "(?letters)" or "(?letters:" at p (just
+ * after "(?"), or NULL when p begins no such group. */
+static const char *option_letters(const char *p, size_t *n)
+{
+    size_t k = 0;
+    while ((p[k] >= 'a' && p[k] <= 'z') || (p[k] >= 'A' && p[k] <= 'Z') || p[k] == '-' || p[k] == '^') k++;
+    *n = k;
+    return p[k] == ')' || p[k] == ':' ? p : NULL;
+}
+
+/* What a group opening "(?" at p (after it) does that cannot be followed a
+ * piece at a time, or NULL. */
+static const char *group_lacks(const char *p)
+{
+    size_t n;
+    const char *opts = option_letters(p, &n);
+    if (opts && memchr(opts, 'm', n)) return "multiline mode ((?m))";
+    if (p[0] == '=' || p[0] == '!' || (p[0] == '<' && (p[1] == '=' || p[1] == '!'))) return "lookaround assertions";
+    if (p[0] == '>') return "atomic groups";
+    if (p[0] == 'R' || p[0] == '&' || p[0] == '+' || (p[0] >= '0' && p[0] <= '9') ||
+        (p[0] == '-' && p[1] >= '0' && p[1] <= '9') || (p[0] == 'P' && p[1] == '>'))
+        return "recursion and subroutine calls";
+    return NULL;
+}
+
+/* The constructs PCRE2's DFA matcher cannot follow a piece at a time that
+ * pattern information does not report: backtracking verbs (and the
+ * alphabetic assertions written like them), \K, assertions, atomic groups,
+ * recursion and subroutine calls, possessive quantifiers (each runs on the
+ * piece at hand only: "(?=ab)a." refuses "a" followed by "b"), \A and \G
+ * (they would match at every piece's start), multiline mode. A scan
+ * skipping escapes, \Q...\E and character classes (such text inside a
+ * comment is refused too). */
 static const char *dfa_lacks(const char *p)
 {
     bool cls = false;
@@ -557,7 +588,9 @@ static const char *dfa_lacks(const char *p)
                 p = e + 1;
                 continue;
             }
-            if (p[1] == 'K' && !cls) return "\\K";
+            if (!cls && p[1] == 'K') return "\\K";
+            if (!cls && (p[1] == 'A' || p[1] == 'G')) return "\\A and \\G";
+            if (!cls && p[1] == 'g' && (p[2] == '<' || p[2] == '\'')) return "recursion and subroutine calls";
             p++;
         } else if (cls) {
             cls = *p != ']';
@@ -567,6 +600,12 @@ static const char *dfa_lacks(const char *p)
             if (p[1] == ']') p++;
         } else if (*p == '(' && p[1] == '*') {
             return "backtracking verbs such as (*ACCEPT)";
+        } else if (*p == '(' && p[1] == '?') {
+            const char *why = group_lacks(p + 2);
+            if (why) return why;
+            p++; /* the '?' opens the group: not a quantifier */
+        } else if ((*p == '+' || *p == '*' || *p == '?' || *p == '}') && p[1] == '+') {
+            return "possessive quantifiers";
         }
     }
     return NULL;
@@ -593,8 +632,9 @@ static bool ascii_only(const char *p)
             cls = true;
             if (p[1] == ']') p++;
         } else if (c == '(' && p[1] == '?') {
-            for (const char *q = p + 2; *q && *q != ')' && *q != ':'; q++)
-                if (*q == 'i') return false;
+            size_t n;
+            const char *opts = option_letters(p + 2, &n);
+            if (opts && memchr(opts, 'i', n)) return false;
         }
     }
     return true;
@@ -650,7 +690,8 @@ static pcre2_code *compile_wrapped(const char *pattern, char *err, size_t errlen
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF, &code, &off, NULL);
     if (re) {
         pcre2_code_free(re);
-        re = pcre2_compile((PCRE2_SPTR)w, len + 6, PCRE2_UTF | PCRE2_ANCHORED, &code, &off, NULL);
+        re = pcre2_compile((PCRE2_SPTR)w, len + 6, PCRE2_UTF | PCRE2_ANCHORED | PCRE2_NO_AUTO_POSSESS, &code, &off,
+                           NULL);
         off = off > 3 ? off - 3 : 0;
     }
     free(w);
@@ -719,8 +760,9 @@ sd_regex *sd_regex_compile(const char *pattern, char *err, size_t errlen)
     pcre2_pattern_info(re, PCRE2_INFO_BACKREFMAX, &backref);
     pcre2_pattern_info(re, PCRE2_INFO_MAXLOOKBEHIND, &behind);
     pcre2_pattern_info(re, PCRE2_INFO_HASBACKSLASHC, &bsc);
-    const char *lacks = backref ? "back-references or conditions" : behind ? "lookbehind, \\b or \\B"
-                        : bsc ? "\\C" : dfa_lacks(pattern);
+    const char *lacks = dfa_lacks(pattern);
+    if (!lacks) lacks = backref ? "back-references or conditions" : behind ? "lookbehind, \\b or \\B"
+                        : bsc ? "\\C" : NULL;
     sd_regex *rx = lacks ? NULL : calloc(1, sizeof *rx);
     if (!rx) {
         pcre2_code_free(re);
@@ -733,16 +775,17 @@ sd_regex *sd_regex_compile(const char *pattern, char *err, size_t errlen)
     rx->pattern = strdup(pattern);
     rx->named = malloc(MAX_NAMED * sizeof *rx->named);
     rx->named_len = malloc(MAX_NAMED);
-    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    int ws[64];
-    if (!rx->lz || !rx->pattern || !rx->named || !rx->named_len || !md) {
-        pcre2_match_data_free(md);
+    scratch s;
+    bool ok = scratch_init(&s, MIN_STATES);
+    if (!rx->lz || !rx->pattern || !rx->named || !rx->named_len || !ok) {
+        scratch_free(&s);
         sd_regex_free(rx);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory"), NULL;
     }
     rx->ascii = ascii_only(pattern);
-    rx->empty_ok = pcre2_dfa_match(re, (PCRE2_SPTR) "", 0, 0, 0, md, NULL, ws, 64) >= 0;
-    pcre2_match_data_free(md);
+    sd_regex_state start = {.rx = rx, .ok = true};
+    rx->empty_ok = run(&start, (const unsigned char *)"", 0, 0, &s) >= 0; /* (the workspace grows as needed) */
+    scratch_free(&s);
     collect_named(rx);
     return rx;
 }

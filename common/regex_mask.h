@@ -7,9 +7,13 @@
  * over the whole output (anchored at both ends). PCRE2's DFA matcher, fed
  * the output a piece at a time (PCRE2_DFA_RESTART, hard partial matching),
  * says whether more text could still complete a match: a token may come
- * when its bytes keep that so. What the DFA matcher cannot do is refused
- * when the expression is compiled: back-references, lookbehind and \b / \B
- * (they would look across the pieces), conditions, recursion, callouts.
+ * when its bytes keep that so. What cannot be followed a piece at a time
+ * is refused when the expression is compiled: back-references and
+ * conditions, lookaround assertions, \b / \B, atomic groups, possessive
+ * quantifiers, recursion and subroutine calls, \A / \G, \K, \C,
+ * backtracking verbs, multiline mode (PCRE2's DFA matcher runs such
+ * constructs on the piece at hand only). A piece after the first is not the
+ * text's start: ^ does not match there.
  *
  * A token that ends inside a UTF-8 character (byte-level vocabularies split
  * characters) may come when the character can be finished to one the

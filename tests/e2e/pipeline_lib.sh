@@ -152,6 +152,21 @@ open(sys.argv[2], "w", encoding="utf-8").write(text)
 PY
 }
 
+# expect_400s PROMPT MAX_TOKENS 'EXTRA|PARAM|MESSAGE'...: each greedy completion of PROMPT with EXTRA's
+# members is a 400 in the OpenAI shape naming PARAM, MESSAGE in its message.
+expect_400s() {
+  local prompt=$1 max=$2 c extra param msg st got want; shift 2
+  want="('invalid_request_error', '"
+  for c in "$@"; do
+    IFS='|' read -r extra param msg <<<"$c"
+    st=$(post /v1/completions "$(body "$prompt" "$max" 0 "$extra")" "$WORK/bad.json")
+    got=$(jget "$WORK/bad.json" "(j[\"error\"][\"type\"], j[\"error\"][\"param\"],
+      \"$msg\" in j[\"error\"][\"message\"])")
+    check "$extra: 400 naming $param" '[ "$st" = 400 ] && [ "$got" = "$want$param'"'"', True)" ]' ||
+      echo "#   got: $(head -c 300 "$WORK/bad.json")"
+  done
+}
+
 # reference PROMPT OUT [specd-generate args]: the target's plain output text.
 reference() {
   local p=$1 out=$2; shift 2

@@ -39,11 +39,21 @@ static const struct {
     {"[a-", "missing terminating ]"},
     {"(a)\\1", "back-references"},
     {"(a)?(?(1)b|c)", "back-references or conditions"},
-    {"(?<=a)b", "lookbehind"},
+    {"(?<=a)b", "lookaround assertions"},
     {"\\bword", "\\b"},
     {"a(*ACCEPT)b", "backtracking verbs"},
     {"a\\Kb", "\\K"},
     {"a\\Cb", "\\C"},
+    {"(?=ab)a.", "lookaround assertions"},
+    {"x(?!ab)a.", "lookaround assertions"},
+    {"(?>a+)b", "atomic groups"},
+    {"\\(((?R)|x)\\)", "recursion and subroutine calls"},
+    {"(a|b)(?1)", "recursion and subroutine calls"},
+    {"(?<n>a)\\g<n>", "recursion and subroutine calls"},
+    {"(?:ab)++c", "possessive quantifiers"},
+    {"a*+a", "possessive quantifiers"},
+    {"a\\Ab", "\\A and \\G"},
+    {"(?m)^a$", "multiline mode"},
 };
 
 START_TEST(refused_patterns)
@@ -58,8 +68,8 @@ END_TEST
 START_TEST(accepted_lookalikes)
 {
     /* escaped, or in a class: not the constructs above */
-    static const char *const ok[] = {"\\(*x", "[(*]+", "\\\\K", "\\Q(*\\E", "[\\b]", "(?=ab)a.", "(?>a+)b",
-                                     "\\(((?R)|x)\\)", "(a|b)(?1)"};
+    static const char *const ok[] = {"\\(*x",        "[(*]+",     "\\\\K",     "\\Q(*\\E", "[\\b]",  "[a+]+b",
+                                     "(?<name>ab)c", "(?i:ab)c", "(?x) a b", "a\\++",   "\\\\A", "(?|(a)|b)"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) sd_regex_free(compile_ok(ok[i]));
     char err[128], *big = malloc(SD_MAX_REGEX + 2);
     memset(big, 'a', SD_MAX_REGEX + 1);
@@ -105,6 +115,8 @@ static const struct {
     {".{2,5}!", {"\xe2\x82\xac\xf0\x9f\x98\x80!", "ab!", "abcdef!", "a!"}},
     {"\\{\"a\": (true|false|\\d+)\\}", {"{\"a\": 12}", "{\"a\": tru}", "{\"a\": 1x}", "{\"b\": 1}"}},
     {"(ab|abc)+d?", {"ababcabd", "abcabcab", "abd", "abx"}},
+    {"(?:^a|b)+", {"abb", "aab", "ba", "a"}}, /* ^ only at the text's start, not at a piece's */
+    {"(a|b$)\\n?c?", {"ab\nc", "b\n", "a\nc", "bc"}},
 };
 
 /* Feeds text in pieces of `step` bytes and compares at every character
@@ -207,6 +219,25 @@ START_TEST(choices)
     }
     sd_regex_free(rx);
     free(pattern);
+    /* many alternatives, one empty: the empty output is complete (a regression: PCRE2's workspace for the
+     * empty match was too small, and the empty output was refused) */
+    const char *many[24];
+    size_t ml[24];
+    char words[23][8];
+    for (int i = 0; i < 23; i++) {
+        snprintf(words[i], sizeof words[i], "w%d", i);
+        many[i] = words[i];
+        ml[i] = strlen(words[i]);
+    }
+    many[23] = "";
+    ml[23] = 0;
+    pattern = sd_regex_of_choices(many, ml, 24, err, sizeof err);
+    rx = compile_ok(pattern);
+    sd_regex_state *e = sd_regex_state_new(rx);
+    ck_assert(sd_regex_state_complete(e));
+    sd_regex_state_free(e);
+    sd_regex_free(rx);
+    free(pattern);
     const char *bad[] = {"ok", "\xc3"};
     size_t bl[] = {2, 1};
     ck_assert(sd_regex_of_choices(bad, bl, 2, err, sizeof err) == NULL);
@@ -229,15 +260,7 @@ typedef struct demo {
 
 static void open_demo(demo *d)
 {
-    char dir[512], path[600], err[256];
-    tu_model(dir, sizeof dir, "tinycode-16m");
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    ck_assert_msg(sd_tok_load(path, &d->tok, err, sizeof err) == SD_OK, "%s", err);
-    d->vocab = sd_tok_vocab_size(d->tok);
-    d->eos = sd_tok_token_id(d->tok, "<|endoftext|>");
-    ck_assert_int_ge(d->eos, 0);
-    d->v = sd_json_vocab_new(d->tok, d->vocab, &d->eos, 1, err, sizeof err);
-    ck_assert_msg(d->v != NULL, "%s", err);
+    d->v = tu_demo_vocab(&d->tok, &d->vocab, &d->eos);
 }
 
 static void close_demo(demo *d)

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "json_mask.h"
 #include "model.h"
 #include "strbuf.h"
+#include "tokenizer.h"
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -126,4 +128,18 @@ void tu_forward(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0
     sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
     ck_assert_msg(st == SD_OK, "forward: %s", err);
     sd_kv_commit(pool, seq, n);
+}
+
+sd_json_vocab *tu_demo_vocab(sd_tok **tok, int *vocab, int *eos)
+{
+    char dir[512], path[600], err[256];
+    tu_model(dir, sizeof dir, "tinycode-16m");
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    ck_assert_msg(sd_tok_load(path, tok, err, sizeof err) == SD_OK, "%s", err);
+    *vocab = sd_tok_vocab_size(*tok);
+    *eos = sd_tok_token_id(*tok, "<|endoftext|>");
+    ck_assert_int_ge(*eos, 0);
+    sd_json_vocab *v = sd_json_vocab_new(*tok, *vocab, eos, 1, err, sizeof err);
+    ck_assert_msg(v != NULL, "%s", err);
+    return v;
 }

@@ -41,6 +41,13 @@ double tu_chi2_stat(const long *counts, const double *p, int n, long total, int 
  * e-Handbook 1.3.6.7.4), the Wilson-Hilferty approximation above. */
 double tu_chi2_crit(int df);
 
+struct sd_tok;
+struct sd_json_vocab;
+
+/* The demo target's tokenizer (*tok) and token table (returned), its
+ * vocabulary size and EOS id (<|endoftext|>); fails the test on error. */
+struct sd_json_vocab *tu_demo_vocab(struct sd_tok **tok, int *vocab, int *eos);
+
 /* Runs one suite with CK_NORMAL output; returns the process exit code. */
 int tu_run_suite(Suite *s);
 
