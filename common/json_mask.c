@@ -100,12 +100,75 @@ static bool enum_complete(const sd_json_state *st)
     return false;
 }
 
+/* ---- integers under bounds (minimum / maximum) ----------------------------------------- */
+
+static bool bounded_int(const sd_json_state *st)
+{
+    const sd_js_node *nd = node_of(st, st->vnode);
+    return nd->kind == SD_JS_INTEGER && (nd->lo != INT64_MIN || nd->hi != INT64_MAX);
+}
+
+/* The magnitudes [*a, *b] of the node's values with sign neg; false when
+ * there are none. */
+static bool mag_range(const sd_js_node *nd, bool neg, uint64_t *a, uint64_t *b)
+{
+    if (!neg) {
+        if (nd->hi < 0) return false;
+        *a = nd->lo > 0 ? (uint64_t)nd->lo : 0;
+        *b = (uint64_t)nd->hi;
+    } else { /* -mag within [lo, hi]: mag within [-hi, -lo] (written so that INT64_MIN does not overflow) */
+        if (nd->lo > 0) return false;
+        *a = nd->hi < 0 ? (uint64_t)(-(nd->hi + 1)) + 1 : 0;
+        *b = (uint64_t)(-(nd->lo + 1)) + 1;
+    }
+    return *a <= *b;
+}
+
+/* Whether an integer with sign neg whose digits so far make magnitude m
+ * can end within the node's bounds: now, or (more: digits may follow, m >
+ * 0) after j more digits, in [m 10^j, (m + 1) 10^j - 1]. */
+static bool int_reachable(const sd_js_node *nd, bool neg, uint64_t m, bool more)
+{
+    uint64_t a, b;
+    if (!mag_range(nd, neg, &a, &b)) return false;
+    if (m >= a && m <= b) return true;
+    for (uint64_t lo = m, span = 1; more && m > 0 && lo <= b / 10;) {
+        lo *= 10, span *= 10; /* span <= lo <= b: no overflow */
+        if (lo + (span - 1) >= a) return true; /* lo <= b too */
+    }
+    return false;
+}
+
+/* An integer under bounds: a digit extends it only when it can still end
+ * within them; it ends (c not a digit) only within them. */
+static bool number_end(sd_json_state *st, unsigned char c);
+
+static bool int_byte(sd_json_state *st, unsigned char c)
+{
+    const sd_js_node *nd = node_of(st, st->vnode);
+    if (!is_digit(c)) return st->mode != JM_MINUS && int_reachable(nd, st->neg, st->num, false) && number_end(st, c);
+    if (st->mode == JM_ZERO) return false;
+    uint64_t d = (uint64_t)(c - '0');
+    if (st->mode == JM_MINUS) st->num = d;
+    else st->num = st->num > (UINT64_MAX - 9) / 10 ? UINT64_MAX : st->num * 10 + d;
+    st->mode = st->mode == JM_MINUS && d == 0 ? JM_ZERO : JM_INT;
+    return int_reachable(nd, st->neg, st->num, st->mode == JM_INT);
+}
+
+/* A number read so far may end here (within its bounds). */
+static bool number_may_end(const sd_json_state *st)
+{
+    int m = st->mode;
+    if (m == JM_FRAC || m == JM_EXP) return true;
+    if (m != JM_ZERO && m != JM_INT) return false;
+    return !bounded_int(st) || int_reachable(node_of(st, st->vnode), st->neg, st->num, false);
+}
+
 bool sd_json_complete(const sd_json_state *st)
 {
     if (st->mode == JM_DONE) return true;
     if (st->depth > 0) return false;
-    int m = st->mode;
-    return m == JM_ZERO || m == JM_INT || m == JM_FRAC || m == JM_EXP || (m == JM_ENUM && enum_complete(st));
+    return number_may_end(st) || (st->mode == JM_ENUM && enum_complete(st));
 }
 
 static bool structural(int mode)
@@ -282,12 +345,16 @@ static bool value_start(sd_json_state *st, unsigned char c)
     case '{': return open_container(st, 0, node);
     case '[': return open_container(st, 1, node);
     case '"': st->mode = JM_STR, st->key = 0, st->len = 0; return true;
-    case '-': st->mode = JM_MINUS; return true;
-    case '0': st->mode = JM_ZERO; return true;
+    case '-': st->mode = JM_MINUS, st->neg = 1; return !bounded_int(st) || node_of(st, node)->lo < 0;
+    case '0':
+        st->mode = JM_ZERO, st->neg = 0, st->num = 0;
+        return !bounded_int(st) || int_reachable(node_of(st, node), false, 0, false);
     case 't': case 'f': case 'n':
         st->mode = JM_LIT, st->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, st->left = 1;
         return true;
-    default: st->mode = JM_INT; return true; /* 1-9 (sd_json_schema_starts) */
+    default: /* 1-9 (sd_json_schema_starts) */
+        st->mode = JM_INT, st->neg = 0, st->num = (uint64_t)(c - '0');
+        return !bounded_int(st) || int_reachable(node_of(st, node), false, st->num, true);
     }
 }
 
@@ -366,6 +433,7 @@ static bool number_end(sd_json_state *st, unsigned char c)
 
 static bool number_byte(sd_json_state *st, unsigned char c)
 {
+    if (bounded_int(st)) return int_byte(st, c);
     bool real = node_of(st, st->vnode)->kind != SD_JS_INTEGER;
     bool e = real && (c == 'e' || c == 'E'), dot = real && c == '.';
     switch (st->mode) {
@@ -820,7 +888,7 @@ void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const in
     row_state_set(&r, &st, ok);
     /* a number that may end here ends at a token's leading whitespace: such tokens are judged from the state
      * after the number (structural), with its shortcuts */
-    bool num_end = ok && (st.mode == JM_ZERO || st.mode == JM_INT || st.mode == JM_FRAC || st.mode == JM_EXP);
+    bool num_end = ok && number_may_end(&st);
     if (num_end) {
         sd_json_state e;
         copy_state(&e, &st);

@@ -13,7 +13,8 @@
  * SD_JSON_MAX_DEPTH deep, and no \u escape of a UTF-16 surrogate
  * (characters beyond the BMP are written as UTF-8; strings are valid UTF-8
  * with no control characters). Under a schema the automaton never begins
- * what it could not finish (a property, an item or a value that would need
+ * what it could not finish (an integer's digits too: under bounds a digit
+ * comes only when some integer beginning so lies within them) (a property, an item or a value that would need
  * deeper nesting, a key no declared property continues).
  *
  * The mask is a pure function of the output tokens, so applying it to a
@@ -58,6 +59,7 @@ typedef struct sd_json_frame {
 typedef struct sd_json_state {
     const sd_json_schema *schema;
     uint64_t cand; /* a key of declared properties or an enum value: the items its bytes still match */
+    uint64_t num;  /* an integer under bounds: its magnitude so far (saturating) */
     uint32_t len;  /* a string's characters so far */
     uint16_t vnode; /* the scalar being read: its node */
     uint16_t pos;   /* bytes of cand matched */
@@ -68,6 +70,7 @@ typedef struct sd_json_state {
     uint8_t aux;   /* the literal being read; a \u escape's first digit */
     uint8_t lo, hi; /* the next continuation byte's range */
     uint8_t ws;    /* whitespace bytes in a row */
+    uint8_t neg;   /* an integer under bounds: it began with '-' */
     sd_json_frame stack[SD_JSON_MAX_DEPTH]; /* open containers (last: a copy needs the first depth only) */
 } sd_json_state;
 

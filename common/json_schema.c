@@ -8,6 +8,7 @@
 #include "json_schema.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +61,8 @@ static int new_node(jsc *c, int kind, const json_t *memo)
         c->cap_nodes = cap;
     }
     uint32_t id = s->n_nodes++;
-    s->nodes[id] = (sd_js_node){.kind = (uint8_t)kind, .child = SD_JS_NONE, .max = SD_JS_UNBOUNDED};
+    s->nodes[id] = (sd_js_node){.kind = (uint8_t)kind, .child = SD_JS_NONE, .max = SD_JS_UNBOUNDED, .lo = INT64_MIN,
+                                .hi = INT64_MAX};
     c->memo[id] = memo;
     c->where[id] = NULL;
     return (int)id;
@@ -129,7 +131,8 @@ static const char *const ANNOTATIONS[] = {"title",    "description", "default", 
                                           "definitions", NULL};
 static const char *const SUPPORTED[] = {"type",     "properties", "required",  "additionalProperties", "items",
                                         "minItems", "maxItems",   "minLength", "maxLength", "enum", "const", "anyOf",
-                                        "oneOf",    "allOf",      "$ref",      NULL};
+                                        "oneOf",    "allOf",      "$ref",      "minimum", "maximum", "exclusiveMinimum",
+                                        "exclusiveMaximum", NULL};
 
 static bool in_list(const char *const *list, const char *k)
 {
@@ -367,6 +370,53 @@ static int compile_string(jsc *c, const json_t *sch, int id, const char *where)
     return id;
 }
 
+/* An integer bound: v rounded towards the allowed side (up for a lower
+ * bound, down for an upper one; an exclusive one moved past v), clamped to
+ * int64. */
+static int64_t int_bound(const json_t *v, bool lower, bool exclusive)
+{
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (exclusive && lower) return x == INT64_MAX ? INT64_MAX : x + 1; /* (INT64_MAX + 1: no value, below) */
+        if (exclusive) return x == INT64_MIN ? INT64_MIN : x - 1;
+        return x;
+    }
+    double d = json_real_value(v), r = lower ? ceil(d) : floor(d);
+    if (exclusive && r == d) r += lower ? 1.0 : -1.0;
+    if (r >= 9223372036854775807.0) return INT64_MAX;
+    if (r <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)r;
+}
+
+static bool has_bounds(const json_t *sch)
+{
+    return json_object_get(sch, "minimum") || json_object_get(sch, "maximum") ||
+           json_object_get(sch, "exclusiveMinimum") || json_object_get(sch, "exclusiveMaximum");
+}
+
+/* minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer. */
+static int compile_bounds(jsc *c, const json_t *sch, int id, const char *where)
+{
+    static const char *const KEYS[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    bool empty = false;
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(sch, KEYS[i]);
+        if (!v) continue;
+        if (!json_is_number(v))
+            return fail(c, where, "'%s' must be a number (draft 4's boolean form is not supported)", KEYS[i]);
+        bool lower = i < 2, excl = i % 2;
+        int64_t b = int_bound(v, lower, excl);
+        /* an exclusive bound at the end of int64 leaves no value on its side */
+        empty |= excl && json_is_integer(v) && json_integer_value(v) == (lower ? INT64_MAX : INT64_MIN);
+        if (lower && b > lo) lo = b;
+        if (!lower && b < hi) hi = b;
+    }
+    if (empty || lo > hi) return fail(c, where, "no integer lies within 'minimum' / 'maximum' bounds");
+    c->s->nodes[id].lo = lo, c->s->nodes[id].hi = hi;
+    return id;
+}
+
 /* A node of one type; the schema's other keywords as they apply to it. */
 static int compile_typed(jsc *c, const json_t *sch, const char *type, int id, const char *where)
 {
@@ -386,6 +436,9 @@ static int compile_typed(jsc *c, const json_t *sch, const char *type, int id, co
         return compile_object(c, sch, id, where) < 0 ? -1 : object_names(c, sch, id, where);
     if (kind == SD_JS_ARRAY) return compile_array(c, sch, id, where);
     if (kind == SD_JS_STRING) return compile_string(c, sch, id, where);
+    if (kind == SD_JS_INTEGER) return compile_bounds(c, sch, id, where);
+    if (kind == SD_JS_NUMBER && has_bounds(sch))
+        return fail(c, where, "'minimum' / 'maximum' bounds are supported on integers only, not on numbers");
     return id;
 }
 
@@ -395,6 +448,7 @@ static const char *implied_type(const json_t *sch)
     static const char *const OBJ[] = {"properties", "required", "additionalProperties", NULL};
     static const char *const ARR[] = {"items", "minItems", "maxItems", NULL};
     static const char *const STR[] = {"minLength", "maxLength", NULL};
+    if (has_bounds(sch)) return "number";
     for (int i = 0; OBJ[i]; i++)
         if (json_object_get(sch, OBJ[i])) return "object";
     for (int i = 0; ARR[i]; i++)
@@ -483,8 +537,8 @@ bool sd_json_schema_starts(const sd_json_schema *s, uint16_t node, unsigned char
     case SD_JS_UNION: return c == '{';
     case SD_JS_ARRAY: return c == '[';
     case SD_JS_STRING: return c == '"';
-    case SD_JS_NUMBER:
-    case SD_JS_INTEGER: return c == '-' || (c >= '0' && c <= '9');
+    case SD_JS_NUMBER: return c == '-' || (c >= '0' && c <= '9');
+    case SD_JS_INTEGER: return (c == '-' && nd->lo < 0) || (c >= '0' && c <= '9');
     case SD_JS_BOOLEAN: return c == 't' || c == 'f';
     case SD_JS_NULL: return c == 'n';
     case SD_JS_ENUM:

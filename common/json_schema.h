@@ -8,7 +8,9 @@
  * - type (one or a list), enum, const (values written compactly, as jansson
  *   writes them), properties, required, additionalProperties (absent: none
  *   when properties are given, any otherwise — OpenAI's strict mode),
- *   items, minItems, maxItems, minLength, maxLength (characters), anyOf /
+ *   items, minItems, maxItems, minLength, maxLength (characters), minimum,
+ *   maximum, exclusiveMinimum, exclusiveMaximum (numbers, as in draft 6 and
+ *   later; on integers only — on other numbers they are refused), anyOf /
  *   oneOf, allOf with one schema, $ref to "#..." JSON pointers ($defs,
  *   definitions; recursion included), true / {} (any value).
  * - Annotations are ignored: title, description, default, examples,
@@ -79,6 +81,7 @@ typedef struct sd_js_node {
     uint32_t items;    /* ... the first, in sd_json_schema.items */
     uint64_t required; /* OBJECT: bit i = property i is required */
     uint32_t min, max; /* ARRAY: items; STRING: characters (max SD_JS_UNBOUNDED: no bound) */
+    int64_t lo, hi;    /* INTEGER: the values allowed, lo..hi (INT64_MIN / INT64_MAX: no bound) */
     uint32_t pick;     /* ANYOF: its 256 entries in picks (a first byte's node, SD_JS_NONE: none) */
 } sd_js_node;
 

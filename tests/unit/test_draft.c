@@ -563,6 +563,29 @@ END_TEST
 /* JSON output: drafts keep to what the verifier's mask allows — greedy
  * and sampled (q holds allowed tokens only), from the start of the output
  * and from within it (out_pos counts the output already in the context). */
+/* Eight drafts after prompt and then out (the output so far) under s (for
+ * config c: greedy below 3, else sampled, with q). */
+static void draft_after(sd_proposer *p, const sd_tok *tok, const char *prompt, const char *out, sd_sampling *s, int c,
+                        sd_proposal *o)
+{
+    char err[256];
+    int32_t ctx[128], *ids = NULL, *pre = NULL;
+    size_t n = 0, np = 0;
+    ck_assert(sd_tok_encode(tok, prompt, strlen(prompt), false, &ids, &n, err, sizeof err) == SD_OK);
+    ck_assert(sd_tok_encode(tok, out, strlen(out), false, &pre, &np, err, sizeof err) == SD_OK);
+    ck_assert(n + np <= 128);
+    memcpy(ctx, ids, n * sizeof *ctx); /* the prompt's tokens, then the output's */
+    memcpy(ctx + n, pre, np * sizeof *ctx);
+    s->temperature = c < 3 ? 0.0f : 1.0f;
+    s->seed = 9;
+    sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = (int)(n + np), .k = 8, .sampling = s,
+                          .want_q = c >= 3, .out_pos = np};
+    ck_assert(p->ops->propose(p, &it, 1, o, err, sizeof err) == SD_OK);
+    ck_assert_int_gt(o->n, 0);
+    free(ids);
+    free(pre);
+}
+
 START_TEST(json_drafts_keep_to_the_schema)
 {
     static const char schema_text[] = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
@@ -582,22 +605,11 @@ START_TEST(json_drafts_keep_to_the_schema)
     sd_proposer *p = make(2, 256);
     for (int c = 0; c < 6; c++) {
         const char *out = starts[c % 3];
-        int32_t ctx[128], *ids = NULL, *pre = NULL;
-        size_t n = 0, np = 0;
-        ck_assert(sd_tok_encode(tok, "config = ", 9, false, &ids, &n, err, sizeof err) == SD_OK);
-        ck_assert(sd_tok_encode(tok, out, strlen(out), false, &pre, &np, err, sizeof err) == SD_OK);
-        memcpy(ctx, ids, n * sizeof *ctx); /* the prompt's tokens, then the output's */
-        memcpy(ctx + n, pre, np * sizeof *ctx);
         sd_sampling s = sd_sampling_default();
-        s.temperature = c < 3 ? 0.0f : 1.0f;
-        s.seed = 9;
         s.schema = schema;
         s.json_vocab = jv;
-        sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = (int)(n + np), .k = 8, .sampling = &s,
-                              .want_q = c >= 3, .out_pos = np};
         sd_proposal o;
-        ck_assert(p->ops->propose(p, &it, 1, &o, err, sizeof err) == SD_OK);
-        ck_assert_int_gt(o.n, 0);
+        draft_after(p, tok, "config = ", out, &s, c, &o);
         sd_json_state st;
         sd_json_init_schema(&st, schema);
         ck_assert(sd_json_feed(&st, out, strlen(out)));
@@ -613,8 +625,6 @@ START_TEST(json_drafts_keep_to_the_schema)
                           "the schema", c, t, d);
         }
         p->ops->release(p, 1);
-        free(ids);
-        free(pre);
     }
     sd_proposer_free(p);
     sd_json_schema_free(schema);
@@ -642,22 +652,11 @@ START_TEST(regex_drafts_keep_to_the_pattern)
     sd_proposer *p = make(2, 256);
     for (int c = 0; c < 6; c++) {
         const char *out = starts[c % 3];
-        int32_t ctx[128], *ids = NULL, *pre = NULL;
-        size_t n = 0, np = 0;
-        ck_assert(sd_tok_encode(tok, "# settings\n", 11, false, &ids, &n, err, sizeof err) == SD_OK);
-        ck_assert(sd_tok_encode(tok, out, strlen(out), false, &pre, &np, err, sizeof err) == SD_OK);
-        memcpy(ctx, ids, n * sizeof *ctx);
-        memcpy(ctx + n, pre, np * sizeof *ctx);
         sd_sampling s = sd_sampling_default();
-        s.temperature = c < 3 ? 0.0f : 1.0f;
-        s.seed = 9;
         s.rx = rx;
         s.json_vocab = jv;
-        sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = (int)(n + np), .k = 8, .sampling = &s,
-                              .want_q = c >= 3, .out_pos = np};
         sd_proposal o;
-        ck_assert(p->ops->propose(p, &it, 1, &o, err, sizeof err) == SD_OK);
-        ck_assert_int_gt(o.n, 0);
+        draft_after(p, tok, "# settings\n", out, &s, c, &o);
         sd_regex_state *st = sd_regex_state_new(rx);
         ck_assert(sd_regex_state_feed(st, out, strlen(out)));
         for (int t = 0; t < o.n && !sd_regex_state_complete(st); t++) {
@@ -673,8 +672,6 @@ START_TEST(regex_drafts_keep_to_the_pattern)
         }
         sd_regex_state_free(st);
         p->ops->release(p, 1);
-        free(ids);
-        free(pre);
     }
     sd_proposer_free(p);
     sd_regex_free(rx);

@@ -202,16 +202,9 @@ typedef struct demo {
 
 static void open_demo(demo *d)
 {
-    char dir[512], path[600], err[256];
-    tu_model(dir, sizeof dir, "tinycode-16m");
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    ck_assert_msg(sd_tok_load(path, &d->tok, err, sizeof err) == SD_OK, "%s", err);
+    char err[256];
+    d->v = tu_demo_vocab(&d->tok, &d->vocab, &d->eos);
     ck_assert(sd_tok_vocab_bytes(d->tok, &d->bytes, &d->off, err, sizeof err) == SD_OK);
-    d->vocab = sd_tok_vocab_size(d->tok);
-    d->eos = sd_tok_token_id(d->tok, "<|endoftext|>");
-    ck_assert_int_ge(d->eos, 0);
-    d->v = sd_json_vocab_new(d->tok, d->vocab, &d->eos, 1, err, sizeof err);
-    ck_assert_msg(d->v != NULL, "%s", err);
 }
 
 static void close_demo(demo *d)
@@ -323,6 +316,7 @@ START_TEST(schema_token_mask)
     static const char schema[] =
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 6},"
         " \"n\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"cat\", \"dog\", 12, null]},"
+        " \"age\": {\"type\": \"integer\", \"minimum\": 18, \"maximum\": 120},"
         " \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 2},"
         " \"sub\": {\"$ref\": \"#\"}}, \"required\": [\"name\", \"kind\"]}";
     demo d;
@@ -332,7 +326,8 @@ START_TEST(schema_token_mask)
     ck_assert_msg(s, "%s", err);
     float *logits = malloc((size_t)d.vocab * sizeof *logits);
     ck_assert_int_eq(mask_walks(&d, s, 10, 11, logits), 10);
-    const char *const texts[] = {"{\"na", "{\"name\": \"abcde", "{\"name\": \"ab\\", "{\"n\": 12",
+    const char *const texts[] = {"{\"na", "{\"name\": \"abcde", "{\"name\": \"ab\\", "{\"n\": 12", "{\"age\": 1",
+                                 "{\"age\": 12", "{\"age\": 99",
                                  "{\"kind\": 1", "{\"kind\": \"c", "{\"tags\": [\"a\", \"b\"",
                                  "{\"sub\": {\"sub\": {"};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {

@@ -61,6 +61,13 @@ static const struct {
     {"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"string\", \"format\": \"date\", "
      "\"multipleOf\": 2}}}",
      "#/properties/x: the keyword 'multipleOf'"},
+    {"{\"type\": \"number\", \"minimum\": 0}", "supported on integers only"},
+    {"{\"maximum\": 1.5}", "supported on integers only"}, /* no type: a number */
+    {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no integer lies within"},
+    {"{\"type\": \"integer\", \"exclusiveMinimum\": 2, \"exclusiveMaximum\": 3}", "no integer lies within"},
+    {"{\"type\": \"integer\", \"minimum\": 2.5, \"maximum\": 2.9}", "no integer lies within"},
+    {"{\"type\": \"integer\", \"exclusiveMaximum\": -9223372036854775808}", "no integer lies within"},
+    {"{\"type\": \"integer\", \"exclusiveMinimum\": true}", "must be a number"},
 };
 
 START_TEST(refused_schemas)
@@ -111,6 +118,13 @@ static const char TYPES[] = "{\"type\": [\"object\", \"null\"], \"properties\": 
                             " \"number\", \"string\"]}}, \"required\": [\"a\"]}";
 static const char PREFIX[] = "{\"properties\": {\"a\": {}, \"ab\": {\"type\": \"array\"}, \"abc\": true}}";
 static const char INT[] = "{\"type\": \"integer\"}";
+/* integers under bounds: [18, 120]; (-5, 5.5) = [-4, 5]; at least a million; [-9, -3] */
+static const char BOUNDS[] =
+    "{\"type\": \"object\", \"properties\": {\"age\": {\"type\": \"integer\", \"minimum\": 18, \"maximum\": 120}, "
+    "\"t\": {\"type\": \"integer\", \"exclusiveMinimum\": -5, \"exclusiveMaximum\": 5.5}, \"big\": {\"type\": "
+    "[\"integer\", \"null\"], \"minimum\": 1000000}, \"neg\": {\"type\": \"integer\", \"minimum\": -9.5, "
+    "\"maximum\": -3}}, \"required\": [\"age\"]}";
+static const char SMALL[] = "{\"type\": \"integer\", \"minimum\": 3, \"maximum\": 7}";
 /* a discriminated union (the property "type" first picks the object), and null */
 static const char PETS[] =
     "{\"type\": \"array\", \"items\": {\"anyOf\": [{\"type\": \"object\", \"properties\": {\"type\": {\"const\": "
@@ -186,6 +200,29 @@ static const struct {
     {INT, "1.5", false},
     {INT, "01", false},
     {INT, " 1", false},
+    {BOUNDS, "{\"age\":18,\"t\":-4,\"big\":1000000,\"neg\":-9}", true},
+    {BOUNDS, "{\"age\": 120 , \"t\":5,\"big\":null,\"neg\":-3}", true},
+    {BOUNDS, "{\"age\":99,\"t\":-0,\"big\":9223372036854775807}", true},
+    {BOUNDS, "{\"age\":17", false},                                 /* refused at the 7: no 17x fits */
+    {BOUNDS, "{\"age\":121", false},
+    {BOUNDS, "{\"age\":0", false},
+    {BOUNDS, "{\"age\":-", false},
+    {BOUNDS, "{\"age\":1}", false},                                 /* 1 cannot end */
+    {BOUNDS, "{\"age\":1 ", false},
+    {BOUNDS, "{\"age\":20,\"t\":-5", false},
+    {BOUNDS, "{\"age\":20,\"t\":6", false},
+    {BOUNDS, "{\"age\":20,\"t\":10", false},
+    {BOUNDS, "{\"age\":20,\"big\":999999}", false},
+    {BOUNDS, "{\"age\":20,\"big\":92233720368547758070", false},  /* beyond int64 */
+    {BOUNDS, "{\"age\":20,\"neg\":-2", false},
+    {BOUNDS, "{\"age\":20,\"neg\":-10", false},
+    {BOUNDS, "{\"age\":20,\"neg\":3", false},
+    {BOUNDS, "{\"age\":20.5", false},
+    {SMALL, "5", true},
+    {SMALL, "3", true},
+    {SMALL, "8", false},
+    {SMALL, "2", false},
+    {SMALL, "50", false},
 };
 
 START_TEST(documents)
@@ -274,6 +311,18 @@ static bool array_ok(const json_t *root, const json_t *sch, const json_t *v)
     return true;
 }
 
+/* minimum / maximum / exclusiveMinimum / exclusiveMaximum, as JSON Schema
+ * states them (numbers compared as doubles: the tests' bounds are exact). */
+static bool bounds_ok(const json_t *sch, double x)
+{
+    json_t *b;
+    if ((b = json_object_get(sch, "minimum")) && x < json_number_value(b)) return false;
+    if ((b = json_object_get(sch, "maximum")) && x > json_number_value(b)) return false;
+    if ((b = json_object_get(sch, "exclusiveMinimum")) && x <= json_number_value(b)) return false;
+    if ((b = json_object_get(sch, "exclusiveMaximum")) && x >= json_number_value(b)) return false;
+    return true;
+}
+
 static bool valid(const json_t *root, const json_t *sch, const json_t *v)
 {
     sch = deref(root, sch);
@@ -300,6 +349,7 @@ static bool valid(const json_t *root, const json_t *sch, const json_t *v)
     }
     if (json_is_object(v) && !object_ok(root, sch, v)) return false;
     if (json_is_array(v) && !array_ok(root, sch, v)) return false;
+    if (json_is_number(v) && !bounds_ok(sch, json_number_value(v))) return false;
     json_t *lo = json_object_get(sch, "minLength"), *hi = json_object_get(sch, "maxLength");
     if (json_is_string(v) && lo && utf8_chars(json_string_value(v)) < (size_t)json_integer_value(lo)) return false;
     if (json_is_string(v) && hi && utf8_chars(json_string_value(v)) > (size_t)json_integer_value(hi)) return false;
@@ -348,7 +398,7 @@ static size_t walk(const sd_json_schema *s, unsigned *seed, char *out, size_t ca
     return sd_json_complete(&st) ? n : 0;
 }
 
-static const char *const WALKED[] = {PERSON, TREE, ENUMS, EXTRA, TYPES, PREFIX, INT, PETS};
+static const char *const WALKED[] = {PERSON, TREE, ENUMS, EXTRA, TYPES, PREFIX, INT, PETS, BOUNDS, SMALL};
 
 START_TEST(walks_validate)
 {

@@ -638,6 +638,21 @@ END_TEST
 /* JSON output, json_object (configs 0-3) and a schema (4-7): speculative ==
  * plain, and the output is a prefix of what the constraint allows (whole
  * unless max_tokens cut it). */
+/* Speculative decoding with 4 drafts (config c: sampled rows matched when
+ * odd) writes a[0..na), what plain decoding wrote with p. */
+static void same_with_drafts(fixture *f, sd_proposer *pr, const int32_t *ids, int n, sd_req_params p, int c,
+                             const int32_t *a, int na)
+{
+    int nb;
+    p.speculate = true;
+    p.num_draft = 4;
+    p.verify = c % 2 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
+    int32_t *b = gen(f, pr, ids, n, &p, &nb, NULL);
+    ck_assert_int_eq(na, nb);
+    for (int j = 0; j < na; j++) ck_assert_msg(a[j] == b[j], "config %d: token %d differs", c, j);
+    free(b);
+}
+
 START_TEST(json_output_exact)
 {
     static const char schema[] =
@@ -674,7 +689,7 @@ START_TEST(json_output_exact)
         p.sampling.temperature = c % 2 ? 0.9f : 0.0f;
         p.sampling.seed = 17;
         p.speculate = false;
-        int na, nb;
+        int na;
         int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
         char *text = NULL;
         size_t len = 0;
@@ -684,14 +699,8 @@ START_TEST(json_output_exact)
         ck_assert_msg(sd_json_feed(&st, text, len), "config %d: not a prefix of what may come: %s", c, text);
         ck_assert_msg(na == p.max_tokens || sd_json_complete(&st), "config %d: stopped before the end: %s", c, text);
         free(text);
-        p.speculate = true;
-        p.num_draft = 4;
-        p.verify = c % 2 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
-        int32_t *b = gen(&f, pr, ids, n, &p, &nb, NULL);
-        ck_assert_int_eq(na, nb);
-        for (int j = 0; j < na; j++) ck_assert_msg(a[j] == b[j], "config %d: token %d differs", c, j);
+        same_with_drafts(&f, pr, ids, n, p, c, a, na);
         free(a);
-        free(b);
     }
     sd_json_schema_free(compiled);
     sd_engine_set_json_vocab(f.eng, NULL);
@@ -771,7 +780,7 @@ START_TEST(regex_output_exact)
         p.sampling.temperature = c % 2 ? 0.9f : 0.0f; /* sampled: verified by matching (token for token) */
         p.sampling.seed = 23;
         p.speculate = false;
-        int na, nb;
+        int na;
         int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
         char *text = NULL;
         size_t len = 0;
@@ -784,14 +793,8 @@ START_TEST(regex_output_exact)
         sd_regex_state_free(st);
         sd_regex_free(rx);
         free(text);
-        p.speculate = true;
-        p.num_draft = 4;
-        p.verify = c % 2 ? SD_VERIFY_MATCH : SD_VERIFY_AUTO;
-        int32_t *b = gen(&f, pr, ids, n, &p, &nb, NULL);
-        ck_assert_int_eq(na, nb);
-        for (int j = 0; j < na; j++) ck_assert_msg(a[j] == b[j], "config %d: token %d differs", c, j);
+        same_with_drafts(&f, pr, ids, n, p, c, a, na);
         free(a);
-        free(b);
     }
     sd_engine_set_json_vocab(f.eng, NULL);
     sd_json_vocab_free(jv);
