@@ -100,37 +100,58 @@ static bool enum_complete(const sd_json_state *st)
     return false;
 }
 
-/* ---- integers under bounds (minimum / maximum) ----------------------------------------- */
+/* ---- numbers under bounds (minimum / maximum) ------------------------------------------- */
 
-static bool bounded_int(const sd_json_state *st)
+/* Bounds are whole numbers (json_schema.h), so a value's magnitude y = m +
+ * f (m its integer part, f its fraction) lies within them by m alone,
+ * except at an end: y > a needs f > 0 at m = a, y <= b needs f = 0 at m =
+ * b. The automaton keeps m (saturating), the sign and whether the fraction
+ * so far is all zeros; numbers under bounds are written without exponent. */
+static bool num_bounded(const sd_json_state *st)
 {
     const sd_js_node *nd = node_of(st, st->vnode);
-    return nd->kind == SD_JS_INTEGER && (nd->lo != INT64_MIN || nd->hi != INT64_MAX);
+    return (nd->kind == SD_JS_INTEGER || nd->kind == SD_JS_NUMBER) &&
+           (nd->lo != INT64_MIN || nd->hi != INT64_MAX || nd->open);
 }
 
-/* The magnitudes [*a, *b] of the node's values with sign neg; false when
- * there are none. */
-static bool mag_range(const sd_js_node *nd, bool neg, uint64_t *a, uint64_t *b)
+/* The magnitudes of the node's values written with sign neg. */
+typedef struct mags {
+    uint64_t a, b;       /* from a to b */
+    bool a_open, b_open; /* ... a / b themselves excluded */
+} mags;
+
+/* False when no value has that sign (INT64_MIN / INT64_MAX stand for no
+ * bound: magnitudes stop at 2^63). */
+static bool side(const sd_js_node *nd, bool neg, mags *r)
 {
+    bool lo_open = nd->open & SD_JS_LO_OPEN, hi_open = nd->open & SD_JS_HI_OPEN;
     if (!neg) {
-        if (nd->hi < 0) return false;
-        *a = nd->lo > 0 ? (uint64_t)nd->lo : 0;
-        *b = (uint64_t)nd->hi;
-    } else { /* -mag within [lo, hi]: mag within [-hi, -lo] (written so that INT64_MIN does not overflow) */
-        if (nd->lo > 0) return false;
-        *a = nd->hi < 0 ? (uint64_t)(-(nd->hi + 1)) + 1 : 0;
-        *b = (uint64_t)(-(nd->lo + 1)) + 1;
+        if (nd->hi < 0 || (nd->hi == 0 && hi_open)) return false;
+        *r = (mags){nd->lo > 0 ? (uint64_t)nd->lo : 0, (uint64_t)nd->hi, nd->lo >= 0 && lo_open, hi_open};
+    } else { /* -y within [lo, hi]: y within [-hi, -lo] (written so that INT64_MIN does not overflow) */
+        if (nd->lo > 0 || (nd->lo == 0 && lo_open)) return false;
+        *r = (mags){nd->hi < 0 ? (uint64_t)(-(nd->hi + 1)) + 1 : 0, (uint64_t)(-(nd->lo + 1)) + 1,
+                    nd->hi <= 0 && hi_open, lo_open};
     }
-    return *a <= *b;
+    return r->a < r->b || (r->a == r->b && !r->a_open && !r->b_open);
 }
 
-/* Whether an integer with sign neg whose digits so far make magnitude m
- * can end within the node's bounds: now, or (more: digits may follow, m >
+/* The integer parts a value with sign neg may have: [*a, *b]. */
+static bool int_parts(const sd_js_node *nd, bool neg, uint64_t *a, uint64_t *b)
+{
+    mags r;
+    if (!side(nd, neg, &r)) return false;
+    *a = r.a, *b = r.b_open ? r.b - 1 : r.b; /* an open a still has a + f, f > 0 (numbers; integers have no */
+    return *a <= *b;                          /* open bounds: json_schema.c closes them) */
+}
+
+/* Whether a value with sign neg whose integer part so far is m can lie
+ * within the bounds: its integer part m, or (more: digits may follow, m >
  * 0) after j more digits, in [m 10^j, (m + 1) 10^j - 1]. */
-static bool int_reachable(const sd_js_node *nd, bool neg, uint64_t m, bool more)
+static bool part_reachable(const sd_js_node *nd, bool neg, uint64_t m, bool more)
 {
     uint64_t a, b;
-    if (!mag_range(nd, neg, &a, &b)) return false;
+    if (!int_parts(nd, neg, &a, &b)) return false;
     if (m >= a && m <= b) return true;
     for (uint64_t lo = m, span = 1; more && m > 0 && lo <= b / 10;) {
         lo *= 10, span *= 10; /* span <= lo <= b: no overflow */
@@ -139,29 +160,65 @@ static bool int_reachable(const sd_js_node *nd, bool neg, uint64_t m, bool more)
     return false;
 }
 
-/* An integer under bounds: a digit extends it only when it can still end
- * within them; it ends (c not a digit) only within them. */
+/* The value read so far (integer part st->num, a fraction all zeros when
+ * st->aux) may end here. */
+static bool bounded_end(const sd_json_state *st)
+{
+    mags r;
+    const sd_js_node *nd = node_of(st, st->vnode);
+    if (st->mode == JM_MINUS || st->mode == JM_DOT || !part_reachable(nd, st->neg, st->num, false)) return false;
+    side(nd, st->neg, &r);
+    bool zero = st->mode != JM_FRAC || st->aux; /* f = 0 */
+    return !(st->num == r.a && r.a_open && zero) && !(st->num == r.b && !r.b_open && !zero);
+}
+
+static bool step(sd_json_state *st, unsigned char c);
 static bool number_end(sd_json_state *st, unsigned char c);
 
-static bool int_byte(sd_json_state *st, unsigned char c)
+/* A number under bounds: digits of the integer part while it can lie
+ * within them; '.' (numbers) when its integer part does; a fraction digit
+ * other than 0 unless the integer part is the closed upper end; the end
+ * only within them. */
+static bool bounded_byte(sd_json_state *st, unsigned char c)
 {
     const sd_js_node *nd = node_of(st, st->vnode);
-    if (!is_digit(c)) return st->mode != JM_MINUS && int_reachable(nd, st->neg, st->num, false) && number_end(st, c);
+    bool real = nd->kind == SD_JS_NUMBER;
+    if (st->mode == JM_DOT || st->mode == JM_FRAC) {
+        mags r;
+        if (!is_digit(c)) return bounded_end(st) && number_end(st, c);
+        side(nd, st->neg, &r);
+        if (c != '0' && st->num == r.b && !r.b_open) return false;
+        st->aux = st->aux && c == '0';
+        return st->mode = JM_FRAC, true;
+    }
+    if (c == '.' && real && st->mode != JM_MINUS) {
+        st->aux = 1; /* the fraction so far: all zeros */
+        return part_reachable(nd, st->neg, st->num, false) ? (st->mode = JM_DOT, true) : false;
+    }
+    if (!is_digit(c)) return bounded_end(st) && number_end(st, c);
     if (st->mode == JM_ZERO) return false;
     uint64_t d = (uint64_t)(c - '0');
     if (st->mode == JM_MINUS) st->num = d;
     else st->num = st->num > (UINT64_MAX - 9) / 10 ? UINT64_MAX : st->num * 10 + d;
     st->mode = st->mode == JM_MINUS && d == 0 ? JM_ZERO : JM_INT;
-    return int_reachable(nd, st->neg, st->num, st->mode == JM_INT);
+    return part_reachable(nd, st->neg, st->num, st->mode == JM_INT);
 }
 
 /* A number read so far may end here (within its bounds). */
 static bool number_may_end(const sd_json_state *st)
 {
     int m = st->mode;
-    if (m == JM_FRAC || m == JM_EXP) return true;
-    if (m != JM_ZERO && m != JM_INT) return false;
-    return !bounded_int(st) || int_reachable(node_of(st, st->vnode), st->neg, st->num, false);
+    if (m != JM_ZERO && m != JM_INT && m != JM_FRAC && m != JM_EXP) return false;
+    return !num_bounded(st) || bounded_end(st);
+}
+
+/* A bounded number begins with c ('-' or a digit). */
+static bool bounded_start(sd_json_state *st, const sd_js_node *nd, unsigned char c)
+{
+    uint64_t a, b;
+    st->neg = c == '-', st->num = c == '-' ? 0 : (uint64_t)(c - '0'), st->aux = 1;
+    if (c == '-') return int_parts(nd, true, &a, &b) && b > 0; /* some value below 0 ("-0" aside) */
+    return part_reachable(nd, false, st->num, c != '0');
 }
 
 bool sd_json_complete(const sd_json_state *st)
@@ -345,16 +402,12 @@ static bool value_start(sd_json_state *st, unsigned char c)
     case '{': return open_container(st, 0, node);
     case '[': return open_container(st, 1, node);
     case '"': st->mode = JM_STR, st->key = 0, st->len = 0; return true;
-    case '-': st->mode = JM_MINUS, st->neg = 1; return !bounded_int(st) || node_of(st, node)->lo < 0;
-    case '0':
-        st->mode = JM_ZERO, st->neg = 0, st->num = 0;
-        return !bounded_int(st) || int_reachable(node_of(st, node), false, 0, false);
+    case '-': st->mode = JM_MINUS; return !num_bounded(st) || bounded_start(st, node_of(st, node), c);
+    case '0': st->mode = JM_ZERO; return !num_bounded(st) || bounded_start(st, node_of(st, node), c);
     case 't': case 'f': case 'n':
         st->mode = JM_LIT, st->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, st->left = 1;
         return true;
-    default: /* 1-9 (sd_json_schema_starts) */
-        st->mode = JM_INT, st->neg = 0, st->num = (uint64_t)(c - '0');
-        return !bounded_int(st) || int_reachable(node_of(st, node), false, st->num, true);
+    default: st->mode = JM_INT; return !num_bounded(st) || bounded_start(st, node_of(st, node), c); /* 1-9 */
     }
 }
 
@@ -433,7 +486,7 @@ static bool number_end(sd_json_state *st, unsigned char c)
 
 static bool number_byte(sd_json_state *st, unsigned char c)
 {
-    if (bounded_int(st)) return int_byte(st, c);
+    if (num_bounded(st)) return bounded_byte(st, c);
     bool real = node_of(st, st->vnode)->kind != SD_JS_INTEGER;
     bool e = real && (c == 'e' || c == 'E'), dot = real && c == '.';
     switch (st->mode) {

@@ -59,7 +59,7 @@ typedef struct sd_json_frame {
 typedef struct sd_json_state {
     const sd_json_schema *schema;
     uint64_t cand; /* a key of declared properties or an enum value: the items its bytes still match */
-    uint64_t num;  /* an integer under bounds: its magnitude so far (saturating) */
+    uint64_t num;  /* a number under bounds: its integer part's magnitude so far (saturating) */
     uint32_t len;  /* a string's characters so far */
     uint16_t vnode; /* the scalar being read: its node */
     uint16_t pos;   /* bytes of cand matched */
@@ -67,10 +67,11 @@ typedef struct sd_json_state {
     uint8_t mode;  /* what may come next (json_mask.c) */
     uint8_t key;   /* the string being read is an object key */
     uint8_t left;  /* hex digits of a \u escape, continuation bytes of a character, or a literal's position */
-    uint8_t aux;   /* the literal being read; a \u escape's first digit */
+    uint8_t aux;   /* the literal being read; a \u escape's first digit; a number under bounds: its */
+                   /* fraction so far is all zeros */
     uint8_t lo, hi; /* the next continuation byte's range */
     uint8_t ws;    /* whitespace bytes in a row */
-    uint8_t neg;   /* an integer under bounds: it began with '-' */
+    uint8_t neg;   /* a number under bounds: it began with '-' */
     sd_json_frame stack[SD_JSON_MAX_DEPTH]; /* open containers (last: a copy needs the first depth only) */
 } sd_json_state;
 

@@ -370,7 +370,7 @@ static int compile_string(jsc *c, const json_t *sch, int id, const char *where)
     return id;
 }
 
-/* An integer bound: v rounded towards the allowed side (up for a lower
+/* An integer's bound: v rounded towards the allowed side (up for a lower
  * bound, down for an upper one; an exclusive one moved past v), clamped to
  * int64. */
 static int64_t int_bound(const json_t *v, bool lower, bool exclusive)
@@ -394,26 +394,49 @@ static bool has_bounds(const json_t *sch)
            json_object_get(sch, "exclusiveMinimum") || json_object_get(sch, "exclusiveMaximum");
 }
 
-/* minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer. */
+/* A bound of a number that is not an integer: a whole number (clamped to
+ * int64), exclusive or not; the tighter of two on the same side. */
+static void number_bound(sd_js_node *nd, double d, bool lower, bool excl)
+{
+    int64_t b = d >= 9223372036854775807.0 ? INT64_MAX : d <= -9223372036854775808.0 ? INT64_MIN : (int64_t)d;
+    uint8_t flag = lower ? SD_JS_LO_OPEN : SD_JS_HI_OPEN;
+    int64_t *at = lower ? &nd->lo : &nd->hi;
+    bool tighter = lower ? b > *at : b < *at;
+    if (tighter || (b == *at && excl)) {
+        *at = b;
+        nd->open = (uint8_t)((nd->open & ~flag) | (excl ? flag : 0));
+    }
+}
+
+/* minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer
+ * or a number. */
 static int compile_bounds(jsc *c, const json_t *sch, int id, const char *where)
 {
     static const char *const KEYS[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    int64_t lo = INT64_MIN, hi = INT64_MAX;
-    bool empty = false;
+    sd_js_node *nd = &c->s->nodes[id];
+    bool integer = nd->kind == SD_JS_INTEGER, empty = false;
     for (int i = 0; i < 4; i++) {
         json_t *v = json_object_get(sch, KEYS[i]);
         if (!v) continue;
         if (!json_is_number(v))
             return fail(c, where, "'%s' must be a number (draft 4's boolean form is not supported)", KEYS[i]);
         bool lower = i < 2, excl = i % 2;
+        double d = json_number_value(v);
+        if (!integer && d != floor(d))
+            return fail(c, where, "'%s' %g on a number: bounds of numbers that are not integers must be whole "
+                        "numbers", KEYS[i], d);
+        if (!integer) {
+            number_bound(nd, d, lower, excl);
+            continue;
+        }
         int64_t b = int_bound(v, lower, excl);
         /* an exclusive bound at the end of int64 leaves no value on its side */
         empty |= excl && json_is_integer(v) && json_integer_value(v) == (lower ? INT64_MAX : INT64_MIN);
-        if (lower && b > lo) lo = b;
-        if (!lower && b < hi) hi = b;
+        if (lower && b > nd->lo) nd->lo = b;
+        if (!lower && b < nd->hi) nd->hi = b;
     }
-    if (empty || lo > hi) return fail(c, where, "no integer lies within 'minimum' / 'maximum' bounds");
-    c->s->nodes[id].lo = lo, c->s->nodes[id].hi = hi;
+    if (empty || nd->lo > nd->hi || (nd->lo == nd->hi && nd->open))
+        return fail(c, where, "no %s lies within 'minimum' / 'maximum' bounds", integer ? "integer" : "number");
     return id;
 }
 
@@ -436,9 +459,7 @@ static int compile_typed(jsc *c, const json_t *sch, const char *type, int id, co
         return compile_object(c, sch, id, where) < 0 ? -1 : object_names(c, sch, id, where);
     if (kind == SD_JS_ARRAY) return compile_array(c, sch, id, where);
     if (kind == SD_JS_STRING) return compile_string(c, sch, id, where);
-    if (kind == SD_JS_INTEGER) return compile_bounds(c, sch, id, where);
-    if (kind == SD_JS_NUMBER && has_bounds(sch))
-        return fail(c, where, "'minimum' / 'maximum' bounds are supported on integers only, not on numbers");
+    if (kind == SD_JS_INTEGER || kind == SD_JS_NUMBER) return compile_bounds(c, sch, id, where);
     return id;
 }
 
@@ -537,7 +558,7 @@ bool sd_json_schema_starts(const sd_json_schema *s, uint16_t node, unsigned char
     case SD_JS_UNION: return c == '{';
     case SD_JS_ARRAY: return c == '[';
     case SD_JS_STRING: return c == '"';
-    case SD_JS_NUMBER: return c == '-' || (c >= '0' && c <= '9');
+    case SD_JS_NUMBER:
     case SD_JS_INTEGER: return (c == '-' && nd->lo < 0) || (c >= '0' && c <= '9');
     case SD_JS_BOOLEAN: return c == 't' || c == 'f';
     case SD_JS_NULL: return c == 'n';

@@ -10,7 +10,8 @@
  *   when properties are given, any otherwise — OpenAI's strict mode),
  *   items, minItems, maxItems, minLength, maxLength (characters), minimum,
  *   maximum, exclusiveMinimum, exclusiveMaximum (numbers, as in draft 6 and
- *   later; on integers only — on other numbers they are refused), anyOf /
+ *   later; on a number that is not an integer they must be whole numbers,
+ *   and the number is then written without exponent), anyOf /
  *   oneOf, allOf with one schema, $ref to "#..." JSON pointers ($defs,
  *   definitions; recursion included), true / {} (any value).
  * - Annotations are ignored: title, description, default, examples,
@@ -50,6 +51,8 @@ struct json_t;
 #define SD_JS_MAX_NODES 4096
 #define SD_JS_NONE 0xFFFFu /* no node */
 #define SD_JS_UNBOUNDED UINT32_MAX
+#define SD_JS_LO_OPEN 1u
+#define SD_JS_HI_OPEN 2u
 
 typedef enum sd_js_kind {
     SD_JS_ANY,     /* any JSON value (containers of any values) */
@@ -81,7 +84,9 @@ typedef struct sd_js_node {
     uint32_t items;    /* ... the first, in sd_json_schema.items */
     uint64_t required; /* OBJECT: bit i = property i is required */
     uint32_t min, max; /* ARRAY: items; STRING: characters (max SD_JS_UNBOUNDED: no bound) */
-    int64_t lo, hi;    /* INTEGER: the values allowed, lo..hi (INT64_MIN / INT64_MAX: no bound) */
+    int64_t lo, hi;    /* INTEGER, NUMBER: the values allowed, lo..hi (INT64_MIN / INT64_MAX: no bound) */
+    uint8_t open;      /* NUMBER: SD_JS_LO_OPEN / SD_JS_HI_OPEN: lo / hi itself excluded (an integer's bounds */
+                       /* are closed: exclusive ones are moved by one) */
     uint32_t pick;     /* ANYOF: its 256 entries in picks (a first byte's node, SD_JS_NONE: none) */
 } sd_js_node;
 

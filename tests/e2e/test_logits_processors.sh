@@ -19,8 +19,8 @@
 #     it; chat, the references) and, by a schema, one the schema accepts
 #     (checked here in Python), what ran out of tokens starts one; the
 #     Responses API's text.format json_object / json_schema too (the schema
-#     bounds an integer); a schema outside the subset is a 400 naming the
-#     keyword.
+#     bounds an integer and a number); a schema outside the subset is a 400
+#     naming the keyword.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -29,14 +29,15 @@ PROMPT="def fibonacci(n):"
 # SCHEMA below) holds a JSON object when it stopped by itself (by SCHEMA: one it accepts); one that ran out
 # of tokens starts one (that it is a prefix of one is the unit tests' part: test_json_mask, test_spec)
 SCHEMA='{"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}, "version": {"type":
- "integer", "minimum": 2, "maximum": 40}, "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]},
- "maxItems": 3}}, "required": ["name", "version"]}'
+ "integer", "minimum": 2, "maximum": 40}, "score": {"type": "number", "minimum": 0, "maximum": 1}, "tags":
+ {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}, "required": ["name", "version"]}'
 echo "$SCHEMA" >"$WORK/schema.json"
 cat >"$WORK/jsoncheck.py" <<'PY'
 import json, sys
 kind, by_schema = sys.argv[1].split("+")[0], sys.argv[1].endswith("+schema")
 def schema_ok(o):
-    assert set(o) <= {"name", "version", "tags"} and {"name", "version"} <= set(o), o
+    assert set(o) <= {"name", "version", "score", "tags"} and {"name", "version"} <= set(o), o
+    assert "score" not in o or (isinstance(o["score"], (int, float)) and 0 <= o["score"] <= 1), o
     assert isinstance(o["name"], str) and len(o["name"]) <= 16, o
     assert isinstance(o["version"], int) and not isinstance(o["version"], bool) and 2 <= o["version"] <= 40, o
     assert "tags" not in o or (len(o["tags"]) <= 3 and set(o["tags"]) <= {"a", "b", "c"}), o

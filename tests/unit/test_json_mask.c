@@ -316,7 +316,8 @@ START_TEST(schema_token_mask)
     static const char schema[] =
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 6},"
         " \"n\": {\"type\": \"integer\"}, \"kind\": {\"enum\": [\"cat\", \"dog\", 12, null]},"
-        " \"age\": {\"type\": \"integer\", \"minimum\": 18, \"maximum\": 120},"
+        " \"age\": {\"type\": \"integer\", \"minimum\": 18, \"maximum\": 120}, \"p\": {\"type\": \"number\","
+        " \"minimum\": 0, \"exclusiveMaximum\": 1},"
         " \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 2},"
         " \"sub\": {\"$ref\": \"#\"}}, \"required\": [\"name\", \"kind\"]}";
     demo d;
@@ -327,7 +328,7 @@ START_TEST(schema_token_mask)
     float *logits = malloc((size_t)d.vocab * sizeof *logits);
     ck_assert_int_eq(mask_walks(&d, s, 10, 11, logits), 10);
     const char *const texts[] = {"{\"na", "{\"name\": \"abcde", "{\"name\": \"ab\\", "{\"n\": 12", "{\"age\": 1",
-                                 "{\"age\": 12", "{\"age\": 99",
+                                 "{\"age\": 12", "{\"age\": 99", "{\"p\": 0", "{\"p\": 0.5",
                                  "{\"kind\": 1", "{\"kind\": \"c", "{\"tags\": [\"a\", \"b\"",
                                  "{\"sub\": {\"sub\": {"};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {

@@ -61,8 +61,10 @@ static const struct {
     {"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"string\", \"format\": \"date\", "
      "\"multipleOf\": 2}}}",
      "#/properties/x: the keyword 'multipleOf'"},
-    {"{\"type\": \"number\", \"minimum\": 0}", "supported on integers only"},
-    {"{\"maximum\": 1.5}", "supported on integers only"}, /* no type: a number */
+    {"{\"type\": \"number\", \"minimum\": 0.5}", "must be whole numbers"},
+    {"{\"maximum\": 1.5}", "must be whole numbers"}, /* no type: a number */
+    {"{\"type\": \"number\", \"exclusiveMinimum\": 1, \"exclusiveMaximum\": 1}", "no number lies within"},
+    {"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", "no number lies within"},
     {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no integer lies within"},
     {"{\"type\": \"integer\", \"exclusiveMinimum\": 2, \"exclusiveMaximum\": 3}", "no integer lies within"},
     {"{\"type\": \"integer\", \"minimum\": 2.5, \"maximum\": 2.9}", "no integer lies within"},
@@ -124,6 +126,11 @@ static const char BOUNDS[] =
     "\"t\": {\"type\": \"integer\", \"exclusiveMinimum\": -5, \"exclusiveMaximum\": 5.5}, \"big\": {\"type\": "
     "[\"integer\", \"null\"], \"minimum\": 1000000}, \"neg\": {\"type\": \"integer\", \"minimum\": -9.5, "
     "\"maximum\": -3}}, \"required\": [\"age\"]}";
+/* numbers under whole-number bounds: [0, 1]; (0, 3); [-2, 0) */
+static const char FLOATS[] =
+    "{\"type\": \"object\", \"properties\": {\"p\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}, "
+    "\"q\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"exclusiveMaximum\": 3.0}, \"r\": {\"type\": "
+    "\"number\", \"minimum\": -2, \"exclusiveMaximum\": 0}}}";
 static const char SMALL[] = "{\"type\": \"integer\", \"minimum\": 3, \"maximum\": 7}";
 /* a discriminated union (the property "type" first picks the object), and null */
 static const char PETS[] =
@@ -218,6 +225,23 @@ static const struct {
     {BOUNDS, "{\"age\":20,\"neg\":-10", false},
     {BOUNDS, "{\"age\":20,\"neg\":3", false},
     {BOUNDS, "{\"age\":20.5", false},
+    {FLOATS, "{\"p\":0,\"q\":0.5,\"r\":-2}", true},
+    {FLOATS, "{\"p\":1.0,\"q\":2.999,\"r\":-0.001}", true},
+    {FLOATS, "{\"p\":0.25,\"q\":0.0001,\"r\":-1.5}", true},
+    {FLOATS, "{\"p\":1.000,\"r\":-2.00}", true},
+    {FLOATS, "{\"p\":1.5", false},                                  /* refused at the 5 */
+    {FLOATS, "{\"p\":1.0001", false},
+    {FLOATS, "{\"p\":2", false},
+    {FLOATS, "{\"p\":-", false},
+    {FLOATS, "{\"p\":0.5e", false},                                 /* no exponent under bounds */
+    {FLOATS, "{\"q\":0}", false},                                   /* 0 excluded */
+    {FLOATS, "{\"q\":0.00}", false},
+    {FLOATS, "{\"q\":3", false},
+    {FLOATS, "{\"r\":0", false},
+    {FLOATS, "{\"r\":-0}", false},
+    {FLOATS, "{\"r\":-0.0}", false},
+    {FLOATS, "{\"r\":-2.5", false},
+    {FLOATS, "{\"r\":-3", false},
     {SMALL, "5", true},
     {SMALL, "3", true},
     {SMALL, "8", false},
@@ -398,7 +422,7 @@ static size_t walk(const sd_json_schema *s, unsigned *seed, char *out, size_t ca
     return sd_json_complete(&st) ? n : 0;
 }
 
-static const char *const WALKED[] = {PERSON, TREE, ENUMS, EXTRA, TYPES, PREFIX, INT, PETS, BOUNDS, SMALL};
+static const char *const WALKED[] = {PERSON, TREE, ENUMS, EXTRA, TYPES, PREFIX, INT, PETS, BOUNDS, SMALL, FLOATS};
 
 START_TEST(walks_validate)
 {
