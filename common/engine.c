@@ -147,6 +147,7 @@ static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd
     if (s->json_schema && !(r->schema_text = strdup(s->json_schema)))
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     s->json_schema = NULL; /* borrowed: the compiled schema stands for it */
+    if (r->schema) r->schema->compact = s->json_compact;
     s->schema = r->schema;
     sd_status st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);
     if (st == SD_OK) st = check_vocab_ids("allowed_token_ids", s->allowed, s->n_allowed, c->vocab_size, err, errlen);

@@ -53,6 +53,13 @@ void sd_json_init(sd_json_state *st)
     sd_json_init_schema(st, NULL);
 }
 
+/* Whitespace bytes allowed in a row between tokens (none in a compact
+ * schema's output). */
+static int max_ws(const sd_json_state *st)
+{
+    return st->schema->compact ? 0 : SD_JSON_MAX_WS;
+}
+
 /* A branch of the state: the open containers only. */
 static void copy_state(sd_json_state *d, const sd_json_state *s)
 {
@@ -550,7 +557,7 @@ static bool comma(sd_json_state *st)
 /* The structural modes: between tokens. */
 static bool structural_byte(sd_json_state *st, unsigned char c)
 {
-    if (is_ws(c)) return st->mode != JM_TOP && ++st->ws <= SD_JSON_MAX_WS;
+    if (is_ws(c)) return st->mode != JM_TOP && ++st->ws <= max_ws(st);
     st->ws = 0;
     switch (st->mode) {
     case JM_TOP:
@@ -842,7 +849,7 @@ static bool token_ok(const sd_json_vocab *v, const row_state *r, int t)
     const sd_json_state *st = &r->st;
     if (structural(st->mode)) {
         int lead = v->lead[t];
-        if (lead > 0 && (st->mode == JM_TOP || st->ws + lead > SD_JSON_MAX_WS)) return false;
+        if (lead > 0 && (st->mode == JM_TOP || st->ws + lead > max_ws(st))) return false;
         if (v->body[t] < 0) return true; /* all whitespace, within the bound */
         if (!r->first[v->body[t]]) return false;
     } else if (st->mode == JM_STR && v->plain[t] && !(st->key && keyed(st))) {

@@ -12,7 +12,8 @@
  * most SD_JSON_MAX_WS whitespace bytes in a row inside it, nesting at most
  * SD_JSON_MAX_DEPTH deep, and no \u escape of a UTF-16 surrogate
  * (characters beyond the BMP are written as UTF-8; strings are valid UTF-8
- * with no control characters). Under a schema the automaton never begins
+ * with no control characters). A compact schema's output has no whitespace
+ * outside strings at all (json_schema.h). Under a schema the automaton never begins
  * what it could not finish (an integer's digits too: under bounds a digit
  * comes only when some integer beginning so lies within them) (a property, an item or a value that would need
  * deeper nesting, a key no declared property continues).

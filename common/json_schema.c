@@ -804,8 +804,15 @@ static const sd_js_node OBJECT_NODES[2] = {
     {.kind = SD_JS_OBJECT, .min_depth = 1, .child = 0, .max = SD_JS_UNBOUNDED},
 };
 static const sd_json_schema OBJECT_SCHEMA = {.nodes = (sd_js_node *)OBJECT_NODES, .n_nodes = 2, .root = 1};
+static const sd_json_schema OBJECT_COMPACT = {.nodes = (sd_js_node *)OBJECT_NODES, .n_nodes = 2, .root = 1,
+                                              .compact = true};
 
 const sd_json_schema *sd_json_schema_object(void)
 {
     return &OBJECT_SCHEMA;
+}
+
+const sd_json_schema *sd_json_schema_object_compact(void)
+{
+    return &OBJECT_COMPACT;
 }

@@ -97,6 +97,8 @@ typedef struct sd_json_schema {
     sd_js_item *items;
     char *text;      /* the items' texts */
     uint16_t *picks; /* the ANYOF nodes' tables */
+    bool compact;    /* no whitespace outside strings (vLLM's disable_any_whitespace; the compiler leaves it */
+                     /* false: whoever owns the schema sets it) */
 } sd_json_schema;
 
 /* Compiles a schema (a jansson value: an object or a boolean). NULL when it
@@ -113,6 +115,9 @@ void sd_json_schema_free(sd_json_schema *s);
 /* The schema of response_format json_object: {"type": "object"} (any
  * object). Static; never freed. */
 const sd_json_schema *sd_json_schema_object(void);
+
+/* The same without whitespace outside strings (compact). */
+const sd_json_schema *sd_json_schema_object_compact(void);
 
 /* Whether a value of node may begin with byte c. */
 bool sd_json_schema_starts(const sd_json_schema *s, uint16_t node, unsigned char c);

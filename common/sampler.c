@@ -115,6 +115,7 @@ void sd_sampling_drop_processors(sd_sampling *s)
     s->bias_values = NULL;
     s->n_bias = s->n_allowed = s->n_early_ban = s->min_tokens = 0;
     s->json_object = false;
+    s->json_compact = false;
     s->json_schema = NULL;
     s->schema = NULL;
     s->regex = NULL;
@@ -138,7 +139,8 @@ void sd_sampling_constrain(const sd_sampling *s, const int32_t *output, size_t n
 {
     if (!sd_sampling_constrained(s)) return;
     if (s->rx) sd_regex_mask(s->json_vocab, s->rx, output, n, logits, nv);
-    else sd_json_mask(s->json_vocab, s->schema, output, n, logits, nv);
+    else if (s->schema) sd_json_mask(s->json_vocab, s->schema, output, n, logits, nv);
+    else sd_json_mask(s->json_vocab, s->json_compact ? sd_json_schema_object_compact() : NULL, output, n, logits, nv);
 }
 
 /* ---- random stream ------------------------------------------------------ */

@@ -42,6 +42,8 @@ typedef struct sd_sampling {
     const char *json_schema;  /* response_format json_schema: the schema's JSON text (NUL-terminated, borrowed */
                               /* as the lists); the output is one value it accepts (json_schema.h) */
     const struct sd_json_schema *schema;    /* ... compiled (sd_req_new compiles it; the request owns it) */
+    bool json_compact;        /* JSON output without whitespace outside strings (structured_outputs */
+                              /* disable_any_whitespace; the compiled schema's compact, json_object's too) */
     const char *regex;        /* structured_outputs regex / choice: the pattern (NUL-terminated, borrowed as */
                               /* the lists; not with JSON output); the output is a text it matches whole */
     const struct sd_regex *rx; /* ... compiled (regex_mask.h; sd_req_new compiles it; the request owns it) */

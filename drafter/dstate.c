@@ -90,6 +90,7 @@ static void keep_sampling(sd_dreq *r, const sd_sampling *sampling)
         if (!r->schema) SD_DEBUG("request %llu: drafting without its schema: %s", (unsigned long long)r->id, err);
         r->sampling.json_schema = NULL;
         r->sampling.schema = r->schema;
+        if (r->schema) r->schema->compact = r->sampling.json_compact;
         if (!r->schema) r->sampling.json_vocab = NULL;
     }
 }

@@ -303,11 +303,12 @@ static void on_health(drafter *d, const sd_msg_id *peer, const Specd__HealthRequ
 static sd_sampling open_sampling(const drafter *d, const Specd__SamplingParams *p)
 {
     sd_sampling s = sd_pb_sampling_get(p);
-    bool json_object = s.json_object;
+    bool json_object = s.json_object, json_compact = s.json_compact;
     const char *json_schema = s.json_schema, *regex = s.regex;
     sd_sampling_drop_processors(&s);
     if (d->json && (json_object || json_schema || regex)) {
         s.json_object = json_object;
+        s.json_compact = json_compact;
         s.json_schema = json_schema; /* borrowed from the message until sd_dstate_open */
         s.regex = regex;
         s.json_vocab = d->json;

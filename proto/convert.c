@@ -26,6 +26,7 @@ sd_sampling sd_pb_sampling_get(const Specd__SamplingParams *sp)
     s.json_object = sp->json_object;
     s.json_schema = sp->json_schema && sp->json_schema[0] ? sp->json_schema : NULL;
     s.regex = sp->regex && sp->regex[0] ? sp->regex : NULL;
+    s.json_compact = sp->json_compact;
     return s;
 }
 
@@ -50,4 +51,5 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     out->json_object = s->json_object;
     if (s->json_schema) out->json_schema = (char *)s->json_schema; /* packing only reads it */
     if (s->regex) out->regex = (char *)s->regex;
+    out->json_compact = s->json_compact;
 }

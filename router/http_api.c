@@ -375,9 +375,11 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     if (field(o, "guided_grammar"))
         return BADF("guided_grammar", "'guided_grammar' is not supported: output is constrained by a JSON schema, "
                     "a regular expression or a list of choices");
-    json_t *backend = field(o, "guided_decoding_backend"); /* which library does it: specd has its own */
+    /* which library does it: specd has its own; vLLM's option "NAME:disable-any-whitespace" is honoured */
+    json_t *backend = field(o, "guided_decoding_backend");
     if (backend && !json_is_string(backend)) return BADF("guided_decoding_backend", "'guided_decoding_backend' "
                                                           "must be a string");
+    if (backend && strstr(json_string_value(backend), "disable-any-whitespace")) r->sampling.json_compact = true;
     return SD_OK;
 }
 
@@ -448,9 +450,15 @@ static sd_status set_structured(json_t *so, sd_api_req *r, sd_api_err *e)
     int given = 0;
     for (size_t i = 0; json_is_object(so) && i < sizeof keys / sizeof *keys; i++)
         if (json_object_get(so, keys[i])) key = keys[i], given++;
-    if (!json_is_object(so) || given != 1 || json_object_size(so) != 1)
+    json_t *ws = json_is_object(so) ? json_object_get(so, "disable_any_whitespace") : NULL;
+    if (ws && !json_is_boolean(ws))
+        return BADF("structured_outputs", "'structured_outputs.disable_any_whitespace' must be a boolean");
+    if (json_is_true(ws)) r->sampling.json_compact = true;
+    if (given == 0 && ws && json_object_size(so) == 1) return SD_OK; /* the option alone: JSON given elsewhere */
+    if (!json_is_object(so) || given != 1 || json_object_size(so) != 1 + (ws != NULL))
         return BADF("structured_outputs", "'structured_outputs' must hold one of 'json' (a schema), 'json_object' "
-                    "(true), 'regex' and 'choice': grammar and structural tags are not supported");
+                    "(true), 'regex' and 'choice' (and 'disable_any_whitespace'): grammar and structural tags are "
+                    "not supported");
     json_t *v = json_object_get(so, key);
     if (!strcmp(key, "json")) return set_schema(v, "structured_outputs", r, e);
     if (!strcmp(key, "regex")) return set_regex(v, "structured_outputs", r, e);
@@ -467,13 +475,16 @@ static sd_status parse_response_format(json_t *o, sd_api_req *r, sd_api_err *e)
 {
     json_t *rf = field(o, "response_format"), *so = field(o, "structured_outputs"), *gj = field(o, "guided_json");
     json_t *gr = field(o, "guided_regex"), *gc = field(o, "guided_choice");
-    if ((rf != NULL) + (so != NULL) + (gj != NULL) + (gr != NULL) + (gc != NULL) > 1)
+    /* structured_outputs holding only disable_any_whitespace is an option of the others, not a format */
+    bool so_option = json_is_object(so) && json_object_size(so) == 1 && json_object_get(so, "disable_any_whitespace");
+    if ((rf != NULL) + (so && !so_option) + (gj != NULL) + (gr != NULL) + (gc != NULL) > 1)
         return BADF(rf ? "response_format" : so ? "structured_outputs" : "guided_json", "give one of "
                     "'response_format', 'structured_outputs', 'guided_json', 'guided_regex' and 'guided_choice'");
+    sd_status st = so ? set_structured(so, r, e) : SD_OK;
+    if (st != SD_OK || (so && !so_option)) return st;
     if (gj) return set_schema(gj, "guided_json", r, e);
     if (gr) return set_regex(gr, "guided_regex", r, e);
     if (gc) return set_choice(gc, "guided_choice", r, e);
-    if (so) return set_structured(so, r, e);
     json_t *rft = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
     const char *type = json_is_string(rft) ? json_string_value(rft) : "";
     if (!rf || !strcmp(type, "text")) return SD_OK;
@@ -695,6 +706,9 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK) st = parse_unsupported(o, r, e);
     if (st == SD_OK) st = parse_response_format(o, r, e);
     if (st == SD_OK) st = parse_tools(o, r, e);
+    if (st == SD_OK && r->sampling.json_compact && !r->sampling.json_object && !r->json_schema)
+        st = BADF("structured_outputs", "'disable_any_whitespace' applies to JSON output: give a JSON schema or "
+                  "json_object");
     if (st == SD_OK) st = parse_logprobs(o, r, e);
     return st;
 }

@@ -74,7 +74,7 @@ static void usage(FILE *f)
             "       [--quant none|int8] [--batch-invariant]\n"
             "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n"
             "       [--response-format text|json_object] [--json-schema SCHEMA|@FILE]\n"
-            "       [--regex PATTERN|@FILE | --choice TEXT [--choice TEXT ...]]\n");
+            "       [--disable-any-whitespace] [--regex PATTERN|@FILE | --choice TEXT [--choice TEXT ...]]\n");
 }
 
 static int parse_processors(gen_opts *o);
@@ -93,7 +93,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
         {"batch-invariant", 0, 0, 'I'}, {"logit-bias", 1, 0, 'B'}, {"allowed-token-ids", 1, 0, 'A'},
         {"min-tokens", 1, 0, 'N'},  {"response-format", 1, 0, 'F'},
-        {"json-schema", 1, 0, 'J'}, {"regex", 1, 0, 'g'},       {"choice", 1, 0, 'C'},      {0, 0, 0, 0}};
+        {"json-schema", 1, 0, 'J'}, {"regex", 1, 0, 'g'},       {"choice", 1, 0, 'C'},
+        {"disable-any-whitespace", 0, 0, 'W'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
@@ -133,6 +134,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             break;
         case 'J': o->json_schema = optarg; break;
         case 'g': o->regex = optarg; break;
+        case 'W': o->sampling.json_compact = true; break;
         case 'C':
             if (o->n_choices == sizeof o->choices / sizeof *o->choices) {
                 fprintf(stderr, "specd-generate: at most 256 --choice strings\n");

@@ -99,6 +99,7 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
             sd_sampling ds = r->p.sampling;
             sd_sampling_drop_processors(&ds); /* the drafter drafts without them, */
             ds.json_object = r->p.sampling.json_object; /* but keeps to JSON output (draft.c) */
+            ds.json_compact = r->p.sampling.json_compact;
             ds.json_schema = r->schema_text;
             ds.regex = sd_regex_pattern(r->rx);
             sd_pb_sampling_set(&ds, &b->open_sampling[b->n_opens]);

@@ -69,6 +69,7 @@ START_TEST(processor_lists)
     a.json_object = true;
     a.json_schema = "{}";
     a.regex = "a|b"; /* both: the wire carries them (msg.c refuses such a message) */
+    a.json_compact = true;
     Specd__SamplingParams sp;
     sd_pb_sampling_set(&a, &sp);
     size_t n = specd__sampling_params__get_packed_size(&sp);
@@ -84,6 +85,7 @@ START_TEST(processor_lists)
     ck_assert_str_eq(b.json_schema, "{}");
     ck_assert(!b.schema); /* compiled by sd_req_new */
     ck_assert_str_eq(b.regex, "a|b");
+    ck_assert(b.json_compact);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(b.bias_ids[i], ids[i]);
         ck_assert_float_eq(b.bias_values[i], bias[i]);

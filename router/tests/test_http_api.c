@@ -152,6 +152,12 @@ static const bad_case BAD[] = {
      "guided_json", "give one of"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_grammar\": \"root ::= x\"}", "guided_grammar",
      "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"disable_any_whitespace\": true}}",
+     "structured_outputs", "applies to JSON output"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\", \"disable_any_whitespace\": "
+                        "true}}", "structured_outputs", "applies to JSON output"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {}, \"disable_any_whitespace\": 1}}",
+     "structured_outputs", "must be a boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"$ref\": \"#/x\"}}}",
      "structured_outputs", "points nowhere"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias", "must be an object"},
@@ -291,7 +297,21 @@ START_TEST(logits_processor_fields)
     sd_api_req_clear(&r);
     b = "{\"prompt\": \"x\", \"structured_outputs\": {\"json_object\": true}}";
     ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
-    ck_assert(r.sampling.json_object && !r.sampling.regex);
+    ck_assert(r.sampling.json_object && !r.sampling.regex && !r.sampling.json_compact);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"type\": \"object\"}, "
+        "\"disable_any_whitespace\": true}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.sampling.json_schema && r.sampling.json_compact);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}, \"structured_outputs\": "
+        "{\"disable_any_whitespace\": true}}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.sampling.json_object && r.sampling.json_compact);
+    sd_api_req_clear(&r);
+    b = "{\"prompt\": \"x\", \"guided_json\": {}, \"guided_decoding_backend\": \"xgrammar:disable-any-whitespace\"}";
+    ck_assert_int_eq(sd_api_parse(SD_API_COMPLETION, b, strlen(b), &r, &e), SD_OK);
+    ck_assert(r.sampling.json_schema && r.sampling.json_compact);
     sd_api_req_clear(&r);
     b = "{\"prompt\": \"x\", \"logit_bias\": {}, \"allowed_token_ids\": null, \"min_tokens\": 0, "
         "\"response_format\": {\"type\": \"text\"}}";

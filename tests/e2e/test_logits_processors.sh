@@ -19,8 +19,10 @@
 #     it; chat, the references) and, by a schema, one the schema accepts
 #     (checked here in Python), what ran out of tokens starts one; the
 #     Responses API's text.format json_object / json_schema too (the schema
-#     bounds an integer and a number); a schema outside the subset is a 400
-#     naming the keyword.
+#     bounds an integer and a number); structured_outputs with
+#     disable_any_whitespace: no whitespace outside strings, == specd-generate
+#     --disable-any-whitespace; a schema outside the subset is a 400 naming
+#     the keyword.
 # Env: SD_BIN, SD_MODELS (set by CTest).
 . "$(dirname "$0")/pipeline_lib.sh"
 
@@ -54,6 +56,13 @@ for path in sys.argv[2:]:
         assert isinstance(json.loads(t), dict), (path, t)
         if by_schema:
             schema_ok(json.loads(t))
+PY
+# nows.py FILE: no whitespace outside the JSON strings of FILE
+cat >"$WORK/nows.py" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+outside = re.sub(r'"(\\.|[^"\\])*"', "", text)
+sys.exit(1 if re.search(r"\s", outside) else 0)
 PY
 # the target's greedy tokens: the lists below name tokens it really produces
 "$BIN/specd-generate" --model "$TARGET" --prompt "$PROMPT" --threads 1 --json --max-tokens 64 --ignore-eos \
@@ -180,6 +189,15 @@ if serve_start --draft "$DRAFT"; then
   check "Responses API, text.format json_schema: the same, the format echoed (status $st)" \
     '[ "$st" = 200 ] && "$PY" "$WORK/jsoncheck.py" resp+schema "$WORK/respschema.json" &&
      [ "$(jget "$WORK/respschema.json" "j[\"text\"][\"format\"][\"type\"]")" = json_schema ]'
+  reference "${JSON_PROMPTS[1]}" "$WORK/ref.compact" --max-tokens 48 --json-schema "@$WORK/schema.json" \
+    --disable-any-whitespace || fail "specd-generate --disable-any-whitespace reference"
+  st=$(post /v1/completions "$(body "${JSON_PROMPTS[1]}" 48 0 "{\"structured_outputs\": {\"json\": $SCHEMA,
+    \"disable_any_whitespace\": true}, \"ignore_eos\": false}")" "$WORK/compact.json")
+  check "disable_any_whitespace == specd-generate, no whitespace outside strings (some without it)" \
+    '[ "$st" = 200 ] && text_of "$WORK/compact.json" "$WORK/compact.txt" &&
+     cmp -s "$WORK/compact.txt" "$WORK/ref.compact" && "$PY" "$WORK/nows.py" "$WORK/compact.txt" &&
+     ! "$PY" "$WORK/nows.py" "$WORK/ref.schema.1"' ||
+    echo "#   got: $(head -c 300 "$WORK/compact.json")"
   BADSCHEMA='{"response_format": {"type": "json_schema", "json_schema": {"schema": {"pattern": "[a-z]+"}}}}'
   expect_400s "$PROMPT" 64 "$BADSCHEMA|response_format|'pattern' is not supported" \
     '{"structured_outputs": {"grammar": "root ::= x"}}|structured_outputs|not supported' \

@@ -101,7 +101,7 @@ bad "missing messages" '{}' 400 messages /v1/chat/completions
 bad "unknown model" '{"model":"gpt-4","prompt":"x"}' 404 model
 bad "tools without a function name" '{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}' 400 tools /v1/chat/completions
 bad "tool_choice required without tools" '{"messages":[{"role":"user","content":"a"}],"tool_choice":"required"}' 400 tool_choice /v1/chat/completions
-bad "response_format json_schema outside the subset" '{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"number","minimum":0}}}}' 400 response_format /v1/chat/completions
+bad "response_format json_schema outside the subset" '{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"number","minimum":0.5}}}}' 400 response_format /v1/chat/completions
 bad "max_tokens 0" '{"prompt":"x","max_tokens":0}' 400 max_tokens
 bad "prompt + max_tokens beyond the context" '{"prompt":"x","max_tokens":600}' 400 max_tokens
 bad "temperature -1" '{"prompt":"x","temperature":-1}' 400 temperature

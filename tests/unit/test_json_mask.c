@@ -66,6 +66,24 @@ START_TEST(refused)
 }
 END_TEST
 
+/* A compact schema's output: no whitespace outside strings, inside them as
+ * any character. */
+START_TEST(compact)
+{
+    sd_json_state st;
+    static const char *const good[] = {"{}", "{\"a b\":[1,2.5,{\"c\":\" \\t\"}],\"d\":null}"};
+    static const char *const bad[] = {"{ ", "{\"a\" :", "{\"a\":1 ", "{\"a\":[1,\n", "{\"a\":1}\n"};
+    for (size_t i = 0; i < 2; i++) {
+        sd_json_init_schema(&st, sd_json_schema_object_compact());
+        ck_assert_msg(sd_json_feed(&st, good[i], strlen(good[i])) && sd_json_complete(&st), "%s", good[i]);
+    }
+    for (size_t i = 0; i < 5; i++) {
+        sd_json_init_schema(&st, sd_json_schema_object_compact());
+        ck_assert_msg(!sd_json_feed(&st, bad[i], strlen(bad[i])), "%s accepted", bad[i]);
+    }
+}
+END_TEST
+
 START_TEST(bounds)
 {
     char buf[256];
@@ -284,6 +302,7 @@ START_TEST(token_mask)
     open_demo(&d);
     float *logits = malloc((size_t)d.vocab * sizeof *logits);
     ck_assert_int_eq(mask_walks(&d, NULL, 12, 5, logits), 12);
+    ck_assert_int_eq(mask_walks(&d, sd_json_schema_object_compact(), 6, 7, logits), 6); /* no whitespace */
     /* states the walks may miss: in a number (a token's leading whitespace ends it), after an escape, in a
      * literal, deep in whitespace */
     char deep[64] = "{";
@@ -380,6 +399,7 @@ int main(void)
     tcase_add_loop_test(tc, documents_and_prefixes, 0, (int)(sizeof GOOD / sizeof GOOD[0]));
     tcase_add_loop_test(tc, refused, 0, (int)(sizeof BAD / sizeof BAD[0]));
     tcase_add_test(tc, bounds);
+    tcase_add_test(tc, compact);
     tcase_add_test(tc, jansson_documents_accepted);
     tcase_add_test(tc, walks_are_documents);
     suite_add_tcase(s, tc);
