@@ -232,8 +232,9 @@ static int32_t second_choice(float *row, int n, int32_t first)
 /* JSON or regex output (response_format json_object / json_schema,
  * structured_outputs regex / choice): the draft row masked as the verifier
  * masks the target's (sd_sampling_constrain), so drafts keep to the text the
- * target must write — keys, punctuation, enum values are then drafted right. The verifier stays exact whatever is drafted; q is drawn
- * from the masked row. The output so far: the context's last out_pos tokens,
+ * target must write — keys, punctuation, enum values are then drafted
+ * right. The verifier stays exact whatever is drafted; q is drawn from the
+ * masked row. The output so far: the context's last out_pos tokens,
  * then the drafts before t. */
 static void json_constrain(draft_impl *d, const sd_propose_item *it, const sd_proposal *o, int t, float *row)
 {

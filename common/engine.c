@@ -138,7 +138,8 @@ static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd
     s->json_vocab = json ? e->json : NULL;
     if (json && !e->json)
         return sd_seterr(err, errlen, SD_ERR_ARG, "%s output needs the model's tokenizer.json, which this server did "
-                         "not load", s->regex ? "regular-expression" : "JSON (response_format json_object / json_schema)");
+                         "not load",
+                         s->regex ? "regular-expression" : "JSON (response_format json_object / json_schema)");
     if (s->regex && !(r->rx = sd_regex_compile(s->regex, err, errlen))) return SD_ERR_ARG;
     s->regex = NULL; /* borrowed: the compiled expression stands for it (and keeps its text) */
     s->rx = r->rx;

@@ -80,6 +80,73 @@ static void usage(FILE *f)
 static int parse_processors(gen_opts *o);
 
 /* One switch over the options, kept whole (a table in code). */
+/* The options of the output's processors (logits processors, JSON,
+ * regular expressions): 0 taken (*st the parse's status, err its message), -1
+ * refused (said on stderr), 1 not one of them. */
+static int output_opt(gen_opts *o, int c, sd_status *st, char *err, size_t errlen)
+{
+    switch (c) {
+    case 'B': o->logit_bias = optarg; break;
+    case 'F':
+        if (strcmp(optarg, "text") && strcmp(optarg, "json_object")) {
+            fprintf(stderr, "specd-generate: --response-format must be text or json_object\n");
+            return -1;
+        }
+        o->sampling.json_object = !strcmp(optarg, "json_object");
+        break;
+    case 'J': o->json_schema = optarg; break;
+    case 'g': o->regex = optarg; break;
+    case 'W': o->sampling.json_compact = true; break;
+    case 'C':
+        if (o->n_choices == sizeof o->choices / sizeof *o->choices) {
+            fprintf(stderr, "specd-generate: at most 256 --choice strings\n");
+            return -1;
+        }
+        o->choices[o->n_choices++] = optarg;
+        break;
+    case 'A': o->allowed = optarg; break;
+    case 'N': *st = sd_opt_int(optarg, "--min-tokens", 0, 1000000000, &o->min_tokens, err, errlen); break;
+    default: return 1;
+    }
+    return 0;
+}
+
+/* The options of speculation and the backend: as output_opt. */
+static int spec_opt(gen_opts *o, int c, sd_status *st, char *err, size_t errlen)
+{
+    switch (c) {
+    case 'D': o->draft_dir = optarg; break;
+    case 'X': o->device = optarg; break;
+    case 'G': o->ngram = true; break;
+    case 'K': *st = sd_opt_int(optarg, "--num-draft", 0, SD_MAX_DRAFT, &o->num_draft, err, errlen); break;
+    case 'Q':
+        if ((o->draft_quant = sd_draft_quant_parse(optarg)) < 0) {
+            fprintf(stderr, "specd-generate: --draft-quant must be auto, int8 or none\n");
+            return -1;
+        }
+        break;
+    case 'q':
+        if (strcmp(optarg, "none") && strcmp(optarg, "int8")) {
+            fprintf(stderr, "specd-generate: --quant must be none or int8\n");
+            return -1;
+        }
+        o->quant_int8 = !strcmp(optarg, "int8");
+        break;
+    case 'R': *st = sd_opt_float(optarg, "--draft-p-min", 0, 1, &o->draft_p_min, err, errlen); break;
+    case 'V':
+        if (!strcmp(optarg, "greedy")) o->verify = SD_VERIFY_GREEDY;
+        else if (!strcmp(optarg, "match")) o->verify = SD_VERIFY_MATCH;
+        else if (!strcmp(optarg, "rejection")) o->verify = SD_VERIFY_REJECTION;
+        else {
+            fprintf(stderr, "specd-generate: --verify must be greedy, match or rejection\n");
+            return -1;
+        }
+        break;
+    default: return 1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
     static const struct option lo[] = {
@@ -124,55 +191,16 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'e': st = sd_opt_float(optarg, "--presence-penalty", -1e9, 1e9, &o->sampling.presence_penalty, err, sizeof err); break;
         case 'f': st = sd_opt_float(optarg, "--frequency-penalty", -1e9, 1e9, &o->sampling.frequency_penalty, err, sizeof err); break;
         case 's': st = sd_opt_u64(optarg, "--seed", &o->sampling.seed, err, sizeof err); break;
-        case 'B': o->logit_bias = optarg; break;
-        case 'F':
-            if (strcmp(optarg, "text") && strcmp(optarg, "json_object")) {
-                fprintf(stderr, "specd-generate: --response-format must be text or json_object\n");
-                return -1;
-            }
-            o->sampling.json_object = !strcmp(optarg, "json_object");
-            break;
-        case 'J': o->json_schema = optarg; break;
-        case 'g': o->regex = optarg; break;
-        case 'W': o->sampling.json_compact = true; break;
-        case 'C':
-            if (o->n_choices == sizeof o->choices / sizeof *o->choices) {
-                fprintf(stderr, "specd-generate: at most 256 --choice strings\n");
-                return -1;
-            }
-            o->choices[o->n_choices++] = optarg;
-            break;
-        case 'A': o->allowed = optarg; break;
-        case 'N': st = sd_opt_int(optarg, "--min-tokens", 0, 1000000000, &o->min_tokens, err, sizeof err); break;
-        case 'D': o->draft_dir = optarg; break;
-        case 'X': o->device = optarg; break;
-        case 'G': o->ngram = true; break;
-        case 'K': st = sd_opt_int(optarg, "--num-draft", 0, SD_MAX_DRAFT, &o->num_draft, err, sizeof err); break;
-        case 'Q':
-            if ((o->draft_quant = sd_draft_quant_parse(optarg)) < 0) {
-                fprintf(stderr, "specd-generate: --draft-quant must be auto, int8 or none\n");
-                return -1;
-            }
-            break;
-        case 'q':
-            if (strcmp(optarg, "none") && strcmp(optarg, "int8")) {
-                fprintf(stderr, "specd-generate: --quant must be none or int8\n");
-                return -1;
-            }
-            o->quant_int8 = !strcmp(optarg, "int8");
-            break;
-        case 'R': st = sd_opt_float(optarg, "--draft-p-min", 0, 1, &o->draft_p_min, err, sizeof err); break;
-        case 'V':
-            if (!strcmp(optarg, "greedy")) o->verify = SD_VERIFY_GREEDY;
-            else if (!strcmp(optarg, "match")) o->verify = SD_VERIFY_MATCH;
-            else if (!strcmp(optarg, "rejection")) o->verify = SD_VERIFY_REJECTION;
-            else {
-                fprintf(stderr, "specd-generate: --verify must be greedy, match or rejection\n");
-                return -1;
-            }
-            break;
         case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        default: {
+            int r = output_opt(o, c, &st, err, sizeof err);
+            if (r > 0) r = spec_opt(o, c, &st, err, sizeof err);
+            if (r < 0) return -1;
+            if (r > 0) {
+                usage(stderr);
+                return -1;
+            }
+        }
         }
     }
     if (st != SD_OK) {
@@ -492,6 +520,20 @@ static int make_proposer(const gen_opts *o, sd_backend *be, int max_context, sd_
     return st == SD_OK ? 0 : -1;
 }
 
+/* JSON or regex output: the model's token table for the engine's masks
+ * (*jv, freed by the caller). */
+static int constrain(const gen_opts *o, const sd_model_config *c, sd_engine *eng, sd_json_vocab **jv)
+{
+    char err[512];
+    if (!o->sampling.json_object && !o->sampling.json_schema && !o->sampling.regex) return 0;
+    if (!(*jv = sd_json_vocab_load(o->model_dir, c, err, sizeof err))) {
+        fprintf(stderr, "specd-generate: %s output: %s\n", o->sampling.regex ? "regex" : "JSON", err);
+        return -1;
+    }
+    sd_engine_set_json_vocab(eng, *jv);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     gen_opts o;
@@ -540,13 +582,7 @@ int main(int argc, char **argv)
     if (make_proposer(&o, be, (int)positions, &pr) != 0) goto out;
     eng = sd_engine_new(m, NULL);
     if (!eng) goto out;
-    if (o.sampling.json_object || o.sampling.json_schema || o.sampling.regex) {
-        if (!(jv = sd_json_vocab_load(o.model_dir, c, err, sizeof err))) {
-            fprintf(stderr, "specd-generate: %s output: %s\n", o.sampling.regex ? "regex" : "JSON", err);
-            goto out;
-        }
-        sd_engine_set_json_vocab(eng, jv);
-    }
+    if (constrain(&o, c, eng, &jv) != 0) goto out;
     if (!o.json && tok) ts = sd_tok_stream_new(tok, true);
     if (run_engine(eng, pr, &o, ids, np, ts, &res) != 0) goto out;
     if (ts) {
