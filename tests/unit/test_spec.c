@@ -653,6 +653,22 @@ static void same_with_drafts(fixture *f, sd_proposer *pr, const int32_t *ids, in
     free(b);
 }
 
+/* A request with p's JSON or regex output is refused while the engine has
+ * no token table; the demo's table, set on the engine, is returned (the
+ * caller unsets and frees it). */
+static sd_json_vocab *table_for_masks(fixture *f, const int32_t *ids, int n, const sd_req_params *p)
+{
+    char dir[512], err[256];
+    sd_req *r;
+    ck_assert_int_eq(sd_req_new(f->eng, 1, ids, n, p, &r, err, sizeof err), SD_ERR_ARG);
+    ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
+    sd_json_vocab *jv = sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f->target), err,
+                                           sizeof err);
+    ck_assert_msg(jv != NULL, "%s", err);
+    sd_engine_set_json_vocab(f->eng, jv);
+    return jv;
+}
+
 START_TEST(json_output_exact)
 {
     static const char schema[] =
@@ -662,19 +678,14 @@ START_TEST(json_output_exact)
     fixture f;
     open_demo(&f);
     sd_proposer *pr = demo_drafter(&f, 1);
-    char dir[512], err[256];
+    char err[256];
     int n;
     int32_t *ids = encode(&f, PROMPTS[5], &n);
     sd_req_params p = sd_req_params_default();
     p.max_tokens = 96;
     p.sampling.json_object = true;
     sd_req *r;
-    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
-    ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
-    sd_json_vocab *jv = sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f.target), err,
-                                           sizeof err);
-    ck_assert_msg(jv != NULL, "%s", err);
-    sd_engine_set_json_vocab(f.eng, jv);
+    sd_json_vocab *jv = table_for_masks(&f, ids, n, &p);
     sd_json_schema *compiled = sd_json_schema_parse(schema, strlen(schema), err, sizeof err);
     ck_assert_msg(compiled, "%s", err);
     p.sampling.json_object = false;
@@ -756,19 +767,14 @@ START_TEST(regex_output_exact)
     fixture f;
     open_demo(&f);
     sd_proposer *pr = demo_drafter(&f, 1);
-    char dir[512], err[256];
+    char err[256];
     int n;
     int32_t *ids = encode(&f, PROMPTS[5], &n);
     sd_req_params p = sd_req_params_default();
     p.max_tokens = 64;
     p.sampling.regex = patterns[0];
     sd_req *r;
-    ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
-    ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
-    sd_json_vocab *jv = sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f.target), err,
-                                           sizeof err);
-    ck_assert_msg(jv != NULL, "%s", err);
-    sd_engine_set_json_vocab(f.eng, jv);
+    sd_json_vocab *jv = table_for_masks(&f, ids, n, &p);
     p.sampling.regex = "(a)\\1";
     ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
     ck_assert_msg(strstr(err, "back-references"), "%s", err);
