@@ -1,7 +1,7 @@
 /* vecmath.h — vector math on host float arrays that the sampler, the
  * proposers and the CPU kernels share.
  *
- * Implemented in kernels/cpu/cpu_dot.c with the CPU backend's SIMD paths
+ * Implemented in kernels/cpu/cpu_elem.c with the CPU backend's SIMD paths
  * (AVX2 where the CPU has it, scalar otherwise), so every layer above uses
  * one copy of this math without reaching into kernels/cpu. Thread-safe:
  * pure functions of their arguments. */

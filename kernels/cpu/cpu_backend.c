@@ -15,7 +15,9 @@
 #include "array.h"
 #include "backend.h"
 #include "cpu_amx.h"
+#include "cpu_attn.h"
 #include "cpu_dot.h"
+#include "cpu_elem.h"
 #include "cpu_q8.h"
 #include "threadpool.h"
 
@@ -600,7 +602,7 @@ static void isa_from_env(void)
 
 sd_backend *sd_backend_cpu_new(int n_threads)
 {
-    sd_cpu_dot_init();
+    sd_cpu_isa_init();
     isa_from_env();
     if (n_threads <= 0) n_threads = sd_cpu_count();
     sd_backend *be = calloc(1, sizeof *be);
@@ -626,12 +628,12 @@ fail:
 int sd_cpu_set_isa_level(int level)
 {
     sd_q8_set_path(level);
-    return sd_cpu_dot_set_level(level);
+    return sd_cpu_isa_set_level(level);
 }
 
 const char *sd_cpu_isa(void)
 {
-    return sd_cpu_dot_isa();
+    return sd_cpu_isa_name();
 }
 
 int sd_backend_cpu_threads(const sd_backend *be)

@@ -2,7 +2,7 @@
  *
  * Host-side glue: device memory, weight upload and conversion, cuBLAS
  * matmul, staging of attention block tables, error bookkeeping. The kernels
- * are in cuda_kernels.cu. One stream per backend orders everything; copies
+ * are in cuda_gemm.cu, cuda_norm.cu, cuda_attention.cu and cuda_elem.cu. One stream per backend orders everything; copies
  * to the host wait for it. Owned device buffers: the weights (sd_weight.owned)
  * and the scratch below, freed by destroy. */
 #include <cublas_v2.h>

@@ -1,10 +1,11 @@
-/* cuda_kernels.h — host launchers of the CUDA kernels (cuda_kernels.cu).
+/* cuda_kernels.h — host launchers of the CUDA kernels (cuda_gemm.cu,
+ * cuda_norm.cu, cuda_attention.cu, cuda_elem.cu).
  *
  * Plain C declarations so the backend glue (cuda_backend.c) is compiled by
  * the C compiler with the project's warnings. Every pointer is device memory
  * unless said otherwise; every launcher enqueues on `stream`, returns at once
  * and reports launch errors (cudaGetLastError) as its result. Each kernel's
- * CPU reference is named in cuda_kernels.cu above the kernel. */
+ * CPU reference is named in its .cu file above the kernel. */
 #ifndef SD_CUDA_KERNELS_H
 #define SD_CUDA_KERNELS_H
 

@@ -4,11 +4,16 @@ on the built objects.
 
   check_layers.py SOURCE_DIR BUILD_DIR
 
-1. Includes go down, never up: kernels (0) <- common (1) <- proto (2) <- the
-   programs (3: router, verifier, drafter, tools, bench). A file may include
-   a header of its own layer or a lower one; a program includes no other
-   program's headers; kernels/cpu/*.h and kernels/cuda/cuda_kernels.h are
-   private to their folder. Tests are on top and exempt.
+1. Includes go down, never up. The rooms, each of which may include its own
+   headers and those of the rooms listed under it (ROOMS below):
+     kernels  <-  common/base  <-  common/tokenizer, common/model (side by
+     side: neither includes the other)  <-  common/constrain  <-
+     common/sample  <-  common/spec  <-  proto  <-  the programs (router,
+     verifier, drafter, tools, bench, bench/client, router/supervisor);
+     router/jinja is a library on common/base that only the router uses.
+   A program includes no other program's headers; kernels/cpu/*.h and
+   kernels/cuda/*.h(.cuh) private headers stay in their folder. Tests are on
+   top and exempt.
 2. No two object files depend on each other, directly or through a cycle:
    file A depends on file B when A uses a global symbol B defines (nm).
 Prints every violation and exits 1, or prints a summary and exits 0."""
@@ -18,8 +23,25 @@ import re
 import subprocess
 import sys
 
-LAYERS = {"kernels": 0, "common": 1, "proto": 2}
-PRIVATE = {"kernels/cpu": "kernels/cpu", "kernels/cuda/cuda_kernels.h": "kernels/cuda"}
+# room -> the rooms below it (what it may include besides itself).
+_COMMON = ["common/base", "common/tokenizer", "common/model", "common/constrain", "common/sample", "common/spec"]
+ROOMS = {
+    "kernels": [],
+    "common/base": ["kernels"],
+    "common/tokenizer": ["kernels", "common/base"],
+    "common/model": ["kernels", "common/base"],
+    "common/constrain": ["kernels", "common/base", "common/tokenizer", "common/model"],
+    "common/sample": ["kernels", "common/base", "common/tokenizer", "common/model", "common/constrain"],
+    "common/spec": ["kernels"] + _COMMON[:5],
+    "proto": ["kernels"] + _COMMON,
+    "router/jinja": ["kernels", "common/base"],
+}
+PROGRAM_BASE = ["kernels"] + _COMMON + ["proto"]
+PROGRAMS = ["router", "router/supervisor", "verifier", "drafter", "tools", "bench", "bench/client"]
+for _p in PROGRAMS:
+    ROOMS[_p] = PROGRAM_BASE + (["router/jinja"] if _p == "router" else [])
+PRIVATE = {"kernels/cpu": "kernels/cpu", "kernels/cuda/cuda_kernels.h": "kernels/cuda",
+           "kernels/cuda/cuda_common.cuh": "kernels/cuda"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -28,9 +50,14 @@ def is_test(rel):
     return "tests" in parts or os.path.basename(rel).startswith("test_")
 
 
-def layer_of(rel):
-    top = rel.split("/")[0]
-    return LAYERS.get(top, 3)
+def room_of(rel):
+    """The longest room that holds rel (kernels/cpu is in kernels); None for
+    a file outside every room (scripts, tests: not checked)."""
+    best = None
+    for r in ROOMS:
+        if (rel == r or rel.startswith(r + "/")) and (best is None or len(r) > len(best)):
+            best = r
+    return best
 
 
 def sources(src):
@@ -55,6 +82,10 @@ def check_includes(src):
     for rel in files:
         if is_test(rel):
             continue
+        if rel.startswith(("common/", "kernels/", "proto/")) and room_of(rel) is None:
+            bad.append(f"{rel}: outside every room (ROOMS)")
+        elif rel.startswith("common/") and os.path.dirname(rel) == "common":
+            bad.append(f"{rel}: outside every room (common/ holds rooms only)")
         text = open(os.path.join(src, rel), encoding="utf-8", errors="replace").read()
         here = os.path.dirname(rel)
         for name in INCLUDE.findall(text):
@@ -71,11 +102,15 @@ def check_includes(src):
             for priv, owner in PRIVATE.items():
                 if (h == priv or h.startswith(priv + "/")) and not here.startswith(owner):
                     bad.append(f"{rel}: includes {h}, private to {owner}/")
-            lf, lh = layer_of(rel), layer_of(h)
-            if lh > lf:
-                bad.append(f"{rel} (layer {lf}) includes {h} (layer {lh}): upward")
-            elif lf == 3 and lh == 3 and h.split("/")[0] != rel.split("/")[0]:
-                bad.append(f"{rel} includes {h}: another program's header")
+            rf, rh = room_of(rel), room_of(h)
+            if rf is None or rh is None or rf == rh:
+                continue
+            if rh in ROOMS[rf]:
+                continue
+            if rf in PROGRAMS and rh in PROGRAMS:
+                bad.append(f"{rel} includes {h}: another program's header ({rh})")
+            else:
+                bad.append(f"{rel} ({rf}) includes {h} ({rh}): upward or sideways")
     return bad, checked
 
 

@@ -23,7 +23,9 @@
 
 #include "backend.h"
 #include "cpu_amx.h"
+#include "cpu_attn.h"
 #include "cpu_dot.h"
+#include "cpu_elem.h"
 #include "cpu_q8.h"
 #include "testutil.h"
 
@@ -104,7 +106,7 @@ START_TEST(tiles_batch_invariant_all_levels)
         for (int i = 0; i < R * K; i++) wf[i] = frand(), wb[i] = bf16_bits(frand());
         for (int i = 0; i < U * K; i++) x[i] = frand();
         for (int level = 0; level <= 2; level++) {
-            if (sd_cpu_dot_set_level(level) != level) continue;
+            if (sd_cpu_isa_set_level(level) != level) continue;
             for (int bf = 0; bf < 2; bf++)
                 for (int u = 1; u <= U; u++) {
                     if (bf) sd_dot_tile_bf16(y, R, wb, x, K, K, R, u);
@@ -120,7 +122,7 @@ START_TEST(tiles_batch_invariant_all_levels)
         }
         free(wb), free(wf), free(x), free(y), free(y1);
     }
-    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
+    sd_cpu_isa_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -202,7 +204,7 @@ static uint16_t *bf16_copy(const float *x, size_t n)
 
 static void attention_case(int level, int hd, int bf16)
 {
-    int got = sd_cpu_dot_set_level(level);
+    int got = sd_cpu_isa_set_level(level);
     if (got != level) return; /* the CPU lacks this path */
     const int bs = 16, nblk = 9, kvh = 2, nq = 7;
     size_t stride = (size_t)kvh * hd, slots = (size_t)nblk * bs;
@@ -272,7 +274,7 @@ START_TEST(attention_paths_match_reference)
     for (int level = 0; level <= 2; level++)
         for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
             for (int bf16 = 0; bf16 <= 1; bf16++) attention_case(level, hds[h], bf16);
-    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
+    sd_cpu_isa_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -374,7 +376,7 @@ START_TEST(exp_weights_accuracy)
     enum { N = 4003 };
     float x[N], w[N];
     for (int level = 0; level <= 2; level++) {
-        if (sd_cpu_dot_set_level(level) != level) continue;
+        if (sd_cpu_isa_set_level(level) != level) continue;
         for (int i = 0; i < N; i++) x[i] = -100.0f * (float)i / N + 3.0f; /* 3 .. -97 */
         x[17] = NAN;
         x[18] = -INFINITY;
@@ -391,7 +393,7 @@ START_TEST(exp_weights_accuracy)
         ck_assert_float_eq(w[18], 0.0f);
         ck_assert_float_eq_tol(w[0], 1.0f, 1e-7f);
     }
-    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
+    sd_cpu_isa_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
@@ -409,7 +411,7 @@ START_TEST(argmax_first_max_nan_ignored)
 {
     float x[1003];
     for (int level = 0; level <= 2; level++) {
-        if (sd_cpu_dot_set_level(level) != level) continue;
+        if (sd_cpu_isa_set_level(level) != level) continue;
         for (int trial = 0; trial < 200; trial++) {
             int n = 1 + trial * 5;
             for (int i = 0; i < n; i++) x[i] = (float)(int)(frand() * 20.0f); /* many ties */
@@ -424,13 +426,13 @@ START_TEST(argmax_first_max_nan_ignored)
         for (int i = 0; i < 40; i++) x[i] = -INFINITY;
         ck_assert_int_eq(sd_argmax_f32(x, 40), 0);
     }
-    sd_cpu_dot_set_level(SD_CPU_LEVEL_MAX);
+    sd_cpu_isa_set_level(SD_CPU_LEVEL_MAX);
 }
 END_TEST
 
 int main(void)
 {
-    sd_cpu_dot_init();
+    sd_cpu_isa_init();
     Suite *s = suite_create("cpu_kernels");
     TCase *tc = tcase_create("kernels");
     tcase_add_test(tc, bf16_tiles_batch_invariant);
