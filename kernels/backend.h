@@ -1,6 +1,6 @@
 /* backend.h — the compute backend interface (a vtable, as ggml-backend).
  *
- * The model forward pass (common/model.c) is written once against these ops;
+ * The model forward pass (common/model/model.c) is written once against these ops;
  * kernels/cpu/ implements them with threads + SIMD, kernels/cuda/ on NVIDIA
  * GPUs. All activation pointers are backend memory (host memory for the CPU
  * backend, device memory for CUDA) obtained from ops->alloc.

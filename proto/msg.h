@@ -30,7 +30,7 @@
 #define SD_MSG_MAX_PROBS 65536u       /* sparse q entries per proposal */
 #define SD_MSG_MAX_POSITIONS 256u     /* accepted_at entries, draft length */
 #define SD_MSG_MAX_STRING 4096u       /* string fields */
-#define SD_MSG_MAX_LOGPROBS 20u       /* alternatives per position (common/logprob.h) */
+#define SD_MSG_MAX_LOGPROBS 20u       /* alternatives per position (common/sample/logprob.h) */
 #define SD_MSG_MAX_REQUEST_ID ((UINT64_C(1) << 56) - 1) /* request ids: 56 bits (the drafter keys its state by
                                                           * peer in the 8 above, drafter/main.c) */
 

@@ -33,7 +33,7 @@ trap 'echo "bench_multiturn: interrupted" >&2; exit 130' INT TERM
 python3 - "$ROOT" "$OUTDIR/dataset.jsonl" "$C" "$TURNS" "$SYS" <<'PY'
 import json, sys
 root, out, conv, turns, sys_chars = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-system = open(f"{root}/common/engine.c").read()[:sys_chars]
+system = open(f"{root}/common/spec/engine.c").read()[:sys_chars]
 asks = ["Explain what the function above does.", "Write a unit test for it.", "Make it faster.",
         "Add error handling.", "Document its arguments.", "Rewrite it in Python.", "List its edge cases.",
         "Summarize the changes so far."]

@@ -1,7 +1,7 @@
 /* bf16_peak.c — the CPU's AVX-512 BF16 dot-product peak on one core:
  * independent vdpbf16ps chains on registers (no memory), GFLOP/s = 64 flops
  * an instruction (32 bf16 pairs, multiply and add). The ceiling for the
- * bf16 tile kernel of kernels/cpu/cpu_dot.c (docs/BENCHMARKS.md).
+ * bf16 tile kernel of kernels/cpu/cpu_dot.c.
  *
  *   gcc -O2 -march=native -o /tmp/bf16_peak scripts/bf16_peak.c && /tmp/bf16_peak
  *

@@ -1,6 +1,6 @@
 /* vf_adapt.h — adaptive speculation in the verifier: every step, how many
  * drafts each request verifies (0 included), from what the verifier
- * measures (common/spec_model.h, common/spec_sched.h).
+ * measures (common/spec/spec_model.h, common/spec/spec_sched.h).
  *
  * Measured online, nothing tuned for one machine:
  *   - the engine's step cost by rows (forward pass) and by verified rows

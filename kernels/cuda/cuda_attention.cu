@@ -79,7 +79,7 @@ __device__ __forceinline__ void att_chunk(const float *qs, const KV *kb, const K
     __syncthreads();
 }
 
-/* CPU reference: sd_attn_row() in cpu_dot.c (via attn_one() in
+/* CPU reference: sd_attn_row() in cpu_attn.c (via attn_one() in
  * cpu_backend.c). out, q: [T, nh, hd]; kc, vc: [n_blocks*bs, nkv, hd].
  * Grid (T, nh), one block per (query row, head), so a row's result never
  * depends on the batch. Pass 1 finds the max score; pass 2 recomputes the

@@ -58,7 +58,7 @@ __device__ __forceinline__ void argmax_merge(float *bv, int *bi, float v, int i)
     }
 }
 
-/* CPU reference: sd_argmax() in common/sampler.c.
+/* CPU reference: sd_argmax() in common/sample/sampler.c.
  * logits: [rows, vocab], out: [rows]. One block per row; each thread scans a
  * strided slice in ascending order (strict > keeps its lowest id), then a
  * shared-memory tree merges with the tie rule. */

@@ -1,4 +1,4 @@
-/* test_exsum.c — Check suite for common/exsum.c: exact sums, rounded once.
+/* test_exsum.c — Check suite for common/base/exsum.c: exact sums, rounded once.
  *
  * References: sums whose exact value a 113-bit __float128 holds (terms
  * within 2^-80 .. 1 of each other, few enough), rounded once to double;

@@ -1,4 +1,4 @@
-/* test_mem_plan.c — KV caches sized from device memory (common/mem_plan.h):
+/* test_mem_plan.c — KV caches sized from device memory (common/model/mem_plan.h):
  * the plan's arithmetic (the process's share, what it holds, what others
  * leave free), blocks for a model through a backend whose free memory is
  * faked (the CPU backend's ops plus a mem_info that reports set figures),

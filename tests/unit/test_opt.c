@@ -1,4 +1,4 @@
-/* test_opt.c — common/opt.h: numbers are accepted only whole and in range,
+/* test_opt.c — common/base/opt.h: numbers are accepted only whole and in range,
  * and the message names the option, the range and the value; secrets (API
  * keys) come from one source, trimmed, never empty. */
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* test_sampler.c — Check suite for common/sampler.c.
+/* test_sampler.c — Check suite for common/sample/sampler.c.
  *
  * Every expectation is computed from a known distribution: hand-made logits
  * whose softmax is written out analytically, or a brute-force reference

@@ -1,5 +1,5 @@
 /* test_spec_model.c — the measured models of adaptive speculation
- * (common/spec_model.c): step cost per row count, interpolated between
+ * (common/spec/spec_model.c): step cost per row count, interpolated between
  * measured neighbours and extended beyond them,
  * corrected for the sequences the rows are spread over (beyond the noise),
  * a size never dearer than a larger one measured, a seldom measured size

@@ -1,5 +1,5 @@
 /* test_spec_sched.c — the adaptive draft-length scheduler
- * (common/spec_sched.c) on synthetic cost and acceptance: low acceptance
+ * (common/spec/spec_sched.c) on synthetic cost and acceptance: low acceptance
  * gives no drafts, K grows with acceptance, a flat (GPU-like) cost takes
  * the most, larger batches take fewer, the drafter's exposed time shortens
  * spans, a sampled request pays sampling per token committed and a drafter

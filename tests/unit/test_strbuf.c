@@ -1,4 +1,4 @@
-/* test_strbuf.c — common/strbuf.h: appends keep a NUL after the bytes,
+/* test_strbuf.c — common/base/strbuf.h: appends keep a NUL after the bytes,
  * take hands the string over, and whole-file reads respect their limit and
  * name the file in errors. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_tokenizer.c — Check suite for the tokenizer module (common/tokenizer.c,
+/* test_tokenizer.c — Check suite for the tokenizer module (common/tokenizer/tokenizer.c,
  * tok_load.c, tok_encode.c).
  *
  * Golden data: tests/fixtures/tokenizer_cases.json, produced by Hugging Face

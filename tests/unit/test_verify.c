@@ -1,4 +1,4 @@
-/* test_verify.c — Check suite for common/verify.c (the speculative accept rules).
+/* test_verify.c — Check suite for common/spec/verify.c (the speculative accept rules).
  *
  * greedy / match: the committed tokens must equal, token for token, what
  * plain (non-speculative) decoding emits with the same settings, seed and
