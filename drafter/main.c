@@ -1,9 +1,5 @@
-/* main.c — specd-drafter: the drafter process.
- *
- *   specd-drafter [--listen tcp://127.0.0.1:5556] (--model DIR | --ngram)
- *                 [--ngram-min 1] [--ngram-max 4] [--threads 1] [--max-seqs 64]
- *                 [--max-context N] [--device cpu|cuda:N] [--quant auto] [--p-min 0.3]
- *                 [--spec-pipeline on] [--spec-branches 3] [--log-level info]
+/* main.c — specd-drafter: the drafter process (its flags: g_flags below,
+ * printed by --help and in docs/FLAGS.md).
  *
  * Binds a ZeroMQ ROUTER socket and serves the verifier's draft protocol
  * (proto/specd.proto, drafter/README.md): DraftOpen / DraftClose keep the
@@ -36,6 +32,7 @@
 #include "convert.h"
 #include "dpipe.h"
 #include "draft.h"
+#include "flags.h"
 #include "dreply.h"
 #include "dstate.h"
 #include "json_mask.h"
@@ -112,28 +109,58 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-static void usage(FILE *f)
+/* Every flag of specd-drafter, for getopt_long and --help (flags.h). */
+static const sd_flag g_flags[] = {
+    {"Model", "model", 'm', "DIR", NULL,
+     "the draft model: a Hugging Face checkpoint directory with the target's tokenizer"},
+    {"Model", "ngram", 'n', NULL, NULL, "draft by n-gram lookup over each request's tokens instead of a model"},
+    {"Model", "ngram-min", 'a', "N", "1", "the shortest n-gram the lookup matches (1..8)"},
+    {"Model", "ngram-max", 'b', "N", "4", "the longest n-gram the lookup matches (1..8)"},
+    {"Model", "quant", 'q', "auto|int8|none", "auto",
+     "the draft model's weights: int8 where the device has int8 kernels (auto), int8 always, or as in the "
+     "checkpoint"},
+    {"Model", "kv-dtype", 'V', "auto|f32|bf16", "auto", "the KV mirrors: bf16 for a bf16 model, else f32 (auto)"},
+    {"Model", "random-weights", 'W', NULL, NULL, "random weights of --model's config.json (benchmarks)"},
+    {"Speculation", "p-min", 'p', "P", "0.3",
+     "stop drafting after a token the draft model gives probability below P (0: always the length asked)"},
+    {"Speculation", "spec-pipeline", 'P', "on|off", "on",
+     "draft ahead: the next span while the verifier verifies, for the outcomes it is likely to commit"},
+    {"Speculation", "spec-branches", 'B', "N", "3", "pipelined: other outcomes drafted per request and step (0..3)"},
+    {"Scheduling", "max-seqs", 's', "N", "64", "requests the drafter keeps a KV mirror for"},
+    {"Scheduling", "max-context", 'c', "N", "the model's context, at most 4096", "positions per mirror"},
+    {"Scheduling", "no-prefix-cache", 'C', NULL, NULL, "no KV reuse between the mirrors of requests"},
+    {"Devices", "device", 'd', "cpu|cuda|cuda:N", "cpu", "where the draft model runs"},
+    {"Devices", "threads", 't', "N", "1", "CPU threads"},
+    {"Memory", "gpu-memory-fraction", 'G', "F", "0.1", "the share of its GPU's memory the drafter may use"},
+    {"Network", "listen", 'l', "ENDPOINT", "tcp://127.0.0.1:5556", "where the verifier connects (ZeroMQ ROUTER socket)"},
+    {"Security", "curve-keys", 'K', "DIR", NULL,
+     "CURVE authentication and encryption of the socket, with the keys of specd keygen DIR"},
+    {"Other", "log-level", 'L', "debug|info|warn|error", "info", "the least severe messages logged"},
+    {"Other", "help", 'h', NULL, NULL, "this help"},
+};
+#define N_FLAGS (sizeof g_flags / sizeof g_flags[0])
+
+static const char g_usage[] = "usage: specd-drafter (--model DIR | --ngram) [--listen ENDPOINT] [options]\n";
+
+/* --help (0) or the usage after an error (1). */
+static void usage(FILE *f, int error)
 {
-    fprintf(f, "usage: specd-drafter [--listen ENDPOINT] (--model DIR | --ngram) [--ngram-min N] [--ngram-max N]\n"
-               "                     [--threads N] [--max-seqs N] [--max-context N] [--device cpu|cuda:N]\n"
-               "                     [--quant auto|int8|none] [--p-min P] [--spec-pipeline on|off]\n"
-               "                     [--no-prefix-cache] [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
-               "                     [--random-weights]\n"
-               "                     [--spec-branches N] [--curve-keys DIR]\n"
-               "                     [--log-level debug|info|warn|error]\n");
+    if (error) {
+        sd_flags_usage_error(f, g_usage, "specd-drafter");
+        return;
+    }
+    sd_flags_help(f, g_usage,
+                  "specd-drafter proposes draft tokens for the verifier: a draft model (batched over requests, "
+                  "with a KV mirror per request) or an n-gram lookup; it drafts ahead while the verifier "
+                  "verifies (specd serve starts it for you).",
+                  g_flags, N_FLAGS);
 }
 
 /* Fills o from argv. Returns 0, 1 for --help, -1 on a usage error. */
 static int parse_opts(int argc, char **argv, drafter_opts *o)
 {
-    static const struct option lo[] = {
-        {"listen", 1, 0, 'l'},    {"model", 1, 0, 'm'},     {"ngram", 0, 0, 'n'},     {"ngram-min", 1, 0, 'a'},
-        {"ngram-max", 1, 0, 'b'}, {"threads", 1, 0, 't'},   {"max-seqs", 1, 0, 's'},  {"max-context", 1, 0, 'c'},
-        {"device", 1, 0, 'd'},    {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},      {"quant", 1, 0, 'q'},
-        {"p-min", 1, 0, 'p'},     {"spec-pipeline", 1, 0, 'P'}, {"spec-branches", 1, 0, 'B'},
-        {"curve-keys", 1, 0, 'K'}, {"no-prefix-cache", 0, 0, 'C'},
-        {"kv-dtype", 1, 0, 'V'},  {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
-        {0, 0, 0, 0}};
+    struct option lo[N_FLAGS + 1];
+    sd_flags_options(g_flags, N_FLAGS, lo);
     *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
                         .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
                         .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
@@ -692,7 +719,7 @@ int main(int argc, char **argv)
     drafter_opts o;
     int prc = parse_opts(argc, argv, &o);
     if (prc) {
-        usage(prc > 0 ? stdout : stderr);
+        usage(prc > 0 ? stdout : stderr, prc < 0);
         return prc > 0 ? 0 : 2;
     }
     sd_log_init("drafter", sd_log_parse_level(o.log_level));

@@ -1,18 +1,5 @@
-/* main.c — specd-router: command-line options → sd_server_opts → run.
- *
- *   specd-router --verifier tcp://127.0.0.1:5555 [--verifier ENDPOINT ...]
- *                [--verifier-dns HOST:PORT ...] [--dns-interval-s 10] [--dns-server IP[:PORT]]
- *                --tokenizer FILE [--tokenizer-config FILE] --model-name NAME[,ALIAS...]
- *                (or --served-model-name, as vLLM; repeatable: the first name is the model id)
- *                [--host 127.0.0.1] [--port 8000] [--api-key KEY | --api-key-file FILE]
- *                [--metrics-auth] [--max-headers 65536] [--header-timeout 30] [--drain-timeout 30]
- *                [--resume-wait 30] [--max-connections 1024]
- *                [--curve-keys DIR]
- *                [--max-queue 256] [--max-body 1048576] [--request-timeout 600]
- *                [--lane-capacity 64] [--health-interval-ms 1000]
- *                [--health-misses 3] [--chat-template FAMILY|FILE]
- *                [--tool-call-parser hermes|llama3_json|mistral]
- *                [--default-max-tokens 256] [--log-level info] */
+/* main.c — specd-router: command-line options (the table g_flags, printed
+ * by --help and in docs/FLAGS.md) → sd_server_opts → run. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdint.h>
@@ -20,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "log.h"
 #include "opt.h"
 #include "server.h"
@@ -27,20 +15,69 @@
 
 #define MAX_LANES 64
 
+/* Every flag of specd-router, for getopt_long and --help (flags.h). */
+static const sd_flag g_flags[] = {
+    {"Lanes", "verifier", 'v', "ENDPOINT", NULL,
+     "a lane: the verifier's ROUTER endpoint (tcp:// or ipc://); repeat for several lanes"},
+    {"Lanes", "verifier-dns", 'n', "HOST:PORT", NULL,
+     "lanes from a DNS name (a Kubernetes headless Service): every address HOST resolves to is a lane "
+     "tcp://ADDRESS:PORT, resolved again every --dns-interval-s; repeatable"},
+    {"Lanes", "dns-interval-s", 'i', "S", "10", "seconds between two resolutions of --verifier-dns names"},
+    {"Lanes", "dns-server", 'd', "IP[:PORT]", "/etc/resolv.conf's", "the nameserver --verifier-dns asks"},
+    {"Lanes", "lane-capacity", 'C', "N", "64", "requests in flight per lane; more wait in the router's queue"},
+    {"Lanes", "health-interval-ms", 'H', "MS", "1000", "milliseconds between two health probes of a lane"},
+    {"Lanes", "health-misses", 'M', "N", "3", "a lane that misses N health replies in a row is down"},
+    {"Lanes", "resume-wait", 'P', "S", "30",
+     "seconds the requests of a lane that died wait for a lane to resume on when none is up (0: they fail at "
+     "once)"},
+    {"Model", "tokenizer", 't', "FILE", NULL, "the target's tokenizer.json (required)"},
+    {"Model", "tokenizer-config", 'c', "FILE", NULL,
+     "the target's tokenizer_config.json: its chat_template renders chat requests"},
+    {"Model", "model-name", 'm', "NAME[,ALIAS...]", NULL,
+     "the served model id (the first name, required) and aliases requests may name; repeatable"},
+    {"Model", "served-model-name", 'S', "NAME[,ALIAS...]", NULL, "the same as --model-name (vLLM's name)"},
+    {"Model", "chat-template", 'x', "FAMILY|FILE", "the checkpoint's",
+     "a Jinja file rendered instead of the checkpoint's chat template, or a built-in format: chatml, llama3, "
+     "llama2, plain"},
+    {"Model", "tool-call-parser", 'E', "hermes|llama3_json|mistral", "hermes",
+     "how the answers to requests with tools are read for calls"},
+    {"Model", "default-max-tokens", 'D', "N", "256", "max_tokens of a request that gives none"},
+    {"Scheduling", "max-queue", 'q', "N", "256", "requests waiting for a lane slot; beyond it a 429"},
+    {"Scheduling", "request-timeout", 'T', "S", "600",
+     "seconds a request may take (0: no limit): a queued one gets a 503, a running one a 504 and is cancelled"},
+    {"Network", "host", 'h', "H", "127.0.0.1", "the address the HTTP API listens on"},
+    {"Network", "port", 'p', "P", "8000", "the HTTP API's port"},
+    {"Network", "max-body", 'b', "BYTES", "1048576", "the largest request body; beyond it a 413"},
+    {"Network", "max-headers", 'R', "BYTES", "65536",
+     "bytes of request line and headers; beyond them the connection is refused before more is read"},
+    {"Network", "header-timeout", 'W', "S", "30",
+     "seconds to send a request's headers and body, and for a keep-alive connection to idle"},
+    {"Network", "max-connections", 'N', "N", "1024",
+     "open HTTP connections; at the cap new ones wait in the kernel's backlog until one closes"},
+    {"Network", "drain-timeout", 'G', "S", "30",
+     "on SIGTERM / SIGINT, seconds the requests in flight may take to finish (new ones get a 503)"},
+    {"Security", "api-key", 'k', "KEY", NULL,
+     "require Authorization: Bearer KEY on /v1/* (visible in the process list: prefer --api-key-file or "
+     "SPECD_API_KEY)"},
+    {"Security", "api-key-file", 'K', "FILE", "SPECD_API_KEY from the environment", "the API key: FILE's first line"},
+    {"Security", "metrics-auth", 'A', NULL, NULL, "/metrics needs the API key too"},
+    {"Security", "curve-keys", 'Y', "DIR", NULL,
+     "CURVE authentication and encryption of the lane sockets, with the keys of specd keygen DIR"},
+    {"Other", "log-level", 'l', "debug|info|warn|error", "info", "the least severe messages logged"},
+    {"Other", "help", 'U', NULL, NULL, "this help"},
+};
+#define N_FLAGS (sizeof g_flags / sizeof g_flags[0])
+
+static const char g_usage[] =
+    "usage: specd-router (--verifier ENDPOINT | --verifier-dns HOST:PORT)... --tokenizer FILE\n"
+    "                    --model-name NAME [options]\n";
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: specd-router (--verifier ENDPOINT | --verifier-dns HOST:PORT) ... --tokenizer FILE\n"
-            "                    [--dns-interval-s S] [--dns-server IP[:PORT]]\n"
-            "                    --model-name NAME[,ALIAS...] [--tokenizer-config FILE] [--host H] [--port P]\n"
-            "                    [--api-key KEY | --api-key-file FILE] [--metrics-auth]\n"
-            "                    [--max-queue N] [--max-body BYTES] [--max-headers BYTES] [--header-timeout S]\n"
-            "                    [--drain-timeout S] [--resume-wait S] [--max-connections N]\n"
-            "                    [--curve-keys DIR]\n"
-            "                    [--request-timeout S] [--lane-capacity N] [--health-interval-ms MS]\n"
-            "                    [--health-misses N] [--chat-template FAMILY|FILE]\n"
-            "                    [--tool-call-parser hermes|llama3_json|mistral]\n"
-            "                    [--default-max-tokens N] [--log-level debug|info|warn|error]\n");
+    sd_flags_help(f, g_usage,
+                  "specd-router is the OpenAI-compatible HTTP gateway: it tokenises, renders chat templates, "
+                  "streams and balances requests over verifier lanes (specd serve starts it for you).",
+                  g_flags, N_FLAGS);
 }
 
 /* A non-negative integer option (at most max); exits 2 with a message on junk. */
@@ -86,21 +123,9 @@ typedef struct cli {
     size_t n_names;
 } cli;
 
-/* Parses the command line into *o and *c. Returns -1 to go on, else the
- * exit status (0 after --help, 2 on a usage error, reported). */
-static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
+/* The defaults that differ from sd_server_new's (server.h). */
+static void set_defaults(sd_server_opts *o, cli *c)
 {
-    static const struct option longopts[] = {
-        {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'}, {"verifier", 1, 0, 'v'}, {"tokenizer", 1, 0, 't'},
-        {"tokenizer-config", 1, 0, 'c'}, {"model-name", 1, 0, 'm'}, {"api-key", 1, 0, 'k'},
-        {"max-queue", 1, 0, 'q'}, {"max-body", 1, 0, 'b'}, {"request-timeout", 1, 0, 'T'},
-        {"lane-capacity", 1, 0, 'C'}, {"health-interval-ms", 1, 0, 'H'}, {"health-misses", 1, 0, 'M'},
-        {"chat-template", 1, 0, 'x'}, {"default-max-tokens", 1, 0, 'D'}, {"log-level", 1, 0, 'l'},
-        {"api-key-file", 1, 0, 'K'}, {"metrics-auth", 0, 0, 'A'}, {"max-headers", 1, 0, 'R'},
-        {"header-timeout", 1, 0, 'W'}, {"drain-timeout", 1, 0, 'G'}, {"resume-wait", 1, 0, 'P'},
-        {"max-connections", 1, 0, 'N'}, {"served-model-name", 1, 0, 'S'},
-        {"curve-keys", 1, 0, 'Y'}, {"help", 0, 0, 'U'}, {"verifier-dns", 1, 0, 'n'},
-        {"dns-interval-s", 1, 0, 'i'}, {"dns-server", 1, 0, 'd'}, {"tool-call-parser", 1, 0, 'E'}, {0, 0, 0, 0}};
     o->port = 8000;
     o->max_queue = 256;
     o->request_timeout_s = 600;
@@ -109,6 +134,15 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
     o->verifiers = c->lanes;
     o->verifier_dns = c->dns;
     c->level = "info";
+}
+
+/* Parses the command line into *o and *c. Returns -1 to go on, else the
+ * exit status (0 after --help, 2 on a usage error, reported). */
+static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
+{
+    struct option longopts[N_FLAGS + 1];
+    sd_flags_options(g_flags, N_FLAGS, longopts);
+    set_defaults(o, c);
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (ch) {
@@ -168,7 +202,7 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         case 'D': o->default_max_tokens = (int)num_arg("--default-max-tokens", optarg, INT_MAX); break;
         case 'l': c->level = optarg; break;
         case 'U': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: sd_flags_usage_error(stderr, g_usage, "specd-router"); return 2;
         }
     }
     if (c->n_names) {
@@ -177,7 +211,7 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         o->n_aliases = c->n_names - 1;
     }
     if (optind < argc || (!o->n_verifiers && !o->n_verifier_dns) || !o->tokenizer || !o->model_name) {
-        usage(stderr);
+        sd_flags_usage_error(stderr, g_usage, "specd-router");
         return 2;
     }
     return -1;

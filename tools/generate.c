@@ -1,9 +1,5 @@
-/* generate.c — specd-generate: load a checkpoint, generate text on the CPU.
- *
- *   specd-generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N]
- *                  [--temperature T] [--top-k K] [--top-p P] [--min-p P]
- *                  [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X]
- *                  [--seed S] [--ignore-eos] [--threads N] [--json] [--dump-logits FILE]
+/* generate.c — specd-generate: load a checkpoint, generate text (its flags:
+ * g_flags below, printed by --help and in docs/FLAGS.md).
  *
  * Streams text to stdout (UTF-8 safe). With --json, stdout holds only one
  * JSON object on one line. --dump-logits runs one forward pass over the
@@ -20,6 +16,7 @@
 #include "backend.h"
 #include "backend_open.h"
 #include "clock.h"
+#include "flags.h"
 #include "draft.h"
 #include "engine.h"
 #include "model.h"
@@ -62,24 +59,68 @@ typedef struct gen_opts {
     float *bias_values;
 } gen_opts;
 
+/* Every flag of specd-generate, for getopt_long and --help (flags.h). */
+static const sd_flag g_flags[] = {
+    {"Model", "model", 'm', "DIR", NULL, "the model: a Hugging Face checkpoint directory (required)"},
+    {"Model", "quant", 'q', "none|int8", "none", "the model's weights: as in the checkpoint, or int8 (CPU)"},
+    {"Model", "batch-invariant", 'I', NULL, NULL,
+     "GPU: deterministic matmuls, so greedy speculative output equals plain bit for bit"},
+    {"Model", "device", 'X', "cpu|cuda|cuda:N", "cpu", "where the model runs"},
+    {"Model", "threads", 'T', "N", "0 (all cores)", "CPU threads"},
+    {"Input and output", "prompt", 'p', "TEXT", NULL,
+     "the prompt, encoded with the model's tokenizer.json and its special tokens"},
+    {"Input and output", "prompt-ids", 'i', "1,2,3", NULL, "the prompt as token ids"},
+    {"Input and output", "max-tokens", 'n', "N", "128", "tokens to generate at most"},
+    {"Input and output", "ignore-eos", 'E', NULL, NULL, "EOS is not a stop (it is still sampled)"},
+    {"Input and output", "json", 'j', NULL, NULL,
+     "print one JSON object on one line: tokens, text, finish_reason, timings, speculation counters"},
+    {"Input and output", "dump-logits", 'd', "FILE", NULL,
+     "one forward pass over the prompt: float32 [n_tokens, vocab] little-endian logits to FILE"},
+    {"Sampling", "temperature", 't', "T", "0 (greedy)", "softmax temperature"},
+    {"Sampling", "top-k", 'k', "K", "0 (off)", "keep the K most probable tokens"},
+    {"Sampling", "top-p", 'P', "P", "1 (off)", "keep the most probable tokens up to probability P"},
+    {"Sampling", "min-p", 'M', "P", "0 (off)", "drop tokens below P times the most probable one's probability"},
+    {"Sampling", "repetition-penalty", 'r', "R", "1 (off)",
+     "tokens of the prompt and output so far: positive logits divided by R, negative ones multiplied"},
+    {"Sampling", "presence-penalty", 'e', "X", "0", "subtract X from the logit of each token generated so far (-2..2)"},
+    {"Sampling", "frequency-penalty", 'f', "X", "0", "subtract X times its count from the logit of each token generated so far (-2..2)"},
+    {"Sampling", "seed", 's', "S", "0", "the random stream of sampling (a pure function of seed and position)"},
+    {"Sampling", "logit-bias", 'B', "ID=B[,ID=B...]", NULL, "add B to the logit of token ID"},
+    {"Sampling", "allowed-token-ids", 'A', "1,2,3", NULL, "only these tokens may be generated"},
+    {"Sampling", "min-tokens", 'N', "N", "0", "no stop (EOS or stop ids) before N tokens"},
+    {"Structured output", "response-format", 'F', "text|json_object", "text", "json_object: one JSON object"},
+    {"Structured output", "json-schema", 'J', "SCHEMA|@FILE", NULL, "JSON that follows the schema (or FILE's)"},
+    {"Structured output", "disable-any-whitespace", 'W', NULL, NULL, "compact JSON: no whitespace outside strings"},
+    {"Structured output", "regex", 'g', "PATTERN|@FILE", NULL, "output that matches the regular expression"},
+    {"Structured output", "choice", 'C', "TEXT", NULL, "output that is one of the choices (repeatable)"},
+    {"Speculation", "draft", 'D', "DIR", NULL, "speculative decoding with this draft model (the same tokenizer)"},
+    {"Speculation", "ngram", 'G', NULL, NULL, "speculative decoding with n-gram lookup drafts"},
+    {"Speculation", "num-draft", 'K', "K", "6", "drafts per step (0..16)"},
+    {"Speculation", "verify", 'V', "greedy|match|rejection", "greedy at T = 0, rejection with q, else match",
+     "the accept rule (each keeps the target's output exact)"},
+    {"Speculation", "draft-quant", 'Q', "auto|int8|none", "auto", "the draft model's weights"},
+    {"Speculation", "draft-p-min", 'R', "P", "0.3",
+     "the draft model stops drafting after a token it gives probability below P"},
+    {"Other", "help", 'h', NULL, NULL, "this help"},
+};
+#define N_FLAGS (sizeof g_flags / sizeof g_flags[0])
+
+static const char g_usage[] = "usage: specd-generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n";
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: specd-generate --model DIR [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N]\n"
-            "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
-            "       [--presence-penalty X] [--frequency-penalty X] [--seed S] [--ignore-eos]\n"
-            "       [--threads N] [--json] [--dump-logits FILE]\n"
-            "       [--draft DIR | --ngram] [--num-draft K] [--verify greedy|match|rejection]\n"
-            "       [--draft-quant auto|int8|none] [--draft-p-min P] [--device cpu|cuda:N]\n"
-            "       [--quant none|int8] [--batch-invariant]\n"
-            "       [--logit-bias ID=B[,ID=B...]] [--allowed-token-ids 1,2,3] [--min-tokens N]\n"
-            "       [--response-format text|json_object] [--json-schema SCHEMA|@FILE]\n"
-            "       [--disable-any-whitespace] [--regex PATTERN|@FILE | --choice TEXT [--choice TEXT ...]]\n");
+    if (f == stderr) {
+        sd_flags_usage_error(f, g_usage, "specd-generate");
+        return;
+    }
+    sd_flags_help(f, g_usage,
+                  "specd-generate generates text in one process, plainly or with speculative decoding, and "
+                  "streams it to stdout (UTF-8 safe).",
+                  g_flags, N_FLAGS);
 }
 
 static int parse_processors(gen_opts *o);
 
-/* One switch over the options, kept whole (a table in code). */
 /* The options of the output's processors (logits processors, JSON,
  * regular expressions): 0 taken (*st the parse's status, err its message), -1
  * refused (said on stderr), 1 not one of them. */
@@ -149,19 +190,8 @@ static int spec_opt(gen_opts *o, int c, sd_status *st, char *err, size_t errlen)
 
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
-    static const struct option lo[] = {
-        {"model", 1, 0, 'm'},       {"prompt", 1, 0, 'p'},      {"prompt-ids", 1, 0, 'i'},
-        {"max-tokens", 1, 0, 'n'},  {"temperature", 1, 0, 't'}, {"top-k", 1, 0, 'k'},
-        {"top-p", 1, 0, 'P'},       {"min-p", 1, 0, 'M'},       {"repetition-penalty", 1, 0, 'r'},
-        {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
-        {"ignore-eos", 0, 0, 'E'},  {"threads", 1, 0, 'T'},     {"json", 0, 0, 'j'},
-        {"dump-logits", 1, 0, 'd'}, {"help", 0, 0, 'h'},        {"draft", 1, 0, 'D'},
-        {"ngram", 0, 0, 'G'},       {"device", 1, 0, 'X'},       {"num-draft", 1, 0, 'K'},   {"verify", 1, 0, 'V'},
-        {"draft-quant", 1, 0, 'Q'}, {"draft-p-min", 1, 0, 'R'}, {"quant", 1, 0, 'q'},
-        {"batch-invariant", 0, 0, 'I'}, {"logit-bias", 1, 0, 'B'}, {"allowed-token-ids", 1, 0, 'A'},
-        {"min-tokens", 1, 0, 'N'},  {"response-format", 1, 0, 'F'},
-        {"json-schema", 1, 0, 'J'}, {"regex", 1, 0, 'g'},       {"choice", 1, 0, 'C'},
-        {"disable-any-whitespace", 0, 0, 'W'}, {0, 0, 0, 0}};
+    struct option lo[N_FLAGS + 1];
+    sd_flags_options(g_flags, N_FLAGS, lo);
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
     o->num_draft = SD_NUM_DRAFT_DEFAULT;

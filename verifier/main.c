@@ -157,11 +157,11 @@ int main(int argc, char **argv)
     char err[512];
     sd_status st = sd_vf_config_parse(argc, argv, &cfg, err, sizeof err);
     if (st == SD_OK && cfg.help) {
-        fputs(sd_vf_usage(), stdout);
+        sd_vf_help(stdout);
         return 0;
     }
     if (st != SD_OK) {
-        fprintf(stderr, "specd-verifier: %s\n%s", err, sd_vf_usage());
+        fprintf(stderr, "specd-verifier: %s\n%s(specd-verifier --help lists every flag)\n", err, sd_vf_usage());
         return 2;
     }
     sd_log_init("verifier", cfg.log_level);

@@ -8,25 +8,76 @@
 
 #include "backend_open.h"
 #include "draft.h"
+#include "flags.h"
 #include "model.h"
 #include "opt.h"
 #include "proposer.h"
 
+/* Every flag of specd-verifier, for getopt_long and --help (flags.h). */
+static const sd_flag g_flags[] = {
+    {"Model", "model", 'm', "DIR", NULL, "the target model: a Hugging Face checkpoint directory (required)"},
+    {"Model", "quant", 'Q', "none|int8", "none", "the target's weights: as in the checkpoint, or int8 (CPU)"},
+    {"Model", "kv-dtype", 'V', "auto|f32|bf16", "auto", "the KV cache: bf16 for a bf16 model, else f32 (auto)"},
+    {"Model", "max-model-len", 'M', "N", "the model's max_position_embeddings",
+     "positions per sequence (prompt + output) served"},
+    {"Model", "random-weights", 'W', NULL, NULL,
+     "random weights of --model's config.json instead of its safetensors (benchmarks of published shapes)"},
+    {"Speculation", "drafter", 'd', "ENDPOINT", NULL, "the drafter process's endpoint (tcp:// or ipc://)"},
+    {"Speculation", "ngram", 'g', NULL, NULL,
+     "drafts from this process's own n-gram lookup over each request's tokens, no drafter"},
+    {"Speculation", "draft-model", 'R', "DIR", NULL,
+     "a draft model run in this process, on its device, taking turns with the target (no drafter)"},
+    {"Speculation", "draft-quant", 'q', "auto|int8|none", "auto", "--draft-model's weights"},
+    {"Speculation", "draft-p-min", 'y', "P", "0.3",
+     "--draft-model stops drafting after a token it gives probability below P"},
+    {"Speculation", "spec-adaptive", 'A', "on|off", "on",
+     "choose each request's draft length every step from measured step cost and acceptance"},
+    {"Speculation", "spec-max-draft", 'X', "N", "12", "the most drafts the adaptive choice considers (1..16)"},
+    {"Speculation", "num-draft", 'k', "K", "6", "drafts per request and step with --spec-adaptive off (0..16)"},
+    {"Speculation", "spec-pipeline", 'P', "auto|on|off", "auto",
+     "pipelined speculation with the drafter (auto: unless it runs on this verifier's cores or GPU)"},
+    {"Speculation", "spec-fallback", 'F', "ngram|missing|off", "ngram",
+     "n-gram lookup drafts for a step the drafter left without (missing), and also instead of asking the drafter "
+     "where they pay more (ngram)"},
+    {"Speculation", "draft-timeout-ms", 'T', "MS", "200",
+     "serial speculation: how long a step waits for the drafter's reply before it decodes without drafts"},
+    {"Speculation", "spec-max-batch", 'S', "N", "0 (no limit)", "no drafts in a step of more than N active requests"},
+    {"Speculation", "spec-max-batch-sampled", 'Z', "N", "0 (no limit)",
+     "the same for requests with temperature > 0"},
+    {"Scheduling", "max-batch", 'b', "N", "32", "active requests (a step's batch); more wait in the queue"},
+    {"Scheduling", "prefill-chunk", 'p', "N", "256", "prompt tokens of one request prefilled per step at most"},
+    {"Scheduling", "prefill-budget", 'u', "N", "512", "prompt tokens prefilled per step over all requests"},
+    {"Scheduling", "no-prefix-cache", 'C', NULL, NULL, "no KV reuse between requests"},
+    {"Scheduling", "batch-invariant", 'I', NULL, NULL,
+     "GPU: deterministic matmuls whose results do not depend on the batch, so greedy speculative output equals "
+     "plain bit for bit (the CPU is always batch-invariant)"},
+    {"Devices", "device", 'D', "cpu|cuda|cuda:N", "cpu", "where the target runs"},
+    {"Devices", "threads", 't', "N", "0 (all cores)", "CPU threads"},
+    {"Memory", "kv-blocks", 'B', "N", "from device memory, or max-batch x 1024 positions on the CPU",
+     "the KV pool in blocks of 16 positions"},
+    {"Memory", "gpu-memory-fraction", 'G', "F", "0.9",
+     "the share of the GPU's memory this process may use (weights, work buffers, KV pool)"},
+    {"Network", "listen", 'l', "ENDPOINT", "tcp://127.0.0.1:5555", "where routers connect (ZeroMQ ROUTER socket)"},
+    {"Security", "curve-keys", 'K', "DIR", NULL,
+     "CURVE authentication and encryption of both sockets, with the keys of specd keygen DIR"},
+    {"Other", "log-level", 'L', "debug|info|warn|error", "info", "the least severe messages logged"},
+    {"Other", "help", 'h', NULL, NULL, "this help"},
+};
+#define N_FLAGS (sizeof g_flags / sizeof g_flags[0])
+
 const char *sd_vf_usage(void)
 {
-    return "usage: specd-verifier --model DIR [--listen ENDPOINT]\n"
-           "                      [--drafter ENDPOINT | --ngram |\n"
-           "                       --draft-model DIR [--draft-quant auto|int8|none] [--draft-p-min P]]\n"
-           "                      [--num-draft K] [--threads N] [--device cpu|cuda:N] [--max-batch N]\n"
-           "                      [--kv-blocks N] [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
-           "                      [--random-weights] [--max-model-len N]\n"
-           "                      [--prefill-chunk N] [--prefill-budget N] [--draft-timeout-ms N]\n"
-           "                      [--spec-max-batch N]"
-           "                      [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
-           "                      [--spec-fallback ngram|missing|off]\n"
-           "                      [--spec-adaptive on|off] [--spec-max-draft N] [--curve-keys DIR]\n"
-           "                      [--no-prefix-cache] [--quant none|int8] [--batch-invariant]\n"
-           "                      [--log-level debug|info|warn|error]\n";
+    return "usage: specd-verifier --model DIR [--listen ENDPOINT] [--drafter ENDPOINT | --ngram | --draft-model DIR]\n"
+           "                      [options]\n";
+}
+
+void sd_vf_help(FILE *f)
+{
+    sd_flags_help(f, sd_vf_usage(),
+                  "specd-verifier owns the target model, its paged KV pool and the scheduler: it verifies the "
+                  "drafts of a drafter (or its own) and streams committed tokens to routers (specd serve starts "
+                  "it for you).",
+                  g_flags, N_FLAGS);
 }
 
 int sd_vf_default_kv_blocks(int max_batch, int max_position)
@@ -84,19 +135,8 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
 
 sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err, size_t errlen)
 {
-    static const struct option lo[] = {
-        {"model", 1, 0, 'm'},     {"listen", 1, 0, 'l'},        {"drafter", 1, 0, 'd'},
-        {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 't'},       {"device", 1, 0, 'D'},
-        {"max-batch", 1, 0, 'b'}, {"kv-blocks", 1, 0, 'B'},     {"prefill-chunk", 1, 0, 'p'},
-        {"draft-timeout-ms", 1, 0, 'T'}, {"log-level", 1, 0, 'L'}, {"help", 0, 0, 'h'},
-        {"spec-max-batch", 1, 0, 'S'}, {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'P'},
-        {"spec-adaptive", 1, 0, 'A'}, {"spec-max-draft", 1, 0, 'X'}, {"prefill-budget", 1, 0, 'u'}, {"curve-keys", 1, 0, 'K'},
-        {"no-prefix-cache", 0, 0, 'C'}, {"quant", 1, 0, 'Q'}, {"batch-invariant", 0, 0, 'I'},
-        {"kv-dtype", 1, 0, 'V'}, {"gpu-memory-fraction", 1, 0, 'G'}, {"random-weights", 0, 0, 'W'},
-        {"max-model-len", 1, 0, 'M'}, {"spec-fallback", 1, 0, 'F'},
-        {"ngram", 0, 0, 'g'},     {"draft-model", 1, 0, 'R'},   {"draft-quant", 1, 0, 'q'},
-        {"draft-p-min", 1, 0, 'y'},
-        {0, 0, 0, 0}};
+    struct option lo[N_FLAGS + 1];
+    sd_flags_options(g_flags, N_FLAGS, lo);
     set_defaults(cfg);
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;

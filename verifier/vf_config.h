@@ -7,6 +7,7 @@
 #define SD_VF_CONFIG_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "log.h"
 #include "status.h"
@@ -71,8 +72,10 @@ typedef struct sd_vf_config {
  * getopt, so it may be called more than once per process (tests). */
 sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err, size_t errlen);
 
-/* The usage text, for --help and errors. */
+/* The usage lines, for errors. */
 const char *sd_vf_usage(void);
+/* --help: the usage, then every flag with its default (flags.h). */
+void sd_vf_help(FILE *f);
 
 /* Default KV pool size in blocks of SD_VF_BLOCK_SIZE positions: enough for
  * max_batch requests of 1024 positions, and at least one full context

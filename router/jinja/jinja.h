@@ -15,7 +15,7 @@
  * raise_exception(), strftime_now(). Methods on strings (startswith,
  * endswith, split, strip / lstrip / rstrip, upper, lower, title,
  * capitalize, replace, find, count), dicts (items, keys, values, get) and
- * lists (append, index, count); filters and tests as listed in jinja.c.
+ * lists (append, index, count); filters and tests as listed in jinja_eval.c.
  * Not supported (a parse error names them): macros, call blocks, includes,
  * imports, extends / blocks, filter blocks, with, do.
  *

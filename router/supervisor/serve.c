@@ -64,6 +64,7 @@
 
 #include "clock.h"
 #include "curve.h"
+#include "flags.h"
 #include "opt.h"
 
 #define GRACE_S 5.0
@@ -153,27 +154,101 @@ static int self_dir(char *buf, size_t n)
     return 0;
 }
 
+/* Every flag of `specd serve`, for getopt_long and --help (flags.h). */
+static const sd_flag g_flags[] = {
+    {"Model", "target", 't', "DIR", NULL,
+     "the target model: a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json); required"},
+    {"Model", "draft", 'd', "DIR", NULL,
+     "a draft model of the same tokenizer, run by a drafter process (or in the verifier with --draft-in-verifier)"},
+    {"Model", "served-model-name", 'W', "NAME[,ALIAS...]", "the --target directory's name",
+     "the model id clients name, and aliases they may use instead"},
+    {"Model", "quant", 'q', "none|int8", "none", "the target's weights: as in the checkpoint, or int8 (CPU)"},
+    {"Model", "draft-quant", 'Q', "auto|int8|none", "auto",
+     "the draft model's weights: int8 where the device has int8 kernels (auto), int8 always, or as in the checkpoint"},
+    {"Model", "kv-dtype", 'T', "auto|f32|bf16", "auto",
+     "the KV caches of both workers: bf16 for a bf16 model, else f32 (auto), or the one named"},
+    {"Model", "max-model-len", 'm', "N", "the model's max_position_embeddings",
+     "positions per sequence (prompt + output) the verifier serves"},
+    {"Model", "random-weights", 'O', NULL, NULL,
+     "random weights of --target's and --draft's config.json instead of their safetensors (benchmarks of "
+     "published shapes)"},
+    {"Speculation", "ngram", 'n', NULL, "on without --draft",
+     "drafts from the verifier's own n-gram lookup over each request's tokens: no drafter process"},
+    {"Speculation", "ngram-drafter", 'J', NULL, NULL, "the same n-gram lookup in a drafter process of its own"},
+    {"Speculation", "no-spec", 'N', NULL, NULL, "no speculation: plain decoding, no drafter"},
+    {"Speculation", "draft-in-verifier", 'i', NULL, NULL,
+     "run --draft's model inside the verifier, on its device, taking turns with the target (serial speculation, "
+     "no drafter process or messages)"},
+    {"Speculation", "spec-adaptive", 'A', "on|off", "on",
+     "choose each request's draft length every step from measured step cost and acceptance (off: --num-draft always)"},
+    {"Speculation", "spec-max-draft", 'X', "N", "12", "the most drafts the adaptive choice considers per request and step"},
+    {"Speculation", "num-draft", 'K', "K", "6", "drafts per request and step with --spec-adaptive off (0..16)"},
+    {"Speculation", "spec-pipeline", 'L', "auto|on|off", "auto",
+     "pipelined speculation: the drafter drafts the next span while the verifier verifies (auto: unless the "
+     "drafter shares the verifier's CPU cores or GPU)"},
+    {"Speculation", "draft-branches", 'B', "N", "3",
+     "pipelined: other outcomes the drafter drafts for per request and step (0..3)"},
+    {"Speculation", "spec-fallback", 'b', "ngram|missing|off", "ngram",
+     "n-gram lookup drafts for a step the drafter left without (missing), and also instead of asking the drafter "
+     "where they pay more (ngram)"},
+    {"Speculation", "draft-p-min", 'P', "P", "0.3",
+     "the draft model stops drafting after a token it gives probability below P (0: always the full length)"},
+    {"Speculation", "spec-max-batch", 'S', "N", "no limit", "no drafts in a step of more than N active requests"},
+    {"Speculation", "spec-max-batch-sampled", 'Z', "N", "no limit",
+     "the same for requests with temperature > 0"},
+    {"Scheduling", "prefill-budget", 'G', "N", "512",
+     "prompt tokens prefilled per step over all requests (long prompts go in chunks between decode steps)"},
+    {"Scheduling", "no-prefix-cache", 'C', NULL, NULL,
+     "no KV reuse between requests (the prefix cache of the verifier and the drafter's mirrors)"},
+    {"Scheduling", "batch-invariant", 'I', NULL, NULL,
+     "GPU: deterministic matmuls whose results do not depend on the batch, so greedy speculative output equals "
+     "plain bit for bit (slower; the CPU is always batch-invariant)"},
+    {"Devices", "device", 'D', "D[,D...]", "cpu",
+     "the verifier's device: cpu, cuda or cuda:N; with --lanes, lane i takes the i-th of the list (cyclically)"},
+    {"Devices", "draft-device", 'E', "D[,D...]", "cpu", "the drafters' devices, as --device"},
+    {"Devices", "threads", 'j', "N", "all cores (verifier), 1 (drafter)", "CPU threads of each worker"},
+    {"Devices", "lanes", 'l', "N", "1",
+     "verifier + drafter pairs, each supervised on its own; the router balances requests over them (1..16)"},
+    {"Memory", "kv-blocks", 'V', "N", "from device memory, or max-batch x 1024 positions on the CPU",
+     "the verifier's KV pool in blocks of 16 positions"},
+    {"Memory", "gpu-memory-fraction", 'g', "F", "0.9 (0.8 with the drafter on the same GPU)",
+     "the share of its GPU's memory the verifier may use (weights, work buffers, KV pool)"},
+    {"Memory", "draft-gpu-memory-fraction", 'H', "F", "0.1", "the drafter's share of its GPU"},
+    {"Network", "host", 'h', "H", "127.0.0.1", "the address the HTTP API listens on"},
+    {"Network", "port", 'p', "P", "8000", "the HTTP API's port"},
+    {"Network", "drain-timeout", 'R', "S", "30",
+     "on SIGTERM / SIGINT, seconds the requests in flight may take to finish before they are ended"},
+    {"Network", "router-arg", 'r', "ARG", NULL,
+     "an argument for specd-router as it is (repeatable): --router-arg --max-queue=512"},
+    {"Security", "api-key", 'k', "KEY", NULL,
+     "require Authorization: Bearer KEY on /v1/* (visible in the process list: prefer --api-key-file or "
+     "SPECD_API_KEY)"},
+    {"Security", "api-key-file", 'F', "FILE", "SPECD_API_KEY from the environment", "the API key: FILE's first line"},
+    {"Security", "metrics-auth", 'M', NULL, NULL, "/metrics needs the API key too"},
+    {"Security", "curve-keys", 'Y', "DIR", NULL,
+     "CURVE authentication and encryption of the worker sockets, with the keys of specd keygen DIR"},
+    {"Other", "help", 'U', NULL, NULL, "this help"},
+};
+#define N_FLAGS (sizeof g_flags / sizeof g_flags[0])
+
+static const char g_usage[] =
+    "usage: specd serve --target DIR [--draft DIR | --ngram | --ngram-drafter | --no-spec] [options]\n"
+    "       specd keygen DIR\n";
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: specd serve --target DIR [--draft DIR [--draft-in-verifier] | --ngram | --ngram-drafter |\n"
-               "                   --no-spec]\n"
-               "                   [--host H] [--port P]\n"
-               "                   [--api-key K | --api-key-file F] [--metrics-auth]\n"
-               "                   [--threads N] [--num-draft K] [--device cpu]\n"
-               "                   [--draft-quant auto|int8|none] [--draft-p-min P] [--spec-max-batch N]\n"
-               "                   [--spec-max-batch-sampled N] [--spec-pipeline auto|on|off]\n"
-               "                   [--draft-branches N] [--spec-adaptive on|off] [--spec-max-draft N]\n"
-               "                   [--prefill-budget N] [--kv-blocks N] [--drain-timeout S] [--curve-keys DIR]\n"
-               "                   [--served-model-name NAME[,ALIAS...]] [--no-prefix-cache]\n"
-               "                   [--lanes N] [--device D[,D...]] [--draft-device D[,D...]]\n"
-               "                   [--router-arg ARG ...] [--quant none|int8] [--batch-invariant]\n"
-               "                   [--kv-dtype auto|f32|bf16] [--gpu-memory-fraction F]\n"
-               "                   [--draft-gpu-memory-fraction F] [--random-weights] [--max-model-len N]\n"
-               "                   [--spec-fallback ngram|missing|off]\n"
-               "       specd keygen DIR   (the CURVE keys of a deployment: proto/curve.h)\n");
+    if (f == stderr) {
+        sd_flags_usage_error(f, g_usage, "specd serve");
+        return;
+    }
+    sd_flags_help(f, g_usage,
+                  "specd serve starts a verifier, a drafter (with --draft or --ngram-drafter) and the router as "
+                  "three supervised processes on ipc:// sockets, prints the URL once the service answers, and "
+                  "restarts a worker that dies. specd keygen writes the CURVE keys of a deployment into DIR. "
+                  "Options of a worker are handed to it; specd-router's others go by --router-arg.",
+                  g_flags, N_FLAGS);
 }
 
-/* One switch over the options, kept whole (a table in code). */
 /* Options kept as given and handed to a worker (which checks them): code -> field. */
 static const struct {
     int code;
@@ -217,25 +292,8 @@ static int check_opts(serve_opts *o)
 
 static int parse_opts(int argc, char **argv, serve_opts *o)
 {
-    static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"ngram", 0, 0, 'n'},
-                                       {"no-spec", 0, 0, 'N'}, {"host", 1, 0, 'h'}, {"port", 1, 0, 'p'},
-                                       {"api-key", 1, 0, 'k'}, {"threads", 1, 0, 'j'}, {"num-draft", 1, 0, 'K'},
-                                       {"device", 1, 0, 'D'}, {"help", 0, 0, 'U'}, {"draft-quant", 1, 0, 'Q'},
-                                       {"draft-p-min", 1, 0, 'P'}, {"spec-max-batch", 1, 0, 'S'},
-                                       {"spec-max-batch-sampled", 1, 0, 'Z'}, {"spec-pipeline", 1, 0, 'L'},
-                                       {"draft-branches", 1, 0, 'B'}, {"spec-adaptive", 1, 0, 'A'},
-                                       {"spec-max-draft", 1, 0, 'X'}, {"api-key-file", 1, 0, 'F'},
-                                       {"metrics-auth", 0, 0, 'M'}, {"prefill-budget", 1, 0, 'G'},
-                                       {"drain-timeout", 1, 0, 'R'}, {"kv-blocks", 1, 0, 'V'},
-                                       {"curve-keys", 1, 0, 'Y'}, {"served-model-name", 1, 0, 'W'},
-                                       {"no-prefix-cache", 0, 0, 'C'}, {"lanes", 1, 0, 'l'},
-                                       {"router-arg", 1, 0, 'r'}, {"quant", 1, 0, 'q'},
-                                       {"draft-device", 1, 0, 'E'}, {"batch-invariant", 0, 0, 'I'},
-                                       {"kv-dtype", 1, 0, 'T'}, {"gpu-memory-fraction", 1, 0, 'g'},
-                                       {"draft-gpu-memory-fraction", 1, 0, 'H'},
-                                       {"random-weights", 0, 0, 'O'}, {"max-model-len", 1, 0, 'm'},
-                                       {"spec-fallback", 1, 0, 'b'}, {"ngram-drafter", 0, 0, 'J'},
-                                       {"draft-in-verifier", 0, 0, 'i'}, {0, 0, 0, 0}};
+    struct option lo[N_FLAGS + 1];
+    sd_flags_options(g_flags, N_FLAGS, lo);
     memset(o, 0, sizeof *o);
     o->lanes = 1;
     o->host = "127.0.0.1";

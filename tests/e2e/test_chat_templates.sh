@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_chat_templates.sh — specd's Jinja interpreter (router/jinja.h) against
+# test_chat_templates.sh — specd's Jinja interpreter (router/jinja/jinja.h) against
 # the reference engines: every template × every conversation rendered by
 # specd-test-jinja must equal Python's jinja2 as transformers' apply_chat_template
 # sets it up (trim_blocks, lstrip_blocks, raise_exception, strftime_now, its

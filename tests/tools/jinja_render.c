@@ -1,4 +1,4 @@
-/* jinja_render.c — TEST-ONLY: renders a chat template with router/jinja.h.
+/* jinja_render.c — TEST-ONLY: renders a chat template with router/jinja/jinja.h.
  *
  *   specd-test-jinja TEMPLATE_FILE VARS_JSON_FILE
  *
