@@ -75,24 +75,12 @@ static void keep_sampling(sd_dreq *r, const sd_sampling *sampling)
     r->schema = NULL;
     r->rx = NULL;
     r->sampling = sampling ? *sampling : sd_sampling_default();
-    if (r->sampling.regex) {
-        char err[256];
-        r->rx = sd_regex_compile(r->sampling.regex, err, sizeof err);
-        if (!r->rx) SD_DEBUG("request %llu: drafting without its regular expression: %s", (unsigned long long)r->id,
-                             err);
-        r->sampling.regex = NULL;
-        r->sampling.rx = r->rx;
-        if (!r->rx) r->sampling.json_vocab = NULL;
-    }
-    if (r->sampling.json_schema) {
-        char err[256];
-        r->schema = sd_json_schema_parse(r->sampling.json_schema, strlen(r->sampling.json_schema), err, sizeof err);
-        if (!r->schema) SD_DEBUG("request %llu: drafting without its schema: %s", (unsigned long long)r->id, err);
-        r->sampling.json_schema = NULL;
-        r->sampling.schema = r->schema;
-        if (r->schema) r->schema->compact = r->sampling.json_compact;
-        if (!r->schema) r->sampling.json_vocab = NULL;
-    }
+    bool want_rx = r->sampling.regex != NULL, want_schema = r->sampling.json_schema != NULL;
+    char err[256];
+    if (sd_sampling_compile(&r->sampling, &r->rx, &r->schema, err, sizeof err) == SD_OK) return;
+    SD_DEBUG("request %llu: drafting without its %s: %s", (unsigned long long)r->id,
+             want_rx && !r->rx ? "regular expression" : "schema", err);
+    if ((want_rx && !r->rx) || (want_schema && !r->schema)) r->sampling.json_vocab = NULL;
 }
 
 sd_status sd_dstate_reserve(sd_dreq *r, size_t n)

@@ -53,3 +53,40 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     if (s->regex) out->regex = (char *)s->regex;
     out->json_compact = s->json_compact;
 }
+
+void sd_pipe_stats_add(sd_pipe_stats *a, const sd_pipe_stats *b, int sign)
+{
+    for (int i = 0; i < SD_PIPE_STATS_N; i++) a->v[i] += sign > 0 ? b->v[i] : -b->v[i];
+}
+
+void sd_pipe_stats_to_proto(const sd_pipe_stats *ps, Specd__PipeStats *out)
+{
+    specd__pipe_stats__init(out);
+    out->spans_used = ps->spans_used;
+    out->spans_stale = ps->spans_stale;
+    out->spans_ready = ps->spans_ready;
+    out->spec_steps = ps->spec_steps;
+    out->wait_us = ps->wait_us;
+    out->draft_us = ps->draft_us;
+    out->step_us = ps->step_us;
+    out->verify_us = ps->verify_us;
+    out->fallback_used = ps->fallback_used;
+    out->fallback_accepted = ps->fallback_accepted;
+}
+
+sd_pipe_stats sd_pipe_stats_from_proto(const Specd__PipeStats *p)
+{
+    sd_pipe_stats ps = {0};
+    if (!p) return ps;
+    ps.spans_used = p->spans_used;
+    ps.spans_stale = p->spans_stale;
+    ps.spans_ready = p->spans_ready;
+    ps.spec_steps = p->spec_steps;
+    ps.wait_us = p->wait_us;
+    ps.draft_us = p->draft_us;
+    ps.step_us = p->step_us;
+    ps.verify_us = p->verify_us;
+    ps.fallback_used = p->fallback_used;
+    ps.fallback_accepted = p->fallback_accepted;
+    return ps;
+}

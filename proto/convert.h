@@ -11,6 +11,33 @@
 #include "sampler.h"
 #include "specd.pb-c.h"
 
+/* Drafting as the verifier saw it (specd.PipeStats), per request or summed,
+ * in the verifier and the router alike; v[] views the counters as one array
+ * in the message's field order. */
+#define SD_PIPE_STATS_N 10
+typedef union sd_pipe_stats {
+    struct {
+        uint64_t spans_used;    /* steps that verified drafter tokens */
+        uint64_t spans_stale;   /* pipelined spans dropped: wrong base */
+        uint64_t spans_ready;   /* pipelined spec steps with a span at step start */
+        uint64_t spec_steps;    /* decode steps of requests taking drafts */
+        uint64_t wait_us;       /* time spent waiting for drafts */
+        uint64_t draft_us;      /* drafter time behind the drafts used */
+        uint64_t step_us;       /* wall time of the spec steps, end of the previous step to end */
+        uint64_t verify_us;     /* engine time of the spec steps */
+        uint64_t fallback_used; /* steps that verified the fallback proposer's drafts instead */
+        uint64_t fallback_accepted; /* ... and the drafts of those accepted */
+    };
+    uint64_t v[SD_PIPE_STATS_N];
+} sd_pipe_stats;
+
+/* a += sign * b, counter by counter (sign 1 or -1). */
+void sd_pipe_stats_add(sd_pipe_stats *a, const sd_pipe_stats *b, int sign);
+/* The proto form of ps (no allocation). */
+void sd_pipe_stats_to_proto(const sd_pipe_stats *ps, Specd__PipeStats *out);
+/* The counters of p (all zero for NULL). */
+sd_pipe_stats sd_pipe_stats_from_proto(const Specd__PipeStats *p);
+
 /* Sampling settings from a (possibly NULL: greedy defaults) SamplingParams.
  * Values are mapped, not validated: sd_sampling_validate says whether the
  * result is usable. The logits processors' lists point into *sp (valid

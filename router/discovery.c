@@ -29,7 +29,6 @@ struct sd_disc {
     struct event *timer;
     name *names;
     size_t n;
-    unsigned long rounds;
     bool closing;        /* sd_disc_free: lookups ending now change nothing */
 };
 
@@ -89,7 +88,6 @@ static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
     if (result != 0) {
         SD_WARN_LIMITED("--verifier-dns %s: %s (the lanes stay as they are)", nm->host, evutil_gai_strerror(result));
     } else {
-        nm->d->rounds++;
         update(nm, res);
     }
     if (res) evutil_freeaddrinfo(res);
@@ -161,10 +159,6 @@ sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *cons
     return SD_OK;
 }
 
-unsigned long sd_disc_rounds(const sd_disc *d)
-{
-    return d ? d->rounds : 0;
-}
 
 void sd_disc_free(sd_disc *d)
 {

@@ -25,8 +25,6 @@ typedef struct sd_disc sd_disc;
 sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *const *names, size_t n,
                       double interval_s, const char *dns_server, sd_disc **out, char *err, size_t errlen);
 
-/* Resolutions so far that succeeded (tests and logs). */
-unsigned long sd_disc_rounds(const sd_disc *d);
 
 void sd_disc_free(sd_disc *d);
 

@@ -13,7 +13,6 @@
 #define HEAD_MAX 2048 /* libevent's error headers are a few hundred bytes */
 
 static bool g_busy;   /* rewriting: the buffer changes under our own callback */
-static unsigned long g_rewritten;
 
 /* The value of header name in the header block h (NUL-terminated), or NULL. */
 static const char *header(const char *h, const char *name)
@@ -66,7 +65,6 @@ static void rewrite(struct evbuffer *buf)
     evbuffer_prepend(buf, json, strlen(json));
     evbuffer_prepend(buf, top, (size_t)n);
     g_busy = false;
-    g_rewritten++;
     free(json);
 }
 
@@ -81,7 +79,3 @@ void sd_errpage_watch(struct bufferevent *bev)
     evbuffer_add_cb(bufferevent_get_output(bev), on_output, NULL);
 }
 
-unsigned long sd_errpage_rewritten(void)
-{
-    return g_rewritten;
-}

@@ -17,7 +17,5 @@
 /* Watches bev's output from now on. */
 void sd_errpage_watch(struct bufferevent *bev);
 
-/* Error pages rewritten so far. */
-unsigned long sd_errpage_rewritten(void);
 
 #endif

@@ -69,7 +69,7 @@ typedef struct gen {
     const char *finish;        /* "stop" / "length" once finished */
     uint64_t steps, draft_tokens, accepted_tokens, accepted_at[64];
     size_t n_accepted_at;
-    sd_api_drafting drafting;  /* valid when has_drafting */
+    sd_pipe_stats drafting;  /* valid when has_drafting */
     bool has_drafting;
     sd_api_adapt adapt;        /* valid when has_adapt */
     bool has_adapt;
@@ -244,25 +244,12 @@ static void job_detach(job *j)
 typedef struct job_stats {
     uint64_t accepted_at[64];
     size_t n_accepted_at;
-    sd_api_drafting drafting;
+    sd_pipe_stats drafting;
     sd_api_adapt adapt;
     bool has_drafting, has_adapt;
     unsigned completion_tokens;
 } job_stats;
 
-static void add_drafting(sd_api_drafting *t, const sd_api_drafting *d)
-{
-    t->spans_used += d->spans_used;
-    t->spans_stale += d->spans_stale;
-    t->spans_ready += d->spans_ready;
-    t->spec_steps += d->spec_steps;
-    t->wait_us += d->wait_us;
-    t->draft_us += d->draft_us;
-    t->step_us += d->step_us;
-    t->verify_us += d->verify_us;
-    t->fallback_used += d->fallback_used;
-    t->fallback_accepted += d->fallback_accepted;
-}
 
 /* Sums the choices' statistics into *spec (pointing into *t). The
  * acceptance estimate is the first choice's that has one. */
@@ -278,7 +265,7 @@ static void job_sum(const job *j, sd_api_spec *spec, job_stats *t)
         t->completion_tokens += g->completion_tokens;
         for (size_t k = 0; k < g->n_accepted_at; k++) t->accepted_at[k] += g->accepted_at[k];
         if (g->n_accepted_at > t->n_accepted_at) t->n_accepted_at = g->n_accepted_at;
-        if (g->has_drafting) add_drafting(&t->drafting, &g->drafting);
+        if (g->has_drafting) sd_pipe_stats_add(&t->drafting, &g->drafting, 1);
         t->has_drafting |= g->has_drafting;
         if (g->has_adapt && !t->has_adapt) t->adapt = g->adapt;
         else if (g->has_adapt) {
@@ -919,9 +906,7 @@ static void take_stats(gen *g, const Specd__SpecStats *st)
     const Specd__PipeStats *p = st->pipe;
     g->has_drafting = p != NULL;
     if (p)
-        g->drafting = (sd_api_drafting){p->spans_used, p->spans_stale, p->spans_ready,   p->spec_steps,
-                                        p->wait_us,    p->draft_us,    p->step_us,       p->verify_us,
-                                        p->fallback_used, p->fallback_accepted};
+        g->drafting = sd_pipe_stats_from_proto(p);
     const Specd__AdaptStats *a = st->adapt;
     g->has_adapt = a != NULL;
     if (a) {

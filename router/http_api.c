@@ -4,6 +4,7 @@
  * type or range. */
 #include "http_api.h"
 
+#include "json_num.h"
 #include "json_schema.h"
 #include "regex_mask.h"
 
@@ -79,14 +80,7 @@ static sd_status get_int(json_t *o, const char *name, long long lo, long long hi
     if (given) *given = false;
     if (!v) return SD_OK;
     long long x;
-    if (json_is_integer(v)) {
-        x = json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
-               fabs(json_real_value(v)) < 9e15) {
-        x = (long long)json_real_value(v);
-    } else {
-        return BADF(name, "'%s' must be an integer", name);
-    }
+    if (!sd_json_whole(v, &x)) return BADF(name, "'%s' must be an integer", name);
     if (x < lo || x > hi) return BADF(name, "'%s' must be between %lld and %lld, got %lld", name, lo, hi, x);
     *out = x;
     if (given) *given = true;
@@ -793,7 +787,7 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
     json_t *o = json_pack("{s:I, s:I, s:I, s:f, s:f, s:o}", "steps", (json_int_t)s->steps, "draft_tokens",
                           (json_int_t)s->draft_tokens, "accepted_tokens", (json_int_t)s->accepted_tokens,
                           "mean_accepted_per_step", mean, "acceptance_rate", rate, "accepted_per_position", pos);
-    const sd_api_drafting *d = s->drafting;
+    const sd_pipe_stats *d = s->drafting;
     if (o && d) {
         double hit = d->spec_steps ? (double)d->spans_ready / (double)d->spec_steps : 0.0;
         double hidden = d->draft_us ? 1.0 - ((double)d->step_us - (double)d->verify_us) / (double)d->draft_us : 0.0;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "chat_template.h"
+#include "convert.h"
 #include "sampler.h"
 #include "status.h"
 
@@ -106,12 +107,6 @@ void sd_api_req_clear(sd_api_req *r);
 /* The error object as JSON text (malloc'd, caller frees). */
 char *sd_api_error_json(const sd_api_err *e);
 
-/* How a request's drafts came, as the verifier saw it (specd.PipeStats). */
-typedef struct sd_api_drafting {
-    uint64_t spans_used, spans_stale, spans_ready, spec_steps; /* counts */
-    uint64_t wait_us, draft_us, step_us, verify_us;            /* microseconds */
-    uint64_t fallback_used, fallback_accepted;                 /* steps with the fallback's drafts; accepted */
-} sd_api_drafting;
 
 /* The draft lengths adaptive speculation chose for a request
  * (specd.AdaptStats). */
@@ -126,7 +121,7 @@ typedef struct sd_api_spec {
     uint64_t steps, draft_tokens, accepted_tokens;
     const uint64_t *accepted_at; /* accepted_at[i]: steps where draft i+1 was accepted */
     size_t n_accepted_at;
-    const sd_api_drafting *drafting; /* NULL: not reported */
+    const sd_pipe_stats *drafting; /* NULL: not reported */
     const sd_api_adapt *adapt;       /* NULL: not reported */
 } sd_api_spec;
 

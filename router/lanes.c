@@ -92,7 +92,7 @@ static void add_counters(sd_lane_info *in, const sd_lane_info *base)
     in->tokens_generated += base->tokens_generated;
     for (int k = 0; k < 64; k++) in->accepted_at[k] += base->accepted_at[k];
     if (base->n_accepted_at > in->n_accepted_at) in->n_accepted_at = base->n_accepted_at;
-    for (int k = 0; k < SD_LANE_PIPE_N; k++) in->pipe[k] += base->pipe[k];
+    sd_pipe_stats_add(&in->pipe, &base->pipe, 1);
     for (int k = 0; k <= SD_LANE_MAX_K; k++) in->k_chosen[k] += base->k_chosen[k];
     if (base->n_k_chosen > in->n_k_chosen) in->n_k_chosen = base->n_k_chosen;
     in->step_pred_us += base->step_pred_us;
@@ -137,13 +137,7 @@ static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
         ln->info.drafter_requests = s->drafter_requests;
         ln->info.drafter_kv_total = s->drafter_kv_blocks_total;
         ln->info.drafter_kv_free = s->drafter_kv_blocks_free;
-        const Specd__PipeStats *p = s->pipe;
-        if (p) {
-            const uint64_t v[SD_LANE_PIPE_N] = {p->spans_used, p->spans_stale,   p->spans_ready,    p->spec_steps,
-                                                p->wait_us,    p->draft_us,      p->step_us,        p->verify_us,
-                                                p->fallback_used, p->fallback_accepted};
-            memcpy(ln->info.pipe, v, sizeof v);
-        }
+        if (s->pipe) ln->info.pipe = sd_pipe_stats_from_proto(s->pipe);
         copy_adapt(&ln->info, s);
         size_t n = s->n_accepted_at < 64 ? s->n_accepted_at : 64;
         memset(ln->info.accepted_at, 0, sizeof ln->info.accepted_at);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convert.h"
 #include "curve.h"
 #include "msg.h"
 #include "status.h"
@@ -37,7 +38,6 @@ typedef struct sd_lane_accept {
     size_t n;
 } sd_lane_accept;
 
-#define SD_LANE_PIPE_N 10 /* specd.PipeStats fields */
 
 typedef struct sd_lane_info {
     const char *endpoint;
@@ -53,9 +53,7 @@ typedef struct sd_lane_info {
     size_t n_accepted_at;
     bool drafter_up;
     uint32_t drafter_requests, drafter_kv_total, drafter_kv_free; /* the drafter's last figures */
-    uint64_t pipe[SD_LANE_PIPE_N]; /* specd.PipeStats in field order: spans_used, spans_stale, spans_ready,
-                                    * spec_steps, wait_us, draft_us, step_us, verify_us, fallback_used,
-                                    * fallback_accepted */
+    sd_pipe_stats pipe;             /* drafting as the verifier saw it (specd.PipeStats) */
     uint64_t k_chosen[SD_LANE_MAX_K + 1]; /* adaptive: request-steps by drafts chosen */
     size_t n_k_chosen;
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */

@@ -144,10 +144,10 @@ static void lane_series(FILE *f, const sd_lanes *l, const char *name, const char
  * behind verification (1 - (step - verify) / draft). */
 static void render_pipe(FILE *f, const sd_lanes *l)
 {
-    static const char *const name[SD_LANE_PIPE_N] = {
+    static const char *const name[SD_PIPE_STATS_N] = {
         "spans_used",   "spans_stale",    "spans_ready",  "decode_steps",   "wait_seconds",
         "draft_seconds", "step_seconds", "verify_seconds", "fallback_used", "fallback_accepted"};
-    static const char *const help[SD_LANE_PIPE_N] = {
+    static const char *const help[SD_PIPE_STATS_N] = {
         "Steps that verified drafter tokens (summed over lanes).",
         "Pipelined spans dropped because their base was not the committed sequence.",
         "Pipelined steps whose span was there when the step began (pre-draft hits).",
@@ -159,10 +159,10 @@ static void render_pipe(FILE *f, const sd_lanes *l)
         "Steps that verified the verifier's n-gram lookup drafts instead of the drafter's (no span in time, or "
         "chosen first; --spec-fallback).",
         "Drafts of those steps accepted."};
-    uint64_t sum[SD_LANE_PIPE_N] = {0};
+    uint64_t sum[SD_PIPE_STATS_N] = {0};
     for (size_t i = 0; i < sd_lanes_count(l); i++)
-        for (int k = 0; k < SD_LANE_PIPE_N; k++) sum[k] += sd_lanes_info(l, (int)i)->pipe[k];
-    for (int k = 0; k < SD_LANE_PIPE_N; k++) {
+        for (int k = 0; k < SD_PIPE_STATS_N; k++) sum[k] += sd_lanes_info(l, (int)i)->pipe.v[k];
+    for (int k = 0; k < SD_PIPE_STATS_N; k++) {
         char full[64];
         snprintf(full, sizeof full, "specd_spec_%s_total", name[k]);
         header(f, full, "counter", help[k]);
@@ -298,7 +298,7 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         kv_total += in->kv_total;
         kv_free += in->kv_free;
-        drafts += in->pipe[0] + in->pipe[8]; /* spans_used + fallback_used: steps that verified drafts */
+        drafts += in->pipe.spans_used + in->pipe.fallback_used; /* steps that verified drafts */
         drafted += in->draft_tokens;
         accepted += in->accepted_tokens;
         for (size_t k = 0; k < in->n_accepted_at; k++) pos[k] += in->accepted_at[k];

@@ -491,10 +491,6 @@ int sd_server_run(sd_server *s)
     return 0;
 }
 
-int sd_server_port(const sd_server *s)
-{
-    return s->port;
-}
 
 void sd_server_free(sd_server *s)
 {

@@ -62,8 +62,6 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
  * A second signal ends them at once. */
 int sd_server_run(sd_server *s);
 
-/* The bound HTTP port (useful with port 0). */
-int sd_server_port(const sd_server *s);
 
 /* Frees everything; NULL is a no-op. */
 void sd_server_free(sd_server *s);

@@ -53,31 +53,11 @@ void sd_vf_slot_release(sd_vf_slot *s)
     sd_vf_spans_release(&s->spans);
 }
 
-sd_vf_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s)
+sd_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s)
 {
-    sd_vf_pipe_stats ps = s->ps;
+    sd_pipe_stats ps = s->ps;
     ps.spans_stale = s->spans.stale;
     return ps;
-}
-
-void sd_vf_pipe_stats_add(sd_vf_pipe_stats *a, const sd_vf_pipe_stats *b, int sign)
-{
-    for (int i = 0; i < SD_VF_PIPE_STATS_N; i++) a->v[i] += sign > 0 ? b->v[i] : -b->v[i];
-}
-
-void sd_vf_pipe_stats_to_proto(const sd_vf_pipe_stats *ps, Specd__PipeStats *out)
-{
-    specd__pipe_stats__init(out);
-    out->spans_used = ps->spans_used;
-    out->spans_stale = ps->spans_stale;
-    out->spans_ready = ps->spans_ready;
-    out->spec_steps = ps->spec_steps;
-    out->wait_us = ps->wait_us;
-    out->draft_us = ps->draft_us;
-    out->step_us = ps->step_us;
-    out->verify_us = ps->verify_us;
-    out->fallback_used = ps->fallback_used;
-    out->fallback_accepted = ps->fallback_accepted;
 }
 
 int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n,

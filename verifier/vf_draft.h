@@ -22,28 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convert.h"
 #include "engine.h"
 #include "specd.pb-c.h"
 #include "vf_span.h"
 
-/* Drafting as the verifier saw it (specd.PipeStats), per request or summed;
- * v[] views the counters as one array. */
-#define SD_VF_PIPE_STATS_N 10
-typedef union sd_vf_pipe_stats {
-    struct {
-        uint64_t spans_used;    /* steps that verified drafter tokens */
-        uint64_t spans_stale;   /* pipelined spans dropped: wrong base */
-        uint64_t spans_ready;   /* pipelined spec steps with a span at step start */
-        uint64_t spec_steps;    /* decode steps of requests taking drafts */
-        uint64_t wait_us;       /* time spent waiting for drafts */
-        uint64_t draft_us;      /* drafter time behind the drafts used */
-        uint64_t step_us;       /* wall time of the spec steps, end of the previous step to end */
-        uint64_t verify_us;     /* engine time of the spec steps */
-        uint64_t fallback_used; /* steps that verified the fallback proposer's drafts instead */
-        uint64_t fallback_accepted; /* ... and the drafts of those accepted */
-    };
-    uint64_t v[SD_VF_PIPE_STATS_N];
-} sd_vf_pipe_stats;
 
 /* One request as the drafter link sees it. */
 typedef struct sd_vf_slot {
@@ -55,20 +38,15 @@ typedef struct sd_vf_slot {
     sd_vf_spans spans;      /* the drafter's spans (serial: this step's reply) */
     double told_ms;         /* pipelined: when the drafter was last told the committed state */
     uint32_t prop_draft_us; /* drafter time behind prop */
-    sd_vf_pipe_stats ps;
+    sd_pipe_stats ps;
 } sd_vf_slot;
 
 /* Frees what a slot owns (its spans). */
 void sd_vf_slot_release(sd_vf_slot *s);
 
 /* The slot's statistics (spans_stale from its span store). */
-sd_vf_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s);
+sd_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s);
 
-/* a += sign * b, counter by counter (sign 1 or -1). */
-void sd_vf_pipe_stats_add(sd_vf_pipe_stats *a, const sd_vf_pipe_stats *b, int sign);
-
-/* The proto form of ps (no allocation). */
-void sd_vf_pipe_stats_to_proto(const sd_vf_pipe_stats *ps, Specd__PipeStats *out);
 
 /* One step's messages (reusable across steps; grows as needed). */
 typedef struct sd_vf_batch {

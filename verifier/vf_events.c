@@ -57,7 +57,7 @@ static void attach_logprobs(const sd_req *r, int n, Specd__TokenEvent *ev, void 
  * log-probabilities go with the tokens. */
 static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
                         sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at,
-                        const sd_vf_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *r)
+                        const sd_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *r)
 {
     void *blocks[2];
     static const sd_spec_stats zero;
@@ -67,7 +67,7 @@ static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, co
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
     sd_vf_stats_to_proto(st ? st : &zero, st ? n_at : 0, &ss);
     if (ps) {
-        sd_vf_pipe_stats_to_proto(ps, &pb);
+        sd_pipe_stats_to_proto(ps, &pb);
         ss.pipe = &pb;
     }
     ss.adapt = as;
@@ -93,7 +93,7 @@ void sd_vfs_send_req_event(sd_vf_server *s, const vf_req *vr, bool with_new)
     const sd_req *r = vr->slot.r;
     int n = with_new ? r->n_new : 0;
     int n_at = r->p.speculate ? r->p.num_draft : 0;
-    sd_vf_pipe_stats ps = sd_vf_slot_stats(&vr->slot);
+    sd_pipe_stats ps = sd_vf_slot_stats(&vr->slot);
     Specd__AdaptStats as;
     float acc[SD_MAX_DRAFT];
     sd_vf_adapt_stats_to_proto(&vr->aq, acc, &as);
@@ -149,9 +149,9 @@ static void account(sd_vf_server *s, vf_req *vr)
     for (int i = 0; i < SD_MAX_DRAFT; i++) s->total.accepted_at[i] += st->accepted_at[i] - vr->seen.accepted_at[i];
     vr->seen = *st;
     s->tokens_generated += (uint64_t)(vr->slot.r->n_new > 0 ? vr->slot.r->n_new : 0);
-    sd_vf_pipe_stats now = sd_vf_slot_stats(&vr->slot);
-    sd_vf_pipe_stats_add(&s->pipe_total, &now, 1);
-    sd_vf_pipe_stats_add(&s->pipe_total, &vr->seen_pipe, -1);
+    sd_pipe_stats now = sd_vf_slot_stats(&vr->slot);
+    sd_pipe_stats_add(&s->pipe_total, &now, 1);
+    sd_pipe_stats_add(&s->pipe_total, &vr->seen_pipe, -1);
     vr->seen_pipe = now;
 }
 

@@ -113,7 +113,7 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
         st.drafter_kv_blocks_free = ds.kv_free;
     }
     Specd__PipeStats pb;
-    sd_vf_pipe_stats_to_proto(&s->pipe_total, &pb);
+    sd_pipe_stats_to_proto(&s->pipe_total, &pb);
     st.pipe = &pb;
     st.k_chosen = s->ad.k_hist;
     st.n_k_chosen = SD_MAX_DRAFT + 1;

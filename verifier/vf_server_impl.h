@@ -39,7 +39,7 @@ typedef struct vf_req {
     sd_msg_id peer;         /* router identity */
     uint64_t rid;           /* router's request id */
     sd_spec_stats seen;     /* part of slot.r->stats already in the totals */
-    sd_vf_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
+    sd_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
     sd_vf_areq aq;          /* adaptive speculation: its acceptance, the drafts chosen */
 } vf_req;
 
@@ -62,7 +62,7 @@ struct sd_vf_server {
     int n_queue;
     uint64_t next_id;
     sd_spec_stats total;    /* summed over requests */
-    sd_vf_pipe_stats pipe_total;
+    sd_pipe_stats pipe_total;
     uint64_t tokens_generated;
     uint32_t step_rows_max;        /* the most rows one engine step had */
     uint64_t preemptions;          /* requests that gave their KV back (preempt_for_kv) */

@@ -90,7 +90,7 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     for (int i = 0; i < n; i++) {
         sd_vf_slot *sl = s->slots[i];
         if (s->budgets[i] <= 0) continue; /* no drafts wanted this step */
-        sd_vf_pipe_stats *ps = &sl->ps;
+        sd_pipe_stats *ps = &sl->ps;
         ps->spec_steps++;
         ps->wait_us += (uint64_t)(wait_ms * 1e3);
         ps->verify_us += (uint64_t)((t1 - t0) * 1e3);

@@ -15,13 +15,6 @@ void sd_flags_options(const sd_flag *t, size_t n, struct option *lo)
     lo[n] = (struct option){0};
 }
 
-const sd_flag *sd_flags_find(const sd_flag *t, size_t n, int code)
-{
-    for (size_t i = 0; i < n; i++)
-        if (t[i].code == code) return &t[i];
-    return NULL;
-}
-
 /* Writes text wrapped at HELP_WIDTH, the first line starting at column col
  * (already reached), the others indented to indent. */
 static void wrap(FILE *f, const char *text, int col, int indent)

@@ -41,8 +41,4 @@ void sd_flags_help(FILE *f, const char *usage, const char *about, const sd_flag 
  * every flag. */
 void sd_flags_usage_error(FILE *f, const char *usage, const char *prog);
 
-/* The flag of t with getopt code `code` (NULL: none): a program's messages
- * name its flags through it. */
-const sd_flag *sd_flags_find(const sd_flag *t, size_t n, int code);
-
 #endif

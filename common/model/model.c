@@ -417,7 +417,6 @@ const sd_model_config *sd_model_cfg(const sd_model *m) { return &m->cfg; }
 sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
 size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
 int sd_model_act_bf16(const sd_model *m) { return m->act_bf16; }
-void sd_model_set_act_bf16(sd_model *m, int on) { m->act_bf16 = on != 0; }
 sd_kv_pool *sd_model_kv_pool(const sd_model *m) { return m->pool; }
 void sd_model_set_kv_dtype(sd_model *m, sd_kv_dtype t) { m->kv_want = t; }
 

@@ -59,7 +59,6 @@ sd_status sd_model_cap_context(sd_model *m, int n, char *err, size_t errlen);
 /* bf16 activation emulation (backend.h): on by default when config.json's
  * dtype is bfloat16, as transformers runs such a checkpoint. */
 int sd_model_act_bf16(const sd_model *m);
-void sd_model_set_act_bf16(sd_model *m, int on);
 
 /* Replaces every matmul weight (and the LM head; a tied head gets its own
  * copy) by int8 rows with per-row scales, the inputs quantised per token

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json_num.h"
 #include "strbuf.h"
 
 #define CFG_INT_MAX (1 << 30) /* generous cap that keeps products in int64 */
@@ -75,14 +76,8 @@ static sd_status get_int(json_t *obj, const char *key, bool required, int dflt, 
         return SD_OK;
     }
     long long x;
-    if (json_is_integer(v)) {
-        x = json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
-               fabs(json_real_value(v)) < 1e18) {
-        x = (long long)json_real_value(v);
-    } else {
+    if (!sd_json_whole(v, &x))
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s\" must be an integer", key);
-    }
     if (x < lo || x > hi)
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s\" = %lld out of range [%lld, %lld]",
                          key, x, lo, hi);

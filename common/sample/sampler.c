@@ -14,6 +14,7 @@
 
 #include "exsum.h"
 #include "json_mask.h"
+#include "json_schema.h"
 #include "regex_mask.h"
 #include "vecmath.h"
 
@@ -128,6 +129,26 @@ bool sd_sampling_processes(const sd_sampling *s)
     return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f ||
            s->n_bias > 0 || s->n_allowed > 0 || (s->min_tokens > 0 && s->n_early_ban > 0) || s->json_object ||
            s->json_schema || s->schema || s->regex || s->rx;
+}
+
+sd_status sd_sampling_compile(sd_sampling *s, struct sd_regex **rx, struct sd_json_schema **schema, char *err,
+                              size_t errlen)
+{
+    sd_status st = SD_OK;
+    *rx = NULL;
+    *schema = NULL;
+    if (s->regex && !(*rx = sd_regex_compile(s->regex, err, errlen))) st = SD_ERR_ARG;
+    if (s->json_schema) {
+        char e2[256];
+        *schema = sd_json_schema_parse(s->json_schema, strlen(s->json_schema), e2, sizeof e2);
+        if (*schema) (*schema)->compact = s->json_compact;
+        else if (st == SD_OK) st = sd_seterr(err, errlen, SD_ERR_ARG, "%s", e2);
+    }
+    s->regex = NULL;
+    s->json_schema = NULL;
+    s->rx = *rx;
+    s->schema = *schema;
+    return st;
 }
 
 bool sd_sampling_constrained(const sd_sampling *s)

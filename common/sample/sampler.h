@@ -84,6 +84,16 @@ void sd_sampling_drop_processors(sd_sampling *s);
  * argmax. */
 bool sd_sampling_processes(const sd_sampling *s);
 
+/* Compiles the output constraints s names by their text — its regular
+ * expression (s->regex) and its JSON schema (s->json_schema, compact as
+ * s->json_compact) — each on its own: *rx and *schema get the compiled ones
+ * (NULL where s names none or it does not compile; the caller frees them),
+ * s points at those instead of the texts (regex and json_schema become NULL:
+ * they were borrowed). SD_OK when everything named compiled, else the status
+ * and message of the first that did not. */
+sd_status sd_sampling_compile(sd_sampling *s, struct sd_regex **rx, struct sd_json_schema **schema, char *err,
+                              size_t errlen);
+
 /* True when s restricts the output's text (JSON or a regular expression,
  * compiled, with a token table). */
 bool sd_sampling_constrained(const sd_sampling *s);

@@ -140,17 +140,12 @@ static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd
         return sd_seterr(err, errlen, SD_ERR_ARG, "%s output needs the model's tokenizer.json, which this server did "
                          "not load",
                          s->regex ? "regular-expression" : "JSON (response_format json_object / json_schema)");
-    if (s->regex && !(r->rx = sd_regex_compile(s->regex, err, errlen))) return SD_ERR_ARG;
-    s->regex = NULL; /* borrowed: the compiled expression stands for it (and keeps its text) */
-    s->rx = r->rx;
-    if (s->json_schema && !(r->schema = sd_json_schema_parse(s->json_schema, strlen(s->json_schema), err, errlen)))
-        return SD_ERR_ARG;
     if (s->json_schema && !(r->schema_text = strdup(s->json_schema)))
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
-    s->json_schema = NULL; /* borrowed: the compiled schema stands for it */
-    if (r->schema) r->schema->compact = s->json_compact;
-    s->schema = r->schema;
-    sd_status st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);
+    /* the texts were borrowed: the compiled expression and schema stand for them */
+    sd_status st = sd_sampling_compile(s, &r->rx, &r->schema, err, errlen);
+    if (st != SD_OK) return st;
+    st = check_vocab_ids("logit_bias", s->bias_ids, s->n_bias, c->vocab_size, err, errlen);
     if (st == SD_OK) st = check_vocab_ids("allowed_token_ids", s->allowed, s->n_allowed, c->vocab_size, err, errlen);
     if (st != SD_OK) return st;
     uint32_t n_ban = s->min_tokens > 0 ? (uint32_t)(r->p.ignore_eos ? 0 : c->n_eos) + (uint32_t)r->p.n_stop : 0;

@@ -37,6 +37,7 @@ typedef struct cpu_impl {
     long lose_after;       /* fault injection (SD_FAULT_DEVICE_LOST_AFTER): attention calls before the
                             * "device" is lost; < 0 never */
     bool lost;
+    sd_status error;       /* the first failure of an op that returns void (take_error); SD_OK: none */
 } cpu_impl;
 
 static cpu_impl *impl_of(sd_backend *be)
@@ -248,9 +249,33 @@ static void mm_task(void *ctx, int i, int n)
 /* In bf16 activation mode x holds exact bf16 values: keep their upper
  * halves for the vdpbf16ps kernels, packed for the AMX tiles where those
  * take the shape (*amx set). NULL when that path does not apply. */
-static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weight *w, int T, int bf16, bool *amx)
+/* Records the first failure of an op that returns void: the pass goes on
+ * (its results are not used) and the model's forward fails with it
+ * (take_error), as on a device backend — never an abort. */
+static void fail_op(cpu_impl *impl, sd_status st, const char *what)
+{
+    if (impl->error == SD_OK) {
+        impl->error = st;
+        fprintf(stderr, "specd: CPU backend: %s\n", what);
+    }
+}
+
+static sd_status cpu_take_error(sd_backend *be)
+{
+    cpu_impl *impl = impl_of(be);
+    sd_status st = impl->error;
+    impl->error = SD_OK;
+    return st;
+}
+
+/* NULL with *failed set when the AMX path applies but its packing buffer
+ * cannot be had (no other path computes the AMX order: the matmul must not
+ * run another way). */
+static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weight *w, int T, int bf16, bool *amx,
+                                  bool *failed)
 {
     *amx = false;
+    *failed = false;
     if (!bf16 || w->dtype != SD_DTYPE_BF16 || !sd_cpu_has_bf16dot()) return NULL;
     size_t n = (size_t)T * w->cols;
     if (sd_grow(&impl->xbf, &impl->xbf_len, n, sizeof *impl->xbf) != SD_OK) return NULL;
@@ -259,9 +284,9 @@ static const uint16_t *bf16_input(cpu_impl *impl, const float *x, const sd_weigh
     *amx = true;
     if (T == 1) return impl->xbf; /* one token's packed layout is its row */
     if (sd_grow(&impl->xamx, &impl->xamx_len, sd_amx_packed_len(w->cols, T), sizeof *impl->xamx) != SD_OK) {
-        /* no other path computes the AMX order: going on would change the numbers */
-        fprintf(stderr, "specd: AMX matmul: out of memory packing %d tokens\n", T);
-        abort();
+        fail_op(impl, SD_ERR_NOMEM, "AMX matmul: out of memory packing its input");
+        *failed = true;
+        return NULL;
     }
     sd_amx_pack(impl->xamx, impl->xbf, w->cols, w->cols, T);
     return impl->xamx;
@@ -284,16 +309,21 @@ static void cpu_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float *
         same &= f->w[k]->dtype == w0->dtype && f->w[k]->cols == w0->cols;
         macs += (size_t)f->w[k]->rows * f->w[k]->cols * T;
     }
-    bool amx = false;
-    const uint16_t *xbf = same ? bf16_input(impl_of(be), x, w0, T, bf16, &amx) : NULL;
+    bool amx = false, failed = false;
+    cpu_impl *impl = impl_of(be);
+    const uint16_t *xbf = same ? bf16_input(impl, x, w0, T, bf16, &amx, &failed) : NULL;
+    if (failed) return;
     mm_ctx c = {f, x, T, bf16, xbf, amx, NULL, NULL, NULL};
     if (w0->dtype == SD_DTYPE_Q8) {
-        cpu_impl *impl = impl_of(be);
         size_t n = (size_t)T * w0->cols;
-        if (!same || sd_grow(&impl->xq, &impl->xq_len, n, sizeof *impl->xq) != SD_OK ||
+        if (!same) {
+            fail_op(impl, SD_ERR_ARG, "Q8 matmul: mixed weight types in a group");
+            return;
+        }
+        if (sd_grow(&impl->xq, &impl->xq_len, n, sizeof *impl->xq) != SD_OK ||
             sd_grow(&impl->xqs, &impl->xqs_len, (size_t)T, sizeof *impl->xqs) != SD_OK) {
-            fprintf(stderr, "specd: Q8 matmul: %s\n", same ? "out of memory" : "mixed weight types in a group");
-            abort();
+            fail_op(impl, SD_ERR_NOMEM, "Q8 matmul: out of memory quantising its input");
+            return;
         }
         sd_q8_quantize_x(x, T, w0->cols, w0->cols, impl->xq, impl->xqs);
         c.xq = impl->xq;
@@ -585,6 +615,7 @@ static const sd_backend_ops cpu_ops = {
     .argmax = cpu_argmax,
     .host_parallel = cpu_host_parallel,
     .sync = cpu_sync,
+    .take_error = cpu_take_error,
     .lost = cpu_lost,
     .destroy = cpu_destroy,
 };

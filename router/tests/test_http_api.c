@@ -399,7 +399,7 @@ static json_t *load_sse(char *s)
 
 static const uint64_t AT[] = {5, 3};
 /* 10 spec steps, 8 with a span ready; 12 ms of steps, 9 of verifying, 4 of drafting: 1 - 3/4 hidden */
-static const sd_api_drafting DRAFTING = {9, 3, 8, 10, 500, 4000, 12000, 9000, 1, 2};
+static const sd_pipe_stats DRAFTING = {.v = {9, 3, 8, 10, 500, 4000, 12000, 9000, 1, 2}};
 /* 10 decode steps, 32 drafts chosen in all, 2 steps without */
 static const sd_api_adapt ADAPT = {32, 10, 2, {0.9f, 0.75f}, 2};
 static const sd_api_spec SPEC = {10, 40, 8, AT, 2, &DRAFTING, &ADAPT};

@@ -430,6 +430,35 @@ START_TEST(argmax_first_max_nan_ignored)
 }
 END_TEST
 
+/* A matmul group the backend cannot compute (int8 and f32 weights in one
+ * group) is an error the forward pass reads back (take_error), not an
+ * abort: the process lives on, and the next pass starts clean. */
+START_TEST(backend_errors_are_returned)
+{
+    sd_backend *be = sd_backend_cpu_new(1);
+    ck_assert_ptr_nonnull(be);
+    ck_assert_ptr_nonnull(be->ops->take_error);
+    float w[4 * 8], x[8], y0[4], y1[4];
+    for (int i = 0; i < 32; i++) w[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 8; i++) x[i] = 0.5f * (float)i;
+    sd_tensor t = {.name = "w", .dtype = SD_DTYPE_F32, .ndim = 2, .shape = {4, 8}, .data = w, .nbytes = sizeof w};
+    sd_weight wq, wf;
+    char err[256];
+    ck_assert_int_eq(be->ops->upload(be, &t, &wq, err, sizeof err), SD_OK);
+    ck_assert_int_eq(be->ops->upload(be, &t, &wf, err, sizeof err), SD_OK);
+    ck_assert_int_eq(be->ops->quantize_q8(be, &wq, err, sizeof err), SD_OK);
+    sd_mm_fused f = {.kind = SD_MM_SHARED, .n = 2, .w = {&wq, &wf}, .y = {y0, y1}};
+    be->ops->matmul_fused(be, &f, x, 1, 0);
+    ck_assert_int_eq(be->ops->take_error(be), SD_ERR_ARG);
+    ck_assert_int_eq(be->ops->take_error(be), SD_OK); /* taken: cleared */
+    be->ops->matmul(be, y1, x, &wf, NULL, 1, 0);
+    ck_assert_int_eq(be->ops->take_error(be), SD_OK);
+    be->ops->release(be, &wq);
+    be->ops->release(be, &wf);
+    be->ops->destroy(be);
+}
+END_TEST
+
 int main(void)
 {
     sd_cpu_isa_init();
@@ -443,6 +472,7 @@ int main(void)
     tcase_add_test(tc, exp_weights_accuracy);
     tcase_add_test(tc, q8_quantize_rows);
     tcase_add_test(tc, q8_paths_exact_and_close);
+    tcase_add_test(tc, backend_errors_are_returned);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

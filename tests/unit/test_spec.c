@@ -372,6 +372,35 @@ START_TEST(sampled_batch_verified_in_parallel_equals_alone)
 }
 END_TEST
 
+/* After shared_prefixes_equal_alone's requests are gone, their blocks stay
+ * cached: a request with P (buf[0..np)), then one with P + the output out
+ * (the next turn), take them, and give what the engine without prefix
+ * sharing (off) gives. buf has room for np + n_out tokens. */
+static void cached_turns(fixture *f, sd_proposer *pr, sd_engine *off, int32_t *buf, int np, const int32_t *out,
+                         int n_out, const sd_req_params *p)
+{
+    int bs = 16;
+    char err[256];
+    sd_engine *on = f->eng;
+    ck_assert_int_gt(sd_kv_pool_cached_count(sd_model_kv_pool(f->target)), np / bs);
+    for (int k = 0; k < 2; k++) {
+        sd_req *r;
+        int len = k ? np + n_out : np;
+        if (k) memcpy(buf + np, out, (size_t)n_out * sizeof *out);
+        ck_assert_int_eq(sd_req_new(on, 300, buf, len, p, &r, err, sizeof err), SD_OK);
+        run_reqs(f, pr, &r, 1);
+        ck_assert_int_eq(r->shared, (len - 1) / bs * bs);
+        int nref;
+        f->eng = off;
+        int32_t *ref = gen(f, pr, buf, len, p, &nref, NULL);
+        f->eng = on;
+        ck_assert_int_eq(sd_req_n_output(r), nref);
+        ck_assert_msg(!memcmp(sd_req_output(r), ref, (size_t)nref * sizeof *ref), "turn %d differs from the cache", k);
+        free(ref);
+        sd_req_free(on, r);
+    }
+}
+
 /* Prefix sharing (engine.h): requests stepped together whose prompts share
  * a prefix take its KV from one another and still give the outputs they give
  * alone — identical prompts (greedy with and without drafts, seeded
@@ -449,25 +478,7 @@ START_TEST(shared_prefixes_equal_alone)
                       "request %d: output differs with shared prefixes", i);
         sd_req_free(f.eng, reqs[i]);
     }
-    /* everyone is gone: the blocks stay cached, and a request with P, then one
-     * with P + 0's whole output (the next turn), take them */
-    ck_assert_int_gt(sd_kv_pool_cached_count(sd_model_kv_pool(f.target)), np / bs);
-    for (int k = 0; k < 2; k++) {
-        sd_req *r;
-        int len = k ? np + nalone[0] : np;
-        if (k) memcpy(ids[3] + np, alone[0], (size_t)nalone[0] * sizeof *alone[0]);
-        ck_assert_int_eq(sd_req_new(f.eng, 300, ids[3], len, &p[0], &r, err, sizeof err), SD_OK);
-        run_reqs(&f, pr, &r, 1);
-        ck_assert_int_eq(r->shared, (len - 1) / bs * bs);
-        int nref;
-        f.eng = off;
-        int32_t *ref = gen(&f, pr, ids[3], len, &p[0], &nref, NULL);
-        f.eng = on;
-        ck_assert_int_eq(sd_req_n_output(r), nref);
-        ck_assert_msg(!memcmp(sd_req_output(r), ref, (size_t)nref * sizeof *ref), "turn %d differs from the cache", k);
-        free(ref);
-        sd_req_free(f.eng, r);
-    }
+    cached_turns(&f, pr, off, ids[3], np, alone[0], nalone[0], &p[0]);
     for (int i = 0; i < N; i++) {
         free(alone[i]);
         free(ids[i]);

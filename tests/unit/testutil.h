@@ -30,6 +30,12 @@ struct sd_model *tu_open_model(const char *name, struct sd_backend *be, int posi
  * logits into out, commit); fails the test on error. */
 void tu_forward(struct sd_model *m, struct sd_kv_seq *seq, const int32_t *ids, int n, int pos0, float *out);
 
+/* Batch invariance: the logits of ids[0..n) computed in one pass, token by
+ * token, and in uneven spans (1, 2, 3, ...) batched with a second sequence
+ * other[0..n), must be bit-identical; the model's KV pool is all free after.
+ * Fails the test otherwise. */
+void tu_check_batch_invariance(struct sd_model *m, const int32_t *ids, const int32_t *other, int n);
+
 /* Pearson statistic of counts[0..n) against total * p[0..n). Bins with an
  * expected count below 5 are merged, smallest first, until each merged bin
  * reaches 5 (a leftover goes into the last bin). A count on a p == 0 cell

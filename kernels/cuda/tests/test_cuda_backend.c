@@ -905,36 +905,8 @@ START_TEST(model_batch_invariant)
     sd_model *m = tu_open_model("qwen3-tiny", g_gpu, 2 * n);
     int V = sd_model_cfg(m)->vocab_size;
     int32_t *ids = prompt(n, V), *other = prompt(n, V - 1);
-    sd_kv_pool *pool = sd_model_kv_pool(m);
-    float *a = malloc((size_t)n * V * sizeof(float)), *b = malloc((size_t)n * V * sizeof(float));
-    float *c = malloc((size_t)2 * n * V * sizeof(float));
-    sd_kv_seq s1, s2;
-    sd_kv_seq_init(&s1);
-    tu_forward(m, &s1, ids, n, 0, a);
-    sd_kv_seq_release(pool, &s1);
-    for (int i = 0; i < n; i++) tu_forward(m, &s1, ids + i, 1, i, b + (size_t)i * V);
-    sd_kv_seq_release(pool, &s1);
-    ck_assert_msg(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0, "one pass != token by token");
-    sd_kv_seq_init(&s2);
-    char err[256];
-    for (int p = 0, span = 1; p < n; span = span % 7 + 2) {
-        int k = span < n - p ? span : n - p;
-        ck_assert_int_eq(sd_kv_reserve(pool, &s1, k), SD_OK);
-        ck_assert_int_eq(sd_kv_reserve(pool, &s2, k), SD_OK);
-        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k, NULL}, {ids + p, k, p, &s1, k, NULL}};
-        ck_assert_int_eq(sd_model_forward(m, bs, 2, c, err, sizeof err), SD_OK);
-        ck_assert_msg(memcmp(c + (size_t)k * V, a + (size_t)p * V, (size_t)k * V * sizeof(float)) == 0,
-                      "span [%d, %d) batched differs from one pass", p, p + k);
-        sd_kv_commit(pool, &s1, k);
-        sd_kv_commit(pool, &s2, k);
-        p += k;
-    }
-    sd_kv_seq_release(pool, &s1);
-    sd_kv_seq_release(pool, &s2);
+    tu_check_batch_invariance(m, ids, other, n);
     sd_cuda_set_batch_invariant(g_gpu, 0);
-    free(a);
-    free(b);
-    free(c);
     free(ids);
     free(other);
     sd_model_free(m);
