@@ -430,12 +430,12 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
 static int open_model(const bd_opts *o, sd_backend **be, sd_model **m)
 {
     char err[512];
-    *be = sd_backend_open(o->device, o->threads, err, sizeof err);
-    if (*be && o->isa >= 0 && sd_cpu_set_isa_level(o->isa) != o->isa) {
+    sd_status st = sd_backend_open(o->device, o->threads, be, err, sizeof err);
+    if (st == SD_OK && o->isa >= 0 && sd_cpu_set_isa_level(o->isa) != o->isa) {
         fprintf(stderr, "specd-bench-decode: this CPU has no %s\n", g_isas[o->isa]);
         return 1;
     }
-    if (!*be ||
+    if (st != SD_OK ||
         (o->random_cfg ? sd_model_random(o->random_cfg, 1, *be, m, err, sizeof err)
                        : sd_model_load(o->dir, *be, m, err, sizeof err)) != SD_OK ||
         (o->int8 && sd_model_quantize_q8(*m, err, sizeof err) != SD_OK)) {

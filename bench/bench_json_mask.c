@@ -59,13 +59,14 @@ static void bench_output(const sd_tok *tok, const sd_json_vocab *v, const sd_jso
     float *logits = malloc((size_t)vocab * sizeof *logits);
     double t[9];
     int kept = 0;
-    sd_regex *rx = pattern ? sd_regex_compile(pattern, err, sizeof err) : NULL;
+    sd_regex *rx = NULL;
+    if (pattern) sd_regex_compile(pattern, &rx, err, sizeof err);
     for (int r = 0; r < 9; r++) {
         double spent = 0.0;
         for (int k = 0; k < reps; k++) {
             if (cold) {
                 sd_regex_free(rx);
-                rx = sd_regex_compile(pattern, err, sizeof err);
+                sd_regex_compile(pattern, &rx, err, sizeof err);
             }
             memset(logits, 0, (size_t)vocab * sizeof *logits);
             double t0 = sd_now_s();
@@ -104,8 +105,8 @@ int main(int argc, char **argv)
     }
     int vocab = sd_tok_vocab_size(tok), eos = find_eos(tok);
     double t0 = sd_now_s();
-    sd_json_vocab *v = sd_json_vocab_new(tok, vocab, &eos, eos >= 0, err, sizeof err);
-    if (!v) {
+    sd_json_vocab *v;
+    if (sd_json_vocab_new(tok, vocab, &eos, eos >= 0, &v, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-bench-json-mask: %s\n", err);
         sd_tok_free(tok);
         return 1;
@@ -120,7 +121,8 @@ int main(int argc, char **argv)
         "{\"type\": \"integer\"}, \"kind\": {\"enum\": [\"cat\", \"dog\", \"cow\"]}, \"nick\": {\"anyOf\": "
         "[{\"type\": \"string\"}, {\"type\": \"null\"}]}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": "
         "[\"red\", \"green\", \"blue\"]}}}, \"required\": [\"name\", \"kind\"]}";
-    sd_json_schema *schema = sd_json_schema_parse(schema_text, strlen(schema_text), err, sizeof err);
+    sd_json_schema *schema;
+    sd_json_schema_parse(schema_text, strlen(schema_text), &schema, err, sizeof err);
     printf("under a schema: %s\n", schema ? schema_text : err);
     static const char *const under[] = {"",          "{",
                                         "{\"na",    "{\"name\": \"va",
@@ -139,7 +141,8 @@ int main(int argc, char **argv)
         {"([a-z_]{1,12} = [0-9a-z_.()]{1,20}\\n){1,6}", "abc = x", "abc = np.zeros(3"},
     };
     for (size_t i = 0; i < sizeof regexes / sizeof *regexes; i++) {
-        sd_regex *rx = sd_regex_compile(regexes[i][0], err, sizeof err);
+        sd_regex *rx;
+        sd_regex_compile(regexes[i][0], &rx, err, sizeof err);
         printf("by the regular expression %s%s\n", regexes[i][0], rx ? "" : err);
         for (int k = 1; rx && k < 3; k++)
             for (int cold = 1; cold >= 0; cold--)

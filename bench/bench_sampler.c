@@ -83,8 +83,13 @@ int main(int argc, char **argv)
     float *l = malloc((size_t)o.vocab * sizeof *l);
     sd_tokprob *dist = malloc((size_t)o.vocab * sizeof *dist);
     double *t[2] = {malloc((size_t)o.rounds * sizeof(double)), malloc((size_t)o.rounds * sizeof(double))};
-    sd_sampler *sp = sd_sampler_new(o.vocab);
-    if (!l || !dist || !t[0] || !t[1] || !sp) {
+    sd_sampler *sp;
+    char err[256];
+    if (sd_sampler_new(o.vocab, &sp, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-sampler: %s\n", err);
+        return 1;
+    }
+    if (!l || !dist || !t[0] || !t[1]) {
         fprintf(stderr, "specd-bench-sampler: out of memory\n");
         return 1;
     }

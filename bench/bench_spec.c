@@ -139,7 +139,7 @@ int main(int argc, char **argv)
     char err[512];
     int32_t *ids[SD_N_CODE_PROMPTS] = {0};
     int n_ids[SD_N_CODE_PROMPTS];
-    sd_backend *be = sd_backend_cpu_new(o.threads);
+    sd_backend *be = NULL;
     sd_model *m = NULL;
     sd_proposer *draft = NULL, *draft_q8 = NULL, *ngram = NULL;
     sd_engine *e = NULL;
@@ -148,13 +148,17 @@ int main(int argc, char **argv)
                           .quant = SD_DRAFT_QUANT_NONE, .p_min = o.p_min};
     sd_draft_opts qopt = dopt;
     qopt.quant = SD_DRAFT_QUANT_INT8;
-    if (!be || encode_prompts(&o, ids, n_ids) != 0) goto out;
+    if (sd_backend_cpu_new(o.threads, &be, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-bench-spec: %s\n", err);
+        goto out;
+    }
+    if (encode_prompts(&o, ids, n_ids) != 0) goto out;
     if (sd_model_load(o.target, be, &m, err, sizeof err) != SD_OK ||
         sd_model_kv_init(m, (512 + o.tokens) / 16 + 4, 16, err, sizeof err) != SD_OK ||
         sd_draft_check_tokenizer(o.target, o.draft, err, sizeof err) != SD_OK ||
         sd_draft_new(o.draft, &dopt, &draft, err, sizeof err) != SD_OK ||
         sd_draft_new(o.draft, &qopt, &draft_q8, err, sizeof err) != SD_OK ||
-        sd_ngram_new(1, 4, &ngram, err, sizeof err) != SD_OK || !(e = sd_engine_new(m, NULL))) {
+        sd_ngram_new(1, 4, &ngram, err, sizeof err) != SD_OK || sd_engine_new(m, NULL, &e, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-bench-spec: %s\n", err);
         goto out;
     }

@@ -20,18 +20,19 @@ struct sd_dstate {
     uint64_t clock; /* LRU clock: bumped on every open/advance */
 };
 
-sd_dstate *sd_dstate_new(int max_seqs)
+sd_status sd_dstate_new(int max_seqs, sd_dstate **out, char *err, size_t errlen)
 {
-    if (max_seqs < 1) return NULL;
+    *out = NULL;
+    if (max_seqs < 1) return sd_seterr(err, errlen, SD_ERR_ARG, "dstate: max_seqs %d < 1", max_seqs);
     sd_dstate *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
-    t->slots = calloc((size_t)max_seqs, sizeof *t->slots);
-    if (!t->slots) {
+    if (t) t->slots = calloc((size_t)max_seqs, sizeof *t->slots);
+    if (!t || !t->slots) {
         free(t);
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "dstate: out of memory for %d requests", max_seqs);
     }
     t->n_slots = max_seqs;
-    return t;
+    *out = t;
+    return SD_OK;
 }
 
 static void forget(sd_dreq *r);

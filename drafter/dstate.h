@@ -76,9 +76,10 @@ typedef struct sd_dreq {
 
 typedef struct sd_dstate sd_dstate;
 
-/* A table for at most max_seqs requests (>= 1). NULL on allocation failure
- * or max_seqs < 1. Free with sd_dstate_free. */
-sd_dstate *sd_dstate_new(int max_seqs);
+/* A table for at most max_seqs requests (>= 1) in *out (the caller frees it
+ * with sd_dstate_free). Returns SD_OK, or SD_ERR_ARG (max_seqs < 1) or
+ * SD_ERR_NOMEM with a message in err; *out is NULL then. */
+sd_status sd_dstate_new(int max_seqs, sd_dstate **out, char *err, size_t errlen);
 
 /* Frees the table and every request's context; NULL is a no-op. */
 void sd_dstate_free(sd_dstate *t);

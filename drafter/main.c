@@ -236,8 +236,7 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     if (sd_config_load_dir(o->model, &cfg, err, sizeof err) != SD_OK) goto fail;
     sd_draft_opts dopts = sd_draft_opts_default();
     dopts.n_threads = o->threads;
-    d->be = sd_backend_open(o->device, o->threads, err, sizeof err);
-    if (!d->be) goto fail;
+    if (sd_backend_open(o->device, o->threads, &d->be, err, sizeof err) != SD_OK) goto fail;
     dopts.be = d->be;
     dopts.mem_free_at_start = sd_mem_free_now(d->be);
     dopts.mem_fraction = o->mem_fraction;
@@ -269,7 +268,7 @@ static int make_proposer(drafter *d, const drafter_opts *o)
             d->be->ops->mem_info ? " — sized within --gpu-memory-fraction" : "");
     d->max_context = dopts.max_context;
     d->vocab = cfg.vocab_size;
-    if (!(d->json = sd_json_vocab_load(o->model, &cfg, err, sizeof err)))
+    if (sd_json_vocab_load(o->model, &cfg, &d->json, err, sizeof err) != SD_OK)
         SD_INFO("drafts of JSON output are not constrained: %s", err);
     char name[PATH_MAX];
     snprintf(name, sizeof name, "%s", o->model);
@@ -732,8 +731,12 @@ int main(int argc, char **argv)
     install_signals();
     drafter d = {.pipeline = o.pipeline, .branches = o.pipeline ? o.branches : 0, .device = o.device,
                  .threads = o.ngram ? 1 : o.threads > 0 ? o.threads : sd_cpu_count()};
-    d.table = sd_dstate_new(o.max_seqs);
-    if (!d.table || make_proposer(&d, &o) != 0) {
+    char terr[256];
+    if (sd_dstate_new(o.max_seqs, &d.table, terr, sizeof terr) != SD_OK) {
+        SD_ERROR("%s", terr);
+        return 1;
+    }
+    if (make_proposer(&d, &o) != 0) {
         sd_dstate_free(d.table);
         return 1;
     }

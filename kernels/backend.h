@@ -232,9 +232,11 @@ static inline float sd_round_bf16(float f)
     return v.f;
 }
 
-/* Creates the CPU backend with n_threads worker threads (0 = all cores).
- * Returns NULL on allocation failure. Free with sd_backend_free. */
-sd_backend *sd_backend_cpu_new(int n_threads);
+/* Creates the CPU backend with n_threads worker threads (0 = all cores) in
+ * *out; the caller frees it with sd_backend_free. Returns SD_OK, or
+ * SD_ERR_NOMEM with a message in err when memory or a worker thread cannot
+ * be had; *out is NULL then. */
+sd_status sd_backend_cpu_new(int n_threads, sd_backend **out, char *err, size_t errlen);
 
 /* Destroys a backend; NULL is a no-op. */
 void sd_backend_free(sd_backend *be);

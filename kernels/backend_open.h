@@ -35,23 +35,22 @@ bad:
     return -1;
 }
 
-/* Creates the backend named by device with n_threads CPU threads (CPU only).
- * NULL with a message when the device is unknown, not built in, or fails. */
-static inline sd_backend *sd_backend_open(const char *device, int n_threads, char *err, size_t errlen)
+/* Creates the backend named by device with n_threads CPU threads (CPU only)
+ * in *out; the caller frees it with sd_backend_free. Returns SD_OK, or with
+ * a message in err and *out NULL: SD_ERR_UNSUPPORTED when the device is
+ * unknown or not built in, else the status of the backend that failed to
+ * start (SD_ERR_NOMEM, SD_ERR_DEVICE). */
+static inline sd_status sd_backend_open(const char *device, int n_threads, sd_backend **out, char *err, size_t errlen)
 {
+    *out = NULL;
     int index;
     int kind = sd_device_parse(device, &index, err, errlen);
-    if (kind < 0) return NULL;
-    if (kind == 0) {
-        sd_backend *be = sd_backend_cpu_new(n_threads);
-        if (!be) sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot start the CPU backend");
-        return be;
-    }
+    if (kind < 0) return SD_ERR_UNSUPPORTED;
+    if (kind == 0) return sd_backend_cpu_new(n_threads, out, err, errlen);
 #ifdef SD_HAVE_CUDA
-    return sd_backend_cuda_new(index, err, errlen);
+    return sd_backend_cuda_new(index, out, err, errlen);
 #else
-    sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend", device);
-    return NULL;
+    return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend", device);
 #endif
 }
 

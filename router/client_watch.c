@@ -113,19 +113,20 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     else on_fin(w);
 }
 
-sd_cwatch *sd_cwatch_new(struct event_base *base, struct evhttp_request *req, const bool *started,
-                         sd_cwatch_gone_cb gone, void *arg)
+sd_status sd_cwatch_new(struct event_base *base, struct evhttp_request *req, const bool *started,
+                        sd_cwatch_gone_cb gone, void *arg, sd_cwatch **out, char *err, size_t errlen)
 {
+    *out = NULL;
     struct evhttp_connection *c = evhttp_request_get_connection(req);
     struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
     evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    if (fd < 0) return NULL;
+    if (fd < 0) return sd_seterr(err, errlen, SD_ERR_ARG, "client watch: the request's connection has no socket");
     /* Streamed chunks are small: without this, Nagle's algorithm holds the
      * first one until the client's delayed ACK (~40 ms on keep-alive). */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     sd_cwatch *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
+    if (!w) return sd_seterr(err, errlen, SD_ERR_NOMEM, "client watch: out of memory");
     *w = (sd_cwatch){.fd = fd, .bev = bev, .started = started, .gone = gone, .arg = arg,
                      .http11 = req->major == 1 && req->minor >= 1};
     w->read = event_new(base, fd, EV_READ | EV_PERSIST, on_readable, w);
@@ -133,9 +134,10 @@ sd_cwatch *sd_cwatch_new(struct event_base *base, struct evhttp_request *req, co
     if (!w->read || !w->poll || event_add(w->read, NULL) != 0 || !pause_reading(bev)) {
         bufferevent_set_rate_limit(bev, NULL);
         sd_cwatch_free(w);
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "client watch: cannot set up the connection's events");
     }
-    return w;
+    *out = w;
+    return SD_OK;
 }
 
 void sd_cwatch_stop(sd_cwatch *w)

@@ -32,6 +32,9 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <stdbool.h>
+#include <stddef.h>
+
+#include "status.h"
 
 #define SD_CWATCH_POLL_MS 100
 
@@ -41,11 +44,13 @@ typedef struct sd_cwatch sd_cwatch;
 typedef void (*sd_cwatch_gone_cb)(void *arg);
 
 /* Watches the connection of req and suspends its reading (also sets
- * TCP_NODELAY on it). *started
- * says whether the answer has begun (read at the FIN). NULL when the
- * connection has no socket or memory runs out (nothing is watched then). */
-sd_cwatch *sd_cwatch_new(struct event_base *base, struct evhttp_request *req, const bool *started,
-                         sd_cwatch_gone_cb gone, void *arg);
+ * TCP_NODELAY on it); the watch goes to *out, freed by the caller with
+ * sd_cwatch_free. *started says whether the answer has begun (read at the
+ * FIN). Returns SD_OK, or with *out NULL and a message in err (nothing is
+ * watched then): SD_ERR_ARG when the connection has no socket, SD_ERR_NOMEM
+ * when memory or the connection's events cannot be had. */
+sd_status sd_cwatch_new(struct event_base *base, struct evhttp_request *req, const bool *started,
+                        sd_cwatch_gone_cb gone, void *arg, sd_cwatch **out, char *err, size_t errlen);
 
 /* The answer of req is written: its connection reads again. Call it from
  * the request's on-complete callback of every watched request. */

@@ -609,7 +609,8 @@ static void on_client_gone(void *arg)
 
 static void watch_client(job *j)
 {
-    j->watch = sd_cwatch_new(j->svc->base, j->http, &j->stream_started, on_client_gone, j);
+    /* unwatched when that fails (no socket, no memory): the request still runs */
+    sd_cwatch_new(j->svc->base, j->http, &j->stream_started, on_client_gone, j, &j->watch, NULL, 0);
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
@@ -1127,13 +1128,14 @@ static gen *gen_new(sd_gen *s, job *j, unsigned i)
     g->lane = -1;
     g->id = s->next_id++;
     g->text = evbuffer_new();
-    g->dec = sd_tok_stream_new(s->tok, true);
-    g->stop = sd_stop_new((const char *const *)j->p.stop, j->p.n_stop);
+    /* each fails only for memory (s->tok and the stop list are sound): the caller's answer says so */
+    bool ok = sd_tok_stream_new(s->tok, true, &g->dec, NULL, 0) == SD_OK &&
+              sd_stop_new((const char *const *)j->p.stop, j->p.n_stop, &g->stop, NULL, 0) == SD_OK;
     if (s->o.resume_wait_s > 0) g->park = evtimer_new(s->base, on_park_timeout, g);
     if (j->p.tools_forced) sd_tool_split_force(&g->split, j->p.tool_name);
     else g->split.fmt = (uint8_t)s->o.tool_parser;
-    bool lp_ok = !j->p.logprobs || (g->lp = sd_lp_new(s->tok, j->p.kind, j->p.top_logprobs));
-    if (!g->text || !g->dec || !g->stop || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok) {
+    bool lp_ok = !j->p.logprobs || sd_lp_new(s->tok, j->p.kind, j->p.top_logprobs, &g->lp, NULL, 0) == SD_OK;
+    if (!g->text || !ok || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok) {
         gen_free(g);
         return NULL;
     }

@@ -385,11 +385,12 @@ static sd_status set_schema(json_t *schema, const char *param, sd_api_req *r, sd
     if (json_is_string(schema) && !parsed) return BADF(param, "'%s' is not JSON", param);
     if (parsed) schema = parsed;
     char msg[400];
-    sd_json_schema *c = sd_json_schema_compile(schema, msg, sizeof msg);
+    sd_json_schema *c;
+    sd_status st = sd_json_schema_compile(schema, &c, msg, sizeof msg);
     sd_json_schema_free(c);
-    r->json_schema = c ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    r->json_schema = st == SD_OK ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     json_decref(parsed);
-    if (!c) return BADF(param, "'%s': %s", param, msg);
+    if (st != SD_OK) return BADF(param, "'%s': %s", param, msg);
     if (!r->json_schema) return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (strlen(r->json_schema) > SD_MAX_JSON_SCHEMA)
         return BADF(param, "'%s' is longer than %d bytes written compactly", param, SD_MAX_JSON_SCHEMA);
@@ -403,9 +404,10 @@ static sd_status set_regex(json_t *re, const char *param, sd_api_req *r, sd_api_
 {
     if (!json_is_string(re)) return BADF(param, "'%s' must be a string (a regular expression)", param);
     char msg[400];
-    sd_regex *c = sd_regex_compile(json_string_value(re), msg, sizeof msg);
+    sd_regex *c;
+    sd_status st = sd_regex_compile(json_string_value(re), &c, msg, sizeof msg);
     sd_regex_free(c);
-    if (!c) return BADF(param, "'%s': %s", param, msg);
+    if (st != SD_OK) return BADF(param, "'%s': %s", param, msg);
     return dup_str(json_string_value(re), &r->regex, param, e) == SD_OK ? (r->sampling.regex = r->regex, SD_OK)
                                                                          : SD_ERR_ARG;
 }

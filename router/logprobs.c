@@ -29,19 +29,21 @@ static void reset(sd_lp *a)
     a->pending = 0;
 }
 
-sd_lp *sd_lp_new(const sd_tok *tok, sd_api_kind kind, int top)
+sd_status sd_lp_new(const sd_tok *tok, sd_api_kind kind, int top, sd_lp **out, char *err, size_t errlen)
 {
+    *out = NULL;
     sd_lp *a = calloc(1, sizeof *a);
-    if (!a) return NULL;
+    if (!a) return sd_seterr(err, errlen, SD_ERR_NOMEM, "logprobs: out of memory");
     a->tok = tok;
     a->kind = kind;
     a->top = top;
     reset(a);
     if (!a->content || !a->tokens || !a->token_logprobs || !a->top_logprobs || !a->text_offset) {
         sd_lp_free(a);
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "logprobs: out of memory");
     }
-    return a;
+    *out = a;
+    return SD_OK;
 }
 
 void sd_lp_free(sd_lp *a)

@@ -25,8 +25,10 @@
 typedef struct sd_lp sd_lp;
 
 /* An empty accumulator for a request of the given kind with top
- * alternatives per token; tok is borrowed. NULL when out of memory. */
-sd_lp *sd_lp_new(const sd_tok *tok, sd_api_kind kind, int top);
+ * alternatives per token in *out (the caller frees it with sd_lp_free); tok
+ * is borrowed (NULL: tokens without text). Returns SD_OK, or SD_ERR_NOMEM
+ * with a message in err and *out NULL. */
+sd_status sd_lp_new(const sd_tok *tok, sd_api_kind kind, int top, sd_lp **out, char *err, size_t errlen);
 void sd_lp_free(sd_lp *a);
 
 /* Appends the entry of token at one position; lp NULL: a position with no

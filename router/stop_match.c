@@ -21,10 +21,12 @@ struct sd_stop {
     bool matched;
 };
 
-sd_stop *sd_stop_new(const char *const *stops, size_t n)
+sd_status sd_stop_new(const char *const *stops, size_t n, sd_stop **out, char *err, size_t errlen)
 {
+    *out = NULL;
+    if (!stops && n > 0) return sd_seterr(err, errlen, SD_ERR_ARG, "stop strings: %zu of them but no list", n);
     sd_stop *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "stop strings: out of memory");
     s->stops = calloc(n ? n : 1, sizeof *s->stops);
     s->lens = calloc(n ? n : 1, sizeof *s->lens);
     if (!s->stops || !s->lens) goto fail;
@@ -35,10 +37,11 @@ sd_stop *sd_stop_new(const char *const *stops, size_t n)
         s->lens[s->n] = strlen(stops[i]);
         s->n++;
     }
-    return s;
+    *out = s;
+    return SD_OK;
 fail:
     sd_stop_free(s);
-    return NULL;
+    return sd_seterr(err, errlen, SD_ERR_NOMEM, "stop strings: out of memory for %zu of them", n);
 }
 
 void sd_stop_free(sd_stop *s)

@@ -12,11 +12,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "status.h"
+
 typedef struct sd_stop sd_stop;
 
-/* Copies the n stop strings (empty strings are ignored). NULL on allocation
- * failure. With n == 0 the matcher passes text straight through. */
-sd_stop *sd_stop_new(const char *const *stops, size_t n);
+/* A matcher of copies of the n stop strings (empty or NULL ones are
+ * ignored; stops may be NULL when n == 0, and then the matcher passes text
+ * straight through) in *out; the caller frees it with sd_stop_free. Returns
+ * SD_OK, or SD_ERR_ARG (no list for n > 0) or SD_ERR_NOMEM with a message in
+ * err; *out is NULL then. */
+sd_status sd_stop_new(const char *const *stops, size_t n, sd_stop **out, char *err, size_t errlen);
 
 /* Frees the matcher; NULL is a no-op. */
 void sd_stop_free(sd_stop *s);

@@ -550,17 +550,29 @@ static int make_proposer(const gen_opts *o, sd_backend *be, int max_context, sd_
     return st == SD_OK ? 0 : -1;
 }
 
-/* JSON or regex output: the model's token table for the engine's masks
- * (*jv, freed by the caller). */
-static int constrain(const gen_opts *o, const sd_model_config *c, sd_engine *eng, sd_json_vocab **jv)
+/* The engine over m (*eng); with JSON or regex output the model's token
+ * table for its masks (*jv); with text output and a tokenizer the stream
+ * that decodes it (*ts). The caller frees all three. Returns 0, or -1 after
+ * a message. */
+static int make_engine(const gen_opts *o, sd_model *m, const sd_tok *tok, sd_engine **eng, sd_json_vocab **jv,
+                       sd_tok_stream **ts)
 {
     char err[512];
-    if (!o->sampling.json_object && !o->sampling.json_schema && !o->sampling.regex) return 0;
-    if (!(*jv = sd_json_vocab_load(o->model_dir, c, err, sizeof err))) {
-        fprintf(stderr, "specd-generate: %s output: %s\n", o->sampling.regex ? "regex" : "JSON", err);
+    if (sd_engine_new(m, NULL, eng, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
         return -1;
     }
-    sd_engine_set_json_vocab(eng, *jv);
+    if (o->sampling.json_object || o->sampling.json_schema || o->sampling.regex) {
+        if (sd_json_vocab_load(o->model_dir, sd_model_cfg(m), jv, err, sizeof err) != SD_OK) {
+            fprintf(stderr, "specd-generate: %s output: %s\n", o->sampling.regex ? "regex" : "JSON", err);
+            return -1;
+        }
+        sd_engine_set_json_vocab(*eng, *jv);
+    }
+    if (!o->json && tok && sd_tok_stream_new(tok, true, ts, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd-generate: %s\n", err);
+        return -1;
+    }
     return 0;
 }
 
@@ -579,8 +591,9 @@ int main(int argc, char **argv)
     sd_proposer *pr = NULL;
     sd_json_vocab *jv = NULL;
     sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
-    sd_backend *be = sd_backend_open(o.device, o.threads, err, sizeof err);
-    if (!be) fprintf(stderr, "specd-generate: %s\n", err);
+    sd_backend *be = NULL;
+    if (sd_backend_open(o.device, o.threads, &be, err, sizeof err) != SD_OK)
+        fprintf(stderr, "specd-generate: %s\n", err);
     else sd_backend_set_batch_invariant(be, o.batch_invariant);
     if ((o.prompt && !tok) || !be) goto out;
     if (prompt_ids(&o, tok, &ids, &np) != 0) goto out;
@@ -610,10 +623,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (make_proposer(&o, be, (int)positions, &pr) != 0) goto out;
-    eng = sd_engine_new(m, NULL);
-    if (!eng) goto out;
-    if (constrain(&o, c, eng, &jv) != 0) goto out;
-    if (!o.json && tok) ts = sd_tok_stream_new(tok, true);
+    if (make_engine(&o, m, tok, &eng, &jv, &ts) != 0) goto out;
     if (run_engine(eng, pr, &o, ids, np, ts, &res) != 0) goto out;
     if (ts) {
         const char *piece;

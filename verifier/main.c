@@ -173,8 +173,8 @@ int main(int argc, char **argv)
     sd_proposer *draft = NULL; /* --draft-model's, until the server takes it */
     sd_json_vocab *jv = NULL;  /* the token table of JSON output (the engine borrows it) */
     void *zctx = NULL;
-    sd_backend *be = sd_backend_open(cfg.device, cfg.threads, err, sizeof err);
-    if (!be) {
+    sd_backend *be = NULL;
+    if (sd_backend_open(cfg.device, cfg.threads, &be, err, sizeof err) != SD_OK) {
         SD_ERROR("%s", err);
         goto out;
     }
@@ -194,13 +194,15 @@ int main(int argc, char **argv)
     if (load_model(&cfg, be, free_at_start, &m) != 0) goto out;
     sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};
-    e = sd_engine_new(m, &eo);
-    if (e && (jv = sd_json_vocab_load(cfg.model_dir, sd_model_cfg(m), err, sizeof err)))
+    if (sd_engine_new(m, &eo, &e, err, sizeof err) != SD_OK) {
+        SD_ERROR("%s", err);
+        goto out;
+    }
+    if (sd_json_vocab_load(cfg.model_dir, sd_model_cfg(m), &jv, err, sizeof err) == SD_OK)
         sd_engine_set_json_vocab(e, jv);
-    else if (e)
+    else
         SD_WARN("JSON output (response_format json_object) unavailable: %s", err);
-    zctx = zmq_ctx_new();
-    if (!e || !zctx) {
+    if (!(zctx = zmq_ctx_new())) {
         SD_ERROR("out of memory");
         goto out;
     }

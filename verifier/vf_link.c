@@ -31,33 +31,33 @@ struct sd_vf_link {
     sd_vf_batch batch;
 };
 
-sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, const sd_curve *curve, int timeout_ms, int vocab,
-                           char *err, size_t errlen)
+sd_status sd_vf_link_new(void *zctx, const char *endpoint, const sd_curve *curve, int timeout_ms, int vocab,
+                         sd_vf_link **out, char *err, size_t errlen)
 {
+    *out = NULL;
     sd_vf_link *l = calloc(1, sizeof *l);
-    if (!l) {
-        sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
+    if (!l) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     l->sock = sd_msg_socket(zctx, ZMQ_DEALER, 1000);
     int one = 1;
     if (l->sock) zmq_setsockopt(l->sock, ZMQ_IMMEDIATE, &one, sizeof one);
-    if (l->sock && curve && sd_curve_client(curve, l->sock, err, errlen) != SD_OK) {
+    sd_status st = l->sock && curve ? sd_curve_client(curve, l->sock, err, errlen) : SD_OK;
+    if (st != SD_OK) {
         zmq_close(l->sock);
         free(l);
-        return NULL;
+        return st;
     }
     if (!l->sock || zmq_connect(l->sock, endpoint) != 0) {
         sd_seterr(err, errlen, SD_ERR_ARG, "cannot connect to drafter %s: %s", endpoint, zmq_strerror(zmq_errno()));
         if (l->sock) zmq_close(l->sock);
         free(l);
-        return NULL;
+        return SD_ERR_ARG;
     }
     l->timeout_ms = timeout_ms > 0 ? timeout_ms : 200;
     l->vocab = vocab;
     l->up = false; /* until it answers the first probe (sent at once: last_probe_ms 0) */
     sd_vf_batch_init(&l->batch);
-    return l;
+    *out = l;
+    return SD_OK;
 }
 
 void sd_vf_link_free(sd_vf_link *l)

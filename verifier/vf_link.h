@@ -38,10 +38,12 @@
 
 typedef struct sd_vf_link sd_vf_link;
 
-/* Connects a DEALER socket from zctx to endpoint. NULL with a message on
- * failure (bad endpoint, out of memory). */
-sd_vf_link *sd_vf_link_new(void *zctx, const char *endpoint, const sd_curve *curve, int timeout_ms, int vocab,
-                           char *err, size_t errlen);
+/* Connects a DEALER socket from zctx to endpoint; the link goes to *out
+ * (the caller frees it with sd_vf_link_free). Returns SD_OK, or with *out
+ * NULL and a message in err: SD_ERR_ARG (bad endpoint, no socket),
+ * SD_ERR_NOMEM, or the status of sd_curve_client. */
+sd_status sd_vf_link_new(void *zctx, const char *endpoint, const sd_curve *curve, int timeout_ms, int vocab,
+                         sd_vf_link **out, char *err, size_t errlen);
 
 /* Closes the socket and frees the link; NULL is a no-op. */
 void sd_vf_link_free(sd_vf_link *l);

@@ -340,12 +340,10 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
         sd_vf_server_free(s);
         return SD_ERR_IO;
     }
-    if (cfg->drafter) {
-        s->link = sd_vf_link_new(zctx, cfg->drafter, s->curve, cfg->draft_timeout_ms, s->vocab, err, errlen);
-        if (!s->link) {
-            sd_vf_server_free(s);
-            return SD_ERR_IO;
-        }
+    if (cfg->drafter &&
+        sd_vf_link_new(zctx, cfg->drafter, s->curve, cfg->draft_timeout_ms, s->vocab, &s->link, err, errlen) != SD_OK) {
+        sd_vf_server_free(s);
+        return SD_ERR_IO;
     }
     *out = s;
     return SD_OK;

@@ -412,8 +412,9 @@ static sd_status issue(runner *r, bool warmup, long id)
     x->warmup = warmup;
     x->req_body = build_body(r->cfg, p);
     x->easy = curl_easy_init();
-    x->sse = r->cfg->stream ? sd_sse_new(0) : NULL;
-    if (!x->req_body || !x->easy || (r->cfg->stream && !x->sse)) {
+    /* the caller reports any failure here as out of memory */
+    sd_status st = r->cfg->stream ? sd_sse_new(0, &x->sse, NULL, 0) : SD_OK;
+    if (!x->req_body || !x->easy || st != SD_OK) {
         free(x->req_body);
         if (x->easy)
             curl_easy_cleanup(x->easy);

@@ -13,13 +13,15 @@ struct sd_sse {
     int broken;  /* a line overflowed: refuse further input */
 };
 
-sd_sse *sd_sse_new(size_t max_line)
+sd_status sd_sse_new(size_t max_line, sd_sse **out, char *err, size_t errlen)
 {
+    *out = NULL;
     sd_sse *s = calloc(1, sizeof *s);
     if (!s)
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "SSE: out of memory");
     s->max_line = max_line ? max_line : (size_t)1 << 20;
-    return s;
+    *out = s;
+    return SD_OK;
 }
 
 void sd_sse_free(sd_sse *s)

@@ -26,9 +26,10 @@ typedef struct sd_sse sd_sse;
  * to stop: sd_sse_feed then returns SD_ERR_STATE. */
 typedef int (*sd_sse_data_cb)(void *ud, const char *data, size_t len);
 
-/* Returns a new splitter that accepts lines up to max_line bytes (0 = 1 MiB),
- * or NULL on allocation failure. Free with sd_sse_free. */
-sd_sse *sd_sse_new(size_t max_line);
+/* A new splitter that accepts lines up to max_line bytes (0 = 1 MiB) in
+ * *out; the caller frees it with sd_sse_free. Returns SD_OK, or SD_ERR_NOMEM
+ * with a message in err and *out NULL. */
+sd_status sd_sse_new(size_t max_line, sd_sse **out, char *err, size_t errlen);
 
 /* Frees s; NULL is a no-op. */
 void sd_sse_free(sd_sse *s);

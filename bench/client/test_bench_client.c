@@ -122,7 +122,8 @@ static void feed_cuts(const size_t *cuts, size_t ncuts)
 {
     size_t len = strlen(sse_stream), prev = 0;
     collected c = {0};
-    sd_sse *s = sd_sse_new(0);
+    sd_sse *s;
+    ck_assert_int_eq(sd_sse_new(0, &s, NULL, 0), SD_OK);
     for (size_t i = 0; i <= ncuts; i++) {
         size_t end = i < ncuts ? cuts[i] : len;
         ck_assert_int_eq(sd_sse_feed(s, sse_stream + prev, end - prev, collect, &c), SD_OK);
@@ -178,15 +179,16 @@ static int stop_now(void *ud, const char *d, size_t len)
 
 START_TEST(test_sse_limits)
 {
-    sd_sse *s = sd_sse_new(16);
+    sd_sse *s;
+    ck_assert_int_eq(sd_sse_new(16, &s, NULL, 0), SD_OK);
     collected c = {0};
     ck_assert_int_eq(sd_sse_feed(s, "data: 0123456789abcdef\n", 23, collect, &c), SD_ERR_NOSPACE);
     ck_assert_int_eq(sd_sse_feed(s, "data: x\n", 8, collect, &c), SD_ERR_NOSPACE);
     sd_sse_free(s);
-    s = sd_sse_new(0);
+    ck_assert_int_eq(sd_sse_new(0, &s, NULL, 0), SD_OK);
     ck_assert_int_eq(sd_sse_feed(s, "data: a\n\ndata: b\n\n", 18, stop_now, NULL), SD_ERR_STATE);
     sd_sse_free(s);
-    s = sd_sse_new(0);
+    ck_assert_int_eq(sd_sse_new(0, &s, NULL, 0), SD_OK);
     ck_assert_int_eq(sd_sse_feed(s, "data: tail", 10, collect, &c), SD_OK);
     ck_assert_uint_eq(c.n, 0);
     ck_assert_int_eq(sd_sse_finish(s, collect, &c), SD_OK);

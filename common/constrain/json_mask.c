@@ -721,19 +721,21 @@ static bool index_tokens(sd_json_vocab *v)
     return true;
 }
 
-sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, char *err, size_t errlen)
+sd_status sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, sd_json_vocab **out, char *err,
+                            size_t errlen)
 {
+    *out = NULL;
+    if (!tok || vocab <= 0 || n_eos < 0 || (n_eos > 0 && !eos))
+        return sd_seterr(err, errlen, SD_ERR_ARG, "JSON output: no tokenizer, or a vocabulary of %d with %d EOS ids",
+                         vocab, n_eos);
     sd_json_vocab *v = calloc(1, sizeof *v);
     char *data = NULL;
     uint32_t *off = NULL;
-    if (!v || vocab <= 0) {
+    if (!v) return sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
+    sd_status st = sd_tok_vocab_bytes(tok, &data, &off, err, errlen);
+    if (st != SD_OK) {
         free(v);
-        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
-        return NULL;
-    }
-    if (sd_tok_vocab_bytes(tok, &data, &off, err, errlen) != SD_OK) {
-        free(v);
-        return NULL;
+        return st;
     }
     int nt = sd_tok_vocab_size(tok);
     v->n = vocab;
@@ -747,8 +749,7 @@ sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, i
     if (!v->off || !v->kind || !v->lead || !v->body || !v->plain || !v->chars) {
         free(off);
         sd_json_vocab_free(v);
-        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
     }
     for (int t = 0; t < vocab; t++) {
         bool known = t < nt;
@@ -762,21 +763,24 @@ sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, i
     free(off);
     if (!index_tokens(v)) {
         sd_json_vocab_free(v);
-        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON output: out of memory");
     }
-    return v;
+    *out = v;
+    return SD_OK;
 }
 
-sd_json_vocab *sd_json_vocab_load(const char *model_dir, const sd_model_config *c, char *err, size_t errlen)
+sd_status sd_json_vocab_load(const char *model_dir, const sd_model_config *c, sd_json_vocab **out, char *err,
+                             size_t errlen)
 {
     char path[4096];
     sd_tok *tok = NULL;
+    *out = NULL;
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    if (sd_tok_load(path, &tok, err, errlen) != SD_OK) return NULL;
-    sd_json_vocab *v = sd_json_vocab_new(tok, c->vocab_size, c->eos_token_ids, c->n_eos, err, errlen);
+    sd_status st = sd_tok_load(path, &tok, err, errlen);
+    if (st != SD_OK) return st;
+    st = sd_json_vocab_new(tok, c->vocab_size, c->eos_token_ids, c->n_eos, out, err, errlen);
     sd_tok_free(tok);
-    return v;
+    return st;
 }
 
 void sd_json_vocab_free(sd_json_vocab *v)

@@ -102,8 +102,13 @@ typedef struct sd_json_vocab sd_json_vocab;
 /* The token table of a model: every id's bytes (from the tokenizer), its
  * EOS ids (eos[0..n_eos)), and vocab (the model's logits width; ids the
  * tokenizer lacks never come). Special tokens other than EOS never come,
- * nor do tokens without bytes. NULL on failure (message in err). */
-sd_json_vocab *sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, char *err, size_t errlen);
+ * nor do tokens without bytes. The table goes to *out (the caller frees it
+ * with sd_json_vocab_free; tok is not borrowed). Returns SD_OK, or with *out
+ * NULL and a message in err: SD_ERR_ARG (no tokenizer, vocab < 1, EOS ids
+ * missing), the tokenizer's status when its bytes cannot be had, or
+ * SD_ERR_NOMEM. */
+sd_status sd_json_vocab_new(const sd_tok *tok, int vocab, const int *eos, int n_eos, sd_json_vocab **out, char *err,
+                            size_t errlen);
 void sd_json_vocab_free(sd_json_vocab *v);
 
 /* What token t is in v: SD_JSON_TOKEN_TEXT (its bytes in *p, *n),
@@ -118,8 +123,11 @@ int sd_json_vocab_token(const sd_json_vocab *v, int32_t t, const char **p, size_
 const uint32_t *sd_json_vocab_first(const sd_json_vocab *v, int b, size_t *n);
 
 /* The same from a checkpoint directory: its tokenizer.json, c's vocab_size
- * and EOS ids. NULL when the tokenizer is missing or cannot load (err). */
-sd_json_vocab *sd_json_vocab_load(const char *model_dir, const sd_model_config *c, char *err, size_t errlen);
+ * and EOS ids. Besides the above, the status of sd_tok_load (SD_ERR_IO,
+ * SD_ERR_FORMAT, SD_ERR_UNSUPPORTED) when the tokenizer is missing or cannot
+ * load. */
+sd_status sd_json_vocab_load(const char *model_dir, const sd_model_config *c, sd_json_vocab **out, char *err,
+                             size_t errlen);
 
 /* Sets logits[t] = -inf for every t < nv that cannot come after the output
  * output[0..n) (its tokens' bytes fed to the automaton of schema, NULL:

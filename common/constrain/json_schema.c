@@ -30,6 +30,7 @@ typedef struct jsc {
     char *err;
     size_t errlen;
     bool failed;
+    bool nomem; /* the failure was an allocation's (SD_ERR_NOMEM, not SD_ERR_ARG) */
 } jsc;
 
 static int fail(jsc *c, const char *where, const char *fmt, ...)
@@ -45,6 +46,13 @@ static int fail(jsc *c, const char *where, const char *fmt, ...)
     return -1;
 }
 
+/* fail() for an allocation that failed. */
+static int fail_nomem(jsc *c, const char *where)
+{
+    if (!c->failed) c->nomem = true;
+    return fail(c, where, "out of memory");
+}
+
 static int new_node(jsc *c, int kind, const json_t *memo)
 {
     sd_json_schema *s = c->s;
@@ -57,7 +65,7 @@ static int new_node(jsc *c, int kind, const json_t *memo)
         if (n) s->nodes = n;
         if (m) c->memo = m;
         if (w) c->where = w;
-        if (!n || !m || !w) return fail(c, "#", "out of memory");
+        if (!n || !m || !w) return fail_nomem(c, "#");
         c->cap_nodes = cap;
     }
     uint32_t id = s->n_nodes++;
@@ -88,7 +96,7 @@ static int new_items(jsc *c, int node, uint32_t n)
         uint32_t cap = c->cap_items ? c->cap_items : 16;
         while (cap < c->n_items + n) cap *= 2;
         sd_js_item *it = realloc(c->s->items, cap * sizeof *it);
-        if (!it) return fail(c, "#", "out of memory");
+        if (!it) return fail_nomem(c, "#");
         c->s->items = it;
         c->cap_items = cap;
     }
@@ -105,7 +113,7 @@ static bool add_text(jsc *c, sd_js_item *it, const char *p, size_t n)
         size_t cap = c->cap_text ? c->cap_text : 256;
         while (cap < c->n_text + n + 1) cap *= 2;
         char *t = realloc(c->s->text, cap);
-        if (!t) return fail(c, "#", "out of memory"), false;
+        if (!t) return fail_nomem(c, "#"), false;
         c->s->text = t;
         c->cap_text = cap;
     }
@@ -246,7 +254,7 @@ static int compile_enum(jsc *c, const json_t *sch, int id, const char *where)
         c->s->items[first + (int)n].node = SD_JS_NONE;
         bool ok = text && add_text(c, &c->s->items[first + (int)n++], text, strlen(text));
         free(text);
-        if (!ok) first = fail(c, where, "out of memory");
+        if (!ok) first = fail_nomem(c, where);
     }
     json_decref(vals);
     return first < 0 ? -1 : id;
@@ -259,7 +267,7 @@ static int compile_anyof(jsc *c, const json_t *list, int id, const char *where, 
     c->s->nodes[id].kind = SD_JS_ANYOF;
     c->where[id] = strdup(where);
     uint32_t n = (uint32_t)json_array_size(list);
-    if (!c->where[id] || new_items(c, id, n) < 0) return fail(c, where, "out of memory");
+    if (!c->where[id] || new_items(c, id, n) < 0) return fail_nomem(c, where);
     for (uint32_t i = 0; i < n; i++) {
         char w[512];
         snprintf(w, sizeof w, "%s/%s/%u", where, kw, i);
@@ -501,7 +509,7 @@ static int compile_types(jsc *c, const json_t *sch, int id, const char *where)
     c->s->nodes[id].kind = SD_JS_ANYOF;
     c->where[id] = strdup(where);
     int first = new_items(c, id, (uint32_t)(json_array_size(t)));
-    if (first < 0 || !c->where[id]) return fail(c, where, "out of memory");
+    if (first < 0 || !c->where[id]) return fail_nomem(c, where);
     json_array_foreach(t, i, e) {
         if (number && !strcmp(json_string_value(e), "integer")) continue;
         int a = compile_typed(c, sch, json_string_value(e), -1, where);
@@ -686,7 +694,7 @@ static bool make_picks(jsc *c)
     for (uint32_t i = 0; i < s->n_nodes; i++) n += s->nodes[i].kind == SD_JS_ANYOF;
     if (!n) return true;
     s->picks = malloc((size_t)n * 256 * sizeof *s->picks);
-    if (!s->picks) return fail(c, "#", "out of memory"), false;
+    if (!s->picks) return fail_nomem(c, "#"), false;
     n = 0;
     uint32_t n_nodes = s->n_nodes; /* unions add nodes: not anyOf ones */
     for (uint32_t i = 0; i < n_nodes; i++) {
@@ -751,14 +759,12 @@ static void min_depths(sd_json_schema *s)
     }
 }
 
-sd_json_schema *sd_json_schema_compile(const json_t *schema, char *err, size_t errlen)
+sd_status sd_json_schema_compile(const json_t *schema, sd_json_schema **out, char *err, size_t errlen)
 {
+    *out = NULL;
     sd_json_schema *s = calloc(1, sizeof *s);
     jsc c = {.s = s, .root = schema, .any = SD_JS_NONE, .err = err, .errlen = errlen};
-    if (!s) {
-        sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON schema: out of memory");
-        return NULL;
-    }
+    if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "JSON schema: out of memory");
     int root = compile(&c, schema, "#");
     if (root >= 0 && make_picks(&c)) {
         min_depths(s);
@@ -771,22 +777,21 @@ sd_json_schema *sd_json_schema_compile(const json_t *schema, char *err, size_t e
     free(c.memo);
     if (root < 0 || c.failed) {
         sd_json_schema_free(s);
-        return NULL;
+        return c.nomem ? SD_ERR_NOMEM : SD_ERR_ARG;
     }
-    return s;
+    *out = s;
+    return SD_OK;
 }
 
-sd_json_schema *sd_json_schema_parse(const char *text, size_t len, char *err, size_t errlen)
+sd_status sd_json_schema_parse(const char *text, size_t len, sd_json_schema **out, char *err, size_t errlen)
 {
+    *out = NULL;
     json_error_t e;
     json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &e);
-    if (!v) {
-        sd_seterr(err, errlen, SD_ERR_ARG, "JSON schema: not JSON (%s)", e.text);
-        return NULL;
-    }
-    sd_json_schema *s = sd_json_schema_compile(v, err, errlen);
+    if (!v) return sd_seterr(err, errlen, SD_ERR_ARG, "JSON schema: not JSON (%s)", e.text);
+    sd_status st = sd_json_schema_compile(v, out, err, errlen);
     json_decref(v);
-    return s;
+    return st;
 }
 
 void sd_json_schema_free(sd_json_schema *s)

@@ -101,14 +101,16 @@ typedef struct sd_json_schema {
                      /* false: whoever owns the schema sets it) */
 } sd_json_schema;
 
-/* Compiles a schema (a jansson value: an object or a boolean). NULL when it
- * is outside the subset above or cannot be satisfied (the message in err
- * names the keyword and its place as a JSON pointer). The caller frees the
- * result with sd_json_schema_free; the schema is not borrowed. */
-sd_json_schema *sd_json_schema_compile(const struct json_t *schema, char *err, size_t errlen);
+/* Compiles a schema (a jansson value: an object or a boolean) into *out;
+ * the caller frees it with sd_json_schema_free; the schema is not borrowed.
+ * Returns SD_OK, or with *out NULL and a message in err: SD_ERR_ARG when it
+ * is outside the subset above or cannot be satisfied (the message names the
+ * keyword and its place as a JSON pointer), SD_ERR_NOMEM. */
+sd_status sd_json_schema_compile(const struct json_t *schema, sd_json_schema **out, char *err, size_t errlen);
 
-/* The same from a schema's JSON text (len bytes). */
-sd_json_schema *sd_json_schema_parse(const char *text, size_t len, char *err, size_t errlen);
+/* The same from a schema's JSON text (len bytes); text that is not JSON is
+ * SD_ERR_ARG too. */
+sd_status sd_json_schema_parse(const char *text, size_t len, sd_json_schema **out, char *err, size_t errlen);
 
 void sd_json_schema_free(sd_json_schema *s);
 

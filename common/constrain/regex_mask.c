@@ -204,14 +204,16 @@ static bool accepts_with(const sd_regex_state *st, const unsigned char *p, size_
     return ok;
 }
 
-sd_regex_state *sd_regex_state_new(const sd_regex *rx)
+sd_status sd_regex_state_new(const sd_regex *rx, sd_regex_state **out, char *err, size_t errlen)
 {
-    sd_regex_state *st = rx ? calloc(1, sizeof *st) : NULL;
-    if (st) {
-        st->rx = rx;
-        st->ok = true;
-    }
-    return st;
+    *out = NULL;
+    if (!rx) return sd_seterr(err, errlen, SD_ERR_ARG, "regex state: no expression");
+    sd_regex_state *st = calloc(1, sizeof *st);
+    if (!st) return sd_seterr(err, errlen, SD_ERR_NOMEM, "regex state: out of memory");
+    st->rx = rx;
+    st->ok = true;
+    *out = st;
+    return SD_OK;
 }
 
 void sd_regex_state_free(sd_regex_state *st)
@@ -673,15 +675,17 @@ static void collect_named(sd_regex *rx)
     }
 }
 
-/* The pattern compiled as "(?:pattern)\z", anchored: matched whole. The
+/* The pattern compiled as "(?:pattern)\z", anchored: matched whole, in *out
+ * (NULL on failure: SD_ERR_ARG or SD_ERR_NOMEM with a message). The
  * pattern alone is compiled first, so that an error names its own offset
  * (and a pattern the wrapping would change, such as an unfinished \Q, fails
  * one of the two). */
-static pcre2_code *compile_wrapped(const char *pattern, char *err, size_t errlen)
+static sd_status compile_wrapped(const char *pattern, pcre2_code **out, char *err, size_t errlen)
 {
     size_t len = strlen(pattern);
     char *w = malloc(len + 8);
-    if (!w) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory"), NULL;
+    *out = NULL;
+    if (!w) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     memcpy(w, "(?:", 3);
     memcpy(w + 3, pattern, len);
     memcpy(w + 3 + len, ")\\z", 4);
@@ -698,10 +702,11 @@ static pcre2_code *compile_wrapped(const char *pattern, char *err, size_t errlen
     if (!re) {
         char msg[160];
         pcre2_get_error_message(code, (PCRE2_UCHAR *)msg, sizeof msg);
-        sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression does not compile: %s (at byte %zu)", msg,
-                  (size_t)off);
+        return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression does not compile: %s (at byte %zu)", msg,
+                         (size_t)off);
     }
-    return re;
+    *out = re;
+    return SD_OK;
 }
 
 /* Whether a compact copy of PCRE2's restart data restarts as the whole
@@ -712,7 +717,8 @@ static bool layout_ok;
 static void check_layout(void)
 {
     char err[64];
-    pcre2_code *re = compile_wrapped("ab*c|a(?:bd)+e|x[yz]{2,4}", err, sizeof err);
+    pcre2_code *re;
+    compile_wrapped("ab*c|a(?:bd)+e|x[yz]{2,4}", &re, err, sizeof err);
     static const char *const first[] = {"ab", "abd", "x", "xy"}, *const more[] = {"bbc", "bde", "c", "bx", "yz", "e"};
     scratch s;
     bool ok = re && scratch_init(&s, MIN_STATES);
@@ -743,19 +749,20 @@ static void check_layout(void)
     layout_ok = ok;
 }
 
-sd_regex *sd_regex_compile(const char *pattern, char *err, size_t errlen)
+sd_status sd_regex_compile(const char *pattern, sd_regex **out, char *err, size_t errlen)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, check_layout);
-    if (!pattern) return sd_seterr(err, errlen, SD_ERR_ARG, "regular expression missing"), NULL;
+    *out = NULL;
+    if (!pattern) return sd_seterr(err, errlen, SD_ERR_ARG, "regular expression missing");
     if (strlen(pattern) > SD_MAX_REGEX)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression is longer than %d bytes", SD_MAX_REGEX),
-               NULL;
+        return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression is longer than %d bytes", SD_MAX_REGEX);
     if (!layout_ok)
         return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "output by a regular expression is unavailable: this "
-                         "PCRE2 library's DFA restart data is not laid out as expected"), NULL;
-    pcre2_code *re = compile_wrapped(pattern, err, errlen);
-    if (!re) return NULL;
+                         "PCRE2 library's DFA restart data is not laid out as expected");
+    pcre2_code *re;
+    sd_status st = compile_wrapped(pattern, &re, err, errlen);
+    if (st != SD_OK) return st;
     uint32_t backref = 0, behind = 0, bsc = 0;
     pcre2_pattern_info(re, PCRE2_INFO_BACKREFMAX, &backref);
     pcre2_pattern_info(re, PCRE2_INFO_MAXLOOKBEHIND, &behind);
@@ -767,8 +774,8 @@ sd_regex *sd_regex_compile(const char *pattern, char *err, size_t errlen)
     if (!rx) {
         pcre2_code_free(re);
         if (lacks) return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression uses %s, which output by a "
-                                    "regular expression does not support (PCRE2's DFA matcher)", lacks), NULL;
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory"), NULL;
+                                    "regular expression does not support (PCRE2's DFA matcher)", lacks);
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
     rx->code = re;
     rx->lz = lz_new();
@@ -780,14 +787,15 @@ sd_regex *sd_regex_compile(const char *pattern, char *err, size_t errlen)
     if (!rx->lz || !rx->pattern || !rx->named || !rx->named_len || !ok) {
         scratch_free(&s);
         sd_regex_free(rx);
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory"), NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
     rx->ascii = ascii_only(pattern);
     sd_regex_state start = {.rx = rx, .ok = true};
     rx->empty_ok = run(&start, (const unsigned char *)"", 0, 0, &s) >= 0; /* (the workspace grows as needed) */
     scratch_free(&s);
     collect_named(rx);
-    return rx;
+    *out = rx;
+    return SD_OK;
 }
 
 void sd_regex_free(sd_regex *rx)

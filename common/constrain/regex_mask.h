@@ -43,9 +43,12 @@
 
 typedef struct sd_regex sd_regex;
 
-/* Compiles pattern (NUL-terminated). NULL with a message in err naming what
- * is wrong (PCRE2's own message and offset, or the construct refused). */
-sd_regex *sd_regex_compile(const char *pattern, char *err, size_t errlen);
+/* Compiles pattern (NUL-terminated) into *out; the caller frees it with
+ * sd_regex_free. Returns SD_OK, or with *out NULL and a message in err
+ * naming what is wrong: SD_ERR_ARG (no pattern, too long, PCRE2's own
+ * message and offset, or the construct refused), SD_ERR_UNSUPPORTED (this
+ * PCRE2 library cannot serve) or SD_ERR_NOMEM. */
+sd_status sd_regex_compile(const char *pattern, sd_regex **out, char *err, size_t errlen);
 void sd_regex_free(sd_regex *rx);
 
 /* The pattern's text as given. */
@@ -61,7 +64,11 @@ char *sd_regex_of_choices(const char *const *choices, const size_t *lens, size_t
  * sd_regex_state_copy; the expression is borrowed). */
 typedef struct sd_regex_state sd_regex_state;
 
-sd_regex_state *sd_regex_state_new(const sd_regex *rx);
+/* A state before any output for rx (borrowed: it must outlive the state) in
+ * *out; the caller frees it with sd_regex_state_free. Returns SD_OK, or
+ * SD_ERR_ARG (rx NULL) or SD_ERR_NOMEM with a message in err; *out is NULL
+ * then. */
+sd_status sd_regex_state_new(const sd_regex *rx, sd_regex_state **out, char *err, size_t errlen);
 void sd_regex_state_free(sd_regex_state *st);
 
 /* Feeds n bytes; false (state then refused) when no text they begin could

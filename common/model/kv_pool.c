@@ -24,11 +24,14 @@ struct sd_kv_pool {
     uint64_t next_uid, evictions;
 };
 
-sd_kv_pool *sd_kv_pool_new(int n_blocks, int block_size)
+sd_status sd_kv_pool_new(int n_blocks, int block_size, sd_kv_pool **out, char *err, size_t errlen)
 {
-    if (n_blocks <= 0 || block_size <= 0) return NULL;
+    *out = NULL;
+    if (n_blocks <= 0 || block_size <= 0)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "KV pool: %d blocks of %d positions (both must be positive)",
+                         n_blocks, block_size);
     sd_kv_pool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    if (!p) return sd_seterr(err, errlen, SD_ERR_NOMEM, "KV pool: out of memory");
     size_t nb = (size_t)n_blocks, ht = 16;
     while (ht < 2 * nb) ht *= 2;
     p->free_stack = malloc(nb * sizeof(int32_t));
@@ -41,7 +44,8 @@ sd_kv_pool *sd_kv_pool_new(int n_blocks, int block_size)
     p->ht = malloc(ht * sizeof *p->ht);
     if (!p->free_stack || !p->refs || !p->uid || !p->parent || !p->toks || !p->lru_prev || !p->lru_next || !p->ht) {
         sd_kv_pool_free(p);
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "KV pool: out of memory for %d blocks of %d positions", n_blocks,
+                         block_size);
     }
     memset(p->ht, 0xff, ht * sizeof *p->ht); /* -1 */
     p->ht_mask = ht - 1;
@@ -51,7 +55,8 @@ sd_kv_pool *sd_kv_pool_new(int n_blocks, int block_size)
     /* block 0 on top of the stack */
     for (int i = 0; i < n_blocks; i++) p->free_stack[i] = n_blocks - 1 - i;
     p->n_free = n_blocks;
-    return p;
+    *out = p;
+    return SD_OK;
 }
 
 void sd_kv_pool_free(sd_kv_pool *p)

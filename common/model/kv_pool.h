@@ -18,6 +18,7 @@
 #define SD_KV_POOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -32,8 +33,11 @@ typedef struct sd_kv_seq {
     int reserved;      /* positions reserved past len */
 } sd_kv_seq;
 
-/* Creates a pool of n_blocks blocks of block_size positions. NULL on failure. */
-sd_kv_pool *sd_kv_pool_new(int n_blocks, int block_size);
+/* Creates a pool of n_blocks blocks of block_size positions in *out; the
+ * caller frees it with sd_kv_pool_free. Returns SD_OK, or SD_ERR_ARG (a
+ * count or size below 1) or SD_ERR_NOMEM with a message in err; *out is NULL
+ * then. */
+sd_status sd_kv_pool_new(int n_blocks, int block_size, sd_kv_pool **out, char *err, size_t errlen);
 void sd_kv_pool_free(sd_kv_pool *pool);
 
 int sd_kv_pool_block_size(const sd_kv_pool *pool);

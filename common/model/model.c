@@ -458,8 +458,8 @@ sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err,
     sd_dtype dt = sd_model_kv_dtype(m);
     size_t per_layer = (size_t)n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim * sd_dtype_size(dt);
     m->kv = calloc((size_t)m->cfg.n_layers, sizeof *m->kv);
-    m->pool = sd_kv_pool_new(n_blocks, block_size);
-    if (!m->kv || !m->pool) goto nomem;
+    /* the pool's only failure left is memory: the message below names the whole pool */
+    if (sd_kv_pool_new(n_blocks, block_size, &m->pool, NULL, 0) != SD_OK || !m->kv) goto nomem;
     for (int i = 0; i < m->cfg.n_layers; i++) {
         m->kv[i].dtype = dt;
         m->kv[i].k = m->be->ops->alloc(m->be, per_layer);

@@ -137,11 +137,11 @@ sd_status sd_sampling_compile(sd_sampling *s, struct sd_regex **rx, struct sd_js
     sd_status st = SD_OK;
     *rx = NULL;
     *schema = NULL;
-    if (s->regex && !(*rx = sd_regex_compile(s->regex, err, errlen))) st = SD_ERR_ARG;
+    if (s->regex && sd_regex_compile(s->regex, rx, err, errlen) != SD_OK) st = SD_ERR_ARG;
     if (s->json_schema) {
         char e2[256];
-        *schema = sd_json_schema_parse(s->json_schema, strlen(s->json_schema), e2, sizeof e2);
-        if (*schema) (*schema)->compact = s->json_compact;
+        if (sd_json_schema_parse(s->json_schema, strlen(s->json_schema), schema, e2, sizeof e2) == SD_OK)
+            (*schema)->compact = s->json_compact;
         else if (st == SD_OK) st = sd_seterr(err, errlen, SD_ERR_ARG, "%s", e2);
     }
     s->regex = NULL;
@@ -196,13 +196,14 @@ double sd_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream)
 
 /* ---- lifetime ----------------------------------------------------------- */
 
-sd_sampler *sd_sampler_new(int vocab)
+sd_status sd_sampler_new(int vocab, sd_sampler **out, char *err, size_t errlen)
 {
+    *out = NULL;
     if (vocab <= 0)
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_ARG, "sampler: vocabulary of %d entries", vocab);
     sd_sampler *sp = calloc(1, sizeof *sp);
     if (!sp)
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "sampler: out of memory");
     sp->vocab = vocab;
     sp->counts = calloc((size_t)vocab, sizeof *sp->counts);
     sp->cands = malloc((size_t)vocab * sizeof *sp->cands);
@@ -213,9 +214,10 @@ sd_sampler *sd_sampler_new(int vocab)
     sp->rd = calloc((size_t)vocab, sizeof *sp->rd);
     if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf || !sp->ids || !sp->rd) {
         sd_sampler_free(sp);
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "sampler: out of memory for a vocabulary of %d", vocab);
     }
-    return sp;
+    *out = sp;
+    return SD_OK;
 }
 
 void sd_sampler_free(sd_sampler *sp)

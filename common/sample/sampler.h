@@ -71,8 +71,10 @@ double sd_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream);
 
 typedef struct sd_sampler sd_sampler;
 
-/* Scratch for a vocabulary of `vocab` entries; NULL on allocation failure. */
-sd_sampler *sd_sampler_new(int vocab);
+/* Scratch for a vocabulary of `vocab` entries in *out; the caller frees it
+ * with sd_sampler_free. Returns SD_OK, or SD_ERR_ARG (vocab < 1) or
+ * SD_ERR_NOMEM with a message in err; *out is NULL then. */
+sd_status sd_sampler_new(int vocab, sd_sampler **out, char *err, size_t errlen);
 void sd_sampler_free(sd_sampler *sp);
 
 /* Clears s's logits processors (lists, counts, min_tokens): the settings a

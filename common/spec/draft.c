@@ -452,9 +452,10 @@ static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts 
         return sd_seterr(err, errlen, SD_ERR_ARG, "draft: KV pool of %ld blocks is too big", blocks);
     rc = sd_model_kv_init(d->m, (int)blocks, o->block_size, err, errlen);
     if (rc != SD_OK) return rc;
-    d->sp = sd_sampler_new(d->vocab);
+    rc = sd_sampler_new(d->vocab, &d->sp, err, errlen);
+    if (rc != SD_OK) return rc;
     d->dist = malloc((size_t)d->vocab * sizeof *d->dist);
-    if (!d->sp || !d->dist) return sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: out of memory");
+    if (!d->dist) return sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: out of memory");
     return SD_OK;
 }
 
@@ -481,12 +482,12 @@ sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_prop
     p->ops = &draft_ops;
     p->impl = d;
     d->be = o.be;
+    sd_status rc = SD_OK;
     if (!d->be) {
-        d->be = sd_backend_cpu_new(o.n_threads);
+        rc = sd_backend_cpu_new(o.n_threads, &d->be, err, errlen);
         d->own_be = true;
     }
-    sd_status rc = d->be ? draft_load(d, model_dir, &o, err, errlen)
-                         : sd_seterr(err, errlen, SD_ERR_NOMEM, "draft: cannot create the CPU backend");
+    if (rc == SD_OK) rc = draft_load(d, model_dir, &o, err, errlen);
     if (rc != SD_OK) {
         draft_destroy(p);
         return rc;

@@ -42,27 +42,30 @@ struct sd_engine {
     uint64_t prefix_queries, prefix_hits; /* sd_engine_prefix_stats */
 };
 
-sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts)
+sd_status sd_engine_new(sd_model *m, const sd_engine_opts *opts, sd_engine **out, char *err, size_t errlen)
 {
+    *out = NULL;
     sd_engine *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
+    if (!e) return sd_seterr(err, errlen, SD_ERR_NOMEM, "engine: out of memory");
     e->m = m;
     e->opts.prefill_chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 256;
     e->opts.prefill_budget = opts && opts->prefill_budget > 0 ? opts->prefill_budget : 512;
     e->opts.no_prefix_sharing = opts && opts->no_prefix_sharing;
     int nt = sd_backend_host_threads(sd_model_backend(m));
     e->vers = calloc((size_t)nt, sizeof *e->vers);
-    for (int i = 0; e->vers && i < nt && (i == 0 || e->vers[i - 1]); i++)
-        e->vers[i] = sd_verifier_new(sd_model_cfg(m)->vocab_size);
-    if (!e->vers || !e->vers[nt - 1]) {
+    sd_status st = e->vers ? SD_OK : sd_seterr(err, errlen, SD_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; st == SD_OK && i < nt; i++)
+        st = sd_verifier_new(sd_model_cfg(m)->vocab_size, &e->vers[i], err, errlen);
+    if (st != SD_OK) {
         for (int i = 0; e->vers && i < nt; i++) sd_verifier_free(e->vers[i]);
         free(e->vers);
         free(e);
-        return NULL;
+        return st;
     }
     e->n_vers = nt;
     e->ver = e->vers[0];
-    return e;
+    *out = e;
+    return SD_OK;
 }
 
 void sd_engine_free(sd_engine *e)

@@ -101,9 +101,11 @@ typedef struct sd_engine_opts {
 
 typedef struct sd_engine sd_engine;
 
-/* Creates an engine over m (borrowed; its KV pool must be initialised).
- * opts may be NULL for defaults. NULL on allocation failure. */
-sd_engine *sd_engine_new(sd_model *m, const sd_engine_opts *opts);
+/* Creates an engine over m (borrowed; its KV pool must be initialised) in
+ * *out; the caller frees it with sd_engine_free. opts may be NULL for
+ * defaults. Returns SD_OK, or SD_ERR_NOMEM (or SD_ERR_ARG for a model
+ * without a vocabulary) with a message in err; *out is NULL then. */
+sd_status sd_engine_new(sd_model *m, const sd_engine_opts *opts, sd_engine **out, char *err, size_t errlen);
 void sd_engine_free(sd_engine *e);
 sd_model *sd_engine_model(const sd_engine *e);
 

@@ -32,22 +32,26 @@ struct sd_verifier {
     size_t hist_cap;
 };
 
-sd_verifier *sd_verifier_new(int vocab)
+sd_status sd_verifier_new(int vocab, sd_verifier **out, char *err, size_t errlen)
 {
+    *out = NULL;
     if (vocab <= 0)
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_ARG, "verifier: vocabulary of %d entries", vocab);
     sd_verifier *v = calloc(1, sizeof *v);
     if (!v)
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "verifier: out of memory");
     v->vocab = vocab;
-    v->sp = sd_sampler_new(vocab);
+    sd_status st = sd_sampler_new(vocab, &v->sp, err, errlen);
     v->hist_cap = 4096;
     v->hist = malloc(v->hist_cap * sizeof *v->hist);
-    if (!v->sp || !v->hist) {
+    if (st == SD_OK && !v->hist)
+        st = sd_seterr(err, errlen, SD_ERR_NOMEM, "verifier: out of memory for the history");
+    if (st != SD_OK) {
         sd_verifier_free(v);
-        return NULL;
+        return st;
     }
-    return v;
+    *out = v;
+    return SD_OK;
 }
 
 void sd_verifier_free(sd_verifier *v)

@@ -62,8 +62,10 @@ typedef struct sd_verify_in {
 
 typedef struct sd_verifier sd_verifier;
 
-/* Scratch for vocabularies up to vocab entries. NULL on failure. */
-sd_verifier *sd_verifier_new(int vocab);
+/* Scratch for vocabularies up to vocab entries in *out; the caller frees it
+ * with sd_verifier_free. Returns SD_OK, or SD_ERR_ARG (vocab < 1) or
+ * SD_ERR_NOMEM with a message in err; *out is NULL then. */
+sd_status sd_verifier_new(int vocab, sd_verifier **out, char *err, size_t errlen);
 void sd_verifier_free(sd_verifier *v);
 
 /* Applies the rule; writes the committed tokens (accepted drafts, then the

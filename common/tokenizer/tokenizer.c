@@ -205,14 +205,16 @@ static sd_status push_token(sd_tok_stream *s, const char *p, size_t n) {
     return drain_bytes(s, false);
 }
 
-sd_tok_stream *sd_tok_stream_new(const sd_tok *tok, bool skip_special) {
-    if (!tok) return NULL;
+sd_status sd_tok_stream_new(const sd_tok *tok, bool skip_special, sd_tok_stream **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!tok) return sd_seterr(err, errlen, SD_ERR_ARG, "tokenizer: stream without a tokenizer");
     sd_tok_stream *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s) return sd_seterr(err, errlen, SD_ERR_NOMEM, "tokenizer: out of memory for a stream");
     s->tok = tok;
     s->skip_special = skip_special;
     s->strip_left = tok->strip_start;
-    return s;
+    *out = s;
+    return SD_OK;
 }
 
 sd_status sd_tok_stream_push(sd_tok_stream *s, int32_t id, const char **out, size_t *outlen) {
@@ -282,10 +284,11 @@ static sd_status raw_token(sd_tok_stream *s, int32_t id, sd_buf *out) {
 sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, char *err, size_t errlen) {
     *data = NULL;
     *off = NULL;
-    sd_tok_stream *s = sd_tok_stream_new(tok, false);
+    sd_tok_stream *s;
+    sd_status st = sd_tok_stream_new(tok, false, &s, NULL, 0); /* the message below says what failed */
     uint32_t *o = tok ? malloc(((size_t)tok->vocab_size + 1) * sizeof *o) : NULL;
     sd_buf all = {0};
-    sd_status st = s && o ? SD_OK : SD_ERR_NOMEM;
+    if (st == SD_OK && !o) st = SD_ERR_NOMEM;
     for (int32_t id = 0; st == SD_OK && id < tok->vocab_size; id++) {
         o[id] = (uint32_t)all.len;
         st = raw_token(s, id, &all);
@@ -318,9 +321,9 @@ sd_status sd_tok_decode(const sd_tok *tok, const int32_t *ids, size_t n, bool sk
         if (ids[i] < 0 || ids[i] >= tok->vocab_size)
             return sd_seterr(err, errlen, SD_ERR_ARG, "tokenizer: id %d at position %zu is out of range [0, %d)",
                              (int)ids[i], i, tok->vocab_size);
-    sd_tok_stream *s = sd_tok_stream_new(tok, skip_special);
+    sd_tok_stream *s;
+    sd_status st = sd_tok_stream_new(tok, skip_special, &s, NULL, 0); /* the message below says what failed */
     sd_buf res = {0};
-    sd_status st = s ? SD_OK : SD_ERR_NOMEM;
     const char *p;
     size_t k;
     for (size_t i = 0; i < n && st == SD_OK; i++)

@@ -74,8 +74,11 @@ sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, cha
  * outlive it). Each push returns the text that became final with this token:
  * bytes of an unfinished UTF-8 character are held back until complete. The
  * concatenation of all pushes plus the final flush equals
- * sd_tok_decode(all ids, skip_special). */
-sd_tok_stream *sd_tok_stream_new(const sd_tok *tok, bool skip_special);
+ * sd_tok_decode(all ids, skip_special).
+ * sd_tok_stream_new puts a new stream in *out (the caller frees it with
+ * sd_tok_stream_free) and returns SD_OK, or SD_ERR_ARG (tok NULL) or
+ * SD_ERR_NOMEM with a message in err; *out is NULL then. */
+sd_status sd_tok_stream_new(const sd_tok *tok, bool skip_special, sd_tok_stream **out, char *err, size_t errlen);
 
 /* Feeds one id. *out points to a buffer owned by the stream, valid until the
  * next call, holding *outlen bytes (possibly 0). */

@@ -13,8 +13,8 @@
 
 START_TEST(test_open_and_advance)
 {
-    sd_dstate *t = sd_dstate_new(4);
-    ck_assert_ptr_nonnull(t);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(4, &t, NULL, 0), SD_OK);
     int32_t ctx[] = {5, 6, 7};
     sd_sampling s = sd_sampling_default();
     s.temperature = 0.5f;
@@ -42,7 +42,8 @@ END_TEST
  * unconstrained; re-opening replaces it. */
 START_TEST(test_json_schema_kept)
 {
-    sd_dstate *t = sd_dstate_new(2);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(2, &t, NULL, 0), SD_OK);
     int32_t ctx[] = {5, 6};
     char text[] = "{\"type\": \"integer\"}";
     sd_sampling s = sd_sampling_default();
@@ -68,7 +69,8 @@ END_TEST
 
 START_TEST(test_regex_kept)
 {
-    sd_dstate *t = sd_dstate_new(2);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(2, &t, NULL, 0), SD_OK);
     int32_t ctx[] = {5, 6};
     char text[] = "(cat|dog)s?";
     sd_sampling s = sd_sampling_default();
@@ -94,7 +96,8 @@ END_TEST
 
 START_TEST(test_need_open_cases)
 {
-    sd_dstate *t = sd_dstate_new(4);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(4, &t, NULL, 0), SD_OK);
     sd_dreq *r;
     int32_t ctx[] = {1, 2, 3}, one[] = {4};
     /* unknown request */
@@ -125,7 +128,8 @@ END_TEST
 
 START_TEST(test_long_append)
 {
-    sd_dstate *t = sd_dstate_new(1);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(1, &t, NULL, 0), SD_OK);
     int32_t tok = 1;
     ck_assert_int_eq(sd_dstate_open(t, 1, &tok, 1, NULL, NULL, NULL), SD_OK);
     sd_dreq *r = NULL;
@@ -141,7 +145,8 @@ END_TEST
 
 START_TEST(test_lru_eviction)
 {
-    sd_dstate *t = sd_dstate_new(3);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(3, &t, NULL, 0), SD_OK);
     int32_t c = 1;
     bool ev;
     uint64_t evid = 0;
@@ -177,9 +182,15 @@ END_TEST
 
 START_TEST(test_bad_args)
 {
-    ck_assert_ptr_null(sd_dstate_new(0));
+    char err[128] = "";
+    sd_dstate *none;
+    ck_assert_int_eq(sd_dstate_new(0, &none, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(none);
+    ck_assert_str_ne(err, "");
+    ck_assert_int_eq(sd_dstate_new(-3, &none, NULL, 0), SD_ERR_ARG);
     sd_dstate_free(NULL);
-    sd_dstate *t = sd_dstate_new(2);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(2, &t, NULL, 0), SD_OK);
     /* empty context is allowed (nothing to draft from yet) */
     ck_assert_int_eq(sd_dstate_open(t, 1, NULL, 0, NULL, NULL, NULL), SD_OK);
     sd_dreq *r;
@@ -196,7 +207,8 @@ END_TEST
  * sound one gives the first new token's output position. */
 START_TEST(test_pipe_output_pos)
 {
-    sd_dstate *t = sd_dstate_new(2);
+    sd_dstate *t;
+    ck_assert_int_eq(sd_dstate_new(2, &t, NULL, 0), SD_OK);
     int32_t ctx[3] = {5, 6, 7};
     sd_dreq *r;
     ck_assert_int_eq(sd_dstate_open(t, 9, ctx, 3, NULL, NULL, NULL), SD_OK);

@@ -631,21 +631,30 @@ static void isa_from_env(void)
     else sd_cpu_set_isa_level(level);
 }
 
-sd_backend *sd_backend_cpu_new(int n_threads)
+sd_status sd_backend_cpu_new(int n_threads, sd_backend **out, char *err, size_t errlen)
 {
+    *out = NULL;
     sd_cpu_isa_init();
     isa_from_env();
     if (n_threads <= 0) n_threads = sd_cpu_count();
     sd_backend *be = calloc(1, sizeof *be);
     cpu_impl *impl = calloc(1, sizeof *impl);
-    if (!be || !impl) goto fail;
-    impl->pool = sd_pool_new(n_threads);
-    if (!impl->pool || grow_scratch(impl, 4096) != 0) goto fail;
+    sd_status st = SD_ERR_NOMEM;
+    if (!be || !impl) {
+        sd_seterr(err, errlen, st, "CPU backend: out of memory");
+        goto fail;
+    }
+    if ((st = sd_pool_new(n_threads, &impl->pool, err, errlen)) != SD_OK) goto fail;
+    if (grow_scratch(impl, 4096) != 0) {
+        st = sd_seterr(err, errlen, SD_ERR_NOMEM, "CPU backend: out of memory for attention scratch");
+        goto fail;
+    }
     be->ops = &cpu_ops;
     be->impl = impl;
     const char *f = getenv("SD_FAULT_DEVICE_LOST_AFTER");
     impl->lose_after = f && *f ? strtol(f, NULL, 10) : -1;
-    return be;
+    *out = be;
+    return SD_OK;
 fail:
     if (impl) {
         sd_pool_free(impl->pool);
@@ -653,7 +662,7 @@ fail:
     }
     free(impl);
     free(be);
-    return NULL;
+    return st;
 }
 
 int sd_cpu_set_isa_level(int level)

@@ -1,12 +1,14 @@
 /* threadpool.c — see threadpool.h. */
 #include "threadpool.h"
 
+#include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SD_SPIN_PAUSES 2000 /* pause-spins before yielding the core */
 #define SD_SPIN_LIMIT 20000 /* then sleep on the condition variable */
@@ -70,30 +72,34 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-sd_pool *sd_pool_new(int n_threads)
+sd_status sd_pool_new(int n_threads, sd_pool **out, char *err, size_t errlen)
 {
+    *out = NULL;
     if (n_threads < 1) n_threads = 1;
     sd_pool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    if (!p) return sd_seterr(err, errlen, SD_ERR_NOMEM, "thread pool: out of memory");
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads) {
         free(p);
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "thread pool: out of memory for %d threads", n_threads);
     }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
+        int rc = ENOMEM;
         if (wa) *wa = (worker_arg){p, i, atomic_load(&p->gen)};
-        if (!wa || pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+        if (!wa || (rc = pthread_create(&p->threads[i], NULL, worker_main, wa)) != 0) {
             free(wa);
             p->n = i; /* only i-1 workers exist */
             sd_pool_free(p);
-            return NULL;
+            return sd_seterr(err, errlen, SD_ERR_NOMEM, "thread pool: cannot start worker %d of %d: %s", i, n_threads,
+                             strerror(rc));
         }
     }
-    return p;
+    *out = p;
+    return SD_OK;
 }
 
 static void wake_sleepers(sd_pool *p)

@@ -8,11 +8,18 @@
 #ifndef SD_THREADPOOL_H
 #define SD_THREADPOOL_H
 
+#include <stddef.h>
+
+#include "status.h"
+
 typedef struct sd_pool sd_pool;
 typedef void (*sd_pool_fn)(void *ctx, int i, int n);
 
-/* n_threads >= 1 (including the caller). NULL on failure. */
-sd_pool *sd_pool_new(int n_threads);
+/* A pool of n_threads threads (including the caller; below 1 counts as 1)
+ * in *out, freed with sd_pool_free. Returns SD_OK, or SD_ERR_NOMEM with a
+ * message in err when memory or a worker thread cannot be had; *out is NULL
+ * then. */
+sd_status sd_pool_new(int n_threads, sd_pool **out, char *err, size_t errlen);
 void sd_pool_run(sd_pool *pool, sd_pool_fn fn, void *ctx);
 int sd_pool_size(const sd_pool *pool);
 /* Joins the workers; NULL is a no-op. */

@@ -986,30 +986,30 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     return SD_OK;
 }
 
-sd_backend *sd_backend_cuda_new(int device, char *err, size_t errlen)
+sd_status sd_backend_cuda_new(int device, sd_backend **out, char *err, size_t errlen)
 {
+    *out = NULL;
     int n = sd_cuda_device_count();
-    if (device < 0 || device >= n) {
-        sd_seterr(err, errlen, SD_ERR_DEVICE, "CUDA device %d not available (%d device%s)", device, n,
-                  n == 1 ? "" : "s");
-        return NULL;
-    }
+    if (device < 0 || device >= n)
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "CUDA device %d not available (%d device%s)", device, n,
+                         n == 1 ? "" : "s");
     sd_backend *be = calloc(1, sizeof *be);
     cuda_impl *im = calloc(1, sizeof *im);
     if (!be || !im) {
         free(be);
         free(im);
-        sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
-        return NULL;
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "CUDA backend: out of memory");
     }
     im->device = device;
     be->ops = &cuda_ops;
     be->impl = im;
-    if (cuda_init(im, err, errlen) != SD_OK) {
+    sd_status st = cuda_init(im, err, errlen);
+    if (st != SD_OK) {
         cuda_destroy(be);
-        return NULL;
+        return st;
     }
-    return be;
+    *out = be;
+    return SD_OK;
 }
 
 int sd_backend_is_cuda(const sd_backend *be)

@@ -41,10 +41,11 @@ extern "C" {
  * error is swallowed, never fatal). */
 int sd_cuda_device_count(void);
 
-/* Creates a backend on device `device` (its own stream and cuBLAS handle).
- * Returns NULL with a message in err when the device does not exist or CUDA
- * fails. Free with sd_backend_free. */
-sd_backend *sd_backend_cuda_new(int device, char *err, size_t errlen);
+/* Creates a backend on device `device` (its own stream and cuBLAS handle) in
+ * *out; the caller frees it with sd_backend_free. Returns SD_OK, or
+ * SD_ERR_DEVICE (the device does not exist or CUDA fails) or SD_ERR_NOMEM
+ * with a message in err; *out is NULL then. */
+sd_status sd_backend_cuda_new(int device, sd_backend **out, char *err, size_t errlen);
 
 /* True when be was made by sd_backend_cuda_new. */
 int sd_backend_is_cuda(const sd_backend *be);

@@ -61,7 +61,8 @@ START_TEST(chat_shape)
     int32_t a = id_of("def"), b = id_of(" x");
     int32_t alts[2] = {a, b};
     lp_fix f;
-    sd_lp *acc = sd_lp_new(tok, SD_API_CHAT, 2);
+    sd_lp *acc;
+    ck_assert_int_eq(sd_lp_new(tok, SD_API_CHAT, 2, &acc, NULL, 0), SD_OK);
     sd_lp_add(acc, a, mk(&f, -0.5f, alts, 2));
     sd_lp_add(acc, b, mk(&f, -INFINITY, alts, 1));
     ck_assert_uint_eq(sd_lp_pending(acc), 2);
@@ -90,7 +91,8 @@ START_TEST(completion_shape_and_offsets)
     int32_t a = id_of("def"), b = id_of(" x");
     int32_t alts[2] = {b, a};
     lp_fix f;
-    sd_lp *acc = sd_lp_new(tok, SD_API_COMPLETION, 2);
+    sd_lp *acc;
+    ck_assert_int_eq(sd_lp_new(tok, SD_API_COMPLETION, 2, &acc, NULL, 0), SD_OK);
     sd_lp_add(acc, a, NULL); /* an echoed prompt's first token */
     sd_lp_add(acc, a, mk(&f, -2.0f, alts, 1)); /* the chosen token is not among the top one: added */
     json_t *o = sd_lp_take(acc);

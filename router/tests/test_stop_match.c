@@ -10,8 +10,8 @@
  * stop matched (after how many pieces, in *at). */
 static char *run(const char *const *stops, size_t ns, const char *const *pieces, size_t np, int *at)
 {
-    sd_stop *s = sd_stop_new(stops, ns);
-    ck_assert_ptr_nonnull(s);
+    sd_stop *s;
+    ck_assert_int_eq(sd_stop_new(stops, ns, &s, NULL, 0), SD_OK);
     char *acc = calloc(1, 4096);
     *at = -1;
     for (size_t i = 0; i < np; i++) {
@@ -44,9 +44,24 @@ START_TEST(no_stops_pass_through)
     free(out);
     const char *stops[] = {"x"}, *o; /* flushed before any text (a generation of no text) */
     size_t on = 1;
-    sd_stop *s = sd_stop_new(stops, 1);
+    sd_stop *s;
+    ck_assert_int_eq(sd_stop_new(stops, 1, &s, NULL, 0), SD_OK);
     sd_stop_flush(s, &o, &on);
     ck_assert_uint_eq(on, 0);
+    sd_stop_free(s);
+}
+END_TEST
+
+/* n stop strings without the list is refused (none: fine). */
+START_TEST(null_list_refused)
+{
+    char err[128] = "";
+    sd_stop *s = (sd_stop *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_stop_new(NULL, 2, &s, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(s);
+    ck_assert_str_ne(err, "");
+    ck_assert_int_eq(sd_stop_new(NULL, 1, &s, NULL, 0), SD_ERR_ARG);
+    ck_assert_int_eq(sd_stop_new(NULL, 0, &s, NULL, 0), SD_OK);
     sd_stop_free(s);
 }
 END_TEST
@@ -78,7 +93,8 @@ END_TEST
 START_TEST(holdback_is_released_when_it_diverges)
 {
     const char *st[] = {"abc"};
-    sd_stop *s = sd_stop_new(st, 1);
+    sd_stop *s;
+    ck_assert_int_eq(sd_stop_new(st, 1, &s, NULL, 0), SD_OK);
     const char *o;
     size_t n;
     ck_assert(!sd_stop_feed(s, "xxab", 4, &o, &n));
@@ -132,7 +148,8 @@ END_TEST
 START_TEST(feed_after_match_emits_nothing)
 {
     const char *st[] = {"x"};
-    sd_stop *s = sd_stop_new(st, 1);
+    sd_stop *s;
+    ck_assert_int_eq(sd_stop_new(st, 1, &s, NULL, 0), SD_OK);
     const char *o;
     size_t n;
     ck_assert(sd_stop_feed(s, "axb", 3, &o, &n));
@@ -148,7 +165,8 @@ START_TEST(char_by_char_equals_whole)
 {
     const char *st[] = {"</s>", "##"};
     const char *text = "abc <x> #a# </ s> done </s> tail";
-    sd_stop *s = sd_stop_new(st, 2);
+    sd_stop *s;
+    ck_assert_int_eq(sd_stop_new(st, 2, &s, NULL, 0), SD_OK);
     char acc[128] = "";
     bool hit = false;
     for (size_t i = 0; text[i] && !hit; i++) {
@@ -168,6 +186,7 @@ int main(void)
     Suite *s = suite_create("stop_match");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, no_stops_pass_through);
+    tcase_add_test(tc, null_list_refused);
     tcase_add_test(tc, match_inside_one_chunk);
     tcase_add_test(tc, match_across_chunks);
     tcase_add_test(tc, holdback_is_released_when_it_diverges);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_open.h"
 #include "cpu_amx.h"
 #include "cpu_attn.h"
 #include "cpu_dot.h"
@@ -435,8 +436,8 @@ END_TEST
  * abort: the process lives on, and the next pass starts clean. */
 START_TEST(backend_errors_are_returned)
 {
-    sd_backend *be = sd_backend_cpu_new(1);
-    ck_assert_ptr_nonnull(be);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(1, &be, NULL, 0), SD_OK);
     ck_assert_ptr_nonnull(be->ops->take_error);
     float w[4 * 8], x[8], y0[4], y1[4];
     for (int i = 0; i < 32; i++) w[i] = (float)(i % 7) - 3.0f;
@@ -459,6 +460,23 @@ START_TEST(backend_errors_are_returned)
 }
 END_TEST
 
+/* sd_backend_open: a device it does not know is a status, no backend and a
+ * message naming it (err may be NULL); "cpu" opens the CPU backend. */
+START_TEST(backend_open_refuses_unknown_device)
+{
+    char err[256] = "";
+    sd_backend *be = (sd_backend *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_backend_open("tpu", 1, &be, err, sizeof err), SD_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(err, "tpu"), "%s", err);
+    ck_assert_int_eq(sd_backend_open("cuda:x", 1, &be, NULL, 0), SD_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(be);
+    ck_assert_int_eq(sd_backend_open("cpu", 1, &be, err, sizeof err), SD_OK);
+    ck_assert_int_eq(sd_backend_cpu_threads(be), 1);
+    sd_backend_free(be);
+}
+END_TEST
+
 int main(void)
 {
     sd_cpu_isa_init();
@@ -473,6 +491,7 @@ int main(void)
     tcase_add_test(tc, q8_quantize_rows);
     tcase_add_test(tc, q8_paths_exact_and_close);
     tcase_add_test(tc, backend_errors_are_returned);
+    tcase_add_test(tc, backend_open_refuses_unknown_device);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -96,7 +96,8 @@ static void pool_full(sd_proposer *p)
 static void plain_greedy_q(const int32_t *ctx, int n, int k, int32_t *out, int q8)
 {
     char dir[512], err[512];
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = NULL;
     ck_assert_msg(sd_model_load(drafter_dir(dir, sizeof dir), be, &m, err, sizeof err) == SD_OK, "%s", err);
     if (q8) ck_assert_msg(sd_model_quantize_q8(m, err, sizeof err) == SD_OK, "%s", err);
@@ -598,8 +599,10 @@ START_TEST(json_drafts_keep_to_the_schema)
     ck_assert(sd_tok_vocab_bytes(tok, &bytes, &off, err, sizeof err) == SD_OK);
     sd_model_config cfg;
     ck_assert(sd_config_load_dir(dir, &cfg, err, sizeof err) == SD_OK);
-    sd_json_vocab *jv = sd_json_vocab_load(dir, &cfg, err, sizeof err);
-    sd_json_schema *schema = sd_json_schema_parse(schema_text, strlen(schema_text), err, sizeof err);
+    sd_json_vocab *jv;
+    ck_assert_msg(sd_json_vocab_load(dir, &cfg, &jv, err, sizeof err) == SD_OK, "%s", err);
+    sd_json_schema *schema;
+    ck_assert_msg(sd_json_schema_parse(schema_text, strlen(schema_text), &schema, err, sizeof err) == SD_OK, "%s", err);
     ck_assert(jv && schema);
     static const char *const starts[] = {"", "{\"", "{\"kind\": \"c"};
     sd_proposer *p = make(2, 256);
@@ -645,8 +648,10 @@ START_TEST(regex_drafts_keep_to_the_pattern)
     ck_assert(sd_tok_load(path, &tok, err, sizeof err) == SD_OK);
     sd_model_config cfg;
     ck_assert(sd_config_load_dir(dir, &cfg, err, sizeof err) == SD_OK);
-    sd_json_vocab *jv = sd_json_vocab_load(dir, &cfg, err, sizeof err);
-    sd_regex *rx = sd_regex_compile(pattern, err, sizeof err);
+    sd_json_vocab *jv;
+    ck_assert_msg(sd_json_vocab_load(dir, &cfg, &jv, err, sizeof err) == SD_OK, "%s", err);
+    sd_regex *rx;
+    ck_assert_msg(sd_regex_compile(pattern, &rx, err, sizeof err) == SD_OK, "%s", err);
     ck_assert_msg(jv && rx, "%s", err);
     static const char *const starts[] = {"", "config = {\"", "config = {\"kind\": \"c"};
     sd_proposer *p = make(2, 256);
@@ -657,7 +662,8 @@ START_TEST(regex_drafts_keep_to_the_pattern)
         s.json_vocab = jv;
         sd_proposal o;
         draft_after(p, tok, "# settings\n", out, &s, c, &o);
-        sd_regex_state *st = sd_regex_state_new(rx);
+        sd_regex_state *st;
+        ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
         ck_assert(sd_regex_state_feed(st, out, strlen(out)));
         for (int t = 0; t < o.n && !sd_regex_state_complete(st); t++) {
             const char *b;

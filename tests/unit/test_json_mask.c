@@ -342,7 +342,8 @@ START_TEST(schema_token_mask)
     demo d;
     open_demo(&d);
     char err[256];
-    sd_json_schema *s = sd_json_schema_parse(schema, strlen(schema), err, sizeof err);
+    sd_json_schema *s;
+    ck_assert_msg(sd_json_schema_parse(schema, strlen(schema), &s, err, sizeof err) == SD_OK, "%s", err);
     ck_assert_msg(s, "%s", err);
     float *logits = malloc((size_t)d.vocab * sizeof *logits);
     ck_assert_int_eq(mask_walks(&d, s, 10, 11, logits), 10);
@@ -373,7 +374,8 @@ START_TEST(sampler_applies_it)
     s.json_object = true;
     s.json_vocab = d.v;
     ck_assert(sd_sampling_processes(&s));
-    sd_sampler *sp = sd_sampler_new(d.vocab);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(d.vocab, &sp, NULL, 0), SD_OK);
     float *logits = calloc((size_t)d.vocab, sizeof *logits);
     int32_t brace = sd_tok_token_id(d.tok, "{");
     ck_assert_int_ge(brace, 0);
@@ -388,6 +390,27 @@ START_TEST(sampler_applies_it)
     ck_assert(!s.json_object && !s.json_vocab);
     free(logits);
     sd_sampler_free(sp);
+    close_demo(&d);
+}
+END_TEST
+
+/* The token table refuses what it cannot build on: a status, no table, a message. */
+START_TEST(vocab_failures_are_reported)
+{
+    demo d;
+    open_demo(&d);
+    char err[256] = "";
+    sd_json_vocab *v = (sd_json_vocab *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_json_vocab_new(d.tok, 0, &d.eos, 1, &v, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(v);
+    ck_assert_str_ne(err, "");
+    ck_assert_int_eq(sd_json_vocab_new(NULL, d.vocab, &d.eos, 1, &v, NULL, 0), SD_ERR_ARG);
+    ck_assert_int_eq(sd_json_vocab_new(d.tok, d.vocab, NULL, 1, &v, NULL, 0), SD_ERR_ARG);
+    sd_model_config c = {.vocab_size = d.vocab, .n_eos = 1, .eos_token_ids = {d.eos}};
+    err[0] = '\0';
+    ck_assert_int_eq(sd_json_vocab_load("/nonexistent-specd-model", &c, &v, err, sizeof err), SD_ERR_IO);
+    ck_assert_ptr_null(v);
+    ck_assert_msg(strstr(err, "tokenizer"), "%s", err);
     close_demo(&d);
 }
 END_TEST
@@ -407,6 +430,7 @@ int main(void)
     tcase_add_test(tm, token_mask);
     tcase_add_test(tm, schema_token_mask);
     tcase_add_test(tm, sampler_applies_it);
+    tcase_add_test(tm, vocab_failures_are_reported);
     suite_add_tcase(s, tm);
     return tu_run_suite(s);
 }

@@ -17,9 +17,14 @@
 #include "json_schema.h"
 #include "testutil.h"
 
+/* The compiled schema, or NULL with SD_ERR_ARG and a message in err. */
 static sd_json_schema *compile_text(const char *text, char *err, size_t errlen)
 {
-    return sd_json_schema_parse(text, strlen(text), err, errlen);
+    sd_json_schema *s;
+    err[0] = '\0';
+    sd_status st = sd_json_schema_parse(text, strlen(text), &s, err, errlen);
+    ck_assert_msg(st == SD_OK ? s != NULL : st == SD_ERR_ARG && !s && err[0], "%s: status %d", text, st);
+    return s;
 }
 
 /* ---- refused schemas ------------------------------------------------------------------------ */
@@ -91,7 +96,9 @@ START_TEST(too_many_properties)
     }
     json_t *sch = json_pack("{s:s, s:o}", "type", "object", "properties", props);
     char err[256];
-    ck_assert(!sd_json_schema_compile(sch, err, sizeof err));
+    sd_json_schema *c;
+    ck_assert_int_eq(sd_json_schema_compile(sch, &c, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(c);
     ck_assert_msg(strstr(err, "more than 64 properties"), "%s", err);
     json_decref(sch);
 }

@@ -2,6 +2,7 @@
  * (LIFO), admission, exhaustion confined to one sequence, shared prefixes,
  * and the pool returning to its initial free count after any mix. */
 #include <stdlib.h>
+#include <string.h>
 
 #include <stdbool.h>
 
@@ -10,7 +11,8 @@
 
 START_TEST(reserve_commit_release)
 {
-    sd_kv_pool *p = sd_kv_pool_new(8, 16);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(8, 16, &p, NULL, 0), SD_OK);
     sd_kv_seq s;
     sd_kv_seq_init(&s);
     ck_assert_int_eq(sd_kv_reserve(p, &s, 20), SD_OK); /* 2 blocks */
@@ -37,7 +39,8 @@ END_TEST
 
 START_TEST(lifo_reuse)
 {
-    sd_kv_pool *p = sd_kv_pool_new(8, 4);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(8, 4, &p, NULL, 0), SD_OK);
     sd_kv_seq s;
     sd_kv_seq_init(&s);
     ck_assert_int_eq(sd_kv_reserve(p, &s, 12), SD_OK);
@@ -56,7 +59,8 @@ END_TEST
 
 START_TEST(exhaustion_is_local)
 {
-    sd_kv_pool *p = sd_kv_pool_new(4, 16);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(4, 16, &p, NULL, 0), SD_OK);
     sd_kv_seq a, b;
     sd_kv_seq_init(&a);
     sd_kv_seq_init(&b);
@@ -88,7 +92,8 @@ static void committed(sd_kv_pool *p, sd_kv_seq *seq, const int32_t *toks, int n)
 
 START_TEST(prefix_cache_match_take_release)
 {
-    sd_kv_pool *p = sd_kv_pool_new(8, 4);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(8, 4, &p, NULL, 0), SD_OK);
     const int32_t t[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     int32_t m[3];
     sd_kv_seq a, b;
@@ -120,7 +125,8 @@ END_TEST
 
 START_TEST(prefix_cache_chain_and_tokens)
 {
-    sd_kv_pool *p = sd_kv_pool_new(8, 4);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(8, 4, &p, NULL, 0), SD_OK);
     const int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     const int32_t u[8] = {9, 2, 3, 4, 5, 6, 7, 8}; /* same second block after another first */
     const int32_t v[8] = {1, 2, 3, 4, 5, 6, 7, 0}; /* differs in the second block's last token */
@@ -149,7 +155,8 @@ END_TEST
 
 START_TEST(prefix_cache_evicts_least_recent)
 {
-    sd_kv_pool *p = sd_kv_pool_new(4, 4);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(4, 4, &p, NULL, 0), SD_OK);
     const int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, u[4] = {7, 7, 7, 7};
     int32_t m[2];
     sd_kv_seq a, b, c;
@@ -177,7 +184,8 @@ END_TEST
 /* Random mix of requests finishing, failing, cancelling mid-step. */
 START_TEST(random_mix_returns_to_initial)
 {
-    sd_kv_pool *p = sd_kv_pool_new(64, 16);
+    sd_kv_pool *p;
+    ck_assert_int_eq(sd_kv_pool_new(64, 16, &p, NULL, 0), SD_OK);
     sd_kv_seq seqs[12];
     for (int i = 0; i < 12; i++) sd_kv_seq_init(&seqs[i]);
     unsigned r = 12345;
@@ -220,6 +228,20 @@ START_TEST(random_mix_returns_to_initial)
 }
 END_TEST
 
+/* A pool without blocks or positions is refused: a status, no pool, a message. */
+START_TEST(bad_sizes_refused)
+{
+    char err[128] = "";
+    sd_kv_pool *p = (sd_kv_pool *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_kv_pool_new(0, 16, &p, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err, "KV pool"), "%s", err);
+    ck_assert_int_eq(sd_kv_pool_new(8, 0, &p, NULL, 0), SD_ERR_ARG);
+    ck_assert_int_eq(sd_kv_pool_new(-1, 4, &p, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_pool");
@@ -231,6 +253,7 @@ int main(void)
     tcase_add_test(tc, prefix_cache_chain_and_tokens);
     tcase_add_test(tc, prefix_cache_evicts_least_recent);
     tcase_add_test(tc, random_mix_returns_to_initial);
+    tcase_add_test(tc, bad_sizes_refused);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -52,8 +52,8 @@ static sd_status fake_mem_info(sd_backend *be, size_t *free_bytes, size_t *total
 
 static sd_backend *fake_device(void)
 {
-    sd_backend *be = sd_backend_cpu_new(1);
-    ck_assert_ptr_nonnull(be);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(1, &be, NULL, 0), SD_OK);
     g_fake_ops = *be->ops;
     g_fake_ops.mem_info = fake_mem_info;
     be->ops = &g_fake_ops;
@@ -109,7 +109,7 @@ START_TEST(model_blocks_from_free_memory)
     sd_backend_free(be);
 
     /* host memory: not planned */
-    be = sd_backend_cpu_new(1);
+    ck_assert_int_eq(sd_backend_cpu_new(1, &be, NULL, 0), SD_OK);
     m = load(be, "tinycode-16m");
     ck_assert_int_eq(sd_mem_kv_blocks(m, 0.9, 0, rows, n_out, bs, 1, 0, &n, how, sizeof how, err, sizeof err),
                      SD_ERR_UNSUPPORTED);

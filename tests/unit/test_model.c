@@ -70,7 +70,8 @@ static void check_logits(const char *name, double tol)
 {
     ref_case rc;
     load_ref(name, &rc);
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model(name, be, rc.n_input);
     float *out = malloc((size_t)rc.n_input * rc.vocab * sizeof(float));
     sd_kv_seq seq;
@@ -95,7 +96,8 @@ static void check_greedy(const char *name)
 {
     ref_case rc;
     load_ref(name, &rc);
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model(name, be, rc.n_gprompt + rc.n_gout);
     float *out = malloc((size_t)rc.n_gprompt * rc.vocab * sizeof(float));
     sd_kv_seq seq;
@@ -145,7 +147,8 @@ START_TEST(batch_invariance_f32)
 {
     ref_case rc;
     load_ref("qwen3-tiny", &rc);
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model("qwen3-tiny", be, 2 * 80);
     check_invariance(m, rc.input, 80);
     sd_model_free(m);
@@ -157,7 +160,8 @@ END_TEST
 START_TEST(batch_invariance_demo_bf16)
 {
     char path[512], err[512];
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = NULL;
     ck_assert_int_eq(sd_model_load(tu_model(path, sizeof path, "tinycode-16m"), be, &m, err, sizeof err), SD_OK);
     ck_assert_int_eq(sd_model_kv_init(m, 32, 16, err, sizeof err), SD_OK);
@@ -188,7 +192,8 @@ static void decode_logits(sd_model *m, sd_kv_dtype t, const int32_t *ids, int n,
 START_TEST(kv_dtypes)
 {
     char path[512], err[512];
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = NULL;
     ck_assert_int_eq(sd_model_load(tu_model(path, sizeof path, "tinycode-16m"), be, &m, err, sizeof err), SD_OK);
     ck_assert_int_eq(sd_model_kv_dtype(m), SD_DTYPE_BF16);
@@ -253,7 +258,8 @@ END_TEST
 START_TEST(argmax_rows)
 {
     char err[256];
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model("qwen3-tiny", be, 3 * 48);
     sd_kv_pool *pool = sd_model_kv_pool(m);
     size_t V = (size_t)sd_model_cfg(m)->vocab_size;
@@ -304,7 +310,8 @@ START_TEST(random_weights)
     char dir[512], cfg[600], err[512];
     tu_model(dir, sizeof dir, "tinycode-16m");
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *ck = NULL, *a = NULL, *b = NULL, *c = NULL;
     ck_assert_int_eq(sd_model_load(dir, be, &ck, err, sizeof err), SD_OK);
     ck_assert_msg(sd_model_random(cfg, 1, be, &a, err, sizeof err) == SD_OK, "%s", err);
@@ -344,7 +351,8 @@ END_TEST
 
 START_TEST(bad_batches_rejected)
 {
-    sd_backend *be = sd_backend_cpu_new(1);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(1, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model("qwen3-tiny", be, 32);
     sd_kv_pool *pool = sd_model_kv_pool(m);
     sd_kv_seq s;
@@ -393,7 +401,8 @@ static void count_free(sd_backend *be, void *p)
  * of memory. */
 START_TEST(logits_buffers)
 {
-    sd_backend *be = sd_backend_cpu_new(1);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(1, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model("qwen3-tiny", be, 32);
     size_t V = (size_t)sd_model_cfg(m)->vocab_size, cap = 0;
     float *buf = NULL;
@@ -451,10 +460,12 @@ START_TEST(prompt_logprobs_reference)
 {
     ref_case rc;
     load_ref("qwen3-tiny", &rc);
-    sd_backend *be = sd_backend_cpu_new(2);
+    sd_backend *be;
+    ck_assert_int_eq(sd_backend_cpu_new(2, &be, NULL, 0), SD_OK);
     sd_model *m = tu_open_model("qwen3-tiny", be, rc.n_input + 2);
     sd_engine_opts eo = {.prefill_chunk = 64, .prefill_budget = 64};
-    sd_engine *e = sd_engine_new(m, &eo);
+    sd_engine *e;
+    ck_assert_int_eq(sd_engine_new(m, &eo, &e, NULL, 0), SD_OK);
     sd_req_params p = sd_req_params_default();
     p.max_tokens = 1;
     p.logprobs = p.prompt_logprobs = true;

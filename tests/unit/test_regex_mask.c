@@ -27,8 +27,8 @@
 static sd_regex *compile_ok(const char *pattern)
 {
     char err[256];
-    sd_regex *rx = sd_regex_compile(pattern, err, sizeof err);
-    ck_assert_msg(rx != NULL, "%s: %s", pattern, err);
+    sd_regex *rx;
+    ck_assert_msg(sd_regex_compile(pattern, &rx, err, sizeof err) == SD_OK, "%s: %s", pattern, err);
     return rx;
 }
 
@@ -59,8 +59,10 @@ static const struct {
 START_TEST(refused_patterns)
 {
     char err[256];
-    sd_regex *rx = sd_regex_compile(REFUSED[_i].pattern, err, sizeof err);
-    ck_assert_msg(rx == NULL, "%s compiled", REFUSED[_i].pattern);
+    sd_regex *rx;
+    ck_assert_msg(sd_regex_compile(REFUSED[_i].pattern, &rx, err, sizeof err) == SD_ERR_ARG, "%s compiled",
+                  REFUSED[_i].pattern);
+    ck_assert_ptr_null(rx);
     ck_assert_msg(strstr(err, REFUSED[_i].message), "%s: %s", REFUSED[_i].pattern, err);
 }
 END_TEST
@@ -74,9 +76,30 @@ START_TEST(accepted_lookalikes)
     char err[128], *big = malloc(SD_MAX_REGEX + 2);
     memset(big, 'a', SD_MAX_REGEX + 1);
     big[SD_MAX_REGEX + 1] = '\0';
-    ck_assert(sd_regex_compile(big, err, sizeof err) == NULL);
+    sd_regex *rx;
+    ck_assert_int_eq(sd_regex_compile(big, &rx, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(rx);
     ck_assert_msg(strstr(err, "longer than"), "%s", err);
     free(big);
+}
+END_TEST
+
+/* A failure is a status, a NULL handle and PCRE2's message; err may be NULL. */
+START_TEST(failures_are_reported)
+{
+    char err[256] = "";
+    sd_regex *rx = (sd_regex *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_regex_compile("(", &rx, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(rx);
+    ck_assert_msg(strstr(err, "missing closing parenthesis"), "%s", err);
+    ck_assert_int_eq(sd_regex_compile("(", &rx, NULL, 0), SD_ERR_ARG);
+    ck_assert_int_eq(sd_regex_compile(NULL, &rx, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(rx);
+    sd_regex_state *st = (sd_regex_state *)err; /* likewise */
+    err[0] = '\0';
+    ck_assert_int_eq(sd_regex_state_new(NULL, &st, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(st);
+    ck_assert_str_ne(err, "");
 }
 END_TEST
 
@@ -124,7 +147,8 @@ static const struct {
 static void check_text(const char *pattern, const char *text, size_t step)
 {
     sd_regex *rx = compile_ok(pattern);
-    sd_regex_state *st = sd_regex_state_new(rx);
+    sd_regex_state *st;
+    ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
     size_t n = strlen(text), at = 0;
     bool alive = true;
     while (at < n) {
@@ -158,8 +182,9 @@ START_TEST(unfinished_characters)
 {
     sd_regex *greek = compile_ok("[\xce\xb1-\xcf\x89]+"), *any = compile_ok(".*"), *ascii = compile_ok("[a-z]+"),
              *cjk = compile_ok("[\\x{4e00}-\\x{9fa5}]{1,3}");
-    sd_regex_state *g = sd_regex_state_new(greek), *a = sd_regex_state_new(any), *s = sd_regex_state_new(ascii),
-                   *c = sd_regex_state_new(cjk);
+    sd_regex_state *g, *a, *s, *c;
+    ck_assert(sd_regex_state_new(greek, &g, NULL, 0) == SD_OK && sd_regex_state_new(any, &a, NULL, 0) == SD_OK &&
+              sd_regex_state_new(ascii, &s, NULL, 0) == SD_OK && sd_regex_state_new(cjk, &c, NULL, 0) == SD_OK);
     ck_assert(sd_regex_state_accepts(g, "\xce", 1));        /* α .. ο */
     ck_assert(sd_regex_state_accepts(g, "\xcf", 1));        /* π .. ω */
     ck_assert(!sd_regex_state_accepts(g, "\xd0", 1));       /* Cyrillic */
@@ -171,7 +196,8 @@ START_TEST(unfinished_characters)
     ck_assert(sd_regex_state_accepts(c, "\xe9\xbe", 2));    /* U+9F80 .. U+9FBF: its lowest is in the range */
     ck_assert(!sd_regex_state_accepts(c, "\xe9\xbf", 2));   /* U+9FC0 .. beyond 9FA5 */
     sd_regex *few = compile_ok("[\\x{4e00}-\\x{4e10}]");       /* neither bound of E4's U+4000 .. U+4FFF */
-    sd_regex_state *f = sd_regex_state_new(few);
+    sd_regex_state *f;
+    ck_assert_int_eq(sd_regex_state_new(few, &f, NULL, 0), SD_OK);
     ck_assert(sd_regex_state_accepts(f, "\xe4", 1));        /* ... but 一 is named */
     ck_assert(sd_regex_state_accepts(f, "\xe4\xb8", 2));
     ck_assert(!sd_regex_state_accepts(f, "\xe4\xb9", 2));
@@ -206,13 +232,15 @@ START_TEST(choices)
     ck_assert_msg(pattern != NULL, "%s", err);
     sd_regex *rx = compile_ok(pattern);
     for (int i = 0; i < 7; i++) {
-        sd_regex_state *st = sd_regex_state_new(rx);
+        sd_regex_state *st;
+        ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
         ck_assert_msg(sd_regex_state_feed(st, ch[i], lens[i]) && sd_regex_state_complete(st), "choice %d", i);
         sd_regex_state_free(st);
     }
     static const char *const not[] = {"axb", "x", "c+", "c+++", "naive", "back", "newline", "ab", ""};
     for (size_t i = 0; i < sizeof not / sizeof *not; i++) {
-        sd_regex_state *st = sd_regex_state_new(rx);
+        sd_regex_state *st;
+        ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
         sd_regex_state_feed(st, not[i], strlen(not[i]));
         ck_assert_msg(!sd_regex_state_complete(st), "\"%s\" complete", not[i]);
         sd_regex_state_free(st);
@@ -233,7 +261,8 @@ START_TEST(choices)
     ml[23] = 0;
     pattern = sd_regex_of_choices(many, ml, 24, err, sizeof err);
     rx = compile_ok(pattern);
-    sd_regex_state *e = sd_regex_state_new(rx);
+    sd_regex_state *e;
+    ck_assert_int_eq(sd_regex_state_new(rx, &e, NULL, 0), SD_OK);
     ck_assert(sd_regex_state_complete(e));
     sd_regex_state_free(e);
     sd_regex_free(rx);
@@ -281,7 +310,8 @@ static void check_mask(const demo *d, const char *pattern, const sd_regex *rx, c
 {
     for (int t = 0; t < d->vocab; t++) logits[t] = 0.0f;
     sd_regex_mask(d->v, rx, out, n, logits, d->vocab);
-    sd_regex_state *st = sd_regex_state_new(rx);
+    sd_regex_state *st;
+    ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
     ck_assert(sd_regex_state_feed(st, text, len));
     char buf[1024];
     memcpy(buf, text, len);
@@ -415,6 +445,7 @@ int main(void)
     TCase *tc = tcase_create("state");
     tcase_add_loop_test(tc, refused_patterns, 0, (int)(sizeof REFUSED / sizeof REFUSED[0]));
     tcase_add_test(tc, accepted_lookalikes);
+    tcase_add_test(tc, failures_are_reported);
     tcase_add_loop_test(tc, state_agrees_with_pcre2_match, 0, (int)(sizeof CASES / sizeof CASES[0]));
     tcase_add_test(tc, unfinished_characters);
     tcase_add_test(tc, choices);

@@ -27,8 +27,8 @@ static sd_sampling sampled(float temperature)
 /* Distribution of logits[0..n) under s, with a fresh sampler; returns count. */
 static size_t dist_of(const sd_sampling *s, const float *logits, int n, sd_tokprob *out)
 {
-    sd_sampler *sp = sd_sampler_new(n);
-    ck_assert_ptr_nonnull(sp);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(n, &sp, NULL, 0), SD_OK);
     size_t k = sd_sampler_distribution(sp, s, logits, n, out, (size_t)n);
     sd_sampler_free(sp);
     return k;
@@ -165,7 +165,8 @@ END_TEST
 
 START_TEST(test_greedy_argmax)
 {
-    sd_sampler *sp = sd_sampler_new(6);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(6, &sp, NULL, 0), SD_OK);
     sd_sampling s = sd_sampling_default(); /* temperature 0 */
     float l[6] = {0.1f, 3.0f, -2.0f, 3.0f, 1.0f, 2.9f};
     ck_assert_int_eq(sd_sampler_sample(sp, &s, l, 6, NULL, 0, NULL, 0, 0), 1); /* tie → lowest */
@@ -323,7 +324,8 @@ START_TEST(test_neg_inf_excluded)
     const float none[2] = {-INFINITY, -INFINITY};
     ck_assert_uint_eq(dist_of(&s, none, 2, d), 0);
     /* a sampled step with no live token falls back to argmax (lowest id) */
-    sd_sampler *sp = sd_sampler_new(2);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(2, &sp, NULL, 0), SD_OK);
     float none2[2] = {-INFINITY, -INFINITY};
     ck_assert_int_eq(sd_sampler_sample(sp, &s, none2, 2, NULL, 0, NULL, 0, 0), 0);
     sd_sampler_free(sp);
@@ -334,7 +336,8 @@ START_TEST(test_cap_truncates_and_renormalises)
 {
     const float l[4] = {logf(0.05f), logf(0.5f), logf(0.15f), logf(0.3f)};
     sd_sampling s = sampled(1.0f);
-    sd_sampler *sp = sd_sampler_new(4);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(4, &sp, NULL, 0), SD_OK);
     sd_tokprob d[2];
     size_t n = sd_sampler_distribution(sp, &s, l, 4, d, 2);
     ck_assert_uint_eq(n, 2);
@@ -430,7 +433,8 @@ START_TEST(test_large_vocab_matches_reference)
     double *p = malloc(V * sizeof *p);
     ref_ent *ref = malloc(V * sizeof *ref);
     sd_tokprob *d = malloc(V * sizeof *d);
-    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     for (int set = 0; set < 2; set++) {
         /* set 0: distinct logits spread over ~40 nats, so the weights span
          * many bands; set 1: only 5 distinct values, so large tie groups
@@ -455,7 +459,8 @@ START_TEST(test_vocab_150k_deterministic)
     sd_tokprob *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
     for (int i = 0; i < V; i++)
         l[i] = (float)(8.0 * sd_rng_uniform(11, (uint64_t)i, 0));
-    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(1.0f);
     s.top_k = 40;
     size_t na = sd_sampler_distribution(sp, &s, l, V, a, V);
@@ -483,7 +488,8 @@ END_TEST
 
 START_TEST(test_repetition_penalty)
 {
-    sd_sampler *sp = sd_sampler_new(5);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(5, &sp, NULL, 0), SD_OK);
     sd_sampling s = sd_sampling_default();
     s.repetition_penalty = 2.0f;
     float l[5] = {2.0f, -2.0f, 1.0f, 0.5f, 0.0f};
@@ -507,7 +513,8 @@ END_TEST
 
 START_TEST(test_presence_frequency)
 {
-    sd_sampler *sp = sd_sampler_new(5);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(5, &sp, NULL, 0), SD_OK);
     sd_sampling s = sd_sampling_default();
     s.presence_penalty = 1.0f;
     s.frequency_penalty = 0.5f;
@@ -546,7 +553,8 @@ END_TEST
  * order); the scratch marks are clean after (the same call twice). */
 START_TEST(test_logits_processors)
 {
-    sd_sampler *sp = sd_sampler_new(6);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(6, &sp, NULL, 0), SD_OK);
     sd_sampling s = sd_sampling_default();
     ck_assert(!sd_sampling_processes(&s));
     static const int32_t ids[3] = {1, 2, 99}, allowed[4] = {0, 1, 2, -3}, ban[2] = {2, 5};
@@ -666,7 +674,8 @@ END_TEST
 START_TEST(test_reproducible_sampling)
 {
     enum { V = 64 };
-    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(1.0f);
     s.seed = 1234;
     float base[V];
@@ -716,7 +725,8 @@ START_TEST(test_sample_equals_distribution_draw)
     sd_tokprob *d = malloc(V * sizeof *d);
     for (int i = 0; i < V; i++)
         base[i] = (float)(6.0 * sd_rng_uniform(3, (uint64_t)i, 2));
-    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(0.9f);
     s.seed = 555;
     s.top_p = 0.97f;
@@ -762,7 +772,8 @@ START_TEST(test_draw_and_prob_equal_sorted)
         int V = vocabs[vi];
         float *l = malloc((size_t)V * sizeof *l);
         sd_tokprob *d = malloc((size_t)V * sizeof *d);
-        sd_sampler *sp = sd_sampler_new(V);
+        sd_sampler *sp;
+        ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
         draw_logits(l, V, 40u + (uint64_t)vi);
         for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
             for (int f = 0; f < 4; f++) {
@@ -828,7 +839,8 @@ START_TEST(test_residual_equals_sorted)
         int V = vocabs[vi];
         float *l = malloc((size_t)V * sizeof *l);
         sd_tokprob *d = malloc((size_t)V * sizeof *d), q[70];
-        sd_sampler *sp = sd_sampler_new(V);
+        sd_sampler *sp;
+        ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
         draw_logits(l, V, 70u + (uint64_t)vi);
         for (int f = 0; f < 3; f++)
             for (int qk = 0; qk < 4; qk++) {
@@ -866,7 +878,8 @@ START_TEST(test_draw_and_prob_edges)
 {
     enum { V = 16 };
     float l[V];
-    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(1.0f);
     for (int i = 0; i < V; i++)
         l[i] = -INFINITY;
@@ -1006,7 +1019,8 @@ START_TEST(test_chain_sampling_distribution)
 {
     enum { V = 5, N = 30000 };
     const float base[V] = {0.0f, 1.0f, 0.5f, -1.0f, 0.8f};
-    sd_sampler *sp = sd_sampler_new(V);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(1.0f);
     s.top_k = 3;
     s.seed = 77;
@@ -1032,6 +1046,19 @@ START_TEST(test_chain_sampling_distribution)
     }
     ck_assert_msg(chi2 < 13.816, "chi2 %.2f >= 13.816 (df 2, 99.9%%)", chi2);
     sd_sampler_free(sp);
+}
+END_TEST
+
+/* No scratch for an empty vocabulary: a status, no sampler, a message. */
+START_TEST(test_new_refuses_empty_vocab)
+{
+    char err[128] = "";
+    sd_sampler *sp = (sd_sampler *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_sampler_new(0, &sp, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(sp);
+    ck_assert_str_ne(err, "");
+    ck_assert_int_eq(sd_sampler_new(-5, &sp, NULL, 0), SD_ERR_ARG);
+    sd_sampler_free(NULL);
 }
 END_TEST
 
@@ -1067,6 +1094,7 @@ static Suite *sampler_suite(void)
     tcase_add_test(tc, test_empirical_sampling);
     tcase_add_test(tc, test_chain_sampling_distribution);
     tcase_add_test(tc, test_logprob_row);
+    tcase_add_test(tc, test_new_refuses_empty_vocab);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -37,12 +37,10 @@ typedef struct fixture {
 static void open_fixture(fixture *f, const char *dir, int positions)
 {
     char err[512];
-    f->be = sd_backend_cpu_new(2);
-    ck_assert_ptr_nonnull(f->be);
+    ck_assert_int_eq(sd_backend_cpu_new(2, &f->be, NULL, 0), SD_OK);
     ck_assert_msg(sd_model_load(dir, f->be, &f->target, err, sizeof err) == SD_OK, "%s", err);
     ck_assert_int_eq(sd_model_kv_init(f->target, 4 * ((positions + 15) / 16 + 2), 16, err, sizeof err), SD_OK);
-    f->eng = sd_engine_new(f->target, NULL);
-    ck_assert_ptr_nonnull(f->eng);
+    ck_assert_int_eq(sd_engine_new(f->target, NULL, &f->eng, NULL, 0), SD_OK);
     f->tok = NULL;
 }
 
@@ -443,8 +441,8 @@ START_TEST(shared_prefixes_equal_alone)
     int32_t *alone[N];
     int nalone[N];
     char err[256];
-    sd_engine *on = f.eng, *off = sd_engine_new(f.target, &(sd_engine_opts){.no_prefix_sharing = true});
-    ck_assert_ptr_nonnull(off);
+    sd_engine *on = f.eng, *off;
+    ck_assert_int_eq(sd_engine_new(f.target, &(sd_engine_opts){.no_prefix_sharing = true}, &off, NULL, 0), SD_OK);
     f.eng = off; /* the outputs alone: every prompt prefilled in full */
     for (int i = 0; i < N - 1; i++) alone[i] = gen(&f, pr, ids[i], n[i], &p[i], &nalone[i], NULL);
     /* the last joins after request 0 has committed tokens: P + 0's first 20 tokens + Q */
@@ -673,9 +671,10 @@ static sd_json_vocab *table_for_masks(fixture *f, const int32_t *ids, int n, con
     sd_req *r;
     ck_assert_int_eq(sd_req_new(f->eng, 1, ids, n, p, &r, err, sizeof err), SD_ERR_ARG);
     ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
-    sd_json_vocab *jv = sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f->target), err,
-                                           sizeof err);
-    ck_assert_msg(jv != NULL, "%s", err);
+    sd_json_vocab *jv;
+    ck_assert_msg(sd_json_vocab_load(tu_model(dir, sizeof dir, "tinycode-16m"), sd_model_cfg(f->target), &jv, err,
+                                     sizeof err) == SD_OK,
+                  "%s", err);
     sd_engine_set_json_vocab(f->eng, jv);
     return jv;
 }
@@ -697,8 +696,8 @@ START_TEST(json_output_exact)
     p.sampling.json_object = true;
     sd_req *r;
     sd_json_vocab *jv = table_for_masks(&f, ids, n, &p);
-    sd_json_schema *compiled = sd_json_schema_parse(schema, strlen(schema), err, sizeof err);
-    ck_assert_msg(compiled, "%s", err);
+    sd_json_schema *compiled;
+    ck_assert_msg(sd_json_schema_parse(schema, strlen(schema), &compiled, err, sizeof err) == SD_OK, "%s", err);
     p.sampling.json_object = false;
     p.sampling.json_schema = "{\"type\": \"string\", \"pattern\": \"x\"}";
     ck_assert_int_eq(sd_req_new(f.eng, 1, ids, n, &p, &r, err, sizeof err), SD_ERR_ARG);
@@ -802,8 +801,10 @@ START_TEST(regex_output_exact)
         char *text = NULL;
         size_t len = 0;
         ck_assert_int_eq(sd_tok_decode(f.tok, a, (size_t)na, true, &text, &len, err, sizeof err), SD_OK);
-        sd_regex *rx = sd_regex_compile(pattern, err, sizeof err);
-        sd_regex_state *st = sd_regex_state_new(rx);
+        sd_regex *rx;
+        ck_assert_msg(sd_regex_compile(pattern, &rx, err, sizeof err) == SD_OK, "%s", err);
+        sd_regex_state *st;
+        ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
         ck_assert_msg(sd_regex_state_feed(st, text, len), "config %d: not a prefix of what may come: %s", c, text);
         ck_assert_msg(na == p.max_tokens || sd_regex_state_complete(st), "config %d: stopped before the end: %s", c,
                       text);
@@ -885,7 +886,8 @@ START_TEST(prompt_logprobs_match_decoding)
     memcpy(all, ids, (size_t)n * sizeof *ids);
     memcpy(all + n, out, (size_t)a.n * sizeof *out);
     sd_engine_opts eo = {.prefill_chunk = 7, .prefill_budget = 7};
-    sd_engine *small = sd_engine_new(f.target, &eo);
+    sd_engine *small;
+    ck_assert_int_eq(sd_engine_new(f.target, &eo, &small, NULL, 0), SD_OK);
     sd_req *r;
     char err[256];
     p.prompt_logprobs = true;

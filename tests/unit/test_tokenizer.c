@@ -133,8 +133,8 @@ static int stream_matches(const sd_tok *tok, const int32_t *ids, size_t n, bool 
     size_t flen, k;
     const char *p;
     ck_assert_int_eq(sd_tok_decode(tok, ids, n, skip, &full, &flen, err, sizeof err), SD_OK);
-    sd_tok_stream *s = sd_tok_stream_new(tok, skip);
-    ck_assert_ptr_nonnull(s);
+    sd_tok_stream *s;
+    ck_assert_int_eq(sd_tok_stream_new(tok, skip, &s, NULL, 0), SD_OK);
     char *acc = malloc(flen + 64);
     size_t alen = 0;
     int bad = 0;
@@ -453,13 +453,18 @@ START_TEST(test_call_errors) {
     ck_assert_ptr_null(text);
     int32_t negative[] = {-1};
     ck_assert_int_eq(sd_tok_decode(tok, negative, 1, false, &text, &len, err, sizeof err), SD_ERR_ARG);
-    sd_tok_stream *s = sd_tok_stream_new(tok, false);
+    sd_tok_stream *s;
+    ck_assert_int_eq(sd_tok_stream_new(tok, false, &s, NULL, 0), SD_OK);
     const char *p;
     size_t k;
     ck_assert_int_eq(sd_tok_stream_push(s, 8192, &p, &k), SD_ERR_ARG);
     ck_assert_int_eq(sd_tok_stream_push(s, 1, &p, &k), SD_OK); /* still usable */
     sd_tok_stream_free(s);
     sd_tok_stream_free(NULL);
+    err[0] = '\0';
+    ck_assert_int_eq(sd_tok_stream_new(NULL, false, &s, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(s);
+    ck_assert_str_ne(err, "");
     ck_assert_int_eq(sd_tok_encode(tok, "", 0, true, &ids, &n, err, sizeof err), SD_OK);
     ck_assert_uint_eq(n, 0);
     free(ids);
@@ -467,7 +472,7 @@ START_TEST(test_call_errors) {
     ck_assert_int_eq(sd_tok_decode(tok, NULL, 0, false, &text, &len, err, sizeof err), SD_OK);
     ck_assert_uint_eq(len, 0);
     free(text);
-    s = sd_tok_stream_new(tok, false);
+    ck_assert_int_eq(sd_tok_stream_new(tok, false, &s, NULL, 0), SD_OK);
     ck_assert_int_eq(sd_tok_stream_flush(s, &p, &k), SD_OK);
     ck_assert_uint_eq(k, 0);
     sd_tok_stream_free(s);

@@ -61,7 +61,8 @@ static int32_t plain_at(const sd_sampling *s, const float *rows, int vocab, int 
     if (i > 0)
         memcpy(hist + n_output, prev, (size_t)i * sizeof *hist);
     memcpy(row, rows + (size_t)i * (size_t)vocab, (size_t)vocab * sizeof *row);
-    sd_sampler *sp = sd_sampler_new(vocab);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(vocab, &sp, NULL, 0), SD_OK);
     int32_t x = sd_sampler_sample(sp, s, row, vocab, prompt, n_prompt, hist, n_output + (size_t)i,
                                   out_pos + (uint64_t)i);
     sd_sampler_free(sp);
@@ -105,8 +106,8 @@ static int run_greedy(const int32_t *draft, int k, int32_t *out)
     float rows[4 * GV];
     memcpy(rows, GROWS, sizeof rows);
     sd_sampling s = sd_sampling_default();
-    sd_verifier *v = sd_verifier_new(GV);
-    ck_assert_ptr_nonnull(v);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(GV, &v, NULL, 0), SD_OK);
     sd_verify_in in = base_in(rows, GV, k, draft, &s, SD_VERIFY_GREEDY);
     int n = sd_verify(v, &in, out);
     sd_verifier_free(v);
@@ -147,7 +148,8 @@ START_TEST(test_greedy_from_argmax)
     float rows[4 * GV];
     memcpy(rows, GROWS, sizeof rows);
     sd_sampling s = sd_sampling_default();
-    sd_verifier *v = sd_verifier_new(GV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(GV, &v, NULL, 0), SD_OK);
     sd_verify_in in = base_in(NULL, GV, 3, d, &s, SD_VERIFY_GREEDY);
     in.argmax = amax;
     ck_assert_int_eq(sd_verify(v, &in, out), 4);
@@ -179,7 +181,8 @@ START_TEST(test_greedy_tie_lowest_id)
 {
     float rows[2 * 4] = {0.0f, 1.0f, 2.0f, 2.0f, /* tie 2 / 3 */ 5.0f, 1.0f, 5.0f, 0.0f};
     sd_sampling s = sd_sampling_default();
-    sd_verifier *v = sd_verifier_new(4);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(4, &v, NULL, 0), SD_OK);
     int32_t d = 3, out[2];
     sd_verify_in in = base_in(rows, 4, 1, &d, &s, SD_VERIFY_GREEDY);
     ck_assert_int_eq(sd_verify(v, &in, out), 1);
@@ -210,7 +213,8 @@ START_TEST(test_greedy_penalty_history_includes_drafts)
     sd_sampling s = sd_sampling_default();
     s.repetition_penalty = 2.0f;
     int32_t d[2] = {4, 5}, out[3];
-    sd_verifier *v = sd_verifier_new(PV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(PV, &v, NULL, 0), SD_OK);
     sd_verify_in in = base_in(rows, PV, 2, d, &s, SD_VERIFY_GREEDY);
     ck_assert_int_eq(sd_verify(v, &in, out), 3);
     ck_assert_int_eq(out[0], 4);
@@ -273,7 +277,8 @@ static int plain_equality_trial(sd_verifier *v, const sd_sampling *s0, sd_verify
 
 static int equality_failures(const sd_sampling *s, sd_verify_mode mode, int trials)
 {
-    sd_verifier *v = sd_verifier_new(MV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(MV, &v, NULL, 0), SD_OK);
     int bad = 0;
     for (int t = 0; t < trials; t++)
         bad += !plain_equality_trial(v, s, mode, (uint64_t)t * 7919u + 1);
@@ -334,7 +339,8 @@ static size_t dist_of(const sd_sampling *s, const float *row, int vocab, sd_tokp
 {
     float tmp[64];
     memcpy(tmp, row, (size_t)vocab * sizeof *tmp);
-    sd_sampler *sp = sd_sampler_new(vocab);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(vocab, &sp, NULL, 0), SD_OK);
     size_t n = sd_sampler_distribution(sp, s, tmp, vocab, out, (size_t)vocab);
     sd_sampler_free(sp);
     return n;
@@ -350,7 +356,8 @@ START_TEST(test_rejection_qzero_and_residual)
     sd_tokprob p[RV], q[RV];
     size_t np = dist_of(&s, row, RV, p);
     ck_assert_uint_eq(np, 4);
-    sd_verifier *v = sd_verifier_new(RV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(RV, &v, NULL, 0), SD_OK);
     int32_t out[2];
     for (uint64_t seed = 0; seed < 200; seed++) {
         s.seed = seed;
@@ -392,8 +399,10 @@ START_TEST(test_rejection_full_accept_bonus_is_plain)
     s.repetition_penalty = 1.6f;
     s.presence_penalty = 0.7f;
     s.top_k = 6;
-    sd_verifier *v = sd_verifier_new(MV);
-    sd_sampler *sp = sd_sampler_new(MV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(MV, &v, NULL, 0), SD_OK);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(MV, &sp, NULL, 0), SD_OK);
     int bad = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         s.seed = seed;
@@ -436,7 +445,8 @@ START_TEST(test_bad_input)
     float rows[3 * RV] = {0};
     int32_t d[SD_MAX_DRAFT + 1] = {0}, out[SD_MAX_DRAFT + 2];
     sd_sampling s = sampled(1.0f);
-    sd_verifier *v = sd_verifier_new(RV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(RV, &v, NULL, 0), SD_OK);
     sd_verify_in in = base_in(rows, RV, -1, d, &s, SD_VERIFY_GREEDY);
     ck_assert_int_eq(sd_verify(v, &in, out), SD_ERR_ARG);
     in.k = SD_MAX_DRAFT + 1;
@@ -458,7 +468,12 @@ START_TEST(test_bad_input)
     ck_assert_int_eq(sd_verify(v, &in, out), 3);
     sd_verifier_free(v);
     sd_verifier_free(NULL);
-    ck_assert_ptr_null(sd_verifier_new(0));
+    char err[128] = "";
+    sd_verifier *none;
+    ck_assert_int_eq(sd_verifier_new(0, &none, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(none);
+    ck_assert_str_ne(err, "");
+    ck_assert_int_eq(sd_verifier_new(-1, &none, NULL, 0), SD_ERR_ARG);
 }
 END_TEST
 
@@ -574,7 +589,8 @@ static void exact_p(const rcase *c, int row, double *p)
     sd_tokprob d[SV];
     float r[SV];
     memcpy(r, c->rows[row], sizeof r);
-    sd_sampler *sp = sd_sampler_new(SV);
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(SV, &sp, NULL, 0), SD_OK);
     sd_sampler_process_logits(sp, &c->s, r, SV, NULL, 0, NULL, (size_t)row);
     sd_sampler_free(sp);
     size_t n = dist_of(&c->s, r, SV, d);
@@ -603,7 +619,8 @@ static int32_t no_residual_first(const rcase *c, const sd_sampling *s, int32_t d
  * Returns the number of second-token samples; -1 if sd_verify failed. */
 static long run_trials(const rcase *c, int k, rule r, long *first, long *second)
 {
-    sd_verifier *v = sd_verifier_new(SV);
+    sd_verifier *v;
+    ck_assert_int_eq(sd_verifier_new(SV, &v, NULL, 0), SD_OK);
     long n2 = 0, errors = 0;
     memset(first, 0, SV * sizeof *first);
     memset(second, 0, SV * sizeof *second);

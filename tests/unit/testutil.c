@@ -180,7 +180,7 @@ sd_json_vocab *tu_demo_vocab(sd_tok **tok, int *vocab, int *eos)
     *vocab = sd_tok_vocab_size(*tok);
     *eos = sd_tok_token_id(*tok, "<|endoftext|>");
     ck_assert_int_ge(*eos, 0);
-    sd_json_vocab *v = sd_json_vocab_new(*tok, *vocab, eos, 1, err, sizeof err);
-    ck_assert_msg(v != NULL, "%s", err);
+    sd_json_vocab *v;
+    ck_assert_msg(sd_json_vocab_new(*tok, *vocab, eos, 1, &v, err, sizeof err) == SD_OK, "%s", err);
     return v;
 }

@@ -272,8 +272,8 @@ START_TEST(link_timeout_and_recovery)
     pthread_create(&f.th, NULL, fd_main, &f);
     usleep(50000); /* inproc: bind before connect */
     char err[256];
-    sd_vf_link *l = sd_vf_link_new(f.ctx, "inproc://drafter", NULL, 100, VOCAB, err, sizeof err);
-    ck_assert_ptr_nonnull(l);
+    sd_vf_link *l;
+    ck_assert_msg(sd_vf_link_new(f.ctx, "inproc://drafter", NULL, 100, VOCAB, &l, err, sizeof err) == SD_OK, "%s", err);
     usleep(20000);
     fake_req a;
     fake_init(&a, 1, 3, 5);
@@ -322,6 +322,20 @@ START_TEST(link_timeout_and_recovery)
 }
 END_TEST
 
+/* An endpoint zmq cannot connect to: a status, no link, a message naming it. */
+START_TEST(link_bad_endpoint_refused)
+{
+    void *ctx = zmq_ctx_new();
+    char err[256] = "";
+    sd_vf_link *l = (sd_vf_link *)err; /* not NULL: the call clears it */
+    ck_assert_int_eq(sd_vf_link_new(ctx, "nonsense", NULL, 100, VOCAB, &l, err, sizeof err), SD_ERR_ARG);
+    ck_assert_ptr_null(l);
+    ck_assert_msg(strstr(err, "nonsense"), "%s", err);
+    ck_assert_int_eq(sd_vf_link_new(ctx, "nonsense", NULL, 100, VOCAB, &l, NULL, 0), SD_ERR_ARG);
+    zmq_ctx_term(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vf_draft");
@@ -331,6 +345,7 @@ int main(void)
     tcase_add_test(tc, proposal_conversion);
     tcase_add_test(tc, apply_reply);
     tcase_add_test(tc, link_timeout_and_recovery);
+    tcase_add_test(tc, link_bad_endpoint_refused);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

@@ -190,8 +190,8 @@ static double run(variant v, int *df, stats *st)
         }
         p[cell] = pr;
     }
-    sd_verifier *ver = sd_verifier_new(V);
-    ck_assert_ptr_nonnull(ver);
+    sd_verifier *ver;
+    ck_assert_int_eq(sd_verifier_new(V, &ver, NULL, 0), SD_OK);
     memset(st, 0, sizeof *st);
     for (long t = 0; t < NTRIALS; t++) {
         int32_t x[GEN];

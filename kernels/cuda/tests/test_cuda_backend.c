@@ -1006,7 +1006,9 @@ END_TEST
 START_TEST(bad_device_rejected)
 {
     char err[256] = "";
-    ck_assert_ptr_null(sd_backend_cuda_new(4096, err, sizeof err));
+    sd_backend *be = g_cpu;
+    ck_assert_int_eq(sd_backend_cuda_new(4096, &be, err, sizeof err), SD_ERR_DEVICE);
+    ck_assert_ptr_null(be);
     ck_assert_msg(strstr(err, "4096") != NULL, "message: %s", err);
     ck_assert_int_eq(sd_cuda_set_batch_invariant(g_cpu, 1), SD_ERR_ARG);
     ck_assert_int_eq(sd_cuda_set_graphs(g_cpu, 1), SD_ERR_ARG);
@@ -1020,12 +1022,11 @@ int main(void)
         return 77;
     }
     char err[256];
-    g_gpu = sd_backend_cuda_new(0, err, sizeof err);
-    if (!g_gpu) {
+    if (sd_backend_cuda_new(0, &g_gpu, err, sizeof err) != SD_OK ||
+        sd_backend_cpu_new(4, &g_cpu, err, sizeof err) != SD_OK) {
         fprintf(stderr, "test_cuda_backend: %s\n", err);
         return 1;
     }
-    g_cpu = sd_backend_cpu_new(4);
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("vs_cpu");
     tcase_set_timeout(tc, 600);
