@@ -239,8 +239,8 @@ static void attention_table(sd_model *m)
         for (size_t i = 0; i < q_n; i++) host[i] = (float)((int)(i % 17) - 8) / 8.0f;
         be->ops->to_backend(be, q, host, q_n * sizeof *q);
         sd_attn_shape sh = {c->n_heads, c->n_kv_heads, hd, BS, 1.0f / sqrtf((float)hd), sd_model_act_bf16(m)};
-        printf("attention alone   context   T   us/layer   ms/pass (%d layers; %s cache, best of 20)\n",
-               c->n_layers, sd_dtype_name(dt));
+        printf("attention alone   context   T   us/layer   ms/pass (%d layers; %s cache, best of 20)\n", c->n_layers,
+               sd_dtype_name(dt));
         for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++)
             for (size_t j = 0; j < sizeof Ts / sizeof Ts[0]; j++) {
                 double t = attn_time(be, &kv, bt, q, out, &sh, ctxs[i], Ts[j], 20);
@@ -322,8 +322,10 @@ static void report(sd_model *m, sd_backend *be, const char *name, const char *de
     size_t wb = sd_model_weight_bytes(m);
     double tps = n_tokens / best, achieved = tps * (double)wb / 1e9;
     printf("model                      %s (%s weights, %s activations; %s %s)\n", name,
-           int8 ? "int8" : random ? "random" : "checkpoint", sd_model_act_bf16(m) ? "bf16" : "f32",
-           nt ? "kernels" : "device", nt ? sd_cpu_isa() : device);
+           int8     ? "int8"
+           : random ? "random"
+                    : "checkpoint",
+           sd_model_act_bf16(m) ? "bf16" : "f32", nt ? "kernels" : "device", nt ? sd_cpu_isa() : device);
     if (nt) printf("threads                    %d\n", nt);
     printf("decode tokens/s            %.1f  (best of %d runs x %d tokens)\n", tps, runs, n_tokens);
     printf("weight bytes per token     %.2f MB\n", wb / 1e6);
@@ -385,15 +387,29 @@ static int pick(const char *s, const char *const *names, int n)
 /* Fills o from argv. Returns 0, or 2 after a message (usage error). */
 static int parse_opts(int argc, char **argv, bd_opts *o)
 {
-    static const struct option lo[] = {{"model", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"tokens", 1, 0, 'n'},
-                                       {"runs", 1, 0, 'r'}, {"quant", 1, 0, 'q'}, {"isa", 1, 0, 'i'},
-                                       {"random-weights", 1, 0, 'w'}, {"device", 1, 0, 'd'},
-                                       {"batch-invariant", 0, 0, 'b'}, {"graphs", 1, 0, 'g'},
-                                       {"context", 1, 0, 'c'}, {"kv-dtype", 1, 0, 'k'}, {"fuse", 1, 0, 'f'},
+    static const struct option lo[] = {{"model", 1, 0, 'm'},
+                                       {"threads", 1, 0, 't'},
+                                       {"tokens", 1, 0, 'n'},
+                                       {"runs", 1, 0, 'r'},
+                                       {"quant", 1, 0, 'q'},
+                                       {"isa", 1, 0, 'i'},
+                                       {"random-weights", 1, 0, 'w'},
+                                       {"device", 1, 0, 'd'},
+                                       {"batch-invariant", 0, 0, 'b'},
+                                       {"graphs", 1, 0, 'g'},
+                                       {"context", 1, 0, 'c'},
+                                       {"kv-dtype", 1, 0, 'k'},
+                                       {"fuse", 1, 0, 'f'},
                                        {0, 0, 0, 0}};
     static const char *const graph_modes[] = {"off", "on", "ab"};
-    *o = (bd_opts){.dir = "models/tinycode-16m", .device = "cpu", .n_tokens = 256, .runs = 3, .isa = -1,
-                   .ctx = 32, .graphs = 1, .fuse = 1};
+    *o = (bd_opts){.dir = "models/tinycode-16m",
+                   .device = "cpu",
+                   .n_tokens = 256,
+                   .runs = 3,
+                   .isa = -1,
+                   .ctx = 32,
+                   .graphs = 1,
+                   .fuse = 1};
     char err[512];
     sd_status st = SD_OK;
     int c, dev_index, bad = 0;

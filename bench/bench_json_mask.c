@@ -124,8 +124,10 @@ int main(int argc, char **argv)
     sd_json_schema *schema;
     sd_json_schema_parse(schema_text, strlen(schema_text), &schema, err, sizeof err);
     printf("under a schema: %s\n", schema ? schema_text : err);
-    static const char *const under[] = {"",          "{",
-                                        "{\"na",    "{\"name\": \"va",
+    static const char *const under[] = {"",
+                                        "{",
+                                        "{\"na",
+                                        "{\"name\": \"va",
                                         "{\"name\": \"x\", \"age\": 12",
                                         "{\"name\": \"x\", \"kind\": \"c",
                                         "{\"name\": \"x\", \"nick\": ",

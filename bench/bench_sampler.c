@@ -29,8 +29,8 @@ typedef struct bs_opts {
 static int parse(int argc, char **argv, bs_opts *o)
 {
     *o = (bs_opts){.vocab = 151936, .draws = 200, .rounds = 9, .temperature = 0.8f, .min_p = 0.0f};
-    static const struct option lo[] = {{"vocab", 1, 0, 'v'},  {"temperature", 1, 0, 't'}, {"min-p", 1, 0, 'm'},
-                                       {"draws", 1, 0, 'd'},  {"rounds", 1, 0, 'r'},      {"help", 0, 0, 'h'},
+    static const struct option lo[] = {{"vocab", 1, 0, 'v'}, {"temperature", 1, 0, 't'}, {"min-p", 1, 0, 'm'},
+                                       {"draws", 1, 0, 'd'}, {"rounds", 1, 0, 'r'},      {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
     char err[256];
     int c;
@@ -117,12 +117,11 @@ int main(int argc, char **argv)
             }
             t[way][r] = (sd_now_s() - t0) / o.draws * 1e6;
         }
-    printf("vocab %d, temperature %g, min-p %g: %d rounds x %d draws, interleaved\n", o.vocab, o.temperature,
-           o.min_p, o.rounds, o.draws);
+    printf("vocab %d, temperature %g, min-p %g: %d rounds x %d draws, interleaved\n", o.vocab, o.temperature, o.min_p,
+           o.rounds, o.draws);
     for (int way = 0; way < 2; way++) {
         qsort(t[way], (size_t)o.rounds, sizeof(double), cmp_double);
-        printf("%-7s us/draw  best %9.1f  median %9.1f\n", way ? "banded" : "sorted", t[way][0],
-               t[way][o.rounds / 2]);
+        printf("%-7s us/draw  best %9.1f  median %9.1f\n", way ? "banded" : "sorted", t[way][0], t[way][o.rounds / 2]);
     }
     printf("median sorted / banded  %.2fx\n", t[0][o.rounds / 2] / t[1][o.rounds / 2]);
     printf("draws that differ       %ld of %d\n", differ, o.draws);

@@ -78,8 +78,8 @@ static void print_row(const char *name, float temp, const run_result *r, const r
 
 static int parse(int argc, char **argv, bench_opts *o)
 {
-    static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'}, {"prompts", 1, 0, 'p'},
-                                       {"tokens", 1, 0, 'n'}, {"num-draft", 1, 0, 'k'}, {"threads", 1, 0, 'j'},
+    static const struct option lo[] = {{"target", 1, 0, 't'}, {"draft", 1, 0, 'd'},       {"prompts", 1, 0, 'p'},
+                                       {"tokens", 1, 0, 'n'}, {"num-draft", 1, 0, 'k'},   {"threads", 1, 0, 'j'},
                                        {"rounds", 1, 0, 'r'}, {"draft-p-min", 1, 0, 'P'}, {0, 0, 0, 0}};
     *o = (bench_opts){"models/tinycode-16m", "models/tinycode-3m", 10, 128, SD_NUM_DRAFT_DEFAULT, 0, 3,
                       SD_DRAFT_P_MIN_DEFAULT};
@@ -144,8 +144,12 @@ int main(int argc, char **argv)
     sd_proposer *draft = NULL, *draft_q8 = NULL, *ngram = NULL;
     sd_engine *e = NULL;
     int rc = 1;
-    sd_draft_opts dopt = {.be = be, .max_seqs = 1, .max_context = 512 + o.tokens, .block_size = 16,
-                          .quant = SD_DRAFT_QUANT_NONE, .p_min = o.p_min};
+    sd_draft_opts dopt = {.be = be,
+                          .max_seqs = 1,
+                          .max_context = 512 + o.tokens,
+                          .block_size = 16,
+                          .quant = SD_DRAFT_QUANT_NONE,
+                          .p_min = o.p_min};
     sd_draft_opts qopt = dopt;
     qopt.quant = SD_DRAFT_QUANT_INT8;
     if (sd_backend_cpu_new(o.threads, &be, err, sizeof err) != SD_OK) {
@@ -162,11 +166,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "specd-bench-spec: %s\n", err);
         goto out;
     }
-    printf("target %s, drafter %s, %d prompts x %d tokens x %d rounds, K = %d, p_min = %g, %d threads\n",
-           o.target, o.draft, o.prompts, o.tokens, o.rounds, o.num_draft, (double)o.p_min,
-           sd_backend_cpu_threads(be));
-    printf("%-18s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup",
-           "tokens/step");
+    printf("target %s, drafter %s, %d prompts x %d tokens x %d rounds, K = %d, p_min = %g, %d threads\n", o.target,
+           o.draft, o.prompts, o.tokens, o.rounds, o.num_draft, (double)o.p_min, sd_backend_cpu_threads(be));
+    printf("%-18s %5s %8s %9s %9s %9s %12s\n", "mode", "temp", "tokens", "seconds", "tok/s", "speedup", "tokens/step");
     /* warm-up: touches every weight page and the KV pool */
     run_result warm = {0};
     sd_proposer *const modes[4] = {NULL, draft, draft_q8, ngram};

@@ -38,7 +38,8 @@ static const char SAMPLE[] =
     "    indented line with trailing spaces   \n\n";
 
 /* Builds about kb KB of text from SAMPLE, cut at sample boundaries. */
-static char *make_text(size_t kb, size_t *len) {
+static char *make_text(size_t kb, size_t *len)
+{
     size_t n = sizeof SAMPLE - 1, reps = kb * 1024 / n + 1;
     char *t = malloc(reps * n + 1);
     if (!t) return NULL;
@@ -49,7 +50,8 @@ static char *make_text(size_t kb, size_t *len) {
 }
 
 /* Encodes text in SAMPLE-sized chunks; returns the ids (caller frees). */
-static int32_t *encode_all(const sd_tok *tok, const char *text, size_t len, size_t *nids) {
+static int32_t *encode_all(const sd_tok *tok, const char *text, size_t len, size_t *nids)
+{
     size_t chunk = (sizeof SAMPLE - 1) * 2, cap = len, n = 0;
     int32_t *all = malloc(cap * sizeof *all);
     char err[256];
@@ -70,7 +72,8 @@ static int32_t *encode_all(const sd_tok *tok, const char *text, size_t len, size
     return all;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc < 2) {
         fprintf(stderr, "usage: specd-bench-tokenizer TOKENIZER_JSON [TEXT_KB] [REPEATS]\n");
         return 1;
@@ -112,7 +115,8 @@ int main(int argc, char **argv) {
     double mb = (double)len / 1e6;
     printf("tokenizer      %s (vocab %d)\n", argv[1], sd_tok_vocab_size(tok));
     printf("load           %.1f ms\n", best_load);
-    printf("text           %.1f KB, %zu tokens (%.2f bytes/token)\n", (double)len / 1024, nids, (double)len / (double)nids);
+    printf("text           %.1f KB, %zu tokens (%.2f bytes/token)\n", (double)len / 1024, nids,
+           (double)len / (double)nids);
     printf("encode         %.2f MB/s, %.0f tokens/s\n", mb / (best_enc / 1e3), (double)nids / (best_enc / 1e3));
     printf("decode         %.2f MB/s, %.0f tokens/s\n", (double)dlen / 1e6 / (best_dec / 1e3),
            (double)nids / (best_dec / 1e3));

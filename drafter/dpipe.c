@@ -54,9 +54,15 @@ int sd_dpipe_collect(sd_dstate *t, sd_propose_item *items, sd_dreq **reqs, int c
         int64_t pos = (int64_t)n_ctx - p->n_prompt;
         /* the first token guesses the verifier's next one (with nothing in flight: the token of a
          * plain step, unless the verifier waits for this span): a doubt there does not end it */
-        items[n] = (sd_propose_item){.seq_id = r->id, .context = r->ctx, .n_context = n_ctx, .k = k,
-                                     .sampling = &r->sampling, .want_q = p->want_q, .want_alt = !p->want_q,
-                                     .out_pos = pos > 0 ? (uint64_t)pos : 0, .n_guess = 1};
+        items[n] = (sd_propose_item){.seq_id = r->id,
+                                     .context = r->ctx,
+                                     .n_context = n_ctx,
+                                     .k = k,
+                                     .sampling = &r->sampling,
+                                     .want_q = p->want_q,
+                                     .want_alt = !p->want_q,
+                                     .out_pos = pos > 0 ? (uint64_t)pos : 0,
+                                     .n_guess = 1};
         reqs[n++] = r;
     }
     return n;
@@ -111,8 +117,8 @@ static void request_branches(sd_dreq *r, sd_dbranch *out, int *n, int cap, doubl
     uint64_t h_all = sd_span_hash(r->ctx_hash, p->in_flight, (size_t)m);
     const sd_drun *inflight = m > 0 ? find_run(p, L, m, h_all) : NULL;
     if (m > 0 && (!inflight || inflight->pos0 > L)) return; /* no confidence figures for what is in flight */
-    const sd_drun *next = find_run(p, L + m, 0, h_all); /* the main chain just drafted: its guess first */
-    double acc = 1.0;                                    /* P(the first j in-flight drafts accepted) */
+    const sd_drun *next = find_run(p, L + m, 0, h_all);     /* the main chain just drafted: its guess first */
+    double acc = 1.0;                                       /* P(the first j in-flight drafts accepted) */
     for (int j = 0; j <= m && *n < cap; j++) {
         int32_t alt;
         double pa;
@@ -152,7 +158,4 @@ int sd_dpipe_branches(sd_dstate *t, sd_dbranch *out, int cap, double min_prob)
     return take;
 }
 
-double sd_dpipe_time_left(const sd_dreq *r, double now_ms)
-{
-    return r->pipe.told_ms + r->pipe.step_ms - now_ms;
-}
+double sd_dpipe_time_left(const sd_dreq *r, double now_ms) { return r->pipe.told_ms + r->pipe.step_ms - now_ms; }

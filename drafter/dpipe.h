@@ -70,9 +70,9 @@ void sd_dpipe_record(sd_dreq *r, int64_t pos0, uint64_t ctx_hash, const sd_propo
 /* Another outcome of a request's in-flight step, worth drafting for. */
 typedef struct sd_dbranch {
     sd_dreq *r;
-    int j;         /* in-flight drafts accepted before it (n_in_flight: all of them) */
-    int32_t alt;   /* the verifier's token after them, as the drafter's second choice */
-    double prob;   /* the drafter's estimate of this outcome */
+    int j;       /* in-flight drafts accepted before it (n_in_flight: all of them) */
+    int32_t alt; /* the verifier's token after them, as the drafter's second choice */
+    double prob; /* the drafter's estimate of this outcome */
 } sd_dbranch;
 
 /* The likeliest other outcomes (prob >= min_prob) of the requests whose

@@ -10,10 +10,7 @@ static int32_t token_at(const sd_dspan *s, int t)
     return t < s->n_assumed ? s->assumed[t] : s->p->tokens[t - s->n_assumed];
 }
 
-static int n_tokens(const sd_dspan *s)
-{
-    return s->n_assumed + (s->p ? s->p->n : 0);
-}
+static int n_tokens(const sd_dspan *s) { return s->n_assumed + (s->p ? s->p->n : 0); }
 
 /* Entries of token t's q list. */
 static size_t q_len(const sd_dspan *s, int t)

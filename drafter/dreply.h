@@ -23,19 +23,19 @@ typedef struct sd_dspan {
     bool need_open;
     uint32_t base_len;
     uint64_t base_hash;
-    const int32_t *assumed;     /* tokens before the drafts (may be NULL when n_assumed is 0) */
+    const int32_t *assumed; /* tokens before the drafts (may be NULL when n_assumed is 0) */
     int n_assumed;
-    const sd_proposal *p;       /* the drafts; NULL: none */
+    const sd_proposal *p; /* the drafts; NULL: none */
     bool with_q;
     uint32_t draft_us;
-    bool dry;                   /* the proposer had no drafts past these tokens (DraftResult.dry) */
+    bool dry; /* the proposer had no drafts past these tokens (DraftResult.dry) */
 } sd_dspan;
 
 typedef struct sd_dreply {
-    Specd__DraftReply rep;      /* ready to send after a successful build */
+    Specd__DraftReply rep; /* ready to send after a successful build */
     Specd__DraftResult *res;
     Specd__DraftResult **resp;
-    int32_t *toks;              /* assumed + drafts, per span */
+    int32_t *toks; /* assumed + drafts, per span */
     Specd__Proposal *pb;
     Specd__Proposal **pp;
     Specd__TokenProb *tb;

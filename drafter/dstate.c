@@ -84,20 +84,14 @@ static void keep_sampling(sd_dreq *r, const sd_sampling *sampling)
     if ((want_rx && !r->rx) || (want_schema && !r->schema)) r->sampling.json_vocab = NULL;
 }
 
-sd_status sd_dstate_reserve(sd_dreq *r, size_t n)
-{
-    return sd_grow(&r->ctx, &r->cap, n, sizeof *r->ctx);
-}
+sd_status sd_dstate_reserve(sd_dreq *r, size_t n) { return sd_grow(&r->ctx, &r->cap, n, sizeof *r->ctx); }
 
 sd_dreq *sd_dstate_at(sd_dstate *t, int i)
 {
     return i >= 0 && i < t->n_slots && t->slots[i].used ? &t->slots[i] : NULL;
 }
 
-int sd_dstate_capacity(const sd_dstate *t)
-{
-    return t->n_slots;
-}
+int sd_dstate_capacity(const sd_dstate *t) { return t->n_slots; }
 
 /* A free slot, or the least recently used one (evicted, reported). */
 static sd_dreq *take_slot(sd_dstate *t, bool *did_evict, uint64_t *evicted)
@@ -114,8 +108,8 @@ static sd_dreq *take_slot(sd_dstate *t, bool *did_evict, uint64_t *evicted)
     return lru;
 }
 
-sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n_ctx,
-                         const sd_sampling *sampling, bool *did_evict, uint64_t *evicted)
+sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n_ctx, const sd_sampling *sampling,
+                         bool *did_evict, uint64_t *evicted)
 {
     if (did_evict) *did_evict = false;
     sd_dreq *r = sd_dstate_get(t, id);
@@ -146,8 +140,8 @@ bool sd_dstate_close(sd_dstate *t, uint64_t id)
     return true;
 }
 
-sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, const int32_t *new_tokens,
-                            size_t n_new, sd_dreq **out)
+sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, const int32_t *new_tokens, size_t n_new,
+                            sd_dreq **out)
 {
     *out = NULL;
     sd_dreq *r = sd_dstate_get(t, id);

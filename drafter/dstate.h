@@ -22,7 +22,7 @@
 #include "sampler.h"
 #include "status.h"
 
-#define SD_DPIPE_MAX_BRANCHES 3            /* guesses of other outcomes per request and step */
+#define SD_DPIPE_MAX_BRANCHES 3 /* guesses of other outcomes per request and step */
 #define SD_DRUN_MAX (SD_MAX_DRAFT + 1)
 #define SD_DRUN_KEEP (2 * (1 + SD_DPIPE_MAX_BRANCHES)) /* this step's runs and the last step's */
 
@@ -44,16 +44,16 @@ typedef struct sd_drun {
  * for it lately (they tell how sure the drafter was of the drafts now in
  * flight). */
 typedef struct sd_dreq_pipe {
-    int k;                 /* drafts per span the verifier takes */
-    bool want_q;           /* sampled drafts, with q */
-    int64_t n_prompt;      /* committed_len - output_pos: a token's output position is pos - n_prompt */
+    int k;                           /* drafts per span the verifier takes */
+    bool want_q;                     /* sampled drafts, with q */
+    int64_t n_prompt;                /* committed_len - output_pos: a token's output position is pos - n_prompt */
     int32_t in_flight[SD_MAX_DRAFT]; /* drafts the verifier is verifying, after ctx */
     int n_in_flight;
-    bool dirty;            /* the state changed: a span is owed */
-    bool branches_owed;    /* the main chain went out; guesses of other outcomes may follow */
-    double told_ms;        /* when the verifier's last word arrived (drafter clock) */
-    double step_ms;        /* ... and its expected step time */
-    uint8_t peer[256];     /* the verifier's ROUTER identity (spans go there) */
+    bool dirty;         /* the state changed: a span is owed */
+    bool branches_owed; /* the main chain went out; guesses of other outcomes may follow */
+    double told_ms;     /* when the verifier's last word arrived (drafter clock) */
+    double step_ms;     /* ... and its expected step time */
+    uint8_t peer[256];  /* the verifier's ROUTER identity (spans go there) */
     size_t peer_len;
     sd_drun runs[SD_DRUN_KEEP]; /* the last runs drafted, oldest overwritten first */
     int next_run;
@@ -63,13 +63,13 @@ typedef struct sd_dreq_pipe {
  * the next open / close / advance of the same table. */
 typedef struct sd_dreq {
     uint64_t id;
-    int32_t *ctx;          /* committed tokens known to the drafter; room for in_flight after them */
+    int32_t *ctx; /* committed tokens known to the drafter; room for in_flight after them */
     size_t n_ctx, cap;
-    uint64_t ctx_hash;     /* sd_span_hash of ctx[0..n_ctx) (proto/span.h) */
-    sd_sampling sampling;  /* its json_schema / regex compiled into schema / rx (sampling's point there) */
+    uint64_t ctx_hash;    /* sd_span_hash of ctx[0..n_ctx) (proto/span.h) */
+    sd_sampling sampling; /* its json_schema / regex compiled into schema / rx (sampling's point there) */
     struct sd_json_schema *schema;
     struct sd_regex *rx;
-    uint64_t last_used;    /* LRU clock value of the last open/advance */
+    uint64_t last_used; /* LRU clock value of the last open/advance */
     bool used;
     sd_dreq_pipe pipe;
 } sd_dreq;
@@ -93,8 +93,8 @@ void sd_dstate_free(sd_dstate *t);
  * NULL) so the caller can release that request's proposer state.
  * Returns SD_OK, or SD_ERR_NOMEM (the table is unchanged except that an
  * eviction may already have happened and is reported). */
-sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n_ctx,
-                         const sd_sampling *sampling, bool *did_evict, uint64_t *evicted);
+sd_status sd_dstate_open(sd_dstate *t, uint64_t id, const int32_t *ctx, size_t n_ctx, const sd_sampling *sampling,
+                         bool *did_evict, uint64_t *evicted);
 
 /* Forgets request id. Returns true when it was known. */
 bool sd_dstate_close(sd_dstate *t, uint64_t id);
@@ -105,8 +105,8 @@ bool sd_dstate_close(sd_dstate *t, uint64_t id);
  * request (borrowed). Otherwise returns SD_ERR_STATE (the caller answers
  * need_open; the request is left unchanged) or SD_ERR_NOMEM (likewise, the
  * request is forgotten so that it will be re-opened). */
-sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, const int32_t *new_tokens,
-                            size_t n_new, sd_dreq **out);
+sd_status sd_dstate_advance(sd_dstate *t, uint64_t id, uint64_t committed_len, const int32_t *new_tokens, size_t n_new,
+                            sd_dreq **out);
 
 /* The request id, or NULL when unknown. Does not touch the LRU order. */
 sd_dreq *sd_dstate_get(sd_dstate *t, uint64_t id);

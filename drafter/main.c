@@ -50,8 +50,8 @@
 /* Default --gpu-memory-fraction: a drafter fits beside a verifier at its
  * default 0.9 (as vLLM's) on one GPU, and runs on a GPU of its own (its pool
  * capped by the fraction; raise it there for more sequences). */
-#define SD_MAX_BRANCH_CALL 8      /* branches drafted in one propose call */
-#define BRANCH_MIN_PROB 0.02      /* outcomes less likely than this are not drafted for */
+#define SD_MAX_BRANCH_CALL 8 /* branches drafted in one propose call */
+#define BRANCH_MIN_PROB 0.02 /* outcomes less likely than this are not drafted for */
 
 typedef struct drafter_opts {
     const char *listen, *model, *device, *log_level, *curve_keys;
@@ -59,10 +59,10 @@ typedef struct drafter_opts {
     int ngram_min, ngram_max, threads, max_seqs, max_context, kv_dtype;
     bool random_weights;
     double mem_fraction;
-    int quant;        /* SD_DRAFT_QUANT_* */
+    int quant; /* SD_DRAFT_QUANT_* */
     float p_min;
-    bool pipeline;    /* --spec-pipeline: draft ahead when the verifier pipelines */
-    int branches;     /* --spec-branches: other outcomes drafted for per request and step */
+    bool pipeline;        /* --spec-pipeline: draft ahead when the verifier pipelines */
+    int branches;         /* --spec-branches: other outcomes drafted for per request and step */
     bool no_prefix_cache; /* --no-prefix-cache: mirrors do not reuse cached prefixes */
 } drafter_opts;
 
@@ -77,26 +77,26 @@ typedef struct drafter {
     size_t peer_len[MAX_PEERS];
     int n_peers;
     sd_proposer *prop;
-    sd_json_vocab *json;   /* JSON output: the draft model's token table (NULL: drafts unconstrained) */
-    sd_backend *be;        /* the draft model's device (--device), owned */
+    sd_json_vocab *json; /* JSON output: the draft model's token table (NULL: drafts unconstrained) */
+    sd_backend *be;      /* the draft model's device (--device), owned */
     sd_dstate *table;
     char model_name[256];
     int max_context, vocab;
     /* per-batch scratch, grown on demand */
     sd_propose_item *items;
     sd_proposal *props;
-    int *item_of;        /* DraftItem index -> propose item index, -1 none */
-    int *need_open;      /* per DraftItem */
-    sd_dreq **preqs;     /* the request of each propose item */
-    sd_dspan *spans;     /* the answers of one reply */
+    int *item_of;    /* DraftItem index -> propose item index, -1 none */
+    int *need_open;  /* per DraftItem */
+    sd_dreq **preqs; /* the request of each propose item */
+    sd_dspan *spans; /* the answers of one reply */
     size_t cap;
-    bool pipeline;       /* --spec-pipeline on */
-    int branches;        /* --spec-branches */
-    const char *device;  /* --device, and the CPU threads drafting uses: reported in health */
+    bool pipeline;      /* --spec-pipeline on */
+    int branches;       /* --spec-branches */
+    const char *device; /* --device, and the CPU threads drafting uses: reported in health */
     int threads;
-    uint64_t last_step;  /* step of the last DraftBatch seen */
-    double tok_ms;       /* EMA of the time per drafted token and item of a propose call */
-    bool lost;           /* the device is lost (sd_backend_lost): exit 1 */
+    uint64_t last_step;                /* step of the last DraftBatch seen */
+    double tok_ms;                     /* EMA of the time per drafted token and item of a propose call */
+    bool lost;                         /* the device is lost (sd_backend_lost): exit 1 */
     int32_t *bctx[SD_MAX_BRANCH_CALL]; /* branch contexts: committed + in-flight prefix + alternative */
     size_t bcap[SD_MAX_BRANCH_CALL];
 } drafter;
@@ -132,7 +132,8 @@ static const sd_flag g_flags[] = {
     {"Devices", "device", 'd', "cpu|cuda|cuda:N", "cpu", "where the draft model runs"},
     {"Devices", "threads", 't', "N", "1", "CPU threads"},
     {"Memory", "gpu-memory-fraction", 'G', "F", "0.1", "the share of its GPU's memory the drafter may use"},
-    {"Network", "listen", 'l', "ENDPOINT", "tcp://127.0.0.1:5556", "where the verifier connects (ZeroMQ ROUTER socket)"},
+    {"Network", "listen", 'l', "ENDPOINT", "tcp://127.0.0.1:5556",
+     "where the verifier connects (ZeroMQ ROUTER socket)"},
     {"Security", "curve-keys", 'K', "DIR", NULL,
      "CURVE authentication and encryption of the socket, with the keys of specd keygen DIR"},
     {"Other", "log-level", 'L', "debug|info|warn|error", "info", "the least severe messages logged"},
@@ -161,11 +162,19 @@ static int parse_opts(int argc, char **argv, drafter_opts *o)
 {
     struct option lo[N_FLAGS + 1];
     sd_flags_options(g_flags, N_FLAGS, lo);
-    *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556", .device = "cpu", .log_level = "info",
-                        .ngram_min = SD_NGRAM_DEFAULT_MIN, .ngram_max = SD_NGRAM_DEFAULT_MAX, .threads = 1,
-                        .max_seqs = 64, .max_context = 0, .quant = SD_DRAFT_QUANT_AUTO,
-                        .p_min = SD_DRAFT_P_MIN_DEFAULT, .pipeline = true,
-                        .branches = SD_DPIPE_MAX_BRANCHES, .mem_fraction = SD_DRAFT_GPU_MEM_FRACTION};
+    *o = (drafter_opts){.listen = "tcp://127.0.0.1:5556",
+                        .device = "cpu",
+                        .log_level = "info",
+                        .ngram_min = SD_NGRAM_DEFAULT_MIN,
+                        .ngram_max = SD_NGRAM_DEFAULT_MAX,
+                        .threads = 1,
+                        .max_seqs = 64,
+                        .max_context = 0,
+                        .quant = SD_DRAFT_QUANT_AUTO,
+                        .p_min = SD_DRAFT_P_MIN_DEFAULT,
+                        .pipeline = true,
+                        .branches = SD_DPIPE_MAX_BRANCHES,
+                        .mem_fraction = SD_DRAFT_GPU_MEM_FRACTION};
     char err[256] = "";
     sd_status st = SD_OK;
     int c;
@@ -247,14 +256,15 @@ static int make_proposer(drafter *d, const drafter_opts *o)
     dopts.quant = o->quant;
     dopts.p_min = o->p_min;
     dopts.no_prefix_cache = o->no_prefix_cache;
-    dopts.max_context = o->max_context ? o->max_context
-                                       : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position
-                                                                                      : DEFAULT_MAX_CONTEXT_CAP);
+    dopts.max_context = o->max_context
+                            ? o->max_context
+                            : (cfg.max_position < DEFAULT_MAX_CONTEXT_CAP ? cfg.max_position : DEFAULT_MAX_CONTEXT_CAP);
     if (sd_draft_new(o->model, &dopts, &d->prop, err, sizeof err) != SD_OK) goto fail;
     /* --quant auto quantises only where the device has int8 kernels: say which it did */
     if (o->quant == SD_DRAFT_QUANT_AUTO)
-        SD_INFO("--quant auto: draft weights %s", d->be->ops->quantize_q8 ? "int8 (this device has int8 kernels)"
-                                                  : "as stored in the checkpoint (this device has no int8 kernels)");
+        SD_INFO("--quant auto: draft weights %s",
+                d->be->ops->quantize_q8 ? "int8 (this device has int8 kernels)"
+                                        : "as stored in the checkpoint (this device has no int8 kernels)");
     double t0 = sd_now_ms();
     int passes = 0;
     if (sd_draft_warm_up(d->prop, &passes, err, sizeof err) != SD_OK) goto fail;
@@ -398,7 +408,7 @@ static void on_close(drafter *d, const sd_msg_id *peer, const Specd__DraftClose 
 /* Grows the per-batch scratch to n items. Returns 0 or -1. */
 static int fit_batch(drafter *d, size_t n)
 {
-    const sd_grow_item per_item[] = {SD_GROW_ITEM(d->items), SD_GROW_ITEM(d->props), SD_GROW_ITEM(d->item_of),
+    const sd_grow_item per_item[] = {SD_GROW_ITEM(d->items),     SD_GROW_ITEM(d->props), SD_GROW_ITEM(d->item_of),
                                      SD_GROW_ITEM(d->need_open), SD_GROW_ITEM(d->preqs), SD_GROW_ITEM(d->spans)};
     return sd_grow_all(per_item, 6, &d->cap, n) == SD_OK ? 0 : -1;
 }
@@ -425,15 +435,19 @@ static int collect_items(drafter *d, const sd_msg_id *peer, const Specd__DraftBa
         if (seen_before(b, i)) continue;
         sd_dreq *r;
         uint64_t key = key_of(d, peer, it->request_id);
-        if (!key || sd_dstate_advance(d->table, key, it->committed_len, it->new_tokens, it->n_new_tokens, &r) !=
-                        SD_OK) {
+        if (!key ||
+            sd_dstate_advance(d->table, key, it->committed_len, it->new_tokens, it->n_new_tokens, &r) != SD_OK) {
             d->need_open[i] = 1;
             continue;
         }
         int k = it->num_draft < SD_MAX_DRAFT ? (int)it->num_draft : SD_MAX_DRAFT;
         if (r->n_ctx == 0 || r->n_ctx > INT_MAX || k == 0) continue;
-        d->items[n] = (sd_propose_item){.seq_id = r->id, .context = r->ctx, .n_context = (int)r->n_ctx,
-                                        .k = k, .sampling = &r->sampling, .want_q = it->sample,
+        d->items[n] = (sd_propose_item){.seq_id = r->id,
+                                        .context = r->ctx,
+                                        .n_context = (int)r->n_ctx,
+                                        .k = k,
+                                        .sampling = &r->sampling,
+                                        .want_q = it->sample,
                                         .out_pos = it->output_pos};
         d->preqs[n] = r;
         d->item_of[i] = n++;
@@ -494,9 +508,13 @@ static void on_serial_batch(drafter *d, const sd_msg_id *peer, const Specd__Draf
     for (size_t i = 0; i < b->n_items; i++) {
         const Specd__DraftItem *it = b->items[i];
         int k = d->item_of[i];
-        d->spans[i] = (sd_dspan){.id = it->request_id, .need_open = d->need_open[i], .base_len = it->committed_len,
-                                 .base_hash = k >= 0 ? d->preqs[k]->ctx_hash : 0, .p = k >= 0 ? &d->props[k] : NULL,
-                                 .with_q = it->sample, .draft_us = us};
+        d->spans[i] = (sd_dspan){.id = it->request_id,
+                                 .need_open = d->need_open[i],
+                                 .base_len = it->committed_len,
+                                 .base_hash = k >= 0 ? d->preqs[k]->ctx_hash : 0,
+                                 .p = k >= 0 ? &d->props[k] : NULL,
+                                 .with_q = it->sample,
+                                 .draft_us = us};
     }
     send_spans(d, peer, b->step, d->spans, b->n_items);
 }
@@ -573,9 +591,14 @@ static void draft_owed(drafter *d)
         /* drafts asked for and none past the guess of the verifier's next token (a guess only with
          * drafts in flight, dpipe.c): say so, the verifier then knows the proposer's supply instead of
          * waiting for a span that is not coming */
-        d->spans[i] = (sd_dspan){.id = r->id, .base_len = (uint32_t)r->n_ctx, .base_hash = r->ctx_hash,
-                                 .assumed = r->pipe.in_flight, .n_assumed = r->pipe.n_in_flight, .p = &d->props[i],
-                                 .with_q = r->pipe.want_q, .draft_us = us,
+        d->spans[i] = (sd_dspan){.id = r->id,
+                                 .base_len = (uint32_t)r->n_ctx,
+                                 .base_hash = r->ctx_hash,
+                                 .assumed = r->pipe.in_flight,
+                                 .n_assumed = r->pipe.n_in_flight,
+                                 .p = &d->props[i],
+                                 .with_q = r->pipe.want_q,
+                                 .draft_us = us,
                                  .dry = r->pipe.k > 0 && d->props[i].n <= (r->pipe.n_in_flight > 0)};
     }
     send_by_peer(d, d->spans, d->preqs, n);
@@ -611,9 +634,14 @@ static void draft_branches(drafter *d)
         d->bctx[n][len - 1] = br[i].alt;
         memcpy(assumed[n], d->bctx[n] + r->n_ctx, ((size_t)br[i].j + 1) * sizeof *r->ctx);
         int64_t pos = (int64_t)len - r->pipe.n_prompt;
-        d->items[n] = (sd_propose_item){.seq_id = r->id, .branch = (uint32_t)b, .context = d->bctx[n],
-                                        .n_context = (int)len, .k = k, .sampling = &r->sampling,
-                                        .want_alt = true, .out_pos = pos > 0 ? (uint64_t)pos : 0};
+        d->items[n] = (sd_propose_item){.seq_id = r->id,
+                                        .branch = (uint32_t)b,
+                                        .context = d->bctx[n],
+                                        .n_context = (int)len,
+                                        .k = k,
+                                        .sampling = &r->sampling,
+                                        .want_alt = true,
+                                        .out_pos = pos > 0 ? (uint64_t)pos : 0};
         d->preqs[n] = r;
         per_req[n] = br[i].j + 1;
         kmax = kk;
@@ -623,10 +651,14 @@ static void draft_branches(drafter *d)
     uint32_t us = propose_all(d, n, d->last_step);
     for (int i = 0; i < n; i++) {
         sd_dreq *r = d->preqs[i];
-        sd_dpipe_record(r, d->items[i].n_context,
-                        sd_span_hash(r->ctx_hash, assumed[i], (size_t)per_req[i]), &d->props[i]);
-        d->spans[i] = (sd_dspan){.id = r->id, .base_len = (uint32_t)r->n_ctx, .base_hash = r->ctx_hash,
-                                 .assumed = assumed[i], .n_assumed = per_req[i], .p = &d->props[i],
+        sd_dpipe_record(r, d->items[i].n_context, sd_span_hash(r->ctx_hash, assumed[i], (size_t)per_req[i]),
+                        &d->props[i]);
+        d->spans[i] = (sd_dspan){.id = r->id,
+                                 .base_len = (uint32_t)r->n_ctx,
+                                 .base_hash = r->ctx_hash,
+                                 .assumed = assumed[i],
+                                 .n_assumed = per_req[i],
+                                 .p = &d->props[i],
                                  .draft_us = us};
     }
     send_by_peer(d, d->spans, d->preqs, n);
@@ -729,8 +761,12 @@ int main(int argc, char **argv)
         return 2;
     }
     install_signals();
-    drafter d = {.pipeline = o.pipeline, .branches = o.pipeline ? o.branches : 0, .device = o.device,
-                 .threads = o.ngram ? 1 : o.threads > 0 ? o.threads : sd_cpu_count()};
+    drafter d = {.pipeline = o.pipeline,
+                 .branches = o.pipeline ? o.branches : 0,
+                 .device = o.device,
+                 .threads = o.ngram         ? 1
+                            : o.threads > 0 ? o.threads
+                                            : sd_cpu_count()};
     char terr[256];
     if (sd_dstate_new(o.max_seqs, &d.table, terr, sizeof terr) != SD_OK) {
         SD_ERROR("%s", terr);

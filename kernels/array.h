@@ -30,7 +30,10 @@ typedef struct sd_grow_item {
 } sd_grow_item;
 
 /* The item for array pointer variable p (a T *): {&p, sizeof *p}. */
-#define SD_GROW_ITEM(p) {(void *)&(p), sizeof *(p)}
+#define SD_GROW_ITEM(p)           \
+    {                             \
+        (void *)&(p), sizeof *(p) \
+    }
 
 /* sd_grow for n parallel arrays with one capacity *cap: on SD_OK all hold
  * at least need entries. On SD_ERR_NOMEM *cap is unchanged and every array

@@ -9,10 +9,7 @@ void sd_backend_free(sd_backend *be)
     if (be && be->ops && be->ops->destroy) be->ops->destroy(be);
 }
 
-bool sd_backend_lost(sd_backend *be)
-{
-    return be && be->ops && be->ops->lost && be->ops->lost(be);
-}
+bool sd_backend_lost(sd_backend *be) { return be && be->ops && be->ops->lost && be->ops->lost(be); }
 
 void sd_backend_host_parallel(sd_backend *be, void (*fn)(void *ctx, int i, int n), void *ctx)
 {

@@ -27,14 +27,14 @@ typedef struct sd_backend sd_backend;
 
 /* A weight tensor resident where the backend computes. */
 typedef struct sd_weight {
-    sd_dtype dtype;   /* storage type (CPU: F32 or BF16; F16 converted at upload;
+    sd_dtype dtype;      /* storage type (CPU: F32 or BF16; F16 converted at upload;
                        * Q8 after quantize_q8) */
-    int rows;         /* N (1 for vectors) */
-    int cols;         /* K */
-    const void *data; /* backend memory or a host mmap (CPU) */
-    void *owned;      /* non-NULL when the backend allocated the storage */
-    const float *qscale;  /* Q8: per-row scales [rows] */
-    const int32_t *qsum;  /* Q8: per-row sums of the int8 values [rows] */
+    int rows;            /* N (1 for vectors) */
+    int cols;            /* K */
+    const void *data;    /* backend memory or a host mmap (CPU) */
+    void *owned;         /* non-NULL when the backend allocated the storage */
+    const float *qscale; /* Q8: per-row scales [rows] */
+    const int32_t *qsum; /* Q8: per-row sums of the int8 values [rows] */
 } sd_weight;
 
 /* Paged KV storage of one layer: K and V each [n_blocks, block_size, n_kv, hd]
@@ -61,8 +61,8 @@ typedef struct sd_attn_shape {
     int n_kv_heads;
     int head_dim;
     int block_size;
-    float scale;      /* 1/sqrt(head_dim) */
-    int bf16;         /* round as PyTorch's bf16 CPU attention (see SD_BF16 below) */
+    float scale; /* 1/sqrt(head_dim) */
+    int bf16;    /* round as PyTorch's bf16 CPU attention (see SD_BF16 below) */
 } sd_attn_shape;
 
 /* bf16 activation emulation. When a checkpoint's dtype is bfloat16,
@@ -81,11 +81,11 @@ typedef enum sd_mm_kind {
 
 typedef struct sd_mm_fused {
     sd_mm_kind kind;
-    int n;                     /* number of weights: SHARED 1..3, RESIDUAL 1, SWIGLU 2 */
+    int n; /* number of weights: SHARED 1..3, RESIDUAL 1, SWIGLU 2 */
     const sd_weight *w[3];
-    const sd_weight *bias[3];  /* NULL: none */
-    float *y[3];               /* [T, w[i]->rows] outputs (RESIDUAL: scratch) */
-    float *res;                /* RESIDUAL: the residual stream [T, w[0]->rows] */
+    const sd_weight *bias[3]; /* NULL: none */
+    float *y[3];              /* [T, w[i]->rows] outputs (RESIDUAL: scratch) */
+    float *res;               /* RESIDUAL: the residual stream [T, w[0]->rows] */
     /* RESIDUAL, optional (NULL: none): then norm_y = rmsnorm(res) by norm
      * with eps, as the rmsnorm op after the group (the next block's input norm) */
     const sd_weight *norm;
@@ -100,9 +100,9 @@ typedef struct sd_qk_rope_kv {
     const float *v;
     const sd_weight *q_norm, *k_norm; /* per-head rmsnorm weights [head_dim] (NULL: none) */
     float eps;
-    const float *cos, *sin;           /* RoPE tables [T, head_dim / 2] */
+    const float *cos, *sin; /* RoPE tables [T, head_dim / 2] */
     sd_kv_layer *kv;
-    const int32_t *slots;             /* [T] cache slots */
+    const int32_t *slots; /* [T] cache slots */
     int T, n_heads, n_kv_heads, head_dim, bf16;
 } sd_qk_rope_kv;
 
@@ -112,7 +112,7 @@ enum { SD_GRAPH_EAGER = 0, SD_GRAPH_RECORD = 1, SD_GRAPH_REPLAYED = 2 };
 typedef struct sd_backend_ops {
     const char *name;
     /* memory */
-    void *(*alloc)(sd_backend *be, size_t bytes);           /* zeroed; NULL on failure */
+    void *(*alloc)(sd_backend *be, size_t bytes); /* zeroed; NULL on failure */
     void (*free)(sd_backend *be, void *p);
     /* Makes w usable by the backend from a host tensor view, e.g. a
      * checkpoint mapping (CPU: borrow F32/BF16 data, convert F16 to F32). */
@@ -128,8 +128,7 @@ typedef struct sd_backend_ops {
                    int bf16);
     /* y[T, D] = x * rsqrt(mean(x^2) + eps) * w, per row of D (y may equal x);
      * bf16: w * bf16(x * rsqrt(...)) rounded again */
-    void (*rmsnorm)(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
-                    int bf16);
+    void (*rmsnorm)(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps, int bf16);
     /* y[T, C] = E[ids[t], :] */
     void (*embed)(sd_backend *be, float *y, const sd_weight *E, const int32_t *ids, int T);
     /* In place rotate-half RoPE on x[T, nh, hd]; cos/sin are [T, hd/2]
@@ -139,12 +138,12 @@ typedef struct sd_backend_ops {
     /* Writes k/v rows [T, n_kv*hd] into the paged cache at slots[t]
      * (slot = block * block_size + offset); a bf16 cache stores each value
      * rounded to the nearest bf16 (ties to even). */
-    void (*kv_write)(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
-                     int T, int kv_dim);
+    void (*kv_write)(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots, int T,
+                     int kv_dim);
     /* out[T, nh*hd] = causal softmax(q k^T * scale) v over the paged cache.
      * SD_ERR_NOMEM when scratch for the longest sequence cannot be had. */
-    sd_status (*attention)(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
-                      const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape);
+    sd_status (*attention)(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv, const sd_attn_seq *seqs,
+                           int n_seqs, const sd_attn_shape *shape);
     /* out[n] = silu(gate[n]) * up[n]; bf16: silu rounded, product rounded */
     void (*silu_mul)(sd_backend *be, float *out, const float *gate, const float *up, size_t n, int bf16);
     /* y[n] += x[n]; bf16: rounded */
@@ -226,7 +225,10 @@ struct sd_backend {
 /* Rounds f32 to the nearest bf16 (ties to even), returned as f32. */
 static inline float sd_round_bf16(float f)
 {
-    union { float f; uint32_t u; } v = {.f = f};
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return f; /* NaN */
     v.u = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) & 0xffff0000u;
     return v.f;

@@ -30,7 +30,6 @@ const char *sd_status_str(sd_status st);
 
 /* Writes a printf-style message into err (if err != NULL and errlen > 0)
  * and returns st, so callers can write `return sd_seterr(e, n, SD_ERR_IO, ...)`. */
-sd_status sd_seterr(char *err, size_t errlen, sd_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+sd_status sd_seterr(char *err, size_t errlen, sd_status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

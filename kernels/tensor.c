@@ -54,9 +54,7 @@ void sd_convert_to_f32(sd_dtype dt, const void *src, float *dst, size_t n)
     const uint8_t *s = src;
     uint16_t h;
     switch (dt) {
-    case SD_DTYPE_F32:
-        memcpy(dst, src, n * sizeof *dst);
-        return;
+    case SD_DTYPE_F32: memcpy(dst, src, n * sizeof *dst); return;
     case SD_DTYPE_BF16:
         for (size_t i = 0; i < n; i++) {
             memcpy(&h, s + 2 * i, 2);
@@ -69,7 +67,6 @@ void sd_convert_to_f32(sd_dtype dt, const void *src, float *dst, size_t n)
             dst[i] = f16_to_f32(h);
         }
         return;
-    case SD_DTYPE_Q8: /* not a file type: nothing to convert */
-        break;
+    case SD_DTYPE_Q8: /* not a file type: nothing to convert */ break;
     }
 }

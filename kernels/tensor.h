@@ -20,7 +20,7 @@ typedef enum {
 
 /* A read-only view of a tensor in host memory (e.g. a checkpoint mapping). */
 typedef struct sd_tensor {
-    const char *name;                  /* for messages; owned by whoever made the view */
+    const char *name; /* for messages; owned by whoever made the view */
     sd_dtype dtype;
     int ndim;
     int64_t shape[SD_TENSOR_MAX_DIMS]; /* row-major, outermost first */

@@ -17,15 +17,15 @@
 #define SD_PIPE_STATS_N 10
 typedef union sd_pipe_stats {
     struct {
-        uint64_t spans_used;    /* steps that verified drafter tokens */
-        uint64_t spans_stale;   /* pipelined spans dropped: wrong base */
-        uint64_t spans_ready;   /* pipelined spec steps with a span at step start */
-        uint64_t spec_steps;    /* decode steps of requests taking drafts */
-        uint64_t wait_us;       /* time spent waiting for drafts */
-        uint64_t draft_us;      /* drafter time behind the drafts used */
-        uint64_t step_us;       /* wall time of the spec steps, end of the previous step to end */
-        uint64_t verify_us;     /* engine time of the spec steps */
-        uint64_t fallback_used; /* steps that verified the fallback proposer's drafts instead */
+        uint64_t spans_used;        /* steps that verified drafter tokens */
+        uint64_t spans_stale;       /* pipelined spans dropped: wrong base */
+        uint64_t spans_ready;       /* pipelined spec steps with a span at step start */
+        uint64_t spec_steps;        /* decode steps of requests taking drafts */
+        uint64_t wait_us;           /* time spent waiting for drafts */
+        uint64_t draft_us;          /* drafter time behind the drafts used */
+        uint64_t step_us;           /* wall time of the spec steps, end of the previous step to end */
+        uint64_t verify_us;         /* engine time of the spec steps */
+        uint64_t fallback_used;     /* steps that verified the fallback proposer's drafts instead */
         uint64_t fallback_accepted; /* ... and the drafts of those accepted */
     };
     uint64_t v[SD_PIPE_STATS_N];

@@ -132,7 +132,8 @@ sd_status sd_curve_server(const sd_curve *c, void *sock, char *err, size_t errle
 {
     int one = 1;
     sd_status st = set(sock, ZMQ_CURVE_SERVER, &one, sizeof one, "CURVE_SERVER", err, errlen);
-    if (st == SD_OK) st = set(sock, ZMQ_CURVE_SECRETKEY, c->server_secret, KEY_Z85 + 1, "server secret key", err, errlen);
+    if (st == SD_OK)
+        st = set(sock, ZMQ_CURVE_SECRETKEY, c->server_secret, KEY_Z85 + 1, "server secret key", err, errlen);
     if (st == SD_OK) st = set(sock, ZMQ_ZAP_DOMAIN, "specd", 5, "ZAP domain", err, errlen);
     return st;
 }
@@ -141,7 +142,8 @@ sd_status sd_curve_client(const sd_curve *c, void *sock, char *err, size_t errle
 {
     sd_status st = set(sock, ZMQ_CURVE_SERVERKEY, c->server_public, KEY_Z85 + 1, "server key", err, errlen);
     if (st == SD_OK) st = set(sock, ZMQ_CURVE_PUBLICKEY, c->client_public, KEY_Z85 + 1, "client key", err, errlen);
-    if (st == SD_OK) st = set(sock, ZMQ_CURVE_SECRETKEY, c->client_secret, KEY_Z85 + 1, "client secret key", err, errlen);
+    if (st == SD_OK)
+        st = set(sock, ZMQ_CURVE_SECRETKEY, c->client_secret, KEY_Z85 + 1, "client secret key", err, errlen);
     return st;
 }
 

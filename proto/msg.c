@@ -39,8 +39,7 @@ void *sd_msg_socket(void *zctx, int type, int hwm)
     return sock;
 }
 
-sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *env, char *err,
-                      size_t errlen)
+sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *env, char *err, size_t errlen)
 {
     if (!sock || !env) return sd_seterr(err, errlen, SD_ERR_ARG, "msg: null socket or envelope");
     if (env->body_case == SPECD__ENVELOPE__BODY__NOT_SET)
@@ -62,8 +61,8 @@ sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *en
     int e = errno;
     free(buf);
     if (rc < 0)
-        return sd_seterr(err, errlen, e == EAGAIN || e == EHOSTUNREACH ? SD_ERR_NOSPACE : SD_ERR_IO,
-                         "msg: send %s: %s", sd_msg_kind(env), zmq_strerror(e));
+        return sd_seterr(err, errlen, e == EAGAIN || e == EHOSTUNREACH ? SD_ERR_NOSPACE : SD_ERR_IO, "msg: send %s: %s",
+                         sd_msg_kind(env), zmq_strerror(e));
     return SD_OK;
 }
 
@@ -99,8 +98,7 @@ static sd_status recv_frame(void *sock, zmq_msg_t *m, int flags, char *err, size
     return sd_seterr(err, errlen, SD_ERR_IO, "msg: recv: %s", zmq_strerror(e));
 }
 
-sd_status sd_msg_recv(void *sock, sd_msg_id *id, Specd__Envelope **out, int flags, char *err,
-                      size_t errlen)
+sd_status sd_msg_recv(void *sock, sd_msg_id *id, Specd__Envelope **out, int flags, char *err, size_t errlen)
 {
     *out = NULL;
     if (id) id->len = 0;
@@ -155,17 +153,14 @@ static int has_field_zero(const ProtobufCMessage *m)
     return 0;
 }
 
-sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, char *err,
-                        size_t errlen)
+sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (len == 0) return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: empty frame");
     if (len > SD_MSG_MAX_BYTES)
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: frame of %zu bytes exceeds %u", len,
-                         SD_MSG_MAX_BYTES);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: frame of %zu bytes exceeds %u", len, SD_MSG_MAX_BYTES);
     Specd__Envelope *env = specd__envelope__unpack(NULL, len, buf);
-    if (!env)
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: %zu bytes do not unpack as an Envelope", len);
+    if (!env) return sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: %zu bytes do not unpack as an Envelope", len);
     sd_status st = has_field_zero(&env->base)
                        ? sd_seterr(err, errlen, SD_ERR_FORMAT, "msg: field number 0 in an envelope")
                        : sd_msg_validate(env, err, errlen);
@@ -186,8 +181,7 @@ void sd_msg_free(Specd__Envelope *env)
 
 #define BAD(...) sd_seterr(err, errlen, SD_ERR_FORMAT, __VA_ARGS__)
 
-static sd_status check_ids(const char *what, const int32_t *ids, size_t n, size_t cap, char *err,
-                           size_t errlen)
+static sd_status check_ids(const char *what, const int32_t *ids, size_t n, size_t cap, char *err, size_t errlen)
 {
     if (n > cap) return BAD("msg: %s has %zu entries (max %zu)", what, n, cap);
     for (size_t i = 0; i < n; i++)
@@ -270,8 +264,7 @@ static sd_status check_submit(const Specd__Submit *m, char *err, size_t errlen)
 
 /* A list of per-position log-probabilities: entries present, at most
  * SD_MSG_MAX_LOGPROBS alternatives each, token ids >= 0, no NaN. */
-static sd_status check_logprobs(const char *what, Specd__TokenLogprob *const *lp, size_t n, char *err,
-                                size_t errlen)
+static sd_status check_logprobs(const char *what, Specd__TokenLogprob *const *lp, size_t n, char *err, size_t errlen)
 {
     if (n > SD_MSG_MAX_TOKENS) return BAD("msg: %s has %zu entries", what, n);
     for (size_t i = 0; i < n; i++) {
@@ -310,10 +303,12 @@ static sd_status check_draft_batch(const Specd__DraftBatch *m, char *err, size_t
     for (size_t i = 0; i < m->n_items; i++) {
         const Specd__DraftItem *it = m->items[i];
         if (!it) return BAD("msg: draft_batch.items[%zu] missing", i);
-        if (it->num_draft > SD_MSG_MAX_POSITIONS) return BAD("msg: draft_batch.items[%zu].num_draft = %u", i, it->num_draft);
-        if (it->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: draft_batch.items[%zu].request_id is beyond 2^56", i);
-        sd_status st = check_ids("draft_batch.items.new_tokens", it->new_tokens, it->n_new_tokens,
-                                 SD_MSG_MAX_TOKENS, err, errlen);
+        if (it->num_draft > SD_MSG_MAX_POSITIONS)
+            return BAD("msg: draft_batch.items[%zu].num_draft = %u", i, it->num_draft);
+        if (it->request_id > SD_MSG_MAX_REQUEST_ID)
+            return BAD("msg: draft_batch.items[%zu].request_id is beyond 2^56", i);
+        sd_status st =
+            check_ids("draft_batch.items.new_tokens", it->new_tokens, it->n_new_tokens, SD_MSG_MAX_TOKENS, err, errlen);
         if (st == SD_OK)
             st = check_ids("draft_batch.items.in_flight", it->in_flight, it->n_in_flight, SD_MSG_MAX_POSITIONS, err,
                            errlen);
@@ -328,7 +323,8 @@ static sd_status check_draft_reply(const Specd__DraftReply *m, char *err, size_t
     for (size_t i = 0; i < m->n_results; i++) {
         const Specd__DraftResult *r = m->results[i];
         if (!r) return BAD("msg: draft_reply.results[%zu] missing", i);
-        sd_status st = check_ids("draft_reply.results.tokens", r->tokens, r->n_tokens, SD_MSG_MAX_POSITIONS, err, errlen);
+        sd_status st =
+            check_ids("draft_reply.results.tokens", r->tokens, r->n_tokens, SD_MSG_MAX_POSITIONS, err, errlen);
         if (st != SD_OK) return st;
         if (r->n_q > r->n_tokens) return BAD("msg: draft_reply.results[%zu] has more q than tokens", i);
         for (size_t j = 0; j < r->n_q; j++) {
@@ -352,15 +348,16 @@ sd_status sd_msg_validate(const Specd__Envelope *env, char *err, size_t errlen)
         return st == SD_OK ? check_str("error.message", env->error->message, err, errlen) : st;
     }
     case SPECD__ENVELOPE__BODY_DRAFT_OPEN:
-        if (env->draft_open->request_id > SD_MSG_MAX_REQUEST_ID) return BAD("msg: draft_open.request_id is beyond 2^56");
-    {
-        sd_status st = check_ids("draft_open.context", env->draft_open->context, env->draft_open->n_context,
-                                 SD_MSG_MAX_TOKENS, err, errlen);
-        return st == SD_OK ? check_sampling("draft_open.sampling", env->draft_open->sampling, err, errlen) : st;
-    }
+        if (env->draft_open->request_id > SD_MSG_MAX_REQUEST_ID)
+            return BAD("msg: draft_open.request_id is beyond 2^56");
+        {
+            sd_status st = check_ids("draft_open.context", env->draft_open->context, env->draft_open->n_context,
+                                     SD_MSG_MAX_TOKENS, err, errlen);
+            return st == SD_OK ? check_sampling("draft_open.sampling", env->draft_open->sampling, err, errlen) : st;
+        }
     case SPECD__ENVELOPE__BODY_DRAFT_CLOSE:
         return env->draft_close->request_id > SD_MSG_MAX_REQUEST_ID ? BAD("msg: draft_close.request_id is beyond 2^56")
-                                                                     : SD_OK;
+                                                                    : SD_OK;
     case SPECD__ENVELOPE__BODY_DRAFT_BATCH: return check_draft_batch(env->draft_batch, err, errlen);
     case SPECD__ENVELOPE__BODY_DRAFT_REPLY: return check_draft_reply(env->draft_reply, err, errlen);
     case SPECD__ENVELOPE__BODY_HEALTH_REQUEST: return SD_OK;

@@ -24,14 +24,15 @@
 #include "status.h"
 
 /* Bounds enforced on every received envelope. */
-#define SD_MSG_MAX_BYTES (64u << 20)  /* one serialized envelope */
-#define SD_MSG_MAX_TOKENS (1u << 20)  /* any token-id list */
-#define SD_MSG_MAX_ITEMS 4096u        /* draft items / results per batch */
-#define SD_MSG_MAX_PROBS 65536u       /* sparse q entries per proposal */
-#define SD_MSG_MAX_POSITIONS 256u     /* accepted_at entries, draft length */
-#define SD_MSG_MAX_STRING 4096u       /* string fields */
-#define SD_MSG_MAX_LOGPROBS 20u       /* alternatives per position (common/sample/logprob.h) */
-#define SD_MSG_MAX_REQUEST_ID ((UINT64_C(1) << 56) - 1) /* request ids: 56 bits (the drafter keys its state by
+#define SD_MSG_MAX_BYTES (64u << 20) /* one serialized envelope */
+#define SD_MSG_MAX_TOKENS (1u << 20) /* any token-id list */
+#define SD_MSG_MAX_ITEMS 4096u       /* draft items / results per batch */
+#define SD_MSG_MAX_PROBS 65536u      /* sparse q entries per proposal */
+#define SD_MSG_MAX_POSITIONS 256u    /* accepted_at entries, draft length */
+#define SD_MSG_MAX_STRING 4096u      /* string fields */
+#define SD_MSG_MAX_LOGPROBS 20u      /* alternatives per position (common/sample/logprob.h) */
+#define SD_MSG_MAX_REQUEST_ID \
+    ((UINT64_C(1) << 56) - 1) /* request ids: 56 bits (the drafter keys its state by
                                                           * peer in the 8 above, drafter/main.c) */
 
 /* A ROUTER identity (ZeroMQ identities are at most 255 bytes). */
@@ -54,8 +55,7 @@ void *sd_msg_socket(void *zctx, int type, int hwm);
  * ROUTER socket (required then), ignored/NULL otherwise. Never blocks: a full
  * or unconnected socket gives SD_ERR_NOSPACE. Other failures SD_ERR_IO;
  * an envelope without a body SD_ERR_ARG. env stays owned by the caller. */
-sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *env, char *err,
-                      size_t errlen);
+sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *env, char *err, size_t errlen);
 
 /* Receives one message. flags: SD_MSG_BLOCK or SD_MSG_DONTWAIT.
  * Returns SD_OK with *out set (free with sd_msg_free) and *id filled on ROUTER
@@ -64,13 +64,11 @@ sd_status sd_msg_send(void *sock, const sd_msg_id *id, const Specd__Envelope *en
  * SD_ERR_FORMAT when a message arrived but was rejected (it is consumed; err
  * says why, the caller logs and drops it, id is filled when known);
  * SD_ERR_IO on a socket error. */
-sd_status sd_msg_recv(void *sock, sd_msg_id *id, Specd__Envelope **out, int flags, char *err,
-                      size_t errlen);
+sd_status sd_msg_recv(void *sock, sd_msg_id *id, Specd__Envelope **out, int flags, char *err, size_t errlen);
 
 /* Unpacks and validates one serialized envelope (what sd_msg_recv does with
  * the payload frame). SD_OK with *out owned by the caller, or SD_ERR_FORMAT. */
-sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, char *err,
-                        size_t errlen);
+sd_status sd_msg_decode(const uint8_t *buf, size_t len, Specd__Envelope **out, char *err, size_t errlen);
 
 /* Checks an unpacked envelope against the bounds above; SD_ERR_FORMAT naming
  * the offending field. */

@@ -21,10 +21,7 @@ static void sb_add_trim(sd_buf *b, const char *s)
 
 static const char *const FAMILY_NAMES[] = {"plain", "chatml", "llama3", "llama2"};
 
-const char *sd_chat_family_name(sd_chat_family f)
-{
-    return (unsigned)f < 4 ? FAMILY_NAMES[f] : "plain";
-}
+const char *sd_chat_family_name(sd_chat_family f) { return (unsigned)f < 4 ? FAMILY_NAMES[f] : "plain"; }
 
 sd_status sd_chat_family_parse(const char *name, sd_chat_family *out)
 {
@@ -36,10 +33,7 @@ sd_status sd_chat_family_parse(const char *name, sd_chat_family *out)
     return SD_ERR_ARG;
 }
 
-bool sd_chat_add_special(sd_chat_family f)
-{
-    return f == SD_CHAT_PLAIN;
-}
+bool sd_chat_add_special(sd_chat_family f) { return f == SD_CHAT_PLAIN; }
 
 /* Family named by a chat_template text, or -1 when it says nothing we know. */
 static int family_from_template(const char *t)
@@ -63,7 +57,8 @@ static int family_from_config(const char *config_json)
     } else if (json_is_array(ct)) {
         size_t i;
         json_t *v;
-        json_array_foreach(ct, i, v) {
+        json_array_foreach(ct, i, v)
+        {
             const char *name = json_string_value(json_object_get(v, "name"));
             if (name && strcmp(name, "default")) continue;
             fam = family_from_template(json_string_value(json_object_get(v, "template")));
@@ -79,20 +74,15 @@ sd_chat_family sd_chat_detect(const sd_tok *tok, const char *config_json)
     int fam = family_from_config(config_json);
     if (fam >= 0) return (sd_chat_family)fam;
     if (!tok) return SD_CHAT_PLAIN;
-    if (sd_tok_token_id(tok, "<|im_start|>") >= 0 && sd_tok_token_id(tok, "<|im_end|>") >= 0)
-        return SD_CHAT_CHATML;
+    if (sd_tok_token_id(tok, "<|im_start|>") >= 0 && sd_tok_token_id(tok, "<|im_end|>") >= 0) return SD_CHAT_CHATML;
     if (sd_tok_token_id(tok, "<|start_header_id|>") >= 0 && sd_tok_token_id(tok, "<|eot_id|>") >= 0)
         return SD_CHAT_LLAMA3;
-    if (sd_tok_token_id(tok, "<s>") >= 0 && sd_tok_token_id(tok, "</s>") >= 0 &&
-        sd_tok_token_id(tok, "<0x0A>") >= 0)
+    if (sd_tok_token_id(tok, "<s>") >= 0 && sd_tok_token_id(tok, "</s>") >= 0 && sd_tok_token_id(tok, "<0x0A>") >= 0)
         return SD_CHAT_LLAMA2;
     return SD_CHAT_PLAIN;
 }
 
-static bool role_is(const sd_chat_msg *m, const char *r)
-{
-    return m->role && !strcmp(m->role, r);
-}
+static bool role_is(const sd_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
 
 static void render_chatml(sd_buf *b, const sd_chat_msg *msgs, size_t n)
 {
@@ -155,8 +145,7 @@ static sd_status render_llama2(sd_buf *b, const sd_chat_msg *msgs, size_t n, cha
             sd_buf_adds(b, " </s>");
         } else {
             return sd_seterr(err, errlen, SD_ERR_ARG,
-                             "messages[%zu].role '%s' is not supported by the llama2 chat format",
-                             i, msgs[i].role);
+                             "messages[%zu].role '%s' is not supported by the llama2 chat format", i, msgs[i].role);
         }
     }
     return SD_OK;
@@ -170,8 +159,7 @@ static void render_plain(sd_buf *b, const sd_chat_msg *msgs, size_t n)
     }
 }
 
-sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, char **out,
-                         char *err, size_t errlen)
+sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, char **out, char *err, size_t errlen)
 {
     *out = NULL;
     sd_buf b = {0};
@@ -218,8 +206,10 @@ static sd_status load_override(sd_chat *c, const char *path, char *err, size_t e
     size_t len;
     sd_status st = sd_read_file(path, (size_t)1 << 20, &src, &len, perr, sizeof perr);
     if (st != SD_OK)
-        return sd_seterr(err, errlen, st, "--chat-template '%s' is neither a family (chatml, llama3, llama2, plain) "
-                         "nor a readable file: %s", path, perr);
+        return sd_seterr(err, errlen, st,
+                         "--chat-template '%s' is neither a family (chatml, llama3, llama2, plain) "
+                         "nor a readable file: %s",
+                         path, perr);
     st = sd_jinja_parse(src, &c->tmpl, perr, sizeof perr);
     free(src);
     if (st != SD_OK) return sd_seterr(err, errlen, st, "--chat-template %s: %s", path, perr);
@@ -246,8 +236,8 @@ sd_status sd_chat_load(sd_chat *c, const sd_tok *tok, const char *config_json, c
         if (sd_jinja_parse(config_template(cfg), &c->tmpl, perr, sizeof perr) == SD_OK)
             c->source = strdup("tokenizer_config.json");
         else if (warn)
-            snprintf(warn, warnlen, "the checkpoint's chat template is not supported (%s); using the %s format",
-                     perr, sd_chat_family_name(c->family));
+            snprintf(warn, warnlen, "the checkpoint's chat template is not supported (%s); using the %s format", perr,
+                     sd_chat_family_name(c->family));
     }
     json_decref(cfg);
     if (st == SD_OK && (!c->bos || !c->eos)) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
@@ -271,7 +261,8 @@ sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, jso
     for (size_t i = 0; i < n; i++) fields |= msgs[i].fields != NULL;
     if (!c->tmpl) {
         if (tools || fields)
-            return sd_seterr(err, errlen, SD_ERR_ARG, "tools and tool calls need the checkpoint's Jinja chat "
+            return sd_seterr(err, errlen, SD_ERR_ARG,
+                             "tools and tool calls need the checkpoint's Jinja chat "
                              "template; this server renders the built-in %s format, which has none",
                              sd_chat_family_name(c->family));
         *add_special = sd_chat_add_special(c->family);
@@ -280,13 +271,13 @@ sd_status sd_chat_apply(const sd_chat *c, const sd_chat_msg *msgs, size_t n, jso
     *add_special = false; /* as apply_chat_template: the template writes the special tokens */
     json_t *m = json_array();
     for (size_t i = 0; m && i < n; i++) {
-        json_t *msg = json_pack("{s:s, s:s}", "role", msgs[i].role ? msgs[i].role : "",
-                                "content", msgs[i].content ? msgs[i].content : "");
+        json_t *msg = json_pack("{s:s, s:s}", "role", msgs[i].role ? msgs[i].role : "", "content",
+                                msgs[i].content ? msgs[i].content : "");
         if (msg && msgs[i].fields) json_object_update(msg, msgs[i].fields);
         json_array_append_new(m, msg);
     }
-    json_t *vars = json_pack("{s:o, s:b, s:s, s:s}", "messages", m, "add_generation_prompt", 1, "bos_token",
-                             c->bos, "eos_token", c->eos);
+    json_t *vars = json_pack("{s:o, s:b, s:s, s:s}", "messages", m, "add_generation_prompt", 1, "bos_token", c->bos,
+                             "eos_token", c->eos);
     if (!vars) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     if (tools) json_object_set(vars, "tools", tools);
     sd_status st = sd_jinja_render(c->tmpl, vars, out, err, errlen);

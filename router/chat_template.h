@@ -58,8 +58,7 @@ const char *sd_chat_family_name(sd_chat_family f);
  * simply continues the text). *out is malloc'd, NUL-terminated, owned by the
  * caller. SD_ERR_ARG (message names the offending message) when a role is
  * not one the family supports. */
-sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, char **out,
-                         char *err, size_t errlen);
+sd_status sd_chat_render(sd_chat_family f, const sd_chat_msg *msgs, size_t n, char **out, char *err, size_t errlen);
 
 /* Whether rendered text of this family is tokenized with add_special. */
 bool sd_chat_add_special(sd_chat_family f);

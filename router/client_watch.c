@@ -14,8 +14,8 @@
 #include "log.h"
 
 struct sd_cwatch {
-    struct event *read;  /* EV_READ on the socket until the FIN */
-    struct event *poll;  /* after the FIN: is the connection reset? */
+    struct event *read; /* EV_READ on the socket until the FIN */
+    struct event *poll; /* after the FIN: is the connection reset? */
     evutil_socket_t fd;
     struct bufferevent *bev;
     const bool *started;
@@ -95,7 +95,8 @@ static void on_fin(sd_cwatch *w)
         /* what the socket did not take goes first in the output buffer: the
          * answer evhttp writes later follows it */
         size_t sent = n > 0 ? (size_t)n : 0;
-        if (sent < sizeof probe - 1) evbuffer_add(bufferevent_get_output(w->bev), probe + sent, sizeof probe - 1 - sent);
+        if (sent < sizeof probe - 1)
+            evbuffer_add(bufferevent_get_output(w->bev), probe + sent, sizeof probe - 1 - sent);
     }
     arm_poll(w);
 }
@@ -127,7 +128,11 @@ sd_status sd_cwatch_new(struct event_base *base, struct evhttp_request *req, con
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     sd_cwatch *w = calloc(1, sizeof *w);
     if (!w) return sd_seterr(err, errlen, SD_ERR_NOMEM, "client watch: out of memory");
-    *w = (sd_cwatch){.fd = fd, .bev = bev, .started = started, .gone = gone, .arg = arg,
+    *w = (sd_cwatch){.fd = fd,
+                     .bev = bev,
+                     .started = started,
+                     .gone = gone,
+                     .arg = arg,
                      .http11 = req->major == 1 && req->minor >= 1};
     w->read = event_new(base, fd, EV_READ | EV_PERSIST, on_readable, w);
     w->poll = evtimer_new(base, on_poll, w);

@@ -105,10 +105,7 @@ int sd_conncap_open(const sd_conncap *c)
     return n;
 }
 
-unsigned long sd_conncap_reached(const sd_conncap *c)
-{
-    return c->reached;
-}
+unsigned long sd_conncap_reached(const sd_conncap *c) { return c->reached; }
 
 void sd_conncap_free(sd_conncap *c)
 {

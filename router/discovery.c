@@ -18,7 +18,7 @@
 typedef struct name {
     struct sd_disc *d;
     char *host, *port;
-    int *lanes;          /* the lanes this name resolved to last time */
+    int *lanes; /* the lanes this name resolved to last time */
     size_t n_lanes, cap_lanes;
     struct evdns_getaddrinfo_request *pending;
 } name;
@@ -29,7 +29,7 @@ struct sd_disc {
     struct event *timer;
     name *names;
     size_t n;
-    bool closing;        /* sd_disc_free: lookups ending now change nothing */
+    bool closing; /* sd_disc_free: lookups ending now change nothing */
 };
 
 /* "tcp://ADDRESS:PORT" of one result. */
@@ -126,8 +126,8 @@ static bool split_name(const char *s, name *nm)
     return nm->host && nm->port;
 }
 
-sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *const *names, size_t n,
-                      double interval_s, const char *dns_server, sd_disc **out, char *err, size_t errlen)
+sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *const *names, size_t n, double interval_s,
+                      const char *dns_server, sd_disc **out, char *err, size_t errlen)
 {
     *out = NULL;
     sd_disc *d = calloc(1, sizeof *d);
@@ -158,7 +158,6 @@ sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *cons
     *out = d;
     return SD_OK;
 }
-
 
 void sd_disc_free(sd_disc *d)
 {

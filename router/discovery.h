@@ -22,9 +22,8 @@ typedef struct sd_disc sd_disc;
  * nameserver to ask, or NULL for the system's (/etc/resolv.conf, with its
  * search domains, and /etc/hosts). lanes is borrowed. SD_ERR_ARG naming a
  * malformed name, SD_ERR_IO, SD_ERR_NOMEM. */
-sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *const *names, size_t n,
-                      double interval_s, const char *dns_server, sd_disc **out, char *err, size_t errlen);
-
+sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *const *names, size_t n, double interval_s,
+                      const char *dns_server, sd_disc **out, char *err, size_t errlen);
 
 void sd_disc_free(sd_disc *d);
 

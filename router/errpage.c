@@ -12,7 +12,7 @@
 
 #define HEAD_MAX 2048 /* libevent's error headers are a few hundred bytes */
 
-static bool g_busy;   /* rewriting: the buffer changes under our own callback */
+static bool g_busy; /* rewriting: the buffer changes under our own callback */
 
 /* The value of header name in the header block h (NUL-terminated), or NULL. */
 static const char *header(const char *h, const char *name)
@@ -53,13 +53,17 @@ static void rewrite(struct evbuffer *buf)
     sscanf(h + 13, "%63[^\r]", reason);
     sd_api_err e;
     sd_api_fail(&e, status, status < 500 ? "invalid_request_error" : "server_error", NULL,
-                status == 413 ? "request_too_large" : status == 400 ? "bad_request" : NULL,
+                status == 413   ? "request_too_large"
+                : status == 400 ? "bad_request"
+                                : NULL,
                 "The HTTP request could not be processed: %d %s", status, reason);
     char *json = sd_api_error_json(&e);
     if (!json) return;
     char top[256];
-    int n = snprintf(top, sizeof top, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n", status, reason, strlen(json));
+    int n = snprintf(top, sizeof top,
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     status, reason, strlen(json));
     g_busy = true;
     evbuffer_drain(buf, head + body);
     evbuffer_prepend(buf, json, strlen(json));
@@ -74,8 +78,4 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
     if (!g_busy && info->n_added > 0) rewrite(buf); /* headers and body may come in two adds */
 }
 
-void sd_errpage_watch(struct bufferevent *bev)
-{
-    evbuffer_add_cb(bufferevent_get_output(bev), on_output, NULL);
-}
-
+void sd_errpage_watch(struct bufferevent *bev) { evbuffer_add_cb(bufferevent_get_output(bev), on_output, NULL); }

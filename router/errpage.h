@@ -17,5 +17,4 @@
 /* Watches bev's output from now on. */
 void sd_errpage_watch(struct bufferevent *bev);
 
-
 #endif

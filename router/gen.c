@@ -43,61 +43,61 @@ struct job;
 
 /* One choice's generation on a verifier. Owned by its job. */
 typedef struct gen {
-    struct gen *prev, *next;   /* all live generations (sd_gen.live) */
-    struct gen *qnext;         /* FIFO of waiting generations */
+    struct gen *prev, *next; /* all live generations (sd_gen.live) */
+    struct gen *qnext;       /* FIFO of waiting generations */
     struct job *j;
-    unsigned index;            /* choice index; samples with the request's seed + index */
-    uint64_t id;               /* the verifier's request id */
-    bool linked;               /* in sd_gen.live */
-    double t_last;             /* monotonic time of the last token event (0: none yet) */
+    unsigned index; /* choice index; samples with the request's seed + index */
+    uint64_t id;    /* the verifier's request id */
+    bool linked;    /* in sd_gen.live */
+    double t_last;  /* monotonic time of the last token event (0: none yet) */
     gen_state state;
-    int lane;                  /* -1 while queued */
+    int lane; /* -1 while queued */
     unsigned completion_tokens;
-    unsigned cached_tokens;    /* prompt tokens the verifier took from its prefix cache */
-    int32_t *out_ids;          /* the output so far (failover resumes after it on another lane) */
+    unsigned cached_tokens; /* prompt tokens the verifier took from its prefix cache */
+    int32_t *out_ids;       /* the output so far (failover resumes after it on another lane) */
     size_t n_out, cap_out;
     sd_tok_stream *dec;
     sd_stop *stop;
-    sd_tool_split split;       /* tools: the text from "<tool_call>" on is held (tool_calls.h) */
-    json_t *tool_calls;        /* ... and parsed into these at the end (NULL: none) */
-    struct evbuffer *text;     /* non-stream: all output; stream: this event's output */
-    sd_lp *lp;                 /* logprobs: the entries not yet sent (non-stream: all) */
-    double cum_logprob;        /* best_of: the output tokens' summed log-probabilities */
-    bool prompt_lp_done;       /* echo + logprobs: the prompt's entries are in lp */
-    struct event *park;        /* --resume-wait: how long a generation whose lane died waits for another */
-    bool parked;               /* waiting (first in the queue) for a lane to resume on */
-    const char *finish;        /* "stop" / "length" once finished */
+    sd_tool_split split;   /* tools: the text from "<tool_call>" on is held (tool_calls.h) */
+    json_t *tool_calls;    /* ... and parsed into these at the end (NULL: none) */
+    struct evbuffer *text; /* non-stream: all output; stream: this event's output */
+    sd_lp *lp;             /* logprobs: the entries not yet sent (non-stream: all) */
+    double cum_logprob;    /* best_of: the output tokens' summed log-probabilities */
+    bool prompt_lp_done;   /* echo + logprobs: the prompt's entries are in lp */
+    struct event *park;    /* --resume-wait: how long a generation whose lane died waits for another */
+    bool parked;           /* waiting (first in the queue) for a lane to resume on */
+    const char *finish;    /* "stop" / "length" once finished */
     uint64_t steps, draft_tokens, accepted_tokens, accepted_at[64];
     size_t n_accepted_at;
-    sd_pipe_stats drafting;  /* valid when has_drafting */
+    sd_pipe_stats drafting; /* valid when has_drafting */
     bool has_drafting;
-    sd_api_adapt adapt;        /* valid when has_adapt */
+    sd_api_adapt adapt; /* valid when has_adapt */
     bool has_adapt;
 } gen;
 
 /* One generation request, from validation to its last byte. */
 typedef struct job {
     struct sd_gen *svc;
-    char cid[48];              /* "cmpl-…" / "chatcmpl-…" / "resp_…" */
-    char msg_id[24];           /* /v1/responses: the output message's id "msg_…" */
+    char cid[48];    /* "cmpl-…" / "chatcmpl-…" / "resp_…" */
+    char msg_id[24]; /* /v1/responses: the output message's id "msg_…" */
     time_t created;
-    double t0;                 /* monotonic start */
-    double t_first;            /* monotonic time of the first token (0: none yet) */
-    double t_dispatch;         /* monotonic time of the first dispatch to a lane (0: not yet) */
+    double t0;         /* monotonic start */
+    double t_first;    /* monotonic time of the first token (0: none yet) */
+    double t_dispatch; /* monotonic time of the first dispatch to a lane (0: not yet) */
     struct evhttp_request *http;
-    bool client_gone;          /* the client went away: nothing more to send */
-    bool detached;             /* libevent detached http from its (closed) connection */
-    sd_cwatch *watch;          /* hang-up watch on the client's socket */
-    struct event *timer;       /* request timeout */
+    bool client_gone;    /* the client went away: nothing more to send */
+    bool detached;       /* libevent detached http from its (closed) connection */
+    sd_cwatch *watch;    /* hang-up watch on the client's socket */
+    struct event *timer; /* request timeout */
     bool stream_started;
-    bool admitted;             /* counted in sd_gen.n_jobs */
+    bool admitted; /* counted in sd_gen.n_jobs */
     sd_api_req p;
     int32_t *prompt;
     size_t n_prompt;
     unsigned max_tokens;
-    struct evbuffer *all;      /* /v1/responses streaming: all output (for the .done events) */
-    unsigned seq;              /* /v1/responses streaming: the next event's sequence_number */
-    gen **gens;                /* p.best_of choices */
+    struct evbuffer *all; /* /v1/responses streaming: all output (for the .done events) */
+    unsigned seq;         /* /v1/responses streaming: the next event's sequence_number */
+    gen **gens;           /* p.best_of choices */
     unsigned n_gens, n_done;
 } job;
 
@@ -105,18 +105,18 @@ struct sd_gen {
     sd_gen_opts o;
     struct event_base *base;
     sd_lanes *lanes;
-    sd_disc *disc;             /* lanes from DNS, or NULL */
+    sd_disc *disc; /* lanes from DNS, or NULL */
     const sd_tok *tok;
     int vocab;
     const sd_chat *chat;
     sd_metrics *metrics;
-    gen *live;                 /* list of live generations */
-    gen *qhead, *qtail;        /* waiting generations */
+    gen *live;          /* list of live generations */
+    gen *qhead, *qtail; /* waiting generations */
     int nqueued;
-    size_t n_jobs;             /* requests admitted and not finished */
+    size_t n_jobs; /* requests admitted and not finished */
     uint64_t next_id;
-    bool stopping;             /* shutting down: dispatch nothing more */
-    bool draining;             /* shutting down: accept nothing more */
+    bool stopping; /* shutting down: dispatch nothing more */
+    bool draining; /* shutting down: accept nothing more */
 };
 
 static void gen_drain_queue(sd_gen *s);
@@ -250,7 +250,6 @@ typedef struct job_stats {
     unsigned completion_tokens;
 } job_stats;
 
-
 /* Sums the choices' statistics into *spec (pointing into *t). The
  * acceptance estimate is the first choice's that has one. */
 static void job_sum(const job *j, sd_api_spec *spec, job_stats *t)
@@ -291,8 +290,17 @@ static const char *job_model(const job *j)
 static sd_api_result job_result(const job *j, const char *finish, sd_api_spec *spec, job_stats *t)
 {
     job_sum(j, spec, t);
-    sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
-                       t->completion_tokens, spec, NULL, 0, j->gens[0]->cached_tokens, NULL};
+    sd_api_result r = {j->cid,
+                       job_model(j),
+                       (long long)j->created,
+                       finish,
+                       (unsigned)j->n_prompt,
+                       t->completion_tokens,
+                       spec,
+                       NULL,
+                       0,
+                       j->gens[0]->cached_tokens,
+                       NULL};
     return r;
 }
 
@@ -307,8 +315,9 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->drafting = g->has_drafting ? &g->drafting : NULL;
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
     const job *j = g->j;
-    sd_api_result r = {j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt,
-                       g->completion_tokens, spec, NULL, g->index, g->cached_tokens, NULL};
+    sd_api_result r = {
+        j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt, g->completion_tokens, spec,
+        NULL,   g->index,     g->cached_tokens,      NULL};
     return r;
 }
 
@@ -329,11 +338,22 @@ static sd_resp resp_of(const job *j, const char *finish, bool streamed)
 {
     struct evbuffer *b = streamed ? j->all : j->gens[0]->text;
     const char *text = b && evbuffer_get_length(b) ? (const char *)evbuffer_pullup(b, -1) : NULL;
-    sd_resp r = {j->cid, j->msg_id, job_model(j), (long long)j->created,
-                 !finish ? "in_progress" : !strcmp(finish, "length") ? "incomplete" : "completed",
-                 finish && !strcmp(finish, "length"), (unsigned)j->n_prompt, j->gens[0]->completion_tokens,
-                 j->gens[0]->cached_tokens, &j->p, text ? text : "", text ? evbuffer_get_length(b) : 0,
-                 j->gens[0]->tool_calls, streamed};
+    sd_resp r = {j->cid,
+                 j->msg_id,
+                 job_model(j),
+                 (long long)j->created,
+                 !finish                     ? "in_progress"
+                 : !strcmp(finish, "length") ? "incomplete"
+                                             : "completed",
+                 finish && !strcmp(finish, "length"),
+                 (unsigned)j->n_prompt,
+                 j->gens[0]->completion_tokens,
+                 j->gens[0]->cached_tokens,
+                 &j->p,
+                 text ? text : "",
+                 text ? evbuffer_get_length(b) : 0,
+                 j->gens[0]->tool_calls,
+                 streamed};
     return r;
 }
 
@@ -348,8 +368,8 @@ static void resp_open(job *j)
                               json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, false)), &j->seq));
     send_sse(j, sd_resp_event("response.content_part.added",
                               json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", r.msg_id, "output_index", 0,
-                                        "content_index", 0, "part", "type", "output_text", "text", "",
-                                        "annotations"), &j->seq));
+                                        "content_index", 0, "part", "type", "output_text", "text", "", "annotations"),
+                              &j->seq));
 }
 
 static void resp_close(job *j, const char *finish)
@@ -357,16 +377,19 @@ static void resp_close(job *j, const char *finish)
     sd_resp r = resp_of(j, finish, true);
     send_sse(j, sd_resp_event("response.output_text.done",
                               json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r.msg_id, "output_index", 0,
-                                        "content_index", 0, "text", r.text, r.len), &j->seq));
+                                        "content_index", 0, "text", r.text, r.len),
+                              &j->seq));
     send_sse(j, sd_resp_event("response.content_part.done",
-                              json_pack("{s:s, s:i, s:i, s:{s:s, s:s%, s:[]}}", "item_id", r.msg_id, "output_index",
-                                        0, "content_index", 0, "part", "type", "output_text", "text", r.text, r.len,
-                                        "annotations"), &j->seq));
+                              json_pack("{s:s, s:i, s:i, s:{s:s, s:s%, s:[]}}", "item_id", r.msg_id, "output_index", 0,
+                                        "content_index", 0, "part", "type", "output_text", "text", r.text, r.len,
+                                        "annotations"),
+                              &j->seq));
     send_sse(j, sd_resp_event("response.output_item.done",
                               json_pack("{s:i, s:o}", "output_index", 0, "item", sd_resp_message(&r, true)), &j->seq));
     size_t i;
     json_t *call;
-    json_array_foreach((json_t *)r.tool_calls, i, call) { /* each call: its item, its arguments whole */
+    json_array_foreach((json_t *)r.tool_calls, i, call)
+    { /* each call: its item, its arguments whole */
         int at = (int)i + 1;
         json_t *item = sd_resp_call(call, true);
         json_t *id = json_object_get(item, "id"), *args = json_object_get(item, "arguments");
@@ -417,8 +440,8 @@ static char *final_body(job *j)
         rank_choices(j, order);
         for (unsigned i = 0; i < j->p.n; i++) {
             gen *g = order[i];
-            ch[i] = (sd_api_choice){(const char *)evbuffer_pullup(g->text, -1), evbuffer_get_length(g->text),
-                                    g->finish, g->lp ? sd_lp_take(g->lp) : NULL, g->tool_calls};
+            ch[i] = (sd_api_choice){(const char *)evbuffer_pullup(g->text, -1), evbuffer_get_length(g->text), g->finish,
+                                    g->lp ? sd_lp_take(g->lp) : NULL, g->tool_calls};
         }
         sd_api_spec spec;
         job_stats t;
@@ -435,9 +458,10 @@ static char *final_body(job *j)
 static void stream_error(job *j, const sd_api_err *e)
 {
     if (j->p.responses) {
-        send_sse(j, sd_resp_event("error", json_pack("{s:s, s:s, s:o}", "code", e->code[0] ? e->code : e->type,
-                                                     "message", e->message, "param",
-                                                     e->param[0] ? json_string(e->param) : json_null()), &j->seq));
+        send_sse(j, sd_resp_event("error",
+                                  json_pack("{s:s, s:s, s:o}", "code", e->code[0] ? e->code : e->type, "message",
+                                            e->message, "param", e->param[0] ? json_string(e->param) : json_null()),
+                                  &j->seq));
         return;
     }
     char *s = sd_api_error_json(e);
@@ -472,7 +496,11 @@ static void job_observe(job *j)
     double queue = j->t_dispatch ? j->t_dispatch - j->t0 : now - j->t0;
     unsigned tokens = 0;
     for (unsigned i = 0; i < j->n_gens; i++) tokens += j->gens[i]->completion_tokens;
-    sd_metrics_req mr = {(unsigned)j->n_prompt, tokens, now - j->t0, j->t_first ? j->t_first - j->t0 : -1, queue,
+    sd_metrics_req mr = {(unsigned)j->n_prompt,
+                         tokens,
+                         now - j->t0,
+                         j->t_first ? j->t_first - j->t0 : -1,
+                         queue,
                          j->gens[0]->finish ? j->gens[0]->finish : "stop"};
     sd_metrics_observe(j->svc->metrics, &mr);
 }
@@ -633,8 +661,8 @@ static sd_status fit_context(job *j, uint32_t ctx, sd_api_err *e)
     const char *pp = j->p.kind == SD_API_CHAT ? "messages" : "prompt";
     if (j->n_prompt >= ctx)
         return sd_api_fail(e, 400, INVALID, pp, "context_length_exceeded",
-                           "This model's maximum context length is %u tokens, but the prompt has %zu tokens",
-                           ctx, j->n_prompt);
+                           "This model's maximum context length is %u tokens, but the prompt has %zu tokens", ctx,
+                           j->n_prompt);
     unsigned room = ctx - (unsigned)j->n_prompt;
     if (j->p.max_tokens < 0) {
         unsigned d = (unsigned)j->svc->o.default_max_tokens;
@@ -651,10 +679,7 @@ static sd_status fit_context(job *j, uint32_t ctx, sd_api_err *e)
 }
 
 /* best_of: the choices are ranked by their log-probabilities */
-static bool ranked(const job *j)
-{
-    return j->p.best_of != j->p.n;
-}
+static bool ranked(const job *j) { return j->p.best_of != j->p.n; }
 
 static sd_status submit(gen *g, int lane, char *err, size_t errlen)
 {
@@ -757,8 +782,8 @@ static bool gen_dispatch(gen *g, int lane)
     if (!j->t_dispatch) j->t_dispatch = sd_now_s();
     sd_lanes_add_inflight(s->lanes, lane, 1);
     s->metrics->active++;
-    SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, j->n_prompt,
-             j->max_tokens, in->endpoint);
+    SD_DEBUG("request %llu: %zu prompt tokens, max %u, lane %s", (unsigned long long)g->id, j->n_prompt, j->max_tokens,
+             in->endpoint);
     if (j->p.stream && !j->stream_started) start_stream(j);
     return true;
 }
@@ -870,8 +895,9 @@ static void flush_chunk(gen *g)
     if (j->p.responses) {
         const char *t = (const char *)evbuffer_pullup(g->text, -1);
         send_sse(j, sd_resp_event("response.output_text.delta",
-                                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", j->msg_id,
-                                            "output_index", 0, "content_index", 0, "delta", t, n), &j->seq));
+                                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", j->msg_id, "output_index", 0,
+                                            "content_index", 0, "delta", t, n),
+                                  &j->seq));
         evbuffer_add(j->all, t, n);
         evbuffer_drain(g->text, n);
         return;
@@ -879,8 +905,8 @@ static void flush_chunk(gen *g)
     sd_api_spec spec;
     sd_api_result r = gen_result(g, NULL, &spec);
     r.logprobs = lp ? sd_lp_take(g->lp) : NULL;
-    send_sse(j, sd_api_chunk_sse(j->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false,
-                                 j->p.include_usage));
+    send_sse(j,
+             sd_api_chunk_sse(j->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false, j->p.include_usage));
     json_decref(r.logprobs);
     evbuffer_drain(g->text, n);
 }
@@ -906,8 +932,7 @@ static void take_stats(gen *g, const Specd__SpecStats *st)
     if (g->n_accepted_at) memcpy(g->accepted_at, st->accepted_at, g->n_accepted_at * sizeof *g->accepted_at);
     const Specd__PipeStats *p = st->pipe;
     g->has_drafting = p != NULL;
-    if (p)
-        g->drafting = sd_pipe_stats_from_proto(p);
+    if (p) g->drafting = sd_pipe_stats_from_proto(p);
     const Specd__AdaptStats *a = st->adapt;
     g->has_adapt = a != NULL;
     if (a) {
@@ -984,12 +1009,13 @@ static int error_status(const char *code)
 static void gen_on_event(void *ud, int lane, const Specd__Envelope *env)
 {
     sd_gen *s = ud;
-    uint64_t id = env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT ? env->token_event->request_id
-                                                                      : env->error->request_id;
+    uint64_t id =
+        env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT ? env->token_event->request_id : env->error->request_id;
     gen *g = gen_find(s, id);
     if (!g || g->lane != lane) {
         if (env->body_case == SPECD__ENVELOPE__BODY_ERROR) {
-            SD_WARN("verifier error (request %llu): %s: %s", (unsigned long long)id, env->error->code, env->error->message);
+            SD_WARN("verifier error (request %llu): %s: %s", (unsigned long long)id, env->error->code,
+                    env->error->message);
         } else if (env->token_event->finish == SPECD__FINISH_REASON__FINISH_NONE) {
             /* Nobody waits for it (cancelled, failed over, router restarted): stop it. */
             Specd__Cancel c = SPECD__CANCEL__INIT;
@@ -1024,7 +1050,9 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
                 int other = room ? sd_lanes_pick(s->lanes) : -1;
                 if (other >= 0) gen_failover(g, other);
                 else if (room && g->park) gen_park(g);
-                else job_fail(g->j, g, 503, "server_error", "lane_down", "The verifier lane stopped answering; retry later");
+                else
+                    job_fail(g->j, g, 503, "server_error", "lane_down",
+                             "The verifier lane stopped answering; retry later");
                 g = s->live;
             } else {
                 g = g->next;
@@ -1036,7 +1064,8 @@ static void gen_on_lane_state(void *ud, int lane, sd_lane_state st)
                     g = g->qnext;
                     continue;
                 }
-                job_fail(g->j, NULL, 503, "server_error", "no_healthy_lane", "No verifier lane is available; retry later");
+                job_fail(g->j, NULL, 503, "server_error", "no_healthy_lane",
+                         "No verifier lane is available; retry later");
                 g = s->qhead; /* the request's other choices went with it */
             }
     }
@@ -1049,15 +1078,9 @@ void sd_gen_fail_all(sd_gen *s, int status, const char *msg)
     while (s->live) job_fail(s->live->j, NULL, status, "server_error", "shutdown", msg);
 }
 
-void sd_gen_drain(sd_gen *s)
-{
-    s->draining = true;
-}
+void sd_gen_drain(sd_gen *s) { s->draining = true; }
 
-size_t sd_gen_live(const sd_gen *s)
-{
-    return s->n_jobs;
-}
+size_t sd_gen_live(const sd_gen *s) { return s->n_jobs; }
 
 /* ------------------------------------------------------------ admission */
 
@@ -1266,8 +1289,7 @@ sd_status sd_gen_new(const sd_gen_opts *opts, const sd_gen_env *env, sd_gen **ou
     s->next_id = ((uint64_t)time(NULL) << 20) | 1;
     sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity, env->curve};
     sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};
-    sd_status st = sd_lanes_new(s->base, env->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err,
-                                errlen);
+    sd_status st = sd_lanes_new(s->base, env->zctx, s->o.verifiers, s->o.n_verifiers, &lo, cbs, &s->lanes, err, errlen);
     if (st == SD_OK && s->o.n_verifier_dns)
         st = sd_disc_new(s->base, s->lanes, s->o.verifier_dns, s->o.n_verifier_dns, s->o.dns_interval_s,
                          s->o.dns_server, &s->disc, err, errlen);
@@ -1289,10 +1311,7 @@ const char *sd_gen_served_name(const sd_gen *s, const char *name)
     return NULL;
 }
 
-const sd_lanes *sd_gen_lanes(const sd_gen *s)
-{
-    return s->lanes;
-}
+const sd_lanes *sd_gen_lanes(const sd_gen *s) { return s->lanes; }
 
 void sd_gen_free(sd_gen *s)
 {

@@ -25,15 +25,15 @@ struct event_base;
 struct evhttp_request;
 
 typedef struct sd_gen_opts {
-    const char *const *verifiers;    /* lane endpoints */
+    const char *const *verifiers; /* lane endpoints */
     size_t n_verifiers;
-    const char *model_name;          /* the served model id */
-    const char *const *aliases;      /* more names for it */
+    const char *model_name;     /* the served model id */
+    const char *const *aliases; /* more names for it */
     size_t n_aliases;
-    int max_queue;                   /* waiting requests */
-    size_t max_body;                 /* bytes */
-    double request_timeout_s;        /* 0 = none */
-    int lane_capacity;               /* in-flight per lane */
+    int max_queue;            /* waiting requests */
+    size_t max_body;          /* bytes */
+    double request_timeout_s; /* 0 = none */
+    int lane_capacity;        /* in-flight per lane */
     int health_interval_ms;
     int max_missed;
     int default_max_tokens;
@@ -43,16 +43,16 @@ typedef struct sd_gen_opts {
     size_t n_verifier_dns;
     double dns_interval_s;
     const char *dns_server;
-    int tool_parser;                 /* sd_tool_fmt: how answers to tool requests are read (tool_calls.h) */
+    int tool_parser; /* sd_tool_fmt: how answers to tool requests are read (tool_calls.h) */
 } sd_gen_opts;
 
 /* What generation borrows from its owner (all outlive the sd_gen). */
 typedef struct sd_gen_env {
     struct event_base *base;
-    void *zctx;                      /* ZeroMQ context for the lane sockets */
-    const sd_curve *curve;           /* CURVE keys for them, NULL = plain */
+    void *zctx;            /* ZeroMQ context for the lane sockets */
+    const sd_curve *curve; /* CURVE keys for them, NULL = plain */
     const sd_tok *tok;
-    const sd_chat *chat;             /* how messages become a prompt */
+    const sd_chat *chat; /* how messages become a prompt */
     sd_metrics *metrics;
 } sd_gen_env;
 

@@ -24,8 +24,11 @@ static void utf8_scrub(char *s)
 {
     unsigned char *p = (unsigned char *)s;
     while (*p) {
-        int need = *p < 0x80 ? 0 : *p >= 0xC2 && *p <= 0xDF ? 1 : *p >= 0xE0 && *p <= 0xEF ? 2
-                 : *p >= 0xF0 && *p <= 0xF4 ? 3 : -1;
+        int need = *p < 0x80                  ? 0
+                   : *p >= 0xC2 && *p <= 0xDF ? 1
+                   : *p >= 0xE0 && *p <= 0xEF ? 2
+                   : *p >= 0xF0 && *p <= 0xF4 ? 3
+                                              : -1;
         unsigned char lo = *p == 0xE0 ? 0xA0 : *p == 0xF0 ? 0x90 : 0x80;
         unsigned char hi = *p == 0xED ? 0x9F : *p == 0xF4 ? 0x8F : 0xBF;
         int k = 0;
@@ -38,8 +41,8 @@ static void utf8_scrub(char *s)
     }
 }
 
-sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *param,
-                      const char *code, const char *fmt, ...)
+sd_status sd_api_fail(sd_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                      ...)
 {
     e->status = status;
     snprintf(e->type, sizeof e->type, "%s", type ? type : INVALID);
@@ -73,8 +76,8 @@ static sd_status get_bool(json_t *o, const char *name, bool *out, sd_api_err *e)
 }
 
 /* Integers; an integral real (e.g. 16.0) is accepted as well. */
-static sd_status get_int(json_t *o, const char *name, long long lo, long long hi, long long *out,
-                         bool *given, sd_api_err *e)
+static sd_status get_int(json_t *o, const char *name, long long lo, long long hi, long long *out, bool *given,
+                         sd_api_err *e)
 {
     json_t *v = field(o, name);
     if (given) *given = false;
@@ -132,8 +135,7 @@ static sd_status parse_prompt(json_t *o, sd_api_req *r, sd_api_err *e)
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
     if (json_is_string(p)) return dup_str(json_string_value(p), &r->prompt, "prompt", e);
-    if (!json_is_array(p))
-        return BADF("prompt", "'prompt' must be a string or an array of token ids");
+    if (!json_is_array(p)) return BADF("prompt", "'prompt' must be a string or an array of token ids");
     if (json_array_size(p) == 0) return BADF("prompt", "'prompt' must not be empty");
     json_t *first = json_array_get(p, 0);
     if (json_is_string(first) || json_is_array(first))
@@ -151,7 +153,8 @@ static sd_status parse_content(json_t *c, size_t i, char **out, sd_api_err *e)
     if (!json_is_array(c)) return BADF(param, "'%s' must be a string or an array of text parts", param);
     size_t total = 1, k;
     json_t *part;
-    json_array_foreach(c, k, part) {
+    json_array_foreach(c, k, part)
+    {
         const char *type = json_string_value(json_object_get(part, "type"));
         json_t *text = json_object_get(part, "text");
         if (!type || strcmp(type, "text") || !json_is_string(text))
@@ -181,12 +184,15 @@ static sd_status parse_msg_fields(json_t *msg, const char *role, size_t i, json_
             return BADF(param, "'%s' must be an array, on an assistant message", param);
         size_t k;
         json_t *c;
-        json_array_foreach(calls, k, c) {
+        json_array_foreach(calls, k, c)
+        {
             json_t *fn = json_object_get(c, "function"), *args = json_object_get(fn, "arguments");
             bool args_ok = !args || json_is_string(args) || json_is_object(args);
             if (!json_is_string(json_object_get(fn, "name")) || !args_ok)
-                return BADF(param, "'%s[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": string, "
-                            "\"arguments\": string or object}}", param, k);
+                return BADF(param,
+                            "'%s[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": string, "
+                            "\"arguments\": string or object}}",
+                            param, k);
         }
     }
     snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
@@ -207,8 +213,7 @@ static sd_status parse_messages(json_t *o, sd_api_req *r, sd_api_err *e)
     static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
     json_t *m = field(o, "messages");
     if (!m) return BADF("messages", "'messages' is required");
-    if (!json_is_array(m) || json_array_size(m) == 0)
-        return BADF("messages", "'messages' must be a non-empty array");
+    if (!json_is_array(m) || json_array_size(m) == 0) return BADF("messages", "'messages' must be a non-empty array");
     size_t n = json_array_size(m);
     r->messages = calloc(n, sizeof *r->messages);
     if (!r->messages) return sd_api_fail(e, 500, "server_error", "messages", NULL, "out of memory");
@@ -237,7 +242,8 @@ static sd_status parse_stop(json_t *o, sd_api_req *r, sd_api_err *e)
     if (!s) return SD_OK;
     if (json_is_string(s)) {
         if (json_string_length(s) == 0) return SD_OK;
-        if (json_string_length(s) > SD_API_MAX_STOP_LEN) return BADF("stop", "'stop' strings are limited to %d bytes", SD_API_MAX_STOP_LEN);
+        if (json_string_length(s) > SD_API_MAX_STOP_LEN)
+            return BADF("stop", "'stop' strings are limited to %d bytes", SD_API_MAX_STOP_LEN);
         r->n_stop = 1;
         return dup_str(json_string_value(s), &r->stop[0], "stop", e);
     }
@@ -245,10 +251,12 @@ static sd_status parse_stop(json_t *o, sd_api_req *r, sd_api_err *e)
     if (json_array_size(s) > SD_API_MAX_STOP) return BADF("stop", "'stop' accepts at most %d strings", SD_API_MAX_STOP);
     size_t i;
     json_t *v;
-    json_array_foreach(s, i, v) {
+    json_array_foreach(s, i, v)
+    {
         if (!json_is_string(v)) return BADF("stop", "'stop' must be a string or an array of strings");
         if (json_string_length(v) == 0) continue;
-        if (json_string_length(v) > SD_API_MAX_STOP_LEN) return BADF("stop", "'stop' strings are limited to %d bytes", SD_API_MAX_STOP_LEN);
+        if (json_string_length(v) > SD_API_MAX_STOP_LEN)
+            return BADF("stop", "'stop' strings are limited to %d bytes", SD_API_MAX_STOP_LEN);
         sd_status st = dup_str(json_string_value(v), &r->stop[r->n_stop], "stop", e);
         if (st != SD_OK) return st;
         r->n_stop++;
@@ -264,7 +272,8 @@ static sd_status parse_stop_ids(json_t *o, sd_api_req *r, sd_api_err *e)
         return BADF("stop_token_ids", "'stop_token_ids' must be an array of at most %d token ids", SD_API_MAX_STOP);
     size_t i;
     json_t *v;
-    json_array_foreach(s, i, v) {
+    json_array_foreach(s, i, v)
+    {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return BADF("stop_token_ids", "'stop_token_ids' must hold non-negative integers");
         r->stop_ids[r->n_stop_ids++] = (int32_t)json_integer_value(v);
@@ -324,8 +333,10 @@ static sd_status parse_logprobs(json_t *o, sd_api_req *r, sd_api_err *e)
     json_t *lp = field(o, "logprobs");
     if (r->kind == SD_API_COMPLETION) {
         if (json_is_boolean(lp))
-            return BADF("logprobs", "'logprobs' on /v1/completions is the number of alternatives per token "
-                        "(0..%d), not a boolean", SD_API_MAX_LOGPROBS);
+            return BADF("logprobs",
+                        "'logprobs' on /v1/completions is the number of alternatives per token "
+                        "(0..%d), not a boolean",
+                        SD_API_MAX_LOGPROBS);
         sd_status st = get_int(o, "logprobs", 0, SD_API_MAX_LOGPROBS, &n, &given, e);
         r->logprobs = given;
         r->top_logprobs = (int)n;
@@ -364,15 +375,17 @@ static sd_status parse_unsupported(json_t *o, sd_api_req *r, sd_api_err *e)
     if (functions && !(json_is_array(functions) && json_array_size(functions) == 0))
         return BADF("functions", "'functions' (deprecated) is not supported: use 'tools'");
     json_t *fc = field(o, "function_call");
-    if (fc && !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))))
+    if (fc &&
+        !(json_is_string(fc) && (!strcmp(json_string_value(fc), "none") || !strcmp(json_string_value(fc), "auto"))))
         return BADF("function_call", "'function_call' (deprecated) may only be \"none\" or \"auto\": use 'tools'");
     if (field(o, "guided_grammar"))
         return BADF("guided_grammar", "'guided_grammar' is not supported: output is constrained by a JSON schema, "
-                    "a regular expression or a list of choices");
+                                      "a regular expression or a list of choices");
     /* which library does it: specd has its own; vLLM's option "NAME:disable-any-whitespace" is honoured */
     json_t *backend = field(o, "guided_decoding_backend");
-    if (backend && !json_is_string(backend)) return BADF("guided_decoding_backend", "'guided_decoding_backend' "
-                                                          "must be a string");
+    if (backend && !json_is_string(backend))
+        return BADF("guided_decoding_backend", "'guided_decoding_backend' "
+                                               "must be a string");
     if (backend && strstr(json_string_value(backend), "disable-any-whitespace")) r->sampling.json_compact = true;
     return SD_OK;
 }
@@ -409,7 +422,7 @@ static sd_status set_regex(json_t *re, const char *param, sd_api_req *r, sd_api_
     sd_regex_free(c);
     if (st != SD_OK) return BADF(param, "'%s': %s", param, msg);
     return dup_str(json_string_value(re), &r->regex, param, e) == SD_OK ? (r->sampling.regex = r->regex, SD_OK)
-                                                                         : SD_ERR_ARG;
+                                                                        : SD_ERR_ARG;
 }
 
 /* choice: the output is exactly one of the strings (a regular expression of
@@ -422,7 +435,8 @@ static sd_status set_choice(json_t *ch, const char *param, sd_api_req *r, sd_api
     const char *texts[SD_API_MAX_CHOICES];
     size_t lens[SD_API_MAX_CHOICES];
     json_t *c;
-    json_array_foreach(ch, i, c) {
+    json_array_foreach(ch, i, c)
+    {
         if (!json_is_string(c)) return BADF(param, "'%s[%zu]' must be a string", param, i);
         texts[i] = json_string_value(c);
         lens[i] = json_string_length(c);
@@ -452,7 +466,8 @@ static sd_status set_structured(json_t *so, sd_api_req *r, sd_api_err *e)
     if (json_is_true(ws)) r->sampling.json_compact = true;
     if (given == 0 && ws && json_object_size(so) == 1) return SD_OK; /* the option alone: JSON given elsewhere */
     if (!json_is_object(so) || given != 1 || json_object_size(so) != 1 + (ws != NULL))
-        return BADF("structured_outputs", "'structured_outputs' must hold one of 'json' (a schema), 'json_object' "
+        return BADF("structured_outputs",
+                    "'structured_outputs' must hold one of 'json' (a schema), 'json_object' "
                     "(true), 'regex' and 'choice' (and 'disable_any_whitespace'): grammar and structural tags are "
                     "not supported");
     json_t *v = json_object_get(so, key);
@@ -474,7 +489,10 @@ static sd_status parse_response_format(json_t *o, sd_api_req *r, sd_api_err *e)
     /* structured_outputs holding only disable_any_whitespace is an option of the others, not a format */
     bool so_option = json_is_object(so) && json_object_size(so) == 1 && json_object_get(so, "disable_any_whitespace");
     if ((rf != NULL) + (so && !so_option) + (gj != NULL) + (gr != NULL) + (gc != NULL) > 1)
-        return BADF(rf ? "response_format" : so ? "structured_outputs" : "guided_json", "give one of "
+        return BADF(rf   ? "response_format"
+                    : so ? "structured_outputs"
+                         : "guided_json",
+                    "give one of "
                     "'response_format', 'structured_outputs', 'guided_json', 'guided_regex' and 'guided_choice'");
     sd_status st = so ? set_structured(so, r, e) : SD_OK;
     if (st != SD_OK || (so && !so_option)) return st;
@@ -487,12 +505,12 @@ static sd_status parse_response_format(json_t *o, sd_api_req *r, sd_api_err *e)
     if (!strcmp(type, "json_object")) return r->sampling.json_object = true, SD_OK;
     if (strcmp(type, "json_schema"))
         return BADF("response_format", "'response_format.type' must be \"text\", \"json_object\" or "
-                    "\"json_schema\"");
+                                       "\"json_schema\"");
     json_t *js = json_object_get(rf, "json_schema");
     json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema");
     if (!json_is_object(js) || !schema || (name && !json_is_string(name)))
         return BADF("response_format", "'response_format.json_schema' must be an object with the schema in "
-                    "'schema' (and a string 'name')");
+                                       "'schema' (and a string 'name')");
     return set_schema(schema, "response_format", r, e);
 }
 
@@ -514,8 +532,9 @@ static sd_status parse_sampling(json_t *o, sd_api_req *r, sd_api_err *e)
     if (st != SD_OK) return st;
     char msg[256] = "";
     if (sd_sampling_validate(s, msg, sizeof msg) != SD_OK) {
-        static const char *const names[] = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
-                                            "presence_penalty", "frequency_penalty", "seed"};
+        static const char *const names[] = {
+            "temperature",       "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+            "frequency_penalty", "seed"};
         const char *param = NULL;
         for (size_t i = 0; i < sizeof names / sizeof *names && !param; i++)
             if (strstr(msg, names[i])) param = names[i];
@@ -540,7 +559,8 @@ static sd_status parse_logit_bias(json_t *o, sd_api_req *r, sd_api_err *e)
     const char *key;
     json_t *v;
     size_t i = 0;
-    json_object_foreach(b, key, v) {
+    json_object_foreach(b, key, v)
+    {
         char *end = NULL;
         errno = 0;
         long long id = key[0] >= '0' && key[0] <= '9' ? strtoll(key, &end, 10) : -1;
@@ -571,7 +591,8 @@ static sd_status parse_allowed(json_t *o, sd_api_req *r, sd_api_err *e)
     if (!r->allowed) return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     size_t i;
     json_t *v;
-    json_array_foreach(a, i, v) {
+    json_array_foreach(a, i, v)
+    {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return BADF("allowed_token_ids", "'allowed_token_ids' must hold non-negative integers");
         r->allowed[i] = (int32_t)json_integer_value(v);
@@ -599,7 +620,8 @@ static sd_status force_named(json_t *tools, const char *name, sd_api_req *r, sd_
 {
     size_t i;
     json_t *t;
-    json_array_foreach(tools, i, t) {
+    json_array_foreach(tools, i, t)
+    {
         if (strcmp(tool_name(t), name)) continue;
         json_t *p = params_of(t);
         sd_status st = set_schema(p, "tools", r, e);
@@ -617,10 +639,9 @@ static sd_status force_required(json_t *o, json_t *tools, sd_api_req *r, sd_api_
 {
     json_t *alts = json_array(), *t;
     size_t i;
-    json_array_foreach(tools, i, t)
-        json_array_append_new(alts, json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s]}", "type", "object", "properties",
-                                              "name", "const", tool_name(t), "parameters", params_of(t), "required",
-                                              "name", "parameters"));
+    json_array_foreach(tools, i, t) json_array_append_new(
+        alts, json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s]}", "type", "object", "properties", "name", "const",
+                        tool_name(t), "parameters", params_of(t), "required", "name", "parameters"));
     json_t *schema = json_pack("{s:s, s:i, s:{s:o}}", "type", "array", "minItems", 1, "items", "anyOf", alts);
     if (json_is_false(field(o, "parallel_tool_calls"))) json_object_set_new(schema, "maxItems", json_integer(1));
     sd_status st = set_schema(schema, "tools", r, e);
@@ -644,7 +665,7 @@ static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
     bool known = choice && (!strcmp(choice, "none") || !strcmp(choice, "auto") || !strcmp(choice, "required"));
     if (tc && !named_ok && !known)
         return BADF("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                    "\"function\": {\"name\": ...}}");
+                                   "\"function\": {\"name\": ...}}");
     bool forced = named_ok || (choice && !strcmp(choice, "required"));
     if (!tools || (json_is_array(tools) && json_array_size(tools) == 0))
         return forced ? BADF("tool_choice", "this 'tool_choice' needs 'tools'") : SD_OK;
@@ -652,7 +673,8 @@ static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
     if (r->kind != SD_API_CHAT) return BADF("tools", "'tools' is supported on /v1/chat/completions only");
     size_t i;
     json_t *t;
-    json_array_foreach(tools, i, t) {
+    json_array_foreach(tools, i, t)
+    {
         json_t *f = json_object_get(t, "function"), *name = json_object_get(f, "name");
         if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
             strcmp(json_string_value(json_object_get(t, "type")), "function") || !json_is_object(f) ||
@@ -663,7 +685,8 @@ static sd_status parse_tools(json_t *o, sd_api_req *r, sd_api_err *e)
     r->tools = json_incref(tools);
     if (!forced) return SD_OK;
     if (r->sampling.json_object || r->json_schema || r->regex)
-        return BADF("tool_choice", "a forced 'tool_choice' (required, or a named function) constrains the output "
+        return BADF("tool_choice",
+                    "a forced 'tool_choice' (required, or a named function) constrains the output "
                     "itself: it cannot come with JSON or regex output ('response_format', 'structured_outputs')");
     return named_ok ? force_named(tools, json_string_value(named), r, e) : force_required(o, tools, r, e);
 }
@@ -704,7 +727,7 @@ static sd_status parse_fields(json_t *o, sd_api_kind kind, sd_api_req *r, sd_api
     if (st == SD_OK) st = parse_tools(o, r, e);
     if (st == SD_OK && r->sampling.json_compact && !r->sampling.json_object && !r->json_schema)
         st = BADF("structured_outputs", "'disable_any_whitespace' applies to JSON output: give a JSON schema or "
-                  "json_object");
+                                        "json_object");
     if (st == SD_OK) st = parse_logprobs(o, r, e);
     return st;
 }
@@ -721,10 +744,10 @@ sd_status sd_api_parse(sd_api_kind kind, const char *body, size_t len, sd_api_re
     json_error_t jerr;
     json_t *o = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
     if (!o)
-        return BADF(NULL, "We could not parse the JSON body of your request: %s (line %d, column %d)",
-                    jerr.text, jerr.line, jerr.column);
-    sd_status st = json_is_object(o) ? parse_fields(o, kind, r, e)
-                                     : BADF(NULL, "The request body must be a JSON object");
+        return BADF(NULL, "We could not parse the JSON body of your request: %s (line %d, column %d)", jerr.text,
+                    jerr.line, jerr.column);
+    sd_status st =
+        json_is_object(o) ? parse_fields(o, kind, r, e) : BADF(NULL, "The request body must be a JSON object");
     json_decref(o);
     if (st != SD_OK) sd_api_req_clear(r);
     return st;
@@ -764,15 +787,12 @@ static json_t *text_json(const char *text, size_t len)
     return t ? t : json_string("\xef\xbf\xbd");
 }
 
-static json_t *str_or_null(const char *s)
-{
-    return s && s[0] ? json_string(s) : json_null();
-}
+static json_t *str_or_null(const char *s) { return s && s[0] ? json_string(s) : json_null(); }
 
 char *sd_api_error_json(const sd_api_err *e)
 {
-    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type", e->type,
-                          "param", str_or_null(e->param), "code", str_or_null(e->code));
+    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type", e->type, "param",
+                          str_or_null(e->param), "code", str_or_null(e->code));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
     json_decref(o);
     return s;
@@ -783,7 +803,8 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
     sd_api_spec z = {0};
     if (!s) s = &z;
     json_t *pos = json_array();
-    for (size_t i = 0; i < s->n_accepted_at; i++) json_array_append_new(pos, json_integer((json_int_t)s->accepted_at[i]));
+    for (size_t i = 0; i < s->n_accepted_at; i++)
+        json_array_append_new(pos, json_integer((json_int_t)s->accepted_at[i]));
     double mean = s->steps ? (double)s->accepted_tokens / (double)s->steps : 0.0;
     double rate = s->draft_tokens ? (double)s->accepted_tokens / (double)s->draft_tokens : 0.0;
     json_t *o = json_pack("{s:I, s:I, s:I, s:f, s:f, s:o}", "steps", (json_int_t)s->steps, "draft_tokens",
@@ -797,10 +818,9 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
                             json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "spans_used",
                                       (json_int_t)d->spans_used, "spans_stale", (json_int_t)d->spans_stale,
                                       "pre_draft_hit_rate", hit, "wait_ms", d->wait_us / 1e3, "draft_ms",
-                                      d->draft_us / 1e3, "step_ms", d->step_us / 1e3, "verify_ms",
-                                      d->verify_us / 1e3, "draft_time_hidden", hidden, "fallback_used",
-                                      (json_int_t)d->fallback_used, "fallback_accepted",
-                                      (json_int_t)d->fallback_accepted));
+                                      d->draft_us / 1e3, "step_ms", d->step_us / 1e3, "verify_ms", d->verify_us / 1e3,
+                                      "draft_time_hidden", hidden, "fallback_used", (json_int_t)d->fallback_used,
+                                      "fallback_accepted", (json_int_t)d->fallback_accepted));
     }
     const sd_api_adapt *a = s->adapt;
     if (o && a && a->k_steps > 0) {
@@ -823,8 +843,8 @@ static json_t *usage_json(const sd_api_result *res)
 
 static json_t *head_json(const sd_api_result *res, const char *object)
 {
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", res->id, "object", object, "created",
-                     (json_int_t)res->created, "model", res->model);
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", res->id, "object", object, "created", (json_int_t)res->created,
+                     "model", res->model);
 }
 
 /* choices[0] without its text: index, logprobs, finish_reason. */
@@ -845,8 +865,9 @@ char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const sd_
         if (chat && ch[i].tool_calls) {
             json_decref(t);
             t = ch[i].len ? text_json(ch[i].text, ch[i].len) : json_null();
-            json_object_set_new(choice, "message", json_pack("{s:s, s:o, s:O}", "role", "assistant", "content", t,
-                                                             "tool_calls", ch[i].tool_calls));
+            json_object_set_new(
+                choice, "message",
+                json_pack("{s:s, s:o, s:O}", "role", "assistant", "content", t, "tool_calls", ch[i].tool_calls));
         } else if (chat) {
             json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", t));
         } else {
@@ -868,7 +889,8 @@ static json_t *indexed_calls(json_t *calls)
     json_t *a = json_array();
     size_t i;
     json_t *c;
-    json_array_foreach(calls, i, c) {
+    json_array_foreach(calls, i, c)
+    {
         json_t *d = json_deep_copy(c);
         json_object_set_new(d, "index", json_integer((json_int_t)i));
         json_array_append_new(a, d);
@@ -889,8 +911,8 @@ static char *sse_wrap(json_t *o)
     return s;
 }
 
-char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *text, size_t len,
-                       bool first, bool with_usage_null)
+char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *text, size_t len, bool first,
+                       bool with_usage_null)
 {
     bool chat = kind == SD_API_CHAT;
     json_t *o = head_json(res, chat ? "chat.completion.chunk" : "text_completion");

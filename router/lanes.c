@@ -16,8 +16,8 @@ typedef struct lane {
     void *sock;
     struct event *ev;
     uint64_t nonce_sent, nonce_acked;
-    uint64_t instance;  /* the verifier process's HealthReply.instance (0: not known yet) */
-    sd_lane_info base;  /* counters of the lane's earlier verifier processes (a restarted one counts from 0) */
+    uint64_t instance; /* the verifier process's HealthReply.instance (0: not known yet) */
+    sd_lane_info base; /* counters of the lane's earlier verifier processes (a restarted one counts from 0) */
     int index;
     struct sd_lanes *owner;
 } lane;
@@ -25,7 +25,7 @@ typedef struct lane {
 struct sd_lanes {
     struct event_base *base;
     void *zctx;
-    lane **lanes;       /* pointers: a lane's events hold its address while the table grows */
+    lane **lanes; /* pointers: a lane's events hold its address while the table grows */
     size_t n, cap;
     sd_lanes_opts opts;
     sd_lane_cbs cbs;
@@ -36,7 +36,8 @@ static void set_state(sd_lanes *l, lane *ln, sd_lane_state st)
 {
     if (ln->info.state == st || (ln->info.retired && st != SD_LANE_DOWN)) return;
     ln->info.state = st;
-    if (st == SD_LANE_UP) SD_INFO("lane %s is up (model %s, max_context %u)", ln->endpoint, ln->info.model, ln->info.max_context);
+    if (st == SD_LANE_UP)
+        SD_INFO("lane %s is up (model %s, max_context %u)", ln->endpoint, ln->info.model, ln->info.max_context);
     if (st == SD_LANE_DOWN) SD_WARN("lane %s is down (%d health requests unanswered)", ln->endpoint, ln->info.missed);
     if (l->cbs.on_state) l->cbs.on_state(l->cbs.ud, ln->index, st);
 }
@@ -327,10 +328,7 @@ void sd_lanes_free(sd_lanes *l)
     free(l);
 }
 
-size_t sd_lanes_count(const sd_lanes *l)
-{
-    return l->n;
-}
+size_t sd_lanes_count(const sd_lanes *l) { return l->n; }
 
 const sd_lane_info *sd_lanes_info(const sd_lanes *l, int i)
 {

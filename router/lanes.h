@@ -38,14 +38,13 @@ typedef struct sd_lane_accept {
     size_t n;
 } sd_lane_accept;
 
-
 typedef struct sd_lane_info {
     const char *endpoint;
     sd_lane_state state;
-    bool retired;           /* discovery dropped it (sd_lanes_retire): DOWN, no health checks, no work */
-    int inflight;           /* requests routed here and not finished */
-    int missed;             /* consecutive unanswered health requests */
-    uint32_t max_context;   /* 0 until the verifier reported it */
+    bool retired;         /* discovery dropped it (sd_lanes_retire): DOWN, no health checks, no work */
+    int inflight;         /* requests routed here and not finished */
+    int missed;           /* consecutive unanswered health requests */
+    uint32_t max_context; /* 0 until the verifier reported it */
     uint32_t vocab_size;
     uint32_t active, queued, kv_total, kv_free;
     uint64_t steps, draft_tokens, accepted_tokens, tokens_generated;
@@ -53,18 +52,18 @@ typedef struct sd_lane_info {
     size_t n_accepted_at;
     bool drafter_up;
     uint32_t drafter_requests, drafter_kv_total, drafter_kv_free; /* the drafter's last figures */
-    sd_pipe_stats pipe;             /* drafting as the verifier saw it (specd.PipeStats) */
+    sd_pipe_stats pipe;                   /* drafting as the verifier saw it (specd.PipeStats) */
     uint64_t k_chosen[SD_LANE_MAX_K + 1]; /* adaptive: request-steps by drafts chosen */
     size_t n_k_chosen;
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
     uint64_t regime_plain;                            /* adaptive: steps the regime test ran plain */
     float regime_rate[2];                             /* ... its rates (drafting, plain; 0: not measured) */
-    uint32_t step_rows_max;          /* the most rows one of its engine steps had */
-    uint64_t preemptions;            /* requests its verifier preempted (KV short) */
-    uint64_t prefix_queries, prefix_hits; /* prompt positions looked up / taken from the prefix cache */
-    uint64_t prefix_evictions;       /* cached blocks reused for new work */
-    uint32_t prefix_cached;          /* blocks cached that no request holds */
-    sd_lane_accept accept[SD_LANE_MAX_ACCEPT];  /* adaptive: the verifier's acceptance estimates */
+    uint32_t step_rows_max;                           /* the most rows one of its engine steps had */
+    uint64_t preemptions;                             /* requests its verifier preempted (KV short) */
+    uint64_t prefix_queries, prefix_hits;             /* prompt positions looked up / taken from the prefix cache */
+    uint64_t prefix_evictions;                        /* cached blocks reused for new work */
+    uint32_t prefix_cached;                           /* blocks cached that no request holds */
+    sd_lane_accept accept[SD_LANE_MAX_ACCEPT];        /* adaptive: the verifier's acceptance estimates */
     size_t n_accept;
     char model[128];
 } sd_lane_info;
@@ -91,8 +90,7 @@ typedef struct sd_lanes_opts {
  * timer started; n may be 0 (lanes come from discovery). zctx: a ZeroMQ context owned by the caller, outliving the
  * table. SD_ERR_IO naming the endpoint when a socket cannot be set up. */
 sd_status sd_lanes_new(struct event_base *base, void *zctx, const char *const *endpoints, size_t n,
-                       const sd_lanes_opts *opts, sd_lane_cbs cbs, sd_lanes **out, char *err,
-                       size_t errlen);
+                       const sd_lanes_opts *opts, sd_lane_cbs cbs, sd_lanes **out, char *err, size_t errlen);
 
 /* Lane discovery (discovery.h). sd_lanes_add: the lane of endpoint — a new
  * one (STARTING, health-checked from now on), or the existing one, brought

@@ -9,8 +9,8 @@ struct sd_lp {
     sd_api_kind kind;
     int top;
     size_t pending;
-    long long offset;     /* completions: characters of the token texts so far */
-    json_t *content;      /* chat: the entries */
+    long long offset; /* completions: characters of the token texts so far */
+    json_t *content;  /* chat: the entries */
     json_t *tokens, *token_logprobs, *top_logprobs, *text_offset; /* completions */
 };
 
@@ -57,10 +57,7 @@ void sd_lp_free(sd_lp *a)
     free(a);
 }
 
-static json_t *lp_num(float x)
-{
-    return json_real(x > -9999.0f ? (double)x : -9999.0);
-}
+static json_t *lp_num(float x) { return json_real(x > -9999.0f ? (double)x : -9999.0); }
 
 /* The text of one token (malloc'd, valid UTF-8); "" when it cannot be decoded. */
 static char *token_text(const sd_tok *tok, int32_t id)
@@ -130,10 +127,7 @@ void sd_lp_add(sd_lp *a, int32_t token, const Specd__TokenLogprob *lp)
     a->pending++;
 }
 
-size_t sd_lp_pending(const sd_lp *a)
-{
-    return a->pending;
-}
+size_t sd_lp_pending(const sd_lp *a) { return a->pending; }
 
 json_t *sd_lp_take(sd_lp *a)
 {

@@ -13,13 +13,13 @@ void sd_metrics_count_status(sd_metrics *m, int status)
 }
 
 /* vLLM's bucket bounds for its request histograms. */
-static const double TTFT_B[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+static const double TTFT_B[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
                                 1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
-static const double TPOT_B[] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
-                                0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
-static const double E2E_B[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,  15.0,  20.0,
+static const double TPOT_B[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double E2E_B[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
                                30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-static const double LEN_B[] = {1,    2,    5,    10,    20,    50,    100,    200,    500,    1000,
+static const double LEN_B[] = {1,    2,    5,     10,    20,    50,     100,    200,    500,    1000,
                                2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000};
 #define NB(a) ((int)(sizeof a / sizeof a[0]))
 
@@ -55,10 +55,7 @@ void sd_metrics_observe(sd_metrics *m, const sd_metrics_req *r)
     hist_add(&m->latency, BUCKETS, SD_METRICS_NBUCKETS, r->e2e_s);
 }
 
-void sd_metrics_observe_itl(sd_metrics *m, double seconds)
-{
-    hist_add(&m->itl, TPOT_B, NB(TPOT_B), seconds);
-}
+void sd_metrics_observe_itl(sd_metrics *m, double seconds) { hist_add(&m->itl, TPOT_B, NB(TPOT_B), seconds); }
 
 static void header(FILE *f, const char *name, const char *type, const char *help)
 {
@@ -89,7 +86,8 @@ static void render_router(FILE *f, const sd_metrics *m)
 {
     header(f, "specd_http_requests_total", "counter", "HTTP requests answered, by status code.");
     for (int s = 100; s < 600; s++)
-        if (m->by_status[s]) fprintf(f, "specd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)m->by_status[s]);
+        if (m->by_status[s])
+            fprintf(f, "specd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)m->by_status[s]);
     header(f, "specd_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
     fprintf(f, "specd_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     header(f, "specd_generation_tokens_total", "counter", "Generated tokens of finished requests.");
@@ -145,7 +143,7 @@ static void lane_series(FILE *f, const sd_lanes *l, const char *name, const char
 static void render_pipe(FILE *f, const sd_lanes *l)
 {
     static const char *const name[SD_PIPE_STATS_N] = {
-        "spans_used",   "spans_stale",    "spans_ready",  "decode_steps",   "wait_seconds",
+        "spans_used",    "spans_stale",  "spans_ready",    "decode_steps",  "wait_seconds",
         "draft_seconds", "step_seconds", "verify_seconds", "fallback_used", "fallback_accepted"};
     static const char *const help[SD_PIPE_STATS_N] = {
         "Steps that verified drafter tokens (summed over lanes).",
@@ -167,7 +165,7 @@ static void render_pipe(FILE *f, const sd_lanes *l)
         snprintf(full, sizeof full, "specd_spec_%s_total", name[k]);
         header(f, full, "counter", help[k]);
         if (k < 4 || k >= 8) fprintf(f, "%s %llu\n", full, (unsigned long long)sum[k]); /* counts */
-        else fprintf(f, "%s %.6f\n", full, (double)sum[k] / 1e6); /* fields 4..7: microseconds */
+        else fprintf(f, "%s %.6f\n", full, (double)sum[k] / 1e6);                       /* fields 4..7: microseconds */
     }
     header(f, "specd_spec_pre_draft_hit_rate", "gauge", "spans_ready / decode_steps since start.");
     fprintf(f, "specd_spec_pre_draft_hit_rate %.6f\n", sum[3] ? (double)sum[2] / (double)sum[3] : 0.0);
@@ -220,7 +218,8 @@ static void render_adapt(FILE *f, const sd_lanes *l)
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
         for (size_t e = 0; e < in->n_accept; e++)
             for (size_t j = 0; j < in->accept[e].n; j++)
-                fprintf(f, "specd_spec_acceptance_estimate{lane=\"%s\",mode=\"%s\",temperature=\"%s\",pos=\"%zu\"} %.4f\n",
+                fprintf(f,
+                        "specd_spec_acceptance_estimate{lane=\"%s\",mode=\"%s\",temperature=\"%s\",pos=\"%zu\"} %.4f\n",
                         in->endpoint, in->accept[e].mode, in->accept[e].temperature, j + 1, in->accept[e].accept[j]);
     }
 }
@@ -235,18 +234,19 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     lane_series(f, l, "specd_drafter_kv_blocks", "gauge", "KV mirror pool blocks of the lane's drafter.", 5);
     lane_series(f, l, "specd_drafter_kv_blocks_free", "gauge", "Free KV mirror pool blocks of the lane's drafter.", 6);
     lane_series(f, l, "specd_step_rows_max", "gauge",
-               "The most rows (prompt tokens, decode and draft positions) one engine step of the lane had.", 7);
+                "The most rows (prompt tokens, decode and draft positions) one engine step of the lane had.", 7);
     lane_series(f, l, "specd_preemptions_total", "counter",
-               "Requests the lane's verifier preempted: KV given back when the pool ran short, prefilled again later.",
-               8);
+                "Requests the lane's verifier preempted: KV given back when the pool ran short, prefilled again later.",
+                8);
     lane_series(f, l, "specd_prefix_queries_total", "counter",
-               "Prompt positions the lane's verifier looked up in its prefix cache.", 9);
+                "Prompt positions the lane's verifier looked up in its prefix cache.", 9);
     lane_series(f, l, "specd_prefix_hits_total", "counter",
-               "Prompt positions whose KV the lane's verifier took from its prefix cache instead of computing it.", 10);
+                "Prompt positions whose KV the lane's verifier took from its prefix cache instead of computing it.",
+                10);
     lane_series(f, l, "specd_prefix_cached_blocks", "gauge",
-               "KV blocks the lane's verifier keeps for its prefix cache that no request holds.", 11);
+                "KV blocks the lane's verifier keeps for its prefix cache that no request holds.", 11);
     lane_series(f, l, "specd_prefix_evictions_total", "counter",
-               "Cached KV blocks the lane's verifier gave to new work, least recently used first.", 12);
+                "Cached KV blocks the lane's verifier gave to new work, least recently used first.", 12);
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
@@ -263,7 +263,8 @@ static void render_lanes(FILE *f, const sd_lanes *l)
     fprintf(f, "specd_spec_draft_tokens_total %llu\n", (unsigned long long)drafted);
     header(f, "specd_spec_accepted_tokens_total", "counter", "Draft tokens accepted (summed over lanes).");
     fprintf(f, "specd_spec_accepted_tokens_total %llu\n", (unsigned long long)accepted);
-    header(f, "specd_spec_accepted_per_position_total", "counter", "Steps whose draft token at position pos was accepted.");
+    header(f, "specd_spec_accepted_per_position_total", "counter",
+           "Steps whose draft token at position pos was accepted.");
     for (size_t k = 0; k < npos; k++)
         fprintf(f, "specd_spec_accepted_per_position_total{pos=\"%zu\"} %llu\n", k + 1, (unsigned long long)pos[k]);
     header(f, "specd_spec_acceptance_rate", "gauge", "Accepted / drafted tokens since start.");
@@ -325,22 +326,21 @@ static void render_vllm(FILE *f, const sd_metrics *m, const sd_lanes *l)
     vllm_hist(f, "vllm:time_to_first_token_seconds", "Time to first token.", model, &m->ttft, TTFT_B, NB(TTFT_B));
     vllm_hist(f, "vllm:time_per_output_token_seconds", "Time per output token after the first.", model, &m->tpot,
               TPOT_B, NB(TPOT_B));
-    vllm_hist(f, "vllm:inter_token_latency_seconds", "Time between two token events of a request (a speculative "
-              "step's tokens come together).", model, &m->itl, TPOT_B, NB(TPOT_B));
-    vllm_hist(f, "vllm:e2e_request_latency_seconds", "End-to-end request latency.", model, &m->e2e, E2E_B,
-              NB(E2E_B));
-    vllm_hist(f, "vllm:request_prompt_tokens", "Prompt tokens per request.", model, &m->prompt_len, LEN_B,
-              NB(LEN_B));
+    vllm_hist(f, "vllm:inter_token_latency_seconds",
+              "Time between two token events of a request (a speculative "
+              "step's tokens come together).",
+              model, &m->itl, TPOT_B, NB(TPOT_B));
+    vllm_hist(f, "vllm:e2e_request_latency_seconds", "End-to-end request latency.", model, &m->e2e, E2E_B, NB(E2E_B));
+    vllm_hist(f, "vllm:request_prompt_tokens", "Prompt tokens per request.", model, &m->prompt_len, LEN_B, NB(LEN_B));
     vllm_hist(f, "vllm:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len, LEN_B,
               NB(LEN_B));
-    vllm_hist(f, "vllm:request_queue_time_seconds", "Time in the router's queue.", model, &m->queue, E2E_B,
-              NB(E2E_B));
-    vllm_hist(f, "vllm:request_prefill_time_seconds", "From dispatch to a lane to the first token.", model,
-              &m->prefill, E2E_B, NB(E2E_B));
+    vllm_hist(f, "vllm:request_queue_time_seconds", "Time in the router's queue.", model, &m->queue, E2E_B, NB(E2E_B));
+    vllm_hist(f, "vllm:request_prefill_time_seconds", "From dispatch to a lane to the first token.", model, &m->prefill,
+              E2E_B, NB(E2E_B));
     vllm_hist(f, "vllm:request_decode_time_seconds", "From the first token to the end.", model, &m->decode, E2E_B,
               NB(E2E_B));
-    vllm_hist(f, "vllm:request_inference_time_seconds", "From dispatch to a lane to the end.", model,
-              &m->inference, E2E_B, NB(E2E_B));
+    vllm_hist(f, "vllm:request_inference_time_seconds", "From dispatch to a lane to the end.", model, &m->inference,
+              E2E_B, NB(E2E_B));
     if (!l) return;
     vllm_value(f, "vllm:spec_decode_num_drafts_total", "counter",
                "Verify steps that had drafts (summed over requests and lanes).", model, (double)drafts);

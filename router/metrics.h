@@ -48,22 +48,22 @@ typedef struct sd_hist {
 /* One finished generation, as the metrics see it. */
 typedef struct sd_metrics_req {
     unsigned prompt_tokens, completion_tokens;
-    double e2e_s;              /* from arrival to the end */
-    double ttft_s;             /* from arrival to the first token; < 0: none came */
-    double queue_s;            /* from arrival to its first dispatch to a lane (the router's queue) */
-    const char *finish;        /* "stop" or "length" */
+    double e2e_s;       /* from arrival to the end */
+    double ttft_s;      /* from arrival to the first token; < 0: none came */
+    double queue_s;     /* from arrival to its first dispatch to a lane (the router's queue) */
+    const char *finish; /* "stop" or "length" */
 } sd_metrics_req;
 
 typedef struct sd_metrics {
-    uint64_t by_status[600];   /* HTTP status → count */
+    uint64_t by_status[600]; /* HTTP status → count */
     uint64_t prompt_tokens, generation_tokens;
-    sd_hist latency;           /* specd_request_duration_seconds */
+    sd_hist latency; /* specd_request_duration_seconds */
     int active, queued;
-    uint64_t auth_failures;    /* requests refused for a missing or wrong API key */
-    uint64_t failovers;        /* requests resumed on another lane when theirs died */
-    int connections;           /* open HTTP connections (set before rendering) */
+    uint64_t auth_failures;          /* requests refused for a missing or wrong API key */
+    uint64_t failovers;              /* requests resumed on another lane when theirs died */
+    int connections;                 /* open HTTP connections (set before rendering) */
     uint64_t connection_cap_reached; /* times --max-connections paused accepting (likewise) */
-    const char *model_name;    /* the model_name label of the vllm: series (NULL: "") */
+    const char *model_name;          /* the model_name label of the vllm: series (NULL: "") */
     sd_hist ttft, tpot, itl, e2e, prompt_len, gen_len, queue, prefill, decode, inference;
     uint64_t finished_stop, finished_length;
 } sd_metrics;

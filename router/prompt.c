@@ -6,8 +6,8 @@
 
 #define INVALID "invalid_request_error"
 
-sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd_api_req *r, int32_t **ids,
-                           size_t *n, sd_api_err *e)
+sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd_api_req *r, int32_t **ids, size_t *n,
+                           sd_api_err *e)
 {
     char err[480] = "";
     const char *pp = r->kind == SD_API_CHAT ? "messages" : "prompt";
@@ -16,8 +16,10 @@ sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd
     if (r->prompt_ids) {
         for (size_t i = 0; i < r->n_prompt_ids; i++)
             if (r->prompt_ids[i] >= vocab)
-                return sd_api_fail(e, 400, INVALID, "prompt", NULL, "'prompt' token id %d at index %zu is out of "
-                                   "range (vocabulary size %d)", (int)r->prompt_ids[i], i, vocab);
+                return sd_api_fail(e, 400, INVALID, "prompt", NULL,
+                                   "'prompt' token id %d at index %zu is out of "
+                                   "range (vocabulary size %d)",
+                                   (int)r->prompt_ids[i], i, vocab);
         *ids = r->prompt_ids;
         *n = r->n_prompt_ids;
         r->prompt_ids = NULL;

@@ -16,7 +16,7 @@
  * into *ids when it had them. 400 errors in *e name the parameter
  * ("messages" / "prompt"): a template or tokenizer failure, an id out of
  * [0, vocab), an empty result. */
-sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd_api_req *r, int32_t **ids,
-                           size_t *n, sd_api_err *e);
+sd_status sd_prompt_tokens(const sd_tok *tok, const sd_chat *chat, int vocab, sd_api_req *r, int32_t **ids, size_t *n,
+                           sd_api_err *e);
 
 #endif

@@ -28,14 +28,17 @@ static json_t *item_text(json_t *c, size_t i, sd_api_err *e)
     json_t *parts = json_array();
     size_t j;
     json_t *p;
-    json_array_foreach(c, j, p) {
+    json_array_foreach(c, j, p)
+    {
         const char *type = json_string_value(json_object_get(p, "type"));
         json_t *text = json_object_get(p, "text");
         if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text")) ||
             !json_is_string(text)) {
             json_decref(parts);
-            BADF(param, "'%s[%zu]' must be an input_text / output_text part with a string 'text' (%s is not "
-                 "supported)", param, j, type ? type : "a part without a type");
+            BADF(param,
+                 "'%s[%zu]' must be an input_text / output_text part with a string 'text' (%s is not "
+                 "supported)",
+                 param, j, type ? type : "a part without a type");
             return NULL;
         }
         json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", text));
@@ -97,7 +100,8 @@ static json_t *messages_of(json_t *o, sd_api_err *e)
     }
     size_t i;
     json_t *it;
-    json_array_foreach(input, i, it) {
+    json_array_foreach(input, i, it)
+    {
         const char *type = json_string_value(json_object_get(it, "type"));
         if (type && (!strcmp(type, "function_call") || !strcmp(type, "function_call_output"))) {
             if (tool_item(msgs, it, i, e) != SD_OK) {
@@ -129,11 +133,14 @@ static sd_status refuse_unsupported(json_t *o, sd_api_err *e)
     json_t *tools = field(o, "tools"), *text = field(o, "text"), *t;
     size_t i;
     if (tools && !json_is_array(tools)) return BADF("tools", "'tools' must be an array of function tools");
-    json_array_foreach(tools, i, t) {
+    json_array_foreach(tools, i, t)
+    {
         const char *type = json_string_value(json_object_get(t, "type"));
         if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name")))
-            return BADF("tools", "'tools[%zu]' must be {\"type\": \"function\", \"name\": ...} (%s tools are not "
-                        "supported)", i, type ? type : "untyped");
+            return BADF("tools",
+                        "'tools[%zu]' must be {\"type\": \"function\", \"name\": ...} (%s tools are not "
+                        "supported)",
+                        i, type ? type : "untyped");
     }
     json_t *fmt = json_is_object(text) ? field(text, "format") : NULL;
     const char *ft = json_string_value(json_object_get(fmt, "type"));
@@ -143,11 +150,10 @@ static sd_status refuse_unsupported(json_t *o, sd_api_err *e)
         return BADF("text.format", "'text.format' of type json_schema needs the schema in 'schema'");
     if (field(o, "previous_response_id"))
         return BADF("previous_response_id", "'previous_response_id' is not supported: responses are not stored; "
-                    "send the conversation in 'input'");
+                                            "send the conversation in 'input'");
     if (json_is_true(field(o, "background"))) return BADF("background", "'background' is not supported");
     json_t *inc = field(o, "include");
-    if (inc && !(json_is_array(inc) && json_array_size(inc) == 0))
-        return BADF("include", "'include' is not supported");
+    if (inc && !(json_is_array(inc) && json_array_size(inc) == 0)) return BADF("include", "'include' is not supported");
     return SD_OK;
 }
 
@@ -159,7 +165,8 @@ static void chat_tools(json_t *o, json_t *chat)
     size_t i;
     if (tools) {
         json_t *ct = json_array();
-        json_array_foreach(tools, i, t) {
+        json_array_foreach(tools, i, t)
+        {
             json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
             static const char *const more[] = {"description", "parameters"};
             for (size_t k = 0; k < 2; k++)
@@ -169,10 +176,10 @@ static void chat_tools(json_t *o, json_t *chat)
         json_object_set_new(chat, "tools", ct);
     }
     if (json_is_object(tc) && json_object_get(tc, "name")) /* {"type": "function", "name"} */
-        json_object_set_new(chat, "tool_choice", json_pack("{s:O, s:{s:O}}", "type", json_object_get(tc, "type"),
-                                                           "function", "name", json_object_get(tc, "name")));
-    else if (tc)
-        json_object_set(chat, "tool_choice", tc);
+        json_object_set_new(chat, "tool_choice",
+                            json_pack("{s:O, s:{s:O}}", "type", json_object_get(tc, "type"), "function", "name",
+                                      json_object_get(tc, "name")));
+    else if (tc) json_object_set(chat, "tool_choice", tc);
 }
 
 sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd_api_err *e)
@@ -191,7 +198,8 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
     json_t *msgs = st == SD_OK ? messages_of(o, e) : NULL;
     json_t *mot = field(o, "max_output_tokens");
     if (st == SD_OK && !msgs) st = SD_ERR_ARG;
-    if (st == SD_OK && mot && (!json_is_integer(mot) || json_integer_value(mot) < 1 || json_integer_value(mot) > INT32_MAX))
+    if (st == SD_OK && mot &&
+        (!json_is_integer(mot) || json_integer_value(mot) < 1 || json_integer_value(mot) > INT32_MAX))
         st = BADF("max_output_tokens", "'max_output_tokens' must be a positive integer");
     if (st != SD_OK) {
         json_decref(msgs);
@@ -199,9 +207,21 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
         return st;
     }
     /* the chat request: the same sampling names, messages, max_tokens */
-    static const char *const keep[] = {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stream",
-                                       "presence_penalty", "frequency_penalty", "repetition_penalty", "stop",
-                                       "stop_token_ids", "ignore_eos", "speculative", "parallel_tool_calls"};
+    static const char *const keep[] = {"model",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "seed",
+                                       "stream",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "repetition_penalty",
+                                       "stop",
+                                       "stop_token_ids",
+                                       "ignore_eos",
+                                       "speculative",
+                                       "parallel_tool_calls"};
     json_t *chat = json_object();
     for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
         if (json_object_get(o, keep[i])) json_object_set(chat, keep[i], json_object_get(o, keep[i]));
@@ -211,8 +231,9 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
     json_t *fmt = json_object_get(json_object_get(o, "text"), "format");
     const char *ft = json_string_value(json_object_get(fmt, "type"));
     if (ft && !strcmp(ft, "json_schema")) /* {type, name, schema, strict} → chat's {type, json_schema: {...}} */
-        json_object_set_new(chat, "response_format", json_pack("{s:s, s:{s:O}}", "type", "json_schema", "json_schema",
-                                                                "schema", json_object_get(fmt, "schema")));
+        json_object_set_new(chat, "response_format",
+                            json_pack("{s:s, s:{s:O}}", "type", "json_schema", "json_schema", "schema",
+                                      json_object_get(fmt, "schema")));
     else if (fmt) json_object_set(chat, "response_format", fmt); /* text or json_object (checked above) */
     char *text = json_dumps(chat, JSON_COMPACT);
     json_decref(chat);
@@ -228,8 +249,8 @@ json_t *sd_resp_message(const sd_resp *r, bool done)
 {
     json_t *content = json_array();
     if (done)
-        json_array_append_new(content, json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", r->text ? r->text : "",
-                                                 r->text ? r->len : 0, "annotations"));
+        json_array_append_new(content, json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text",
+                                                 r->text ? r->text : "", r->text ? r->len : 0, "annotations"));
     return json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", "message", "id", r->msg_id, "status",
                      done ? "completed" : "in_progress", "role", "assistant", "content", content);
 }
@@ -251,16 +272,17 @@ static void echo_tools(json_t *o, const sd_api_req *q)
 {
     json_t *tools = json_array(), *t;
     size_t i;
-    json_array_foreach(q->tools, i, t) {
+    json_array_foreach(q->tools, i, t)
+    {
         json_t *fn = json_deep_copy(json_object_get(t, "function"));
         json_object_set_new(fn, "type", json_string("function"));
         json_array_append_new(tools, fn);
     }
     json_object_set_new(o, "tools", tools);
-    json_t *choice = !q->tools ? json_string("none")
+    json_t *choice = !q->tools          ? json_string("none")
                      : !q->tools_forced ? json_string("auto")
-                     : q->tool_name ? json_pack("{s:s, s:s}", "type", "function", "name", q->tool_name)
-                                    : json_string("required");
+                     : q->tool_name     ? json_pack("{s:s, s:s}", "type", "function", "name", q->tool_name)
+                                        : json_string("required");
     json_object_set_new(o, "tool_choice", choice);
 }
 
@@ -279,15 +301,13 @@ json_t *sd_resp_object(const sd_resp *r)
     const sd_api_req *q = r->req;
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o, s:n, s:o, s:f, s:f, s:o, s:s, s:[], s:b, s:{s:{s:s}},"
                           " s:s, s:n}",
-                          "id", r->id, "object", "response", "created_at", (json_int_t)r->created, "status",
-                          r->status, "model", r->model, "output", output, "usage", usage, "error",
-                          "incomplete_details",
-                          r->length ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(),
-                          "temperature", (double)q->sampling.temperature, "top_p", (double)q->sampling.top_p,
-                          "max_output_tokens", q->max_tokens > 0 ? json_integer(q->max_tokens) : json_null(),
-                          "tool_choice", "none", "tools", "parallel_tool_calls", 1, "text", "format", "type",
-                          q->sampling.json_object ? "json_object" : "text",
-                          "truncation", "disabled", "instructions");
+                          "id", r->id, "object", "response", "created_at", (json_int_t)r->created, "status", r->status,
+                          "model", r->model, "output", output, "usage", usage, "error", "incomplete_details",
+                          r->length ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(), "temperature",
+                          (double)q->sampling.temperature, "top_p", (double)q->sampling.top_p, "max_output_tokens",
+                          q->max_tokens > 0 ? json_integer(q->max_tokens) : json_null(), "tool_choice", "none", "tools",
+                          "parallel_tool_calls", 1, "text", "format", "type",
+                          q->sampling.json_object ? "json_object" : "text", "truncation", "disabled", "instructions");
     echo_tools(o, q);
     json_t *schema = q->json_schema && !q->tools_forced ? json_loads(q->json_schema, JSON_DECODE_ANY, NULL) : NULL;
     if (schema)

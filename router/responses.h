@@ -31,19 +31,19 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
 
 /* What a response reports. text: the output so far. */
 typedef struct sd_resp {
-    const char *id;            /* "resp_…" */
-    const char *msg_id;        /* "msg_…" */
+    const char *id;     /* "resp_…" */
+    const char *msg_id; /* "msg_…" */
     const char *model;
     long long created;
-    const char *status;        /* "in_progress" | "completed" | "incomplete" */
-    bool length;               /* incomplete because of max_output_tokens */
+    const char *status; /* "in_progress" | "completed" | "incomplete" */
+    bool length;        /* incomplete because of max_output_tokens */
     unsigned input_tokens, output_tokens;
-    unsigned cached_tokens;    /* input_tokens_details.cached_tokens */
-    const sd_api_req *req;     /* for temperature, top_p, max_output_tokens */
+    unsigned cached_tokens; /* input_tokens_details.cached_tokens */
+    const sd_api_req *req;  /* for temperature, top_p, max_output_tokens */
     const char *text;
     size_t len;
-    const json_t *tool_calls;  /* the answer's tool calls (chat tool_call objects), or NULL */
-    bool streamed;             /* the message item was announced (streaming): it stays, even empty */
+    const json_t *tool_calls; /* the answer's tool calls (chat tool_call objects), or NULL */
+    bool streamed;            /* the message item was announced (streaming): it stays, even empty */
 } sd_resp;
 
 /* A function_call output item for a chat tool_call object ("in_progress":

@@ -37,13 +37,13 @@ struct sd_server {
     struct event_base *base;
     struct evhttp *http;
     struct evhttp_bound_socket *bound;
-    sd_conncap *conncap;       /* --max-connections */
+    sd_conncap *conncap; /* --max-connections */
     struct event *sigint, *sigterm, *drain_tick;
     bool draining;
     double drain_deadline;
     void *zctx;
     sd_curve *curve;
-    sd_gen *gen;               /* lanes and completion requests */
+    sd_gen *gen; /* lanes and completion requests */
     sd_tok *tok;
     int vocab;
     sd_chat chat;
@@ -85,8 +85,8 @@ static bool authorized(sd_server *s, struct evhttp_request *req, const char *pat
     ev_uint16_t port = 0;
     struct evhttp_connection *c = evhttp_request_get_connection(req);
     if (c) evhttp_connection_get_peer(c, &peer, &port);
-    SD_WARN_LIMITED("unauthorized request for %s from %s:%u (a missing or wrong API key)", path,
-                    peer ? peer : "?", (unsigned)port);
+    SD_WARN_LIMITED("unauthorized request for %s from %s:%u (a missing or wrong API key)", path, peer ? peer : "?",
+                    (unsigned)port);
     sd_api_err e;
     if (s->fails > FAILED_AUTH_PER_S) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
@@ -141,8 +141,8 @@ static json_t *model_json(sd_server *s, const char *name)
 {
     uint32_t ctx = 0;
     sd_lanes_any_up(sd_gen_lanes(s->gen), &ctx);
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", name, "object", "model", "created",
-                          (json_int_t)s->started, "owned_by", "specd", "root", s->o.model_name);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", name, "object", "model", "created", (json_int_t)s->started,
+                          "owned_by", "specd", "root", s->o.model_name);
     if (m && ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
     return m;
 }
@@ -216,8 +216,9 @@ static void handle_tokenize(sd_server *s, struct evhttp_request *req)
             sd_lanes_any_up(sd_gen_lanes(s->gen), &ctx);
             json_t *t = json_array();
             for (size_t i = 0; i < n && t; i++) json_array_append_new(t, json_integer(ids[i]));
-            reply_object(s, req, json_pack("{s:I, s:I, s:o}", "count", (json_int_t)n, "max_model_len",
-                                           (json_int_t)ctx, "tokens", t));
+            reply_object(
+                s, req,
+                json_pack("{s:I, s:I, s:o}", "count", (json_int_t)n, "max_model_len", (json_int_t)ctx, "tokens", t));
         }
     }
     free(ids);
@@ -233,12 +234,13 @@ static void handle_detokenize(sd_server *s, struct evhttp_request *req)
     sd_api_err e;
     json_error_t jerr;
     json_t *o = json_loadb(body, len, 0, &jerr);
-    json_t *t = json_is_object(o) ? json_object_get(o, "tokens") : NULL, *model = json_is_object(o) ? json_object_get(o, "model") : NULL;
+    json_t *t = json_is_object(o) ? json_object_get(o, "tokens") : NULL,
+           *model = json_is_object(o) ? json_object_get(o, "model") : NULL;
     int32_t *ids = NULL;
     size_t n = json_is_array(t) ? json_array_size(t) : 0;
     if (!json_is_object(o)) {
-        sd_api_fail(&e, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object%s%s",
-                    o ? "" : ": ", o ? "" : jerr.text);
+        sd_api_fail(&e, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object%s%s", o ? "" : ": ",
+                    o ? "" : jerr.text);
     } else if (model && !json_is_string(model)) {
         sd_api_fail(&e, 400, "invalid_request_error", "model", NULL, "'model' must be a string");
     } else if (!json_is_array(t)) {
@@ -317,9 +319,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     else if (!strcmp(path, "/health") && get) handle_health(s, req);
     else if (!strcmp(path, "/metrics") && get) handle_metrics(s, req);
     else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") ||
-             !strcmp(path, "/v1/responses") || tok || model ||
-             !strcmp(path, "/v1/models") || !strcmp(path, "/version") || !strcmp(path, "/health") ||
-             !strcmp(path, "/metrics")) {
+             !strcmp(path, "/v1/responses") || tok || model || !strcmp(path, "/v1/models") ||
+             !strcmp(path, "/version") || !strcmp(path, "/health") || !strcmp(path, "/metrics")) {
         sd_api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "Method not allowed on %s", path);
         sd_reply_error(req, &e, &s->metrics);
     } else {
@@ -392,10 +393,8 @@ static sd_status load_tokenizer(sd_server *s, char *err, size_t errlen)
     free(cfg);
     if (st != SD_OK) return st;
     if (warn[0]) SD_WARN("%s", warn);
-    if (s->chat.tmpl)
-        SD_INFO("tokenizer %s: %d ids, chat template from %s", s->o.tokenizer, s->vocab, s->chat.source);
-    else
-        SD_INFO("tokenizer %s: %d ids, chat format %s", s->o.tokenizer, s->vocab, sd_chat_family_name(s->chat.family));
+    if (s->chat.tmpl) SD_INFO("tokenizer %s: %d ids, chat template from %s", s->o.tokenizer, s->vocab, s->chat.source);
+    else SD_INFO("tokenizer %s: %d ids, chat format %s", s->o.tokenizer, s->vocab, sd_chat_family_name(s->chat.family));
     return SD_OK;
 }
 
@@ -458,12 +457,11 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
         st = sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot create the event base / ZeroMQ context");
     if (st == SD_OK && s->o.curve_keys) st = sd_curve_load(s->zctx, s->o.curve_keys, false, &s->curve, err, errlen);
     if (st == SD_OK) {
-        sd_gen_opts go = {s->o.verifiers, s->o.n_verifiers, s->o.model_name, s->o.aliases, s->o.n_aliases,
-                          s->o.max_queue, s->o.max_body,
-                          s->o.request_timeout_s, s->o.lane_capacity, s->o.health_interval_ms, s->o.max_missed,
-                          s->o.default_max_tokens, s->o.header_timeout_s, s->o.resume_wait_s,
-                          s->o.verifier_dns, s->o.n_verifier_dns, s->o.dns_interval_s, s->o.dns_server,
-                          s->o.tool_parser};
+        sd_gen_opts go = {s->o.verifiers,        s->o.n_verifiers,        s->o.model_name,   s->o.aliases,
+                          s->o.n_aliases,        s->o.max_queue,          s->o.max_body,     s->o.request_timeout_s,
+                          s->o.lane_capacity,    s->o.health_interval_ms, s->o.max_missed,   s->o.default_max_tokens,
+                          s->o.header_timeout_s, s->o.resume_wait_s,      s->o.verifier_dns, s->o.n_verifier_dns,
+                          s->o.dns_interval_s,   s->o.dns_server,         s->o.tool_parser};
         sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, &s->chat, &s->metrics};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }
@@ -484,13 +482,12 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
 
 int sd_server_run(sd_server *s)
 {
-    SD_INFO("serving %s at http://%s:%d (%zu lane%s%s)", s->o.model_name, s->o.host, s->port,
-            s->o.n_verifiers, s->o.n_verifiers == 1 ? "" : "s", s->o.n_verifier_dns ? ", more from DNS" : "");
+    SD_INFO("serving %s at http://%s:%d (%zu lane%s%s)", s->o.model_name, s->o.host, s->port, s->o.n_verifiers,
+            s->o.n_verifiers == 1 ? "" : "s", s->o.n_verifier_dns ? ", more from DNS" : "");
     event_base_dispatch(s->base);
     sd_gen_fail_all(s->gen, 503, "The server is shutting down"); /* nothing should be left */
     return 0;
 }
-
 
 void sd_server_free(sd_server *s)
 {

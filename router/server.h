@@ -16,37 +16,37 @@
 #include "status.h"
 
 typedef struct sd_server_opts {
-    const char *host;                /* default 127.0.0.1 */
-    int port;                        /* default 8000; 0 = any free port */
-    const char *const *verifiers;    /* lane endpoints */
+    const char *host;             /* default 127.0.0.1 */
+    int port;                     /* default 8000; 0 = any free port */
+    const char *const *verifiers; /* lane endpoints */
     size_t n_verifiers;
     const char *const *verifier_dns; /* lanes from DNS: "HOST:PORT" each (discovery.h) */
     size_t n_verifier_dns;
-    double dns_interval_s;           /* how often they are resolved again; default 10 */
-    const char *dns_server;          /* the nameserver "IP[:PORT]", NULL = the system's */
-    const char *tokenizer;           /* tokenizer.json */
-    const char *tokenizer_config;    /* tokenizer_config.json or NULL */
-    const char *chat_template;       /* family override ("chatml", ...) or NULL */
-    int tool_parser;                 /* sd_tool_fmt of answers to tool requests (tool_calls.h) */
-    const char *model_name;          /* the served model id (responses name it unless the request named an alias) */
-    const char *const *aliases;      /* more names requests may use for it (--served-model-name a,b,...) */
+    double dns_interval_s;        /* how often they are resolved again; default 10 */
+    const char *dns_server;       /* the nameserver "IP[:PORT]", NULL = the system's */
+    const char *tokenizer;        /* tokenizer.json */
+    const char *tokenizer_config; /* tokenizer_config.json or NULL */
+    const char *chat_template;    /* family override ("chatml", ...) or NULL */
+    int tool_parser;              /* sd_tool_fmt of answers to tool requests (tool_calls.h) */
+    const char *model_name;       /* the served model id (responses name it unless the request named an alias) */
+    const char *const *aliases;   /* more names requests may use for it (--served-model-name a,b,...) */
     size_t n_aliases;
-    const char *api_key;             /* NULL: no auth */
-    bool metrics_auth;               /* /metrics needs the key too */
-    size_t max_headers;              /* bytes of request line + headers; default 64 KiB */
-    int header_timeout_s;            /* reading a request, and a keep-alive connection idle; default 30 */
-    int max_connections;             /* open HTTP connections; at the cap accepting pauses; default 1024 */
-    int drain_timeout_s;             /* SIGTERM: how long requests in flight may take to finish; default 30 */
-    int resume_wait_s;               /* a lane died, no other can take its requests: how long they wait for one
+    const char *api_key;      /* NULL: no auth */
+    bool metrics_auth;        /* /metrics needs the key too */
+    size_t max_headers;       /* bytes of request line + headers; default 64 KiB */
+    int header_timeout_s;     /* reading a request, and a keep-alive connection idle; default 30 */
+    int max_connections;      /* open HTTP connections; at the cap accepting pauses; default 1024 */
+    int drain_timeout_s;      /* SIGTERM: how long requests in flight may take to finish; default 30 */
+    int resume_wait_s;        /* a lane died, no other can take its requests: how long they wait for one
                                       * (a restarted verifier) to resume on; 0 = they fail at once (main: 30) */
-    const char *curve_keys;          /* CURVE key directory for the lanes (proto/curve.h), NULL = plain */
-    int max_queue;                   /* waiting requests; default 256 */
-    size_t max_body;                 /* bytes; default 1 MiB */
-    double request_timeout_s;        /* 0 = none (default 600) */
-    int lane_capacity;               /* in-flight per lane; default 64 */
-    int health_interval_ms;          /* default 1000 */
-    int max_missed;                  /* default 3 */
-    int default_max_tokens;          /* default 256 */
+    const char *curve_keys;   /* CURVE key directory for the lanes (proto/curve.h), NULL = plain */
+    int max_queue;            /* waiting requests; default 256 */
+    size_t max_body;          /* bytes; default 1 MiB */
+    double request_timeout_s; /* 0 = none (default 600) */
+    int lane_capacity;        /* in-flight per lane; default 64 */
+    int health_interval_ms;   /* default 1000 */
+    int max_missed;           /* default 3 */
+    int default_max_tokens;   /* default 256 */
 } sd_server_opts;
 
 typedef struct sd_server sd_server;
@@ -61,7 +61,6 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
  * which they end with an error event (streams, then [DONE]) or a JSON 503.
  * A second signal ends them at once. */
 int sd_server_run(sd_server *s);
-
 
 /* Frees everything; NULL is a no-op. */
 void sd_server_free(sd_server *s);

@@ -125,7 +125,4 @@ void sd_stop_flush(sd_stop *s, const char **out, size_t *outlen)
     emit(s, s->plen, out, outlen);
 }
 
-bool sd_stop_matched(const sd_stop *s)
-{
-    return s->matched;
-}
+bool sd_stop_matched(const sd_stop *s) { return s->matched; }

@@ -5,15 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *find(const char *p, size_t n, const char *needle)
-{
-    return memmem(p, n, needle, strlen(needle));
-}
+static const char *find(const char *p, size_t n, const char *needle) { return memmem(p, n, needle, strlen(needle)); }
 
-static bool is_ws(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 static bool blank(const char *p, size_t n)
 {
@@ -32,8 +26,8 @@ static json_t *make_call(json_t *name, json_t *args, const char *id_base, size_t
     char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     char id[96];
     snprintf(id, sizeof id, "%s-%zu", id_base ? id_base : "call", index);
-    json_t *call = text ? json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name",
-                                    name, "arguments", text)
+    json_t *call = text ? json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name", name,
+                                    "arguments", text)
                         : NULL;
     free(text);
     json_decref(parsed);
@@ -44,9 +38,9 @@ static json_t *make_call(json_t *name, json_t *args, const char *id_base, size_t
 static json_t *one_call(const char *p, size_t n, const char *id_base, size_t index)
 {
     json_t *o = json_loadb(p, n, 0, NULL);
-    json_t *call = json_is_object(o) ? make_call(json_object_get(o, "name"), json_object_get(o, "arguments"),
-                                                 id_base, index)
-                                     : NULL;
+    json_t *call = json_is_object(o)
+                       ? make_call(json_object_get(o, "name"), json_object_get(o, "arguments"), id_base, index)
+                       : NULL;
     json_decref(o);
     return call;
 }
@@ -62,7 +56,8 @@ json_t *sd_tool_calls_forced(const char *text, size_t len, const char *name, con
         calls = json_array();
         size_t i;
         json_t *c;
-        json_array_foreach(o, i, c) {
+        json_array_foreach(o, i, c)
+        {
             json_t *call = make_call(json_object_get(c, "name"), json_object_get(c, "parameters"), id_base, i);
             if (!call || json_array_append_new(calls, call)) {
                 json_decref(calls);
@@ -164,7 +159,8 @@ json_t *sd_tool_calls_json(const char *text, size_t len, const char *id_base)
     if (i < len && text[i] == '[') { /* an array of calls */
         json_t *a = json_loadb(text + i, len - i, 0, NULL), *c;
         size_t k;
-        json_array_foreach(a, k, c) {
+        json_array_foreach(a, k, c)
+        {
             json_t *call = json_call(c, id_base, k);
             if (!call) break;
             json_array_append_new(calls, call);

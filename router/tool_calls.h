@@ -56,13 +56,13 @@ int sd_tool_fmt_parse(const char *name);
 json_t *sd_tool_calls_json(const char *text, size_t len, const char *id_base);
 
 typedef struct sd_tool_split {
-    sd_buf pending;  /* content that may still be the start of the marker */
-    sd_buf held;     /* from the marker on */
-    bool in_call;    /* the marker was seen */
-    bool forced;     /* tool_choice required / named: all the text is held (sd_tool_split_force) */
+    sd_buf pending;   /* content that may still be the start of the marker */
+    sd_buf held;      /* from the marker on */
+    bool in_call;     /* the marker was seen */
+    bool forced;      /* tool_choice required / named: all the text is held (sd_tool_split_force) */
     const char *name; /* ... the named function (borrowed), NULL for required */
-    uint8_t fmt;     /* sd_tool_fmt (0: Hermes) */
-    bool decided;    /* JSON format: the answer's first byte after whitespace was not '{' or '[': content */
+    uint8_t fmt;      /* sd_tool_fmt (0: Hermes) */
+    bool decided;     /* JSON format: the answer's first byte after whitespace was not '{' or '[': content */
 } sd_tool_split;
 
 /* A forced tool choice: every byte is held, and parsed at the end by

@@ -40,8 +40,8 @@ int main(void)
     for (int r = 0; r < 3; r++) {
         float sum;
         double s = run(n, &sum);
-        printf("%.1f GFLOP/s  (%.2f vdpbf16ps a ns; checksum %g)\n", n * CHAINS * 64.0 / s / 1e9,
-               n * CHAINS / s / 1e9, sum);
+        printf("%.1f GFLOP/s  (%.2f vdpbf16ps a ns; checksum %g)\n", n * CHAINS * 64.0 / s / 1e9, n * CHAINS / s / 1e9,
+               sum);
     }
     return 0;
 }

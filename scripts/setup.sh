@@ -20,6 +20,7 @@ PKGS=(build-essential cmake pkg-config xz-utils
       libcurl4-openssl-dev)  # libcurl: specd-bench, the load-test client
 if [ $tests -eq 1 ]; then
   PKGS+=(check python3 curl   # Check: the unit suites; python3 and curl: the end-to-end scripts
+         clang-format         # tests/e2e/test_format.sh: the tree keeps the house style
          gnuplot-nox          # specd-bench's plots (tests/e2e/test_bench_client.sh)
          python3-jinja2       # the reference renderer of tests/e2e/test_chat_templates.sh
          buildah debootstrap systemd-container)  # tests/e2e/test_image.sh and test_systemd_boot.sh

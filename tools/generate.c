@@ -38,10 +38,10 @@ typedef struct gen_opts {
     const char *device;
     bool ngram;
     int num_draft;
-    int draft_quant;     /* SD_DRAFT_QUANT_* */
-    bool quant_int8;     /* --quant int8: the target's weights int8 (sd_model_quantize_q8) */
+    int draft_quant; /* SD_DRAFT_QUANT_* */
+    bool quant_int8; /* --quant int8: the target's weights int8 (sd_model_quantize_q8) */
     float draft_p_min;
-    int verify;          /* sd_verify_mode or SD_VERIFY_AUTO */
+    int verify; /* sd_verify_mode or SD_VERIFY_AUTO */
     bool ignore_eos;
     bool json;
     bool batch_invariant; /* --batch-invariant (sd_backend_set_batch_invariant) */
@@ -83,7 +83,8 @@ static const sd_flag g_flags[] = {
     {"Sampling", "repetition-penalty", 'r', "R", "1 (off)",
      "tokens of the prompt and output so far: positive logits divided by R, negative ones multiplied"},
     {"Sampling", "presence-penalty", 'e', "X", "0", "subtract X from the logit of each token generated so far (-2..2)"},
-    {"Sampling", "frequency-penalty", 'f', "X", "0", "subtract X times its count from the logit of each token generated so far (-2..2)"},
+    {"Sampling", "frequency-penalty", 'f', "X", "0",
+     "subtract X times its count from the logit of each token generated so far (-2..2)"},
     {"Sampling", "seed", 's', "S", "0", "the random stream of sampling (a pure function of seed and position)"},
     {"Sampling", "logit-bias", 'B', "ID=B[,ID=B...]", NULL, "add B to the logit of token ID"},
     {"Sampling", "allowed-token-ids", 'A', "1,2,3", NULL, "only these tokens may be generated"},
@@ -217,9 +218,17 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'k': st = sd_opt_int(optarg, "--top-k", 0, 1000000000, &o->sampling.top_k, err, sizeof err); break;
         case 'P': st = sd_opt_float(optarg, "--top-p", -1e9, 1e9, &o->sampling.top_p, err, sizeof err); break;
         case 'M': st = sd_opt_float(optarg, "--min-p", -1e9, 1e9, &o->sampling.min_p, err, sizeof err); break;
-        case 'r': st = sd_opt_float(optarg, "--repetition-penalty", -1e9, 1e9, &o->sampling.repetition_penalty, err, sizeof err); break;
-        case 'e': st = sd_opt_float(optarg, "--presence-penalty", -1e9, 1e9, &o->sampling.presence_penalty, err, sizeof err); break;
-        case 'f': st = sd_opt_float(optarg, "--frequency-penalty", -1e9, 1e9, &o->sampling.frequency_penalty, err, sizeof err); break;
+        case 'r':
+            st = sd_opt_float(optarg, "--repetition-penalty", -1e9, 1e9, &o->sampling.repetition_penalty, err,
+                              sizeof err);
+            break;
+        case 'e':
+            st = sd_opt_float(optarg, "--presence-penalty", -1e9, 1e9, &o->sampling.presence_penalty, err, sizeof err);
+            break;
+        case 'f':
+            st =
+                sd_opt_float(optarg, "--frequency-penalty", -1e9, 1e9, &o->sampling.frequency_penalty, err, sizeof err);
+            break;
         case 's': st = sd_opt_u64(optarg, "--seed", &o->sampling.seed, err, sizeof err); break;
         case 'h': usage(stdout); exit(0);
         default: {
@@ -297,8 +306,8 @@ static int read_regex(gen_opts *o)
         fprintf(stderr, "specd-generate: give --regex or --choice, not both\n");
         return -1;
     }
-    if (o->regex && o->regex[0] == '@' && sd_read_file(o->regex + 1, SD_MAX_REGEX, &o->regex_text, &len, err,
-                                                       sizeof err) != SD_OK) {
+    if (o->regex && o->regex[0] == '@' &&
+        sd_read_file(o->regex + 1, SD_MAX_REGEX, &o->regex_text, &len, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-generate: --regex: %s\n", err);
         return -1;
     }
@@ -541,8 +550,12 @@ static int make_proposer(const gen_opts *o, sd_backend *be, int max_context, sd_
     } else if (o->draft_dir) {
         st = sd_draft_check_tokenizer(o->model_dir, o->draft_dir, err, sizeof err);
         if (st == SD_OK) {
-            sd_draft_opts d = {.be = be, .max_seqs = 1, .max_context = max_context, .block_size = 16,
-                               .quant = o->draft_quant, .p_min = o->draft_p_min};
+            sd_draft_opts d = {.be = be,
+                               .max_seqs = 1,
+                               .max_context = max_context,
+                               .block_size = 16,
+                               .quant = o->draft_quant,
+                               .p_min = o->draft_p_min};
             st = sd_draft_new(o->draft_dir, &d, out, err, sizeof err);
         }
     }

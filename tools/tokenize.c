@@ -20,14 +20,16 @@ typedef struct {
     bool add_special, decode, skip_special;
 } opts;
 
-static int usage(void) {
+static int usage(void)
+{
     fprintf(stderr, "usage: specd-tokenize --tokenizer FILE [--add-special] < text\n"
                     "       specd-tokenize --tokenizer FILE --decode [--skip-special] < ids.json\n");
     return 1;
 }
 
 /* All of stdin as a NUL-terminated string (caller frees); NULL on failure. */
-static char *read_stdin(size_t *len) {
+static char *read_stdin(size_t *len)
+{
     sd_buf b = {0};
     if (sd_buf_read(&b, stdin, (size_t)1 << 31) != SD_OK) {
         sd_buf_free(&b);
@@ -37,7 +39,8 @@ static char *read_stdin(size_t *len) {
     return sd_buf_take(&b);
 }
 
-static int do_encode(const sd_tok *tok, const char *text, size_t len, bool add_special) {
+static int do_encode(const sd_tok *tok, const char *text, size_t len, bool add_special)
+{
     char err[256];
     int32_t *ids = NULL;
     size_t n = 0;
@@ -59,7 +62,8 @@ static int do_encode(const sd_tok *tok, const char *text, size_t len, bool add_s
     return 0;
 }
 
-static int do_decode(const sd_tok *tok, const char *input, size_t len, bool skip_special) {
+static int do_decode(const sd_tok *tok, const char *input, size_t len, bool skip_special)
+{
     json_error_t je;
     json_t *arr = json_loadb(input, len, 0, &je);
     if (!json_is_array(arr)) {
@@ -71,7 +75,8 @@ static int do_decode(const sd_tok *tok, const char *input, size_t len, bool skip
     int32_t *ids = malloc((n + 1) * sizeof *ids);
     json_t *v;
     int rc = ids ? 0 : 1;
-    json_array_foreach(arr, i, v) {
+    json_array_foreach(arr, i, v)
+    {
         if (rc || !json_is_integer(v) || json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX) {
             fprintf(stderr, "specd-tokenize: element %zu is not an integer id\n", i);
             rc = 1;
@@ -92,7 +97,8 @@ static int do_decode(const sd_tok *tok, const char *input, size_t len, bool skip
     return rc;
 }
 
-static int parse_args(int argc, char **argv, opts *o) {
+static int parse_args(int argc, char **argv, opts *o)
+{
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) o->path = argv[++i];
         else if (!strcmp(argv[i], "--add-special")) o->add_special = true;
@@ -103,7 +109,8 @@ static int parse_args(int argc, char **argv, opts *o) {
     return o->path ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     opts o = {0};
     if (parse_args(argc, argv, &o) != 0) return usage();
     char err[512];

@@ -182,7 +182,8 @@ int main(int argc, char **argv)
         SD_INFO("batch-invariant: a sequence's results do not depend on its batch (greedy speculation bit-exact)");
     else
         SD_WARN("not batch-invariant (%s without --batch-invariant): greedy speculative output may differ from plain "
-                "decoding where two tokens' logits nearly tie", cfg.device);
+                "decoding where two tokens' logits nearly tie",
+                cfg.device);
     size_t free_at_start = sd_mem_free_now(be);
     if (cfg.draft_model && load_draft(&cfg, be, free_at_start, &draft) != 0) goto out;
     if (cfg.draft_model && be->ops->mem_info) { /* the process's share: the draft model's comes out of it */
@@ -192,7 +193,8 @@ int main(int argc, char **argv)
                 cfg.gpu_mem_fraction);
     }
     if (load_model(&cfg, be, free_at_start, &m) != 0) goto out;
-    sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk, .prefill_budget = cfg.prefill_budget,
+    sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk,
+                         .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};
     if (sd_engine_new(m, &eo, &e, err, sizeof err) != SD_OK) {
         SD_ERROR("%s", err);
@@ -200,8 +202,7 @@ int main(int argc, char **argv)
     }
     if (sd_json_vocab_load(cfg.model_dir, sd_model_cfg(m), &jv, err, sizeof err) == SD_OK)
         sd_engine_set_json_vocab(e, jv);
-    else
-        SD_WARN("JSON output (response_format json_object) unavailable: %s", err);
+    else SD_WARN("JSON output (response_format json_object) unavailable: %s", err);
     if (!(zctx = zmq_ctx_new())) {
         SD_ERROR("out of memory");
         goto out;

@@ -8,17 +8,17 @@
 #include "array.h"
 #include "clock.h"
 
-#define ACC_ALPHA 0.1    /* a request's acceptance (a change shows faster: spec_model.h) */
-#define ACC_FADE 0.02   /* a step without drafts: a request's later positions fade towards its kind's */
-#define PRIOR_ALPHA 0.05 /* the server-wide estimates: many requests feed them */
-#define SEED_WEIGHT 4    /* a new request's estimate starts as this many observations of its kind's */
-#define OVER_ALPHA 0.1   /* overheads and the drafter's pace */
-#define HICCUP 1.5       /* an overhead sample beyond this many times its average counts as that many */
-#define FADE 0.02        /* a step without drafts: drafting steps' overhead and bias fade (half in ~35 steps) */
-#define REFRESH_AGE 64   /* passes after which a plain step's figure is measured again, if it could win */
-#define REFRESH_OPT 0.7  /* ... at this share of its figure */
+#define ACC_ALPHA 0.1       /* a request's acceptance (a change shows faster: spec_model.h) */
+#define ACC_FADE 0.02       /* a step without drafts: a request's later positions fade towards its kind's */
+#define PRIOR_ALPHA 0.05    /* the server-wide estimates: many requests feed them */
+#define SEED_WEIGHT 4       /* a new request's estimate starts as this many observations of its kind's */
+#define OVER_ALPHA 0.1      /* overheads and the drafter's pace */
+#define HICCUP 1.5          /* an overhead sample beyond this many times its average counts as that many */
+#define FADE 0.02           /* a step without drafts: drafting steps' overhead and bias fade (half in ~35 steps) */
+#define REFRESH_AGE 64      /* passes after which a plain step's figure is measured again, if it could win */
+#define REFRESH_OPT 0.7     /* ... at this share of its figure */
 #define CATCH_SPREAD_MAX 64 /* steps at most that one catching up is spread over (a request's steps left) */
-#define LATE_MIN 8       /* requests given drafts without their span measured before their yield discounts plans */
+#define LATE_MIN 8          /* requests given drafts without their span measured before their yield discounts plans */
 
 void sd_vf_adapt_init(sd_vf_adapt *ad)
 {
@@ -123,10 +123,7 @@ sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, int max
     return st;
 }
 
-static int temp_bucket(float t)
-{
-    return t <= 0 ? 0 : t <= 0.5f ? 1 : t <= 1.0f ? 2 : t <= 1.5f ? 3 : 4;
-}
+static int temp_bucket(float t) { return t <= 0 ? 0 : t <= 0.5f ? 1 : t <= 1.0f ? 2 : t <= 1.5f ? 3 : 4; }
 
 static int key_of(sd_verify_mode m, float temperature)
 {
@@ -148,9 +145,9 @@ static sd_status fit(sd_vf_adapt *ad, int n)
 {
     if (n <= ad->cap) return SD_OK;
     size_t cap = (size_t)ad->cap, want = (size_t)n;
-    const sd_grow_item items[] = {SD_GROW_ITEM(ad->sr), SD_GROW_ITEM(ad->kk), SD_GROW_ITEM(ad->map),
-                                  SD_GROW_ITEM(ad->k0), SD_GROW_ITEM(ad->known),
-                                  {&ad->cand, SD_MAX_DRAFT * sizeof *ad->cand}};
+    const sd_grow_item items[] = {SD_GROW_ITEM(ad->sr),    SD_GROW_ITEM(ad->kk),
+                                  SD_GROW_ITEM(ad->map),   SD_GROW_ITEM(ad->k0),
+                                  SD_GROW_ITEM(ad->known), {&ad->cand, SD_MAX_DRAFT * sizeof *ad->cand}};
     if (sd_grow_all(items, 6, &cap, want) != SD_OK) return SD_ERR_NOMEM;
     ad->cap = (int)cap;
     return SD_OK;
@@ -217,9 +214,16 @@ static sd_sched_req sched_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_are
 {
     seed(ad, r, q);
     int kmax = avail >= 0 && avail < budget ? avail : budget;
-    return (sd_sched_req){supply_of(ad, j, estimate(ad, q), avail > 0 ? kmax : avail < 0 && pipelined ? -1 : 0),
-                          q->fixed ? kmax : 0, kmax,
-                          r->p.sampling.temperature > 0, r->kv.len, r->kv.n_blocks, resume_ms};
+    return (sd_sched_req){supply_of(ad, j, estimate(ad, q),
+                                    avail > 0                ? kmax
+                                    : avail < 0 && pipelined ? -1
+                                                             : 0),
+                          q->fixed ? kmax : 0,
+                          kmax,
+                          r->p.sampling.temperature > 0,
+                          r->kv.len,
+                          r->kv.n_blocks,
+                          resume_ms};
 }
 
 /* Whether the figure of a step of rows is due to be measured again: fewer
@@ -407,14 +411,18 @@ static double catch_spread(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int 
     return steps > spread ? steps : spread;
 }
 
-sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
-                           const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
-                           const int *chunk, bool pipelined)
+sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets, const int *avail,
+                           const int *catchup, int *tell, int n, int kv_free, int bs, const int *chunk, bool pipelined)
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
-    sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->draft_ms,
-                        .drafter = &ad->drafter, .drafter_fixed = ad->drafter_fixed, .exposure = 1,
-                        .kv_free = kv_free, .block_size = bs};
+    sd_sched_step st = {.cost = &ad->cost,
+                        .plain_ms = ad->plain_ms,
+                        .draft_ms = ad->draft_ms,
+                        .drafter = &ad->drafter,
+                        .drafter_fixed = ad->drafter_fixed,
+                        .exposure = 1,
+                        .kv_free = kv_free,
+                        .block_size = bs};
     if (pipelined) pipe_overhead(ad, reqs, budgets, avail, n, &st);
     bool testable = regime_step(ad, reqs, aq, budgets, n);
     /* the drafter's catching up is paid once and serves the steps the request then keeps drafting: spread
@@ -457,10 +465,10 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
          * before a probe may come one draft past its guess of this step's token (with nothing in
          * flight a span's first token is that guess: told one, the probe found nothing left) */
         if (tell && eligible)
-            tell[i] = q->fixed ? budgets[i]
-                      : k > 0  ? (k + 2 < budgets[i] ? k + 2 : budgets[i])
+            tell[i] = q->fixed                                               ? budgets[i]
+                      : k > 0                                                ? (k + 2 < budgets[i] ? k + 2 : budgets[i])
                       : !ad->step_plain && q->zero_run + 1 >= q->probe_every ? (budgets[i] < 2 ? budgets[i] : 2)
-                                                                           : 0;
+                                                                             : 0;
         budgets[i] = k;
         if (k > ad->maxk) ad->maxk = k;
     }
@@ -480,16 +488,15 @@ static sd_sched_req lookup_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_ar
         acc = supply_of(ad, j, estimate(ad, q), avail);
         q->match = 0;
     }
-    return (sd_sched_req){acc, 0, avail > 0 ? avail : 0, r->p.sampling.temperature > 0, r->kv.len,
-                          r->kv.n_blocks, 0};
+    return (sd_sched_req){acc, 0, avail > 0 ? avail : 0, r->p.sampling.temperature > 0, r->kv.len, r->kv.n_blocks, 0};
 }
 
 bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
                         const int *match, int n, int kv_free, int bs, const int *chunk)
 {
     if (ad->step_plain || ad->plan.step_ms <= 0 || fit(ad, n) != SD_OK) return false;
-    sd_sched_step st = {.cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->plain_ms,
-                        .kv_free = kv_free, .block_size = bs};
+    sd_sched_step st = {
+        .cost = &ad->cost, .plain_ms = ad->plain_ms, .draft_ms = ad->plain_ms, .kv_free = kv_free, .block_size = bs};
     int m = 0;
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
@@ -526,8 +533,8 @@ bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
     return true;
 }
 
-sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k,
-                               const int *fb_avail, int n, const int *chunk)
+sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *fb_avail,
+                               int n, const int *chunk)
 {
     for (int i = 0; i < n; i++) aq[i]->fb_k = 0;
     if (fit(ad, n) != SD_OK) {
@@ -553,11 +560,11 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
             if (!q->fb_seeded && prior->steps > 0) sd_accept_init(&q->fb_acc, prior, SEED_WEIGHT);
             q->fb_seeded = true;
             int kmax = fb_avail[i] < k[i] ? fb_avail[i] : k[i];
-            ad->sr[m] = (sd_sched_req){supply_of(ad, m, &q->fb_acc, kmax), q->fixed ? kmax : 0, kmax, sampled,
-                                       r->kv.len, r->kv.n_blocks, 0};
+            ad->sr[m] = (sd_sched_req){
+                supply_of(ad, m, &q->fb_acc, kmax), q->fixed ? kmax : 0, kmax, sampled, r->kv.len, r->kv.n_blocks, 0};
         } else {
-            ad->sr[m] = (sd_sched_req){supply_of(ad, m, &q->acc, k[i]), k[i], k[i], sampled, r->kv.len,
-                                       r->kv.n_blocks, 0};
+            ad->sr[m] =
+                (sd_sched_req){supply_of(ad, m, &q->acc, k[i]), k[i], k[i], sampled, r->kv.len, r->kv.n_blocks, 0};
         }
         ad->map[m++] = i;
         st.seqs++;
@@ -622,8 +629,7 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, dou
          * caught up too (CPU, 2 cores, 2-4 greedy requests: bias 1 from the first step on, plain for good) */
         if (ad->maxk > 0 && !catching_up)
             ad->bias_draft = sd_avg_update(ad->bias_draft, bias, &ad->n_bias_draft, OVER_ALPHA);
-        else if (ad->maxk == 0)
-            ad->bias_plain = sd_avg_update(ad->bias_plain, bias, &ad->n_bias_plain, OVER_ALPHA);
+        else if (ad->maxk == 0) ad->bias_plain = sd_avg_update(ad->bias_plain, bias, &ad->n_bias_plain, OVER_ALPHA);
         ad->pred_us += (uint64_t)(ad->pred_ms * 1e3);
         ad->meas_us += (uint64_t)(step_ms * 1e3);
         ad->err_us += (uint64_t)(fabs(ad->pred_ms - step_ms) * 1e3);
@@ -706,10 +712,9 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
     sd_accept_observe(&ad->prior[q->key], 1, 0, 0, PRIOR_ALPHA, false);
 }
 
-void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms,
-                      sd_req *const *reqs, sd_vf_areq *const *aq, const int *offered, const int *accepted,
-                      const bool *had_q, const int *catchup, const double *draft_ms, const bool *ready, int n,
-                      bool pipelined)
+void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
+                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
+                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined)
 {
     /* the drafter's call behind this step: the requests asked, its passes (one per position of the
      * longest span, one to take in the committed tokens, pipelined one for the guess of the next),
@@ -729,8 +734,8 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
         sd_cost_accept(&ad->cost, t->greedy_rows, t->sampled_pos, t->accept_ms);
         /* the work between steps (the router's messages, the token events) is paid per step too: a plan
          * is priced, and its prediction judged, by the whole cycle where known */
-        note_overhead(ad, t->forward_ms + t->accept_ms, cycle_ms > wall_ms ? cycle_ms : wall_ms, drafter_ms,
-                      behind > 0, pipelined);
+        note_overhead(ad, t->forward_ms + t->accept_ms, cycle_ms > wall_ms ? cycle_ms : wall_ms, drafter_ms, behind > 0,
+                      pipelined);
     }
     int passes = longest + 1 + pipelined;
     if (asked > 0 && drafter_ms > 0) {

@@ -78,14 +78,14 @@
 #include "specd.pb-c.h"
 #include "vf_regime.h"
 
-#define SD_VF_TEMP_BUCKETS 5 /* temperature 0, (0, 0.5], (0.5, 1], (1, 1.5], > 1.5 */
+#define SD_VF_TEMP_BUCKETS 5                       /* temperature 0, (0, 0.5], (0.5, 1], (1, 1.5], > 1.5 */
 #define SD_VF_ACCEPT_KEYS (3 * SD_VF_TEMP_BUCKETS) /* x verification mode */
 #define SD_VF_PROBE_FIRST 4
 #define SD_VF_PROBE_MAX 64
 #define SD_VF_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
-#define SD_VF_MATCH_CLASSES 4 /* n-gram lookup drafts by the length that matched: 1, 2, 3, 4 or more */
-#define SD_VF_CALIB_MAX 16 /* the largest batch of the start-up calibration */
-#define SD_VF_FB_PROBE 8 /* fallback drafts declined this many times in a row: one is verified (a probe) */
+#define SD_VF_MATCH_CLASSES 4   /* n-gram lookup drafts by the length that matched: 1, 2, 3, 4 or more */
+#define SD_VF_CALIB_MAX 16      /* the largest batch of the start-up calibration */
+#define SD_VF_FB_PROBE 8        /* fallback drafts declined this many times in a row: one is verified (a probe) */
 
 /* Adaptive figures (specd.AdaptStats), per request or summed. */
 typedef struct sd_vf_adapt_stats {
@@ -94,62 +94,62 @@ typedef struct sd_vf_adapt_stats {
 
 /* One request's adaptive state. */
 typedef struct sd_vf_areq {
-    sd_accept acc;       /* its acceptance estimate */
-    int key;             /* the kind it was seeded from (-1: not yet) */
-    bool fixed;          /* it set its own num_draft: never adapted */
-    int zero_run;        /* decode steps in a row chosen without drafts */
-    int draft_run;       /* decode steps in a row chosen with drafts */
-    int probe_every;     /* zero_run that triggers a probe */
-    int k;               /* drafts chosen this step (-1: not scheduled) */
-    bool probing;        /* this step's draft is a probe */
-    sd_accept fb_acc;    /* its acceptance of the fallback proposer's drafts (kept apart from the drafter's) */
-    bool fb_seeded;      /* fb_acc seeded from its kind's */
-    int fb_k;            /* the fallback's drafts it verifies this step (0: none) */
-    int fb_zero_run;     /* steps in a row the fallback had drafts for it and none were chosen */
-    double late_gain;    /* pipelined, drafts chosen without its span at hand: the tokens they were to add (else -1) */
-    int match;           /* set by the caller before the plan: this step's drafts are an n-gram lookup's whose
+    sd_accept acc;    /* its acceptance estimate */
+    int key;          /* the kind it was seeded from (-1: not yet) */
+    bool fixed;       /* it set its own num_draft: never adapted */
+    int zero_run;     /* decode steps in a row chosen without drafts */
+    int draft_run;    /* decode steps in a row chosen with drafts */
+    int probe_every;  /* zero_run that triggers a probe */
+    int k;            /* drafts chosen this step (-1: not scheduled) */
+    bool probing;     /* this step's draft is a probe */
+    sd_accept fb_acc; /* its acceptance of the fallback proposer's drafts (kept apart from the drafter's) */
+    bool fb_seeded;   /* fb_acc seeded from its kind's */
+    int fb_k;         /* the fallback's drafts it verifies this step (0: none) */
+    int fb_zero_run;  /* steps in a row the fallback had drafts for it and none were chosen */
+    double late_gain; /* pipelined, drafts chosen without its span at hand: the tokens they were to add (else -1) */
+    int match;        /* set by the caller before the plan: this step's drafts are an n-gram lookup's whose
                           * n-gram of this length matched (0: not, or unknown) */
-    bool lookup;         /* this step's drafts are the verifier's lookup's, chosen instead of asking the drafter */
+    bool lookup;      /* this step's drafts are the verifier's lookup's, chosen instead of asking the drafter */
     sd_accept m_acc[SD_VF_MATCH_CLASSES]; /* its acceptance of such drafts by the length that matched */
-    unsigned m_seeded;   /* bit c: m_acc[c] seeded */
+    unsigned m_seeded;                    /* bit c: m_acc[c] seeded */
     sd_vf_adapt_stats st;
 } sd_vf_areq;
 
 typedef struct sd_vf_adapt {
     sd_cost cost;
-    double plain_ms, draft_ms, hit;          /* overheads, pipelined hit rate */
+    double plain_ms, draft_ms, hit; /* overheads, pipelined hit rate */
     unsigned n_plain, n_draft, n_hit;
-    double ready_ms, miss_ms;                /* pipelined: the time outside the engine of steps with drafts whose */
-    unsigned n_ready, n_miss;                /* requests all had their span, and of those where some had not */
-    bool step_ready;                         /* this step's requests with drafts all have their span */
-    double late_real, late_pred;             /* pipelined, requests given drafts without their span at hand: */
-    unsigned n_late;                         /* drafts accepted (a span that came, the fallback's) and expected */
-    double catch_ms;                         /* the drafter's ms per token it catches up on: catch_x / catch_w, */
-    double catch_x, catch_w;                 /* its time beyond the passes and the tokens, summed (decaying) */
-    unsigned n_catch;                        /* over the n_catch steps that caught up */
-    double run_steps;                        /* steps a request keeps drafting once it starts, on average */
+    double ready_ms, miss_ms;    /* pipelined: the time outside the engine of steps with drafts whose */
+    unsigned n_ready, n_miss;    /* requests all had their span, and of those where some had not */
+    bool step_ready;             /* this step's requests with drafts all have their span */
+    double late_real, late_pred; /* pipelined, requests given drafts without their span at hand: */
+    unsigned n_late;             /* drafts accepted (a span that came, the fallback's) and expected */
+    double catch_ms;             /* the drafter's ms per token it catches up on: catch_x / catch_w, */
+    double catch_x, catch_w;     /* its time beyond the passes and the tokens, summed (decaying) */
+    unsigned n_catch;            /* over the n_catch steps that caught up */
+    double run_steps;            /* steps a request keeps drafting once it starts, on average */
     unsigned n_run;
-    double bias_draft, bias_plain;           /* (measured - predicted) / predicted step time, on average, */
-    unsigned n_bias_draft, n_bias_plain;     /* of the steps planned with drafts and without */
-    sd_cost drafter;                         /* the drafter's ms per pass by requests drafted for at once */
-    double drafter_fixed;                    /* a drafter call's fixed work, in passes */
+    double bias_draft, bias_plain;       /* (measured - predicted) / predicted step time, on average, */
+    unsigned n_bias_draft, n_bias_plain; /* of the steps planned with drafts and without */
+    sd_cost drafter;                     /* the drafter's ms per pass by requests drafted for at once */
+    double drafter_fixed;                /* a drafter call's fixed work, in passes */
     unsigned n_drafter_fixed;
     sd_accept prior[SD_VF_ACCEPT_KEYS];
-    sd_accept fb_prior[SD_VF_ACCEPT_KEYS];   /* the same for the fallback proposer's drafts */
+    sd_accept fb_prior[SD_VF_ACCEPT_KEYS];                     /* the same for the fallback proposer's drafts */
     sd_accept m_prior[SD_VF_ACCEPT_KEYS][SD_VF_MATCH_CLASSES]; /* the same for lookup drafts by match length */
-    int probe_every[SD_VF_ACCEPT_KEYS];      /* per kind: the probe interval a new request starts with */
-    bool drafter_q;                          /* the drafter answered a q request with q */
-    uint64_t k_hist[SD_MAX_DRAFT + 1];       /* request-steps by drafts chosen */
-    uint64_t pred_us, meas_us, err_us;       /* planned steps: predicted, measured, |difference| */
-    double pred_ms;                          /* this step's prediction (0: none) */
-    sd_sched_plan plan;                      /* this step's plan as chosen (step_ms: pred_ms) */
-    bool step_lookup;                        /* this step verifies lookup drafts instead of the drafter's */
-    sd_vf_regime rg;                         /* the regime test (vf_regime.h) */
-    bool step_plain, step_test;              /* this step: the test's plain block; a step the test measures */
-    double alt_ms, alt_tok, alt_rows;        /* this step's plain alternative: predicted time, tokens, rows */
-    int maxk;                                /* this step's longest span chosen */
-    sd_sched_req *sr;                        /* scratch */
-    sd_accept *known;                        /* estimates of requests whose drafts are at hand (supply known) */
+    int probe_every[SD_VF_ACCEPT_KEYS]; /* per kind: the probe interval a new request starts with */
+    bool drafter_q;                     /* the drafter answered a q request with q */
+    uint64_t k_hist[SD_MAX_DRAFT + 1];  /* request-steps by drafts chosen */
+    uint64_t pred_us, meas_us, err_us;  /* planned steps: predicted, measured, |difference| */
+    double pred_ms;                     /* this step's prediction (0: none) */
+    sd_sched_plan plan;                 /* this step's plan as chosen (step_ms: pred_ms) */
+    bool step_lookup;                   /* this step verifies lookup drafts instead of the drafter's */
+    sd_vf_regime rg;                    /* the regime test (vf_regime.h) */
+    bool step_plain, step_test;         /* this step: the test's plain block; a step the test measures */
+    double alt_ms, alt_tok, alt_rows;   /* this step's plain alternative: predicted time, tokens, rows */
+    int maxk;                           /* this step's longest span chosen */
+    sd_sched_req *sr;                   /* scratch */
+    sd_accept *known;                   /* estimates of requests whose drafts are at hand (supply known) */
     sd_sched_cand *cand;
     int *kk, *map, *k0;
     int cap;
@@ -183,9 +183,8 @@ void sd_vf_areq_init(sd_vf_areq *q, bool fixed);
  * KV blocks (< 0: no limit), bs: block size, chunk[i] (NULL: none): the prompt tokens
  * reqs[i] prefills this step (sd_engine_prefill_plan), pipelined: the
  * step's protocol. Returns SD_OK or SD_ERR_NOMEM (budgets then unchanged). */
-sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets,
-                           const int *avail, const int *catchup, int *tell, int n, int kv_free, int bs,
-                           const int *chunk, bool pipelined);
+sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets, const int *avail,
+                           const int *catchup, int *tell, int n, int kv_free, int bs, const int *chunk, bool pipelined);
 
 /* The fallback (vf_server.c, --spec-fallback): after the plan, and the
  * wait for spans, some requests that were to verify drafts have none (a
@@ -205,8 +204,8 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
  * (0 for the others). kv: no block beyond the plan's (a candidate verifies
  * at most the drafts it was given). Returns SD_OK or SD_ERR_NOMEM (k then
  * 0 for the candidates). */
-sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k,
-                               const int *fb_avail, int n, const int *chunk);
+sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *fb_avail,
+                               int n, const int *chunk);
 
 /* Serial, after the plan and before the drafter is asked (vf_server.c,
  * --spec-fallback ngram): the verifier's own n-gram lookup has lk_avail[i]
@@ -250,10 +249,9 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
  * the step began. A request whose drafts were the fallback's (aq[i]->fb_k
  * > 0) teaches its estimate of the fallback, and the drafter's figures as a
  * step without the drafter's drafts. */
-void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms,
-                      sd_req *const *reqs, sd_vf_areq *const *aq, const int *offered, const int *accepted,
-                      const bool *had_q, const int *catchup, const double *draft_ms, const bool *ready, int n,
-                      bool pipelined);
+void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
+                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
+                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined);
 
 /* The acceptance estimates to report: fills up to cap entries (names and
  * buffers owned by ad / bufs) of the kinds observed. Returns how many. */

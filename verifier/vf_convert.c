@@ -23,7 +23,7 @@ sd_status sd_vf_params_from_submit(const Specd__Submit *s, int default_k, bool h
 {
     sd_req_params p = sd_req_params_default();
     p.sampling = sd_pb_sampling_get(s->sampling);
-    p.max_tokens = s->max_tokens == 0 ? SD_VF_DEFAULT_MAX_TOKENS
+    p.max_tokens = s->max_tokens == 0                     ? SD_VF_DEFAULT_MAX_TOKENS
                    : s->max_tokens > SD_VF_MAX_MAX_TOKENS ? SD_VF_MAX_MAX_TOKENS
                                                           : (int)s->max_tokens;
     if (s->n_stop_ids > SD_MAX_STOP_IDS)
@@ -47,7 +47,8 @@ sd_status sd_vf_params_from_submit(const Specd__Submit *s, int default_k, bool h
         int v = verify_from_proto(s->spec->verify);
         if (v == -2) return sd_seterr(err, errlen, SD_ERR_ARG, "unknown verify mode %d", (int)s->spec->verify);
         p.verify = v;
-        if (s->spec->num_draft > 0) p.num_draft = s->spec->num_draft > SD_MAX_DRAFT ? SD_MAX_DRAFT : (int)s->spec->num_draft;
+        if (s->spec->num_draft > 0)
+            p.num_draft = s->spec->num_draft > SD_MAX_DRAFT ? SD_MAX_DRAFT : (int)s->spec->num_draft;
         p.speculate = s->spec->enabled && have_drafter && p.num_draft > 0;
     }
     *out = p;

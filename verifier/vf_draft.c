@@ -48,10 +48,7 @@ int sd_vf_limit_budgets(int *budgets, const bool *sampled, int n, int max_greedy
     return left;
 }
 
-void sd_vf_slot_release(sd_vf_slot *s)
-{
-    sd_vf_spans_release(&s->spans);
-}
+void sd_vf_slot_release(sd_vf_slot *s) { sd_vf_spans_release(&s->spans); }
 
 sd_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s)
 {
@@ -60,8 +57,8 @@ sd_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s)
     return ps;
 }
 
-int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n,
-                      bool pipeline, bool in_flight)
+int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n, bool pipeline,
+                      bool in_flight)
 {
     if (batch_grow(b, n > 0 ? n : 1) != SD_OK) return SD_ERR_NOMEM;
     b->n_items = b->n_opens = 0;
@@ -77,7 +74,7 @@ int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, c
             o->context = r->tokens;
             o->n_context = (size_t)r->n_tokens;
             sd_sampling ds = r->p.sampling;
-            sd_sampling_drop_processors(&ds); /* the drafter drafts without them, */
+            sd_sampling_drop_processors(&ds);           /* the drafter drafts without them, */
             ds.json_object = r->p.sampling.json_object; /* but keeps to JSON output (draft.c) */
             ds.json_compact = r->p.sampling.json_compact;
             ds.json_schema = r->schema_text;

@@ -27,7 +27,6 @@
 #include "specd.pb-c.h"
 #include "vf_span.h"
 
-
 /* One request as the drafter link sees it. */
 typedef struct sd_vf_slot {
     uint64_t id;            /* drafter-side request id (unique in this verifier) */
@@ -47,13 +46,12 @@ void sd_vf_slot_release(sd_vf_slot *s);
 /* The slot's statistics (spans_stale from its span store). */
 sd_pipe_stats sd_vf_slot_stats(const sd_vf_slot *s);
 
-
 /* One step's messages (reusable across steps; grows as needed). */
 typedef struct sd_vf_batch {
-    Specd__DraftBatch batch;           /* batch.items -> item_ptrs */
+    Specd__DraftBatch batch; /* batch.items -> item_ptrs */
     Specd__DraftItem *items;
     Specd__DraftItem **item_ptrs;
-    int *item_slot;                    /* item index -> slot index */
+    int *item_slot; /* item index -> slot index */
     Specd__DraftOpen *opens;
     Specd__SamplingParams *open_sampling;
     int n_items, n_opens;
@@ -86,8 +84,8 @@ bool sd_vf_spec_allowed(bool sampled, int n, int max_greedy, int max_sampled);
  * slot's current proposal as in_flight (pass in_flight false for an
  * outcome-only message sent before the proposals are chosen).
  * Returns the number of items, or SD_ERR_NOMEM. */
-int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n,
-                      bool pipeline, bool in_flight);
+int sd_vf_batch_build(sd_vf_batch *b, uint64_t step, sd_vf_slot *const *slots, const int *budgets, int n, bool pipeline,
+                      bool in_flight);
 
 /* Applies a reply to the batch built last: fills the proposals of the slots
  * it names (clamped to their budget; dropped when a token is >= vocab),

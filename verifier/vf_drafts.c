@@ -18,8 +18,12 @@ static int rows_of(const sd_vf_server *s, int i)
 sd_propose_item sd_vfs_lookup_item(const sd_vf_server *s, int i, int k)
 {
     const sd_req *r = s->reqs[i];
-    return (sd_propose_item){.seq_id = s->slots[i]->id, .context = r->tokens, .n_context = r->n_tokens, .k = k,
-                             .sampling = &r->p.sampling, .want_q = sd_vf_wants_q(r),
+    return (sd_propose_item){.seq_id = s->slots[i]->id,
+                             .context = r->tokens,
+                             .n_context = r->n_tokens,
+                             .k = k,
+                             .sampling = &r->p.sampling,
+                             .want_q = sd_vf_wants_q(r),
                              .out_pos = (uint64_t)sd_req_n_output(r)};
 }
 
@@ -58,7 +62,8 @@ int sd_vfs_look_up(sd_vf_server *s)
     for (int i = 0; i < n; i++) {
         s->avail[i] = 0;
         s->lk_match[i] = 0;
-        if (s->budgets[i] > 0 && !sd_req_prefilling(s->reqs[i])) s->fb_items[m++] = sd_vfs_lookup_item(s, i, s->budgets[i]);
+        if (s->budgets[i] > 0 && !sd_req_prefilling(s->reqs[i]))
+            s->fb_items[m++] = sd_vfs_lookup_item(s, i, s->budgets[i]);
     }
     m = run_lookup(s, m);
     for (int i = 0, j = 0; i < n && j < m; i++) {
@@ -101,8 +106,8 @@ bool sd_vfs_lookup_first(sd_vf_server *s, int m)
     int n = s->n_active, *k = s->fb_k;
     int free = sd_kv_pool_free_count(s->pool) - sd_vfs_promised_blocks(s);
     memset(k, 0, (size_t)n * sizeof *k);
-    if (!sd_vf_adapt_lookup(&s->ad, s->reqs, s->aqs, k, s->avail, s->lk_match, n, free,
-                            sd_kv_pool_block_size(s->pool), s->chunk))
+    if (!sd_vf_adapt_lookup(&s->ad, s->reqs, s->aqs, k, s->avail, s->lk_match, n, free, sd_kv_pool_block_size(s->pool),
+                            s->chunk))
         return false;
     for (int i = 0; i < n; i++) {
         if (s->aqs[i]->k >= 0) s->budgets[i] = k[i];

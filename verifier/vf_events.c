@@ -5,10 +5,7 @@
 #include "vf_server_impl.h"
 
 /* Whether requests may verify drafts: a drafter's, or the verifier's own (--ngram's lookup, --draft-model's). */
-bool sd_vfs_speculates(const sd_vf_server *s)
-{
-    return s->link || s->cfg->ngram || s->local;
-}
+bool sd_vfs_speculates(const sd_vf_server *s) { return s->link || s->cfg->ngram || s->local; }
 
 void sd_vfs_send_to(sd_vf_server *s, const sd_msg_id *peer, const Specd__Envelope *env)
 {
@@ -164,7 +161,8 @@ void sd_vfs_emit(sd_vf_server *s)
         account(s, vr);
         if (r->finish == SD_FINISH_ERROR) {
             SD_WARN("request %llu failed: %s", (unsigned long long)vr->rid, r->error);
-            sd_vfs_send_error(s, &vr->peer, vr->rid, sd_vf_error_code(r->error), r->error[0] ? r->error : "internal error");
+            sd_vfs_send_error(s, &vr->peer, vr->rid, sd_vf_error_code(r->error),
+                              r->error[0] ? r->error : "internal error");
         }
         if (r->n_new > 0 || r->finish != SD_FINISH_NONE) sd_vfs_send_req_event(s, vr, true);
         if (r->finish == SD_FINISH_NONE) {

@@ -16,15 +16,15 @@
 #include "msg.h"
 
 #define POLL_MS 100
-#define MAX_FRAMES 8        /* frames of one message relayed (more: the rest are dropped) */
-#define HEALTH_MAX_BYTES 64 /* a HealthRequest envelope is a dozen bytes: only frames this small are looked at */
-#define MAX_BATCH 256       /* messages relayed per direction before polling again */
+#define MAX_FRAMES 8         /* frames of one message relayed (more: the rest are dropped) */
+#define HEALTH_MAX_BYTES 64  /* a HealthRequest envelope is a dozen bytes: only frames this small are looked at */
+#define MAX_BATCH 256        /* messages relayed per direction before polling again */
 #define SEND_TIMEOUT_MS 1000 /* a main thread whose queue stays full this long loses the message (logged) */
 
 struct sd_vf_front {
-    void *ext;      /* ROUTER towards the routers (front thread) */
-    void *relay;    /* PAIR, bound inproc (front thread) */
-    void *inner;    /* PAIR, connected (main thread) */
+    void *ext;   /* ROUTER towards the routers (front thread) */
+    void *relay; /* PAIR, bound inproc (front thread) */
+    void *inner; /* PAIR, connected (main thread) */
     pthread_t thread;
     bool started;
     atomic_bool stop;
@@ -32,7 +32,7 @@ struct sd_vf_front {
     pthread_mutex_t mu; /* guards the snapshot */
     uint8_t *snap;      /* packed HealthReply envelope */
     size_t snap_len, snap_cap;
-    double snap_ms;     /* when it was published (sd_now_ms) */
+    double snap_ms; /* when it was published (sd_now_ms) */
 };
 
 /* Receives one whole message (at most MAX_FRAMES frames kept, the rest
@@ -87,9 +87,10 @@ static void cancel_for_gone(sd_vf_front *f, zmq_msg_t *m, int n)
     Specd__Envelope *env = NULL;
     char err[128];
     uint64_t rid = 0;
-    if (n == 2 && zmq_msg_size(&m[0]) <= sizeof ((sd_msg_id *)0)->data &&
+    if (n == 2 && zmq_msg_size(&m[0]) <= sizeof((sd_msg_id *)0)->data &&
         sd_msg_decode(zmq_msg_data(&m[1]), zmq_msg_size(&m[1]), &env, err, sizeof err) == SD_OK &&
-        env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT && env->token_event->finish == SPECD__FINISH_REASON__FINISH_NONE)
+        env->body_case == SPECD__ENVELOPE__BODY_TOKEN_EVENT &&
+        env->token_event->finish == SPECD__FINISH_REASON__FINISH_NONE)
         rid = env->token_event->request_id;
     sd_msg_free(env);
     if (!rid) {
@@ -152,7 +153,8 @@ static bool answer_health(sd_vf_front *f, const zmq_msg_t *id, const Specd__Heal
  * while the main thread is busy). */
 static bool handled_here(sd_vf_front *f, zmq_msg_t *m, int n)
 {
-    if (!atomic_load(&f->busy) || n != 2 || zmq_msg_size(&m[0]) > sizeof ((sd_msg_id *)0)->data || zmq_msg_size(&m[1]) > HEALTH_MAX_BYTES)
+    if (!atomic_load(&f->busy) || n != 2 || zmq_msg_size(&m[0]) > sizeof((sd_msg_id *)0)->data ||
+        zmq_msg_size(&m[1]) > HEALTH_MAX_BYTES)
         return false;
     Specd__Envelope *env = NULL;
     char err[128];
@@ -210,8 +212,7 @@ sd_status sd_vf_front_new(void *zctx, const char *endpoint, const sd_curve *curv
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot create sockets: %s", zmq_strerror(zmq_errno()));
     else if (zmq_setsockopt(f->ext, ZMQ_ROUTER_MANDATORY, &(int){1}, sizeof(int)) != 0)
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot set ZMQ_ROUTER_MANDATORY: %s", zmq_strerror(zmq_errno()));
-    else if (curve && sd_curve_server(curve, f->ext, err, errlen) != SD_OK)
-        st = SD_ERR_IO;
+    else if (curve && sd_curve_server(curve, f->ext, err, errlen) != SD_OK) st = SD_ERR_IO;
     else if (zmq_bind(f->ext, endpoint) != 0)
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
     else if (zmq_setsockopt(f->relay, ZMQ_SNDTIMEO, &(int){SEND_TIMEOUT_MS}, sizeof(int)) != 0 ||
@@ -219,8 +220,7 @@ sd_status sd_vf_front_new(void *zctx, const char *endpoint, const sd_curve *curv
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot set up the relay: %s", zmq_strerror(zmq_errno()));
     else if (pthread_create(&f->thread, NULL, front_main, f) != 0)
         st = sd_seterr(err, errlen, SD_ERR_IO, "cannot start the front thread");
-    else
-        f->started = true;
+    else f->started = true;
     if (st != SD_OK) {
         sd_vf_front_free(f);
         return st;
@@ -244,10 +244,7 @@ sd_status sd_vf_front_publish(sd_vf_front *f, const Specd__Envelope *health_repl
     return st;
 }
 
-void sd_vf_front_busy(sd_vf_front *f, bool busy)
-{
-    atomic_store(&f->busy, busy);
-}
+void sd_vf_front_busy(sd_vf_front *f, bool busy) { atomic_store(&f->busy, busy); }
 
 void sd_vf_front_free(sd_vf_front *f)
 {

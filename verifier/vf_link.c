@@ -22,11 +22,11 @@ struct sd_vf_link {
     int timeout_ms;
     int vocab;
     bool up;
-    uint64_t step;           /* DraftBatch counter */
+    uint64_t step; /* DraftBatch counter */
     uint64_t nonce;
-    double last_probe_ms;    /* last batch probe while down */
-    double last_health_ms;   /* last HealthRequest probe while down */
-    double owed_since_ms;    /* pipelined: first batch sent since the last message (0: none) */
+    double last_probe_ms;       /* last batch probe while down */
+    double last_health_ms;      /* last HealthRequest probe while down */
+    double owed_since_ms;       /* pipelined: first batch sent since the last message (0: none) */
     sd_vf_drafter_stats dstats; /* from the last HealthReply */
     sd_vf_batch batch;
 };
@@ -141,10 +141,7 @@ static bool take_health(sd_vf_link *l, const Specd__Envelope *env)
     return true;
 }
 
-sd_vf_drafter_stats sd_vf_link_drafter_stats(const sd_vf_link *l)
-{
-    return l->dstats;
-}
+sd_vf_drafter_stats sd_vf_link_drafter_stats(const sd_vf_link *l) { return l->dstats; }
 
 void sd_vf_link_poll(sd_vf_link *l)
 {
@@ -297,7 +294,8 @@ int sd_vf_link_pipe_recv(sd_vf_link *l, sd_vf_slot *const *slots, int n, double 
         if (!env) continue;
         if (env->body_case == SPECD__ENVELOPE__BODY_DRAFT_REPLY) {
             const Specd__DraftReply *rep = env->draft_reply;
-            for (size_t j = 0; j < rep->n_results; j++) got += file_result(l, rep->results[j], slots, n, now_ms, lat_ms, draft_ms);
+            for (size_t j = 0; j < rep->n_results; j++)
+                got += file_result(l, rep->results[j], slots, n, now_ms, lat_ms, draft_ms);
         } else if (!take_health(l, env)) {
             SD_DEBUG("drafter: dropped %s", sd_msg_kind(env));
         }

@@ -91,7 +91,7 @@ bool sd_vf_link_wait(sd_vf_link *l, double timeout_ms);
  * while it is up, every 500 ms while down): requests it holds, its KV
  * mirrors' pool (0 / 0 for a proposer without one), and where it runs. */
 typedef struct sd_vf_drafter_stats {
-    bool known;             /* a HealthReply came */
+    bool known; /* a HealthReply came */
     uint32_t requests, kv_total, kv_free;
     char host[256];
     char device[64];

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#define ALPHA 0.2       /* EMA weight of a new sample */
+#define ALPHA 0.2        /* EMA weight of a new sample */
 #define YIELD_ALPHA 0.05 /* tokens per step vary a lot from step to step: a slower EMA */
 
 void sd_vf_pace_init(sd_vf_pace *p, const sd_cost *cost)
@@ -23,10 +23,7 @@ void sd_vf_pace_waited(sd_vf_pace *p, double latency_ms, double draft_ms)
     p->lat_ms = sd_avg_update(p->lat_ms, latency_ms > 0 ? latency_ms : 0, &p->n_lat, ALPHA);
 }
 
-double sd_vf_pace_latency(const sd_vf_pace *p)
-{
-    return p->n_lat ? p->lat_ms : p->draft_ms;
-}
+double sd_vf_pace_latency(const sd_vf_pace *p) { return p->n_lat ? p->lat_ms : p->draft_ms; }
 
 void sd_vf_pace_timeout(sd_vf_pace *p, double budget_ms)
 {
@@ -49,10 +46,7 @@ void sd_vf_pace_fallback(sd_vf_pace *p, int rows, int committed)
     p->fb_rows = sd_avg_update(p->fb_rows, rows, &p->n_fb, YIELD_ALPHA);
 }
 
-double sd_vf_pace_expected(const sd_vf_pace *p)
-{
-    return p->n_yield && p->yield > 1 ? p->yield : 1;
-}
+double sd_vf_pace_expected(const sd_vf_pace *p) { return p->n_yield && p->yield > 1 ? p->yield : 1; }
 
 double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows)
 {
@@ -60,8 +54,7 @@ double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows)
     return sd_cost_forward_ms(p->cost, rows, 0) + sd_cost_accept_ms(p->cost, rows, 0);
 }
 
-double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k,
-                              double e_span)
+double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k, double e_span)
 {
     if (n_waiting <= 0 || k <= 0) return 0;
     double e = p->n_yield ? sd_vf_pace_expected(p) : e_span > 1 ? e_span : 1;

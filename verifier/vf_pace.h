@@ -57,16 +57,16 @@
 #include "spec_model.h"
 
 typedef struct sd_vf_pace {
-    const sd_cost *cost;               /* the verifier's step cost (borrowed) */
-    double draft_ms;                   /* EMA of the drafter's time per span */
+    const sd_cost *cost; /* the verifier's step cost (borrowed) */
+    double draft_ms;     /* EMA of the drafter's time per span */
     unsigned n_draft;
-    double lat_ms;                     /* EMA of the latency the waits measured */
+    double lat_ms; /* EMA of the latency the waits measured */
     unsigned n_lat;
-    unsigned declined;                 /* waits declined since the last wait */
-    double yield;                      /* EMA committed tokens per request-step with drafts */
+    unsigned declined; /* waits declined since the last wait */
+    double yield;      /* EMA committed tokens per request-step with drafts */
     unsigned n_yield;
-    double fb_yield, fb_rows;          /* EMA committed tokens and rows per request-step that went on */
-    unsigned n_fb;                     /* without its span (the fallback's drafts or none) */
+    double fb_yield, fb_rows; /* EMA committed tokens and rows per request-step that went on */
+    unsigned n_fb;            /* without its span (the fallback's drafts or none) */
 } sd_vf_pace;
 
 void sd_vf_pace_init(sd_vf_pace *p, const sd_cost *cost);
@@ -102,8 +102,7 @@ double sd_vf_pace_step_ms(const sd_vf_pace *p, int rows);
  * verify k drafts with it, committing e_span tokens each by their acceptance
  * estimates (used until a step with drafts measured the yield). 0 when
  * waiting cannot pay or the step cost is not measured yet. */
-double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k,
-                              double e_span);
+double sd_vf_pace_wait_budget(const sd_vf_pace *p, int rows_ready, double e_ready, int n_waiting, int k, double e_span);
 
 /* Expected committed tokens of a request-step with drafts (>= 1). */
 double sd_vf_pace_expected(const sd_vf_pace *p);

@@ -66,20 +66,20 @@ enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 /* The test's figures for one load. */
 typedef struct sd_vf_regime_load {
     double tok[2], ms[2]; /* per regime, over its blocks (faded): tokens committed, ms taken */
-    unsigned blocks[2];  /* blocks measured per regime */
-    int winner;          /* the regime that won the last comparison (-1: none yet) */
-    int gap, since;      /* the winner's blocks between two of the loser's; since its last */
+    unsigned blocks[2];   /* blocks measured per regime */
+    int winner;           /* the regime that won the last comparison (-1: none yet) */
+    int gap, since;       /* the winner's blocks between two of the loser's; since its last */
 } sd_vf_regime_load;
 
 typedef struct sd_vf_regime {
     sd_vf_regime_load load[SD_VF_REGIME_KEYS];
-    int key;               /* the load of the block running (-1: none yet) */
-    bool open;             /* a block is running */
-    int now;               /* the regime of the block running */
-    int steps;             /* steps of the block so far */
+    int key;                /* the load of the block running (-1: none yet) */
+    bool open;              /* a block is running */
+    int now;                /* the regime of the block running */
+    int steps;              /* steps of the block so far */
     double blk_tok, blk_ms; /* the block's measured steps: tokens, ms taken */
-    int blk_drafted;       /* ... and those of them with drafts chosen */
-    uint64_t plain_steps;  /* steps run plain by the test */
+    int blk_drafted;        /* ... and those of them with drafts chosen */
+    uint64_t plain_steps;   /* steps run plain by the test */
 } sd_vf_regime;
 
 void sd_vf_regime_init(sd_vf_regime *g);

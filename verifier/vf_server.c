@@ -5,9 +5,9 @@
 #include "vf_server_impl.h"
 
 #define IDLE_POLL_MS 100
-#define PUBLISH_MS 20   /* health published to the front thread at most this often */
-#define LINK_POLL_MS 20 /* while requests run, the drafter link is read between steps at most this often */
-#define MAX_DRAIN 1024 /* router messages handled between two steps */
+#define PUBLISH_MS 20       /* health published to the front thread at most this often */
+#define LINK_POLL_MS 20     /* while requests run, the drafter link is read between steps at most this often */
+#define MAX_DRAIN 1024      /* router messages handled between two steps */
 #define CALIBRATE_MS 2000.0 /* the most time the start-up measurement of the step cost may take */
 
 static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submit *sub)
@@ -53,8 +53,8 @@ static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submi
     vr->peer = *peer;
     vr->rid = sub->request_id;
     s->queue[s->n_queue++] = vr;
-    SD_DEBUG("request %llu queued (%d prompt tokens, max %d, spec %d)", (unsigned long long)vr->rid, np,
-             p.max_tokens, (int)p.speculate);
+    SD_DEBUG("request %llu queued (%d prompt tokens, max %d, spec %d)", (unsigned long long)vr->rid, np, p.max_tokens,
+             (int)p.speculate);
 }
 
 static void on_cancel(sd_vf_server *s, const sd_msg_id *peer, const Specd__Cancel *c)
@@ -230,7 +230,7 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
 {
     publish_health(s);
     sd_vf_front_busy(s->front, true); /* health answered during the calibration too */
-    if (sd_vfs_speculates(s)) { /* the cost model starts from this machine's measured curve (vf_adapt.h) */
+    if (sd_vfs_speculates(s)) {       /* the cost model starts from this machine's measured curve (vf_adapt.h) */
         char err[256];
         double t0 = sd_now_ms();
         int kmax = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
@@ -322,8 +322,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||
         !s->ready || !s->aqs || !s->avail || !s->offered || !s->accepted || !s->had_q || !s->catchup || !s->chunk ||
-        !s->draft_ms || !s->fb_avail || !s->fb_k || !s->fb_items || !s->fb_out ||
-        !s->lk_match) {
+        !s->draft_ms || !s->fb_avail || !s->fb_k || !s->fb_items || !s->fb_out || !s->lk_match) {
         sd_vf_server_free(s);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }

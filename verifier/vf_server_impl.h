@@ -35,12 +35,12 @@
 
 /* One request: the engine request, its drafter state and its router. */
 typedef struct vf_req {
-    sd_vf_slot slot;        /* slot.r: the engine request; slot.id == slot.r->id */
-    sd_msg_id peer;         /* router identity */
-    uint64_t rid;           /* router's request id */
-    sd_spec_stats seen;     /* part of slot.r->stats already in the totals */
+    sd_vf_slot slot;         /* slot.r: the engine request; slot.id == slot.r->id */
+    sd_msg_id peer;          /* router identity */
+    uint64_t rid;            /* router's request id */
+    sd_spec_stats seen;      /* part of slot.r->stats already in the totals */
     sd_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
-    sd_vf_areq aq;          /* adaptive speculation: its acceptance, the drafts chosen */
+    sd_vf_areq aq;           /* adaptive speculation: its acceptance, the drafts chosen */
 } vf_req;
 
 struct sd_vf_server {
@@ -48,54 +48,54 @@ struct sd_vf_server {
     sd_engine *e;
     sd_kv_pool *pool;
     int vocab;
-    void *sock;                    /* the main thread's end of the front relay (vf_front.h) */
+    void *sock; /* the main thread's end of the front relay (vf_front.h) */
     sd_vf_front *front;
-    double published_ms;           /* when health was last published to the front */
-    double link_polled_ms;         /* when the drafter link was last read between steps */
+    double published_ms;                    /* when health was last published to the front */
+    double link_polled_ms;                  /* when the drafter link was last read between steps */
     int published_active, published_queued; /* ... and the request counts it showed */
-    uint64_t instance;             /* HealthReply.instance: random per process start */
-    sd_curve *curve;               /* --curve-keys: CURVE on both sockets, NULL = plain */
+    uint64_t instance;                      /* HealthReply.instance: random per process start */
+    sd_curve *curve;                        /* --curve-keys: CURVE on both sockets, NULL = plain */
     sd_vf_link *link;
     vf_req **active;
     int n_active;
     vf_req **queue;
     int n_queue;
     uint64_t next_id;
-    sd_spec_stats total;    /* summed over requests */
+    sd_spec_stats total; /* summed over requests */
     sd_pipe_stats pipe_total;
     uint64_t tokens_generated;
-    uint32_t step_rows_max;        /* the most rows one engine step had */
-    uint64_t preemptions;          /* requests that gave their KV back (preempt_for_kv) */
+    uint32_t step_rows_max; /* the most rows one engine step had */
+    uint64_t preemptions;   /* requests that gave their KV back (preempt_for_kv) */
     sd_req **reqs;          /* step scratch, [max_batch] */
     sd_vf_slot **slots;
     sd_proposal *props;
-    int *budgets;           /* drafts each request may verify this step */
-    int *tell;              /* pipelined: the budget the drafter is told (pre-drafts during prefill too) */
-    bool *sampled;          /* per active request: temperature > 0 */
-    bool *ready;            /* pipelined: had a span when the step began */
-    sd_vf_areq **aqs;       /* step scratch for vf_adapt: the requests' adaptive states */
+    int *budgets;                    /* drafts each request may verify this step */
+    int *tell;                       /* pipelined: the budget the drafter is told (pre-drafts during prefill too) */
+    bool *sampled;                   /* per active request: temperature > 0 */
+    bool *ready;                     /* pipelined: had a span when the step began */
+    sd_vf_areq **aqs;                /* step scratch for vf_adapt: the requests' adaptive states */
     int *avail, *offered, *accepted; /* drafts at hand; verified and accepted by the step */
-    bool *had_q;            /* those drafts came with q */
-    int *catchup;           /* tokens the drafter must first take in for the request (opened, or far behind) */
-    int *chunk;             /* prompt tokens each request prefills this step (sd_engine_prefill_plan) */
-    double *draft_ms;       /* the drafter's time behind them */
-    sd_proposer *ngram;     /* the verifier's own n-gram lookup: --ngram's drafts, else --spec-fallback's for
+    bool *had_q;                     /* those drafts came with q */
+    int *catchup;                    /* tokens the drafter must first take in for the request (opened, or far behind) */
+    int *chunk;                      /* prompt tokens each request prefills this step (sd_engine_prefill_plan) */
+    double *draft_ms;                /* the drafter's time behind them */
+    sd_proposer *ngram;              /* the verifier's own n-gram lookup: --ngram's drafts, else --spec-fallback's for
                              * requests the drafter left without drafts, and serial steps' lookup first */
-    sd_proposer *local;     /* --draft-model: the draft model in this process (sd_vf_server_use_proposer) */
-    int *fb_avail;          /* the fallback's drafts at hand for each request (0: not a candidate) */
-    int *fb_k;              /* the drafts each request verifies (the fallback's choice for the candidates) */
+    sd_proposer *local;              /* --draft-model: the draft model in this process (sd_vf_server_use_proposer) */
+    int *fb_avail;                   /* the fallback's drafts at hand for each request (0: not a candidate) */
+    int *fb_k;                       /* the drafts each request verifies (the fallback's choice for the candidates) */
     sd_propose_item *fb_items;
     sd_proposal *fb_out;
-    int *lk_match;          /* serial, the lookup asked before the drafter: the n-gram length that matched */
-    uint32_t lk_us;         /* ... and its time per request (µs) */
-    sd_vf_adapt ad;         /* adaptive speculation: measured cost and acceptance, the scheduler */
-    sd_vf_pace pace;        /* pipelined: when waiting for drafts pays */
-    char host[256];         /* gethostname */
-    int threads, ncpu;      /* the CPU backend's threads (0: not on the CPU), CPUs of this process */
-    int pipe_on;            /* the last pipelining decision, -1 before the first (for the log) */
-    bool lost;              /* the device is lost (sd_backend_lost): the serving loop ends */
-    double last_step_end_ms;/* 0 after an idle spell */
-    double step_begin_ms;   /* when this step's planning began */
+    int *lk_match;           /* serial, the lookup asked before the drafter: the n-gram length that matched */
+    uint32_t lk_us;          /* ... and its time per request (µs) */
+    sd_vf_adapt ad;          /* adaptive speculation: measured cost and acceptance, the scheduler */
+    sd_vf_pace pace;         /* pipelined: when waiting for drafts pays */
+    char host[256];          /* gethostname */
+    int threads, ncpu;       /* the CPU backend's threads (0: not on the CPU), CPUs of this process */
+    int pipe_on;             /* the last pipelining decision, -1 before the first (for the log) */
+    bool lost;               /* the device is lost (sd_backend_lost): the serving loop ends */
+    double last_step_end_ms; /* 0 after an idle spell */
+    double step_begin_ms;    /* when this step's planning began */
     char model_name[256];
 };
 

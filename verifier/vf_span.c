@@ -8,10 +8,7 @@
 #include "array.h"
 #include "span.h"
 
-void sd_vf_spans_init(sd_vf_spans *sp)
-{
-    memset(sp, 0, sizeof *sp);
-}
+void sd_vf_spans_init(sd_vf_spans *sp) { memset(sp, 0, sizeof *sp); }
 
 void sd_vf_spans_release(sd_vf_spans *sp)
 {
@@ -22,10 +19,7 @@ void sd_vf_spans_release(sd_vf_spans *sp)
     sp->stale = stale;
 }
 
-void sd_vf_spans_clear(sd_vf_spans *sp)
-{
-    sp->n = 0;
-}
+void sd_vf_spans_clear(sd_vf_spans *sp) { sp->n = 0; }
 
 sd_status sd_vf_spans_sync(sd_vf_spans *sp, const int32_t *c, int L)
 {
@@ -40,10 +34,7 @@ sd_status sd_vf_spans_sync(sd_vf_spans *sp, const int32_t *c, int L)
     return SD_OK;
 }
 
-uint64_t sd_vf_spans_hash(const sd_vf_spans *sp, int len)
-{
-    return len >= 0 && len < sp->n_hash ? sp->hash[len] : 0;
-}
+uint64_t sd_vf_spans_hash(const sd_vf_spans *sp, int len) { return len >= 0 && len < sp->n_hash ? sp->hash[len] : 0; }
 
 /* True when p is a usable q list for token d. */
 static bool q_ok(const Specd__Proposal *p, int32_t d, int vocab)

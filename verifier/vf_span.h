@@ -36,27 +36,27 @@
 typedef struct sd_vf_span {
     uint32_t base_len;
     uint64_t base_hash;
-    int n;                               /* tokens */
+    int n; /* tokens */
     int32_t tokens[SD_VF_SPAN_MAX_TOKENS];
-    bool has_q;                          /* one q list per token */
-    size_t qoff[SD_VF_SPAN_MAX_TOKENS];  /* q of token i: qbuf[qoff[i] .. + nq[i]) */
+    bool has_q;                         /* one q list per token */
+    size_t qoff[SD_VF_SPAN_MAX_TOKENS]; /* q of token i: qbuf[qoff[i] .. + nq[i]) */
     size_t nq[SD_VF_SPAN_MAX_TOKENS];
-    sd_tokprob *qbuf;                    /* owned */
+    sd_tokprob *qbuf; /* owned */
     size_t qcap;
-    uint32_t draft_us;                   /* drafter time behind it */
-    bool dry;                            /* DraftResult.dry: no drafts past its tokens */
-    double arrived_ms;                   /* caller's clock, when added */
-    bool in_use;                         /* the last pick's: never evicted by an add */
+    uint32_t draft_us; /* drafter time behind it */
+    bool dry;          /* DraftResult.dry: no drafts past its tokens */
+    double arrived_ms; /* caller's clock, when added */
+    bool in_use;       /* the last pick's: never evicted by an add */
 } sd_vf_span;
 
 typedef struct sd_vf_spans {
     sd_vf_span s[SD_VF_MAX_SPANS];
     int n;
-    uint64_t *hash;                      /* hash[i] = hash of C[0..i), i <= n_hash - 1 */
+    uint64_t *hash; /* hash[i] = hash of C[0..i), i <= n_hash - 1 */
     size_t hash_cap;
     int n_hash;
-    uint64_t stale;                      /* spans dropped because their base was not C */
-    unsigned dry;                        /* valid dry spans dropped since the caller last reset it */
+    uint64_t stale; /* spans dropped because their base was not C */
+    unsigned dry;   /* valid dry spans dropped since the caller last reset it */
 } sd_vf_spans;
 
 /* An empty store. */

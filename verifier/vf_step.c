@@ -23,8 +23,8 @@ static void plan_step(sd_vf_server *s)
          * verifier's own lookup has nothing to catch up on) */
         const sd_vf_slot *sl = s->slots[i];
         int behind = s->reqs[i]->n_tokens - sl->drafter_known;
-        s->catchup[i] = !s->link && !s->local     ? 0
-                        : sl->drafter_known == 0 ? s->reqs[i]->n_tokens
+        s->catchup[i] = !s->link && !s->local       ? 0
+                        : sl->drafter_known == 0    ? s->reqs[i]->n_tokens
                         : behind > SD_MAX_DRAFT + 1 ? behind
                                                     : 0;
     }
@@ -62,8 +62,8 @@ static void note_step(sd_vf_server *s, double wall_ms, double cycle_ms, bool pip
     }
     const sd_step_timing *tm = sd_engine_last_timing(s->e);
     if ((uint32_t)tm->rows > s->step_rows_max) s->step_rows_max = (uint32_t)tm->rows;
-    sd_vf_adapt_done(&s->ad, tm, wall_ms, cycle_ms, s->reqs, s->aqs, s->offered, s->accepted,
-                     s->had_q, s->catchup, s->draft_ms, s->ready, n, pipelined);
+    sd_vf_adapt_done(&s->ad, tm, wall_ms, cycle_ms, s->reqs, s->aqs, s->offered, s->accepted, s->had_q, s->catchup,
+                     s->draft_ms, s->ready, n, pipelined);
 }
 
 /* Runs the engine step with the slots' proposals, then the bookkeeping of
@@ -172,7 +172,8 @@ static void step_model(sd_vf_server *s)
     for (int i = 0; i < n; i++) {
         s->slots[i]->prop.n = 0;
         s->slots[i]->prop_draft_us = 0;
-        if (s->budgets[i] > 0 && !sd_req_prefilling(s->reqs[i])) s->fb_items[m++] = sd_vfs_lookup_item(s, i, s->budgets[i]);
+        if (s->budgets[i] > 0 && !sd_req_prefilling(s->reqs[i]))
+            s->fb_items[m++] = sd_vfs_lookup_item(s, i, s->budgets[i]);
     }
     char err[256] = "";
     double t0 = sd_now_ms();

@@ -91,7 +91,8 @@ static char *join_messages(json_t *msgs, const char **why)
         *why = "\"messages\" is empty";
         return NULL;
     }
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         json_t *c = json_object_get(m, "content");
         if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")) || !json_is_string(c)) {
             *why = "each message needs string \"role\" and \"content\"";
@@ -104,10 +105,10 @@ static char *join_messages(json_t *msgs, const char **why)
         *why = "out of memory";
         return NULL;
     }
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         json_t *c = json_object_get(m, "content");
-        if (i > 0)
-            *w++ = '\n';
+        if (i > 0) *w++ = '\n';
         memcpy(w, json_string_value(c), json_string_length(c));
         w += json_string_length(c);
     }
@@ -144,13 +145,11 @@ static sd_status load_line(sd_dataset *ds, const char *line, size_t len, const c
     return st;
 }
 
-sd_status sd_dataset_load(const char *path, int strict, FILE *warn, sd_dataset **out, char *err,
-                          size_t errlen)
+sd_status sd_dataset_load(const char *path, int strict, FILE *warn, sd_dataset **out, char *err, size_t errlen)
 {
     *out = NULL;
     FILE *f = fopen(path, "r");
-    if (!f)
-        return sd_seterr(err, errlen, SD_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!f) return sd_seterr(err, errlen, SD_ERR_IO, "%s: %s", path, strerror(errno));
     sd_dataset *ds;
     if (ds_new(&ds) != SD_OK) {
         fclose(f);
@@ -163,32 +162,27 @@ sd_status sd_dataset_load(const char *path, int strict, FILE *warn, sd_dataset *
     while ((n = getline(&line, &cap, f)) >= 0) {
         lineno++;
         size_t len = (size_t)n;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
-            len--;
-        if (len == 0)
-            continue;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
+        if (len == 0) continue;
         const char *why = "";
         st = load_line(ds, line, len, &why);
-        if (st == SD_ERR_NOMEM)
-            break;
+        if (st == SD_ERR_NOMEM) break;
         if (st == SD_ERR_FORMAT) {
             bad++;
             if (strict) {
                 sd_seterr(err, errlen, st, "%s:%zu: %s", path, lineno, why);
                 break;
             }
-            if (warn)
-                fprintf(warn, "specd-bench: warning: %s:%zu: %s; line skipped\n", path, lineno, why);
+            if (warn) fprintf(warn, "specd-bench: warning: %s:%zu: %s; line skipped\n", path, lineno, why);
             st = SD_OK;
         }
     }
     free(line);
     fclose(f);
-    if (st == SD_ERR_NOMEM)
-        sd_seterr(err, errlen, st, "out of memory reading %s", path);
+    if (st == SD_ERR_NOMEM) sd_seterr(err, errlen, st, "out of memory reading %s", path);
     else if (st == SD_OK && ds->n == 0)
-        st = sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: no usable prompt (%zu bad line%s)", path,
-                       bad, bad == 1 ? "" : "s");
+        st = sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: no usable prompt (%zu bad line%s)", path, bad,
+                       bad == 1 ? "" : "s");
     if (st != SD_OK) {
         sd_dataset_free(ds);
         return st;
@@ -201,8 +195,7 @@ sd_status sd_dataset_builtin(sd_dataset **out)
 {
     sd_dataset *ds;
     *out = NULL;
-    if (ds_new(&ds) != SD_OK)
-        return SD_ERR_NOMEM;
+    if (ds_new(&ds) != SD_OK) return SD_ERR_NOMEM;
     for (size_t i = 0; i < sizeof builtin_prompts / sizeof builtin_prompts[0]; i++) {
         if (push_text(ds, builtin_prompts[i]) != SD_OK) {
             sd_dataset_free(ds);
@@ -233,8 +226,9 @@ sd_status sd_dataset_random(size_t n, long in_len, long out_len, double range, u
         long len = random_len(&rng, in_len, range);
         json_t *ids = json_array();
         for (long k = 0; ids && k < len; k++)
-            if (json_array_append_new(ids, json_integer(SD_RANDOM_ID_LO + (json_int_t)(sd_rng_next(&rng) %
-                                                            (SD_RANDOM_ID_HI - SD_RANDOM_ID_LO)))) != 0) {
+            if (json_array_append_new(
+                    ids, json_integer(SD_RANDOM_ID_LO +
+                                      (json_int_t)(sd_rng_next(&rng) % (SD_RANDOM_ID_HI - SD_RANDOM_ID_LO)))) != 0) {
                 json_decref(ids);
                 ids = NULL;
             }
@@ -252,20 +246,13 @@ sd_status sd_dataset_random(size_t n, long in_len, long out_len, double range, u
     return SD_OK;
 }
 
-size_t sd_dataset_count(const sd_dataset *ds)
-{
-    return ds ? ds->n : 0;
-}
+size_t sd_dataset_count(const sd_dataset *ds) { return ds ? ds->n : 0; }
 
-const sd_prompt *sd_dataset_get(const sd_dataset *ds, size_t i)
-{
-    return &ds->items[i];
-}
+const sd_prompt *sd_dataset_get(const sd_dataset *ds, size_t i) { return &ds->items[i]; }
 
 void sd_dataset_free(sd_dataset *ds)
 {
-    if (!ds)
-        return;
+    if (!ds) return;
     for (size_t i = 0; i < ds->n; i++) {
         free(ds->items[i].prompt);
         json_decref(ds->items[i].messages);

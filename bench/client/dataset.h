@@ -20,11 +20,11 @@
 #include "status.h"
 
 typedef struct {
-    char *prompt;       /* NUL-terminated text */
-    json_t *messages;   /* array of {"role", "content"}; owned by the dataset */
-    size_t len_chars;   /* bytes of prompt text (sum of contents for chat) */
-    json_t *ids;        /* random prompts: an array of token ids sent as "prompt" (completions), else NULL */
-    long max_tokens;    /* random prompts: this request's max_tokens; 0: the run's --max-tokens */
+    char *prompt;     /* NUL-terminated text */
+    json_t *messages; /* array of {"role", "content"}; owned by the dataset */
+    size_t len_chars; /* bytes of prompt text (sum of contents for chat) */
+    json_t *ids;      /* random prompts: an array of token ids sent as "prompt" (completions), else NULL */
+    long max_tokens;  /* random prompts: this request's max_tokens; 0: the run's --max-tokens */
 } sd_prompt;
 
 typedef struct sd_dataset sd_dataset;
@@ -36,8 +36,7 @@ typedef struct sd_dataset sd_dataset;
  * Returns SD_OK with *out set (free with sd_dataset_free), SD_ERR_IO,
  * SD_ERR_FORMAT (strict bad line, or no valid prompt at all), SD_ERR_NOMEM;
  * a message is written to err on failure. */
-sd_status sd_dataset_load(const char *path, int strict, FILE *warn, sd_dataset **out, char *err,
-                          size_t errlen);
+sd_status sd_dataset_load(const char *path, int strict, FILE *warn, sd_dataset **out, char *err, size_t errlen);
 
 /* Builds the built-in set (~32 Python code prompts). Returns SD_OK or
  * SD_ERR_NOMEM. Free with sd_dataset_free. */

@@ -12,10 +12,8 @@
 sd_status sd_http_url(char *out, size_t outlen, const char *base, const char *path)
 {
     size_t n = strlen(base);
-    while (n > 0 && base[n - 1] == '/')
-        n--;
-    if (n >= 3 && memcmp(base + n - 3, "/v1", 3) == 0)
-        n -= 3; /* every path we use is absolute from the server root */
+    while (n > 0 && base[n - 1] == '/') n--;
+    if (n >= 3 && memcmp(base + n - 3, "/v1", 3) == 0) n -= 3; /* every path we use is absolute from the server root */
     int w = snprintf(out, outlen, "%.*s%s", (int)n, base, path);
     return (w < 0 || (size_t)w >= outlen) ? SD_ERR_NOSPACE : SD_OK;
 }
@@ -26,19 +24,17 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 {
     sd_buf *m = ud;
     size_t n = sz * nm;
-    if (n > MAX_BODY - m->len || sd_buf_add(m, p, n) != SD_OK)
-        return 0; /* aborts the transfer */
+    if (n > MAX_BODY - m->len || sd_buf_add(m, p, n) != SD_OK) return 0; /* aborts the transfer */
     return n;
 }
 
-sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, char **body,
-                      long *status, char *err, size_t errlen)
+sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, char **body, long *status, char *err,
+                      size_t errlen)
 {
     *body = NULL;
     *status = 0;
     CURL *h = curl_easy_init();
-    if (!h)
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "curl_easy_init failed");
+    if (!h) return sd_seterr(err, errlen, SD_ERR_NOMEM, "curl_easy_init failed");
     sd_buf m = {0};
     struct curl_slist *hdrs = NULL;
     char auth[1024];
@@ -61,8 +57,7 @@ sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, ch
         st = sd_seterr(err, errlen, SD_ERR_IO, "GET %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(rc));
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-        if (!(*body = sd_buf_take(&m)))
-            st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
+        if (!(*body = sd_buf_take(&m))) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
     sd_buf_free(&m);
     curl_slist_free_all(hdrs);
@@ -70,8 +65,7 @@ sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, ch
     return st;
 }
 
-char *sd_http_first_model(const char *base, const char *api_key, double timeout_s, char *err,
-                          size_t errlen)
+char *sd_http_first_model(const char *base, const char *api_key, double timeout_s, char *err, size_t errlen)
 {
     char url[2048], *body = NULL, *id = NULL;
     long status = 0;
@@ -79,17 +73,13 @@ char *sd_http_first_model(const char *base, const char *api_key, double timeout_
         sd_seterr(err, errlen, SD_ERR_ARG, "URL too long");
         return NULL;
     }
-    if (sd_http_get(url, api_key, timeout_s, &body, &status, err, errlen) != SD_OK)
-        return NULL;
+    if (sd_http_get(url, api_key, timeout_s, &body, &status, err, errlen) != SD_OK) return NULL;
     json_t *root = status == 200 ? json_loads(body, 0, NULL) : NULL;
     json_t *data = json_object_get(root, "data");
     const char *s = json_string_value(json_object_get(json_array_get(data, 0), "id"));
-    if (s)
-        id = strdup(s);
-    else if (status != 200)
-        sd_seterr(err, errlen, SD_ERR_IO, "GET %s: HTTP %ld", url, status);
-    else
-        sd_seterr(err, errlen, SD_ERR_FORMAT, "GET %s: no model id in the response", url);
+    if (s) id = strdup(s);
+    else if (status != 200) sd_seterr(err, errlen, SD_ERR_IO, "GET %s: HTTP %ld", url, status);
+    else sd_seterr(err, errlen, SD_ERR_FORMAT, "GET %s: no model id in the response", url);
     json_decref(root);
     free(body);
     return id;

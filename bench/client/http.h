@@ -21,12 +21,11 @@ sd_status sd_http_url(char *out, size_t outlen, const char *base, const char *pa
  * On SD_OK, *body is a malloc'd NUL-terminated body (caller frees) and
  * *status the HTTP status (any status, including 4xx/5xx, is SD_OK).
  * Returns SD_ERR_IO (transport failure) or SD_ERR_NOMEM, message in err. */
-sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, char **body,
-                      long *status, char *err, size_t errlen);
+sd_status sd_http_get(const char *url, const char *api_key, double timeout_s, char **body, long *status, char *err,
+                      size_t errlen);
 
 /* Returns the "id" of the first model in GET <base>/v1/models as a malloc'd
  * string (caller frees), or NULL with a message in err. */
-char *sd_http_first_model(const char *base, const char *api_key, double timeout_s, char *err,
-                          size_t errlen);
+char *sd_http_first_model(const char *base, const char *api_key, double timeout_s, char *err, size_t errlen);
 
 #endif

@@ -33,7 +33,7 @@ typedef struct {
     bool strict_dataset;
     long random_in, random_out; /* --random-input-len / --random-output-len (0: no random dataset) */
     double random_range;        /* --random-range-ratio */
-    char *model_owned;   /* model found through /v1/models */
+    char *model_owned;          /* model found through /v1/models */
 } options;
 
 static void usage(FILE *f)
@@ -72,16 +72,35 @@ static void usage(FILE *f)
 }
 
 static const struct option long_opts[] = {
-    {"url", 1, 0, 'u'},          {"api-key", 1, 0, 'k'},     {"model", 1, 0, 'm'},
-    {"endpoint", 1, 0, 'e'},     {"concurrency", 1, 0, 'c'}, {"request-rate", 1, 0, 'r'},
-    {"num-prompts", 1, 0, 'n'},  {"max-tokens", 1, 0, 't'},  {"temperature", 1, 0, 'T'},
-    {"seed", 1, 0, 's'},         {"stream", 0, 0, 'S'},      {"no-stream", 0, 0, 'N'},
-    {"ignore-eos", 0, 0, 'i'},   {"dataset", 1, 0, 'd'},     {"strict-dataset", 0, 0, 'X'},
-    {"warmup", 1, 0, 'w'},       {"duration", 1, 0, 'D'},    {"grace", 1, 0, 'g'},
-    {"timeout", 1, 0, 'o'},      {"json", 1, 0, 'j'},        {"plot", 1, 0, 'p'},
-    {"extra-body", 1, 0, 'x'},   {"quiet", 0, 0, 'q'},       {"help", 0, 0, 'h'},
-    {"goodput", 1, 0, 'G'},      {"random-input-len", 1, 0, 'I'}, {"random-output-len", 1, 0, 'O'},
-    {"random-range-ratio", 1, 0, 'R'}, {"in-order", 0, 0, 'Q'},
+    {"url", 1, 0, 'u'},
+    {"api-key", 1, 0, 'k'},
+    {"model", 1, 0, 'm'},
+    {"endpoint", 1, 0, 'e'},
+    {"concurrency", 1, 0, 'c'},
+    {"request-rate", 1, 0, 'r'},
+    {"num-prompts", 1, 0, 'n'},
+    {"max-tokens", 1, 0, 't'},
+    {"temperature", 1, 0, 'T'},
+    {"seed", 1, 0, 's'},
+    {"stream", 0, 0, 'S'},
+    {"no-stream", 0, 0, 'N'},
+    {"ignore-eos", 0, 0, 'i'},
+    {"dataset", 1, 0, 'd'},
+    {"strict-dataset", 0, 0, 'X'},
+    {"warmup", 1, 0, 'w'},
+    {"duration", 1, 0, 'D'},
+    {"grace", 1, 0, 'g'},
+    {"timeout", 1, 0, 'o'},
+    {"json", 1, 0, 'j'},
+    {"plot", 1, 0, 'p'},
+    {"extra-body", 1, 0, 'x'},
+    {"quiet", 0, 0, 'q'},
+    {"help", 0, 0, 'h'},
+    {"goodput", 1, 0, 'G'},
+    {"random-input-len", 1, 0, 'I'},
+    {"random-output-len", 1, 0, 'O'},
+    {"random-range-ratio", 1, 0, 'R'},
+    {"in-order", 0, 0, 'Q'},
     {0, 0, 0, 0},
 };
 
@@ -90,8 +109,7 @@ static int parse_extra_body(options *o, const char *s)
     json_error_t je;
     json_t *v = json_loads(s, 0, &je);
     if (!json_is_object(v)) {
-        fprintf(stderr, "specd-bench: --extra-body: need a JSON object (%s)\n",
-                v ? "got another JSON type" : je.text);
+        fprintf(stderr, "specd-bench: --extra-body: need a JSON object (%s)\n", v ? "got another JSON type" : je.text);
         json_decref(v);
         return -1;
     }
@@ -122,8 +140,10 @@ static sd_status parse_goodput(sd_bench_config *cfg, const char *a, char *err, s
         char *end = NULL;
         double ms = p[n] == ':' ? strtod(p + n + 1, &end) : 0;
         if (k < 0 || !end || end == p + n + 1 || (*end && *end != ',') || !(ms > 0) || !isfinite(ms))
-            return sd_seterr(err, errlen, SD_ERR_ARG, "--goodput: '%s' is not KEY:MS[,KEY:MS...] with KEY ttft, "
-                             "tpot or e2el and MS > 0", a);
+            return sd_seterr(err, errlen, SD_ERR_ARG,
+                             "--goodput: '%s' is not KEY:MS[,KEY:MS...] with KEY ttft, "
+                             "tpot or e2el and MS > 0",
+                             a);
         cfg->slo_ms[k] = ms;
         p = *end ? end + 1 : end;
     }
@@ -148,7 +168,8 @@ static int apply_opt(options *o, int c, const char *a)
         cfg->endpoint = strcmp(a, "chat") == 0 ? SD_EP_CHAT : SD_EP_COMPLETIONS;
         break;
     case 'c':
-        if ((st = opt_long(a, "--concurrency", 1, &l, err, sizeof err)) == SD_OK) cfg->concurrency = (int)(l > 4096 ? 4096 : l);
+        if ((st = opt_long(a, "--concurrency", 1, &l, err, sizeof err)) == SD_OK)
+            cfg->concurrency = (int)(l > 4096 ? 4096 : l);
         break;
     case 'r': st = sd_opt_double(a, "--request-rate", 0, HUGE_VAL, &cfg->request_rate, err, sizeof err); break;
     case 'n': st = opt_long(a, "--num-prompts", 1, &cfg->num_prompts, err, sizeof err); break;
@@ -157,7 +178,10 @@ static int apply_opt(options *o, int c, const char *a)
         cfg->has_temperature = true;
         st = sd_opt_double(a, "--temperature", 0, HUGE_VAL, &cfg->temperature, err, sizeof err);
         break;
-    case 's': cfg->has_seed = true; st = sd_opt_u64(a, "--seed", &cfg->seed, err, sizeof err); break;
+    case 's':
+        cfg->has_seed = true;
+        st = sd_opt_u64(a, "--seed", &cfg->seed, err, sizeof err);
+        break;
     case 'S': cfg->stream = true; break;
     case 'N': cfg->stream = false; break;
     case 'i': cfg->ignore_eos = true; break;
@@ -200,8 +224,7 @@ static int parse_args(options *o, int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
         int rc = apply_opt(o, c, optarg);
-        if (rc != 0)
-            return rc;
+        if (rc != 0) return rc;
     }
     if (optind < argc) {
         fprintf(stderr, "specd-bench: unexpected argument '%s'\n", argv[optind]);
@@ -225,8 +248,7 @@ static int parse_args(options *o, int argc, char **argv)
         fprintf(stderr, "specd-bench: --url must start with http:// or https://\n");
         return -1;
     }
-    if (cfg->concurrency == 0 && cfg->request_rate <= 0)
-        cfg->concurrency = 1;
+    if (cfg->concurrency == 0 && cfg->request_rate <= 0) cfg->concurrency = 1;
     cfg->progress_tty = isatty(STDERR_FILENO);
     return 0;
 }
@@ -240,17 +262,17 @@ static void on_sigint(int sig)
 static void resolve_model(options *o)
 {
     sd_bench_config *cfg = &o->cfg;
-    if (cfg->model)
-        return;
+    if (cfg->model) return;
     char err[512] = "";
     double tmo = cfg->timeout < 10.0 ? cfg->timeout : 10.0;
     o->model_owned = sd_http_first_model(cfg->url, cfg->api_key, tmo, err, sizeof err);
     cfg->model = o->model_owned;
     if (!cfg->model)
-        fprintf(stderr, "specd-bench: warning: could not list models (%s); requests are sent "
-                        "without \"model\"\n", err);
-    else if (!cfg->quiet)
-        fprintf(stderr, "specd-bench: model %s (from /v1/models)\n", cfg->model);
+        fprintf(stderr,
+                "specd-bench: warning: could not list models (%s); requests are sent "
+                "without \"model\"\n",
+                err);
+    else if (!cfg->quiet) fprintf(stderr, "specd-bench: model %s (from /v1/models)\n", cfg->model);
 }
 
 /* Returns the specd_spec_* lines of GET /metrics (malloc'd) or NULL. */
@@ -258,10 +280,8 @@ static char *fetch_spec_metrics(const sd_bench_config *cfg)
 {
     char url[2048], err[256], *body = NULL;
     long status = 0;
-    if (sd_http_url(url, sizeof url, cfg->url, "/metrics") != SD_OK)
-        return NULL;
-    if (sd_http_get(url, cfg->api_key, 5.0, &body, &status, err, sizeof err) != SD_OK)
-        return NULL;
+    if (sd_http_url(url, sizeof url, cfg->url, "/metrics") != SD_OK) return NULL;
+    if (sd_http_get(url, cfg->api_key, 5.0, &body, &status, err, sizeof err) != SD_OK) return NULL;
     char *lines = status == 200 ? sd_report_spec_metrics(body) : NULL;
     free(body);
     return lines;
@@ -288,8 +308,7 @@ static int report(const options *o, const sd_bench_result *res)
     if (o->plot_path) {
         if (sd_plot_write(o->plot_path, res, err, sizeof err) != SD_OK)
             fprintf(stderr, "specd-bench: warning: --plot: %s\n", err);
-        else if (!cfg->quiet)
-            fprintf(stderr, "specd-bench: plot written to %s\n", o->plot_path);
+        else if (!cfg->quiet) fprintf(stderr, "specd-bench: plot written to %s\n", o->plot_path);
     }
     free(spec);
     return rc;
@@ -307,8 +326,7 @@ static sd_dataset *load_dataset(const options *o)
         return ds;
     }
     if (!o->dataset) {
-        if (sd_dataset_builtin(&ds) != SD_OK)
-            fprintf(stderr, "specd-bench: out of memory\n");
+        if (sd_dataset_builtin(&ds) != SD_OK) fprintf(stderr, "specd-bench: out of memory\n");
         return ds;
     }
     if (sd_dataset_load(o->dataset, o->strict_dataset, stderr, &ds, err, sizeof err) != SD_OK)
@@ -321,10 +339,8 @@ int main(int argc, char **argv)
     options o = {0};
     int prc = parse_args(&o, argc, argv);
     if (prc != 0) {
-        if (prc > 0)
-            usage(stdout);
-        else
-            fprintf(stderr, "specd-bench: see --help for the options\n");
+        if (prc > 0) usage(stdout);
+        else fprintf(stderr, "specd-bench: see --help for the options\n");
         json_decref(o.cfg.extra_body);
         return prc > 0 ? 0 : EXIT_USAGE;
     }

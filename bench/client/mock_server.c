@@ -31,7 +31,7 @@ typedef struct {
     int tokens, delay_ms, fail_every;
     FILE *log;
     long n_requests;
-    long pos_accepted[2];         /* per draft position, for /metrics */
+    long pos_accepted[2]; /* per draft position, for /metrics */
     long steps_total;
     struct event_base *base;
 } mock;
@@ -48,10 +48,9 @@ typedef struct {
 
 static void log_line(mock *m, long id, bool chat, bool stream, const char *status, int tokens)
 {
-    if (!m->log)
-        return;
-    fprintf(m->log, "served id=%ld endpoint=%s stream=%d status=%s tokens=%d\n", id,
-            chat ? "chat" : "completions", stream, status, tokens);
+    if (!m->log) return;
+    fprintf(m->log, "served id=%ld endpoint=%s stream=%d status=%s tokens=%d\n", id, chat ? "chat" : "completions",
+            stream, status, tokens);
     fflush(m->log);
 }
 
@@ -80,9 +79,8 @@ static json_t *spec_stats(mock *m, int n, bool count)
         m->pos_accepted[0] += acc < steps ? acc : steps;
         m->pos_accepted[1] += acc > steps ? acc - steps : 0;
     }
-    return json_pack("{s:I, s:I, s:I, s:f}", "steps", (json_int_t)steps, "draft_tokens",
-                     (json_int_t)(3 * steps), "accepted_tokens", (json_int_t)acc,
-                     "mean_accepted_per_step", steps ? (double)acc / steps : 0.0);
+    return json_pack("{s:I, s:I, s:I, s:f}", "steps", (json_int_t)steps, "draft_tokens", (json_int_t)(3 * steps),
+                     "accepted_tokens", (json_int_t)acc, "mean_accepted_per_step", steps ? (double)acc / steps : 0.0);
 }
 
 static json_t *usage_obj(gen *g)
@@ -99,17 +97,14 @@ static json_t *token_chunk(gen *g, int i)
     snprintf(text, sizeof text, " tok%d", i);
     json_t *fin = i == g->n - 1 ? json_string("length") : json_null();
     json_t *choice;
-    if (!g->chat)
-        choice = json_pack("{s:i, s:s, s:o}", "index", 0, "text", text, "finish_reason", fin);
+    if (!g->chat) choice = json_pack("{s:i, s:s, s:o}", "index", 0, "text", text, "finish_reason", fin);
     else if (i < 0)
-        choice = json_pack("{s:i, s:{s:s, s:s}, s:o}", "index", 0, "delta", "role", "assistant",
-                           "content", "", "finish_reason", fin);
-    else
-        choice = json_pack("{s:i, s:{s:s}, s:o}", "index", 0, "delta", "content", text,
+        choice = json_pack("{s:i, s:{s:s, s:s}, s:o}", "index", 0, "delta", "role", "assistant", "content", "",
                            "finish_reason", fin);
+    else choice = json_pack("{s:i, s:{s:s}, s:o}", "index", 0, "delta", "content", text, "finish_reason", fin);
     return json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", "mock", "object",
-                     g->chat ? "chat.completion.chunk" : "text_completion", "created", 0, "model",
-                     g->m->model, "choices", choice);
+                     g->chat ? "chat.completion.chunk" : "text_completion", "created", 0, "model", g->m->model,
+                     "choices", choice);
 }
 
 static void send_event(gen *g, json_t *obj)
@@ -125,8 +120,7 @@ static void send_event(gen *g, json_t *obj)
 
 static void gen_free(gen *g)
 {
-    if (g->timer)
-        event_free(g->timer);
+    if (g->timer) event_free(g->timer);
     free(g);
 }
 
@@ -142,18 +136,15 @@ static void on_close(struct evhttp_connection *conn, void *arg)
 static void finish_nonstream(gen *g)
 {
     char *text = malloc((size_t)g->n * 12 + 1), *w = text;
-    for (int i = 0; i < g->n && text; i++)
-        w += sprintf(w, " tok%d", i);
-    if (text)
-        *w = '\0';
-    json_t *choice = g->chat ? json_pack("{s:i, s:{s:s, s:s}, s:s}", "index", 0, "message", "role",
-                                         "assistant", "content", text ? text : "", "finish_reason", "length")
-                             : json_pack("{s:i, s:s, s:s}", "index", 0, "text", text ? text : "",
-                                         "finish_reason", "length");
+    for (int i = 0; i < g->n && text; i++) w += sprintf(w, " tok%d", i);
+    if (text) *w = '\0';
+    json_t *choice =
+        g->chat ? json_pack("{s:i, s:{s:s, s:s}, s:s}", "index", 0, "message", "role", "assistant", "content",
+                            text ? text : "", "finish_reason", "length")
+                : json_pack("{s:i, s:s, s:s}", "index", 0, "text", text ? text : "", "finish_reason", "length");
     json_t *body = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o, s:o}", "id", "mock", "object",
-                             g->chat ? "chat.completion" : "text_completion", "created", 0, "model",
-                             g->m->model, "choices", choice, "usage", usage_obj(g), "speculative",
-                             spec_stats(g->m, g->n, true));
+                             g->chat ? "chat.completion" : "text_completion", "created", 0, "model", g->m->model,
+                             "choices", choice, "usage", usage_obj(g), "speculative", spec_stats(g->m, g->n, true));
     free(text);
     evhttp_connection_set_closecb(g->conn, NULL, NULL);
     reply_json(g->req, 200, "OK", body);
@@ -178,9 +169,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (g->usage) {
         json_t *u = json_pack("{s:s, s:s, s:i, s:s, s:[], s:o, s:o}", "id", "mock", "object",
-                              g->chat ? "chat.completion.chunk" : "text_completion", "created", 0,
-                              "model", g->m->model, "choices", "usage", usage_obj(g),
-                              "speculative", spec_stats(g->m, g->n, true));
+                              g->chat ? "chat.completion.chunk" : "text_completion", "created", 0, "model", g->m->model,
+                              "choices", "usage", usage_obj(g), "speculative", spec_stats(g->m, g->n, true));
         send_event(g, u);
     }
     send_event(g, NULL);
@@ -192,8 +182,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static bool authorized(mock *m, struct evhttp_request *req)
 {
-    if (!m->api_key)
-        return true;
+    if (!m->api_key) return true;
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     return h && strncmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, m->api_key) == 0;
 }
@@ -246,8 +235,7 @@ static void handle_gen(mock *m, struct evhttp_request *req, bool chat)
         if (stream) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/event-stream");
             evhttp_send_reply_start(req, 200, "OK");
-            if (chat)
-                send_event(g, token_chunk(g, -1));
+            if (chat) send_event(g, token_chunk(g, -1));
         }
         evtimer_add(g->timer, &tv);
     }
@@ -278,16 +266,12 @@ static void on_request(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 #define IS(path) (n == strlen(path) && strncmp(uri, path, n) == 0)
     if (cmd == EVHTTP_REQ_GET && IS("/v1/models"))
-        reply_json(req, 200, "OK", json_pack("{s:s, s:[{s:s, s:s}]}", "object", "list", "data", "id",
-                                             m->model, "object", "model"));
-    else if (cmd == EVHTTP_REQ_GET && IS("/metrics"))
-        handle_metrics(m, req);
-    else if (cmd == EVHTTP_REQ_POST && IS("/v1/completions"))
-        handle_gen(m, req, false);
-    else if (cmd == EVHTTP_REQ_POST && IS("/v1/chat/completions"))
-        handle_gen(m, req, true);
-    else
-        reply_error(req, 404, "Not Found", "no such route");
+        reply_json(req, 200, "OK",
+                   json_pack("{s:s, s:[{s:s, s:s}]}", "object", "list", "data", "id", m->model, "object", "model"));
+    else if (cmd == EVHTTP_REQ_GET && IS("/metrics")) handle_metrics(m, req);
+    else if (cmd == EVHTTP_REQ_POST && IS("/v1/completions")) handle_gen(m, req, false);
+    else if (cmd == EVHTTP_REQ_POST && IS("/v1/chat/completions")) handle_gen(m, req, true);
+    else reply_error(req, 404, "Not Found", "no such route");
 #undef IS
 }
 
@@ -296,20 +280,18 @@ static int write_port(const char *path, int port)
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     fprintf(f, "%d\n", port);
-    if (fclose(f) != 0)
-        return -1;
+    if (fclose(f) != 0) return -1;
     return rename(tmp, path);
 }
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"host", 1, 0, 'H'},  {"port", 1, 0, 'p'},     {"port-file", 1, 0, 'f'},
+        {"host", 1, 0, 'H'},   {"port", 1, 0, 'p'},     {"port-file", 1, 0, 'f'},
         {"tokens", 1, 0, 't'}, {"delay-ms", 1, 0, 'd'}, {"fail-every", 1, 0, 'F'},
-        {"log", 1, 0, 'l'},   {"model", 1, 0, 'm'},    {"api-key", 1, 0, 'k'},
+        {"log", 1, 0, 'l'},    {"model", 1, 0, 'm'},    {"api-key", 1, 0, 'k'},
         {0, 0, 0, 0},
     };
     mock m = {.model = "mock-model", .tokens = 16};

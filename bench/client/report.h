@@ -12,24 +12,24 @@
 #include "stats.h"
 
 typedef struct {
-    long completed;                       /* successful measured requests */
-    long failed;                          /* errors other than cancelled */
+    long completed; /* successful measured requests */
+    long failed;    /* errors other than cancelled */
     long cancelled;
     long by_kind[SD_REQERR_COUNT];
-    long total_output_tokens;             /* successful requests only */
-    long total_input_tokens;              /* usage.prompt_tokens of the successful requests that reported it */
-    long total_cached_tokens;             /* ... and of those, the prompt tokens the server's prefix cache held */
-    long input_reported;                  /* ... how many did */
-    double total_tok_per_s;               /* (input + output tokens) / wall */
-    long good;                            /* successful requests meeting every --goodput SLO */
-    double goodput;                       /* good / wall; NAN without --goodput */
-    long usage_requests;                  /* successes whose count came from "usage" */
+    long total_output_tokens; /* successful requests only */
+    long total_input_tokens;  /* usage.prompt_tokens of the successful requests that reported it */
+    long total_cached_tokens; /* ... and of those, the prompt tokens the server's prefix cache held */
+    long input_reported;      /* ... how many did */
+    double total_tok_per_s;   /* (input + output tokens) / wall */
+    long good;                /* successful requests meeting every --goodput SLO */
+    double goodput;           /* good / wall; NAN without --goodput */
+    long usage_requests;      /* successes whose count came from "usage" */
     double wall, req_per_s, out_tok_per_s;
     sd_stats_summary ttft, tpot, itl, e2e; /* seconds, successful requests */
     long spec_requests, spec_steps, spec_draft, spec_accepted;
-    double spec_per_step;                 /* sum accepted / sum steps; NAN if none */
-    double spec_accept_rate;              /* sum accepted / sum drafted; NAN if none */
-    double spec_mean_of_means;            /* mean of per-request mean_accepted_per_step */
+    double spec_per_step;      /* sum accepted / sum steps; NAN if none */
+    double spec_accept_rate;   /* sum accepted / sum drafted; NAN if none */
+    double spec_mean_of_means; /* mean of per-request mean_accepted_per_step */
 } sd_report_summary;
 
 /* Aggregates res into *out; slo_ms (TTFT, TPOT, E2E in ms, 0: none; may be
@@ -46,14 +46,13 @@ char *sd_report_spec_metrics(const char *metrics_text);
 
 /* Prints the summary table to f. spec_metrics is the output of
  * sd_report_spec_metrics or NULL ("n/a"). */
-void sd_report_print(FILE *f, const sd_bench_config *cfg, const sd_bench_result *res,
-                     const sd_report_summary *s, const char *spec_metrics);
+void sd_report_print(FILE *f, const sd_bench_config *cfg, const sd_bench_result *res, const sd_report_summary *s,
+                     const char *spec_metrics);
 
 /* Writes {config, requests, summary} to path. Times in "requests" are in
  * seconds, summary latencies in milliseconds (keys end in _ms).
  * Returns SD_OK, SD_ERR_IO or SD_ERR_NOMEM with a message in err. */
-sd_status sd_report_write_json(const char *path, const sd_bench_config *cfg,
-                               const sd_bench_result *res, const sd_report_summary *s,
-                               const char *spec_metrics, char *err, size_t errlen);
+sd_status sd_report_write_json(const char *path, const sd_bench_config *cfg, const sd_bench_result *res,
+                               const sd_report_summary *s, const char *spec_metrics, char *err, size_t errlen);
 
 #endif

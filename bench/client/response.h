@@ -18,15 +18,15 @@
 #include "status.h"
 
 typedef struct {
-    size_t content_len;      /* bytes of generated text over all choices */
-    bool has_usage;          /* "usage" object with completion_tokens */
+    size_t content_len; /* bytes of generated text over all choices */
+    bool has_usage;     /* "usage" object with completion_tokens */
     long completion_tokens;
-    long prompt_tokens;      /* usage.prompt_tokens; -1 when absent */
-    long cached_tokens;      /* usage.prompt_tokens_details.cached_tokens; -1 when absent */
-    bool has_spec;           /* a "speculative" object was found */
+    long prompt_tokens; /* usage.prompt_tokens; -1 when absent */
+    long cached_tokens; /* usage.prompt_tokens_details.cached_tokens; -1 when absent */
+    bool has_spec;      /* a "speculative" object was found */
     long spec_steps, spec_draft, spec_accepted;
-    double spec_mean;        /* mean_accepted_per_step (computed if absent) */
-    bool is_error;           /* body carried an "error" member */
+    double spec_mean; /* mean_accepted_per_step (computed if absent) */
+    bool is_error;    /* body carried an "error" member */
     char errmsg[160];
 } sd_resp_info;
 
@@ -36,7 +36,6 @@ typedef struct {
  * Returns SD_OK, or SD_ERR_FORMAT with a message in err when the text is not
  * a JSON object. A well-formed object without choices is SD_OK with
  * content_len 0 (e.g. the final usage-only chunk). */
-sd_status sd_resp_parse(const char *json, size_t len, bool chat, sd_resp_info *out, char *err,
-                        size_t errlen);
+sd_status sd_resp_parse(const char *json, size_t len, bool chat, sd_resp_info *out, char *err, size_t errlen);
 
 #endif

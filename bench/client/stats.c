@@ -8,16 +8,12 @@
 
 double sd_stats_percentile(const double *sorted, size_t n, double p)
 {
-    if (!sorted || n == 0)
-        return NAN;
-    if (n == 1 || !(p > 0.0))
-        return sorted[0];
-    if (p >= 100.0)
-        return sorted[n - 1];
+    if (!sorted || n == 0) return NAN;
+    if (n == 1 || !(p > 0.0)) return sorted[0];
+    if (p >= 100.0) return sorted[n - 1];
     double rank = p / 100.0 * (double)(n - 1);
     size_t lo = (size_t)floor(rank);
-    if (lo >= n - 1)
-        return sorted[n - 1];
+    if (lo >= n - 1) return sorted[n - 1];
     double frac = rank - (double)lo;
     return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
 }
@@ -30,16 +26,13 @@ static int cmp_double(const void *a, const void *b)
 
 sd_status sd_stats_summarize(const double *v, size_t n, sd_stats_summary *out)
 {
-    if (!out)
-        return SD_ERR_ARG;
+    if (!out) return SD_ERR_ARG;
     out->n = 0;
     out->mean = out->std = out->min = out->max = NAN;
     out->p50 = out->p90 = out->p99 = NAN;
-    if (!v || n == 0)
-        return SD_OK;
+    if (!v || n == 0) return SD_OK;
     double *s = malloc(n * sizeof *s);
-    if (!s)
-        return SD_ERR_NOMEM;
+    if (!s) return SD_ERR_NOMEM;
     size_t m = 0;
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -67,15 +60,11 @@ sd_status sd_stats_summarize(const double *v, size_t n, sd_stats_summary *out)
 
 double sd_stats_tpot(double e2e, double ttft, long out_tokens)
 {
-    if (out_tokens < 2 || !isfinite(e2e) || !isfinite(ttft) || e2e < ttft)
-        return NAN;
+    if (out_tokens < 2 || !isfinite(e2e) || !isfinite(ttft) || e2e < ttft) return NAN;
     return (e2e - ttft) / (double)(out_tokens - 1);
 }
 
-void sd_rng_seed(sd_rng *rng, uint64_t seed)
-{
-    rng->state = seed;
-}
+void sd_rng_seed(sd_rng *rng, uint64_t seed) { rng->state = seed; }
 
 uint64_t sd_rng_next(sd_rng *rng)
 {
@@ -85,15 +74,11 @@ uint64_t sd_rng_next(sd_rng *rng)
     return z ^ (z >> 31);
 }
 
-double sd_rng_uniform(sd_rng *rng)
-{
-    return (double)(sd_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
-}
+double sd_rng_uniform(sd_rng *rng) { return (double)(sd_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0); }
 
 double sd_rng_exp_gap(sd_rng *rng, double rate)
 {
-    if (!(rate > 0.0) || !isfinite(rate))
-        return 0.0;
+    if (!(rate > 0.0) || !isfinite(rate)) return 0.0;
     /* 1 - u lies in (0, 1], so the log is finite. */
     return -log(1.0 - sd_rng_uniform(rng)) / rate;
 }

@@ -15,7 +15,7 @@
 /* Summary of one sample set. Every double is NAN when n == 0. */
 typedef struct {
     size_t n;
-    double mean, std, min, max;         /* std: population standard deviation (numpy's default, as vLLM) */
+    double mean, std, min, max; /* std: population standard deviation (numpy's default, as vLLM) */
     double p50, p90, p99;
 } sd_stats_summary;
 

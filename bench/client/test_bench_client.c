@@ -62,7 +62,7 @@ START_TEST(test_summarize_unsorted_with_nan)
     NEAR(s.p50, 5, 1e-12);
     NEAR(s.p90, 8.2, 1e-12);
     NEAR(s.std, sqrt(8.0), 1e-12); /* population std of 1, 3, 5, 7, 9 (numpy's default, as vLLM) */
-    ck_assert(v[0] == 9); /* input untouched */
+    ck_assert(v[0] == 9);          /* input untouched */
 }
 END_TEST
 
@@ -74,22 +74,21 @@ START_TEST(test_tpot)
     NEAR(sd_stats_tpot(0.5, 0.2, 2), 0.3, 1e-12);
     ck_assert(isnan(sd_stats_tpot(0.5, 0.2, 1))); /* one token: undefined */
     ck_assert(isnan(sd_stats_tpot(0.5, 0.2, 0)));
-    ck_assert(isnan(sd_stats_tpot(0.5, NAN, 10)));  /* non-streamed: no TTFT */
-    ck_assert(isnan(sd_stats_tpot(0.1, 0.2, 10)));  /* e2e < ttft */
+    ck_assert(isnan(sd_stats_tpot(0.5, NAN, 10))); /* non-streamed: no TTFT */
+    ck_assert(isnan(sd_stats_tpot(0.1, 0.2, 10))); /* e2e < ttft */
 }
 END_TEST
 
 /* ---- SSE ---- */
 
-static const char sse_stream[] =
-    ": comment line\r\n"
-    "event: message\n"
-    "data: {\"a\":1}\n\n"
-    "data:{\"b\":2}\r\n\r\n"
-    "id: 7\n"
-    "data: {\"c\":\"x y\"}\n\n"
-    "data: \n\n"
-    "data: [DONE]\n\n";
+static const char sse_stream[] = ": comment line\r\n"
+                                 "event: message\n"
+                                 "data: {\"a\":1}\n\n"
+                                 "data:{\"b\":2}\r\n\r\n"
+                                 "id: 7\n"
+                                 "data: {\"c\":\"x y\"}\n\n"
+                                 "data: \n\n"
+                                 "data: [DONE]\n\n";
 static const char *const sse_expect[] = {"{\"a\":1}", "{\"b\":2}", "{\"c\":\"x y\"}", "", "[DONE]"};
 #define N_EXPECT (sizeof sse_expect / sizeof sse_expect[0])
 
@@ -113,8 +112,7 @@ static int collect(void *ud, const char *d, size_t len)
 static void check_collected(const collected *c)
 {
     ck_assert_uint_eq(c->n, N_EXPECT);
-    for (size_t i = 0; i < N_EXPECT; i++)
-        ck_assert_str_eq(c->got[i], sse_expect[i]);
+    for (size_t i = 0; i < N_EXPECT; i++) ck_assert_str_eq(c->got[i], sse_expect[i]);
 }
 
 /* Feeds the stream cut at the given boundaries (ascending, < len). */
@@ -151,8 +149,7 @@ START_TEST(test_sse_byte_by_byte_and_random)
 {
     size_t len = strlen(sse_stream);
     size_t cuts[512];
-    for (size_t i = 0; i + 1 < len; i++)
-        cuts[i] = i + 1;
+    for (size_t i = 0; i + 1 < len; i++) cuts[i] = i + 1;
     feed_cuts(cuts, len - 1);
     sd_rng rng;
     sd_rng_seed(&rng, 99);
@@ -160,8 +157,7 @@ START_TEST(test_sse_byte_by_byte_and_random)
         size_t n = 0, pos = 0;
         while (n < 64) {
             pos += 1 + sd_rng_next(&rng) % 9;
-            if (pos >= len)
-                break;
+            if (pos >= len) break;
             cuts[n++] = pos;
         }
         feed_cuts(cuts, n);
@@ -215,30 +211,26 @@ START_TEST(test_poisson_gap_mean)
         sumsq += g * g;
     }
     double mean = sum / n, var = sumsq / n - mean * mean;
-    NEAR(mean, 1.0 / rate, 0.02 / rate);        /* exponential: mean 1/rate */
+    NEAR(mean, 1.0 / rate, 0.02 / rate);                  /* exponential: mean 1/rate */
     NEAR(var, 1.0 / (rate * rate), 0.05 / (rate * rate)); /* and variance 1/rate^2 */
     ck_assert(sd_rng_exp_gap(&rng, 0.0) == 0.0);
     ck_assert(sd_rng_exp_gap(&rng, INFINITY) == 0.0);
     sd_rng a, b;
     sd_rng_seed(&a, 7);
     sd_rng_seed(&b, 7);
-    for (int i = 0; i < 100; i++)
-        ck_assert(sd_rng_exp_gap(&a, 3.0) == sd_rng_exp_gap(&b, 3.0));
+    for (int i = 0; i < 100; i++) ck_assert(sd_rng_exp_gap(&a, 3.0) == sd_rng_exp_gap(&b, 3.0));
 }
 END_TEST
 
 START_TEST(test_shuffle_permutation)
 {
     size_t idx[32], seen[32] = {0};
-    for (size_t i = 0; i < 32; i++)
-        idx[i] = i;
+    for (size_t i = 0; i < 32; i++) idx[i] = i;
     sd_rng rng;
     sd_rng_seed(&rng, 5);
     sd_rng_shuffle(&rng, idx, 32);
-    for (size_t i = 0; i < 32; i++)
-        seen[idx[i]]++;
-    for (size_t i = 0; i < 32; i++)
-        ck_assert_uint_eq(seen[i], 1);
+    for (size_t i = 0; i < 32; i++) seen[idx[i]]++;
+    for (size_t i = 0; i < 32; i++) ck_assert_uint_eq(seen[i], 1);
 }
 END_TEST
 
@@ -273,10 +265,12 @@ START_TEST(test_response_shapes)
     ck_assert_int_eq(i.prompt_tokens, 12);
     ck_assert_int_eq(i.cached_tokens, -1);
     i = parse_ok("{\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,"
-                 "\"prompt_tokens_details\":{\"cached_tokens\":8}}}", false);
+                 "\"prompt_tokens_details\":{\"cached_tokens\":8}}}",
+                 false);
     ck_assert_int_eq(i.cached_tokens, 8);
     i = parse_ok("{\"choices\":[],\"usage\":{\"completion_tokens\":9},\"speculative\":{\"steps\":4,"
-                 "\"draft_tokens\":12,\"accepted_tokens\":6,\"mean_accepted_per_step\":1.5}}", false);
+                 "\"draft_tokens\":12,\"accepted_tokens\":6,\"mean_accepted_per_step\":1.5}}",
+                 false);
     ck_assert(i.has_spec);
     ck_assert_int_eq(i.spec_steps, 4);
     ck_assert_int_eq(i.spec_draft, 12);
@@ -394,8 +388,8 @@ START_TEST(test_dataset_random)
         same &= json_equal(p->ids, sd_dataset_get(b, i)->ids) && p->max_tokens == sd_dataset_get(b, i)->max_tokens;
         differs |= !json_equal(p->ids, sd_dataset_get(c, i)->ids);
     }
-    ck_assert(same);                      /* the same seed, the same prompts */
-    ck_assert(differs);                   /* another seed, others */
+    ck_assert(same);                          /* the same seed, the same prompts */
+    ck_assert(differs);                       /* another seed, others */
     ck_assert(shortest < 16 && longest > 24); /* the lengths spread over the range */
     sd_dataset_free(a);
     sd_dataset_free(b);

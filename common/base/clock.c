@@ -10,7 +10,4 @@ double sd_now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-double sd_now_ms(void)
-{
-    return sd_now_s() * 1e3;
-}
+double sd_now_ms(void) { return sd_now_s() * 1e3; }

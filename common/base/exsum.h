@@ -24,7 +24,7 @@
 #define SD_EXSUM_LIMBS 5
 
 typedef struct sd_exsum {
-    uint64_t bucket[256]; /* float terms: the sum of their 24-bit significands, by biased exponent */
+    uint64_t bucket[256];          /* float terms: the sum of their 24-bit significands, by biased exponent */
     uint64_t limb[SD_EXSUM_LIMBS]; /* double terms: the sum in units of 2^-149, little-endian */
 } sd_exsum;
 
@@ -34,9 +34,11 @@ void sd_exsum_init(sd_exsum *s);
  * Inline: a sum over a vocabulary is one of these a token. */
 static inline void sd_exsum_add_float(sd_exsum *s, float f)
 {
-    union { float f; uint32_t u; } b = {.f = f};
-    if (b.u >= 0x7f800000u)
-        return; /* negative (sign bit), infinite or NaN */
+    union {
+        float f;
+        uint32_t u;
+    } b = {.f = f};
+    if (b.u >= 0x7f800000u) return; /* negative (sign bit), infinite or NaN */
     uint32_t e = b.u >> 23, m = b.u & 0x7fffffu;
     /* value m * 2^(e - 150) with the hidden bit; a subnormal (e == 0) is m * 2^-149, as e == 1 */
     s->bucket[e ? e : 1] += e ? m | 0x800000u : m;

@@ -10,8 +10,8 @@
 void sd_flags_options(const sd_flag *t, size_t n, struct option *lo)
 {
     for (size_t i = 0; i < n; i++)
-        lo[i] = (struct option){.name = t[i].name, .has_arg = t[i].arg ? required_argument : no_argument,
-                                .flag = NULL, .val = t[i].code};
+        lo[i] = (struct option){
+            .name = t[i].name, .has_arg = t[i].arg ? required_argument : no_argument, .flag = NULL, .val = t[i].code};
     lo[n] = (struct option){0};
 }
 

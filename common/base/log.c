@@ -36,8 +36,8 @@ static void emit(sd_log_level level, const char *msg)
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
-    fprintf(stderr, "%02d:%02d:%02d.%03ld %s %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-            ts.tv_nsec / 1000000, g_tag, names[level], msg);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld %s %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, g_tag,
+            names[level], msg);
 }
 
 void sd_log(sd_log_level level, const char *fmt, ...)

@@ -31,10 +31,10 @@ typedef struct sd_log_limit {
 
 void sd_log_limited(sd_log_limit *lim, sd_log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-#define SD_WARN_LIMITED(...)                                                                                           \
-    do {                                                                                                               \
-        static sd_log_limit sd_lim_;                                                                                   \
-        sd_log_limited(&sd_lim_, SD_LOG_WARN, __VA_ARGS__);                                                            \
+#define SD_WARN_LIMITED(...)                                \
+    do {                                                    \
+        static sd_log_limit sd_lim_;                        \
+        sd_log_limited(&sd_lim_, SD_LOG_WARN, __VA_ARGS__); \
     } while (0)
 
 #define SD_DEBUG(...) sd_log(SD_LOG_DEBUG, __VA_ARGS__)

@@ -9,15 +9,14 @@
 
 #include "strbuf.h"
 
-sd_status sd_opt_i64(const char *s, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err,
-                     size_t errlen)
+sd_status sd_opt_i64(const char *s, const char *name, int64_t lo, int64_t hi, int64_t *out, char *err, size_t errlen)
 {
     char *end = NULL;
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
     if (!s || errno || end == s || *end || v < lo || v > hi)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be an integer in [%" PRId64 ", %" PRId64 "], got '%s'",
-                         name, lo, hi, s ? s : "");
+        return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be an integer in [%" PRId64 ", %" PRId64 "], got '%s'", name,
+                         lo, hi, s ? s : "");
     *out = (int64_t)v;
     return SD_OK;
 }
@@ -45,8 +44,7 @@ sd_status sd_opt_u64(const char *s, const char *name, uint64_t *out, char *err, 
     return SD_OK;
 }
 
-sd_status sd_opt_double(const char *s, const char *name, double lo, double hi, double *out, char *err,
-                        size_t errlen)
+sd_status sd_opt_double(const char *s, const char *name, double lo, double hi, double *out, char *err, size_t errlen)
 {
     char *end = NULL;
     errno = 0;
@@ -58,8 +56,7 @@ sd_status sd_opt_double(const char *s, const char *name, double lo, double hi, d
     return SD_OK;
 }
 
-sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, float *out, char *err,
-                       size_t errlen)
+sd_status sd_opt_float(const char *s, const char *name, double lo, double hi, float *out, char *err, size_t errlen)
 {
     double v;
     sd_status st = sd_opt_double(s, name, lo, hi, &v, err, errlen);
@@ -77,8 +74,8 @@ sd_status sd_opt_on_off(const char *s, const char *name, bool *out, char *err, s
     return sd_seterr(err, errlen, SD_ERR_ARG, "%s must be on or off, got '%s'", name, s ? s : "");
 }
 
-sd_status sd_opt_secret(const char *value, const char *path, const char *env, char **out, const char **from,
-                        char *err, size_t errlen)
+sd_status sd_opt_secret(const char *value, const char *path, const char *env, char **out, const char **from, char *err,
+                        size_t errlen)
 {
     *out = NULL;
     *from = NULL;

@@ -28,10 +28,7 @@ sd_status sd_buf_add(sd_buf *b, const void *s, size_t n)
     return SD_OK;
 }
 
-sd_status sd_buf_adds(sd_buf *b, const char *s)
-{
-    return sd_buf_add(b, s, strlen(s));
-}
+sd_status sd_buf_adds(sd_buf *b, const char *s) { return sd_buf_add(b, s, strlen(s)); }
 
 void sd_buf_clear(sd_buf *b)
 {

@@ -48,17 +48,11 @@ void sd_json_init_schema(sd_json_state *st, const sd_json_schema *schema)
     st->vnode = SD_JS_NONE;
 }
 
-void sd_json_init(sd_json_state *st)
-{
-    sd_json_init_schema(st, NULL);
-}
+void sd_json_init(sd_json_state *st) { sd_json_init_schema(st, NULL); }
 
 /* Whitespace bytes allowed in a row between tokens (none in a compact
  * schema's output). */
-static int max_ws(const sd_json_state *st)
-{
-    return st->schema->compact ? 0 : SD_JSON_MAX_WS;
-}
+static int max_ws(const sd_json_state *st) { return st->schema->compact ? 0 : SD_JSON_MAX_WS; }
 
 /* A branch of the state: the open containers only. */
 static void copy_state(sd_json_state *d, const sd_json_state *s)
@@ -66,20 +60,14 @@ static void copy_state(sd_json_state *d, const sd_json_state *s)
     memcpy(d, s, offsetof(sd_json_state, stack) + s->depth * sizeof(sd_json_frame));
 }
 
-static const sd_js_node *node_of(const sd_json_state *st, uint16_t id)
-{
-    return &st->schema->nodes[id];
-}
+static const sd_js_node *node_of(const sd_json_state *st, uint16_t id) { return &st->schema->nodes[id]; }
 
 static const sd_js_item *item_of(const sd_json_state *st, const sd_js_node *nd, int i)
 {
     return &st->schema->items[nd->items + (uint32_t)i];
 }
 
-static sd_json_frame *top(sd_json_state *st)
-{
-    return &st->stack[st->depth - 1];
-}
+static sd_json_frame *top(sd_json_state *st) { return &st->stack[st->depth - 1]; }
 
 /* A value of the node may begin at the current depth and be finished. */
 static bool fits(const sd_json_state *st, uint16_t id)
@@ -89,15 +77,9 @@ static bool fits(const sd_json_state *st, uint16_t id)
 
 static bool is_ws(unsigned char c);
 
-static bool is_digit(unsigned char c)
-{
-    return c >= '0' && c <= '9';
-}
+static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-static bool is_hex(unsigned char c)
-{
-    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
+static bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 static bool enum_complete(const sd_json_state *st)
 {
@@ -149,7 +131,7 @@ static bool int_parts(const sd_js_node *nd, bool neg, uint64_t *a, uint64_t *b)
     mags r;
     if (!side(nd, neg, &r)) return false;
     *a = r.a, *b = r.b_open ? r.b - 1 : r.b; /* an open a still has a + f, f > 0 (numbers; integers have no */
-    return *a <= *b;                          /* open bounds: json_schema.c closes them) */
+    return *a <= *b;                         /* open bounds: json_schema.c closes them) */
 }
 
 /* Whether a value with sign neg whose integer part so far is m can lie
@@ -161,7 +143,7 @@ static bool part_reachable(const sd_js_node *nd, bool neg, uint64_t m, bool more
     if (!int_parts(nd, neg, &a, &b)) return false;
     if (m >= a && m <= b) return true;
     for (uint64_t lo = m, span = 1; more && m > 0 && lo <= b / 10;) {
-        lo *= 10, span *= 10; /* span <= lo <= b: no overflow */
+        lo *= 10, span *= 10;                  /* span <= lo <= b: no overflow */
         if (lo + (span - 1) >= a) return true; /* lo <= b too */
     }
     return false;
@@ -235,10 +217,7 @@ bool sd_json_complete(const sd_json_state *st)
     return number_may_end(st) || (st->mode == JM_ENUM && enum_complete(st));
 }
 
-static bool structural(int mode)
-{
-    return mode <= JM_AFTER;
-}
+static bool structural(int mode) { return mode <= JM_AFTER; }
 
 /* ---- containers and keys --------------------------------------------------------------- */
 
@@ -285,8 +264,7 @@ static bool close_container(sd_json_state *st, uint8_t kind)
     if (st->depth == 0 || top(st)->kind != kind) return false;
     const sd_json_frame *f = top(st);
     const sd_js_node *nd = node_of(st, f->node);
-    if (kind == 0 && (nd->kind == SD_JS_OBJECT || nd->kind == SD_JS_UNION) && (nd->required & ~f->seen))
-        return false;
+    if (kind == 0 && (nd->kind == SD_JS_OBJECT || nd->kind == SD_JS_UNION) && (nd->required & ~f->seen)) return false;
     if (kind == 1 && nd->kind == SD_JS_ARRAY && f->count < nd->min) return false;
     st->depth--;
     value_end(st);
@@ -411,9 +389,9 @@ static bool value_start(sd_json_state *st, unsigned char c)
     case '"': st->mode = JM_STR, st->key = 0, st->len = 0; return true;
     case '-': st->mode = JM_MINUS; return !num_bounded(st) || bounded_start(st, node_of(st, node), c);
     case '0': st->mode = JM_ZERO; return !num_bounded(st) || bounded_start(st, node_of(st, node), c);
-    case 't': case 'f': case 'n':
-        st->mode = JM_LIT, st->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, st->left = 1;
-        return true;
+    case 't':
+    case 'f':
+    case 'n': st->mode = JM_LIT, st->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, st->left = 1; return true;
     default: st->mode = JM_INT; return !num_bounded(st) || bounded_start(st, node_of(st, node), c); /* 1-9 */
     }
 }
@@ -470,8 +448,7 @@ static bool string_byte(sd_json_state *st, unsigned char c)
         if (!is_hex(c)) return false;
         if (st->left == 4) st->aux = c;
         /* no surrogate escapes: \uD800 .. \uDFFF (second digit 8-9 or a-f after d) */
-        if (st->left == 3 && (st->aux == 'd' || st->aux == 'D') && (c == '8' || c == '9' || !is_digit(c)))
-            return false;
+        if (st->left == 3 && (st->aux == 'd' || st->aux == 'D') && (c == '8' || c == '9' || !is_digit(c))) return false;
         if (--st->left == 0) st->mode = JM_STR;
         return true;
     default: /* JM_UTF */
@@ -515,8 +492,7 @@ static bool number_byte(sd_json_state *st, unsigned char c)
         if (c == '+' || c == '-') return st->mode = JM_ESIGN, true;
         return is_digit(c) ? (st->mode = JM_EXP, true) : false;
     case JM_ESIGN: return is_digit(c) ? (st->mode = JM_EXP, true) : false;
-    default: /* JM_EXP */
-        return is_digit(c) ? true : number_end(st, c);
+    default: /* JM_EXP */ return is_digit(c) ? true : number_end(st, c);
     }
 }
 
@@ -618,13 +594,13 @@ int sd_json_next(const sd_json_state *st, unsigned char next[256])
 enum { TOK_TEXT = SD_JSON_TOKEN_TEXT, TOK_EOS = SD_JSON_TOKEN_EOS, TOK_NEVER = SD_JSON_TOKEN_NEVER };
 
 struct sd_json_vocab {
-    int n;          /* ids with an entry (the model's vocab) */
-    char *bytes;    /* every id's bytes */
-    uint32_t *off;  /* [n + 1] */
-    uint8_t *kind;  /* [n] TOK_* */
-    uint8_t *lead;  /* [n] leading whitespace bytes (255: 255 or more) */
-    int16_t *body;  /* [n] the first byte after them, -1 when the token is all whitespace */
-    uint8_t *plain; /* [n] string content: whole UTF-8 characters, no '"', '\\' or control byte */
+    int n;           /* ids with an entry (the model's vocab) */
+    char *bytes;     /* every id's bytes */
+    uint32_t *off;   /* [n + 1] */
+    uint8_t *kind;   /* [n] TOK_* */
+    uint8_t *lead;   /* [n] leading whitespace bytes (255: 255 or more) */
+    int16_t *body;   /* [n] the first byte after them, -1 when the token is all whitespace */
+    uint8_t *plain;  /* [n] string content: whole UTF-8 characters, no '"', '\\' or control byte */
     uint16_t *chars; /* [n] plain tokens: their characters (stops at 65535) */
     /* the sparse paths of the mask (sd_json_mask): text tokens grouped by body (by_body[body_off[b] ..
      * body_off[b + 1]), b 256 for all-whitespace tokens), the text tokens that are not plain, the others (EOS,
@@ -636,10 +612,7 @@ struct sd_json_vocab {
     uint32_t *plain_long, n_plain; /* the plain text tokens, most characters first */
 };
 
-static bool is_ws(unsigned char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+static bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* The shortcuts' table: what a token starts with, and whether it is plain
  * string content (whole characters: a string stays open, in the same mode). */
@@ -871,10 +844,7 @@ static bool token_ok(const sd_json_vocab *v, const row_state *r, int t)
  * content passes (within a length bound: the plain tokens with more
  * characters than are left are refused, the longest first); only the tokens
  * that are not plain content are checked, the others (EOS, never) refused. */
-static bool string_path(const sd_json_state *st)
-{
-    return st->mode == JM_STR && !(st->key && keyed(st));
-}
+static bool string_path(const sd_json_state *st) { return st->mode == JM_STR && !(st->key && keyed(st)); }
 
 static void mask_string(const sd_json_vocab *v, const row_state *r, float *logits, int nv)
 {
@@ -942,8 +912,8 @@ static bool mask_sparse(const sd_json_vocab *v, const sd_json_state *st, const r
     return true;
 }
 
-void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n,
-                  float *logits, int nv)
+void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n, float *logits,
+                  int nv)
 {
     if (!v || !logits || nv <= 0) return;
     sd_json_state st;

@@ -59,20 +59,20 @@ typedef struct sd_json_frame {
  * schema is borrowed). */
 typedef struct sd_json_state {
     const sd_json_schema *schema;
-    uint64_t cand; /* a key of declared properties or an enum value: the items its bytes still match */
-    uint64_t num;  /* a number under bounds: its integer part's magnitude so far (saturating) */
-    uint32_t len;  /* a string's characters so far */
+    uint64_t cand;  /* a key of declared properties or an enum value: the items its bytes still match */
+    uint64_t num;   /* a number under bounds: its integer part's magnitude so far (saturating) */
+    uint32_t len;   /* a string's characters so far */
     uint16_t vnode; /* the scalar being read: its node */
     uint16_t pos;   /* bytes of cand matched */
     uint8_t depth;
-    uint8_t mode;  /* what may come next (json_mask.c) */
-    uint8_t key;   /* the string being read is an object key */
-    uint8_t left;  /* hex digits of a \u escape, continuation bytes of a character, or a literal's position */
-    uint8_t aux;   /* the literal being read; a \u escape's first digit; a number under bounds: its */
-                   /* fraction so far is all zeros */
+    uint8_t mode;   /* what may come next (json_mask.c) */
+    uint8_t key;    /* the string being read is an object key */
+    uint8_t left;   /* hex digits of a \u escape, continuation bytes of a character, or a literal's position */
+    uint8_t aux;    /* the literal being read; a \u escape's first digit; a number under bounds: its */
+                    /* fraction so far is all zeros */
     uint8_t lo, hi; /* the next continuation byte's range */
-    uint8_t ws;    /* whitespace bytes in a row */
-    uint8_t neg;   /* a number under bounds: it began with '-' */
+    uint8_t ws;     /* whitespace bytes in a row */
+    uint8_t neg;    /* a number under bounds: it began with '-' */
     sd_json_frame stack[SD_JSON_MAX_DEPTH]; /* open containers (last: a copy needs the first depth only) */
 } sd_json_state;
 
@@ -133,7 +133,7 @@ sd_status sd_json_vocab_load(const char *model_dir, const sd_model_config *c, sd
  * output[0..n) (its tokens' bytes fed to the automaton of schema, NULL:
  * json_object's; EOS and special tokens in it add none). An output the
  * automaton refuses (not produced under this mask) leaves only EOS. */
-void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n,
-                  float *logits, int nv);
+void sd_json_mask(const sd_json_vocab *v, const sd_json_schema *schema, const int32_t *output, size_t n, float *logits,
+                  int nv);
 
 #endif

@@ -69,8 +69,8 @@ static int new_node(jsc *c, int kind, const json_t *memo)
         c->cap_nodes = cap;
     }
     uint32_t id = s->n_nodes++;
-    s->nodes[id] = (sd_js_node){.kind = (uint8_t)kind, .child = SD_JS_NONE, .max = SD_JS_UNBOUNDED, .lo = INT64_MIN,
-                                .hi = INT64_MAX};
+    s->nodes[id] = (sd_js_node){
+        .kind = (uint8_t)kind, .child = SD_JS_NONE, .max = SD_JS_UNBOUNDED, .lo = INT64_MIN, .hi = INT64_MAX};
     c->memo[id] = memo;
     c->where[id] = NULL;
     return (int)id;
@@ -134,13 +134,29 @@ static int compile(jsc *c, const json_t *sch, const char *where);
 
 /* ---- keywords ---------------------------------------------------------------------------- */
 
-static const char *const ANNOTATIONS[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
-                                          "$comment", "deprecated",  "readOnly", "writeOnly", "format",  "$defs",
-                                          "definitions", NULL};
-static const char *const SUPPORTED[] = {"type",     "properties", "required",  "additionalProperties", "items",
-                                        "minItems", "maxItems",   "minLength", "maxLength", "enum", "const", "anyOf",
-                                        "oneOf",    "allOf",      "$ref",      "minimum", "maximum", "exclusiveMinimum",
-                                        "exclusiveMaximum", NULL};
+static const char *const ANNOTATIONS[] = {"title",  "description", "default",     "examples", "$schema",
+                                          "$id",    "$comment",    "deprecated",  "readOnly", "writeOnly",
+                                          "format", "$defs",       "definitions", NULL};
+static const char *const SUPPORTED[] = {"type",
+                                        "properties",
+                                        "required",
+                                        "additionalProperties",
+                                        "items",
+                                        "minItems",
+                                        "maxItems",
+                                        "minLength",
+                                        "maxLength",
+                                        "enum",
+                                        "const",
+                                        "anyOf",
+                                        "oneOf",
+                                        "allOf",
+                                        "$ref",
+                                        "minimum",
+                                        "maximum",
+                                        "exclusiveMinimum",
+                                        "exclusiveMaximum",
+                                        NULL};
 
 static bool in_list(const char *const *list, const char *k)
 {
@@ -155,7 +171,8 @@ static bool check_keywords(jsc *c, const json_t *sch, const char *where, const c
 {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)sch, k, v) {
+    json_object_foreach((json_t *)sch, k, v)
+    {
         if (in_list(ANNOTATIONS, k)) continue;
         if (!in_list(SUPPORTED, k)) return fail(c, where, "the keyword '%s' is not supported", k), false;
         if (alone && strcmp(k, alone)) return fail(c, where, "'%s' beside '%s' is not supported", k, alone), false;
@@ -242,13 +259,13 @@ static int compile_enum(jsc *c, const json_t *sch, int id, const char *where)
     json_array_foreach(vals, i, v) n += type_allows(sch, v);
     if (n == 0 || n > SD_JS_MAX_ENUM) {
         json_decref(vals);
-        return fail(c, where, n ? "more than %d enum values" : "no enum value is of the schema's type",
-                    SD_JS_MAX_ENUM);
+        return fail(c, where, n ? "more than %d enum values" : "no enum value is of the schema's type", SD_JS_MAX_ENUM);
     }
     c->s->nodes[id].kind = SD_JS_ENUM;
     int first = new_items(c, id, (uint32_t)n);
     n = 0;
-    json_array_foreach(vals, i, v) {
+    json_array_foreach(vals, i, v)
+    {
         if (first < 0 || !type_allows(sch, v)) continue;
         char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
         c->s->items[first + (int)n].node = SD_JS_NONE;
@@ -292,7 +309,8 @@ static int compile_object(jsc *c, const json_t *sch, int id, const char *where)
     if (child < 0) return -1;
     /* the declared properties, then the required names not among them */
     size_t n = json_object_size(props), i;
-    json_array_foreach(req, i, v) {
+    json_array_foreach(req, i, v)
+    {
         if (!json_is_string(v)) return fail(c, where, "'required' must be an array of names");
         if (!json_object_get(props, json_string_value(v))) n++;
     }
@@ -302,17 +320,18 @@ static int compile_object(jsc *c, const json_t *sch, int id, const char *where)
     if (first < 0) return -1;
     const char *k;
     uint32_t k_i = 0;
-    json_object_foreach(props, k, v) {
+    json_object_foreach(props, k, v)
+    {
         sub(w, sizeof w, where, "properties", k);
         int p = compile(c, v, w);
         if (p < 0) return -1;
         c->s->items[first + (int)k_i++].node = (uint16_t)p;
     }
-    json_array_foreach(req, i, v) {
+    json_array_foreach(req, i, v)
+    {
         if (json_object_get(props, json_string_value(v))) continue;
         if (child == SD_JS_NONE)
-            return fail(c, where, "required property '%s' is not allowed (additionalProperties)",
-                        json_string_value(v));
+            return fail(c, where, "required property '%s' is not allowed (additionalProperties)", json_string_value(v));
         c->s->items[first + (int)k_i++].node = (uint16_t)child;
     }
     return id;
@@ -370,8 +389,7 @@ static int compile_array(jsc *c, const json_t *sch, int id, const char *where)
 static int compile_string(jsc *c, const json_t *sch, int id, const char *where)
 {
     uint32_t lo, hi;
-    if (!get_count(c, sch, "minLength", where, 0, &lo) ||
-        !get_count(c, sch, "maxLength", where, SD_JS_UNBOUNDED, &hi))
+    if (!get_count(c, sch, "minLength", where, 0, &lo) || !get_count(c, sch, "maxLength", where, SD_JS_UNBOUNDED, &hi))
         return -1;
     if (lo > hi) return fail(c, where, "'minLength' exceeds 'maxLength'");
     c->s->nodes[id].min = lo, c->s->nodes[id].max = hi;
@@ -431,8 +449,10 @@ static int compile_bounds(jsc *c, const json_t *sch, int id, const char *where)
         bool lower = i < 2, excl = i % 2;
         double d = json_number_value(v);
         if (!integer && d != floor(d))
-            return fail(c, where, "'%s' %g on a number: bounds of numbers that are not integers must be whole "
-                        "numbers", KEYS[i], d);
+            return fail(c, where,
+                        "'%s' %g on a number: bounds of numbers that are not integers must be whole "
+                        "numbers",
+                        KEYS[i], d);
         if (!integer) {
             number_bound(nd, d, lower, excl);
             continue;
@@ -463,8 +483,7 @@ static int compile_typed(jsc *c, const json_t *sch, const char *type, int id, co
     if (kind < 0) return fail(c, where, "unknown type '%s'", type);
     if (id < 0 && (id = new_node(c, kind, NULL)) < 0) return -1;
     c->s->nodes[id].kind = (uint8_t)kind;
-    if (kind == SD_JS_OBJECT)
-        return compile_object(c, sch, id, where) < 0 ? -1 : object_names(c, sch, id, where);
+    if (kind == SD_JS_OBJECT) return compile_object(c, sch, id, where) < 0 ? -1 : object_names(c, sch, id, where);
     if (kind == SD_JS_ARRAY) return compile_array(c, sch, id, where);
     if (kind == SD_JS_STRING) return compile_string(c, sch, id, where);
     if (kind == SD_JS_INTEGER || kind == SD_JS_NUMBER) return compile_bounds(c, sch, id, where);
@@ -502,7 +521,8 @@ static int compile_types(jsc *c, const json_t *sch, int id, const char *where)
         return fail(c, where, "'type' must be a name or a list of names");
     bool number = false;
     size_t i, n = 0;
-    json_array_foreach(t, i, e) {
+    json_array_foreach(t, i, e)
+    {
         if (!json_is_string(e)) return fail(c, where, "'type' must be a name or a list of names");
         number |= !strcmp(json_string_value(e), "number");
     }
@@ -510,7 +530,8 @@ static int compile_types(jsc *c, const json_t *sch, int id, const char *where)
     c->where[id] = strdup(where);
     int first = new_items(c, id, (uint32_t)(json_array_size(t)));
     if (first < 0 || !c->where[id]) return fail_nomem(c, where);
-    json_array_foreach(t, i, e) {
+    json_array_foreach(t, i, e)
+    {
         if (number && !strcmp(json_string_value(e), "integer")) continue;
         int a = compile_typed(c, sch, json_string_value(e), -1, where);
         if (a < 0) return -1;
@@ -535,7 +556,8 @@ static int compile(jsc *c, const json_t *sch, const char *where)
     char w[512];
     if (ref) {
         const json_t *target = json_is_string(ref) && check_keywords(c, sch, where, "$ref")
-                                   ? resolve(c, json_string_value(ref), where) : NULL;
+                                   ? resolve(c, json_string_value(ref), where)
+                                   : NULL;
         snprintf(w, sizeof w, "%s", json_is_string(ref) ? json_string_value(ref) : "#");
         id = target ? compile(c, target, w) : json_is_string(ref) ? -1 : fail(c, where, "'$ref' must be a string");
     } else if (all) {
@@ -560,8 +582,9 @@ bool sd_json_schema_starts(const sd_json_schema *s, uint16_t node, unsigned char
 {
     const sd_js_node *nd = &s->nodes[node];
     switch (nd->kind) {
-    case SD_JS_ANY: return c == '{' || c == '[' || c == '"' || c == '-' || (c >= '0' && c <= '9') || c == 't' ||
-                           c == 'f' || c == 'n';
+    case SD_JS_ANY:
+        return c == '{' || c == '[' || c == '"' || c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' ||
+               c == 'n';
     case SD_JS_OBJECT:
     case SD_JS_UNION: return c == '{';
     case SD_JS_ARRAY: return c == '[';
@@ -614,8 +637,8 @@ static int discriminates(const sd_json_schema *s, const objs *o, int p)
             if (s->text[v->text] != '"') return -1;
             for (int k2 = 0; k2 < k; k2++) { /* not among an earlier alternative's values */
                 const sd_js_node *b = &s->nodes[o->id[k2]];
-                const sd_js_node *f = &s->nodes[s->items[b->items + (uint32_t)prop_index(s, o->id[k2], name->text,
-                                                                                          name->len)].node];
+                const sd_js_node *f =
+                    &s->nodes[s->items[b->items + (uint32_t)prop_index(s, o->id[k2], name->text, name->len)].node];
                 for (int i = 0; i < f->n; i++) {
                     const sd_js_item *w = &s->items[f->items + (uint32_t)i];
                     if (w->len == v->len && !memcmp(s->text + w->text, s->text + v->text, v->len)) return -1;
@@ -638,7 +661,8 @@ static int union_of(jsc *c, const objs *o, const char *where)
     for (int i = 0; i < s->nodes[o->id[0]].n && total < 0; i++)
         if ((total = discriminates(s, o, i)) >= 0) p = i;
     if (total < 0 || total > SD_JS_MAX_ENUM)
-        return fail(c, where, "alternatives that are objects need a discriminator: a property each of them "
+        return fail(c, where,
+                    "alternatives that are objects need a discriminator: a property each of them "
                     "requires, with string values (const / enum, %d in all at most) no two of them share",
                     SD_JS_MAX_ENUM);
     sd_js_item name = s->items[s->nodes[o->id[0]].items + (uint32_t)p];
@@ -647,8 +671,8 @@ static int union_of(jsc *c, const objs *o, const char *where)
     if (first < 0 || new_items(c, u, 1) < 0) return -1;
     for (int k = 0; k < o->n; k++) {
         const sd_js_node *a = &s->nodes[o->id[k]];
-        const sd_js_node *en = &s->nodes[s->items[a->items + (uint32_t)prop_index(s, o->id[k], name.text,
-                                                                                    name.len)].node];
+        const sd_js_node *en =
+            &s->nodes[s->items[a->items + (uint32_t)prop_index(s, o->id[k], name.text, name.len)].node];
         for (int j = 0; j < en->n; j++) {
             s->items[first + m] = s->items[en->items + (uint32_t)j];
             s->items[first + m++].node = o->id[k];
@@ -679,8 +703,11 @@ static bool fill_picks(jsc *c, uint16_t *tab, uint16_t node, int hops, const cha
         for (int b = 0; b < 256; b++) {
             if (!sd_json_schema_starts(s, a, (unsigned char)b)) continue;
             if (tab[b] != SD_JS_NONE && tab[b] != a)
-                return fail(c, where, "two alternatives may begin with '%c': alternatives must differ in type "
-                            "(or their enum values in their first character)", b), false;
+                return fail(c, where,
+                            "two alternatives may begin with '%c': alternatives must differ in type "
+                            "(or their enum values in their first character)",
+                            b),
+                       false;
             tab[b] = a;
         }
     }
@@ -725,9 +752,7 @@ static uint8_t depth_of(const sd_json_schema *s, const sd_js_node *nd)
                 d = p > d ? p : d;
             }
         return d >= 255 ? 255 : (uint8_t)(d + 1);
-    case SD_JS_ARRAY:
-        d = nd->min ? s->nodes[nd->child].min_depth : 0;
-        return d >= 255 ? 255 : (uint8_t)(d + 1);
+    case SD_JS_ARRAY: d = nd->min ? s->nodes[nd->child].min_depth : 0; return d >= 255 ? 255 : (uint8_t)(d + 1);
     case SD_JS_UNION: /* the least of its alternatives (its values' items name them) */
         d = 255;
         for (uint32_t i = 0; i < s->nodes[s->items[nd->items].node].n; i++) {
@@ -809,15 +834,9 @@ static const sd_js_node OBJECT_NODES[2] = {
     {.kind = SD_JS_OBJECT, .min_depth = 1, .child = 0, .max = SD_JS_UNBOUNDED},
 };
 static const sd_json_schema OBJECT_SCHEMA = {.nodes = (sd_js_node *)OBJECT_NODES, .n_nodes = 2, .root = 1};
-static const sd_json_schema OBJECT_COMPACT = {.nodes = (sd_js_node *)OBJECT_NODES, .n_nodes = 2, .root = 1,
-                                              .compact = true};
+static const sd_json_schema OBJECT_COMPACT = {
+    .nodes = (sd_js_node *)OBJECT_NODES, .n_nodes = 2, .root = 1, .compact = true};
 
-const sd_json_schema *sd_json_schema_object(void)
-{
-    return &OBJECT_SCHEMA;
-}
+const sd_json_schema *sd_json_schema_object(void) { return &OBJECT_SCHEMA; }
 
-const sd_json_schema *sd_json_schema_object_compact(void)
-{
-    return &OBJECT_COMPACT;
-}
+const sd_json_schema *sd_json_schema_object_compact(void) { return &OBJECT_COMPACT; }

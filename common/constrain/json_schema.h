@@ -55,7 +55,7 @@ struct json_t;
 #define SD_JS_HI_OPEN 2u
 
 typedef enum sd_js_kind {
-    SD_JS_ANY,     /* any JSON value (containers of any values) */
+    SD_JS_ANY, /* any JSON value (containers of any values) */
     SD_JS_OBJECT,
     SD_JS_ARRAY,
     SD_JS_STRING,
@@ -63,10 +63,10 @@ typedef enum sd_js_kind {
     SD_JS_INTEGER, /* a number without fraction or exponent */
     SD_JS_BOOLEAN,
     SD_JS_NULL,
-    SD_JS_ENUM,    /* one of the items' texts, byte for byte */
-    SD_JS_ANYOF,   /* the alternative picked by the first byte */
-    SD_JS_UNION,   /* object alternatives: an object whose one property (the discriminator) comes first; its */
-                   /* value (an enum whose items name their alternative) picks the object it goes on as */
+    SD_JS_ENUM,  /* one of the items' texts, byte for byte */
+    SD_JS_ANYOF, /* the alternative picked by the first byte */
+    SD_JS_UNION, /* object alternatives: an object whose one property (the discriminator) comes first; its */
+                 /* value (an enum whose items name their alternative) picks the object it goes on as */
 } sd_js_kind;
 
 /* A property, an enum value or an alternative. */

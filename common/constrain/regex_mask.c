@@ -24,9 +24,9 @@
 
 #include "status.h"
 
-#define MAX_NAMED 1024         /* non-ASCII characters of a pattern tried as finishes */
-#define MIN_STATES 64          /* a workspace's room, in DFA states per list, at first */
-#define MAX_STATES (1 << 16)   /* ... at most */
+#define MAX_NAMED 1024       /* non-ASCII characters of a pattern tried as finishes */
+#define MIN_STATES 64        /* a workspace's room, in DFA states per list, at first */
+#define MAX_STATES (1 << 16) /* ... at most */
 #define RUN_OPTS (PCRE2_PARTIAL_HARD)
 
 typedef struct lazy lazy;
@@ -35,8 +35,8 @@ struct sd_regex {
     pcre2_code *code; /* "(?:pattern)\z", anchored, UTF */
     lazy *lz;         /* the memo of the mask (below): mutable, behind its mutex */
     char *pattern;
-    bool empty_ok;    /* the empty output matches */
-    bool ascii;       /* no non-ASCII character can match anywhere (ascii_only): such tokens are refused at once */
+    bool empty_ok; /* the empty output matches */
+    bool ascii;    /* no non-ASCII character can match anywhere (ascii_only): such tokens are refused at once */
     unsigned n_named;
     unsigned char (*named)[4]; /* [n_named]: characters the pattern names, UTF-8 (named_len bytes) */
     uint8_t *named_len;
@@ -44,19 +44,19 @@ struct sd_regex {
 
 struct sd_regex_state {
     const sd_regex *rx;
-    bool ok;          /* false: refused */
-    bool started;     /* a character was fed: ws holds PCRE2's restart data */
-    uint8_t npend;    /* bytes of an unfinished character */
+    bool ok;       /* false: refused */
+    bool started;  /* a character was fed: ws holds PCRE2's restart data */
+    uint8_t npend; /* bytes of an unfinished character */
     unsigned char pend[4];
-    int count;        /* active DFA states */
-    int cap;          /* ws's room in ints */
-    int *ws;          /* [2 + 3 * count]: PCRE2's workspace words 0 and 1, then the states */
+    int count; /* active DFA states */
+    int cap;   /* ws's room in ints */
+    int *ws;   /* [2 + 3 * count]: PCRE2's workspace words 0 and 1, then the states */
 };
 
 /* A workspace and match data for runs (one per caller at a time). */
 typedef struct scratch {
     int *w;
-    int wscount;     /* ints */
+    int wscount; /* ints */
     pcre2_match_data *md;
 } scratch;
 
@@ -85,10 +85,7 @@ static void scratch_free(scratch *s)
     pcre2_match_data_free(s->md);
 }
 
-static bool viable(int rc)
-{
-    return rc == PCRE2_ERROR_PARTIAL || rc >= 0;
-}
+static bool viable(int rc) { return rc == PCRE2_ERROR_PARTIAL || rc >= 0; }
 
 /* One DFA run over p[0..n) from the state (a fresh match before the first
  * character); the workspace grows while PCRE2 asks for more. */
@@ -289,11 +286,11 @@ bool sd_regex_state_complete(const sd_regex_state *st)
 #define LZ_MAX_STATES (1u << 15)
 
 typedef struct lz_state {
-    int *ws;          /* compact restart data [2 + 3 * count] (NULL: the start) */
-    uint32_t *ascii;  /* [128] the steps over ASCII characters (LZ_UNKNOWN: not yet run), or NULL */
+    int *ws;         /* compact restart data [2 + 3 * count] (NULL: the start) */
+    uint32_t *ascii; /* [128] the steps over ASCII characters (LZ_UNKNOWN: not yet run), or NULL */
     int count;
     uint64_t hash;
-    int8_t complete;  /* matched whole: -1 not yet known */
+    int8_t complete; /* matched whole: -1 not yet known */
 } lz_state;
 
 typedef struct lz_edge {
@@ -311,9 +308,9 @@ typedef struct lz_pos {
 /* A row's answer remembered: the text tokens that may come at a position. */
 typedef struct lz_row {
     lz_pos at;
-    uint32_t *ids;   /* NULL: unused */
+    uint32_t *ids; /* NULL: unused */
     size_t n;
-    uint64_t used;   /* clock of the last use */
+    uint64_t used; /* clock of the last use */
 } lz_row;
 
 #define LZ_ROWS 8
@@ -324,7 +321,7 @@ struct lazy {
     uint64_t clock;
     lz_state *st;
     uint32_t n_st, cap_st;
-    uint32_t *st_tab, st_mask;  /* state ids by hash, open addressing */
+    uint32_t *st_tab, st_mask; /* state ids by hash, open addressing */
     lz_edge *edges;
     uint32_t n_edges, edge_mask;
 };
@@ -455,8 +452,8 @@ static void edge_put(lazy *z, uint32_t from, uint32_t key, uint32_t to)
 /* The state in which interned state `from` is, as sd_regex_state (borrowed). */
 static sd_regex_state lz_view(const sd_regex *rx, const lazy *z, uint32_t from)
 {
-    return (sd_regex_state){.rx = rx, .ok = true, .started = from != LZ_START, .count = z->st[from].count,
-                            .ws = z->st[from].ws};
+    return (sd_regex_state){
+        .rx = rx, .ok = true, .started = from != LZ_START, .count = z->st[from].count, .ws = z->st[from].ws};
 }
 
 /* PCRE2's step over c[0..len) from `from`: the state after it, interned. */
@@ -758,7 +755,8 @@ sd_status sd_regex_compile(const char *pattern, sd_regex **out, char *err, size_
     if (strlen(pattern) > SD_MAX_REGEX)
         return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression is longer than %d bytes", SD_MAX_REGEX);
     if (!layout_ok)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "output by a regular expression is unavailable: this "
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
+                         "output by a regular expression is unavailable: this "
                          "PCRE2 library's DFA restart data is not laid out as expected");
     pcre2_code *re;
     sd_status st = compile_wrapped(pattern, &re, err, errlen);
@@ -768,13 +766,16 @@ sd_status sd_regex_compile(const char *pattern, sd_regex **out, char *err, size_
     pcre2_pattern_info(re, PCRE2_INFO_MAXLOOKBEHIND, &behind);
     pcre2_pattern_info(re, PCRE2_INFO_HASBACKSLASHC, &bsc);
     const char *lacks = dfa_lacks(pattern);
-    if (!lacks) lacks = backref ? "back-references or conditions" : behind ? "lookbehind, \\b or \\B"
-                        : bsc ? "\\C" : NULL;
+    if (!lacks)
+        lacks = backref ? "back-references or conditions" : behind ? "lookbehind, \\b or \\B" : bsc ? "\\C" : NULL;
     sd_regex *rx = lacks ? NULL : calloc(1, sizeof *rx);
     if (!rx) {
         pcre2_code_free(re);
-        if (lacks) return sd_seterr(err, errlen, SD_ERR_ARG, "the regular expression uses %s, which output by a "
-                                    "regular expression does not support (PCRE2's DFA matcher)", lacks);
+        if (lacks)
+            return sd_seterr(err, errlen, SD_ERR_ARG,
+                             "the regular expression uses %s, which output by a "
+                             "regular expression does not support (PCRE2's DFA matcher)",
+                             lacks);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     }
     rx->code = re;
@@ -809,10 +810,7 @@ void sd_regex_free(sd_regex *rx)
     free(rx);
 }
 
-const char *sd_regex_pattern(const sd_regex *rx)
-{
-    return rx ? rx->pattern : NULL;
-}
+const char *sd_regex_pattern(const sd_regex *rx) { return rx ? rx->pattern : NULL; }
 
 char *sd_regex_of_choices(const char *const *choices, const size_t *lens, size_t n, char *err, size_t errlen)
 {
@@ -825,7 +823,8 @@ char *sd_regex_of_choices(const char *const *choices, const size_t *lens, size_t
             utf8proc_ssize_t k = utf8proc_iterate(c + j, (utf8proc_ssize_t)(lens[i] - j), &cp);
             if (k <= 0 || cp == 0)
                 return sd_seterr(err, errlen, SD_ERR_ARG, "choice %zu is not text (%s)", i,
-                                 k <= 0 ? "not UTF-8" : "a NUL character"), NULL;
+                                 k <= 0 ? "not UTF-8" : "a NUL character"),
+                       NULL;
             j += (size_t)k;
         }
         total += 2 * lens[i] + 1;
@@ -859,9 +858,9 @@ typedef struct row {
     const sd_regex *rx;
     lazy *z;
     scratch s;
-    lz_pos at;        /* after the output */
-    bool first[128];  /* ASCII bytes that may come first (nothing pending) */
-    uint32_t *ids;    /* the text tokens that may come (whatever their logits) */
+    lz_pos at;       /* after the output */
+    bool first[128]; /* ASCII bytes that may come first (nothing pending) */
+    uint32_t *ids;   /* the text tokens that may come (whatever their logits) */
     size_t n_ids, cap;
 } row;
 
@@ -922,8 +921,8 @@ static void row_start(row *r, const sd_json_vocab *v, const int32_t *output, siz
     }
     for (int b = 0; b < 128; b++) {
         unsigned char c = (unsigned char)b;
-        r->first[b] = r->at.id != LZ_DEAD && r->at.npend == 0 &&
-                      lz_step(r->rx, r->z, r->at.id, &c, 1, &r->s) != LZ_DEAD;
+        r->first[b] =
+            r->at.id != LZ_DEAD && r->at.npend == 0 && lz_step(r->rx, r->z, r->at.id, &c, 1, &r->s) != LZ_DEAD;
     }
 }
 
@@ -952,8 +951,7 @@ static const lz_row *row_tokens(row *r, const sd_json_vocab *v)
     return old->ids ? old : NULL;
 }
 
-void sd_regex_mask(const sd_json_vocab *v, const sd_regex *rx, const int32_t *output, size_t n, float *logits,
-                   int nv)
+void sd_regex_mask(const sd_json_vocab *v, const sd_regex *rx, const int32_t *output, size_t n, float *logits, int nv)
 {
     if (!v || !rx || !logits || nv <= 0) return;
     row r = {.rx = rx, .z = rx->lz};

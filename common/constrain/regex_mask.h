@@ -89,7 +89,6 @@ bool sd_regex_state_complete(const sd_regex_state *st);
  * whole, other special tokens always. An output the expression refuses
  * (not produced under this mask), or one after which nothing may come,
  * leaves only EOS. */
-void sd_regex_mask(const sd_json_vocab *v, const sd_regex *rx, const int32_t *output, size_t n, float *logits,
-                   int nv);
+void sd_regex_mask(const sd_json_vocab *v, const sd_regex *rx, const int32_t *output, size_t n, float *logits, int nv);
 
 #endif

@@ -11,15 +11,15 @@ struct sd_kv_pool {
     int block_size;
     int32_t *free_stack; /* LIFO of free block ids */
     int n_free;
-    int32_t *refs;       /* reference count per block */
+    int32_t *refs; /* reference count per block */
     /* prefix cache: registered full blocks, found by (parent uid, tokens) */
-    uint64_t *uid;       /* per block: its registration (0: not registered) */
-    uint64_t *parent;    /* ... the uid of the block before it (0: the first block) */
-    int32_t *toks;       /* ... its tokens [n_blocks * block_size] */
+    uint64_t *uid;                /* per block: its registration (0: not registered) */
+    uint64_t *parent;             /* ... the uid of the block before it (0: the first block) */
+    int32_t *toks;                /* ... its tokens [n_blocks * block_size] */
     int32_t *lru_prev, *lru_next; /* registered blocks nobody holds, least recently released first */
     int32_t lru_head, lru_tail;
-    int n_cached;        /* blocks on that list */
-    int32_t *ht;         /* open addressing (linear probing): block id or -1 */
+    int n_cached; /* blocks on that list */
+    int32_t *ht;  /* open addressing (linear probing): block id or -1 */
     size_t ht_mask;
     uint64_t next_uid, evictions;
 };
@@ -79,20 +79,11 @@ int sd_kv_pool_free_count(const sd_kv_pool *p) { return p->n_free + p->n_cached;
 int sd_kv_pool_cached_count(const sd_kv_pool *p) { return p->n_cached; }
 uint64_t sd_kv_pool_evictions(const sd_kv_pool *p) { return p->evictions; }
 
-int sd_kv_blocks_for(const sd_kv_pool *p, int n)
-{
-    return n <= 0 ? 0 : (n + p->block_size - 1) / p->block_size;
-}
+int sd_kv_blocks_for(const sd_kv_pool *p, int n) { return n <= 0 ? 0 : (n + p->block_size - 1) / p->block_size; }
 
-bool sd_kv_can_admit(const sd_kv_pool *p, int n)
-{
-    return sd_kv_blocks_for(p, n) <= sd_kv_pool_free_count(p);
-}
+bool sd_kv_can_admit(const sd_kv_pool *p, int n) { return sd_kv_blocks_for(p, n) <= sd_kv_pool_free_count(p); }
 
-void sd_kv_seq_init(sd_kv_seq *seq)
-{
-    memset(seq, 0, sizeof *seq);
-}
+void sd_kv_seq_init(sd_kv_seq *seq) { memset(seq, 0, sizeof *seq); }
 
 static int grow_table(sd_kv_seq *seq, int need);
 

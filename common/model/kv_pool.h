@@ -26,11 +26,11 @@
 typedef struct sd_kv_pool sd_kv_pool;
 
 typedef struct sd_kv_seq {
-    int32_t *blocks;   /* block table: blocks[i] covers positions [i*bs, (i+1)*bs) */
+    int32_t *blocks; /* block table: blocks[i] covers positions [i*bs, (i+1)*bs) */
     int n_blocks;
-    size_t cap;        /* allocated entries of blocks[] */
-    int len;           /* committed positions */
-    int reserved;      /* positions reserved past len */
+    size_t cap;   /* allocated entries of blocks[] */
+    int len;      /* committed positions */
+    int reserved; /* positions reserved past len */
 } sd_kv_seq;
 
 /* Creates a pool of n_blocks blocks of block_size positions in *out; the

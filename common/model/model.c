@@ -24,8 +24,8 @@
 typedef struct layer_w {
     sd_weight in_norm, post_norm;
     sd_weight wq, wk, wv, wo;
-    sd_weight bq, bk, bv, bo;   /* rows == 0 when absent */
-    sd_weight q_norm, k_norm;   /* qwen3 */
+    sd_weight bq, bk, bv, bo; /* rows == 0 when absent */
+    sd_weight q_norm, k_norm; /* qwen3 */
     sd_weight gate, up, down;
 } layer_w;
 
@@ -43,28 +43,28 @@ typedef struct scratch {
 struct sd_model {
     sd_model_config cfg;
     sd_backend *be;
-    sd_st *st;             /* the checkpoint; NULL for random weights */
-    uint64_t seed;         /* random weights: their seed */
-    void **host;           /* random weights the backend references in place (owned) */
+    sd_st *st;     /* the checkpoint; NULL for random weights */
+    uint64_t seed; /* random weights: their seed */
+    void **host;   /* random weights the backend references in place (owned) */
     size_t n_host, cap_host;
     sd_weight embed, final_norm, lm_head;
     const sd_weight *head; /* &lm_head or &embed when tied */
     layer_w *layers;
-    float *inv_freq;       /* [head_dim/2], host */
-    int act_bf16;          /* bf16 activation emulation (see backend.h) */
+    float *inv_freq; /* [head_dim/2], host */
+    int act_bf16;    /* bf16 activation emulation (see backend.h) */
     size_t weight_bytes;
     /* KV */
     sd_kv_layer *kv;
     sd_kv_pool *pool;
     int block_size;
-    sd_kv_dtype kv_want;   /* what the next sd_model_kv_init allocates */
+    sd_kv_dtype kv_want; /* what the next sd_model_kv_init allocates */
     /* scratch */
     scratch s;
     int32_t *h_ids, *h_slots, *h_rows;
     float *h_cos, *h_sin;
     sd_attn_seq *aseqs;
     size_t cap_seqs;
-    int32_t *h_amax;       /* [cap_amax] argmax rows of a pass (host) */
+    int32_t *h_amax; /* [cap_amax] argmax rows of a pass (host) */
     size_t cap_amax;
 };
 
@@ -143,8 +143,8 @@ static void fill_random(const sd_model *m, const char *name, sd_dtype dt, void *
 
 /* A random weight of the given shape in the checkpoint's dtype (bf16 or
  * f32), uploaded; the host copy is kept while the backend references it. */
-static sd_status random_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w,
-                         char *err, size_t errlen)
+static sd_status random_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w, char *err,
+                          size_t errlen)
 {
     sd_dtype dt = strcmp(m->cfg.torch_dtype, "bfloat16") ? SD_DTYPE_F32 : SD_DTYPE_BF16;
     size_t n = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1), nbytes = n * sd_dtype_size(dt);
@@ -162,8 +162,8 @@ static sd_status random_w(sd_model *m, const char *name, int ndim, int64_t d0, i
     return st;
 }
 
-static sd_status load_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w,
-                        char *err, size_t errlen)
+static sd_status load_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w, char *err,
+                        size_t errlen)
 {
     if (!m->st) return random_w(m, name, ndim, d0, d1, w, err, errlen);
     const sd_tensor *t;
@@ -208,8 +208,7 @@ static sd_status load_layer(sd_model *m, int i, char *err, size_t errlen)
     LW(up, "mlp.up_proj.weight", 2, F, C);
     LW(down, "mlp.down_proj.weight", 2, C, F);
 #undef LW
-    if (c->mlp_bias)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", c->model_type);
+    if (c->mlp_bias) return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", c->model_type);
     if (!m->be->ops->pack) return SD_OK;
     sd_weight *const qkv[3] = {&L->wq, &L->wk, &L->wv}, *const gu[2] = {&L->gate, &L->up};
     st = m->be->ops->pack(m->be, qkv, 3, err, errlen);
@@ -271,8 +270,8 @@ static sd_status model_open(const char *dir, const char *config_path, uint64_t s
     if (!m) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     m->be = be;
     m->seed = seed;
-    sd_status st = dir ? sd_config_load_dir(dir, &m->cfg, err, errlen)
-                       : sd_config_load_file(config_path, &m->cfg, err, errlen);
+    sd_status st =
+        dir ? sd_config_load_dir(dir, &m->cfg, err, errlen) : sd_config_load_file(config_path, &m->cfg, err, errlen);
     if (st == SD_OK && (m->cfg.head_dim % 2 != 0 || m->cfg.head_dim > 512))
         st = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "head_dim %d is not supported", m->cfg.head_dim);
     if (st == SD_OK && dir) st = sd_st_open_dir(dir, &m->st, err, errlen);
@@ -356,8 +355,8 @@ static void release_w(sd_model *m, sd_weight *w)
 static void free_scratch(sd_model *m)
 {
     scratch *s = &m->s;
-    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->head_in, s->logits,
-                     s->cos, s->sin};
+    float *bufs[] = {s->x,    s->xn, s->q,       s->k,      s->v,   s->att, s->o,
+                     s->gate, s->up, s->head_in, s->logits, s->cos, s->sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
     m->be->ops->free(m->be, s->ids);
     m->be->ops->free(m->be, s->slots);
@@ -391,8 +390,8 @@ void sd_model_free(sd_model *m)
     if (m->layers) {
         for (int i = 0; i < m->cfg.n_layers; i++) {
             layer_w *L = &m->layers[i];
-            sd_weight *ws[] = {&L->in_norm, &L->post_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
-                               &L->bv, &L->bo, &L->q_norm, &L->k_norm, &L->gate, &L->up, &L->down};
+            sd_weight *ws[] = {&L->in_norm, &L->post_norm, &L->wq,     &L->wk,     &L->wv,   &L->wo, &L->bq,  &L->bk,
+                               &L->bv,      &L->bo,        &L->q_norm, &L->k_norm, &L->gate, &L->up, &L->down};
             for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) release_w(m, ws[j]);
         }
     }
@@ -517,8 +516,8 @@ static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs, int n_out)
     scratch *s = &m->s;
 #define A(p, n) ((p) = be->ops->alloc(be, (n) * sizeof *(p)))
     int ok = A(s->x, R * C) && A(s->xn, R * C) && A(s->q, R * qd) && A(s->k, R * kvd) && A(s->v, R * kvd) &&
-             A(s->att, R * big) && A(s->o, R * C) && A(s->gate, R * F) && A(s->up, R * F) &&
-             A(s->cos, R * hd / 2) && A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R);
+             A(s->att, R * big) && A(s->o, R * C) && A(s->gate, R * F) && A(s->up, R * F) && A(s->cos, R * hd / 2) &&
+             A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R);
 #undef A
     m->h_ids = malloc(R * sizeof(int32_t));
     m->h_slots = malloc(R * sizeof(int32_t));
@@ -537,22 +536,21 @@ static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs, int n_out)
 
 /* Checks the batch and fills host-side ids, slots, RoPE tables and the
  * attention descriptors. Returns the number of logits rows via *n_out. */
-static sd_status prepare_batch(sd_model *m, const sd_batch_seq *seqs, int n_seqs, int *n_out, char *err,
-                               size_t errlen)
+static sd_status prepare_batch(sd_model *m, const sd_batch_seq *seqs, int n_seqs, int *n_out, char *err, size_t errlen)
 {
     const sd_model_config *c = &m->cfg;
     int half = c->head_dim / 2, row = 0, nl = 0;
     for (int si = 0; si < n_seqs; si++) {
         const sd_batch_seq *b = &seqs[si];
         if (b->n < 1 || b->pos0 < 0 || b->n_logits < 0 || b->n_logits > b->n || !b->kv)
-            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: bad span (n=%d, pos0=%d, n_logits=%d)", si,
-                             b->n, b->pos0, b->n_logits);
+            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: bad span (n=%d, pos0=%d, n_logits=%d)", si, b->n,
+                             b->pos0, b->n_logits);
         if (b->pos0 + b->n > c->max_position)
             return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: position %d beyond the context of %d", si,
                              b->pos0 + b->n - 1, c->max_position);
         if (b->pos0 + b->n > b->kv->n_blocks * m->block_size)
-            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: KV blocks cover %d positions, span needs %d",
-                             si, b->kv->n_blocks * m->block_size, b->pos0 + b->n);
+            return sd_seterr(err, errlen, SD_ERR_ARG, "sequence %d: KV blocks cover %d positions, span needs %d", si,
+                             b->kv->n_blocks * m->block_size, b->pos0 + b->n);
         m->aseqs[si] = (sd_attn_seq){row, b->n, b->pos0, b->kv->blocks};
         for (int t = 0; t < b->n; t++, row++) {
             int32_t id = b->tokens[t];
@@ -593,10 +591,7 @@ static void fused(sd_model *m, const sd_mm_fused *f, const float *x, int T)
     if (f->kind == SD_MM_RESIDUAL && f->norm) op->rmsnorm(be, f->norm_y, f->res, f->norm, T, N, f->eps, b16);
 }
 
-static const sd_weight *opt_w(const sd_weight *w)
-{
-    return w->data ? w : NULL;
-}
+static const sd_weight *opt_w(const sd_weight *w) { return w->data ? w : NULL; }
 
 /* The backend's qk_rope_kv, or the ops it stands for one by one. */
 static void qk_rope_kv(sd_backend *be, const sd_qk_rope_kv *a)
@@ -624,11 +619,31 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     int hd = c->head_dim, C = c->hidden_size;
     int b16 = m->act_bf16;
     if (li == 0) op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16); /* else the down group before */
-    sd_mm_fused qkv = {SD_MM_SHARED, 3, {&L->wq, &L->wk, &L->wv}, {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
-                       {s->q, s->k, s->v}, NULL, NULL, NULL, 0.0f};
+    sd_mm_fused qkv = {SD_MM_SHARED,
+                       3,
+                       {&L->wq, &L->wk, &L->wv},
+                       {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
+                       {s->q, s->k, s->v},
+                       NULL,
+                       NULL,
+                       NULL,
+                       0.0f};
     fused(m, &qkv, s->xn, T);
-    sd_qk_rope_kv qr = {s->q, s->k, s->v, c->qk_norm ? &L->q_norm : NULL, c->qk_norm ? &L->k_norm : NULL,
-                        c->rms_eps, s->cos, s->sin, &m->kv[li], s->slots, T, c->n_heads, c->n_kv_heads, hd, b16};
+    sd_qk_rope_kv qr = {s->q,
+                        s->k,
+                        s->v,
+                        c->qk_norm ? &L->q_norm : NULL,
+                        c->qk_norm ? &L->k_norm : NULL,
+                        c->rms_eps,
+                        s->cos,
+                        s->sin,
+                        &m->kv[li],
+                        s->slots,
+                        T,
+                        c->n_heads,
+                        c->n_kv_heads,
+                        hd,
+                        b16};
     qk_rope_kv(be, &qr);
     sd_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
     sd_status st = op->attention(be, s->att, s->q, &m->kv[li], m->aseqs, n_seqs, &shape);
@@ -745,8 +760,7 @@ void sd_model_logits_free(const sd_model *m, float *buf)
     else free(buf);
 }
 
-sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err,
-                           size_t errlen)
+sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err, size_t errlen)
 {
     const sd_model_config *c = &m->cfg;
     const sd_backend_ops *op = m->be->ops;
@@ -780,8 +794,8 @@ sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, fl
     }
     for (int r = 0, k; r < n_out; r += k) { /* the final norm, a run of consecutive rows of x a call */
         for (k = 1; r + k < n_out && m->h_rows[r + k] == m->h_rows[r] + k;) k++;
-        op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, k, C,
-                    c->rms_eps, m->act_bf16);
+        op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, k, C, c->rms_eps,
+                    m->act_bf16);
     }
     op->matmul(be, s->logits, s->head_in, m->head, NULL, n_out, m->act_bf16);
     if ((st = head_out(m, seqs, n_seqs, logits)) != SD_OK)

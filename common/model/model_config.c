@@ -65,13 +65,12 @@ static json_t *field(json_t *obj, const char *key)
 /* Reads an integer field (an integral real such as 4096.0 is accepted).
  * Absent/null: SD_ERR_FORMAT when required, else *out = dflt. The value must
  * lie in [lo, hi]. */
-static sd_status get_int(json_t *obj, const char *key, bool required, int dflt, long long lo,
-                         long long hi, int *out, char *err, size_t errlen)
+static sd_status get_int(json_t *obj, const char *key, bool required, int dflt, long long lo, long long hi, int *out,
+                         char *err, size_t errlen)
 {
     json_t *v = field(obj, key);
     if (!v) {
-        if (required)
-            return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: missing required field \"%s\"", key);
+        if (required) return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: missing required field \"%s\"", key);
         *out = dflt;
         return SD_OK;
     }
@@ -79,27 +78,25 @@ static sd_status get_int(json_t *obj, const char *key, bool required, int dflt, 
     if (!sd_json_whole(v, &x))
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s\" must be an integer", key);
     if (x < lo || x > hi)
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s\" = %lld out of range [%lld, %lld]",
-                         key, x, lo, hi);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s\" = %lld out of range [%lld, %lld]", key, x,
+                         lo, hi);
     *out = (int)x;
     return SD_OK;
 }
 
 /* Reads a finite number field; absent/null → dflt (or error when required). */
-static sd_status get_num(json_t *obj, const char *where, const char *key, bool required, double dflt,
-                         double *out, char *err, size_t errlen)
+static sd_status get_num(json_t *obj, const char *where, const char *key, bool required, double dflt, double *out,
+                         char *err, size_t errlen)
 {
     json_t *v = field(obj, key);
     if (!v) {
         if (required)
-            return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: missing required field \"%s%s\"", where,
-                             key);
+            return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: missing required field \"%s%s\"", where, key);
         *out = dflt;
         return SD_OK;
     }
     if (!json_is_number(v) || !isfinite(json_number_value(v)))
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s%s\" must be a finite number",
-                         where, key);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: field \"%s%s\" must be a finite number", where, key);
     *out = json_number_value(v);
     return SD_OK;
 }
@@ -120,24 +117,22 @@ static sd_status get_bool(json_t *obj, const char *key, bool dflt, bool *out, ch
 
 /* Reads a token id field that is an int, a list of ints, or null.
  * Writes at most max ids into ids and their count into *n. */
-static sd_status get_token_ids(json_t *obj, const char *file, const char *key, int *ids, int max, int *n,
-                               char *err, size_t errlen)
+static sd_status get_token_ids(json_t *obj, const char *file, const char *key, int *ids, int max, int *n, char *err,
+                               size_t errlen)
 {
     json_t *v = field(obj, key);
     *n = 0;
     if (!v) return SD_OK;
     size_t count = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_array(v) && !json_is_integer(v))
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: \"%s\" must be an integer or a list of integers",
-                         file, key);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: \"%s\" must be an integer or a list of integers", file, key);
     if (count > (size_t)max)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: \"%s\" lists %zu ids (at most %d supported)",
-                         file, key, count, max);
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: \"%s\" lists %zu ids (at most %d supported)", file, key,
+                         count, max);
     for (size_t i = 0; i < count; i++) {
         json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT_MAX)
-            return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: \"%s\" must hold non-negative integer ids",
-                             file, key);
+            return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: \"%s\" must hold non-negative integer ids", file, key);
         ids[(*n)++] = (int)json_integer_value(e);
     }
     return SD_OK;
@@ -162,7 +157,8 @@ static sd_status parse_arch(json_t *root, const family **fam, char *err, size_t 
             if (!f)
                 return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
                                  "config: unsupported architecture \"%s\" (supported: LlamaForCausalLM, "
-                                 "Qwen2ForCausalLM, Qwen3ForCausalLM)", json_string_value(a));
+                                 "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                                 json_string_value(a));
             if (by_cls && f != by_cls)
                 return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: \"architectures\" names two families");
             by_cls = f;
@@ -189,8 +185,7 @@ static sd_status parse_arch(json_t *root, const family **fam, char *err, size_t 
 /* Refuses MoE, quantised checkpoints, non-SiLU activations and partial rope. */
 static sd_status check_features(json_t *root, char *err, size_t errlen)
 {
-    static const char *moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts",
-                                     "num_experts_per_tok"};
+    static const char *moe_keys[] = {"num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok"};
     for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++) {
         json_t *v = field(root, moe_keys[i]);
         if (v && (!json_is_number(v) || json_number_value(v) > 0))
@@ -204,8 +199,8 @@ static sd_status check_features(json_t *root, char *err, size_t errlen)
     if (act && !json_is_string(act))
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: \"hidden_act\" must be a string");
     if (act && strcmp(json_string_value(act), "silu") != 0)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
-                         "config: hidden_act \"%s\" is not supported (only \"silu\")", json_string_value(act));
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "config: hidden_act \"%s\" is not supported (only \"silu\")",
+                         json_string_value(act));
     double prf = 1.0;
     sd_status st = get_num(root, "", "partial_rotary_factor", false, 1.0, &prf, err, errlen);
     if (st != SD_OK) return st;
@@ -239,12 +234,13 @@ static sd_status check_attention_kind(json_t *root, const family *fam, int n_lay
         if (strcmp(json_string_value(e), "full_attention") != 0)
             return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
                              "config: layer_types[%zu] = \"%s\" is not supported (only \"full_attention\"; "
-                             "no sliding window)", i, json_string_value(e));
+                             "no sliding window)",
+                             i, json_string_value(e));
     }
     if (json_array_size(lt) != (size_t)n_layers)
         return sd_seterr(err, errlen, SD_ERR_FORMAT,
-                         "config: \"layer_types\" has %zu entries but num_hidden_layers is %d",
-                         json_array_size(lt), n_layers);
+                         "config: \"layer_types\" has %zu entries but num_hidden_layers is %d", json_array_size(lt),
+                         n_layers);
     return SD_OK;
 }
 
@@ -262,15 +258,15 @@ static sd_status parse_llama3_rope(json_t *p, const char *where, sd_model_config
     if (!om)
         return sd_seterr(err, errlen, SD_ERR_FORMAT,
                          "config: missing required field \"%soriginal_max_position_embeddings\"", where);
-    if ((st = get_int(p, "original_max_position_embeddings", true, 0, 1, CFG_INT_MAX, &cfg->rope_orig_max_position,
-                      err, errlen)) != SD_OK)
+    if ((st = get_int(p, "original_max_position_embeddings", true, 0, 1, CFG_INT_MAX, &cfg->rope_orig_max_position, err,
+                      errlen)) != SD_OK)
         return st;
     if (!(cfg->rope_factor > 0) || !(cfg->rope_low_freq_factor > 0) ||
         !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
         return sd_seterr(err, errlen, SD_ERR_FORMAT,
                          "config: %s llama3 rope needs factor > 0 and high_freq_factor > low_freq_factor > 0 "
-                         "(got %g, %g, %g)", where, cfg->rope_factor, cfg->rope_low_freq_factor,
-                         cfg->rope_high_freq_factor);
+                         "(got %g, %g, %g)",
+                         where, cfg->rope_factor, cfg->rope_low_freq_factor, cfg->rope_high_freq_factor);
     return SD_OK;
 }
 
@@ -341,8 +337,8 @@ static sd_status parse_sizes(json_t *root, const family *fam, sd_model_config *c
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "config: head_dim %d must be even for rope", c->head_dim);
     if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads != 0)
         return sd_seterr(err, errlen, SD_ERR_FORMAT,
-                         "config: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                         c->n_heads, c->n_kv_heads);
+                         "config: num_attention_heads %d is not a multiple of num_key_value_heads %d", c->n_heads,
+                         c->n_kv_heads);
     double eps = 0;
     if ((st = get_num(root, "", "rms_norm_eps", false, 1e-6, &eps, err, errlen)) != SD_OK) return st;
     c->rms_eps = (float)eps; /* checked as stored: 1e-50 is > 0 as a double but 0 as a float */
@@ -366,9 +362,7 @@ static sd_status parse_flags(json_t *root, const family *fam, sd_model_config *c
     case SD_ARCH_LLAMA:
         c->qkv_bias = c->o_bias = attn_bias;
         return get_bool(root, "mlp_bias", false, &c->mlp_bias, err, errlen);
-    case SD_ARCH_QWEN2:
-        c->qkv_bias = true;
-        return SD_OK;
+    case SD_ARCH_QWEN2: c->qkv_bias = true; return SD_OK;
     case SD_ARCH_QWEN3:
         c->qkv_bias = c->o_bias = attn_bias;
         c->qk_norm = true;

@@ -29,34 +29,34 @@ typedef enum {
 
 typedef struct sd_model_config {
     sd_arch arch;
-    char model_type[32];      /* "llama", "qwen2", "qwen3" */
+    char model_type[32]; /* "llama", "qwen2", "qwen3" */
     int vocab_size;
-    int hidden_size;          /* C */
-    int intermediate_size;    /* F (MLP) */
+    int hidden_size;       /* C */
+    int intermediate_size; /* F (MLP) */
     int n_layers;
-    int n_heads;              /* query heads */
-    int n_kv_heads;           /* key/value heads (GQA) */
-    int head_dim;             /* hidden_size / n_heads when absent */
-    int max_position;         /* max_position_embeddings */
+    int n_heads;      /* query heads */
+    int n_kv_heads;   /* key/value heads (GQA) */
+    int head_dim;     /* hidden_size / n_heads when absent */
+    int max_position; /* max_position_embeddings */
     float rms_eps;
-    bool tie_embeddings;      /* absent: family default (qwen: per config; llama: false) */
-    bool qkv_bias;            /* qwen2: true; llama: attention_bias */
-    bool o_bias;              /* llama attention_bias also biases o_proj */
-    bool mlp_bias;            /* llama mlp_bias */
-    bool qk_norm;             /* qwen3 */
+    bool tie_embeddings; /* absent: family default (qwen: per config; llama: false) */
+    bool qkv_bias;       /* qwen2: true; llama: attention_bias */
+    bool o_bias;         /* llama attention_bias also biases o_proj */
+    bool mlp_bias;       /* llama mlp_bias */
+    bool qk_norm;        /* qwen3 */
     /* rope */
     sd_rope_type rope_type;
     double rope_theta;
-    double rope_factor;            /* llama3 */
-    double rope_low_freq_factor;   /* llama3 */
-    double rope_high_freq_factor;  /* llama3 */
-    int rope_orig_max_position;    /* llama3 original_max_position_embeddings */
+    double rope_factor;           /* llama3 */
+    double rope_low_freq_factor;  /* llama3 */
+    double rope_high_freq_factor; /* llama3 */
+    int rope_orig_max_position;   /* llama3 original_max_position_embeddings */
     /* special tokens from config.json (generation_config.json overrides eos
      * when loaded by sd_config_load_dir); -1 when absent */
     int bos_token_id;
     int eos_token_ids[SD_MAX_EOS];
     int n_eos;
-    char torch_dtype[16];     /* "float32", "bfloat16", "float16" or "" */
+    char torch_dtype[16]; /* "float32", "bfloat16", "float16" or "" */
 } sd_model_config;
 
 /* Parses config.json text (NUL-terminated) into *cfg.

@@ -34,8 +34,8 @@
 #define ST_MAX_HEADER ((uint64_t)100 << 20) /* 100 MiB, as in the reference implementation */
 
 typedef struct {
-    char *path;  /* as opened; used in messages */
-    char *name;  /* file name as the index spells it (== path for single files) */
+    char *path; /* as opened; used in messages */
+    char *name; /* file name as the index spells it (== path for single files) */
     void *map;
     size_t map_size;
 } st_shard;
@@ -57,8 +57,8 @@ struct sd_st {
  * safetensors dtype we do not load) or SD_ERR_FORMAT (not a dtype at all). */
 static sd_status dtype_parse(const char *s, sd_dtype *out)
 {
-    static const char *other[] = {"F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
-                                  "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+    static const char *other[] = {"F64",  "I64",     "I32",     "I16",     "I8",   "U64",     "U32",     "U16", "U8",
+                                  "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
     if (strcmp(s, "F32") == 0) *out = SD_DTYPE_F32;
     else if (strcmp(s, "F16") == 0) *out = SD_DTYPE_F16;
     else if (strcmp(s, "BF16") == 0) *out = SD_DTYPE_BF16;
@@ -123,8 +123,8 @@ static bool get_u64(json_t *v, uint64_t *out)
     return true;
 }
 
-static sd_status parse_shape(const char *path, const char *name, json_t *shape, st_entry *e, uint64_t *numel,
-                             char *err, size_t errlen)
+static sd_status parse_shape(const char *path, const char *name, json_t *shape, st_entry *e, uint64_t *numel, char *err,
+                             size_t errlen)
 {
     if (!json_is_array(shape))
         return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: tensor \"%s\": missing or non-list \"shape\"", path, name);
@@ -230,7 +230,8 @@ static sd_status load_header(sd_st *st, char *err, size_t errlen)
     json_t *val;
     size_t first = st->n;
     sd_status rc = SD_OK;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         if (strcmp(key, "__metadata__") == 0) continue;
         st_entry e = {.shard = si};
         rc = parse_entry(sh->path, key, val, p + 8 + n, sh->map_size - 8 - n, 8 + n, &e, err, errlen);
@@ -293,8 +294,10 @@ static sd_status index_shard_name(const char *idx, const char *tensor, json_t *v
 {
     const char *f = json_is_string(v) ? json_string_value(v) : NULL;
     if (!f || !*f || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0)
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: weight_map[\"%s\"] must be a shard file name in the same "
-                         "directory", idx, tensor);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT,
+                         "%s: weight_map[\"%s\"] must be a shard file name in the same "
+                         "directory",
+                         idx, tensor);
     return SD_OK;
 }
 
@@ -305,7 +308,8 @@ static sd_status load_index(sd_st *st, const char *dir, const char *idx, json_t 
     const char *tensor;
     json_t *v;
     char path[4096];
-    json_object_foreach(wm, tensor, v) {
+    json_object_foreach(wm, tensor, v)
+    {
         sd_status rc = index_shard_name(idx, tensor, v, err, errlen);
         if (rc != SD_OK) return rc;
         bool seen = false;
@@ -318,15 +322,16 @@ static sd_status load_index(sd_st *st, const char *dir, const char *idx, json_t 
     }
     sd_status rc = finish(st, err, errlen);
     if (rc != SD_OK) return rc;
-    json_object_foreach(wm, tensor, v) {
+    json_object_foreach(wm, tensor, v)
+    {
         const st_entry *e = find_entry(st, tensor);
         const char *want = json_string_value(v);
         if (!e)
             return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: tensor \"%s\" listed for shard %s is missing from it",
                              idx, tensor, want);
         if (strcmp(st->shards[e->shard].name, want) != 0)
-            return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: tensor \"%s\" listed for shard %s is in %s instead",
-                             idx, tensor, want, st->shards[e->shard].name);
+            return sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: tensor \"%s\" listed for shard %s is in %s instead", idx,
+                             tensor, want, st->shards[e->shard].name);
     }
     return SD_OK;
 }
@@ -342,10 +347,8 @@ static sd_status open_index(const char *dir, const char *idx, sd_st **out, char 
     sd_st *st = NULL;
     if (!json_is_object(wm) || json_object_size(wm) == 0)
         rc = sd_seterr(err, errlen, SD_ERR_FORMAT, "%s: missing or empty \"weight_map\" object", idx);
-    else if (!(st = calloc(1, sizeof *st)))
-        rc = sd_seterr(err, errlen, SD_ERR_NOMEM, "%s: out of memory", idx);
-    else
-        rc = load_index(st, dir, idx, wm, err, errlen);
+    else if (!(st = calloc(1, sizeof *st))) rc = sd_seterr(err, errlen, SD_ERR_NOMEM, "%s: out of memory", idx);
+    else rc = load_index(st, dir, idx, wm, err, errlen);
     json_decref(root);
     if (rc != SD_OK) {
         sd_st_free(st);
@@ -384,8 +387,8 @@ static void format_shape(char *buf, size_t n, int ndim, const int64_t *shape)
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *shape, const sd_tensor **out,
-                    char *err, size_t errlen)
+sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *shape, const sd_tensor **out, char *err,
+                    size_t errlen)
 {
     if (out) *out = NULL;
     if (!st || !name || ndim < 0 || ndim > SD_TENSOR_MAX_DIMS || (ndim > 0 && !shape))
@@ -404,15 +407,9 @@ sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *
     return SD_OK;
 }
 
-size_t sd_st_count(const sd_st *st)
-{
-    return st ? st->n : 0;
-}
+size_t sd_st_count(const sd_st *st) { return st ? st->n : 0; }
 
-const sd_tensor *sd_st_at(const sd_st *st, size_t i)
-{
-    return st && i < st->n ? &st->entries[i].t : NULL;
-}
+const sd_tensor *sd_st_at(const sd_st *st, size_t i) { return st && i < st->n ? &st->entries[i].t : NULL; }
 
 void sd_st_free(sd_st *st)
 {

@@ -36,8 +36,8 @@ const sd_tensor *sd_st_find(const sd_st *st, const char *name);
  * must equal shape[0..ndim-1]. Returns SD_ERR_NOTFOUND (missing) or
  * SD_ERR_FORMAT (mis-shaped) with a message naming the tensor, expected and
  * actual shape. */
-sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *shape,
-                    const sd_tensor **out, char *err, size_t errlen);
+sd_status sd_st_get(const sd_st *st, const char *name, int ndim, const int64_t *shape, const sd_tensor **out, char *err,
+                    size_t errlen);
 
 size_t sd_st_count(const sd_st *st);
 const sd_tensor *sd_st_at(const sd_st *st, size_t i);

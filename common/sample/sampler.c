@@ -90,17 +90,13 @@ static sd_status validate_processors(const sd_sampling *s, char *err, size_t err
 
 sd_status sd_sampling_validate(const sd_sampling *s, char *err, size_t errlen)
 {
-    if (!s)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "sampling settings missing");
+    if (!s) return sd_seterr(err, errlen, SD_ERR_ARG, "sampling settings missing");
     /* Comparisons are written so that NaN fails every range check. */
     if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
         return sd_seterr(err, errlen, SD_ERR_ARG, "temperature must be finite and >= 0");
-    if (s->top_k < 0)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "top_k must be >= 0");
-    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
-        return sd_seterr(err, errlen, SD_ERR_ARG, "top_p must be in (0, 1]");
-    if (!(s->min_p >= 0.0f && s->min_p <= 1.0f))
-        return sd_seterr(err, errlen, SD_ERR_ARG, "min_p must be in [0, 1]");
+    if (s->top_k < 0) return sd_seterr(err, errlen, SD_ERR_ARG, "top_k must be >= 0");
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f)) return sd_seterr(err, errlen, SD_ERR_ARG, "top_p must be in (0, 1]");
+    if (!(s->min_p >= 0.0f && s->min_p <= 1.0f)) return sd_seterr(err, errlen, SD_ERR_ARG, "min_p must be in [0, 1]");
     if (!(s->repetition_penalty > 0.0f) || !isfinite(s->repetition_penalty))
         return sd_seterr(err, errlen, SD_ERR_ARG, "repetition_penalty must be finite and > 0");
     if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f))
@@ -199,11 +195,9 @@ double sd_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream)
 sd_status sd_sampler_new(int vocab, sd_sampler **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (vocab <= 0)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "sampler: vocabulary of %d entries", vocab);
+    if (vocab <= 0) return sd_seterr(err, errlen, SD_ERR_ARG, "sampler: vocabulary of %d entries", vocab);
     sd_sampler *sp = calloc(1, sizeof *sp);
-    if (!sp)
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "sampler: out of memory");
+    if (!sp) return sd_seterr(err, errlen, SD_ERR_NOMEM, "sampler: out of memory");
     sp->vocab = vocab;
     sp->counts = calloc((size_t)vocab, sizeof *sp->counts);
     sp->cands = malloc((size_t)vocab * sizeof *sp->cands);
@@ -222,8 +216,7 @@ sd_status sd_sampler_new(int vocab, sd_sampler **out, char *err, size_t errlen)
 
 void sd_sampler_free(sd_sampler *sp)
 {
-    if (!sp)
-        return;
+    if (!sp) return;
     free(sp->counts);
     free(sp->cands);
     free(sp->tmp);
@@ -239,13 +232,11 @@ void sd_sampler_free(sd_sampler *sp)
 /* HF RepetitionPenaltyLogitsProcessor over the distinct tokens of toks:
  * counts[] marks tokens already penalised (set to 1), so each is hit once.
  * The caller clears the marks. */
-static void repetition_mark(int *counts, float *logits, int nv, const int32_t *toks, size_t n,
-                            float r)
+static void repetition_mark(int *counts, float *logits, int nv, const int32_t *toks, size_t n, float r)
 {
     for (size_t i = 0; i < n; i++) {
         int32_t t = toks[i];
-        if (t < 0 || t >= nv || counts[t])
-            continue;
+        if (t < 0 || t >= nv || counts[t]) continue;
         counts[t] = 1;
         logits[t] = logits[t] > 0.0f ? logits[t] / r : logits[t] * r;
     }
@@ -254,8 +245,7 @@ static void repetition_mark(int *counts, float *logits, int nv, const int32_t *t
 static void clear_marks(int *counts, int nv, const int32_t *toks, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (toks[i] >= 0 && toks[i] < nv)
-            counts[toks[i]] = 0;
+        if (toks[i] >= 0 && toks[i] < nv) counts[toks[i]] = 0;
 }
 
 /* allowed_token_ids: every token not in the list gets -inf (counts[] marks
@@ -263,11 +253,9 @@ static void clear_marks(int *counts, int nv, const int32_t *toks, size_t n)
 static void allow_only(int *counts, float *logits, int nv, const int32_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (ids[i] >= 0 && ids[i] < nv)
-            counts[ids[i]] = 1;
+        if (ids[i] >= 0 && ids[i] < nv) counts[ids[i]] = 1;
     for (int t = 0; t < nv; t++)
-        if (!counts[t])
-            logits[t] = -INFINITY;
+        if (!counts[t]) logits[t] = -INFINITY;
     clear_marks(counts, nv, ids, n);
 }
 
@@ -277,33 +265,26 @@ static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits
                              size_t n_output)
 {
     sd_sampling_constrain(s, output, n_output, logits, nv);
-    if (s->n_allowed > 0 && s->allowed)
-        allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
+    if (s->n_allowed > 0 && s->allowed) allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
     if (n_output < s->min_tokens && s->early_ban)
         for (uint32_t i = 0; i < s->n_early_ban; i++)
-            if (s->early_ban[i] >= 0 && s->early_ban[i] < nv)
-                logits[s->early_ban[i]] = -INFINITY;
+            if (s->early_ban[i] >= 0 && s->early_ban[i] < nv) logits[s->early_ban[i]] = -INFINITY;
     if (s->bias_ids && s->bias_values)
         for (uint32_t i = 0; i < s->n_bias; i++)
-            if (s->bias_ids[i] >= 0 && s->bias_ids[i] < nv)
-                logits[s->bias_ids[i]] += s->bias_values[i];
+            if (s->bias_ids[i] >= 0 && s->bias_ids[i] < nv) logits[s->bias_ids[i]] += s->bias_values[i];
 }
 
 /* Tokens outside [0, min(vocab, sampler vocab)) are ignored. The scratch
  * count array is zero on entry and on exit; only touched entries are reset. */
-void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
-                               const int32_t *prompt, size_t n_prompt, const int32_t *output,
-                               size_t n_output)
+void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
+                               size_t n_prompt, const int32_t *output, size_t n_output)
 {
-    if (!sp || !s || !logits || vocab <= 0)
-        return;
+    if (!sp || !s || !logits || vocab <= 0) return;
     int nv = vocab < sp->vocab ? vocab : sp->vocab;
     int *counts = sp->counts;
     apply_processors(sp, s, logits, nv, output, n_output);
-    if (!prompt)
-        n_prompt = 0;
-    if (!output)
-        n_output = 0;
+    if (!prompt) n_prompt = 0;
+    if (!output) n_output = 0;
 
     float r = s->repetition_penalty;
     if (r != 1.0f && r > 0.0f) {
@@ -314,17 +295,14 @@ void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logi
     }
 
     float pres = s->presence_penalty, freq = s->frequency_penalty;
-    if (pres == 0.0f && freq == 0.0f)
-        return;
+    if (pres == 0.0f && freq == 0.0f) return;
     for (size_t i = 0; i < n_output; i++)
-        if (output[i] >= 0 && output[i] < nv)
-            counts[output[i]]++;
+        if (output[i] >= 0 && output[i] < nv) counts[output[i]]++;
     /* The first occurrence applies the whole penalty and resets the count,
      * so each distinct token is penalised once and the scratch ends clean. */
     for (size_t i = 0; i < n_output; i++) {
         int32_t t = output[i];
-        if (t < 0 || t >= nv || counts[t] == 0)
-            continue;
+        if (t < 0 || t >= nv || counts[t] == 0) continue;
         logits[t] -= freq * (float)counts[t] + pres;
         counts[t] = 0;
     }
@@ -333,18 +311,13 @@ void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logi
 /* ---- ordering helpers ------------------------------------------------- */
 
 /* The total order of every list here: weight descending, then id ascending. */
-static int cand_before(const cand *a, const cand *b)
-{
-    return a->w > b->w || (a->w == b->w && a->id < b->id);
-}
+static int cand_before(const cand *a, const cand *b) { return a->w > b->w || (a->w == b->w && a->id < b->id); }
 
 static int cand_cmp(const void *pa, const void *pb)
 {
     const cand *a = pa, *b = pb;
-    if (cand_before(a, b))
-        return -1;
-    if (cand_before(b, a))
-        return 1;
+    if (cand_before(a, b)) return -1;
+    if (cand_before(b, a)) return 1;
     return 0;
 }
 
@@ -364,32 +337,23 @@ static void cand_select(cand *c, size_t n, size_t k)
     size_t lo = 0, hi = n; /* the k-th boundary lies in [lo, hi) */
     int rounds = 0;
     while (hi - lo > 16 && k > lo && k < hi) {
-        if (++rounds > 64)
-            break;
+        if (++rounds > 64) break;
         size_t mid = lo + (hi - lo) / 2;
-        if (cand_before(&c[mid], &c[lo]))
-            cand_swap(&c[mid], &c[lo]);
-        if (cand_before(&c[hi - 1], &c[lo]))
-            cand_swap(&c[hi - 1], &c[lo]);
-        if (cand_before(&c[hi - 1], &c[mid]))
-            cand_swap(&c[hi - 1], &c[mid]);
+        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
+        if (cand_before(&c[hi - 1], &c[lo])) cand_swap(&c[hi - 1], &c[lo]);
+        if (cand_before(&c[hi - 1], &c[mid])) cand_swap(&c[hi - 1], &c[mid]);
         cand pivot = c[mid];
         /* Lomuto-style: everything strictly before the pivot goes left. */
         cand_swap(&c[mid], &c[hi - 1]);
         size_t store = lo;
         for (size_t i = lo; i < hi - 1; i++)
-            if (cand_before(&c[i], &pivot))
-                cand_swap(&c[i], &c[store++]);
+            if (cand_before(&c[i], &pivot)) cand_swap(&c[i], &c[store++]);
         cand_swap(&c[store], &c[hi - 1]); /* pivot at its final place */
-        if (store == k || store + 1 == k)
-            return;
-        if (k < store)
-            hi = store;
-        else
-            lo = store + 1;
+        if (store == k || store + 1 == k) return;
+        if (k < store) hi = store;
+        else lo = store + 1;
     }
-    if (k > lo && k < hi)
-        qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
+    if (k > lo && k < hi) qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
 }
 
 /* Large lists are sorted with a stable LSD radix sort (11-bit digits): first
@@ -420,8 +384,7 @@ static int radix_pass(const cand *src, cand *dst, size_t n, int shift, int by_id
     }
     size_t sum = 0;
     for (int b = 0; b < RADIX; b++) {
-        if (cnt[b] == n)
-            return 0;
+        if (cnt[b] == n) return 0;
         size_t c = cnt[b];
         cnt[b] = sum;
         sum += c;
@@ -444,10 +407,8 @@ static void cand_sort(cand *c, cand *tmp, size_t n)
     int32_t max_id = 0, in_order = 1;
     uint64_t key0 = cand_key(&c[0]), differ = 0; /* the key bits that differ somewhere */
     for (size_t i = 0; i < n; i++) {
-        if (c[i].id > max_id)
-            max_id = c[i].id;
-        if (i > 0 && c[i].id < c[i - 1].id)
-            in_order = 0;
+        if (c[i].id > max_id) max_id = c[i].id;
+        if (i > 0 && c[i].id < c[i - 1].id) in_order = 0;
         differ |= cand_key(&c[i]) ^ key0;
     }
     for (int sh = 0; !in_order && sh < 32 && ((uint32_t)max_id >> sh) != 0; sh += RADIX_BITS) {
@@ -467,8 +428,7 @@ static void cand_sort(cand *c, cand *tmp, size_t n)
             b = t;
         }
     }
-    if (a != c)
-        memcpy(c, a, n * sizeof *c);
+    if (a != c) memcpy(c, a, n * sizeof *c);
 }
 
 /* Moves the candidates of c[lo..n) with w >= t to c[lo..ret); returns ret. */
@@ -476,8 +436,7 @@ static size_t cand_partition_ge(cand *c, size_t lo, size_t n, double t)
 {
     size_t store = lo;
     for (size_t i = lo; i < n; i++)
-        if (c[i].w >= t)
-            cand_swap(&c[i], &c[store++]);
+        if (c[i].w >= t) cand_swap(&c[i], &c[store++]);
     return store;
 }
 
@@ -494,19 +453,16 @@ static size_t softmax_cands(cand *c, float *wf, const float *logits, int vocab, 
 {
     float mx = -INFINITY;
     for (int i = 0; i < vocab; i++)
-        if (logits[i] > mx)
-            mx = logits[i];
+        if (logits[i] > mx) mx = logits[i];
     *wmax = 0.0;
     *total = 0.0;
-    if (mx == -INFINITY)
-        return 0;
+    if (mx == -INFINITY) return 0;
     sd_exp_weights(logits, vocab, mx, (float)temp, wf);
     size_t n = 0;
     double sum = 0.0;
     for (int i = 0; i < vocab; i++) {
         float l = logits[i];
-        if (isnan(l) || l == -INFINITY)
-            continue;
+        if (isnan(l) || l == -INFINITY) continue;
         double w = l == mx ? 1.0 : (double)wf[i];
         if (w > 0.0) {
             c[n].w = w;
@@ -527,26 +483,22 @@ static size_t softmax_cands(cand *c, float *wf, const float *logits, int vocab, 
  * the next band, and so on; each band lies wholly below the previous one,
  * so the concatenation is the sorted order and the cumulative sum is the
  * same as over a full sort. Returns the prefix length; c[0..ret) sorted. */
-static size_t topp_banded(cand *c, cand *tmp, size_t n, double target, double wmax,
-                          double floor_w)
+static size_t topp_banded(cand *c, cand *tmp, size_t n, double target, double wmax, double floor_w)
 {
     size_t done = 0;
     double cum = 0.0;
     double t = wmax;
     for (int round = 0; done < n; round++) {
         t = round < 8 ? t * 0x1.0p-10 : 0.0;
-        if (t < floor_w)
-            t = floor_w;
+        if (t < floor_w) t = floor_w;
         size_t m = t > 0.0 ? cand_partition_ge(c, done, n, t) : n;
         cand_sort(c + done, tmp, m - done);
         for (size_t i = done; i < m; i++) {
-            if (i > 0 && cum >= target)
-                return i;
+            if (i > 0 && cum >= target) return i;
             cum += c[i].w;
         }
         done = m;
-        if (t == floor_w)
-            break; /* everything left is below the min-p floor */
+        if (t == floor_w) break; /* everything left is below the min-p floor */
     }
     return done;
 }
@@ -559,13 +511,11 @@ static void order_float_ties(sd_tokprob *d, size_t n)
     size_t i = 0;
     while (i < n) {
         size_t j = i + 1;
-        while (j < n && d[j].prob == d[i].prob)
-            j++;
+        while (j < n && d[j].prob == d[i].prob) j++;
         for (size_t a = i + 1; a < j; a++) {
             sd_tokprob x = d[a];
             size_t b = a;
-            for (; b > i && d[b - 1].token > x.token; b--)
-                d[b] = d[b - 1];
+            for (; b > i && d[b - 1].token > x.token; b--) d[b] = d[b - 1];
             d[b] = x;
         }
         i = j;
@@ -577,16 +527,12 @@ static double cand_sum(const cand *c, size_t n)
 {
     sd_exsum e;
     sd_exsum_init(&e);
-    for (size_t i = 0; i < n; i++)
-        sd_exsum_add_float(&e, (float)c[i].w);
+    for (size_t i = 0; i < n; i++) sd_exsum_add_float(&e, (float)c[i].w);
     return sd_exsum_value(&e);
 }
 
 /* A candidate's probability: its weight over sum, as a float. */
-static float cand_prob(double w, double sum)
-{
-    return (float)(w / sum);
-}
+static float cand_prob(double w, double sum) { return (float)(w / sum); }
 
 /* Writes c[0..n) (sorted) as probabilities renormalised over the entries
  * written (at most cap); stops at the first entry whose float prob is 0.
@@ -598,8 +544,7 @@ static size_t write_dist(const cand *c, size_t n, sd_tokprob *out, size_t cap)
     size_t k = 0;
     for (size_t i = 0; i < m; i++) {
         float p = cand_prob(c[i].w, sum);
-        if (!(p > 0.0f))
-            break;
+        if (!(p > 0.0f)) break;
         out[k].token = c[i].id;
         out[k].prob = p;
         k++;
@@ -617,15 +562,13 @@ static size_t write_dist(const cand *c, size_t n, sd_tokprob *out, size_t cap)
  * - temperature <= 0 (or NaN) gives the one-hot distribution of the argmax.
  * - returns 0 when no token has positive probability (all logits -inf or
  *   NaN), when vocab exceeds the sampler's vocab, or on NULL arguments. */
-size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits,
-                               int vocab, sd_tokprob *out, size_t cap)
+size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, sd_tokprob *out,
+                               size_t cap)
 {
-    if (!sp || !s || !logits || !out || cap == 0 || vocab <= 0 || vocab > sp->vocab)
-        return 0;
+    if (!sp || !s || !logits || !out || cap == 0 || vocab <= 0 || vocab > sp->vocab) return 0;
     if (!(s->temperature > 0.0f)) {
         int32_t a = sd_argmax(logits, vocab);
-        if (a < 0)
-            return 0;
+        if (a < 0) return 0;
         out[0].token = a;
         out[0].prob = 1.0f;
         return 1;
@@ -633,8 +576,7 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
     cand *c = sp->cands;
     double wmax, total;
     size_t n = softmax_cands(c, sp->wf, logits, vocab, s->temperature, &wmax, &total);
-    if (n == 0)
-        return 0;
+    if (n == 0) return 0;
     double floor_w = s->min_p > 0.0f ? (double)s->min_p * wmax : 0.0;
     size_t sorted = 0;
     if (s->top_k > 0 && (size_t)s->top_k < n) {
@@ -643,8 +585,7 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
         cand_sort(c, sp->tmp, n);
         sorted = n;
         total = 0.0;
-        for (size_t i = 0; i < n; i++)
-            total += c[i].w;
+        for (size_t i = 0; i < n; i++) total += c[i].w;
     }
     if (s->top_p < 1.0f) {
         double target = (double)s->top_p * total;
@@ -652,8 +593,7 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
             double cum = 0.0;
             size_t i = 0;
             for (; i < n; i++) {
-                if (i > 0 && cum >= target)
-                    break;
+                if (i > 0 && cum >= target) break;
                 cum += c[i].w;
             }
             n = i;
@@ -661,8 +601,7 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
             n = topp_banded(c, sp->tmp, n, target, wmax, floor_w);
         }
     } else if (sorted < n) {
-        if (floor_w > 0.0)
-            n = cand_partition_ge(c, 0, n, floor_w);
+        if (floor_w > 0.0) n = cand_partition_ge(c, 0, n, floor_w);
         if (cap < n) { /* only the cap most probable are written: select, then sort those */
             cand_select(c, n, cap);
             n = cap;
@@ -690,8 +629,7 @@ static int dense_weights(sd_sampler *sp, const sd_sampling *s, const float *logi
 {
     int32_t a = sd_argmax(logits, vocab); /* vectorised; NaNs never win */
     float mx = a < 0 ? -INFINITY : logits[a];
-    if (mx == -INFINITY)
-        return 0;
+    if (mx == -INFINITY) return 0;
     float *wf = sp->wf;
     sd_exp_weights(logits, vocab, mx, s->temperature, wf);
     /* softmax_cands' w; min-p's floor is min_p times the maximum weight, 1 */
@@ -726,16 +664,13 @@ static int32_t banded_walk(const walk_in *in, cand *c, cand *tmp, int *ids, doub
     for (int round = 0; hi > 0.0f; round++) {
         t = round < 8 ? t * 0x1.0p-10f : 0.0f;
         size_t m = (size_t)sd_band_ids(in->pf, in->vocab, t, hi, ids);
-        for (size_t i = 0; i < m; i++)
-            c[i] = (cand){in->pf[ids[i]], ids[i]};
+        for (size_t i = 0; i < m; i++) c[i] = (cand){in->pf[ids[i]], ids[i]};
         cand_sort(c, tmp, m);
         for (size_t i = 0; i < m; i++) {
             double w = in->mark && in->mark[c[i].id] ? in->rd[c[i].id] : c[i].w;
-            if (!(w > 0.0))
-                continue;
+            if (!(w > 0.0)) continue;
             cum += w;
-            if (cum > target)
-                return c[i].id;
+            if (cum > target) return c[i].id;
             last = c[i].id;
         }
         hi = t;
@@ -749,8 +684,7 @@ static int32_t banded_walk(const walk_in *in, cand *c, cand *tmp, int *ids, doub
 static float dense_probs(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab)
 {
     double sum;
-    if (!dense_weights(sp, s, logits, vocab, &sum))
-        return 0.0f;
+    if (!dense_weights(sp, s, logits, vocab, &sum)) return 0.0f;
     return sd_div_to_f32(sp->wf, vocab, sum, sp->wf);
 }
 
@@ -766,10 +700,8 @@ static int32_t dense_draw(sd_sampler *sp, int vocab, float pmax, double u)
 
 int32_t sd_sampler_draw(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, double u)
 {
-    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
-        return -1;
-    if (!(s->temperature > 0.0f))
-        return sd_argmax(logits, vocab);
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab) return -1;
+    if (!(s->temperature > 0.0f)) return sd_argmax(logits, vocab);
     if (!order_free(s, vocab)) {
         size_t n = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
         return n ? sd_sample_sparse(sp->dist, n, u) : -1;
@@ -785,35 +717,27 @@ static int32_t residual_sorted(sd_sampler *sp, const sd_tokprob *p, size_t np, c
                                int vocab, double u)
 {
     double *rd = sp->rd;
-    for (size_t j = 0; j < np; j++)
-        rd[p[j].token] = p[j].prob;
+    for (size_t j = 0; j < np; j++) rd[p[j].token] = p[j].prob;
     for (size_t j = 0; j < nq; j++)
-        if (q[j].token >= 0 && q[j].token < vocab && q[j].prob > 0.0f)
-            rd[q[j].token] -= q[j].prob;
+        if (q[j].token >= 0 && q[j].token < vocab && q[j].prob > 0.0f) rd[q[j].token] -= q[j].prob;
     sd_exsum mass;
     sd_exsum_init(&mass);
     for (size_t j = 0; j < np; j++)
-        if (rd[p[j].token] > 0.0)
-            sd_exsum_add_double(&mass, rd[p[j].token]);
+        if (rd[p[j].token] > 0.0) sd_exsum_add_double(&mass, rd[p[j].token]);
     double total = sd_exsum_value(&mass), cum = 0.0;
     int32_t x = -1, last = -1;
     for (size_t j = 0; j < np && x < 0 && total > 0.0; j++) {
         double r = rd[p[j].token];
-        if (r <= 0.0)
-            continue;
+        if (r <= 0.0) continue;
         cum += r;
         x = cum > u * total ? p[j].token : -1;
         last = p[j].token;
     }
-    if (total > 0.0 && x < 0)
-        x = last; /* rounding left cum <= target: the last live entry */
-    if (!(total > 0.0))
-        x = sd_sample_sparse(p, np, u);
+    if (total > 0.0 && x < 0) x = last; /* rounding left cum <= target: the last live entry */
+    if (!(total > 0.0)) x = sd_sample_sparse(p, np, u);
     for (size_t j = 0; j < nq; j++)
-        if (q[j].token >= 0 && q[j].token < vocab)
-            rd[q[j].token] = 0.0;
-    for (size_t j = 0; j < np; j++)
-        rd[p[j].token] = 0.0;
+        if (q[j].token >= 0 && q[j].token < vocab) rd[q[j].token] = 0.0;
+    for (size_t j = 0; j < np; j++) rd[p[j].token] = 0.0;
     return x;
 }
 
@@ -829,8 +753,7 @@ static int32_t residual_dense(sd_sampler *sp, int vocab, float pmax, const sd_to
     size_t ns = 0;
     for (size_t j = 0; j < nq; j++) {
         int32_t t = q[j].token;
-        if (t < 0 || t >= vocab || !(q[j].prob > 0.0f))
-            continue;
+        if (t < 0 || t >= vocab || !(q[j].prob > 0.0f)) continue;
         if (!mark[t]) {
             mark[t] = 1;
             rd[t] = pf[t];
@@ -840,13 +763,11 @@ static int32_t residual_dense(sd_sampler *sp, int vocab, float pmax, const sd_to
     }
     sd_exsum mass; /* the others' p (q's tokens out of the float sum as -0), then q's positive residuals */
     sd_exsum_init(&mass);
-    for (size_t k = 0; k < ns; k++)
-        pf[saved[k].token] = -0.0f;
+    for (size_t k = 0; k < ns; k++) pf[saved[k].token] = -0.0f;
     sd_exsum_add_floats(&mass, pf, vocab);
     for (size_t k = 0; k < ns; k++) {
         pf[saved[k].token] = saved[k].prob;
-        if (rd[saved[k].token] > 0.0)
-            sd_exsum_add_double(&mass, rd[saved[k].token]);
+        if (rd[saved[k].token] > 0.0) sd_exsum_add_double(&mass, rd[saved[k].token]);
     }
     double total = sd_exsum_value(&mass);
     int32_t x;
@@ -863,19 +784,16 @@ static int32_t residual_dense(sd_sampler *sp, int vocab, float pmax, const sd_to
     return x;
 }
 
-int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab,
-                            const sd_tokprob *q, size_t nq, double u)
+int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, const sd_tokprob *q,
+                            size_t nq, double u)
 {
-    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab || (nq && !q))
-        return -1;
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab || (nq && !q)) return -1;
     float pmax = s->temperature > 0.0f && order_free(s, vocab) ? dense_probs(sp, s, logits, vocab) : 0.0f;
-    if (pmax > 0.0f)
-        return residual_dense(sp, vocab, pmax, q, nq, u);
+    if (pmax > 0.0f) return residual_dense(sp, vocab, pmax, q, nq, u);
     size_t np = sd_sampler_distribution(sp, s, logits, vocab, sp->dist, (size_t)sp->vocab);
     if (np == 0) { /* no positive probability: the one-hot argmax, as sd_sampler_sample falls back */
         int32_t a = sd_argmax(logits, vocab);
-        if (a < 0)
-            return -1;
+        if (a < 0) return -1;
         sp->dist[0] = (sd_tokprob){a, 1.0f};
         np = 1;
     }
@@ -884,8 +802,7 @@ int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *l
 
 float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, int32_t token)
 {
-    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
-        return -1.0f;
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab) return -1.0f;
     if (!(s->temperature > 0.0f)) {
         int32_t a = sd_argmax(logits, vocab);
         return a < 0 ? -1.0f : a == token ? 1.0f : 0.0f;
@@ -895,8 +812,7 @@ float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits,
         return n ? sd_sparse_prob(sp->dist, n, token) : -1.0f;
     }
     double sum;
-    if (!dense_weights(sp, s, logits, vocab, &sum))
-        return -1.0f;
+    if (!dense_weights(sp, s, logits, vocab, &sum)) return -1.0f;
     return token >= 0 && token < vocab ? cand_prob(sp->wf[token], sum) : 0.0f;
 }
 
@@ -906,8 +822,7 @@ float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits,
  * and NaN probabilities count as 0. */
 int32_t sd_sample_sparse(const sd_tokprob *dist, size_t n, double u)
 {
-    if (!dist || n == 0)
-        return -1;
+    if (!dist || n == 0) return -1;
     sd_exsum e;
     sd_exsum_init(&e);
     int32_t last = -1;
@@ -917,27 +832,22 @@ int32_t sd_sample_sparse(const sd_tokprob *dist, size_t n, double u)
             last = dist[i].token;
         }
     }
-    if (last < 0)
-        return -1;
+    if (last < 0) return -1;
     double target = u * sd_exsum_value(&e);
     double cum = 0.0;
     for (size_t i = 0; i < n; i++) {
-        if (!(dist[i].prob > 0.0f))
-            continue;
+        if (!(dist[i].prob > 0.0f)) continue;
         cum += dist[i].prob;
-        if (cum > target)
-            return dist[i].token;
+        if (cum > target) return dist[i].token;
     }
     return last; /* rounding left cum <= target: take the last live entry */
 }
 
 float sd_sparse_prob(const sd_tokprob *dist, size_t n, int32_t token)
 {
-    if (!dist)
-        return 0.0f;
+    if (!dist) return 0.0f;
     for (size_t i = 0; i < n; i++)
-        if (dist[i].token == token)
-            return dist[i].prob;
+        if (dist[i].token == token) return dist[i].prob;
     return 0.0f;
 }
 
@@ -945,23 +855,19 @@ float sd_sparse_prob(const sd_tokprob *dist, size_t n, int32_t token)
  * vocab <= 0 or every logit is NaN. */
 int32_t sd_argmax(const float *logits, int vocab)
 {
-    if (!logits || vocab <= 0)
-        return -1;
+    if (!logits || vocab <= 0) return -1;
     return sd_argmax_f32(logits, vocab);
 }
 
 /* Returns -1 on NULL arguments, vocab <= 0 or vocab > the sampler's vocab,
  * or when every logit is NaN. A sampled step whose logits leave no token
  * with positive probability (all -inf) falls back to sd_argmax. */
-int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
-                          const int32_t *prompt, size_t n_prompt, const int32_t *output,
-                          size_t n_output, uint64_t position)
+int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
+                          size_t n_prompt, const int32_t *output, size_t n_output, uint64_t position)
 {
-    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab)
-        return -1;
+    if (!sp || !s || !logits || vocab <= 0 || vocab > sp->vocab) return -1;
     sd_sampler_process_logits(sp, s, logits, vocab, prompt, n_prompt, output, n_output);
-    if (!(s->temperature > 0.0f))
-        return sd_argmax(logits, vocab);
+    if (!(s->temperature > 0.0f)) return sd_argmax(logits, vocab);
     int32_t x = sd_sampler_draw(sp, s, logits, vocab, sd_rng_uniform(s->seed, position, 0));
     return x >= 0 ? x : sd_argmax(logits, vocab);
 }

@@ -41,11 +41,11 @@ typedef struct sd_sampling {
     bool json_object;         /* response_format json_object: the output is one JSON object (json_mask.h) */
     const char *json_schema;  /* response_format json_schema: the schema's JSON text (NUL-terminated, borrowed */
                               /* as the lists); the output is one value it accepts (json_schema.h) */
-    const struct sd_json_schema *schema;    /* ... compiled (sd_req_new compiles it; the request owns it) */
-    bool json_compact;        /* JSON output without whitespace outside strings (structured_outputs */
-                              /* disable_any_whitespace; the compiled schema's compact, json_object's too) */
-    const char *regex;        /* structured_outputs regex / choice: the pattern (NUL-terminated, borrowed as */
-                              /* the lists; not with JSON output); the output is a text it matches whole */
+    const struct sd_json_schema *schema; /* ... compiled (sd_req_new compiles it; the request owns it) */
+    bool json_compact;                   /* JSON output without whitespace outside strings (structured_outputs */
+                                         /* disable_any_whitespace; the compiled schema's compact, json_object's too) */
+    const char *regex;         /* structured_outputs regex / choice: the pattern (NUL-terminated, borrowed as */
+                               /* the lists; not with JSON output); the output is a text it matches whole */
     const struct sd_regex *rx; /* ... compiled (regex_mask.h; sd_req_new compiles it; the request owns it) */
     const struct sd_json_vocab *json_vocab; /* JSON / regex output: the model's token table (sd_req_new sets it) */
 } sd_sampling;
@@ -113,9 +113,8 @@ void sd_sampling_constrain(const sd_sampling *s, const int32_t *output, size_t n
  * or output), then presence / frequency penalties (OpenAI: logit -=
  * presence*[count>0] + frequency*count over output tokens). output may be
  * NULL with n_output the count when no penalty is on. */
-void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
-                                const int32_t *prompt, size_t n_prompt, const int32_t *output,
-                                size_t n_output);
+void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
+                               size_t n_prompt, const int32_t *output, size_t n_output);
 
 /* The filtered distribution of already-penalised logits: softmax(logits/T),
  * then top-k, top-p, min-p (in that order, as HF's warpers), renormalised
@@ -128,8 +127,8 @@ void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logi
  * distribution). Tokens whose probability is 0 (-inf logits) are left out;
  * temperature <= 0 gives the one-hot argmax; 0 means no token has positive
  * probability (all logits -inf/NaN) or vocab exceeds the sampler's vocab. */
-size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits,
-                               int vocab, sd_tokprob *out, size_t cap);
+size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, sd_tokprob *out,
+                               size_t cap);
 
 /* The token sd_sample_sparse(dist, n, u) draws, where dist, n is
  * sd_sampler_distribution(sp, s, logits, vocab, dist, cap >= vocab) — the
@@ -161,8 +160,8 @@ float sd_sampler_prob(sd_sampler *sp, const sd_sampling *s, const float *logits,
  * sd_sample_sparse. Without top-k and top-p, only the most probable tokens
  * are sorted, as far as the walk reaches. -1 when the row has no token at
  * all (every logit NaN) or on bad arguments. */
-int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab,
-                            const sd_tokprob *q, size_t nq, double u);
+int32_t sd_sampler_residual(sd_sampler *sp, const sd_sampling *s, const float *logits, int vocab, const sd_tokprob *q,
+                            size_t nq, double u);
 
 /* Draws from a sparse distribution with uniform u in [0,1): the first entry
  * whose cumulative probability (summed in list order, in double) exceeds
@@ -182,8 +181,7 @@ int32_t sd_argmax(const float *logits, int vocab);
 /* Full chain for one output position: sd_sampler_process_logits (in place), then
  * argmax when temperature == 0, else a draw from the filtered distribution
  * with u = sd_rng_uniform(seed, position, 0). */
-int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab,
-                          const int32_t *prompt, size_t n_prompt, const int32_t *output,
-                          size_t n_output, uint64_t position);
+int32_t sd_sampler_sample(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
+                          size_t n_prompt, const int32_t *output, size_t n_output, uint64_t position);
 
 #endif

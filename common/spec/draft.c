@@ -30,23 +30,23 @@
 
 typedef struct draft_seq {
     uint64_t id;
-    uint32_t branch;    /* sd_propose_item.branch: several mirrors of one sequence */
+    uint32_t branch; /* sd_propose_item.branch: several mirrors of one sequence */
     bool live;
-    uint64_t stamp;     /* call in which an item last used it (duplicate guard) */
-    sd_kv_seq kv;       /* the KV mirror */
-    int32_t *cached;    /* [cap] tokens whose K/V the mirror holds */
+    uint64_t stamp;  /* call in which an item last used it (duplicate guard) */
+    sd_kv_seq kv;    /* the KV mirror */
+    int32_t *cached; /* [cap] tokens whose K/V the mirror holds */
     int n_cached;
-    int n_registered;   /* its full blocks registered in the pool's prefix cache */
+    int n_registered; /* its full blocks registered in the pool's prefix cache */
     size_t cap;
 } draft_seq;
 
 /* Per-item state of one propose call. */
 typedef struct item_state {
-    int seq;            /* index into seqs */
-    int common;         /* mirror prefix kept; context[common..] is fed */
-    int kk;             /* drafts wanted after clamping */
+    int seq;    /* index into seqs */
+    int common; /* mirror prefix kept; context[common..] is fed */
+    int kk;     /* drafts wanted after clamping */
     bool active;
-    bool sampled;       /* draw from q instead of argmax */
+    bool sampled;              /* draw from q instead of argmax */
     size_t qoff[SD_MAX_DRAFT]; /* q of draft t: arena[qoff[t] .. +nq[t]) */
 } item_state;
 
@@ -54,28 +54,28 @@ typedef struct draft_impl {
     sd_model *m;
     sd_backend *be;
     bool own_be;
-    int vocab;          /* model vocab (logits row length) */
-    int vlimit;         /* ids drafted are < vlimit */
+    int vocab;  /* model vocab (logits row length) */
+    int vlimit; /* ids drafted are < vlimit */
     int max_pos;
-    float p_min;        /* stop drafting an item after a token of probability < p_min */
-    bool prefix_cache;  /* mirrors register and take cached KV blocks */
-    int32_t *match;     /* sd_kv_cache_match scratch */
+    float p_min;       /* stop drafting an item after a token of probability < p_min */
+    bool prefix_cache; /* mirrors register and take cached KV blocks */
+    int32_t *match;    /* sd_kv_cache_match scratch */
     size_t cap_match;
     draft_seq *seqs;
     int n_seqs;
     size_t cap_seqs;
     uint64_t stamp;
-    item_state *st;     /* [cap_items] */
-    sd_batch_seq *batch;/* [cap_items] */
-    int *rows;          /* [cap_items] item of each batch row */
-    float *logits;      /* [cap_logits, vocab] (sd_model_logits_grow) */
+    item_state *st;      /* [cap_items] */
+    sd_batch_seq *batch; /* [cap_items] */
+    int *rows;           /* [cap_items] item of each batch row */
+    float *logits;       /* [cap_logits, vocab] (sd_model_logits_grow) */
     size_t cap_items, cap_logits;
     sd_sampler *sp;
-    sd_tokprob *dist;   /* [vocab] scratch distribution */
-    sd_tokprob *arena;  /* q entries of the last call */
+    sd_tokprob *dist;  /* [vocab] scratch distribution */
+    sd_tokprob *arena; /* q entries of the last call */
     size_t arena_len;
     size_t arena_cap;
-    int32_t *out;       /* JSON output: an item's output so far, then its drafts (json_constrain) */
+    int32_t *out; /* JSON output: an item's output so far, then its drafts (json_constrain) */
     size_t cap_out;
 } draft_impl;
 
@@ -92,8 +92,14 @@ int sd_draft_quant_parse(const char *s)
 
 sd_draft_opts sd_draft_opts_default(void)
 {
-    sd_draft_opts o = {.be = NULL, .n_threads = 0, .max_seqs = 16, .max_context = 0, .block_size = 16,
-                       .vocab_limit = 0, .quant = SD_DRAFT_QUANT_AUTO, .p_min = SD_DRAFT_P_MIN_DEFAULT};
+    sd_draft_opts o = {.be = NULL,
+                       .n_threads = 0,
+                       .max_seqs = 16,
+                       .max_context = 0,
+                       .block_size = 16,
+                       .vocab_limit = 0,
+                       .quant = SD_DRAFT_QUANT_AUTO,
+                       .p_min = SD_DRAFT_P_MIN_DEFAULT};
     return o;
 }
 
@@ -125,10 +131,7 @@ static int seq_get(draft_impl *d, uint64_t id, uint32_t branch, bool create)
     return free_slot;
 }
 
-static bool seq_fit(draft_seq *s, int n)
-{
-    return sd_grow(&s->cached, &s->cap, (size_t)n, sizeof *s->cached) == SD_OK;
-}
+static bool seq_fit(draft_seq *s, int n) { return sd_grow(&s->cached, &s->cap, (size_t)n, sizeof *s->cached) == SD_OK; }
 
 /* Rolls s's mirror back to its first len positions (fewer when the block
  * len falls in is shared: see sd_kv_truncate). */
@@ -249,8 +252,7 @@ static void json_constrain(draft_impl *d, const sd_propose_item *it, const sd_pr
 
 /* Chooses draft token t of item it from its logits row; records its q.
  * Returns false when no token can be drawn (or q cannot be stored). */
-static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st, float *row, int t,
-                       sd_proposal *o)
+static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st, float *row, int t, sd_proposal *o)
 {
     json_constrain(d, it, o, t, row);
     int32_t tok;
@@ -295,8 +297,8 @@ static bool pick_token(draft_impl *d, const sd_propose_item *it, item_state *st,
 }
 
 /* Runs draft pass t (0 = the context pass) over every item still drafting. */
-static sd_status run_pass(draft_impl *d, const sd_propose_item *items, int n, sd_proposal *out, int t,
-                          char *err, size_t errlen)
+static sd_status run_pass(draft_impl *d, const sd_propose_item *items, int n, sd_proposal *out, int t, char *err,
+                          size_t errlen)
 {
     int nb = 0;
     for (int i = 0; i < n; i++) {
@@ -354,8 +356,8 @@ static void finish_items(draft_impl *d, const sd_propose_item *items, int n, sd_
     }
 }
 
-static sd_status draft_propose(sd_proposer *p, const sd_propose_item *items, int n, sd_proposal *out,
-                               char *err, size_t errlen)
+static sd_status draft_propose(sd_proposer *p, const sd_propose_item *items, int n, sd_proposal *out, char *err,
+                               size_t errlen)
 {
     draft_impl *d = p->impl;
     for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
@@ -428,8 +430,8 @@ static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts 
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     sd_status rc = o->random_weights ? sd_model_random(cfg_path, 2, d->be, &d->m, err, errlen)
                                      : sd_model_load(dir, d->be, &d->m, err, errlen);
-    if (rc == SD_OK && (o->quant == SD_DRAFT_QUANT_INT8 ||
-                        (o->quant == SD_DRAFT_QUANT_AUTO && d->be->ops->quantize_q8)))
+    if (rc == SD_OK &&
+        (o->quant == SD_DRAFT_QUANT_INT8 || (o->quant == SD_DRAFT_QUANT_AUTO && d->be->ops->quantize_q8)))
         rc = sd_model_quantize_q8(d->m, err, errlen);
     if (rc != SD_OK) return rc;
     const sd_model_config *cfg = sd_model_cfg(d->m);
@@ -459,8 +461,7 @@ static sd_status draft_load(draft_impl *d, const char *dir, const sd_draft_opts 
     return SD_OK;
 }
 
-sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_proposer **out, char *err,
-                       size_t errlen)
+sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_proposer **out, char *err, size_t errlen)
 {
     *out = NULL;
     sd_draft_opts o = opts ? *opts : sd_draft_opts_default();
@@ -518,8 +519,8 @@ sd_status sd_draft_warm_up(sd_proposer *p, int *passes, char *err, size_t errlen
     sd_status rc = SD_OK;
     for (int i = 0; i < most; i++) {
         for (int j = 0; j < WARM_CONTEXT; j++) ctx[i][j] = 1 + (31 * j + 7 * i) % (d->vlimit > 1 ? d->vlimit - 1 : 1);
-        items[i] = (sd_propose_item){.seq_id = UINT64_MAX - (uint64_t)i, .context = ctx[i],
-                                     .n_context = WARM_CONTEXT, .k = 4, .want_alt = true};
+        items[i] = (sd_propose_item){
+            .seq_id = UINT64_MAX - (uint64_t)i, .context = ctx[i], .n_context = WARM_CONTEXT, .k = 4, .want_alt = true};
     }
     /* batches of 1 .. most sequences, each WARM_ROUNDS times: prefill, then the same batch shapes again */
     for (int n = 1; n <= most && rc == SD_OK; n *= 2)
@@ -550,13 +551,15 @@ sd_status sd_draft_check_tokenizer(const char *target_dir, const char *draft_dir
     if (rc == SD_OK && sd_tok_fingerprint(tt) != sd_tok_fingerprint(dt))
         rc = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
                        "drafter tokenizer (%s) differs from the target's (%s): speculative decoding needs "
-                       "the same vocabulary", draft_dir, target_dir);
+                       "the same vocabulary",
+                       draft_dir, target_dir);
     if (rc == SD_OK) {
         int need = sd_tok_vocab_size(tt);
         if (dc.vocab_size < need || tc.vocab_size < need)
             rc = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
                            "vocab_size of the drafter (%d, %s) and the target (%d, %s) must cover all %d "
-                           "tokenizer ids", dc.vocab_size, draft_dir, tc.vocab_size, target_dir, need);
+                           "tokenizer ids",
+                           dc.vocab_size, draft_dir, tc.vocab_size, target_dir, need);
     }
     sd_tok_free(tt);
     sd_tok_free(dt);

@@ -50,26 +50,26 @@ enum {
 #define SD_DRAFT_GPU_MEM_FRACTION 0.1
 
 typedef struct sd_draft_opts {
-    sd_backend *be;   /* backend to share (borrowed, must outlive the proposer);
+    sd_backend *be;           /* backend to share (borrowed, must outlive the proposer);
                          NULL: create and own a CPU backend */
-    int n_threads;    /* CPU backend threads when be == NULL (0 = all cores) */
-    int max_seqs;     /* sequences the KV pool is sized for (default 16) */
-    int max_context;  /* context length the pool is sized for per sequence
+    int n_threads;            /* CPU backend threads when be == NULL (0 = all cores) */
+    int max_seqs;             /* sequences the KV pool is sized for (default 16) */
+    int max_context;          /* context length the pool is sized for per sequence
                          (0 = the draft model's max_position) */
-    int block_size;   /* KV block size in positions (default 16) */
-    int vocab_limit;  /* draft only ids < vocab_limit (0 = the model's vocab);
+    int block_size;           /* KV block size in positions (default 16) */
+    int vocab_limit;          /* draft only ids < vocab_limit (0 = the model's vocab);
                          set to the target's vocab_size when it is smaller */
-    int quant;        /* SD_DRAFT_QUANT_*: the drafter's matmul weights */
-    float p_min;      /* > 0: an item stops drafting after a token whose drafter
+    int quant;                /* SD_DRAFT_QUANT_*: the drafter's matmul weights */
+    float p_min;              /* > 0: an item stops drafting after a token whose drafter
                          probability is below p_min (its later drafts would
                          likely be rejected); 0 = always draft k */
-    bool no_prefix_cache; /* mirrors do not share KV blocks of common prefixes (kv_pool.h): a new
+    bool no_prefix_cache;     /* mirrors do not share KV blocks of common prefixes (kv_pool.h): a new
                              mirror prefills its whole context */
-    int kv_dtype;         /* sd_kv_dtype of the mirrors' KV cache (default auto) */
-    double mem_fraction;  /* on a device (mem_plan.h): the pool is capped to what fits this share of its
+    int kv_dtype;             /* sd_kv_dtype of the mirrors' KV cache (default auto) */
+    double mem_fraction;      /* on a device (mem_plan.h): the pool is capped to what fits this share of its
                              memory (0 = not capped) */
     size_t mem_free_at_start; /* the device's free memory when be opened (sd_mem_free_now) */
-    bool random_weights;  /* random weights of model_dir's config.json (sd_model_random): benchmarks */
+    bool random_weights;      /* random weights of model_dir's config.json (sd_model_random): benchmarks */
 } sd_draft_opts;
 
 /* "auto", "int8" or "none" -> SD_DRAFT_QUANT_*; -1 for anything else. */
@@ -86,8 +86,7 @@ sd_draft_opts sd_draft_opts_default(void);
  * opts NULL means the defaults. Errors: the model's load errors, SD_ERR_ARG
  * for bad options, SD_ERR_NOMEM. On success *out is owned by the caller
  * (sd_proposer_free frees the model, its pool and an owned backend). */
-sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_proposer **out, char *err,
-                       size_t errlen);
+sd_status sd_draft_new(const char *model_dir, const sd_draft_opts *opts, sd_proposer **out, char *err, size_t errlen);
 
 /* The draft model of a proposer made by sd_draft_new (NULL for any other
  * proposer). Borrowed: valid while the proposer lives. The pool is

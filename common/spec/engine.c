@@ -12,7 +12,7 @@
 
 /* A request's rows verified ahead of its commit (sd_engine_step's parallel phase). */
 typedef struct verified {
-    int c;                          /* sd_verify's answer (0: not verified ahead) */
+    int c; /* sd_verify's answer (0: not verified ahead) */
     int32_t out[SD_MAX_DRAFT + 1];
 } verified;
 
@@ -21,24 +21,24 @@ struct sd_engine {
     sd_engine_opts opts;
     const sd_json_vocab *json; /* the token table of JSON output (sd_engine_set_json_vocab), or NULL */
     sd_verifier *ver;
-    sd_verifier **vers;     /* one per host thread of the backend (vers[0] = ver) */
+    sd_verifier **vers; /* one per host thread of the backend (vers[0] = ver) */
     int n_vers;
-    float *logits;          /* [cap_rows, vocab] */
+    float *logits; /* [cap_rows, vocab] */
     size_t cap_rows;
-    sd_batch_seq *batch;    /* per step */
-    int *slot;              /* batch index -> request index */
-    int *span_k;            /* drafts used per request this step (-1: not in batch) */
-    int *chunk;             /* prompt tokens per request this step */
-    size_t cap;             /* entries of batch, slot, span_k, chunk and spans */
-    int32_t *spans;         /* [cap][SD_MAX_DRAFT + 1] decode spans */
-    int32_t *amax;          /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
+    sd_batch_seq *batch; /* per step */
+    int *slot;           /* batch index -> request index */
+    int *span_k;         /* drafts used per request this step (-1: not in batch) */
+    int *chunk;          /* prompt tokens per request this step */
+    size_t cap;          /* entries of batch, slot, span_k, chunk and spans */
+    int32_t *spans;      /* [cap][SD_MAX_DRAFT + 1] decode spans */
+    int32_t *amax;       /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
                              * serve them: their logits stay on the device) */
-    float *raw;             /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
-    float **rowp;           /* per batch entry: its logits rows */
-    verified *pre;          /* per batch entry: verified ahead */
-    int32_t *match;         /* prefix cache matches (sd_kv_cache_match) */
+    float *raw;          /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
+    float **rowp;        /* per batch entry: its logits rows */
+    verified *pre;       /* per batch entry: verified ahead */
+    int32_t *match;      /* prefix cache matches (sd_kv_cache_match) */
     size_t cap_match;
-    sd_step_timing timing;  /* of the last step */
+    sd_step_timing timing;                /* of the last step */
     uint64_t prefix_queries, prefix_hits; /* sd_engine_prefix_stats */
 };
 
@@ -91,10 +91,7 @@ sd_model *sd_engine_model(const sd_engine *e) { return e->m; }
 
 const sd_step_timing *sd_engine_last_timing(const sd_engine *e) { return &e->timing; }
 
-void sd_engine_set_json_vocab(sd_engine *e, const sd_json_vocab *v)
-{
-    e->json = v;
-}
+void sd_engine_set_json_vocab(sd_engine *e, const sd_json_vocab *v) { e->json = v; }
 
 sd_req_params sd_req_params_default(void)
 {
@@ -121,8 +118,7 @@ static void req_mem_free(sd_req *r)
 }
 
 /* Token ids of a processor list within the vocabulary. */
-static sd_status check_vocab_ids(const char *what, const int32_t *ids, uint32_t n, int vocab, char *err,
-                                 size_t errlen)
+static sd_status check_vocab_ids(const char *what, const int32_t *ids, uint32_t n, int vocab, char *err, size_t errlen)
 {
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= vocab)
@@ -140,7 +136,8 @@ static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd
     bool json = s->json_object || s->json_schema || s->regex;
     s->json_vocab = json ? e->json : NULL;
     if (json && !e->json)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "%s output needs the model's tokenizer.json, which this server did "
+        return sd_seterr(err, errlen, SD_ERR_ARG,
+                         "%s output needs the model's tokenizer.json, which this server did "
                          "not load",
                          s->regex ? "regular-expression" : "JSON (response_format json_object / json_schema)");
     if (s->json_schema && !(r->schema_text = strdup(s->json_schema)))
@@ -179,8 +176,8 @@ static sd_status own_processors(const sd_engine *e, const sd_model_config *c, sd
     return SD_OK;
 }
 
-sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
-                     const sd_req_params *p, sd_req **out, char *err, size_t errlen)
+sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt, const sd_req_params *p,
+                     sd_req **out, char *err, size_t errlen)
 {
     const sd_model_config *c = sd_model_cfg(e->m);
     *out = NULL;
@@ -201,8 +198,8 @@ sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int
     if (st != SD_OK) return st;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
-            return sd_seterr(err, errlen, SD_ERR_ARG, "prompt token %d (id %d) is out of range [0, %d)", i,
-                             prompt[i], c->vocab_size);
+            return sd_seterr(err, errlen, SD_ERR_ARG, "prompt token %d (id %d) is out of range [0, %d)", i, prompt[i],
+                             c->vocab_size);
     sd_req *r = calloc(1, sizeof *r);
     long cap = (long)n_prompt + p->max_tokens;
     if (cap > (long)c->max_position + 1) cap = (long)c->max_position + 1;
@@ -307,9 +304,13 @@ sd_verify_mode sd_req_verify_mode(const sd_req *r, bool have_q)
 static sd_status grow(sd_engine *e, int n, int rows)
 {
     size_t V = (size_t)sd_model_cfg(e->m)->vocab_size;
-    const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch), SD_GROW_ITEM(e->slot), SD_GROW_ITEM(e->span_k),
-                                    SD_GROW_ITEM(e->chunk), {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans},
-                                    {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax}, SD_GROW_ITEM(e->rowp),
+    const sd_grow_item per_req[] = {SD_GROW_ITEM(e->batch),
+                                    SD_GROW_ITEM(e->slot),
+                                    SD_GROW_ITEM(e->span_k),
+                                    SD_GROW_ITEM(e->chunk),
+                                    {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans},
+                                    {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax},
+                                    SD_GROW_ITEM(e->rowp),
                                     SD_GROW_ITEM(e->pre)};
     if (sd_grow_all(per_req, 8, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
     if (!e->raw && !(e->raw = malloc((SD_MAX_DRAFT + 1) * V * sizeof *e->raw))) return SD_ERR_NOMEM;
@@ -325,10 +326,7 @@ static void fail_req(sd_engine *e, sd_req *r, const char *msg)
 
 /* True when r's prefill is to report its prompt tokens' log-probabilities: a
  * fresh request (not one prefilling again after a preemption or a resume). */
-static bool wants_prompt_lp(const sd_req *r)
-{
-    return r->prompt_lp && r->n_tokens == r->n_prompt;
-}
+static bool wants_prompt_lp(const sd_req *r) { return r->prompt_lp && r->n_tokens == r->n_prompt; }
 
 /* True when the argmax of r's rows is all its step needs (sd_batch_seq's
  * argmax): greedy, no penalty or logits processor, no log-probabilities. */
@@ -349,10 +347,7 @@ static bool share_taker(const sd_req *r)
 
 /* The positions r can take: its prefill, but a fresh request's last prompt
  * position, whose logits it samples from. */
-static int share_limit(const sd_req *r)
-{
-    return r->n_tokens == r->n_prompt ? r->prefill_to - 1 : r->prefill_to;
-}
+static int share_limit(const sd_req *r) { return r->n_tokens == r->n_prompt ? r->prefill_to - 1 : r->prefill_to; }
 
 /* Whole blocks of the common prefix of r's first `limit` tokens and d's first `upto`. */
 static int shareable(const sd_req *r, int limit, const sd_req *d, int upto, int bs)
@@ -446,7 +441,6 @@ int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *
     return total;
 }
 
-
 /* Adds request r to the batch: a prompt chunk of `chunk` tokens or a verify
  * span with up to `k` drafts. Returns the number of logits rows it needs, or
  * -1 if it could not get KV (then it is failed). */
@@ -475,8 +469,8 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
     int32_t *span = e->spans + (size_t)bi * (SD_MAX_DRAFT + 1);
     span[0] = r->tokens[r->n_tokens - 1];
     for (int i = 0; i < k; i++) span[1 + i] = d->tokens[i];
-    *b = (sd_batch_seq){span, k + 1, r->n_tokens - 1, &r->kv, k + 1,
-                        argmax_serves(r) ? e->amax + (size_t)bi * (SD_MAX_DRAFT + 1) : NULL};
+    *b = (sd_batch_seq){span,   k + 1, r->n_tokens - 1,
+                        &r->kv, k + 1, argmax_serves(r) ? e->amax + (size_t)bi * (SD_MAX_DRAFT + 1) : NULL};
     e->span_k[bi] = k;
     return k + 1;
 }
@@ -513,18 +507,27 @@ static void prompt_logprobs(sd_engine *e, sd_req *r, const sd_batch_seq *b, cons
 
 /* Verifies r's rows of batch entry bi (k drafts; a prompt chunk: its last
  * row, k = 0) with v's scratch; the committed tokens to out. */
-static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int bi, const sd_proposal *d,
-                       float *logits, int k, int32_t *out)
+static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int bi, const sd_proposal *d, float *logits,
+                       int k, int32_t *out)
 {
     const sd_batch_seq *b = &e->batch[bi];
     const int32_t *amax = b->argmax ? b->argmax + (b->n_logits - 1 - k) : NULL; /* a prompt chunk: its last row */
     bool have_q = k > 0 && d && d->q[0] != NULL;
     sd_verify_in in = {
-        .logits = amax ? NULL : logits, .argmax = amax, .vocab = sd_model_cfg(e->m)->vocab_size, .k = k,
-        .draft = k > 0 ? b->tokens + 1 : NULL, .q = have_q ? d->q : NULL, .nq = have_q ? d->nq : NULL,
-        .sampling = &r->p.sampling, .prompt = r->tokens, .n_prompt = (size_t)r->n_prompt,
-        .output = r->tokens + r->n_prompt, .n_output = (size_t)sd_req_n_output(r),
-        .out_pos = (uint64_t)sd_req_n_output(r), .mode = sd_req_verify_mode(r, have_q),
+        .logits = amax ? NULL : logits,
+        .argmax = amax,
+        .vocab = sd_model_cfg(e->m)->vocab_size,
+        .k = k,
+        .draft = k > 0 ? b->tokens + 1 : NULL,
+        .q = have_q ? d->q : NULL,
+        .nq = have_q ? d->nq : NULL,
+        .sampling = &r->p.sampling,
+        .prompt = r->tokens,
+        .n_prompt = (size_t)r->n_prompt,
+        .output = r->tokens + r->n_prompt,
+        .n_output = (size_t)sd_req_n_output(r),
+        .out_pos = (uint64_t)sd_req_n_output(r),
+        .mode = sd_req_verify_mode(r, have_q),
     };
     return sd_verify(v, &in, out);
 }
@@ -608,13 +611,14 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
     return SD_OK;
 }
 
-sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err,
-                         size_t errlen)
+sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err, size_t errlen)
 {
     int rows = 0, nb = 0;
     for (int i = 0; i < n; i++)
         if (reqs[i]->finish == SD_FINISH_NONE)
-            rows += !sd_req_prefilling(reqs[i]) ? SD_MAX_DRAFT + 1 : wants_prompt_lp(reqs[i]) ? e->opts.prefill_chunk : 1;
+            rows += !sd_req_prefilling(reqs[i]) ? SD_MAX_DRAFT + 1
+                    : wants_prompt_lp(reqs[i])  ? e->opts.prefill_chunk
+                                                : 1;
     if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     sd_engine_share_prefixes(e, reqs, n);
     sd_engine_prefill_plan(e, reqs, n, e->chunk);
@@ -650,7 +654,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         tm->seqs++;
         bool sampled = reqs[i]->p.sampling.temperature > 0;
         int scored = e->span_k[j] < 0 ? (b->n_logits > 0) : b->n_logits; /* prompt logprob rows are not argmax'd */
-        if (scored > 0 && !sampled) tm->greedy_rows += scored; /* argmax over every row */
+        if (scored > 0 && !sampled) tm->greedy_rows += scored;           /* argmax over every row */
         finish_req(e, reqs[i], j, drafts ? &drafts[i] : NULL, e->rowp[j]);
         /* a sampled distribution per position reached: up to the first rejection */
         if (b->n_logits > 0 && sampled) tm->sampled_pos += reqs[i]->n_new > 0 ? reqs[i]->n_new : 1;
@@ -666,9 +670,15 @@ bool sd_req_propose_item(const sd_engine *e, const sd_req *r, sd_propose_item *i
 {
     int k = sd_req_draft_budget(e, r);
     if (k == 0) return false;
-    bool want_q = r->p.sampling.temperature > 0 && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
-    *it = (sd_propose_item){.seq_id = r->id, .context = r->tokens, .n_context = r->n_tokens, .k = k,
-                            .sampling = &r->p.sampling, .want_q = want_q, .out_pos = (uint64_t)sd_req_n_output(r)};
+    bool want_q =
+        r->p.sampling.temperature > 0 && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
+    *it = (sd_propose_item){.seq_id = r->id,
+                            .context = r->tokens,
+                            .n_context = r->n_tokens,
+                            .k = k,
+                            .sampling = &r->p.sampling,
+                            .want_q = want_q,
+                            .out_pos = (uint64_t)sd_req_n_output(r)};
     return true;
 }
 
@@ -687,8 +697,8 @@ static void propose_all(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int 
     for (int j = 0; j < ni; j++) props[map[j]] = out[j];
 }
 
-sd_status sd_engine_run(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_step_cb cb, void *ctx,
-                        char *err, size_t errlen)
+sd_status sd_engine_run(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_step_cb cb, void *ctx, char *err,
+                        size_t errlen)
 {
     if (n < 1 || n > 64) return sd_seterr(err, errlen, SD_ERR_ARG, "sd_engine_run takes 1..64 requests");
     sd_proposal props[64];

@@ -33,10 +33,10 @@
 
 typedef enum {
     SD_FINISH_NONE = 0,
-    SD_FINISH_STOP = 1,      /* EOS or a stop id */
-    SD_FINISH_LENGTH = 2,    /* max_tokens or the context is full */
+    SD_FINISH_STOP = 1,   /* EOS or a stop id */
+    SD_FINISH_LENGTH = 2, /* max_tokens or the context is full */
     SD_FINISH_CANCELLED = 3,
-    SD_FINISH_ERROR = 4,     /* e.g. KV pool exhausted */
+    SD_FINISH_ERROR = 4, /* e.g. KV pool exhausted */
 } sd_finish;
 
 #define SD_VERIFY_AUTO (-1)
@@ -44,55 +44,55 @@ typedef enum {
 
 typedef struct sd_req_params {
     sd_sampling sampling;
-    int max_tokens;                  /* >= 1 */
+    int max_tokens; /* >= 1 */
     int32_t stop_ids[SD_MAX_STOP_IDS];
     int n_stop;
     bool ignore_eos;
-    bool speculate;                  /* accept drafts for this request */
-    int num_draft;                   /* K, 0..SD_MAX_DRAFT */
-    int verify;                      /* sd_verify_mode or SD_VERIFY_AUTO */
-    bool logprobs;                   /* report each output token's log-probability (logprob.h) */
-    int top_logprobs;                /* ... with this many alternatives, 0..SD_MAX_LOGPROBS */
-    bool prompt_logprobs;            /* ... and each prompt token's (from the second on) */
+    bool speculate;       /* accept drafts for this request */
+    int num_draft;        /* K, 0..SD_MAX_DRAFT */
+    int verify;           /* sd_verify_mode or SD_VERIFY_AUTO */
+    bool logprobs;        /* report each output token's log-probability (logprob.h) */
+    int top_logprobs;     /* ... with this many alternatives, 0..SD_MAX_LOGPROBS */
+    bool prompt_logprobs; /* ... and each prompt token's (from the second on) */
 } sd_req_params;
 
 typedef struct sd_spec_stats {
-    uint64_t steps;                  /* decode steps (forward passes with a verify span) */
-    uint64_t draft_tokens;           /* drafts offered to the verifier */
-    uint64_t accepted_tokens;        /* drafts accepted */
+    uint64_t steps;                     /* decode steps (forward passes with a verify span) */
+    uint64_t draft_tokens;              /* drafts offered to the verifier */
+    uint64_t accepted_tokens;           /* drafts accepted */
     uint64_t accepted_at[SD_MAX_DRAFT]; /* accepted_at[i]: steps that accepted draft i+1 */
 } sd_spec_stats;
 
 typedef struct sd_req {
     uint64_t id;
-    int32_t *tokens;     /* prompt followed by output; capacity n_prompt + max_tokens */
+    int32_t *tokens; /* prompt followed by output; capacity n_prompt + max_tokens */
     int n_prompt;
     int n_tokens;
-    int n_prefilled;     /* positions whose KV is computed (before decoding starts) */
-    int prefill_to;      /* ... the positions to compute before decoding: the prompt, or after a
+    int n_prefilled; /* positions whose KV is computed (before decoding starts) */
+    int prefill_to;  /* ... the positions to compute before decoding: the prompt, or after a
                           * preemption every committed token but the last (sd_req_preempt) */
     sd_kv_seq kv;
     sd_req_params p;
     sd_finish finish;
-    char error[160];     /* set with SD_FINISH_ERROR */
-    int n_new;           /* tokens committed by the last step */
+    char error[160]; /* set with SD_FINISH_ERROR */
+    int n_new;       /* tokens committed by the last step */
     sd_spec_stats stats;
-    sd_token_lp *lp;     /* p.logprobs: [SD_MAX_DRAFT + 1], those of the n_new tokens the last step committed */
+    sd_token_lp *lp;        /* p.logprobs: [SD_MAX_DRAFT + 1], those of the n_new tokens the last step committed */
     sd_token_lp *prompt_lp; /* p.prompt_logprobs: [n_prompt]; entry i is prompt token i's (i >= 1), filled
                              * when the prefill passes it (all of them once the first token is out) */
-    bool share_wait;     /* prefix sharing: its prefill waits for a request computing the same prefix */
-    bool share_looked;   /* prefix sharing: counted in the engine's queries */
-    int shared;          /* positions of its KV taken from the prefix cache (sd_engine_share_prefixes) */
-    int n_registered;    /* its KV blocks registered in the prefix cache */
-    int32_t *procs;      /* its copies of p.sampling's logits-processor lists (p.sampling points here) */
+    bool share_wait;        /* prefix sharing: its prefill waits for a request computing the same prefix */
+    bool share_looked;      /* prefix sharing: counted in the engine's queries */
+    int shared;             /* positions of its KV taken from the prefix cache (sd_engine_share_prefixes) */
+    int n_registered;       /* its KV blocks registered in the prefix cache */
+    int32_t *procs;         /* its copies of p.sampling's logits-processor lists (p.sampling points here) */
     struct sd_json_schema *schema; /* p.sampling.json_schema compiled (p.sampling.schema points here) */
-    char *schema_text;   /* ... and its text (a drafter compiles its own) */
-    struct sd_regex *rx; /* p.sampling.regex compiled (p.sampling.rx points here; its text for a drafter) */
+    char *schema_text;             /* ... and its text (a drafter compiles its own) */
+    struct sd_regex *rx;           /* p.sampling.regex compiled (p.sampling.rx points here; its text for a drafter) */
 } sd_req;
 
 typedef struct sd_engine_opts {
-    int prefill_chunk;   /* max prompt tokens per request per step (default 256) */
-    int prefill_budget;  /* max prompt tokens per step over all requests (default 512): bounds
+    int prefill_chunk;      /* max prompt tokens per request per step (default 256) */
+    int prefill_budget;     /* max prompt tokens per step over all requests (default 512): bounds
                           * a step's time however many long prompts arrive together, so the
                           * requests already decoding keep streaming and the verifier keeps
                           * answering between steps */
@@ -123,8 +123,8 @@ sd_req_params sd_req_params_default(void);
  * sampling, sizes and the context (n_prompt + 1 <= max_position). Does not
  * touch the KV pool.
  * Errors: SD_ERR_ARG with a message naming the problem. */
-sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
-                     const sd_req_params *p, sd_req **out, char *err, size_t errlen);
+sd_status sd_req_new(const sd_engine *e, uint64_t id, const int32_t *prompt, int n_prompt, const sd_req_params *p,
+                     sd_req **out, char *err, size_t errlen);
 
 /* Releases the request's KV and frees it; NULL is a no-op. */
 void sd_req_free(sd_engine *e, sd_req *r);
@@ -204,8 +204,7 @@ sd_verify_mode sd_req_verify_mode(const sd_req *r, bool have_q);
  * Each request's n_new / finish are updated. A per-request failure (KV
  * exhausted) finishes that request with SD_FINISH_ERROR and leaves the others
  * untouched; the return value is SD_OK unless the step as a whole failed. */
-sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err,
-                         size_t errlen);
+sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_proposal *drafts, char *err, size_t errlen);
 
 /* Fills *it with r's draft request for this step (the whole committed
  * context, the draft budget, q wanted when sampling with auto / rejection
@@ -230,7 +229,7 @@ typedef void (*sd_step_cb)(void *ctx, const sd_req *r);
 /* Steps reqs[0..n) together until all have finished, drafting with pr (NULL:
  * plain decoding) before each step; n <= 64. A proposer failure only costs
  * that step its drafts. Returns SD_OK, or the error of a failed step. */
-sd_status sd_engine_run(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_step_cb cb, void *ctx,
-                        char *err, size_t errlen);
+sd_status sd_engine_run(sd_engine *e, sd_proposer *pr, sd_req *const *reqs, int n, sd_step_cb cb, void *ctx, char *err,
+                        size_t errlen);
 
 #endif

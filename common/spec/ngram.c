@@ -14,7 +14,7 @@
 typedef struct ngram_impl {
     int n_min;
     int n_max;
-    sd_tokprob *q;  /* [q_cap] one-hot q entries of the last call */
+    sd_tokprob *q; /* [q_cap] one-hot q entries of the last call */
     size_t q_cap;
 } ngram_impl;
 
@@ -27,8 +27,7 @@ static int match_len(const int32_t *ctx, int last, int j, int n_max)
     return len;
 }
 
-int sd_ngram_lookup(const int32_t *context, int n_context, int n_min, int n_max, int k, int32_t *out,
-                    int *matched_n)
+int sd_ngram_lookup(const int32_t *context, int n_context, int n_min, int n_max, int k, int32_t *out, int *matched_n)
 {
     if (matched_n) *matched_n = 0;
     if (k > SD_MAX_DRAFT) k = SD_MAX_DRAFT;
@@ -54,8 +53,8 @@ int sd_ngram_lookup(const int32_t *context, int n_context, int n_min, int n_max,
     return 0;
 }
 
-static sd_status ngram_propose(sd_proposer *p, const sd_propose_item *items, int n, sd_proposal *out,
-                               char *err, size_t errlen)
+static sd_status ngram_propose(sd_proposer *p, const sd_propose_item *items, int n, sd_proposal *out, char *err,
+                               size_t errlen)
 {
     ngram_impl *g = p->impl;
     size_t need = (size_t)(n > 0 ? n : 0) * SD_MAX_DRAFT;
@@ -66,8 +65,8 @@ static sd_status ngram_propose(sd_proposer *p, const sd_propose_item *items, int
     for (int i = 0; i < n; i++) {
         sd_proposal *o = &out[i];
         memset(o, 0, sizeof *o);
-        o->n = sd_ngram_lookup(items[i].context, items[i].n_context, g->n_min, g->n_max, items[i].k,
-                               o->tokens, &o->match);
+        o->n =
+            sd_ngram_lookup(items[i].context, items[i].n_context, g->n_min, g->n_max, items[i].k, o->tokens, &o->match);
         for (int t = 0; t < o->n; t++) o->alt[t] = -1; /* a lookup has no second choice */
         if (!items[i].want_q) continue;
         for (int t = 0; t < o->n; t++) {
@@ -106,8 +105,8 @@ sd_status sd_ngram_new(int n_min, int n_max, sd_proposer **out, char *err, size_
 {
     *out = NULL;
     if (n_min < 1 || n_max < n_min || n_max > SD_NGRAM_MAX_N)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "ngram: need 1 <= n_min <= n_max <= %d, got %d..%d",
-                         SD_NGRAM_MAX_N, n_min, n_max);
+        return sd_seterr(err, errlen, SD_ERR_ARG, "ngram: need 1 <= n_min <= n_max <= %d, got %d..%d", SD_NGRAM_MAX_N,
+                         n_min, n_max);
     sd_proposer *p = calloc(1, sizeof *p);
     ngram_impl *g = calloc(1, sizeof *g);
     if (!p || !g) {

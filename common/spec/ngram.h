@@ -37,7 +37,6 @@ sd_status sd_ngram_new(int n_min, int n_max, sd_proposer **out, char *err, size_
  * writes up to k (<= SD_MAX_DRAFT) proposed tokens to out and returns how
  * many (0 when no n-gram of n_min..n_max recurs). *matched_n (may be NULL)
  * receives the n that matched, 0 when none. */
-int sd_ngram_lookup(const int32_t *context, int n_context, int n_min, int n_max, int k, int32_t *out,
-                    int *matched_n);
+int sd_ngram_lookup(const int32_t *context, int n_context, int n_min, int n_max, int k, int32_t *out, int *matched_n);
 
 #endif

@@ -28,17 +28,17 @@
 
 /* One sequence's request in a propose batch. */
 typedef struct sd_propose_item {
-    uint64_t seq_id;           /* caller's key for per-sequence state */
-    uint32_t branch;           /* 0: the sequence's own state; b > 0: a second state of the same
+    uint64_t seq_id;             /* caller's key for per-sequence state */
+    uint32_t branch;             /* 0: the sequence's own state; b > 0: a second state of the same
                                 * sequence (another guess of its future), kept apart */
-    const int32_t *context;    /* committed tokens (prompt + output) */
-    int n_context;             /* >= 1 */
-    int k;                     /* tokens wanted, 0..SD_MAX_DRAFT */
+    const int32_t *context;      /* committed tokens (prompt + output) */
+    int n_context;               /* >= 1 */
+    int k;                       /* tokens wanted, 0..SD_MAX_DRAFT */
     const sd_sampling *sampling; /* NULL or temperature 0: greedy drafts, no q */
-    bool want_q;               /* sample from the filtered distribution, fill q */
-    bool want_alt;             /* greedy: fill p / alt / alt_p (when the proposer knows them) */
-    uint64_t out_pos;          /* output position of the first draft token (RNG key) */
-    int n_guess;               /* the first n_guess tokens are guesses of the committed sequence's
+    bool want_q;                 /* sample from the filtered distribution, fill q */
+    bool want_alt;               /* greedy: fill p / alt / alt_p (when the proposer knows them) */
+    uint64_t out_pos;            /* output position of the first draft token (RNG key) */
+    int n_guess;                 /* the first n_guess tokens are guesses of the committed sequence's
                                 * next tokens (pipelined drafting: of the verifier's own token), not
                                 * drafts to verify: a doubt there does not end the item (p_min) */
 } sd_propose_item;
@@ -49,14 +49,14 @@ typedef struct sd_propose_item {
  * sure it was: p[i] its probability of tokens[i], alt[i] its second choice
  * there and alt_p[i] that one's probability (alt[i] == -1: not known). */
 typedef struct sd_proposal {
-    int n;                              /* tokens proposed, 0..k */
+    int n; /* tokens proposed, 0..k */
     int32_t tokens[SD_MAX_DRAFT];
-    const sd_tokprob *q[SD_MAX_DRAFT];  /* NULL when not sampled */
+    const sd_tokprob *q[SD_MAX_DRAFT]; /* NULL when not sampled */
     size_t nq[SD_MAX_DRAFT];
     float p[SD_MAX_DRAFT];
     int32_t alt[SD_MAX_DRAFT];
     float alt_p[SD_MAX_DRAFT];
-    int match;                          /* the n-gram proposer: the length of the n-gram that matched
+    int match; /* the n-gram proposer: the length of the n-gram that matched
                                          * (0: none; other proposers leave it 0) */
 } sd_proposal;
 

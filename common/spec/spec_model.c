@@ -4,9 +4,9 @@
 #include <math.h>
 #include <string.h>
 
-#define ALPHA 0.05   /* EMA weight of a new forward-pass sample in a size's shape (many come: a steady figure) */
-#define SPEED_ALPHA 0.2 /* EMA weight of a pass in the machine's speed (it drifts: follow it) */
-#define DECAY 0.995  /* per-sample forgetting of the least-squares sums */
+#define ALPHA 0.05       /* EMA weight of a new forward-pass sample in a size's shape (many come: a steady figure) */
+#define SPEED_ALPHA 0.2  /* EMA weight of a pass in the machine's speed (it drifts: follow it) */
+#define DECAY 0.995      /* per-sample forgetting of the least-squares sums */
 #define ACCEPT_CAP 1000u /* observation counts stop growing here */
 #define SHRINK 2.0       /* pseudo-observations of the all-position average in each position's estimate */
 #define COLD 1.5         /* a first pass this much slower than the second was cold: replaced */
@@ -54,10 +54,7 @@ static void link_rows(sd_cost *c)
 }
 
 /* Half the window of row counts whose figures inform r's. */
-static int near_width(int r)
-{
-    return 2 + r / 4;
-}
+static int near_width(int r) { return 2 + r / 4; }
 
 /* The weighted least-squares line through the measured row counts near r
  * (r itself left out), at r: weights their samples (at most NEAR_NCAP) times
@@ -154,7 +151,7 @@ void sd_cost_forward(sd_cost *c, int rows, int seqs, double ms)
     double *t = &c->t_row[rows], *sq = &c->s_row[rows];
     if (*n >= 2) { /* the per-sequence cost: deviations from this size's averages */
         double dx = seqs - *sq, dy = ms / c->speed - *t; /* net of the speed this pass showed */
-        if (dy > 0.5 * *t) dy = 0.5 * *t; /* a hiccup says nothing about sequences */
+        if (dy > 0.5 * *t) dy = 0.5 * *t;                /* a hiccup says nothing about sequences */
         c->gxx = c->gxx * DECAY + dx * dx;
         c->gxy = c->gxy * DECAY + dx * dy;
         c->gyy = c->gyy * DECAY + dy * dy;
@@ -200,10 +197,7 @@ static double per_seq_shape(const sd_cost *c)
     return low > 0 ? low : 0;
 }
 
-double sd_cost_per_seq(const sd_cost *c)
-{
-    return c->speed * per_seq_shape(c);
-}
+double sd_cost_per_seq(const sd_cost *c) { return c->speed * per_seq_shape(c); }
 
 void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_pos, double ms)
 {
@@ -217,20 +211,14 @@ void sd_cost_accept(sd_cost *c, int greedy_rows, int sampled_pos, double ms)
     c->n_acc++;
 }
 
-unsigned sd_cost_samples(const sd_cost *c, int rows)
-{
-    return rows >= 1 && rows <= SD_COST_ROWS ? c->n_row[rows] : 0;
-}
+unsigned sd_cost_samples(const sd_cost *c, int rows) { return rows >= 1 && rows <= SD_COST_ROWS ? c->n_row[rows] : 0; }
 
 unsigned long long sd_cost_age(const sd_cost *c, int rows)
 {
     return sd_cost_samples(c, rows) ? c->steps - c->seen[rows] : c->steps;
 }
 
-bool sd_cost_known(const sd_cost *c)
-{
-    return c->top > 0;
-}
+bool sd_cost_known(const sd_cost *c) { return c->top > 0; }
 
 /* The shape for a row count not measured: between measured neighbours on
  * the line through them; beyond the largest, on the slope of the last two;
@@ -279,10 +267,7 @@ static double shape_ms(const sd_cost *c, int rows, int seqs)
     return t;
 }
 
-double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs)
-{
-    return c->speed * shape_ms(c, rows, seqs);
-}
+double sd_cost_forward_ms(const sd_cost *c, int rows, int seqs) { return c->speed * shape_ms(c, rows, seqs); }
 
 double sd_cost_forward_at(const sd_cost *c, double rows, int seqs)
 {

@@ -113,30 +113,30 @@
 
 #include "proposer.h"
 
-#define SD_COST_ROWS 512   /* row counts with their own average */
+#define SD_COST_ROWS 512          /* row counts with their own average */
 #define SD_ACCEPT_SURPRISE 0.0005 /* a run of outcomes this unlikely signals a change of acceptance */
-#define SD_ACCEPT_START 0.8 /* acceptance assumed of a kind never observed: optimistic, so it gets tried */
+#define SD_ACCEPT_START 0.8       /* acceptance assumed of a kind never observed: optimistic, so it gets tried */
 
 /* The average of samples x so far, *n of them before this one: their plain
  * mean while 1 / n > alpha, an EMA of weight alpha after. */
 double sd_avg_update(double old, double x, unsigned *n, double alpha);
 
 typedef struct sd_cost {
-    double t_row[SD_COST_ROWS + 1];      /* forward shape (ms at speed 1) by rows */
-    double s_row[SD_COST_ROWS + 1];      /* sequences those passes had, on average */
-    unsigned n_row[SD_COST_ROWS + 1];    /* samples behind t_row (0: never measured) */
-    double t_fit[SD_COST_ROWS + 1];      /* the figures predicted from: t_row shrunk towards its neighbours (0: none) */
-    double s_fit[SD_COST_ROWS + 1];      /* ... and their sequences */
-    double t_min[SD_COST_ROWS + 2];      /* the least t_fit measured at or above each row count (0: none) */
+    double t_row[SD_COST_ROWS + 1];   /* forward shape (ms at speed 1) by rows */
+    double s_row[SD_COST_ROWS + 1];   /* sequences those passes had, on average */
+    unsigned n_row[SD_COST_ROWS + 1]; /* samples behind t_row (0: never measured) */
+    double t_fit[SD_COST_ROWS + 1];   /* the figures predicted from: t_row shrunk towards its neighbours (0: none) */
+    double s_fit[SD_COST_ROWS + 1];   /* ... and their sequences */
+    double t_min[SD_COST_ROWS + 2];   /* the least t_fit measured at or above each row count (0: none) */
     unsigned long long seen[SD_COST_ROWS + 1]; /* steps when each row count was last measured */
-    short below[SD_COST_ROWS + 1];       /* the nearest measured row count at or below (0: none) */
-    short above[SD_COST_ROWS + 1];       /* ... at or above (0: none) */
-    short ref[SD_COST_ROWS + 1];         /* the warm count at or below each whose rows bound it (0: none) */
-    short top, top2;                     /* the largest measured row counts (0: none) */
-    unsigned long long steps;            /* forward passes measured */
-    double speed;                        /* the machine's speed now: predictions = speed × shape */
-    double gxx, gxy, gyy, gn;            /* decayed sums for the per-sequence cost g (no intercept), and its error */
-    double agg, ass, ags, agy, asy;      /* decayed sums of accept = g·greedy + s·sampled */
+    short below[SD_COST_ROWS + 1];             /* the nearest measured row count at or below (0: none) */
+    short above[SD_COST_ROWS + 1];             /* ... at or above (0: none) */
+    short ref[SD_COST_ROWS + 1];               /* the warm count at or below each whose rows bound it (0: none) */
+    short top, top2;                           /* the largest measured row counts (0: none) */
+    unsigned long long steps;                  /* forward passes measured */
+    double speed;                              /* the machine's speed now: predictions = speed × shape */
+    double gxx, gxy, gyy, gn;       /* decayed sums for the per-sequence cost g (no intercept), and its error */
+    double agg, ass, ags, agy, asy; /* decayed sums of accept = g·greedy + s·sampled */
     unsigned n_acc;
 } sd_cost;
 
@@ -175,15 +175,15 @@ typedef struct sd_accept {
     unsigned n[SD_MAX_DRAFT]; /* observations behind a[i] (capped) */
     double c[SD_MAX_DRAFT];   /* P(the proposer offers draft i+1 | it offered 1..i and was asked for more) */
     unsigned nc[SD_MAX_DRAFT];
-    double co[SD_MAX_DRAFT];  /* the same where drafts 1..i were all accepted: a proposer that doubts stops
+    double co[SD_MAX_DRAFT]; /* the same where drafts 1..i were all accepted: a proposer that doubts stops
                                * where its drafts fail too, so that after accepted drafts it offers more than
                                * on average (c: the rows verified; co: the tokens they yield) */
     unsigned nco[SD_MAX_DRAFT];
     unsigned short run[SD_MAX_DRAFT]; /* equal outcomes in a row at i */
-    bool last[SD_MAX_DRAFT];  /* the latest outcome at i */
-    bool fast[SD_MAX_DRAFT];  /* the current run was found surprising: catching up */
-    double a_run[SD_MAX_DRAFT]; /* a[i] when the current run began */
-    unsigned long long steps; /* steps observed */
+    bool last[SD_MAX_DRAFT];          /* the latest outcome at i */
+    bool fast[SD_MAX_DRAFT];          /* the current run was found surprising: catching up */
+    double a_run[SD_MAX_DRAFT];       /* a[i] when the current run began */
+    unsigned long long steps;         /* steps observed */
 } sd_accept;
 
 /* Starts an estimate: from prior (its figures, counting as at most

@@ -84,10 +84,7 @@ static int by_reach(const void *pa, const void *pb)
 
 /* The measure a plan is chosen by: its rate, or, given the worth of the step's
  * time (rate > 0), the tokens net of that worth. */
-static double value_of(double rate, double tokens, double ms)
-{
-    return rate > 0 ? tokens - rate * ms : tokens / ms;
-}
+static double value_of(double rate, double tokens, double ms) { return rate > 0 ? tokens - rate * ms : tokens / ms; }
 
 bool sd_sched_beats(const sd_sched_plan *p, double tokens_a, double ms_a, double tokens_b, double ms_b)
 {
@@ -95,8 +92,8 @@ bool sd_sched_beats(const sd_sched_plan *p, double tokens_a, double ms_a, double
 }
 
 /* sd_sched_choose by value_of(rate, ...). */
-static sd_sched_plan choose(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out,
-                            sd_sched_cand *cand, double rate)
+static sd_sched_plan choose(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out, sd_sched_cand *cand,
+                            double rate)
 {
     double g = st->fixed_greedy, s = st->fixed_sampled, sv = st->fixed_sampled, tokens = st->fixed_tokens, resume = 0;
     int nc = 0, free = st->kv_free, nd = 0;
@@ -171,8 +168,7 @@ static sd_sched_plan choose(const sd_sched_step *st, const sd_sched_req *reqs, i
     return plan;
 }
 
-sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out,
-                              sd_sched_cand *cand)
+sd_sched_plan sd_sched_choose(const sd_sched_step *st, const sd_sched_req *reqs, int n, int *k_out, sd_sched_cand *cand)
 {
     double rate = 0;
     if (st->fixed_rows > 0 && n > 0 && sd_cost_known(st->cost)) {

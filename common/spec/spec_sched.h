@@ -82,10 +82,10 @@ typedef struct sd_sched_step {
 } sd_sched_step;
 
 typedef struct sd_sched_plan {
-    double step_ms;  /* predicted step time (0 when the cost is unknown) */
-    double tokens;   /* expected committed tokens */
-    int drafts;      /* sum of k */
-    double rate;     /* the worth of the step's time it was chosen by, tokens/ms (0: by its rate) */
+    double step_ms; /* predicted step time (0 when the cost is unknown) */
+    double tokens;  /* expected committed tokens */
+    int drafts;     /* sum of k */
+    double rate;    /* the worth of the step's time it was chosen by, tokens/ms (0: by its rate) */
 } sd_sched_plan;
 
 /* Scratch for n requests: n * SD_MAX_DRAFT candidates (asking request req

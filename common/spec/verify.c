@@ -28,24 +28,21 @@
 struct sd_verifier {
     int vocab;
     sd_sampler *sp;
-    int32_t *hist;    /* (hist_cap) output + drafts: the penalty history */
+    int32_t *hist; /* (hist_cap) output + drafts: the penalty history */
     size_t hist_cap;
 };
 
 sd_status sd_verifier_new(int vocab, sd_verifier **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (vocab <= 0)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "verifier: vocabulary of %d entries", vocab);
+    if (vocab <= 0) return sd_seterr(err, errlen, SD_ERR_ARG, "verifier: vocabulary of %d entries", vocab);
     sd_verifier *v = calloc(1, sizeof *v);
-    if (!v)
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "verifier: out of memory");
+    if (!v) return sd_seterr(err, errlen, SD_ERR_NOMEM, "verifier: out of memory");
     v->vocab = vocab;
     sd_status st = sd_sampler_new(vocab, &v->sp, err, errlen);
     v->hist_cap = 4096;
     v->hist = malloc(v->hist_cap * sizeof *v->hist);
-    if (st == SD_OK && !v->hist)
-        st = sd_seterr(err, errlen, SD_ERR_NOMEM, "verifier: out of memory for the history");
+    if (st == SD_OK && !v->hist) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "verifier: out of memory for the history");
     if (st != SD_OK) {
         sd_verifier_free(v);
         return st;
@@ -56,8 +53,7 @@ sd_status sd_verifier_new(int vocab, sd_verifier **out, char *err, size_t errlen
 
 void sd_verifier_free(sd_verifier *v)
 {
-    if (!v)
-        return;
+    if (!v) return;
     sd_sampler_free(v->sp);
     free(v->hist);
     free(v);
@@ -66,10 +62,7 @@ void sd_verifier_free(sd_verifier *v)
 /* ---- input checks and history ------------------------------------------ */
 
 /* Penalties or logits processors: rows need their history (its length at least). */
-static int penalties_on(const sd_sampling *s)
-{
-    return sd_sampling_processes(s);
-}
+static int penalties_on(const sd_sampling *s) { return sd_sampling_processes(s); }
 
 /* Temperature 0 (or NaN) is greedy whatever the requested mode. */
 static int is_greedy(const sd_verify_in *in)
@@ -80,25 +73,18 @@ static int is_greedy(const sd_verify_in *in)
 /* SD_OK when the input is usable by the rule it selects. */
 static sd_status check_input(const sd_verifier *v, const sd_verify_in *in, const int32_t *out)
 {
-    if (!v || !in || !out || !in->sampling || !in->logits == !in->argmax)
-        return SD_ERR_ARG;
+    if (!v || !in || !out || !in->sampling || !in->logits == !in->argmax) return SD_ERR_ARG;
     if (in->argmax && (!is_greedy(in) || penalties_on(in->sampling)))
         return SD_ERR_ARG; /* tokens alone serve greedy rows without penalties only */
-    if (in->vocab <= 0 || in->vocab > v->vocab)
+    if (in->vocab <= 0 || in->vocab > v->vocab) return SD_ERR_ARG;
+    if (in->k < 0 || in->k > SD_MAX_DRAFT || (in->k > 0 && !in->draft)) return SD_ERR_ARG;
+    if (in->mode != SD_VERIFY_GREEDY && in->mode != SD_VERIFY_MATCH && in->mode != SD_VERIFY_REJECTION)
         return SD_ERR_ARG;
-    if (in->k < 0 || in->k > SD_MAX_DRAFT || (in->k > 0 && !in->draft))
-        return SD_ERR_ARG;
-    if (in->mode != SD_VERIFY_GREEDY && in->mode != SD_VERIFY_MATCH &&
-        in->mode != SD_VERIFY_REJECTION)
-        return SD_ERR_ARG;
-    if ((in->n_output > 0 && !in->output) || (in->n_prompt > 0 && !in->prompt))
-        return SD_ERR_ARG;
+    if ((in->n_output > 0 && !in->output) || (in->n_prompt > 0 && !in->prompt)) return SD_ERR_ARG;
     if (in->mode == SD_VERIFY_REJECTION && !is_greedy(in) && in->k > 0) {
-        if (!in->q || !in->nq)
-            return SD_ERR_ARG;
+        if (!in->q || !in->nq) return SD_ERR_ARG;
         for (int i = 0; i < in->k; i++)
-            if (!in->q[i] && in->nq[i] > 0)
-                return SD_ERR_ARG;
+            if (!in->q[i] && in->nq[i] > 0) return SD_ERR_ARG;
     }
     return SD_OK;
 }
@@ -108,15 +94,11 @@ static sd_status check_input(const sd_verifier *v, const sd_verify_in *in, const
  * on, the history is never read and nothing is copied. */
 static sd_status build_history(sd_verifier *v, const sd_verify_in *in)
 {
-    if (!penalties_on(in->sampling))
-        return SD_OK;
+    if (!penalties_on(in->sampling)) return SD_OK;
     size_t need = in->n_output + (size_t)in->k;
-    if (sd_grow(&v->hist, &v->hist_cap, need, sizeof *v->hist) != SD_OK)
-        return SD_ERR_NOMEM;
-    if (in->n_output > 0)
-        memcpy(v->hist, in->output, in->n_output * sizeof *v->hist);
-    if (in->k > 0)
-        memcpy(v->hist + in->n_output, in->draft, (size_t)in->k * sizeof *v->hist);
+    if (sd_grow(&v->hist, &v->hist_cap, need, sizeof *v->hist) != SD_OK) return SD_ERR_NOMEM;
+    if (in->n_output > 0) memcpy(v->hist, in->output, in->n_output * sizeof *v->hist);
+    if (in->k > 0) memcpy(v->hist + in->n_output, in->draft, (size_t)in->k * sizeof *v->hist);
     return SD_OK;
 }
 
@@ -137,17 +119,16 @@ static size_t row_nhist(const sd_verify_in *in, int i)
  * position out_pos + i. -1 when the row has no token (every logit NaN). */
 static int32_t plain_token(sd_verifier *v, const sd_verify_in *in, int i, int greedy)
 {
-    if (in->argmax)
-        return in->argmax[i];
+    if (in->argmax) return in->argmax[i];
     float *row = in->logits + (size_t)i * (size_t)in->vocab;
     if (greedy) {
-        sd_sampler_process_logits(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
-                                   row_hist(v, in), row_nhist(in, i));
+        sd_sampler_process_logits(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt, row_hist(v, in),
+                                  row_nhist(in, i));
         return sd_argmax(row, in->vocab);
     }
     /* sd_sampler_sample applies the penalties itself. */
-    return sd_sampler_sample(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
-                             row_hist(v, in), row_nhist(in, i), in->out_pos + (uint64_t)i);
+    return sd_sampler_sample(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt, row_hist(v, in),
+                             row_nhist(in, i), in->out_pos + (uint64_t)i);
 }
 
 /* Greedy and match share one loop: keep d_i while it equals the token plain
@@ -157,11 +138,9 @@ static int verify_plain(sd_verifier *v, const sd_verify_in *in, int32_t *out, in
 {
     for (int i = 0; i <= in->k; i++) {
         int32_t x = plain_token(v, in, i, greedy);
-        if (x < 0)
-            return SD_ERR_ARG;
+        if (x < 0) return SD_ERR_ARG;
         out[i] = x;
-        if (i == in->k || x != in->draft[i])
-            return i + 1;
+        if (i == in->k || x != in->draft[i]) return i + 1;
     }
     return SD_ERR_ARG; /* unreachable: the loop returns at i == k */
 }
@@ -172,8 +151,8 @@ static int verify_plain(sd_verifier *v, const sd_verify_in *in, int32_t *out, in
 static float *penalised_row(sd_verifier *v, const sd_verify_in *in, int i)
 {
     float *row = in->logits + (size_t)i * (size_t)in->vocab;
-    sd_sampler_process_logits(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt,
-                               row_hist(v, in), row_nhist(in, i));
+    sd_sampler_process_logits(v->sp, in->sampling, row, in->vocab, in->prompt, in->n_prompt, row_hist(v, in),
+                              row_nhist(in, i));
     return row;
 }
 
@@ -182,11 +161,9 @@ static float *penalised_row(sd_verifier *v, const sd_verify_in *in, int i)
  * -1 when the row has no token at all. */
 static double target_prob(sd_verifier *v, const sd_verify_in *in, const float *row, int32_t d)
 {
-    if (d < 0 || d >= in->vocab)
-        return sd_argmax(row, in->vocab) < 0 ? -1.0 : 0.0;
+    if (d < 0 || d >= in->vocab) return sd_argmax(row, in->vocab) < 0 ? -1.0 : 0.0;
     float p = sd_sampler_prob(v->sp, in->sampling, row, in->vocab, d);
-    if (p >= 0.0f)
-        return p;
+    if (p >= 0.0f) return p;
     int32_t a = sd_argmax(row, in->vocab);
     return a < 0 ? -1.0 : a == d ? 1.0 : 0.0;
 }
@@ -205,8 +182,8 @@ static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out
         uint64_t pos = in->out_pos + (uint64_t)i;
         float *row = penalised_row(v, in, i);
         if (i == in->k) { /* sd_sampler_draw: the token sd_sample_sparse draws from p, without sorting it */
-            int32_t x = sd_sampler_draw(v->sp, in->sampling, row, in->vocab,
-                                        sd_rng_uniform(seed, pos, SD_RNG_STREAM_SAMPLE));
+            int32_t x =
+                sd_sampler_draw(v->sp, in->sampling, row, in->vocab, sd_rng_uniform(seed, pos, SD_RNG_STREAM_SAMPLE));
             out[i] = x >= 0 ? x : sd_argmax(row, in->vocab);
             return out[i] >= 0 ? i + 1 : SD_ERR_ARG;
         }
@@ -214,8 +191,7 @@ static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out
         const sd_tokprob *q = in->q[i];
         size_t nq = q ? in->nq[i] : 0;
         double pd = target_prob(v, in, row, d);
-        if (pd < 0.0)
-            return SD_ERR_ARG;
+        if (pd < 0.0) return SD_ERR_ARG;
         double qd = sd_sparse_prob(q, nq, d);
         double u = sd_rng_uniform(seed, pos, SD_RNG_STREAM_ACCEPT);
         if (qd > 0.0 && u < pd / qd) {
@@ -240,14 +216,10 @@ static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out
 int sd_verify(sd_verifier *v, const sd_verify_in *in, int32_t *out)
 {
     sd_status st = check_input(v, in, out);
-    if (st != SD_OK)
-        return st;
+    if (st != SD_OK) return st;
     st = build_history(v, in);
-    if (st != SD_OK)
-        return st;
-    if (is_greedy(in))
-        return verify_plain(v, in, out, 1);
-    if (in->mode == SD_VERIFY_MATCH)
-        return verify_plain(v, in, out, 0);
+    if (st != SD_OK) return st;
+    if (is_greedy(in)) return verify_plain(v, in, out, 1);
+    if (in->mode == SD_VERIFY_MATCH) return verify_plain(v, in, out, 0);
     return verify_rejection(v, in, out);
 }

@@ -43,8 +43,8 @@ enum {
 };
 
 typedef struct sd_verify_in {
-    float *logits;              /* [k+1, vocab]; penalties are applied in place */
-    const int32_t *argmax;      /* instead of logits (NULL there): the rows' argmax [k+1], for greedy
+    float *logits;         /* [k+1, vocab]; penalties are applied in place */
+    const int32_t *argmax; /* instead of logits (NULL there): the rows' argmax [k+1], for greedy
                                  * rows without penalties (sd_model_forward's argmax rows) */
     int vocab;
     int k;                      /* number of drafts (0 = plain step) */
@@ -52,11 +52,11 @@ typedef struct sd_verify_in {
     const sd_tokprob *const *q; /* [k] proposal distributions (rejection only) */
     const size_t *nq;           /* [k] */
     const sd_sampling *sampling;
-    const int32_t *prompt;      /* for the repetition penalty */
+    const int32_t *prompt; /* for the repetition penalty */
     size_t n_prompt;
-    const int32_t *output;      /* tokens generated before this step */
+    const int32_t *output; /* tokens generated before this step */
     size_t n_output;
-    uint64_t out_pos;           /* output position of row 0's token (== n_output) */
+    uint64_t out_pos; /* output position of row 0's token (== n_output) */
     sd_verify_mode mode;
 } sd_verify_in;
 

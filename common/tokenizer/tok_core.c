@@ -12,7 +12,8 @@
 
 /* Continuation bytes needed after lead byte c, with the allowed range of the
  * first one (Unicode table 3-7); -1 for bytes that cannot start a character. */
-int tk_utf8_need(unsigned char c, unsigned char *lo, unsigned char *hi) {
+int tk_utf8_need(unsigned char c, unsigned char *lo, unsigned char *hi)
+{
     *lo = 0x80, *hi = 0xBF;
     if (c < 0x80) return 0;
     if (c >= 0xC2 && c <= 0xDF) return 1;
@@ -25,7 +26,8 @@ int tk_utf8_need(unsigned char c, unsigned char *lo, unsigned char *hi) {
     return -1;
 }
 
-bool tk_utf8_valid(const char *s, size_t n) {
+bool tk_utf8_valid(const char *s, size_t n)
+{
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
@@ -44,11 +46,10 @@ bool tk_utf8_valid(const char *s, size_t n) {
     return true;
 }
 
-int tk_utf8_len(unsigned char c) {
-    return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 1;
-}
+int tk_utf8_len(unsigned char c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 1; }
 
-int tk_utf8_put(uint32_t cp, char *out) {
+int tk_utf8_put(uint32_t cp, char *out)
+{
     if (cp < 0x80) {
         out[0] = (char)cp;
         return 1;
@@ -73,13 +74,15 @@ int tk_utf8_put(uint32_t cp, char *out) {
 
 /* ---- hash tables ------------------------------------------------------------- */
 
-static uint64_t hash_bytes(const char *s, size_t n) {
+static uint64_t hash_bytes(const char *s, size_t n)
+{
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h ^ (h >> 29);
 }
 
-static uint64_t hash_u64(uint64_t x) {
+static uint64_t hash_u64(uint64_t x)
+{
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
@@ -87,13 +90,15 @@ static uint64_t hash_u64(uint64_t x) {
     return x ^ (x >> 33);
 }
 
-static size_t pow2_at_least(size_t n) {
+static size_t pow2_at_least(size_t n)
+{
     size_t c = 16;
     while (c < n) c <<= 1;
     return c;
 }
 
-sd_status tk_smap_init(tk_smap *m, size_t n) {
+sd_status tk_smap_init(tk_smap *m, size_t n)
+{
     m->cap = pow2_at_least(2 * n + 1);
     m->n = 0;
     m->e = malloc(m->cap * sizeof *m->e);
@@ -103,7 +108,8 @@ sd_status tk_smap_init(tk_smap *m, size_t n) {
 }
 
 /* Inserts or overwrites; the table was sized for every key up front. */
-void tk_smap_put(tk_smap *m, const char *s, size_t len, int32_t id) {
+void tk_smap_put(tk_smap *m, const char *s, size_t len, int32_t id)
+{
     size_t mask = m->cap - 1, i = hash_bytes(s, len) & mask;
     while (m->e[i].id >= 0) {
         if (m->e[i].len == len && memcmp(m->e[i].s, s, len) == 0) {
@@ -116,7 +122,8 @@ void tk_smap_put(tk_smap *m, const char *s, size_t len, int32_t id) {
     m->n++;
 }
 
-int32_t tk_smap_get(const tk_smap *m, const char *s, size_t len) {
+int32_t tk_smap_get(const tk_smap *m, const char *s, size_t len)
+{
     if (!m->e) return -1;
     size_t mask = m->cap - 1, i = hash_bytes(s, len) & mask;
     while (m->e[i].id >= 0) {
@@ -126,7 +133,8 @@ int32_t tk_smap_get(const tk_smap *m, const char *s, size_t len) {
     return -1;
 }
 
-sd_status tk_mmap_init(tk_mmap *m, size_t n) {
+sd_status tk_mmap_init(tk_mmap *m, size_t n)
+{
     m->cap = pow2_at_least(2 * n + 1);
     m->n = 0;
     m->e = malloc(m->cap * sizeof *m->e);
@@ -136,7 +144,8 @@ sd_status tk_mmap_init(tk_mmap *m, size_t n) {
 }
 
 /* A later duplicate overwrites an earlier one, as HF's HashMap collect does. */
-void tk_mmap_put(tk_mmap *m, int32_t l, int32_t r, int32_t rank, int32_t id) {
+void tk_mmap_put(tk_mmap *m, int32_t l, int32_t r, int32_t rank, int32_t id)
+{
     uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
     size_t mask = m->cap - 1, i = hash_u64(key) & mask;
     while (m->e[i].key != UINT64_MAX && m->e[i].key != key) i = (i + 1) & mask;
@@ -144,7 +153,8 @@ void tk_mmap_put(tk_mmap *m, int32_t l, int32_t r, int32_t rank, int32_t id) {
     m->e[i] = (tk_ment){key, rank, id};
 }
 
-bool tk_mmap_get(const tk_mmap *m, int32_t l, int32_t r, int32_t *rank, int32_t *id) {
+bool tk_mmap_get(const tk_mmap *m, int32_t l, int32_t r, int32_t *rank, int32_t *id)
+{
     if (!m->e) return false;
     uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
     size_t mask = m->cap - 1, i = hash_u64(key) & mask;

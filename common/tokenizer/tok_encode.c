@@ -58,7 +58,8 @@ typedef struct {
     size_t errlen;
 } tk_enc;
 
-static sd_status push_id(tk_enc *e, int32_t id) {
+static sd_status push_id(tk_enc *e, int32_t id)
+{
     if (sd_grow(&e->ids, &e->cap, e->n + 1, sizeof *e->ids) != SD_OK) return SD_ERR_NOMEM;
     e->ids[e->n++] = id;
     return SD_OK;
@@ -66,7 +67,8 @@ static sd_status push_id(tk_enc *e, int32_t id) {
 
 /* ---- character classes (Unicode data from utf8proc) ------------------------------ */
 
-static int32_t cp_at(const char *s, size_t n, size_t i, size_t *clen) {
+static int32_t cp_at(const char *s, size_t n, size_t i, size_t *clen)
+{
     utf8proc_int32_t cp = -1;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
     *clen = k > 0 ? (size_t)k : 1;
@@ -74,28 +76,36 @@ static int32_t cp_at(const char *s, size_t n, size_t i, size_t *clen) {
 }
 
 /* Rust's char::is_whitespace (the White_Space property). */
-static bool is_ws(int32_t cp) {
+static bool is_ws(int32_t cp)
+{
     if ((cp >= 9 && cp <= 13) || cp == 0x20 || cp == 0x85) return true;
     utf8proc_category_t c = utf8proc_category(cp);
     return c == UTF8PROC_CATEGORY_ZS || c == UTF8PROC_CATEGORY_ZL || c == UTF8PROC_CATEGORY_ZP;
 }
 
 /* Approximates regex \w: letters, marks, decimal / letter numbers, connector punctuation. */
-static bool is_word(int32_t cp) {
+static bool is_word(int32_t cp)
+{
     if (cp == 0x200C || cp == 0x200D) return true;
     switch (utf8proc_category(cp)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
-        return true;
-    default:
-        return false;
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC: return true;
+    default: return false;
     }
 }
 
 /* Start of the character that ends just before byte i (i > 0). */
-static size_t prev_char(const char *s, size_t i) {
+static size_t prev_char(const char *s, size_t i)
+{
     do i--;
     while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
     return i;
@@ -103,15 +113,16 @@ static size_t prev_char(const char *s, size_t i) {
 
 /* ---- added tokens ------------------------------------------------------------------- */
 
-static sd_status push_seg(tk_enc *e, int w, size_t s, size_t end, int32_t id) {
-    if (sd_grow(&e->seg[w], &e->cap_seg[w], e->nseg[w] + 1, sizeof(tk_seg)) != SD_OK)
-        return SD_ERR_NOMEM;
+static sd_status push_seg(tk_enc *e, int w, size_t s, size_t end, int32_t id)
+{
+    if (sd_grow(&e->seg[w], &e->cap_seg[w], e->nseg[w] + 1, sizeof(tk_seg)) != SD_OK) return SD_ERR_NOMEM;
     e->seg[w][e->nseg[w]++] = (tk_seg){s, end, id};
     return SD_OK;
 }
 
 /* Longest added token of set starting at s[i], or NULL. */
-static const tk_added *match_at(const sd_tok *t, const tk_aset *set, const char *s, size_t n, size_t i) {
+static const tk_added *match_at(const sd_tok *t, const tk_aset *set, const char *s, size_t n, size_t i)
+{
     unsigned char c = (unsigned char)s[i];
     for (int k = set->first[c]; k < set->first[c + 1]; k++) {
         const tk_added *a = &t->added[set->idx[k]];
@@ -120,7 +131,8 @@ static const tk_added *match_at(const sd_tok *t, const tk_aset *set, const char 
     return NULL;
 }
 
-static bool single_word_ok(const char *s, size_t n, size_t ms, size_t me) {
+static bool single_word_ok(const char *s, size_t n, size_t ms, size_t me)
+{
     size_t cl;
     if (ms > 0 && is_word(cp_at(s, n, prev_char(s, ms), &cl))) return false;
     if (me < n && is_word(cp_at(s, n, me, &cl))) return false;
@@ -129,7 +141,8 @@ static bool single_word_ok(const char *s, size_t n, size_t ms, size_t me) {
 
 /* Splits s into text and added-token segments (into e->seg[w]), as HF's
  * AddedVocabulary::split_with_indices: leftmost-longest, non-overlapping. */
-static sd_status split_added(tk_enc *e, const tk_aset *set, int w, const char *s, size_t n) {
+static sd_status split_added(tk_enc *e, const tk_aset *set, int w, const char *s, size_t n)
+{
     const sd_tok *t = e->tok;
     size_t from = 0, i = 0, cl;
     e->nseg[w] = 0;
@@ -158,7 +171,8 @@ static sd_status split_added(tk_enc *e, const tk_aset *set, int w, const char *s
 
 /* ---- normalisers -------------------------------------------------------------------- */
 
-static sd_status norm_unicode(int kind, const sd_buf *in, sd_buf *out) {
+static sd_status norm_unicode(int kind, const sd_buf *in, sd_buf *out)
+{
     static const int opts[] = {
         [TK_NORM_NFC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE,
         [TK_NORM_NFD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
@@ -167,15 +181,16 @@ static sd_status norm_unicode(int kind, const sd_buf *in, sd_buf *out) {
     };
     utf8proc_uint8_t *dst = NULL;
     if (in->len == 0) return SD_OK;
-    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)in->p, (utf8proc_ssize_t)in->len, &dst,
-                                      (utf8proc_option_t)opts[kind]);
+    utf8proc_ssize_t k =
+        utf8proc_map((const utf8proc_uint8_t *)in->p, (utf8proc_ssize_t)in->len, &dst, (utf8proc_option_t)opts[kind]);
     if (k < 0) return k == UTF8PROC_ERROR_NOMEM ? SD_ERR_NOMEM : SD_ERR_FORMAT;
     sd_status st = sd_buf_add(out, dst, (size_t)k);
     free(dst);
     return st;
 }
 
-static sd_status norm_replace(const tk_norm *nm, const sd_buf *in, sd_buf *out) {
+static sd_status norm_replace(const tk_norm *nm, const sd_buf *in, sd_buf *out)
+{
     size_t i = 0;
     if (!nm->re) {
         while (i < in->len) {
@@ -206,8 +221,8 @@ static sd_status norm_replace(const tk_norm *nm, const sd_buf *in, sd_buf *out) 
     return st;
 }
 
-sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, char *err,
-                       size_t errlen) {
+sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, char *err, size_t errlen)
+{
     sd_buf tmp = {0};
     sd_status st = SD_OK;
     out->len = 0;
@@ -229,18 +244,19 @@ sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, 
     }
     sd_buf_free(&tmp);
     if (st == SD_OK && sd_buf_reserve(out, 1) != SD_OK) st = SD_ERR_NOMEM;
-    if (st != SD_OK)
-        return sd_seterr(err, errlen, st, "tokenizer: normalisation failed (%s)", sd_status_str(st));
+    if (st != SD_OK) return sd_seterr(err, errlen, st, "tokenizer: normalisation failed (%s)", sd_status_str(st));
     return SD_OK;
 }
 
 /* ---- BPE ------------------------------------------------------------------------------ */
 
-static bool hent_less(const tk_hent *a, const tk_hent *b) {
+static bool hent_less(const tk_hent *a, const tk_hent *b)
+{
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
 
-static sd_status heap_push(tk_enc *e, size_t *hn, tk_hent h) {
+static sd_status heap_push(tk_enc *e, size_t *hn, tk_hent h)
+{
     if (sd_grow(&e->heap, &e->cap_heap, *hn + 1, sizeof h) != SD_OK) return SD_ERR_NOMEM;
     size_t i = (*hn)++;
     while (i > 0 && hent_less(&h, &e->heap[(i - 1) / 2])) {
@@ -251,7 +267,8 @@ static sd_status heap_push(tk_enc *e, size_t *hn, tk_hent h) {
     return SD_OK;
 }
 
-static tk_hent heap_pop(tk_enc *e, size_t *hn) {
+static tk_hent heap_pop(tk_enc *e, size_t *hn)
+{
     tk_hent top = e->heap[0], last = e->heap[--(*hn)];
     size_t i = 0, n = *hn;
     for (;;) {
@@ -267,15 +284,16 @@ static tk_hent heap_pop(tk_enc *e, size_t *hn) {
 }
 
 /* Queues the merge of symbol pos with its right neighbour, if there is one. */
-static sd_status try_pair(tk_enc *e, size_t *hn, int32_t pos) {
+static sd_status try_pair(tk_enc *e, size_t *hn, int32_t pos)
+{
     if (pos < 0 || e->syms[pos].next < 0) return SD_OK;
     int32_t rank, id;
-    if (!tk_mmap_get(&e->tok->merges, e->syms[pos].id, e->syms[e->syms[pos].next].id, &rank, &id))
-        return SD_OK;
+    if (!tk_mmap_get(&e->tok->merges, e->syms[pos].id, e->syms[e->syms[pos].next].id, &rank, &id)) return SD_OK;
     return heap_push(e, hn, (tk_hent){rank, pos, id});
 }
 
-static sd_status add_sym(tk_enc *e, size_t *ns, int32_t id, uint32_t len) {
+static sd_status add_sym(tk_enc *e, size_t *ns, int32_t id, uint32_t len)
+{
     if (sd_grow(&e->syms, &e->cap_syms, *ns + 1, sizeof(tk_sym)) != SD_OK) return SD_ERR_NOMEM;
     e->syms[*ns] = (tk_sym){id, (int32_t)*ns - 1, (int32_t)*ns + 1, len};
     (*ns)++;
@@ -284,7 +302,8 @@ static sd_status add_sym(tk_enc *e, size_t *ns, int32_t id, uint32_t len) {
 
 /* Initial symbols: one per character; unknown characters become byte-fallback
  * tokens, or (fused) unk, or are dropped, as HF's BPE::merge_word. */
-static sd_status initial_symbols(tk_enc *e, const char *w, size_t n, size_t *ns) {
+static sd_status initial_symbols(tk_enc *e, const char *w, size_t n, size_t *ns)
+{
     const sd_tok *t = e->tok;
     int32_t unk_len = 0;
     sd_status st = SD_OK;
@@ -311,7 +330,8 @@ static sd_status initial_symbols(tk_enc *e, const char *w, size_t n, size_t *ns)
     return st;
 }
 
-static sd_status bpe_word(tk_enc *e, const char *w, size_t n) {
+static sd_status bpe_word(tk_enc *e, const char *w, size_t n)
+{
     const sd_tok *t = e->tok;
     if (t->ignore_merges) {
         int32_t id = tk_smap_get(&t->vocab, w, n);
@@ -343,15 +363,16 @@ static sd_status bpe_word(tk_enc *e, const char *w, size_t n) {
 
 static sd_status pt_run(tk_enc *e, int step, const char *s, size_t n);
 
-static sd_status push_span(tk_enc *e, int step, size_t *k, size_t s, size_t end, bool match) {
-    if (sd_grow(&e->spans[step], &e->cap_spans[step], *k + 1, sizeof(tk_span)) != SD_OK)
-        return SD_ERR_NOMEM;
+static sd_status push_span(tk_enc *e, int step, size_t *k, size_t s, size_t end, bool match)
+{
+    if (sd_grow(&e->spans[step], &e->cap_spans[step], *k + 1, sizeof(tk_span)) != SD_OK) return SD_ERR_NOMEM;
     e->spans[step][(*k)++] = (tk_span){s, end, match};
     return SD_OK;
 }
 
 /* Matches and the gaps between them, covering s (HF's find_matches). */
-static sd_status find_spans(tk_enc *e, int step, const pcre2_code *re, const char *s, size_t n, size_t *k) {
+static sd_status find_spans(tk_enc *e, int step, const pcre2_code *re, const char *s, size_t n, size_t *k)
+{
     size_t off = 0, prev = 0;
     uint32_t opts = PCRE2_NO_UTF_CHECK;
     *k = 0;
@@ -376,7 +397,8 @@ static sd_status find_spans(tk_enc *e, int step, const pcre2_code *re, const cha
 }
 
 /* Applies a SplitDelimiterBehavior in place (HF's NormalizedString::split). */
-static size_t apply_behavior(tk_span *sp, size_t k, int behavior, bool invert) {
+static size_t apply_behavior(tk_span *sp, size_t k, int behavior, bool invert)
+{
     size_t o = 0;
     bool prev_match = false;
     if (invert)
@@ -394,8 +416,8 @@ static size_t apply_behavior(tk_span *sp, size_t k, int behavior, bool invert) {
     for (size_t i = 0; i < k; i++) {
         bool m = sp[i].match;
         if (behavior == TK_SPLIT_REMOVED && m) continue;
-        bool merge = (behavior == TK_SPLIT_PREV && m && !prev_match) ||
-                     (behavior == TK_SPLIT_CONTIGUOUS && m == prev_match);
+        bool merge =
+            (behavior == TK_SPLIT_PREV && m && !prev_match) || (behavior == TK_SPLIT_CONTIGUOUS && m == prev_match);
         if (merge && o > 0) sp[o - 1].e = sp[i].e;
         else sp[o++] = sp[i];
         prev_match = m;
@@ -404,7 +426,8 @@ static size_t apply_behavior(tk_span *sp, size_t k, int behavior, bool invert) {
 }
 
 /* Maps bytes to GPT-2's unicode alphabet into the step's scratch buffer. */
-static sd_status byte_map(tk_enc *e, int step, const char *s, size_t n) {
+static sd_status byte_map(tk_enc *e, int step, const char *s, size_t n)
+{
     sd_buf *b = &e->pt_buf[step][1];
     b->len = 0;
     if (sd_buf_reserve(b, 2 * n) != SD_OK) return SD_ERR_NOMEM;
@@ -412,7 +435,8 @@ static sd_status byte_map(tk_enc *e, int step, const char *s, size_t n) {
     return SD_OK;
 }
 
-static sd_status pt_step(tk_enc *e, int step, const char *s, size_t n) {
+static sd_status pt_step(tk_enc *e, int step, const char *s, size_t n)
+{
     const tk_pretok *pt = &e->tok->pts[step];
     bool bl = pt->kind == TK_PT_BYTELEVEL;
     if (bl && pt->add_prefix_space && s[0] != ' ') {
@@ -435,14 +459,14 @@ static sd_status pt_step(tk_enc *e, int step, const char *s, size_t n) {
         sd_status st = SD_OK;
         if (bl && (st = byte_map(e, step, s + sp.s, sp.e - sp.s)) == SD_OK)
             st = pt_run(e, step + 1, e->pt_buf[step][1].p, e->pt_buf[step][1].len);
-        else if (!bl)
-            st = pt_run(e, step + 1, s + sp.s, sp.e - sp.s);
+        else if (!bl) st = pt_run(e, step + 1, s + sp.s, sp.e - sp.s);
         if (st != SD_OK) return st;
     }
     return SD_OK;
 }
 
-static sd_status pt_run(tk_enc *e, int step, const char *s, size_t n) {
+static sd_status pt_run(tk_enc *e, int step, const char *s, size_t n)
+{
     if (n == 0) return SD_OK;
     if (step == e->tok->n_pts) return bpe_word(e, s, n);
     return pt_step(e, step, s, n);
@@ -452,7 +476,8 @@ static sd_status pt_run(tk_enc *e, int step, const char *s, size_t n) {
 
 /* A text segment between raw-text added tokens: normalise, split on
  * normalized added tokens, pre-tokenise, BPE. */
-static sd_status encode_text(tk_enc *e, const char *s, size_t n) {
+static sd_status encode_text(tk_enc *e, const char *s, size_t n)
+{
     const sd_tok *t = e->tok;
     if (t->n_norms > 0) {
         sd_status st = tk_normalize(t, s, n, &e->norm, e->err, e->errlen);
@@ -468,7 +493,8 @@ static sd_status encode_text(tk_enc *e, const char *s, size_t n) {
     return st;
 }
 
-static sd_status encode_all(tk_enc *e, const char *text, size_t len, bool add_special) {
+static sd_status encode_all(tk_enc *e, const char *text, size_t len, bool add_special)
+{
     const sd_tok *t = e->tok;
     sd_status st = SD_OK;
     for (int i = 0; add_special && i < t->n_pre && st == SD_OK; i++) st = push_id(e, t->pre_ids[i]);
@@ -481,7 +507,8 @@ static sd_status encode_all(tk_enc *e, const char *text, size_t len, bool add_sp
     return st;
 }
 
-static void enc_free(tk_enc *e) {
+static void enc_free(tk_enc *e)
+{
     pcre2_match_data_free(e->md);
     sd_buf_free(&e->norm);
     for (int i = 0; i < TK_MAX_PRETOK; i++) {
@@ -495,8 +522,9 @@ static void enc_free(tk_enc *e) {
     free(e->heap);
 }
 
-sd_status sd_tok_encode(const sd_tok *tok, const char *text, size_t len, bool add_special,
-                        int32_t **ids, size_t *n, char *err, size_t errlen) {
+sd_status sd_tok_encode(const sd_tok *tok, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
+                        char *err, size_t errlen)
+{
     if (!ids || !n) return sd_seterr(err, errlen, SD_ERR_ARG, "tokenizer: NULL output pointer");
     *ids = NULL;
     *n = 0;

@@ -178,7 +178,6 @@ int tk_utf8_put(uint32_t cp, char *out);
 /* Applies the normalizer chain (tok_encode.c; tok_load.c normalises the
  * added tokens with it) to s[0..n) into out (out is reset first).
  * With no normalizer the text is copied. */
-sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, char *err,
-                       size_t errlen);
+sd_status tk_normalize(const sd_tok *tok, const char *s, size_t n, sd_buf *out, char *err, size_t errlen);
 
 #endif

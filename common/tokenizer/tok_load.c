@@ -21,7 +21,8 @@
 /* ---- arena -------------------------------------------------------------------- */
 
 /* Copies n bytes (plus a NUL) into the tokenizer's arena; NULL on OOM. */
-static char *arena_dup(sd_tok *t, const char *s, size_t n) {
+static char *arena_dup(sd_tok *t, const char *s, size_t n)
+{
     if (t->block_used + n + 1 > t->block_cap) {
         size_t cap = n + 1 > ARENA_BLOCK ? n + 1 : ARENA_BLOCK;
         if (sd_grow(&t->blocks, &t->cap_blocks, (size_t)t->n_blocks + 1, sizeof *t->blocks) != SD_OK) return NULL;
@@ -40,12 +41,14 @@ static char *arena_dup(sd_tok *t, const char *s, size_t n) {
 
 /* ---- fingerprint (FNV-1a over everything that affects ids and text) ------------- */
 
-static void fp_bytes(uint64_t *h, const void *p, size_t n) {
+static void fp_bytes(uint64_t *h, const void *p, size_t n)
+{
     const unsigned char *s = p;
     for (size_t i = 0; i < n; i++) *h = (*h ^ s[i]) * 1099511628211ull;
 }
 
-static void fp_json(uint64_t *h, const json_t *j) {
+static void fp_json(uint64_t *h, const json_t *j)
+{
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
     if (s) fp_bytes(h, s, strlen(s));
     fp_bytes(h, "|", 1);
@@ -54,18 +57,17 @@ static void fp_json(uint64_t *h, const json_t *j) {
 
 /* ---- small JSON helpers ---------------------------------------------------------- */
 
-static bool jbool(const json_t *o, const char *k, bool dflt) {
+static bool jbool(const json_t *o, const char *k, bool dflt)
+{
     json_t *v = json_object_get(o, k);
     return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
-static const char *jtype(const json_t *o) {
-    return json_string_value(json_object_get(o, "type"));
-}
+static const char *jtype(const json_t *o) { return json_string_value(json_object_get(o, "type")); }
 
 /* Compiles a pattern with Unicode semantics; JIT when available. */
-static sd_status compile_re(const char *pat, size_t len, bool literal, pcre2_code **out, char *err,
-                            size_t errlen) {
+static sd_status compile_re(const char *pat, size_t len, bool literal, pcre2_code **out, char *err, size_t errlen)
+{
     int ec;
     PCRE2_SIZE eo;
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
@@ -73,8 +75,8 @@ static sd_status compile_re(const char *pat, size_t len, bool literal, pcre2_cod
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: regex /%.60s/ at %zu: %s",
-                         pat, (size_t)eo, (char *)msg);
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: regex /%.60s/ at %zu: %s", pat, (size_t)eo,
+                         (char *)msg);
     }
     (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* interpreter fallback if it fails */
     *out = re;
@@ -82,8 +84,8 @@ static sd_status compile_re(const char *pat, size_t len, bool literal, pcre2_cod
 }
 
 /* pattern object {"String": s} or {"Regex": r}. */
-static sd_status pattern_of(const json_t *p, const char **s, size_t *len, bool *is_regex, char *err,
-                            size_t errlen) {
+static sd_status pattern_of(const json_t *p, const char **s, size_t *len, bool *is_regex, char *err, size_t errlen)
+{
     json_t *v = json_object_get(p, "String");
     *is_regex = false;
     if (!json_is_string(v)) {
@@ -100,21 +102,22 @@ static sd_status pattern_of(const json_t *p, const char **s, size_t *len, bool *
 /* ---- model ----------------------------------------------------------------------- */
 
 /* Max id among the vocab and added tokens → vocab_size and the id arrays. */
-static sd_status alloc_ids(sd_tok *t, const json_t *vocab, const json_t *added, char *err,
-                           size_t errlen) {
+static sd_status alloc_ids(sd_tok *t, const json_t *vocab, const json_t *added, char *err, size_t errlen)
+{
     json_int_t max = -1;
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)vocab, k, v) {
+    json_object_foreach((json_t *)vocab, k, v)
+    {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX / 2)
             return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: bad id for vocab entry '%s'", k);
         if (json_integer_value(v) > max) max = json_integer_value(v);
     }
     size_t i;
-    json_array_foreach(added, i, v) {
+    json_array_foreach(added, i, v)
+    {
         json_int_t id = json_integer_value(json_object_get(v, "id"));
-        if (id < 0 || id > INT32_MAX / 2)
-            return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: bad added token id");
+        if (id < 0 || id > INT32_MAX / 2) return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: bad added token id");
         if (id > max) max = id;
     }
     t->vocab_size = (int)(max + 1);
@@ -125,10 +128,10 @@ static sd_status alloc_ids(sd_tok *t, const json_t *vocab, const json_t *added, 
     return SD_OK;
 }
 
-static sd_status load_vocab(sd_tok *t, const json_t *vocab, uint64_t *fp) {
+static sd_status load_vocab(sd_tok *t, const json_t *vocab, uint64_t *fp)
+{
     if (tk_smap_init(&t->vocab, json_object_size(vocab)) != SD_OK) return SD_ERR_NOMEM;
-    for (void *it = json_object_iter((json_t *)vocab); it;
-         it = json_object_iter_next((json_t *)vocab, it)) {
+    for (void *it = json_object_iter((json_t *)vocab); it; it = json_object_iter_next((json_t *)vocab, it)) {
         size_t len = json_object_iter_key_len(it);
         int32_t id = (int32_t)json_integer_value(json_object_iter_value(it));
         char *s = arena_dup(t, json_object_iter_key(it), len);
@@ -145,7 +148,8 @@ static sd_status load_vocab(sd_tok *t, const json_t *vocab, uint64_t *fp) {
 }
 
 /* Splits merge i (either "a b" or ["a", "b"]) into its two halves. */
-static bool merge_halves(const json_t *m, const char **a, size_t *al, const char **b, size_t *bl) {
+static bool merge_halves(const json_t *m, const char **a, size_t *al, const char **b, size_t *bl)
+{
     if (json_is_array(m) && json_array_size(m) == 2) {
         json_t *x = json_array_get(m, 0), *y = json_array_get(m, 1);
         if (!json_is_string(x) || !json_is_string(y)) return false;
@@ -161,13 +165,15 @@ static bool merge_halves(const json_t *m, const char **a, size_t *al, const char
     return true;
 }
 
-static sd_status load_merges(sd_tok *t, const json_t *merges, uint64_t *fp, char *err, size_t errlen) {
+static sd_status load_merges(sd_tok *t, const json_t *merges, uint64_t *fp, char *err, size_t errlen)
+{
     size_t n = json_array_size(merges), i;
     if (tk_mmap_init(&t->merges, n) != SD_OK) return SD_ERR_NOMEM;
     sd_buf cat = {0};
     json_t *m;
     sd_status st = SD_OK;
-    json_array_foreach(merges, i, m) {
+    json_array_foreach(merges, i, m)
+    {
         const char *a, *b;
         size_t al, bl;
         if (!merge_halves(m, &a, &al, &b, &bl)) {
@@ -183,8 +189,8 @@ static sd_status load_merges(sd_tok *t, const json_t *merges, uint64_t *fp, char
         int32_t ic = tk_smap_get(&t->vocab, cat.p, cat.len);
         if (ia < 0 || ib < 0 || ic < 0) {
             st = sd_seterr(err, errlen, SD_ERR_FORMAT,
-                           "tokenizer: merge %zu ('%.*s' + '%.*s') uses a token not in the vocab", i,
-                           (int)al, a, (int)bl, b);
+                           "tokenizer: merge %zu ('%.*s' + '%.*s') uses a token not in the vocab", i, (int)al, a,
+                           (int)bl, b);
             break;
         }
         tk_mmap_put(&t->merges, ia, ib, (int32_t)i, ic);
@@ -195,15 +201,15 @@ static sd_status load_merges(sd_tok *t, const json_t *merges, uint64_t *fp, char
     return st;
 }
 
-static sd_status load_model(sd_tok *t, const json_t *model, uint64_t *fp, char *err, size_t errlen) {
+static sd_status load_model(sd_tok *t, const json_t *model, uint64_t *fp, char *err, size_t errlen)
+{
     const char *type = jtype(model);
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     if (type && strcmp(type, "BPE") != 0)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
-                         "tokenizer: model type '%s' is not supported (only BPE)", type);
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: model type '%s' is not supported (only BPE)",
+                         type);
     if (!json_is_object(vocab) || !json_is_array(merges))
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED,
-                         "tokenizer: model is not a BPE model with vocab and merges");
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: model is not a BPE model with vocab and merges");
     json_t *drop = json_object_get(model, "dropout");
     if (json_is_number(drop) && json_number_value(drop) > 0.0)
         return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: BPE dropout is not supported");
@@ -235,7 +241,8 @@ static sd_status load_model(sd_tok *t, const json_t *model, uint64_t *fp, char *
 
 static sd_status add_norm(sd_tok *t, const json_t *n, char *err, size_t errlen);
 
-static sd_status push_norm(sd_tok *t, tk_norm nm) {
+static sd_status push_norm(sd_tok *t, tk_norm nm)
+{
     tk_norm *nn = realloc(t->norms, (size_t)(t->n_norms + 1) * sizeof *nn);
     if (!nn) return SD_ERR_NOMEM;
     t->norms = nn;
@@ -243,7 +250,8 @@ static sd_status push_norm(sd_tok *t, tk_norm nm) {
     return SD_OK;
 }
 
-static sd_status add_replace_norm(sd_tok *t, const json_t *n, char *err, size_t errlen) {
+static sd_status add_replace_norm(sd_tok *t, const json_t *n, char *err, size_t errlen)
+{
     const char *p;
     size_t pl;
     bool is_re;
@@ -260,13 +268,15 @@ static sd_status add_replace_norm(sd_tok *t, const json_t *n, char *err, size_t 
     return push_norm(t, nm);
 }
 
-static sd_status add_norm(sd_tok *t, const json_t *n, char *err, size_t errlen) {
+static sd_status add_norm(sd_tok *t, const json_t *n, char *err, size_t errlen)
+{
     const char *type = jtype(n);
     if (!type) return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: normalizer without type");
     if (!strcmp(type, "Sequence")) {
         size_t i;
         json_t *c;
-        json_array_foreach(json_object_get(n, "normalizers"), i, c) {
+        json_array_foreach(json_object_get(n, "normalizers"), i, c)
+        {
             sd_status st = add_norm(t, c, err, errlen);
             if (st != SD_OK) return st;
         }
@@ -291,9 +301,9 @@ static sd_status add_norm(sd_tok *t, const json_t *n, char *err, size_t errlen) 
 
 static const char GPT2_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static sd_status add_split(sd_tok *t, const json_t *p, tk_pretok *pt, char *err, size_t errlen) {
-    static const char *names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
-                                  "Contiguous"};
+static sd_status add_split(sd_tok *t, const json_t *p, tk_pretok *pt, char *err, size_t errlen)
+{
+    static const char *names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
     const char *pat, *beh = json_string_value(json_object_get(p, "behavior"));
     size_t pl;
     bool is_re;
@@ -311,13 +321,15 @@ static sd_status add_split(sd_tok *t, const json_t *p, tk_pretok *pt, char *err,
     return compile_re(pat, pl, !is_re, &pt->re, err, errlen);
 }
 
-static sd_status add_pretok(sd_tok *t, const json_t *p, char *err, size_t errlen) {
+static sd_status add_pretok(sd_tok *t, const json_t *p, char *err, size_t errlen)
+{
     const char *type = jtype(p);
     if (!type) return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: pre_tokenizer without type");
     if (!strcmp(type, "Sequence")) {
         size_t i;
         json_t *c;
-        json_array_foreach(json_object_get(p, "pretokenizers"), i, c) {
+        json_array_foreach(json_object_get(p, "pretokenizers"), i, c)
+        {
             sd_status st = add_pretok(t, c, err, errlen);
             if (st != SD_OK) return st;
         }
@@ -335,8 +347,7 @@ static sd_status add_pretok(sd_tok *t, const json_t *p, char *err, size_t errlen
         pt->add_prefix_space = jbool(p, "add_prefix_space", true);
         if (jbool(p, "use_regex", true)) st = compile_re(GPT2_RE, sizeof GPT2_RE - 1, false, &pt->re, err, errlen);
     } else {
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: pre_tokenizer '%s' is not supported",
-                         type);
+        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "tokenizer: pre_tokenizer '%s' is not supported", type);
     }
     if (st == SD_OK) t->n_pts++;
     else if (pt->re) pcre2_code_free(pt->re);
@@ -345,7 +356,8 @@ static sd_status add_pretok(sd_tok *t, const json_t *p, char *err, size_t errlen
 
 /* ---- post-processor ------------------------------------------------------------------- */
 
-static sd_status append_ids(int32_t **arr, int *n, const int32_t *ids, int k) {
+static sd_status append_ids(int32_t **arr, int *n, const int32_t *ids, int k)
+{
     int32_t *na = realloc(*arr, (size_t)(*n + k + 1) * sizeof *na);
     if (!na) return SD_ERR_NOMEM;
     if (k > 0) memcpy(na + *n, ids, (size_t)k * sizeof *ids);
@@ -355,13 +367,15 @@ static sd_status append_ids(int32_t **arr, int *n, const int32_t *ids, int k) {
 }
 
 /* TemplateProcessing "single": ids of the SpecialTokens before / after $A. */
-static sd_status add_template(sd_tok *t, const json_t *p, int32_t **pre, int *npre, int32_t **post,
-                              int *npost, char *err, size_t errlen) {
+static sd_status add_template(sd_tok *t, const json_t *p, int32_t **pre, int *npre, int32_t **post, int *npost,
+                              char *err, size_t errlen)
+{
     json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens"), *it;
     bool seen_a = false;
     size_t i;
     (void)t;
-    json_array_foreach(single, i, it) {
+    json_array_foreach(single, i, it)
+    {
         if (json_object_get(it, "Sequence")) {
             seen_a = true;
             continue;
@@ -371,7 +385,8 @@ static sd_status add_template(sd_tok *t, const json_t *p, int32_t **pre, int *np
         if (!name || !json_is_array(ids))
             return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: TemplateProcessing item %zu is malformed", i);
         size_t j;
-        json_array_foreach(ids, j, v) {
+        json_array_foreach(ids, j, v)
+        {
             int32_t id = (int32_t)json_integer_value(v);
             if (id < 0 || id >= t->vocab_size)
                 return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: special token '%s' id out of range", name);
@@ -383,7 +398,8 @@ static sd_status add_template(sd_tok *t, const json_t *p, int32_t **pre, int *np
 }
 
 /* Applies one post-processor around the ids built so far (pre + A + post). */
-static sd_status add_post(sd_tok *t, const json_t *p, char *err, size_t errlen) {
+static sd_status add_post(sd_tok *t, const json_t *p, char *err, size_t errlen)
+{
     const char *type = jtype(p);
     int32_t *pre = NULL, *post = NULL;
     int npre = 0, npost = 0;
@@ -393,7 +409,8 @@ static sd_status add_post(sd_tok *t, const json_t *p, char *err, size_t errlen) 
     if (!strcmp(type, "Sequence")) {
         size_t i;
         json_t *c;
-        json_array_foreach(json_object_get(p, "processors"), i, c) {
+        json_array_foreach(json_object_get(p, "processors"), i, c)
+        {
             if ((st = add_post(t, c, err, errlen)) != SD_OK) return st;
         }
         return SD_OK;
@@ -424,7 +441,8 @@ static sd_status add_post(sd_tok *t, const json_t *p, char *err, size_t errlen) 
 
 /* ---- decoder ------------------------------------------------------------------------- */
 
-static sd_status push_dop(sd_tok *t, tk_dop d) {
+static sd_status push_dop(sd_tok *t, tk_dop d)
+{
     tk_dop *nd = realloc(t->dops, (size_t)(t->n_dops + 1) * sizeof *nd);
     if (!nd) return SD_ERR_NOMEM;
     t->dops = nd;
@@ -432,7 +450,8 @@ static sd_status push_dop(sd_tok *t, tk_dop d) {
     return SD_OK;
 }
 
-static sd_status add_strip_dec(sd_tok *t, const json_t *d, bool fused, char *err, size_t errlen) {
+static sd_status add_strip_dec(sd_tok *t, const json_t *d, bool fused, char *err, size_t errlen)
+{
     const char *c = json_string_value(json_object_get(d, "content"));
     int start = (int)json_integer_value(json_object_get(d, "start"));
     int stop = (int)json_integer_value(json_object_get(d, "stop"));
@@ -451,13 +470,15 @@ static sd_status add_strip_dec(sd_tok *t, const json_t *d, bool fused, char *err
 /* Flattened decoder chain. Supported shape: per-token Replace / Strip, then
  * optionally ByteFallback, then fusing (Fuse or ByteLevel), then a Strip of
  * the whole output's start. *stage: 0 per-token, 1 after ByteFallback, 2 fused. */
-static sd_status add_dec(sd_tok *t, const json_t *d, int *stage, char *err, size_t errlen) {
+static sd_status add_dec(sd_tok *t, const json_t *d, int *stage, char *err, size_t errlen)
+{
     const char *type = jtype(d);
     if (!type) return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: decoder without type");
     if (!strcmp(type, "Sequence")) {
         size_t i;
         json_t *c;
-        json_array_foreach(json_object_get(d, "decoders"), i, c) {
+        json_array_foreach(json_object_get(d, "decoders"), i, c)
+        {
             sd_status st = add_dec(t, c, stage, err, errlen);
             if (st != SD_OK) return st;
         }
@@ -498,14 +519,16 @@ static sd_status add_dec(sd_tok *t, const json_t *d, int *stage, char *err, size
 
 /* ---- added tokens ----------------------------------------------------------------------- */
 
-static sd_status load_added(sd_tok *t, const json_t *added, uint64_t *fp, char *err, size_t errlen) {
+static sd_status load_added(sd_tok *t, const json_t *added, uint64_t *fp, char *err, size_t errlen)
+{
     size_t n = json_array_size(added), i;
     json_t *a;
     sd_buf nb = {0};
     sd_status st = SD_OK;
     t->added = calloc(n + 1, sizeof *t->added);
     if (!t->added) return SD_ERR_NOMEM;
-    json_array_foreach(added, i, a) {
+    json_array_foreach(added, i, a)
+    {
         json_t *c = json_object_get(a, "content");
         tk_added *x = &t->added[t->n_added];
         if (!json_is_string(c) || json_string_length(c) == 0) {
@@ -545,7 +568,8 @@ static sd_status load_added(sd_tok *t, const json_t *added, uint64_t *fp, char *
     return st;
 }
 
-static int cmp_added(const void *pa, const void *pb, void *ctx) {
+static int cmp_added(const void *pa, const void *pb, void *ctx)
+{
     const tk_added *all = ctx;
     const tk_added *a = &all[*(const int *)pa], *b = &all[*(const int *)pb];
     unsigned char ca = (unsigned char)a->match[0], cb = (unsigned char)b->match[0];
@@ -555,7 +579,8 @@ static int cmp_added(const void *pa, const void *pb, void *ctx) {
 }
 
 /* Candidates of one matching pass (normalized or not), by first byte, longest first. */
-static sd_status build_aset(sd_tok *t, tk_aset *s, bool normalized) {
+static sd_status build_aset(sd_tok *t, tk_aset *s, bool normalized)
+{
     s->idx = malloc((size_t)(t->n_added + 1) * sizeof *s->idx);
     if (!s->idx) return SD_ERR_NOMEM;
     s->n = 0;
@@ -572,7 +597,8 @@ static sd_status build_aset(sd_tok *t, tk_aset *s, bool normalized) {
 
 /* GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to
  * 256, 257, ... in byte order. */
-static void init_byte_map(sd_tok *t) {
+static void init_byte_map(sd_tok *t)
+{
     int n = 0;
     for (int i = 0; i < 512; i++) t->u2b[i] = -1;
     for (int b = 0; b < 256; b++) {
@@ -584,7 +610,8 @@ static void init_byte_map(sd_tok *t) {
 
 /* ---- top level ---------------------------------------------------------------------------- */
 
-static sd_status build(sd_tok *t, const json_t *root, char *err, size_t errlen) {
+static sd_status build(sd_tok *t, const json_t *root, char *err, size_t errlen)
+{
     json_t *model = json_object_get(root, "model"), *added = json_object_get(root, "added_tokens");
     json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
     json_t *post = json_object_get(root, "post_processor"), *dec = json_object_get(root, "decoder");
@@ -615,7 +642,8 @@ static sd_status build(sd_tok *t, const json_t *root, char *err, size_t errlen) 
 
 /* Padding and truncation sections are ignored: the server never pads, and it
  * enforces context limits itself. */
-sd_status sd_tok_load(const char *path, sd_tok **out, char *err, size_t errlen) {
+sd_status sd_tok_load(const char *path, sd_tok **out, char *err, size_t errlen)
+{
     char *buf = NULL;
     size_t len = 0;
     *out = NULL;
@@ -627,8 +655,8 @@ sd_status sd_tok_load(const char *path, sd_tok **out, char *err, size_t errlen) 
     json_t *root = json_loadb(buf ? buf : "", len, JSON_ALLOW_NUL, &je);
     free(buf);
     if (!root)
-        return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: %s: invalid JSON at line %d: %s", path,
-                         je.line, je.text);
+        return sd_seterr(err, errlen, SD_ERR_FORMAT, "tokenizer: %s: invalid JSON at line %d: %s", path, je.line,
+                         je.text);
     sd_tok *t = calloc(1, sizeof *t);
     if (!t) {
         json_decref(root);
@@ -648,7 +676,8 @@ sd_status sd_tok_load(const char *path, sd_tok **out, char *err, size_t errlen) 
     return SD_OK;
 }
 
-void sd_tok_free(sd_tok *t) {
+void sd_tok_free(sd_tok *t)
+{
     if (!t) return;
     for (int i = 0; i < t->n_norms; i++)
         if (t->norms[i].re) pcre2_code_free(t->norms[i].re);

@@ -21,11 +21,10 @@
 
 /* ---- accessors ------------------------------------------------------------------------ */
 
-int sd_tok_vocab_size(const sd_tok *tok) {
-    return tok ? tok->vocab_size : 0;
-}
+int sd_tok_vocab_size(const sd_tok *tok) { return tok ? tok->vocab_size : 0; }
 
-int32_t sd_tok_token_id(const sd_tok *tok, const char *content) {
+int32_t sd_tok_token_id(const sd_tok *tok, const char *content)
+{
     if (!tok || !content) return -1;
     size_t n = strlen(content);
     for (int i = 0; i < tok->n_added; i++) /* added tokens first, as HF's token_to_id */
@@ -33,23 +32,21 @@ int32_t sd_tok_token_id(const sd_tok *tok, const char *content) {
     return tk_smap_get(&tok->vocab, content, n);
 }
 
-const char *sd_tok_token_str(const sd_tok *tok, int32_t id) {
+const char *sd_tok_token_str(const sd_tok *tok, int32_t id)
+{
     if (!tok || id < 0 || id >= tok->vocab_size) return NULL;
     return tok->id_str[id];
 }
 
-bool sd_tok_is_special(const sd_tok *tok, int32_t id) {
+bool sd_tok_is_special(const sd_tok *tok, int32_t id)
+{
     if (!tok || id < 0 || id >= tok->vocab_size) return false;
     return (tok->id_flags[id] & TK_FLAG_SPECIAL) != 0;
 }
 
-int32_t sd_tok_bos_id(const sd_tok *tok) {
-    return tok && tok->n_pre > 0 ? tok->pre_ids[0] : -1;
-}
+int32_t sd_tok_bos_id(const sd_tok *tok) { return tok && tok->n_pre > 0 ? tok->pre_ids[0] : -1; }
 
-uint64_t sd_tok_fingerprint(const sd_tok *tok) {
-    return tok ? tok->fingerprint : 0;
-}
+uint64_t sd_tok_fingerprint(const sd_tok *tok) { return tok ? tok->fingerprint : 0; }
 
 /* ---- streaming decoder ------------------------------------------------------------------ */
 
@@ -67,7 +64,8 @@ struct sd_tok_stream {
 static const char FFFD[] = "\xEF\xBF\xBD";
 
 /* Appends final text to the output, dropping the whole-output Strip prefix. */
-static sd_status emit(sd_tok_stream *s, const char *p, size_t n) {
+static sd_status emit(sd_tok_stream *s, const char *p, size_t n)
+{
     const sd_tok *t = s->tok;
     char ch[4];
     size_t cl = s->strip_left > 0 ? (size_t)tk_utf8_put(t->strip_ch, ch) : 0;
@@ -83,18 +81,18 @@ static sd_status emit(sd_tok_stream *s, const char *p, size_t n) {
 }
 
 /* Emits the decodable prefix of pend (lossy); keeps an unfinished tail unless final. */
-static sd_status drain_bytes(sd_tok_stream *s, bool final) {
+static sd_status drain_bytes(sd_tok_stream *s, bool final)
+{
     const unsigned char *p = (const unsigned char *)s->pend.p;
     size_t n = s->pend.len, i = 0, ok = 0; /* p[ok..i) is valid, not yet emitted */
-    if (n == 0) return SD_OK; /* nothing held (pend.p may still be NULL) */
+    if (n == 0) return SD_OK;              /* nothing held (pend.p may still be NULL) */
     sd_status st = SD_OK;
     while (i < n && st == SD_OK) {
         unsigned char lo, hi;
         int need = tk_utf8_need(p[i], &lo, &hi);
         size_t j = i + 1;
         int k = 0;
-        while (need > 0 && k < need && j < n && p[j] >= (k == 0 ? lo : 0x80) && p[j] <= (k == 0 ? hi : 0xBF))
-            j++, k++;
+        while (need > 0 && k < need && j < n && p[j] >= (k == 0 ? lo : 0x80) && p[j] <= (k == 0 ? hi : 0xBF)) j++, k++;
         if (need >= 0 && k == need) { /* complete character */
             i = j;
             continue;
@@ -111,7 +109,8 @@ static sd_status drain_bytes(sd_tok_stream *s, bool final) {
 }
 
 /* Ends a run of byte-fallback tokens: its UTF-8 text, or one U+FFFD per byte. */
-static sd_status flush_run(sd_tok_stream *s) {
+static sd_status flush_run(sd_tok_stream *s)
+{
     sd_status st = SD_OK;
     if (s->run.len == 0) return SD_OK;
     if (tk_utf8_valid(s->run.p, s->run.len)) st = emit(s, s->run.p, s->run.len);
@@ -121,18 +120,24 @@ static sd_status flush_run(sd_tok_stream *s) {
     return st;
 }
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* "<0xNN>" → byte NN, else -1. */
-static int byte_token(const char *p, size_t n) {
+static int byte_token(const char *p, size_t n)
+{
     if (n != 6 || memcmp(p, "<0x", 3) != 0 || p[5] != '>') return -1;
     int h = hexval(p[3]), l = hexval(p[4]);
     return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
-static sd_status dop_strip(const tk_dop *d, const char *p, size_t n, sd_buf *out) {
+static sd_status dop_strip(const tk_dop *d, const char *p, size_t n, sd_buf *out)
+{
     char ch[4];
     size_t cl = (size_t)tk_utf8_put(d->ch, ch), a = 0, b = n;
     for (int k = 0; k < d->start && b - a >= cl && memcmp(p + a, ch, cl) == 0; k++) a += cl;
@@ -140,7 +145,8 @@ static sd_status dop_strip(const tk_dop *d, const char *p, size_t n, sd_buf *out
     return sd_buf_add(out, p + a, b - a);
 }
 
-static sd_status dop_replace(const tk_dop *d, const char *p, size_t n, sd_buf *out) {
+static sd_status dop_replace(const tk_dop *d, const char *p, size_t n, sd_buf *out)
+{
     size_t i = 0;
     while (i < n) {
         const char *hit = memmem(p + i, n - i, d->a, d->alen);
@@ -154,7 +160,8 @@ static sd_status dop_replace(const tk_dop *d, const char *p, size_t n, sd_buf *o
 }
 
 /* Runs the per-token decoder steps; *p / *n then point at the result. */
-static sd_status per_token(sd_tok_stream *s, const char **p, size_t *n) {
+static sd_status per_token(sd_tok_stream *s, const char **p, size_t *n)
+{
     for (int i = 0; i < s->tok->n_dops; i++) {
         sd_buf *o = &s->tmp[i & 1];
         const tk_dop *d = &s->tok->dops[i];
@@ -168,7 +175,8 @@ static sd_status per_token(sd_tok_stream *s, const char **p, size_t *n) {
 
 /* ByteLevel: a token's characters map back to bytes; a token with any other
  * character (e.g. a non-ASCII added token) contributes its UTF-8 as is. */
-static sd_status bytelevel_token(sd_tok_stream *s, const char *p, size_t n) {
+static sd_status bytelevel_token(sd_tok_stream *s, const char *p, size_t n)
+{
     const sd_tok *t = s->tok;
     size_t start = s->pend.len;
     for (size_t i = 0; i < n;) {
@@ -185,7 +193,8 @@ static sd_status bytelevel_token(sd_tok_stream *s, const char *p, size_t n) {
     return SD_OK;
 }
 
-static sd_status push_token(sd_tok_stream *s, const char *p, size_t n) {
+static sd_status push_token(sd_tok_stream *s, const char *p, size_t n)
+{
     const sd_tok *t = s->tok;
     if (!t->has_decoder) {
         sd_status st = s->started ? emit(s, " ", 1) : SD_OK;
@@ -205,7 +214,8 @@ static sd_status push_token(sd_tok_stream *s, const char *p, size_t n) {
     return drain_bytes(s, false);
 }
 
-sd_status sd_tok_stream_new(const sd_tok *tok, bool skip_special, sd_tok_stream **out, char *err, size_t errlen) {
+sd_status sd_tok_stream_new(const sd_tok *tok, bool skip_special, sd_tok_stream **out, char *err, size_t errlen)
+{
     *out = NULL;
     if (!tok) return sd_seterr(err, errlen, SD_ERR_ARG, "tokenizer: stream without a tokenizer");
     sd_tok_stream *s = calloc(1, sizeof *s);
@@ -217,7 +227,8 @@ sd_status sd_tok_stream_new(const sd_tok *tok, bool skip_special, sd_tok_stream 
     return SD_OK;
 }
 
-sd_status sd_tok_stream_push(sd_tok_stream *s, int32_t id, const char **out, size_t *outlen) {
+sd_status sd_tok_stream_push(sd_tok_stream *s, int32_t id, const char **out, size_t *outlen)
+{
     if (!s || !out || !outlen) return SD_ERR_ARG;
     const sd_tok *t = s->tok;
     *out = "";
@@ -232,7 +243,8 @@ sd_status sd_tok_stream_push(sd_tok_stream *s, int32_t id, const char **out, siz
     return SD_OK;
 }
 
-sd_status sd_tok_stream_flush(sd_tok_stream *s, const char **out, size_t *outlen) {
+sd_status sd_tok_stream_flush(sd_tok_stream *s, const char **out, size_t *outlen)
+{
     if (!s || !out || !outlen) return SD_ERR_ARG;
     *out = "";
     *outlen = 0;
@@ -245,7 +257,8 @@ sd_status sd_tok_stream_flush(sd_tok_stream *s, const char **out, size_t *outlen
     return SD_OK;
 }
 
-void sd_tok_stream_free(sd_tok_stream *s) {
+void sd_tok_stream_free(sd_tok_stream *s)
+{
     if (!s) return;
     sd_buf_free(&s->out);
     sd_buf_free(&s->pend);
@@ -260,7 +273,8 @@ void sd_tok_stream_free(sd_tok_stream *s) {
 /* One token's bytes as the decoder produces them mid-text, without UTF-8
  * repair: the per-token steps, then <0xNN> → byte NN or ByteLevel characters
  * → bytes. s is a scratch stream (its pend buffer is used and emptied). */
-static sd_status raw_token(sd_tok_stream *s, int32_t id, sd_buf *out) {
+static sd_status raw_token(sd_tok_stream *s, int32_t id, sd_buf *out)
+{
     const sd_tok *t = s->tok;
     const char *p = t->id_str[id];
     size_t n = t->id_len[id];
@@ -281,7 +295,8 @@ static sd_status raw_token(sd_tok_stream *s, int32_t id, sd_buf *out) {
     return st;
 }
 
-sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, char *err, size_t errlen) {
+sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, char *err, size_t errlen)
+{
     *data = NULL;
     *off = NULL;
     sd_tok_stream *s;
@@ -311,8 +326,9 @@ sd_status sd_tok_vocab_bytes(const sd_tok *tok, char **data, uint32_t **off, cha
 
 /* ---- whole decode ------------------------------------------------------------------------- */
 
-sd_status sd_tok_decode(const sd_tok *tok, const int32_t *ids, size_t n, bool skip_special,
-                        char **text, size_t *len, char *err, size_t errlen) {
+sd_status sd_tok_decode(const sd_tok *tok, const int32_t *ids, size_t n, bool skip_special, char **text, size_t *len,
+                        char *err, size_t errlen)
+{
     if (!text || !len) return sd_seterr(err, errlen, SD_ERR_ARG, "tokenizer: NULL output pointer");
     *text = NULL;
     *len = 0;

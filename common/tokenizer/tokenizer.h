@@ -36,14 +36,14 @@ int sd_tok_vocab_size(const sd_tok *tok);
  * (e.g. prepend BOS) as HF's add_special_tokens=True. On success *ids is a
  * malloc'd array the caller frees (may be NULL when *n == 0).
  * Invalid UTF-8 input is rejected with SD_ERR_FORMAT. */
-sd_status sd_tok_encode(const sd_tok *tok, const char *text, size_t len, bool add_special,
-                        int32_t **ids, size_t *n, char *err, size_t errlen);
+sd_status sd_tok_encode(const sd_tok *tok, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
+                        char *err, size_t errlen);
 
 /* Decodes ids to text as HF's decode(ids, skip_special_tokens=skip_special).
  * *text is malloc'd, NUL-terminated, owned by the caller. Invalid byte
  * sequences become U+FFFD as in HF. Out-of-range ids are SD_ERR_ARG. */
-sd_status sd_tok_decode(const sd_tok *tok, const int32_t *ids, size_t n, bool skip_special,
-                        char **text, size_t *len, char *err, size_t errlen);
+sd_status sd_tok_decode(const sd_tok *tok, const int32_t *ids, size_t n, bool skip_special, char **text, size_t *len,
+                        char *err, size_t errlen);
 
 /* Id of a token given its exact vocab / added-token string; -1 if absent. */
 int32_t sd_tok_token_id(const sd_tok *tok, const char *content);

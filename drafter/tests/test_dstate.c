@@ -247,7 +247,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run_suite(suite());
-}
+int main(void) { return tu_run_suite(suite()); }

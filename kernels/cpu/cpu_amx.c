@@ -34,15 +34,9 @@ static unsigned amx_edx(void)
     return edx;
 }
 
-bool sd_amx_available(void)
-{
-    return amx_edx() >> 22 & 1;
-}
+bool sd_amx_available(void) { return amx_edx() >> 22 & 1; }
 
-bool sd_amx_int8_available(void)
-{
-    return amx_edx() >> 25 & 1;
-}
+bool sd_amx_int8_available(void) { return amx_edx() >> 25 & 1; }
 
 /* Both element types pack the same way in bytes: a token row of kb bytes
  * goes in 4-byte units (a bf16 pair, four int8), 16 units (64 bytes) a
@@ -103,71 +97,71 @@ SD_AMX static void configure(int nt)
  * (docs/BENCHMARKS.md).
  * block16: rows <= 16 weight rows; a short block goes through a
  * zero-padded copy, one 64-byte slice at a time. */
-#define AMX_KERNELS(SUF, ATTR, T, KSTEP, DP, ACC)                                                \
-    ATTR static void band64_##SUF(ACC *acc, const T *w, const T *xg, int K, int nt)               \
-    {                                                                                             \
-        size_t ld = (size_t)K * sizeof *w;                                                        \
-        const T *w1 = w + 16 * (size_t)K, *w2 = w + 32 * (size_t)K, *w3 = w + 48 * (size_t)K;    \
-        _tile_zero(0);                                                                            \
-        _tile_zero(1);                                                                            \
-        _tile_zero(2);                                                                            \
-        _tile_zero(3);                                                                            \
-        for (int k = 0; k < K; k += KSTEP) {                                                      \
-            _tile_loadd(6, xg + (size_t)k * nt, nt * 4);                                          \
-            _tile_loadd(4, w + k, ld);                                                            \
-            DP(0, 4, 6);                                                                          \
-            _tile_loadd(5, w1 + k, ld);                                                           \
-            DP(1, 5, 6);                                                                          \
-            _tile_loadd(4, w2 + k, ld);                                                           \
-            DP(2, 4, 6);                                                                          \
-            _tile_loadd(5, w3 + k, ld);                                                           \
-            DP(3, 5, 6);                                                                          \
-        }                                                                                         \
-        _tile_stored(0, acc, 64);                                                                 \
-        _tile_stored(1, acc + 16 * 16, 64);                                                       \
-        _tile_stored(2, acc + 32 * 16, 64);                                                       \
-        _tile_stored(3, acc + 48 * 16, 64);                                                       \
-    }                                                                                             \
-    ATTR static void block16_##SUF(ACC *acc, const T *w, const T *xg, int K, int nt, int rows)    \
-    {                                                                                             \
-        T pad[16 * KSTEP] __attribute__((aligned(64)));                                           \
-        if (rows < 16) memset(pad, 0, sizeof pad);                                                \
-        _tile_zero(0);                                                                            \
-        for (int k = 0; k < K; k += KSTEP) {                                                      \
-            _tile_loadd(6, xg + (size_t)k * nt, nt * 4);                                          \
-            if (rows == 16) {                                                                     \
-                _tile_loadd(4, w + k, (size_t)K * sizeof *w);                                     \
-            } else {                                                                              \
-                for (int m = 0; m < rows; m++) memcpy(pad + KSTEP * m, w + (size_t)m * K + k, 64); \
-                _tile_loadd(4, pad, 64);                                                          \
-            }                                                                                     \
-            DP(0, 4, 6);                                                                          \
-        }                                                                                         \
-        _tile_stored(0, acc, 64);                                                                 \
-    }                                                                                             \
-    static void blocks_##SUF(ACC *acc, const T *w, const T *xg, int K, int rows, int nt)          \
-    {                                                                                             \
-        configure(nt);                                                                            \
-        if (rows == 64) {                                                                         \
-            band64_##SUF(acc, w, xg, K, nt);                                                      \
-            return;                                                                               \
-        }                                                                                         \
-        for (int b = 0; b < rows; b += 16)                                                        \
+#define AMX_KERNELS(SUF, ATTR, T, KSTEP, DP, ACC)                                                     \
+    ATTR static void band64_##SUF(ACC *acc, const T *w, const T *xg, int K, int nt)                   \
+    {                                                                                                 \
+        size_t ld = (size_t)K * sizeof *w;                                                            \
+        const T *w1 = w + 16 * (size_t)K, *w2 = w + 32 * (size_t)K, *w3 = w + 48 * (size_t)K;         \
+        _tile_zero(0);                                                                                \
+        _tile_zero(1);                                                                                \
+        _tile_zero(2);                                                                                \
+        _tile_zero(3);                                                                                \
+        for (int k = 0; k < K; k += KSTEP) {                                                          \
+            _tile_loadd(6, xg + (size_t)k * nt, nt * 4);                                              \
+            _tile_loadd(4, w + k, ld);                                                                \
+            DP(0, 4, 6);                                                                              \
+            _tile_loadd(5, w1 + k, ld);                                                               \
+            DP(1, 5, 6);                                                                              \
+            _tile_loadd(4, w2 + k, ld);                                                               \
+            DP(2, 4, 6);                                                                              \
+            _tile_loadd(5, w3 + k, ld);                                                               \
+            DP(3, 5, 6);                                                                              \
+        }                                                                                             \
+        _tile_stored(0, acc, 64);                                                                     \
+        _tile_stored(1, acc + 16 * 16, 64);                                                           \
+        _tile_stored(2, acc + 32 * 16, 64);                                                           \
+        _tile_stored(3, acc + 48 * 16, 64);                                                           \
+    }                                                                                                 \
+    ATTR static void block16_##SUF(ACC *acc, const T *w, const T *xg, int K, int nt, int rows)        \
+    {                                                                                                 \
+        T pad[16 * KSTEP] __attribute__((aligned(64)));                                               \
+        if (rows < 16) memset(pad, 0, sizeof pad);                                                    \
+        _tile_zero(0);                                                                                \
+        for (int k = 0; k < K; k += KSTEP) {                                                          \
+            _tile_loadd(6, xg + (size_t)k * nt, nt * 4);                                              \
+            if (rows == 16) {                                                                         \
+                _tile_loadd(4, w + k, (size_t)K * sizeof *w);                                         \
+            } else {                                                                                  \
+                for (int m = 0; m < rows; m++) memcpy(pad + KSTEP * m, w + (size_t)m * K + k, 64);    \
+                _tile_loadd(4, pad, 64);                                                              \
+            }                                                                                         \
+            DP(0, 4, 6);                                                                              \
+        }                                                                                             \
+        _tile_stored(0, acc, 64);                                                                     \
+    }                                                                                                 \
+    static void blocks_##SUF(ACC *acc, const T *w, const T *xg, int K, int rows, int nt)              \
+    {                                                                                                 \
+        configure(nt);                                                                                \
+        if (rows == 64) {                                                                             \
+            band64_##SUF(acc, w, xg, K, nt);                                                          \
+            return;                                                                                   \
+        }                                                                                             \
+        for (int b = 0; b < rows; b += 16)                                                            \
             block16_##SUF(acc + 16 * b, w + (size_t)b * K, xg, K, nt, rows - b < 16 ? rows - b : 16); \
-    }                                                                                             \
-    /* R rows x U tokens, a block (<= 64 rows x <= 16 tokens) at a time, each handed to emit */   \
-    static void drive_##SUF(const T *w, const T *xp, int K, int R, int U,                         \
-                            void (*emit)(void *, const ACC *, int, int, int, int), void *ctx)     \
-    {                                                                                             \
-        ACC acc[64 * 16] __attribute__((aligned(64)));                                            \
-        for (int r0 = 0; r0 < R; r0 += 64) {                                                      \
-            int rows = R - r0 < 64 ? R - r0 : 64;                                                 \
-            for (int t0 = 0; t0 < U; t0 += 16) {                                                  \
-                int nt = U - t0 < 16 ? U - t0 : 16;                                               \
-                blocks_##SUF(acc, w + (size_t)r0 * K, xp + (size_t)t0 * K, K, rows, nt);          \
-                emit(ctx, acc, r0, rows, t0, nt);                                                 \
-            }                                                                                     \
-        }                                                                                         \
+    }                                                                                                 \
+    /* R rows x U tokens, a block (<= 64 rows x <= 16 tokens) at a time, each handed to emit */       \
+    static void drive_##SUF(const T *w, const T *xp, int K, int R, int U,                             \
+                            void (*emit)(void *, const ACC *, int, int, int, int), void *ctx)         \
+    {                                                                                                 \
+        ACC acc[64 * 16] __attribute__((aligned(64)));                                                \
+        for (int r0 = 0; r0 < R; r0 += 64) {                                                          \
+            int rows = R - r0 < 64 ? R - r0 : 64;                                                     \
+            for (int t0 = 0; t0 < U; t0 += 16) {                                                      \
+                int nt = U - t0 < 16 ? U - t0 : 16;                                                   \
+                blocks_##SUF(acc, w + (size_t)r0 * K, xp + (size_t)t0 * K, K, rows, nt);              \
+                emit(ctx, acc, r0, rows, t0, nt);                                                     \
+            }                                                                                         \
+        }                                                                                             \
     }
 
 AMX_KERNELS(bf16, SD_AMX, uint16_t, 32, _tile_dpbf16ps, float)
@@ -180,8 +174,7 @@ typedef struct f32_out {
 
 /* The tile's column n (token t0 + n) is y's row: gathered 16 rows at a time (every CPU
  * with AMX has AVX-512). */
-__attribute__((target("avx512f"))) static void emit_f32(void *ctx, const float *acc, int r0, int rows, int t0,
-                                                        int nt)
+__attribute__((target("avx512f"))) static void emit_f32(void *ctx, const float *acc, int r0, int rows, int t0, int nt)
 {
     const f32_out *o = ctx;
     const __m512i col = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);

@@ -32,16 +32,10 @@
 bool sd_amx_available(void);
 
 /* Whether a K-wide matmul takes the AMX path (K a positive multiple of 32). */
-static inline bool sd_amx_fits(int K)
-{
-    return K > 0 && K % 32 == 0;
-}
+static inline bool sd_amx_fits(int K) { return K > 0 && K % 32 == 0; }
 
 /* Elements sd_amx_pack writes for U tokens of K. */
-static inline size_t sd_amx_packed_len(int K, int U)
-{
-    return (size_t)K * (size_t)U;
-}
+static inline size_t sd_amx_packed_len(int K, int U) { return (size_t)K * (size_t)U; }
 
 /* Packs U bf16 token rows (x[t * ldx + k]) into dst (sd_amx_packed_len). */
 void sd_amx_pack(uint16_t *dst, const uint16_t *x, int ldx, int K, int U);
@@ -59,10 +53,7 @@ void sd_amx_tile(float *y, int ldy, const uint16_t *w, const uint16_t *xp, int K
 bool sd_amx_int8_available(void);
 
 /* Whether a K-wide int8 matmul can take the AMX path (K a positive multiple of 64). */
-static inline bool sd_amx_fits_s8(int K)
-{
-    return K > 0 && K % 64 == 0;
-}
+static inline bool sd_amx_fits_s8(int K) { return K > 0 && K % 64 == 0; }
 
 /* Packs U int8 token rows (x[t * ldx + k]) into dst (K * U bytes): groups of
  * 16 tokens, each [k/64][(k%64)/4][token][4]. */

@@ -13,7 +13,6 @@
 #include "backend.h"
 #include "cpu_simd.h"
 
-
 /* K/V rows as f32 for the scalar and AVX2 paths (see sd_kv_rows): an f32
  * cache is read in place, a bf16 one widened into a buffer of KV_WIDE floats
  * a chunk of rows at a time (the AVX-512 path widens in registers:
@@ -82,8 +81,8 @@ static float softmax_inplace(float *sc, int n)
     return sum;
 }
 
-static void attn_row_scalar(float *out, const float *q, const sd_kv_rows *k, const sd_kv_rows *v,
-                            const int32_t *blocks, int bs, int n, int hd, float scale, int bf16, float *sc)
+static void attn_row_scalar(float *out, const float *q, const sd_kv_rows *k, const sd_kv_rows *v, const int32_t *blocks,
+                            int bs, int n, int hd, float scale, int bf16, float *sc)
 {
     float buf[KV_WIDE];
     size_t rs;
@@ -120,7 +119,6 @@ SD_AVX2 static void scores4(float *sc, const float *q, const float *k0, const fl
     sc[2] = tail_f32(hsum1(a2), k2, q, d, hd) * scale;
     sc[3] = tail_f32(hsum1(a3), k3, q, d, hd) * scale;
 }
-
 
 /* Softmax weights in place: sc[j] = exp(sc[j] − max) (one exp8_nonpos per
  * 8 positions, the tail through a padded chunk), returning their sum in
@@ -179,8 +177,8 @@ SD_AVX2 static void attn_weights_avx2(float *sc, int n, float inv, int bf16)
 /* out[hd] = sum_j w_j · v_j, ascending j, one FMA per element per j; up to
  * 64 accumulators stay in registers. Walks the block table (no division
  * per position). */
-SD_AVX2 static void attn_pv_avx2(float *out, const float *w, const sd_kv_rows *v, const int32_t *blocks, int bs,
-                                 int n, int hd)
+SD_AVX2 static void attn_pv_avx2(float *out, const float *w, const sd_kv_rows *v, const int32_t *blocks, int bs, int n,
+                                 int hd)
 {
     float buf[KV_WIDE];
     size_t rs;
@@ -306,8 +304,8 @@ SD_AVX2 static void attn_group_avx2(const sd_attn_query *qs, int nq, const sd_kv
         const float *vb = kv_f32(v, blocks[j / bs], bs, j % bs, m, 0, hd, buf, &rs);
         for (int q = 0; q < nq; q++)
             if (j < qs[q].n)
-                pv_rows_avx2(acc + (size_t)q * hd, sc + (size_t)q * nmax + j, vb, rs,
-                             qs[q].n - j < m ? qs[q].n - j : m, hd);
+                pv_rows_avx2(acc + (size_t)q * hd, sc + (size_t)q * nmax + j, vb, rs, qs[q].n - j < m ? qs[q].n - j : m,
+                             hd);
     }
     for (int q = 0; q < nq; q++) {
         memcpy(qs[q].out, acc + (size_t)q * hd, (size_t)hd * sizeof *acc);
@@ -329,8 +327,7 @@ SD_AVX2 static void attn_group_avx2(const sd_attn_query *qs, int nq, const sd_kv
 
 SD_AVX512 static inline __m256 fold16(__m512 a)
 {
-    return _mm256_add_ps(_mm512_castps512_ps256(a),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
 }
 
 /* Eight folded accumulators -> their eight hsum1 values, in order. */
@@ -378,8 +375,7 @@ SD_AVX512_INLINE void scores8_512(float *sc, const float *q, const void *kb, siz
         a6 = _mm512_fmadd_ps(kv_ld16(kb, 6 * stride + d, b16), qv, a6);
         a7 = _mm512_fmadd_ps(kv_ld16(kb, 7 * stride + d, b16), qv, a7);
     }
-    __m256 r = hsum8x(fold16(a0), fold16(a1), fold16(a2), fold16(a3), fold16(a4), fold16(a5), fold16(a6),
-                      fold16(a7));
+    __m256 r = hsum8x(fold16(a0), fold16(a1), fold16(a2), fold16(a3), fold16(a4), fold16(a5), fold16(a6), fold16(a7));
     _mm256_storeu_ps(sc, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
 }
 
@@ -425,14 +421,10 @@ SD_AVX512_INLINE void pv_block_c(float *acc, const float *w, const void *vr, siz
 }
 
 /* Element i of a K/V array of element size 4 (f32) or 2 (b16). */
-static inline const void *kv_at(const void *p, size_t i, int b16)
-{
-    return (const char *)p + i * (b16 ? 2 : 4);
-}
+static inline const void *kv_at(const void *p, size_t i, int b16) { return (const char *)p + i * (b16 ? 2 : 4); }
 
 /* acc layout per query: for each 64-wide group of hd, [even C chunks | odd C chunks]. */
-SD_AVX512_INLINE void pv_block(float *acc, const float *w, const void *vb, size_t stride, int m, int hd,
-                               const int b16)
+SD_AVX512_INLINE void pv_block(float *acc, const float *w, const void *vb, size_t stride, int m, int hd, const int b16)
 {
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_block_c(acc + 2 * d0, w, kv_at(vb, d0, b16), stride, m, 4, b16);
@@ -459,8 +451,8 @@ SD_AVX512_INLINE void scores_rows(float *sc, size_t nmax, const sd_attn_query *q
 }
 
 /* PV of the queries for positions j0 .. j0+m (j0 even) from the V rows vb. */
-SD_AVX512_INLINE void pv_rows(float *acc, const float *sc, size_t nmax, const sd_attn_query *qs, int nq, int j0,
-                              int m, const void *vb, size_t st, int hd, const int b16)
+SD_AVX512_INLINE void pv_rows(float *acc, const float *sc, size_t nmax, const sd_attn_query *qs, int nq, int j0, int m,
+                              const void *vb, size_t st, int hd, const int b16)
 {
     for (int i = 0; i < nq; i++) {
         if (j0 >= qs[i].n) continue;
@@ -483,9 +475,8 @@ SD_AVX512_INLINE void widen_rows_512(float *dst, const uint16_t *src, size_t st,
 /* Rows j0 .. j0+m of a block (rows, st apart) through scores_rows (pv = 0)
  * or pv_rows (pv = 1): in place for an f32 cache or a lone query, widened
  * once for a group over a bf16 cache. */
-SD_AVX512_INLINE void group_rows(float *sc, float *acc, size_t nmax, const sd_attn_query *qs, int nq, int j0,
-                                 int m, const void *rows, size_t st, int hd, float scale, const int b16,
-                                 const int pv)
+SD_AVX512_INLINE void group_rows(float *sc, float *acc, size_t nmax, const sd_attn_query *qs, int nq, int j0, int m,
+                                 const void *rows, size_t st, int hd, float scale, const int b16, const int pv)
 {
     if (!b16 || nq < 2) {
         if (pv) pv_rows(acc, sc, nmax, qs, nq, j0, m, rows, st, hd, b16);
@@ -516,8 +507,8 @@ SD_AVX512_INLINE void attn_group_512_t(const sd_attn_query *qs, int nq, const sd
     float *sc = scratch, *acc = scratch + (size_t)nq * nmax, *sums = acc + (size_t)nq * 2 * hd;
     for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
         int m = nmax - j0 < bs ? nmax - j0 : bs;
-        group_rows(sc, NULL, nmax, qs, nq, j0, m, kv_at(k->base, (size_t)blocks[b] * bs * st, b16), st, hd, scale,
-                   b16, 0);
+        group_rows(sc, NULL, nmax, qs, nq, j0, m, kv_at(k->base, (size_t)blocks[b] * bs * st, b16), st, hd, scale, b16,
+                   0);
     }
     for (int i = 0; i < nq; i++) {
         float *s = sc + (size_t)i * nmax;
@@ -527,8 +518,8 @@ SD_AVX512_INLINE void attn_group_512_t(const sd_attn_query *qs, int nq, const sd
     for (size_t x = 0; x < (size_t)nq * 2 * hd; x++) acc[x] = 0.0f;
     for (int b = 0, j0 = 0; j0 < nmax; b++, j0 += bs) {
         int m = nmax - j0 < bs ? nmax - j0 : bs;
-        group_rows(sc, acc, nmax, qs, nq, j0, m, kv_at(v->base, (size_t)blocks[b] * bs * st, b16), st, hd, scale,
-                   b16, 1);
+        group_rows(sc, acc, nmax, qs, nq, j0, m, kv_at(v->base, (size_t)blocks[b] * bs * st, b16), st, hd, scale, b16,
+                   1);
     }
     for (int i = 0; i < nq; i++) {
         const float *a = acc + (size_t)i * 2 * hd;
@@ -563,13 +554,10 @@ void sd_attn_row(float *out, const float *q, const sd_kv_rows *k, const sd_kv_ro
     }
 }
 
-size_t sd_attn_scratch_floats(int nq, int max_n, int hd)
-{
-    return (size_t)nq * ((size_t)max_n + 2 * (size_t)hd + 1);
-}
+size_t sd_attn_scratch_floats(int nq, int max_n, int hd) { return (size_t)nq * ((size_t)max_n + 2 * (size_t)hd + 1); }
 
-void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
-                   const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch)
+void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v, const int32_t *blocks,
+                   int block_size, int hd, float scale, int bf16, float *scratch)
 {
     if (sd_isa_avx512 && hd % 16 == 0 && block_size % 2 == 0) {
         attn_group_512(qs, nq, k, v, blocks, block_size, hd, scale, bf16, scratch);
@@ -582,4 +570,3 @@ void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const s
     for (int i = 0; i < nq; i++)
         sd_attn_row(qs[i].out, qs[i].q, k, v, blocks, block_size, qs[i].n, hd, scale, bf16, scratch);
 }
-

@@ -44,8 +44,8 @@ typedef struct sd_attn_query {
  * block by block, so each K/V block is read — and a bf16 one widened to
  * f32 — once for all of them); each result is bit-identical to
  * sd_attn_row's. */
-void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v,
-                   const int32_t *blocks, int block_size, int hd, float scale, int bf16, float *scratch);
+void sd_attn_group(const sd_attn_query *qs, int nq, const sd_kv_rows *k, const sd_kv_rows *v, const int32_t *blocks,
+                   int block_size, int hd, float scale, int bf16, float *scratch);
 
 /* Scratch floats sd_attn_group needs for nq queries of at most max_n positions. */
 size_t sd_attn_scratch_floats(int nq, int max_n, int hd);

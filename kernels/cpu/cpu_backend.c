@@ -23,27 +23,24 @@
 
 typedef struct cpu_impl {
     sd_pool *pool;
-    uint16_t *xbf;         /* matmul input converted to bf16 (bf16 activation mode) */
+    uint16_t *xbf; /* matmul input converted to bf16 (bf16 activation mode) */
     size_t xbf_len;
-    uint16_t *xamx;        /* ... and packed for the AMX tiles (sd_amx_pack) */
+    uint16_t *xamx; /* ... and packed for the AMX tiles (sd_amx_pack) */
     size_t xamx_len;
-    int8_t *xq;            /* matmul input quantised for Q8 weights, and its row scales */
+    int8_t *xq; /* matmul input quantised for Q8 weights, and its row scales */
     float *xqs;
     size_t xq_len, xqs_len;
-    int8_t *xqp;           /* ... packed for the AMX-INT8 tiles (sd_q8_pack) */
+    int8_t *xqp; /* ... packed for the AMX-INT8 tiles (sd_q8_pack) */
     size_t xqp_len;
-    float *attn_scratch;   /* [n_threads][scratch_len] attention scores */
+    float *attn_scratch; /* [n_threads][scratch_len] attention scores */
     size_t scratch_len;
-    long lose_after;       /* fault injection (SD_FAULT_DEVICE_LOST_AFTER): attention calls before the
+    long lose_after; /* fault injection (SD_FAULT_DEVICE_LOST_AFTER): attention calls before the
                             * "device" is lost; < 0 never */
     bool lost;
-    sd_status error;       /* the first failure of an op that returns void (take_error); SD_OK: none */
+    sd_status error; /* the first failure of an op that returns void (take_error); SD_OK: none */
 } cpu_impl;
 
-static cpu_impl *impl_of(sd_backend *be)
-{
-    return be->impl;
-}
+static cpu_impl *impl_of(sd_backend *be) { return be->impl; }
 
 /* ------------------------------------------------------------- memory */
 
@@ -160,10 +157,10 @@ typedef struct mm_ctx {
     const float *x;
     int T;
     int bf16;
-    const uint16_t *xbf;   /* x as bf16 when the vdpbf16ps path is used, else NULL */
-    bool amx;              /* ... and xbf is packed for the AMX tiles instead */
-    const int8_t *xq;      /* x quantised per row for Q8 weights, else NULL */
-    const int8_t *xqp;     /* ... and packed for AMX-INT8 spans, else NULL */
+    const uint16_t *xbf; /* x as bf16 when the vdpbf16ps path is used, else NULL */
+    bool amx;            /* ... and xbf is packed for the AMX tiles instead */
+    const int8_t *xq;    /* x quantised per row for Q8 weights, else NULL */
+    const int8_t *xqp;   /* ... and packed for AMX-INT8 spans, else NULL */
     const float *xqs;
 } mm_ctx;
 
@@ -187,14 +184,12 @@ static void mm_rows(const mm_ctx *c, float *y, const sd_weight *w, int n0, int n
     if (c->T == 1) {
         if (w->dtype == SD_DTYPE_BF16)
             sd_dot_rows_bf16(y + n0, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
-        else
-            sd_dot_rows_f32(y + n0, (const float *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
+        else sd_dot_rows_f32(y + n0, (const float *)w->data + (size_t)n0 * K, c->x, K, n1 - n0);
         return;
     }
     if (w->dtype == SD_DTYPE_BF16)
         sd_dot_tile_bf16(y + n0, N, (const uint16_t *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
-    else
-        sd_dot_tile_f32(y + n0, N, (const float *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
+    else sd_dot_tile_f32(y + n0, N, (const float *)w->data + (size_t)n0 * K, c->x, K, K, n1 - n0, c->T);
 }
 
 /* Rows [lo, hi) of output i, with matmul's epilogue (bias, bf16 rounding). */
@@ -351,7 +346,7 @@ static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight
 /* Elementwise ops run in parallel over contiguous ranges of rows or
  * elements; each element's arithmetic is independent of the split. */
 typedef struct ew_ctx {
-    int kind;                 /* 0 rmsnorm, 1 silu_mul, 2 add */
+    int kind; /* 0 rmsnorm, 1 silu_mul, 2 add */
     float *y;
     const float *x, *x2;
     const float *g;
@@ -371,10 +366,7 @@ static void silu_range(const ew_ctx *c, size_t i0, size_t i1)
     sd_silu_mul_n(c->y + i0, c->x + i0, c->x2 + i0, i1 - i0, c->bf16);
 }
 
-static void add_range(const ew_ctx *c, size_t i0, size_t i1)
-{
-    sd_add_n(c->y + i0, c->x + i0, i1 - i0, c->bf16);
-}
+static void add_range(const ew_ctx *c, size_t i0, size_t i1) { sd_add_n(c->y + i0, c->x + i0, i1 - i0, c->bf16); }
 
 static void ew_task(void *ctx, int i, int n)
 {
@@ -399,8 +391,7 @@ static void ew_run(sd_backend *be, ew_ctx *c, size_t work)
     else sd_pool_run(impl_of(be)->pool, ew_task, c);
 }
 
-static void cpu_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps,
-                        int bf16)
+static void cpu_rmsnorm(sd_backend *be, float *y, const float *x, const sd_weight *w, int T, int D, float eps, int bf16)
 {
     ew_ctx c = {.kind = 0, .y = y, .x = x, .g = w->data, .T = T, .D = D, .bf16 = bf16, .eps = eps};
     ew_run(be, &c, (size_t)T * D);
@@ -430,8 +421,8 @@ static void cpu_rope(sd_backend *be, float *x, const float *cs, const float *sn,
             sd_rope_row(x + ((size_t)t * nh + h) * hd, cs + (size_t)t * half, sn + (size_t)t * half, half, bf16);
 }
 
-static void cpu_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
-                         int T, int kv_dim)
+static void cpu_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots, int T,
+                         int kv_dim)
 {
     (void)be;
     for (int t = 0; t < T; t++) {
@@ -466,10 +457,7 @@ static sd_status cpu_argmax(sd_backend *be, int32_t *out, const float *logits, i
     return SD_OK;
 }
 
-static void cpu_sync(sd_backend *be)
-{
-    (void)be;
-}
+static void cpu_sync(sd_backend *be) { (void)be; }
 
 /* ----------------------------------------------------------- attention */
 
@@ -548,13 +536,10 @@ static bool inject_lost(cpu_impl *impl)
     return impl->lost;
 }
 
-static bool cpu_lost(sd_backend *be)
-{
-    return impl_of(be)->lost;
-}
+static bool cpu_lost(sd_backend *be) { return impl_of(be)->lost; }
 
 static sd_status cpu_attention(sd_backend *be, float *out, const float *q, const sd_kv_layer *kv,
-                          const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape)
+                               const sd_attn_seq *seqs, int n_seqs, const sd_attn_shape *shape)
 {
     cpu_impl *impl = impl_of(be);
     if (inject_lost(impl)) return SD_ERR_DEVICE;
@@ -626,7 +611,11 @@ static void isa_from_env(void)
 {
     const char *v = getenv("SD_CPU_ISA");
     if (!v || !*v) return;
-    int level = !strcmp(v, "scalar") ? 0 : !strcmp(v, "avx2") ? 1 : !strcmp(v, "avx512") ? 2 : !strcmp(v, "amx") ? 3 : -1;
+    int level = !strcmp(v, "scalar")   ? 0
+                : !strcmp(v, "avx2")   ? 1
+                : !strcmp(v, "avx512") ? 2
+                : !strcmp(v, "amx")    ? 3
+                                       : -1;
     if (level < 0) fprintf(stderr, "SD_CPU_ISA=%s ignored: scalar, avx2, avx512 or amx\n", v);
     else sd_cpu_set_isa_level(level);
 }
@@ -671,10 +660,7 @@ int sd_cpu_set_isa_level(int level)
     return sd_cpu_isa_set_level(level);
 }
 
-const char *sd_cpu_isa(void)
-{
-    return sd_cpu_isa_name();
-}
+const char *sd_cpu_isa(void) { return sd_cpu_isa_name(); }
 
 int sd_backend_cpu_threads(const sd_backend *be)
 {

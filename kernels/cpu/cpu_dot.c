@@ -16,66 +16,61 @@
 #include "cpu_simd.h"
 
 /* Eight weight rows x one token (decode): eight independent FMA chains. */
-#define SD_ROWS8(NAME, WT, LOAD, TAIL)                                                            \
-    SD_AVX2 static inline void NAME(float *y, const WT *w, const float *x, int K)                 \
-    {                                                                                             \
-        const WT *w0 = w, *w1 = w + K, *w2 = w + 2 * (size_t)K, *w3 = w + 3 * (size_t)K;          \
-        const WT *w4 = w + 4 * (size_t)K, *w5 = w + 5 * (size_t)K, *w6 = w + 6 * (size_t)K;       \
-        const WT *w7 = w + 7 * (size_t)K;                                                         \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,    \
-               a7 = a0;                                                                           \
-        int k = 0;                                                                                \
-        for (; k + 8 <= K; k += 8) {                                                              \
-            if (!(k % (64 / (int)sizeof(WT)))) /* one line of each of the next 8 rows per 64 bytes */ \
+#define SD_ROWS8(NAME, WT, LOAD, TAIL)                                                                          \
+    SD_AVX2 static inline void NAME(float *y, const WT *w, const float *x, int K)                               \
+    {                                                                                                           \
+        const WT *w0 = w, *w1 = w + K, *w2 = w + 2 * (size_t)K, *w3 = w + 3 * (size_t)K;                        \
+        const WT *w4 = w + 4 * (size_t)K, *w5 = w + 5 * (size_t)K, *w6 = w + 6 * (size_t)K;                     \
+        const WT *w7 = w + 7 * (size_t)K;                                                                       \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;         \
+        int k = 0;                                                                                              \
+        for (; k + 8 <= K; k += 8) {                                                                            \
+            if (!(k % (64 / (int)sizeof(WT)))) /* one line of each of the next 8 rows per 64 bytes */           \
                 for (int p = 8; p < 16; p++) _mm_prefetch((const char *)(w0 + p * (size_t)K + k), _MM_HINT_T0); \
-            __m256 xv = _mm256_loadu_ps(x + k);                                                   \
-            a0 = _mm256_fmadd_ps(LOAD(w0 + k), xv, a0);                                           \
-            a1 = _mm256_fmadd_ps(LOAD(w1 + k), xv, a1);                                           \
-            a2 = _mm256_fmadd_ps(LOAD(w2 + k), xv, a2);                                           \
-            a3 = _mm256_fmadd_ps(LOAD(w3 + k), xv, a3);                                           \
-            a4 = _mm256_fmadd_ps(LOAD(w4 + k), xv, a4);                                           \
-            a5 = _mm256_fmadd_ps(LOAD(w5 + k), xv, a5);                                           \
-            a6 = _mm256_fmadd_ps(LOAD(w6 + k), xv, a6);                                           \
-            a7 = _mm256_fmadd_ps(LOAD(w7 + k), xv, a7);                                           \
-        }                                                                                         \
-        y[0] = TAIL(hsum1(a0), w0, x, k, K);                                                      \
-        y[1] = TAIL(hsum1(a1), w1, x, k, K);                                                      \
-        y[2] = TAIL(hsum1(a2), w2, x, k, K);                                                      \
-        y[3] = TAIL(hsum1(a3), w3, x, k, K);                                                      \
-        y[4] = TAIL(hsum1(a4), w4, x, k, K);                                                      \
-        y[5] = TAIL(hsum1(a5), w5, x, k, K);                                                      \
-        y[6] = TAIL(hsum1(a6), w6, x, k, K);                                                      \
-        y[7] = TAIL(hsum1(a7), w7, x, k, K);                                                      \
+            __m256 xv = _mm256_loadu_ps(x + k);                                                                 \
+            a0 = _mm256_fmadd_ps(LOAD(w0 + k), xv, a0);                                                         \
+            a1 = _mm256_fmadd_ps(LOAD(w1 + k), xv, a1);                                                         \
+            a2 = _mm256_fmadd_ps(LOAD(w2 + k), xv, a2);                                                         \
+            a3 = _mm256_fmadd_ps(LOAD(w3 + k), xv, a3);                                                         \
+            a4 = _mm256_fmadd_ps(LOAD(w4 + k), xv, a4);                                                         \
+            a5 = _mm256_fmadd_ps(LOAD(w5 + k), xv, a5);                                                         \
+            a6 = _mm256_fmadd_ps(LOAD(w6 + k), xv, a6);                                                         \
+            a7 = _mm256_fmadd_ps(LOAD(w7 + k), xv, a7);                                                         \
+        }                                                                                                       \
+        y[0] = TAIL(hsum1(a0), w0, x, k, K);                                                                    \
+        y[1] = TAIL(hsum1(a1), w1, x, k, K);                                                                    \
+        y[2] = TAIL(hsum1(a2), w2, x, k, K);                                                                    \
+        y[3] = TAIL(hsum1(a3), w3, x, k, K);                                                                    \
+        y[4] = TAIL(hsum1(a4), w4, x, k, K);                                                                    \
+        y[5] = TAIL(hsum1(a5), w5, x, k, K);                                                                    \
+        y[6] = TAIL(hsum1(a6), w6, x, k, K);                                                                    \
+        y[7] = TAIL(hsum1(a7), w7, x, k, K);                                                                    \
     }
 
 /* RR weight rows x UU tokens (RR * UU + UU + 1 <= 16 registers): the UU
  * token chunks stay in registers, each weight chunk is loaded (and
  * converted) once for all UU tokens. Spans of a few tokens (a verify pass)
  * cost about one weight read and UU times the FMAs, not UU passes. */
-#define SD_TILE_RU(NAME, WT, LOAD, TAIL, RR, UU)                                                  \
-    SD_AVX2 static inline void NAME(float *y, int ldy, const WT *w, const float *x, int ldx,      \
-                                    int K)                                                        \
-    {                                                                                             \
-        __m256 a[RR][UU];                                                                         \
-        _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++)                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++) a[i][j] = _mm256_setzero_ps();   \
-        int k = 0;                                                                                \
-        for (; k + 8 <= K; k += 8) {                                                              \
-            __m256 xv[UU];                                                                        \
-            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)                                  \
-                xv[j] = _mm256_loadu_ps(x + (size_t)j * ldx + k);                                 \
-            _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++) {                                \
-                /* the next rows: short parallel streams defeat the hardware prefetcher */        \
-                _mm_prefetch((const char *)(w + (size_t)(RR + i) * K + k), _MM_HINT_T0);          \
-                __m256 wv = LOAD(w + (size_t)i * K + k);                                          \
-                _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)                              \
-                    a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]);                                \
-            }                                                                                     \
-        }                                                                                         \
-        _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++)                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)                                  \
-                y[(size_t)j * ldy + i] = TAIL(hsum1(a[i][j]), w + (size_t)i * K,                  \
-                                              x + (size_t)j * ldx, k, K);                         \
+#define SD_TILE_RU(NAME, WT, LOAD, TAIL, RR, UU)                                                                    \
+    SD_AVX2 static inline void NAME(float *y, int ldy, const WT *w, const float *x, int ldx, int K)                 \
+    {                                                                                                               \
+        __m256 a[RR][UU];                                                                                           \
+        _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++) _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)   \
+            a[i][j] = _mm256_setzero_ps();                                                                          \
+        int k = 0;                                                                                                  \
+        for (; k + 8 <= K; k += 8) {                                                                                \
+            __m256 xv[UU];                                                                                          \
+            _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++) xv[j] = _mm256_loadu_ps(x + (size_t)j * ldx + k);  \
+            _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++)                                                    \
+            {                                                                                                       \
+                /* the next rows: short parallel streams defeat the hardware prefetcher */                          \
+                _mm_prefetch((const char *)(w + (size_t)(RR + i) * K + k), _MM_HINT_T0);                            \
+                __m256 wv = LOAD(w + (size_t)i * K + k);                                                            \
+                _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++) a[i][j] = _mm256_fmadd_ps(wv, xv[j], a[i][j]); \
+            }                                                                                                       \
+        }                                                                                                           \
+        _Pragma("GCC unroll 8") for (int i = 0; i < RR; i++) _Pragma("GCC unroll 8") for (int j = 0; j < UU; j++)   \
+            y[(size_t)j * ldy + i] = TAIL(hsum1(a[i][j]), w + (size_t)i * K, x + (size_t)j * ldx, k, K);            \
     }
 
 SD_TILE_RU(tile43_f32, float, _mm256_loadu_ps, tail_f32, 4, 3)
@@ -87,43 +82,42 @@ SD_ROWS8(rows8_f32, float, _mm256_loadu_ps, tail_f32)
 SD_ROWS8(rows8_bf16, uint16_t, load_bf16, tail_bf16)
 
 /* R rows x 1 token. */
-#define SD_DOT_ROWS(NAME, WT, ROWS8, DOT1)                                                        \
-    SD_AVX2 static void NAME(float *y, const WT *w, const float *x, int K, int R)                 \
-    {                                                                                             \
-        int r = 0;                                                                                \
-        for (; r + 8 <= R; r += 8) ROWS8(y + r, w + (size_t)r * K, x, K);                         \
-        for (; r < R; r++) y[r] = DOT1(w + (size_t)r * K, x, K);                                  \
+#define SD_DOT_ROWS(NAME, WT, ROWS8, DOT1)                                        \
+    SD_AVX2 static void NAME(float *y, const WT *w, const float *x, int K, int R) \
+    {                                                                             \
+        int r = 0;                                                                \
+        for (; r + 8 <= R; r += 8) ROWS8(y + r, w + (size_t)r * K, x, K);         \
+        for (; r < R; r++) y[r] = DOT1(w + (size_t)r * K, x, K);                  \
     }
 
 /* R rows x U tokens: y[t * ldy + r] = dot(w_r, x_t). Rows go in blocks of
  * 16 (their weights stay in L1 across tokens): 4x3 tiles for each group of
  * three tokens, a 4x2 tile for two left over, the 8-row kernel for one;
  * rows past a multiple of four one dot product at a time. */
-#define SD_DOT_TILE(NAME, WT, T43, T42, ROWS8, DOT1)                                              \
-    SD_AVX2 static void NAME(float *y, int ldy, const WT *w, const float *x, int ldx, int K,      \
-                             int R, int U)                                                        \
-    {                                                                                             \
-        for (int r0 = 0; r0 < R; r0 += 16) {                                                      \
-            int r1 = r0 + 16 < R ? r0 + 16 : R, t = 0;                                            \
-            for (; t < U; ) {                                                                     \
-                int n = U - t >= 3 ? 3 : U - t;                                                   \
-                float *yt = y + (size_t)t * ldy;                                                  \
-                const float *xt = x + (size_t)t * ldx;                                            \
-                int r = r0;                                                                       \
-                if (n == 1) {                                                                     \
-                    for (; r + 8 <= r1; r += 8) ROWS8(yt + r, w + (size_t)r * K, xt, K);          \
-                } else {                                                                          \
-                    for (; r + 4 <= r1; r += 4) {                                                 \
-                        if (n == 3) T43(yt + r, ldy, w + (size_t)r * K, xt, ldx, K);              \
-                        else T42(yt + r, ldy, w + (size_t)r * K, xt, ldx, K);                     \
-                    }                                                                             \
-                }                                                                                 \
-                for (; r < r1; r++)                                                               \
-                    for (int j = 0; j < n; j++)                                                   \
-                        yt[(size_t)j * ldy + r] = DOT1(w + (size_t)r * K, xt + (size_t)j * ldx, K); \
-                t += n;                                                                           \
-            }                                                                                     \
-        }                                                                                         \
+#define SD_DOT_TILE(NAME, WT, T43, T42, ROWS8, DOT1)                                                       \
+    SD_AVX2 static void NAME(float *y, int ldy, const WT *w, const float *x, int ldx, int K, int R, int U) \
+    {                                                                                                      \
+        for (int r0 = 0; r0 < R; r0 += 16) {                                                               \
+            int r1 = r0 + 16 < R ? r0 + 16 : R, t = 0;                                                     \
+            for (; t < U;) {                                                                               \
+                int n = U - t >= 3 ? 3 : U - t;                                                            \
+                float *yt = y + (size_t)t * ldy;                                                           \
+                const float *xt = x + (size_t)t * ldx;                                                     \
+                int r = r0;                                                                                \
+                if (n == 1) {                                                                              \
+                    for (; r + 8 <= r1; r += 8) ROWS8(yt + r, w + (size_t)r * K, xt, K);                   \
+                } else {                                                                                   \
+                    for (; r + 4 <= r1; r += 4) {                                                          \
+                        if (n == 3) T43(yt + r, ldy, w + (size_t)r * K, xt, ldx, K);                       \
+                        else T42(yt + r, ldy, w + (size_t)r * K, xt, ldx, K);                              \
+                    }                                                                                      \
+                }                                                                                          \
+                for (; r < r1; r++)                                                                        \
+                    for (int j = 0; j < n; j++)                                                            \
+                        yt[(size_t)j * ldy + r] = DOT1(w + (size_t)r * K, xt + (size_t)j * ldx, K);        \
+                t += n;                                                                                    \
+            }                                                                                              \
+        }                                                                                                  \
     }
 
 SD_DOT_ROWS(rows_f32_avx2, float, rows8_f32, dot1_f32)
@@ -158,8 +152,7 @@ void sd_dot_tile_f32(float *y, int ldy, const float *w, const float *x, int ldx,
         return;
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < U; t++)
-            y[(size_t)t * ldy + r] = dot_scalar_f32(w + (size_t)r * K, x + (size_t)t * ldx, K);
+        for (int t = 0; t < U; t++) y[(size_t)t * ldy + r] = dot_scalar_f32(w + (size_t)r * K, x + (size_t)t * ldx, K);
 }
 
 void sd_dot_tile_bf16(float *y, int ldy, const uint16_t *w, const float *x, int ldx, int K, int R, int U)
@@ -169,8 +162,7 @@ void sd_dot_tile_bf16(float *y, int ldy, const uint16_t *w, const float *x, int 
         return;
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < U; t++)
-            y[(size_t)t * ldy + r] = dot_scalar_bf16(w + (size_t)r * K, x + (size_t)t * ldx, K);
+        for (int t = 0; t < U; t++) y[(size_t)t * ldy + r] = dot_scalar_bf16(w + (size_t)r * K, x + (size_t)t * ldx, K);
 }
 
 float sd_dot_f32(const float *a, const float *b, int K)
@@ -198,7 +190,8 @@ SD_BF16DOT static inline __m512bh ld32(const uint16_t *p, int k, int K)
 
 SD_BF16DOT static inline float hsum16(__m512 a)
 {
-    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m256 s =
+        _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     __m128 h = _mm_add_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 0x55)));
@@ -206,17 +199,17 @@ SD_BF16DOT static inline float hsum16(__m512 a)
 
 /* 8 weight rows x 1 token (decode): eight named accumulators, full chunks
  * then the zero-padded last one. */
-#define BD_R8()                                                                                   \
-    do {                                                                                          \
-        __m512bh xv = LD(x);                                                                      \
-        a0 = _mm512_dpbf16_ps(a0, LD(w), xv);                                                     \
-        a1 = _mm512_dpbf16_ps(a1, LD(w + K), xv);                                                 \
-        a2 = _mm512_dpbf16_ps(a2, LD(w + 2 * (size_t)K), xv);                                     \
-        a3 = _mm512_dpbf16_ps(a3, LD(w + 3 * (size_t)K), xv);                                     \
-        a4 = _mm512_dpbf16_ps(a4, LD(w + 4 * (size_t)K), xv);                                     \
-        a5 = _mm512_dpbf16_ps(a5, LD(w + 5 * (size_t)K), xv);                                     \
-        a6 = _mm512_dpbf16_ps(a6, LD(w + 6 * (size_t)K), xv);                                     \
-        a7 = _mm512_dpbf16_ps(a7, LD(w + 7 * (size_t)K), xv);                                     \
+#define BD_R8()                                               \
+    do {                                                      \
+        __m512bh xv = LD(x);                                  \
+        a0 = _mm512_dpbf16_ps(a0, LD(w), xv);                 \
+        a1 = _mm512_dpbf16_ps(a1, LD(w + K), xv);             \
+        a2 = _mm512_dpbf16_ps(a2, LD(w + 2 * (size_t)K), xv); \
+        a3 = _mm512_dpbf16_ps(a3, LD(w + 3 * (size_t)K), xv); \
+        a4 = _mm512_dpbf16_ps(a4, LD(w + 4 * (size_t)K), xv); \
+        a5 = _mm512_dpbf16_ps(a5, LD(w + 5 * (size_t)K), xv); \
+        a6 = _mm512_dpbf16_ps(a6, LD(w + 6 * (size_t)K), xv); \
+        a7 = _mm512_dpbf16_ps(a7, LD(w + 7 * (size_t)K), xv); \
     } while (0)
 
 SD_BF16DOT static void bd_rows8(float *y, const uint16_t *w, const uint16_t *x, int K)
@@ -253,30 +246,31 @@ SD_BF16DOT static float bd_dot1(const uint16_t *w, const uint16_t *x, int K)
  * accumulator array lives in registers. Each output is the canonical
  * sequence: full 32-element chunks in order, the zero-padded last chunk,
  * hsum16. y[t * ldy + r]. */
-#define BD_STEP(LD)                                                                               \
-    do {                                                                                          \
-        if (U <= 6) {                                                                             \
-            __m512bh xv[8];                                                                       \
+#define BD_STEP(LD)                                                                              \
+    do {                                                                                         \
+        if (U <= 6) {                                                                            \
+            __m512bh xv[8];                                                                      \
             _Pragma("GCC unroll 8") for (int u = 0; u < U; u++) xv[u] = LD(x + (size_t)u * ldx); \
-            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                               \
-                __m512bh wv = LD(w + (size_t)r * K);                                              \
-                _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)                              \
-                    acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv, xv[u]);                           \
-            }                                                                                     \
-        } else {                                                                                  \
-            __m512bh wv[8];                                                                       \
-            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) wv[r] = LD(w + (size_t)r * K);  \
-            _Pragma("GCC unroll 8") for (int u = 0; u < U; u++) {                               \
-                __m512bh xu = LD(x + (size_t)u * ldx);                                            \
-                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                              \
-                    acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xu);                           \
-            }                                                                                     \
-        }                                                                                         \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                  \
+            {                                                                                    \
+                __m512bh wv = LD(w + (size_t)r * K);                                             \
+                _Pragma("GCC unroll 8") for (int u = 0; u < U; u++) acc[r][u] =                  \
+                    _mm512_dpbf16_ps(acc[r][u], wv, xv[u]);                                      \
+            }                                                                                    \
+        } else {                                                                                 \
+            __m512bh wv[8];                                                                      \
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) wv[r] = LD(w + (size_t)r * K);   \
+            _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)                                  \
+            {                                                                                    \
+                __m512bh xu = LD(x + (size_t)u * ldx);                                           \
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r][u] =                  \
+                    _mm512_dpbf16_ps(acc[r][u], wv[r], xu);                                      \
+            }                                                                                    \
+        }                                                                                        \
     } while (0)
 
-SD_BF16DOT __attribute__((always_inline)) static inline void bd_tile_ru(float *y, int ldy, const uint16_t *w,
-                                                                        const uint16_t *x, int ldx, int K,
-                                                                        const int R, const int U)
+SD_BF16DOT __attribute__((always_inline)) static inline void
+bd_tile_ru(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, const int R, const int U)
 {
     __m512 acc[8][8];
 #pragma GCC unroll 8
@@ -287,7 +281,8 @@ SD_BF16DOT __attribute__((always_inline)) static inline void bd_tile_ru(float *y
 #define LDF(p) ((__m512bh)_mm512_loadu_si512((const void *)((p) + k)))
     for (; k + 32 <= K; k += 32) {
         /* the next tile's rows: short row streams defeat the hardware prefetcher */
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w + (size_t)(2 * R + r) * K + k), _MM_HINT_T0);
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+            _mm_prefetch((const char *)(w + (size_t)(2 * R + r) * K + k), _MM_HINT_T0);
         BD_STEP(LDF);
     }
 #undef LDF
@@ -306,20 +301,21 @@ SD_BF16DOT __attribute__((always_inline)) static inline void bd_tile_ru(float *y
 
 /* Rows r0..r1 against U <= 8 tokens: 4-row tiles (3-row for 7-8 tokens),
  * single rows for the remainder. */
-#define BD_TILES(RR, UU)                                                                          \
-    do {                                                                                          \
+#define BD_TILES(RR, UU)                                                                            \
+    do {                                                                                            \
         for (; r + RR <= r1; r += RR) bd_tile_ru(y + r, ldy, w + (size_t)r * K, x, ldx, K, RR, UU); \
-        for (; r < r1; r++) bd_tile_ru(y + r, ldy, w + (size_t)r * K, x, ldx, K, 1, UU);           \
+        for (; r < r1; r++) bd_tile_ru(y + r, ldy, w + (size_t)r * K, x, ldx, K, 1, UU);            \
     } while (0)
 
-SD_BF16DOT static void bd_block(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int r0,
-                                int r1, int U)
+SD_BF16DOT static void bd_block(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int r0, int r1,
+                                int U)
 {
     int r = r0;
     switch (U) {
-    case 1: for (; r + 8 <= r1; r += 8) bd_rows8(y + r, w + (size_t)r * K, x, K);
-            for (; r < r1; r++) y[r] = bd_dot1(w + (size_t)r * K, x, K);
-            break;
+    case 1:
+        for (; r + 8 <= r1; r += 8) bd_rows8(y + r, w + (size_t)r * K, x, K);
+        for (; r < r1; r++) y[r] = bd_dot1(w + (size_t)r * K, x, K);
+        break;
     case 2: BD_TILES(4, 2); break;
     case 3: BD_TILES(4, 3); break;
     case 4: BD_TILES(4, 4); break;
@@ -334,8 +330,7 @@ SD_BF16DOT static void bd_block(float *y, int ldy, const uint16_t *w, const uint
 /* R rows x U tokens with bf16 x (rows of ldx elements); y[t * ldy + r].
  * Tokens go in balanced groups of at most 7 (3 x 8 tiles measured slower than 4 + 4), rows in bands of 64 so a
  * band's weights stay in L1/L2 while every group passes over them. */
-SD_BF16DOT static void bd_tile(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R,
-                               int U)
+SD_BF16DOT static void bd_tile(float *y, int ldy, const uint16_t *w, const uint16_t *x, int ldx, int K, int R, int U)
 {
     int groups = (U + 6) / 7;
     for (int r0 = 0; r0 < R; r0 += 64) {

@@ -33,7 +33,10 @@ float sd_dot_f32(const float *a, const float *b, int K);
 /* Exact bf16 -> f32. */
 static inline float sd_bf16_to_f32(uint16_t h)
 {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
     return v.f;
 }
 

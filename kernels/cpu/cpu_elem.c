@@ -32,7 +32,10 @@ SD_AVX2 static void to_bf16_avx2(uint16_t *dst, const float *src, size_t n)
         _mm_storeu_si128((__m128i *)(dst + i), packed);
     }
     for (; i < n; i++) {
-        union { float f; uint32_t u; } v = {.f = sd_round_bf16(src[i])};
+        union {
+            float f;
+            uint32_t u;
+        } v = {.f = sd_round_bf16(src[i])};
         dst[i] = (uint16_t)(v.u >> 16);
     }
 }
@@ -53,17 +56,17 @@ void sd_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } v = {.f = sd_round_bf16(src[i])};
+        union {
+            float f;
+            uint32_t u;
+        } v = {.f = sd_round_bf16(src[i])};
         dst[i] = (uint16_t)(v.u >> 16);
     }
 }
 
 /* ------------------------------------------------------ elementwise rows */
 
-SD_AVX2 static inline __m256 rne8(__m256 v)
-{
-    return _mm256_castsi256_ps(rne_bits(v));
-}
+SD_AVX2 static inline __m256 rne8(__m256 v) { return _mm256_castsi256_ps(rne_bits(v)); }
 
 SD_AVX2 static void silu_mul_avx2(float *y, const float *g, const float *u, size_t n, int bf16)
 {
@@ -278,8 +281,7 @@ SD_AVX2 static void keep_weights_avx2(const float *x, int n, float mx, float flo
         __m256 r = _mm256_blendv_ps(_mm256_and_ps(wv, keep), one, _mm256_cmp_ps(xv, mv, _CMP_EQ_OQ));
         _mm256_storeu_ps(w + i, r);
     }
-    for (; i < n; i++)
-        w[i] = x[i] == mx ? 1.0f : x[i] != -INFINITY && w[i] > 0.0f && w[i] >= floor ? w[i] : 0.0f;
+    for (; i < n; i++) w[i] = x[i] == mx ? 1.0f : x[i] != -INFINITY && w[i] > 0.0f && w[i] >= floor ? w[i] : 0.0f;
 }
 
 void sd_keep_weights(const float *x, int n, float mx, float floor, float *w)

@@ -17,7 +17,7 @@ void sd_cpu_isa_init(void)
     sd_isa_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     sd_isa_avx512 = sd_isa_avx2 && __builtin_cpu_supports("avx512f");
     sd_isa_bf16dot = sd_isa_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
     sd_isa_amx = sd_isa_bf16dot && sd_amx_available();
     g_inited = true;
 }
@@ -35,7 +35,11 @@ int sd_cpu_isa_set_level(int level)
 const char *sd_cpu_isa_name(void)
 {
     sd_cpu_isa_init();
-    return sd_isa_amx ? "amx-bf16" : sd_isa_bf16dot ? "avx512-bf16" : sd_isa_avx512 ? "avx512" : sd_isa_avx2 ? "avx2" : "scalar";
+    return sd_isa_amx       ? "amx-bf16"
+           : sd_isa_bf16dot ? "avx512-bf16"
+           : sd_isa_avx512  ? "avx512"
+           : sd_isa_avx2    ? "avx2"
+                            : "scalar";
 }
 int sd_cpu_has_bf16dot(void)
 {

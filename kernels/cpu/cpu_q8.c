@@ -16,10 +16,8 @@ static int q8_path(void)
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vnni"))
             g_path = sd_amx_int8_available() ? 3 : 2;
-        else if (__builtin_cpu_supports("avx2"))
-            g_path = 1;
-        else
-            g_path = 0;
+        else if (__builtin_cpu_supports("avx2")) g_path = 1;
+        else g_path = 0;
     }
     return g_path;
 }
@@ -79,8 +77,8 @@ __attribute__((target("avx2"))) static float quant_row_avx2(const float *v, int 
     for (k = 0; k + 8 <= K; k += 8) {
         __m256 f = _mm256_mul_ps(_mm256_loadu_ps(v + k), iv);
         if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q))) return quant_row(v, K, q);
-        __m256i r = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(127)),
-                                     _mm256_set1_epi32(-127));
+        __m256i r =
+            _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
         __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
         _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
     }
@@ -99,15 +97,12 @@ void sd_q8_quantize_x(const float *x, int T, int K, int ldx, int8_t *xq, float *
                      : quant_row(x + (size_t)t * ldx, K, xq + (size_t)t * K);
 }
 
-static inline float q8_out(int32_t acc, float ws, float xs)
-{
-    return ((float)acc * ws) * xs;
-}
+static inline float q8_out(int32_t acc, float ws, float xs) { return ((float)acc * ws) * xs; }
 
 /* ---------------------------------------------------------------- scalar */
 
-static void tile_scalar(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
-                        const int8_t *xq, const float *xs, int K, int R, int U)
+static void tile_scalar(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
+                        const float *xs, int K, int R, int U)
 {
     (void)wsum;
     for (int t = 0; t < U; t++)
@@ -135,31 +130,32 @@ __attribute__((target("avx2"))) static inline int32_t hsum_epi32_256(__m256i v)
  * registers): each 16-byte weight chunk is widened once for all UU tokens;
  * the next rows are prefetched (short parallel streams outrun the hardware
  * prefetcher). Integer sums are exact: any tiling gives the same results. */
-#define SD_Q8_RU(NAME, RR, UU)                                                                     \
-    SD_Q8AVX2 static inline void NAME(float *y, int ldy, const int8_t *wq, const float *ws,        \
-                                      const int8_t *xq, const float *xs, int K)                    \
-    {                                                                                              \
-        __m256i a[RR][UU];                                                                         \
-        _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++)                                       \
-            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) a[r][u] = _mm256_setzero_si256(); \
-        int k = 0;                                                                                 \
-        for (; k + 16 <= K; k += 16) {                                                             \
-            __m256i xv[UU];                                                                        \
-            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++)                                   \
-                xv[u] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)u * K + k))); \
-            _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++) {                                 \
-                if (!(k & 63)) _mm_prefetch((const char *)(wq + (size_t)(RR + r) * K + k), _MM_HINT_T0); \
-                __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + (size_t)r * K + k))); \
-                _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++)                               \
-                    a[r][u] = _mm256_add_epi32(a[r][u], _mm256_madd_epi16(wv, xv[u]));             \
-            }                                                                                      \
-        }                                                                                          \
-        _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++)                                       \
-            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) {                                 \
-                int32_t s = hsum_epi32_256(a[r][u]);                                               \
-                for (int kk = k; kk < K; kk++) s += (int32_t)wq[(size_t)r * K + kk] * xq[(size_t)u * K + kk]; \
-                y[(size_t)u * ldy + r] = q8_out(s, ws[r], xs[u]);                                  \
-            }                                                                                      \
+#define SD_Q8_RU(NAME, RR, UU)                                                                                    \
+    SD_Q8AVX2 static inline void NAME(float *y, int ldy, const int8_t *wq, const float *ws, const int8_t *xq,     \
+                                      const float *xs, int K)                                                     \
+    {                                                                                                             \
+        __m256i a[RR][UU];                                                                                        \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++) _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) \
+            a[r][u] = _mm256_setzero_si256();                                                                     \
+        int k = 0;                                                                                                \
+        for (; k + 16 <= K; k += 16) {                                                                            \
+            __m256i xv[UU];                                                                                       \
+            _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) xv[u] =                                          \
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)u * K + k)));                 \
+            _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++)                                                  \
+            {                                                                                                     \
+                if (!(k & 63)) _mm_prefetch((const char *)(wq + (size_t)(RR + r) * K + k), _MM_HINT_T0);          \
+                __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + (size_t)r * K + k)));    \
+                _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) a[r][u] =                                    \
+                    _mm256_add_epi32(a[r][u], _mm256_madd_epi16(wv, xv[u]));                                      \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RR; r++) _Pragma("GCC unroll 4") for (int u = 0; u < UU; u++) \
+        {                                                                                                         \
+            int32_t s = hsum_epi32_256(a[r][u]);                                                                  \
+            for (int kk = k; kk < K; kk++) s += (int32_t)wq[(size_t)r * K + kk] * xq[(size_t)u * K + kk];         \
+            y[(size_t)u * ldy + r] = q8_out(s, ws[r], xs[u]);                                                     \
+        }                                                                                                         \
     }
 
 SD_Q8_RU(q8_81, 8, 1)
@@ -210,10 +206,9 @@ SD_VNNI static inline __m512i ldx_u8(const int8_t *p, __mmask64 m)
 }
 
 /* R rows x U tokens; R * U accumulators in registers. */
-SD_VNNI __attribute__((always_inline)) static inline void vnni_ru(float *y, int ldy, const int8_t *wq,
-                                                                   const float *ws, const int32_t *wsum,
-                                                                   const int8_t *xq, const float *xs, int K,
-                                                                   const int R, const int U)
+SD_VNNI __attribute__((always_inline)) static inline void vnni_ru(float *y, int ldy, const int8_t *wq, const float *ws,
+                                                                  const int32_t *wsum, const int8_t *xq,
+                                                                  const float *xs, int K, const int R, const int U)
 {
     __m512i acc[8][4];
 #pragma GCC unroll 8
@@ -240,14 +235,14 @@ SD_VNNI __attribute__((always_inline)) static inline void vnni_ru(float *y, int 
             y[(size_t)u * ldy + r] = q8_out(_mm512_reduce_add_epi32(acc[r][u]) - 128 * wsum[r], ws[r], xs[u]);
 }
 
-#define VNNI_ROWS(RR, UU)                                                                          \
-    do {                                                                                           \
-        for (; r + RR <= R; r += RR)                                                               \
-            vnni_ru(y + (size_t)t * ldy + r, ldy, wq + (size_t)r * K, ws + r, wsum + r,            \
-                    xq + (size_t)t * K, xs + t, K, RR, UU);                                        \
-        for (; r < R; r++)                                                                         \
-            vnni_ru(y + (size_t)t * ldy + r, ldy, wq + (size_t)r * K, ws + r, wsum + r,            \
-                    xq + (size_t)t * K, xs + t, K, 1, UU);                                         \
+#define VNNI_ROWS(RR, UU)                                                                                              \
+    do {                                                                                                               \
+        for (; r + RR <= R; r += RR)                                                                                   \
+            vnni_ru(y + (size_t)t * ldy + r, ldy, wq + (size_t)r * K, ws + r, wsum + r, xq + (size_t)t * K, xs + t, K, \
+                    RR, UU);                                                                                           \
+        for (; r < R; r++)                                                                                             \
+            vnni_ru(y + (size_t)t * ldy + r, ldy, wq + (size_t)r * K, ws + r, wsum + r, xq + (size_t)t * K, xs + t, K, \
+                    1, UU);                                                                                            \
     } while (0)
 
 SD_VNNI static void tile_vnni_block(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum,
@@ -313,15 +308,9 @@ static void tile_amx(float *y, int ldy, const int8_t *wq, const float *ws, const
     sd_amx_tile_s8(wq, xp, K, R, U, emit_q8, &o);
 }
 
-bool sd_q8_wants_packed(int K, int U)
-{
-    return U > 1 && q8_path() == 3 && sd_amx_fits_s8(K);
-}
+bool sd_q8_wants_packed(int K, int U) { return U > 1 && q8_path() == 3 && sd_amx_fits_s8(K); }
 
-void sd_q8_pack(int8_t *dst, const int8_t *xq, int K, int U)
-{
-    sd_amx_pack_s8(dst, xq, K, K, U);
-}
+void sd_q8_pack(int8_t *dst, const int8_t *xq, int K, int U) { sd_amx_pack_s8(dst, xq, K, K, U); }
 
 void sd_q8_tile(float *y, int ldy, const int8_t *wq, const float *ws, const int32_t *wsum, const int8_t *xq,
                 const int8_t *xp, const float *xs, int K, int R, int U)

@@ -86,7 +86,6 @@ SD_AVX2 static inline __m256i rne_bits(__m256 v)
     return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), v, nan));
 }
 
-
 /* exp(x) as 8 lanes: n = rint(x·log2 e), r = x − n·ln2 (two steps), a
  * degree-6 polynomial, scaled by 2^n; x < −87.3 gives 0 and x is capped at
  * 88. Within 2 ulp of expf; the same operations for every element, so a
@@ -115,14 +114,13 @@ SD_AVX2 static inline __m256 exp8(__m256 x)
 #define SD_FMA(acc, wv, xp) acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp), acc)
 
 /* One canonical dot product. */
-#define SD_DOT1(NAME, WT, LOAD, TAIL)                                                             \
-    SD_AVX2 __attribute__((always_inline)) static inline float NAME(const WT *w, const float *x,  \
-                                                                    int K)                        \
-    {                                                                                             \
-        __m256 a = _mm256_setzero_ps();                                                           \
-        int k = 0;                                                                                \
-        for (; k + 8 <= K; k += 8) SD_FMA(a, LOAD(w + k), x + k);                                 \
-        return TAIL(hsum1(a), w, x, k, K);                                                        \
+#define SD_DOT1(NAME, WT, LOAD, TAIL)                                                                   \
+    SD_AVX2 __attribute__((always_inline)) static inline float NAME(const WT *w, const float *x, int K) \
+    {                                                                                                   \
+        __m256 a = _mm256_setzero_ps();                                                                 \
+        int k = 0;                                                                                      \
+        for (; k + 8 <= K; k += 8) SD_FMA(a, LOAD(w + k), x + k);                                       \
+        return TAIL(hsum1(a), w, x, k, K);                                                              \
     }
 
 SD_DOT1(dot1_f32, float, _mm256_loadu_ps, tail_f32)

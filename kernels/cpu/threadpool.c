@@ -16,9 +16,9 @@
 struct sd_pool {
     int n;
     pthread_t *threads;
-    atomic_uint gen;      /* bumped once per run */
-    atomic_int done;      /* workers finished in this run */
-    atomic_int sleeping;  /* workers blocked on cv */
+    atomic_uint gen;     /* bumped once per run */
+    atomic_int done;     /* workers finished in this run */
+    atomic_int sleeping; /* workers blocked on cv */
     atomic_bool stop;
     sd_pool_fn fn;
     void *ctx;
@@ -126,10 +126,7 @@ void sd_pool_run(sd_pool *p, sd_pool_fn fn, void *ctx)
     for (int spin = 0; atomic_load(&p->done) < p->n - 1; spin++) backoff(spin);
 }
 
-int sd_pool_size(const sd_pool *p)
-{
-    return p->n;
-}
+int sd_pool_size(const sd_pool *p) { return p->n; }
 
 void sd_pool_free(sd_pool *p)
 {

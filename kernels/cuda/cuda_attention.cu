@@ -19,8 +19,7 @@
 #define ATT_CHUNK 128   /* positions scored per step of the second pass */
 
 /* q · k_j with lane-strided partial sums and a butterfly (all lanes). */
-template <typename KV>
-__device__ __forceinline__ float att_dot(const float *qs, const KV *kr, int hd, int lane)
+template <typename KV> __device__ __forceinline__ float att_dot(const float *qs, const KV *kr, int hd, int lane)
 {
     float s = 0.0f;
     for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], kv_ld(kr + d), s);
@@ -91,8 +90,8 @@ __device__ __forceinline__ void att_chunk(const float *qs, const KV *kb, const K
  * the context and keeps bf16 rounding relative to the global max exact. */
 template <typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh,
-                 int nkv, int hd, int bs, float scale, int bf16)
+    attention_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh,
+                     int nkv, int hd, int bs, float scale, int bf16)
 {
     __shared__ float qs[SD_CU_MAX_HEAD_DIM];
     __shared__ float sc[ATT_CHUNK];
@@ -112,8 +111,7 @@ attention_kernel(float *out, const float *q, const KV *kc, const KV *vc, const i
 
     float acc0 = 0.0f, acc1 = 0.0f, sum = 0.0f;
     for (int j0 = 0; j0 < n; j0 += ATT_CHUNK)
-        att_chunk(qs, kb, vb, tab, kvd, bs, j0, min(ATT_CHUNK, n - j0), hd, scale, mx, bf16, sc, sl, sum, acc0,
-                  acc1);
+        att_chunk(qs, kb, vb, tab, kvd, bs, j0, min(ATT_CHUNK, n - j0), hd, scale, mx, bf16, sc, sl, sum, acc0, acc1);
     if (tid == 0) red[0] = sum;
     __syncthreads();
     sum = red[0];
@@ -122,9 +120,9 @@ attention_kernel(float *out, const float *q, const KV *kc, const KV *vc, const i
     if (tid + ATT_THREADS < hd) orow[tid + ATT_THREADS] = bf16 ? bf16r(acc1 / sum) : acc1 / sum;
 }
 
-extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const void *kc,
-                                       const void *vc, const int32_t *meta, int T, int nh, int nkv, int hd, int bs,
-                                       float scale, int bf16, int kv_bf16)
+extern "C" cudaError_t sd_cu_attention(cudaStream_t stream, float *out, const float *q, const void *kc, const void *vc,
+                                       const int32_t *meta, int T, int nh, int nkv, int hd, int bs, float scale,
+                                       int bf16, int kv_bf16)
 {
     if (hd > SD_CU_MAX_HEAD_DIM || nh > 65535) return cudaErrorInvalidValue;
     if (T <= 0) return cudaSuccess;
@@ -205,8 +203,7 @@ template <> struct kv8<float> {
 
 /* q · k over a position's LP lanes (8 values each, then a butterfly within
  * the LP-lane group), times scale: every lane of the group gets it. */
-template <int LP>
-__device__ __forceinline__ float as_score(const float *qg, const float *kf, float scale)
+template <int LP> __device__ __forceinline__ float as_score(const float *qg, const float *kf, float scale)
 {
     float s = 0.0f;
 #pragma unroll
@@ -220,18 +217,15 @@ __device__ __forceinline__ float as_score(const float *qg, const float *kf, floa
  * Blocks from there on hold none and write nothing; the PV pass and the
  * combine read the first ones only (the rest would add identities: -inf to
  * a maximum, zeros to sums that start from +0.0 — the same bits). */
-__device__ __forceinline__ int as_used(int n, int ch, int S)
-{
-    return min(S, (n + ch - 1) / ch);
-}
+__device__ __forceinline__ int as_used(int n, int ch, int S) { return min(S, (n + ch - 1) / ch); }
 
 /* A split block's results: each thread's maxima (pass 1) or sums and
  * accumulators (pass 2) combined over the warp's positions (a butterfly
  * over lanes with the same l), then over the warps in order, and written. */
 template <int LP, int GM, bool PV>
-__device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], float (&acc)[GM][PV ? 8 : 1],
-                                          float *red, float (*redg)[AS_GMAX], float *pmax, float *psum,
-                                          float *pacc, size_t head0, int z, int G, int hd, float *out, int bf16)
+__device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], float (&acc)[GM][PV ? 8 : 1], float *red,
+                                          float (*redg)[AS_GMAX], float *pmax, float *psum, float *pacc, size_t head0,
+                                          int z, int G, int hd, float *out, int bf16)
 {
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = lane / LP, l = lane % LP, S = (int)gridDim.z;
 #pragma unroll
@@ -256,8 +250,7 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
                     }
             __syncthreads();
         }
-    else
-        __syncthreads();
+    else __syncthreads();
     for (int g = tid; g < G; g += AS_THREADS) {
         float v = redg[0][g];
         for (int w = 1; w < AS_WARPS; w++) v = PV ? v + redg[w][g] : fmaxf(v, redg[w][g]);
@@ -279,8 +272,8 @@ __device__ __forceinline__ void as_finish(float (&mx)[GM], float (&sum)[GM], flo
  * head, split) block; GM >= G bounds the per-thread arrays. */
 template <typename KV, int LP, int GM, bool PV>
 __global__ void __launch_bounds__(AS_THREADS)
-att_split_pass(float *part, float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh,
-               int nkv, int hd, int bs, float scale, int bf16, int tiled)
+    att_split_pass(float *part, float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T,
+                   int nh, int nkv, int hd, int bs, float scale, int bf16, int tiled)
 {
     if (tiled && meta[2 * T + blockIdx.x] >= 0) return; /* a prefill row: att_tile_kernel's */
     constexpr int PPW = 32 / LP, STEP = AS_WARPS * PPW, CH = STEP * AS_UNROLL;
@@ -349,8 +342,8 @@ att_split_pass(float *part, float *out, const float *q, const KV *kc, const KV *
 }
 
 __global__ void __launch_bounds__(ATT_THREADS)
-att_split_combine(float *out, const float *part, const int32_t *meta, int T, int nh, int hd, int bf16, int tiled,
-                  int S, int ch)
+    att_split_combine(float *out, const float *part, const int32_t *meta, int T, int nh, int hd, int bf16, int tiled,
+                      int S, int ch)
 {
     int row = blockIdx.x, h = blockIdx.y;
     if (tiled && meta[2 * T + row] >= 0) return;
@@ -373,23 +366,21 @@ att_split_combine(float *out, const float *part, const int32_t *meta, int T, int
 
 typedef sd_cu_att_args att_args;
 
-template <typename KV, int LP, int GM>
-static void att_split_run(cudaStream_t stream, const att_args &a)
+template <typename KV, int LP, int GM> static void att_split_run(cudaStream_t stream, const att_args &a)
 {
     dim3 split((unsigned)a.T, (unsigned)a.nkv, (unsigned)a.splits), rows((unsigned)a.T, (unsigned)a.nh);
     const KV *kc = (const KV *)a.kc, *vc = (const KV *)a.vc;
     const int ch = AS_WARPS * (32 / LP) * AS_UNROLL; /* att_split_pass's CH */
     att_split_pass<KV, LP, GM, false><<<split, AS_THREADS, 0, stream>>>(a.part, a.out, a.q, kc, vc, a.meta, a.T, a.nh,
-                                                                         a.nkv, a.hd, a.bs, a.scale, a.bf16, a.tiled);
-    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(a.part, a.out, a.q, kc, vc, a.meta, a.T, a.nh,
                                                                         a.nkv, a.hd, a.bs, a.scale, a.bf16, a.tiled);
+    att_split_pass<KV, LP, GM, true><<<split, AS_THREADS, 0, stream>>>(a.part, a.out, a.q, kc, vc, a.meta, a.T, a.nh,
+                                                                       a.nkv, a.hd, a.bs, a.scale, a.bf16, a.tiled);
     att_split_combine<<<rows, ATT_THREADS, 0, stream>>>(a.out, a.part, a.meta, a.T, a.nh, a.hd, a.bf16, a.tiled,
                                                         a.splits, ch);
 }
 
 /* The instance for G (query heads a KV head): GM = 2, 4 or 8 >= G. */
-template <typename KV, int LP>
-static void att_split_g(cudaStream_t stream, const att_args &a)
+template <typename KV, int LP> static void att_split_g(cudaStream_t stream, const att_args &a)
 {
     int G = a.nh / a.nkv;
     if (G <= 2) att_split_run<KV, LP, 2>(stream, a);
@@ -398,8 +389,7 @@ static void att_split_g(cudaStream_t stream, const att_args &a)
 }
 
 /* The instance for hd (LP = hd / 8 lanes a position); false when none. */
-template <typename KV>
-static bool att_split_launch(cudaStream_t stream, const att_args &a)
+template <typename KV> static bool att_split_launch(cudaStream_t stream, const att_args &a)
 {
     if (a.nh / a.nkv > AS_GMAX) return false;
     switch (a.hd) {
@@ -438,8 +428,8 @@ static bool att_split_launch(cudaStream_t stream, const att_args &a)
  * warp takes 4 query vectors, 8 lanes each with 2 positions; the running
  * maximum (mrow) and sum of the unrounded p_j (lrow) move on, corr gets the
  * factor exp(m_old - m_new) the accumulators take. Called by every thread. */
-__device__ __forceinline__ void at_softmax_step(float (*ps)[AT_TK + 1], float *mrow, float *lrow, float *corr,
-                                                int nq, int bf16)
+__device__ __forceinline__ void at_softmax_step(float (*ps)[AT_TK + 1], float *mrow, float *lrow, float *corr, int nq,
+                                                int bf16)
 {
     int lane = threadIdx.x & 31, qi = (threadIdx.x >> 5) * 4 + (lane >> 3), j = (lane & 7) * 2;
     float s0 = ps[qi][j], s1 = ps[qi][j + 1], mx = fmaxf(s0, s1);
@@ -460,8 +450,8 @@ __device__ __forceinline__ void at_softmax_step(float (*ps)[AT_TK + 1], float *m
 
 template <typename KV, int HD>
 __global__ void __launch_bounds__(AT_THREADS)
-att_tile_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
-                int bs, float scale, int bf16)
+    att_tile_kernel(float *out, const float *q, const KV *kc, const KV *vc, const int32_t *meta, int T, int nh, int nkv,
+                    int bs, float scale, int bf16)
 {
     constexpr int QPT = AT_TQ * HD / AT_THREADS; /* accumulators a thread: query vectors at its d */
     __shared__ float qs[AT_TQ][HD + 1], ks[AT_TK][HD + 1], vs[AT_TK][HD], ps[AT_TQ][AT_TK + 1];
@@ -534,15 +524,13 @@ att_tile_kernel(float *out, const float *q, const KV *kc, const KV *vc, const in
     }
 }
 
-template <typename KV, int HD>
-static void att_tile_run(cudaStream_t stream, const att_args &a)
+template <typename KV, int HD> static void att_tile_run(cudaStream_t stream, const att_args &a)
 {
     att_tile_kernel<KV, HD><<<dim3((unsigned)a.T, (unsigned)a.nkv), AT_THREADS, 0, stream>>>(
         a.out, a.q, (const KV *)a.kc, (const KV *)a.vc, a.meta, a.T, a.nh, a.nkv, a.bs, a.scale, a.bf16);
 }
 
-template <typename KV>
-static void att_tile_launch(cudaStream_t stream, const att_args &a)
+template <typename KV> static void att_tile_launch(cudaStream_t stream, const att_args &a)
 {
     if (a.hd == 32) att_tile_run<KV, 32>(stream, a);
     else if (a.hd == 64) att_tile_run<KV, 64>(stream, a);
@@ -564,8 +552,8 @@ extern "C" cudaError_t sd_cu_attention_split(cudaStream_t stream, const sd_cu_at
     if (a->T <= 0) return cudaSuccess;
     bool done = a->kv_bf16 ? att_split_launch<uint16_t>(stream, *a) : att_split_launch<float>(stream, *a);
     if (!done)
-        return sd_cu_attention(stream, a->out, a->q, a->kc, a->vc, a->meta, a->T, a->nh, a->nkv, a->hd, a->bs,
-                               a->scale, a->bf16, a->kv_bf16);
+        return sd_cu_attention(stream, a->out, a->q, a->kc, a->vc, a->meta, a->T, a->nh, a->nkv, a->hd, a->bs, a->scale,
+                               a->bf16, a->kv_bf16);
     if (a->tiled) {
         if (a->kv_bf16) att_tile_launch<uint16_t>(stream, *a);
         else att_tile_launch<float>(stream, *a);

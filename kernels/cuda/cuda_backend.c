@@ -34,24 +34,24 @@ static void probe_lost(void)
 }
 
 /* Logs file:line and returns SD_ERR_DEVICE from the enclosing function. */
-#define SD_CUDA_CHECK(call)                                                                              \
-    do {                                                                                                 \
-        cudaError_t e_ = (call);                                                                         \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, cudaGetErrorName(e_),      \
-                    cudaGetErrorString(e_));                                                             \
-            probe_lost();                                                                                \
-            return SD_ERR_DEVICE;                                                                        \
-        }                                                                                                \
+#define SD_CUDA_CHECK(call)                                                                         \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, cudaGetErrorName(e_), \
+                    cudaGetErrorString(e_));                                                        \
+            probe_lost();                                                                           \
+            return SD_ERR_DEVICE;                                                                   \
+        }                                                                                           \
     } while (0)
 
-#define SD_CUBLAS_CHECK(call)                                                                            \
-    do {                                                                                                 \
-        cublasStatus_t s_ = (call);                                                                      \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                               \
+#define SD_CUBLAS_CHECK(call)                                                                           \
+    do {                                                                                                \
+        cublasStatus_t s_ = (call);                                                                     \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                              \
             fprintf(stderr, "%s:%d: cuBLAS error %s\n", __FILE__, __LINE__, cublasGetStatusString(s_)); \
-            return SD_ERR_DEVICE;                                                                        \
-        }                                                                                                \
+            return SD_ERR_DEVICE;                                                                       \
+        }                                                                                               \
     } while (0)
 
 /* Elements converted per staging round at upload. */
@@ -69,7 +69,7 @@ static void probe_lost(void)
 typedef struct graph_entry {
     const void *owner; /* the model (one backend may run a target and a drafter) */
     int T;
-    int seen;          /* passes seen; -1: recording failed, always eager */
+    int seen; /* passes seen; -1: recording failed, always eager */
     cudaGraphExec_t exec;
 } graph_entry;
 
@@ -86,31 +86,31 @@ typedef struct cuda_impl {
     const float *xbf_of; /* the activations xbf holds as bf16 ([xbf_n]; NULL: none): set by rmsnorm, a SwiGLU
                           * epilogue or a conversion, forgotten by every other op (cu) and by writes to them */
     size_t xbf_n;
-    int fuse;            /* default mode: packed q/k/v and gate/up weights read by one cuBLAS GEMM with one
+    int fuse;    /* default mode: packed q/k/v and gate/up weights read by one cuBLAS GEMM with one
                           * epilogue, bf16 copies of rmsnorm and SwiGLU outputs (default on; SD_CUDA_FUSE=0 off) */
-    float *ycat;         /* device [ycat_cap bytes] a packed group's GEMM result */
+    float *ycat; /* device [ycat_cap bytes] a packed group's GEMM result */
     size_t ycat_cap;
-    int32_t *meta;       /* device [meta_cap] attention rows + block tables */
+    int32_t *meta; /* device [meta_cap] attention rows + block tables */
     size_t meta_cap;
-    int32_t *h_meta;     /* host staging of the next meta [h_meta_cap] */
-    int32_t *h_last;     /* host copy of what meta holds now [h_meta_cap] */
+    int32_t *h_meta; /* host staging of the next meta [h_meta_cap] */
+    int32_t *h_last; /* host copy of what meta holds now [h_meta_cap] */
     size_t h_meta_cap;
-    size_t last_len;     /* elements of h_last (0: meta holds nothing) */
-    int32_t *amax;       /* device [amax_cap] argmax results */
+    size_t last_len; /* elements of h_last (0: meta holds nothing) */
+    int32_t *amax;   /* device [amax_cap] argmax results */
     size_t amax_cap;
-    void *blas_ws;       /* device [CUBLAS_WORKSPACE] */
-    int graphs_on;       /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
-    int attn_split;      /* attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 off) */
-    int gemv;            /* the GEMV kernel for the default mode's passes of up to 8 rows instead of cuBLAS
+    void *blas_ws;   /* device [CUBLAS_WORKSPACE] */
+    int graphs_on;   /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
+    int attn_split;  /* attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 off) */
+    int gemv;        /* the GEMV kernel for the default mode's passes of up to 8 rows instead of cuBLAS
                           * (default off: slower on an H200; SD_CUDA_GEMV=1 on) */
-    int attn_splits;     /* blocks a row and KV head in the split attention (SD_CUDA_ATTN_SPLITS, default 32) */
-    int attn_tile;       /* with attn_split, prefill chunks' rows tiled outside batch-invariant mode (default
+    int attn_splits; /* blocks a row and KV head in the split attention (SD_CUDA_ATTN_SPLITS, default 32) */
+    int attn_tile;   /* with attn_split, prefill chunks' rows tiled outside batch-invariant mode (default
                           * on; SD_CUDA_ATTN_TILE=0 off) */
-    float *att_part;     /* device [att_part_cap bytes] the split attention's partial results */
+    float *att_part; /* device [att_part_cap bytes] the split attention's partial results */
     size_t att_part_cap;
     graph_entry graphs[GRAPH_MAX];
     int n_graphs;
-    graph_entry *rec;    /* being recorded */
+    graph_entry *rec; /* being recorded */
 } cuda_impl;
 
 static const sd_backend_ops cuda_ops;
@@ -208,7 +208,10 @@ static sd_status upload_bf16(cuda_impl *im, const sd_tensor *t, uint16_t *dev, s
         size_t m = n - i < chunk ? n - i : chunk;
         sd_convert_to_f32(t->dtype, (const char *)t->data + i * esz, f, m);
         for (size_t j = 0; j < m; j++) {
-            union { float f; uint32_t u; } v = {.f = sd_round_bf16(f[j])};
+            union {
+                float f;
+                uint32_t u;
+            } v = {.f = sd_round_bf16(f[j])};
             h[j] = f[j] != f[j] ? (uint16_t)0x7fc0u : (uint16_t)(v.u >> 16); /* keep NaN a NaN */
         }
         cudaError_t e = cudaMemcpyAsync(dev + i, h, m * 2, cudaMemcpyHostToDevice, im->stream);
@@ -249,8 +252,8 @@ static sd_status cuda_upload(sd_backend *be, const sd_tensor *t, sd_weight *w, c
     void *dev = NULL;
     cudaError_t e = cudaMalloc(&dev, n * (is_matrix ? 2 : 4) + 16);
     if (e != cudaSuccess)
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: device allocation of %zu elements: %s", t->name,
-                         n, cudaGetErrorString(e));
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: device allocation of %zu elements: %s", t->name, n,
+                         cudaGetErrorString(e));
     sd_status st = is_matrix ? upload_bf16(im, t, dev, n) : upload_f32(im, t, dev, n);
     if (st != SD_OK) {
         cudaFree(dev);
@@ -358,8 +361,8 @@ static sd_status residual_norm(cuda_impl *im, float *y, const float *bias, int T
     uint16_t *ybf = NULL; /* xbf is this GEMM's input: grow_dev waits for it before moving it */
     if (grow_dev(im, (void **)&im->xbf, &im->xbf_cap, n * sizeof(uint16_t)) == SD_OK) ybf = im->xbf;
     im->xbf_of = NULL;
-    SD_CUDA_CHECK(sd_cu_residual_norm(im->stream, y, bias, nf->res, T, N, bf16, nf->norm->data, nf->eps, nf->norm_y,
-                                      ybf));
+    SD_CUDA_CHECK(
+        sd_cu_residual_norm(im->stream, y, bias, nf->res, T, N, bf16, nf->norm->data, nf->eps, nf->norm_y, ybf));
     if (ybf) {
         im->xbf_of = nf->norm_y;
         im->xbf_n = n;
@@ -376,9 +379,8 @@ static sd_status gemm_cublas(cuda_impl *im, float *y, const sd_weight *w, const 
 {
     int N = w->rows, K = w->cols;
     const float one = 1.0f, zero = 0.0f;
-    SD_CUBLAS_CHECK(cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w->data, CUDA_R_16BF, K,
-                                 im->xbf, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
+    SD_CUBLAS_CHECK(cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w->data, CUDA_R_16BF, K, im->xbf,
+                                 CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (nf) return residual_norm(im, y, bias, T, N, bf16, nf);
     if (bias || bf16 || res) SD_CUDA_CHECK(sd_cu_bias_round(im->stream, y, bias, res, T, N, bf16));
     return SD_OK;
@@ -405,8 +407,7 @@ static bool tc_fast(const cuda_impl *im, const float *x, int T, int K, int bf16)
 /* Whether the default mode's matmul of T rows over K columns runs the GEMV
  * kernel (sd_cu_gemv) instead of cuBLAS: bf16 activations, T <= 8, K a
  * multiple of 8, x and every weight aligned for 16-byte loads. */
-static bool gemv_takes(const cuda_impl *im, const float *x, int T, int K, int bf16, const sd_weight *const *w,
-                       int n)
+static bool gemv_takes(const cuda_impl *im, const float *x, int T, int K, int bf16, const sd_weight *const *w, int n)
 {
     if (!im->gemv || im->batch_invariant || !bf16 || T > SD_CU_GEMV_MAX_T || K % 8 != 0 || ((uintptr_t)x & 15u))
         return false;
@@ -547,8 +548,8 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
     const sd_mm_fused *nf = res && f->norm && im->fuse ? f : NULL;
     bool normed = false;
     sd_status st = SD_OK;
-    bool grouped = (im->batch_invariant || tc_fast(im, x, T, f->w[0]->cols, bf16)) &&
-                   gemm_tc_group(im, f, x, T, bf16, &st);
+    bool grouped =
+        (im->batch_invariant || tc_fast(im, x, T, f->w[0]->cols, bf16)) && gemm_tc_group(im, f, x, T, bf16, &st);
     bool whole = false, shadow = false; /* whole: the packed path ran the group, silu_mul included */
     if (!grouped && !im->batch_invariant && im->fuse && packed(f) &&
         !gemv_takes(im, x, T, f->w[0]->cols, bf16, f->w, f->n)) {
@@ -627,8 +628,8 @@ static void cuda_rope(sd_backend *be, float *x, const float *cs, const float *sn
     launched(im, sd_cu_rope(im->stream, x, cs, sn, T, nh, hd, bf16), "rope", __LINE__);
 }
 
-static void cuda_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots,
-                          int T, int kv_dim)
+static void cuda_kv_write(sd_backend *be, sd_kv_layer *kv, const float *k, const float *v, const int32_t *slots, int T,
+                          int kv_dim)
 {
     cuda_impl *im = cu(be);
     int kvb = kv->dtype == SD_DTYPE_BF16;
@@ -640,9 +641,20 @@ static void cuda_qk_rope_kv(sd_backend *be, const sd_qk_rope_kv *a)
 {
     cuda_impl *im = cu(be);
     int kvb = a->kv->dtype == SD_DTYPE_BF16, hd = a->head_dim;
-    sd_cu_qkrk k = {.q = a->q, .k = a->k, .v = a->v, .qn = a->q_norm ? a->q_norm->data : NULL,
-                    .kn = a->k_norm ? a->k_norm->data : NULL, .cs = a->cos, .sn = a->sin, .slots = a->slots,
-                    .eps = a->eps, .T = a->T, .nh = a->n_heads, .nkv = a->n_kv_heads, .hd = hd, .bf16 = a->bf16};
+    sd_cu_qkrk k = {.q = a->q,
+                    .k = a->k,
+                    .v = a->v,
+                    .qn = a->q_norm ? a->q_norm->data : NULL,
+                    .kn = a->k_norm ? a->k_norm->data : NULL,
+                    .cs = a->cos,
+                    .sn = a->sin,
+                    .slots = a->slots,
+                    .eps = a->eps,
+                    .T = a->T,
+                    .nh = a->n_heads,
+                    .nkv = a->n_kv_heads,
+                    .hd = hd,
+                    .bf16 = a->bf16};
     if (im->fuse && hd <= SD_CU_MAX_HEAD_DIM) {
         launched(im, sd_cu_qk_rope_kv(im->stream, &k, a->kv->k, a->kv->v, kvb), "qk_rope_kv", __LINE__);
         return;
@@ -717,8 +729,7 @@ static sd_status put_meta(cuda_impl *im, const sd_attn_seq *seqs, int n_seqs, in
         st = grow_dev(im, (void **)&im->meta, &im->meta_cap, len * sizeof(int32_t));
         if (st != SD_OK) return st;
         /* pageable source: staged before return, so h_meta may be rewritten */
-        SD_CUDA_CHECK(
-            cudaMemcpyAsync(im->meta, im->h_meta, len * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
+        SD_CUDA_CHECK(cudaMemcpyAsync(im->meta, im->h_meta, len * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream));
         int32_t *t = im->h_last;
         im->h_last = im->h_meta;
         im->h_meta = t;
@@ -758,17 +769,29 @@ static sd_status cuda_attention(sd_backend *be, float *out, const float *q, cons
     }
     /* sized by T and the heads only, at least for every T a graph is recorded for (growing drops
      * the graphs): the first (eager) pass of a T grows it, never a recording one */
-    size_t part = sd_cu_attention_split_floats(T > GRAPH_MAX_T ? T : GRAPH_MAX_T, sh->n_heads, sh->head_dim,
-                                               im->attn_splits) *
-                  sizeof(float);
+    size_t part =
+        sd_cu_attention_split_floats(T > GRAPH_MAX_T ? T : GRAPH_MAX_T, sh->n_heads, sh->head_dim, im->attn_splits) *
+        sizeof(float);
     if ((st = grow_dev(im, (void **)&im->att_part, &im->att_part_cap, part)) != SD_OK) return st;
     /* prefill rows tiled: decided by T and the shape only (a recorded pass replays any batch of its T) */
     int tiled = im->attn_tile && !im->batch_invariant && T >= SD_CU_TILE_MIN_ROWS &&
                 sd_cu_attention_tile_rows(sh->n_heads, sh->n_kv_heads, sh->head_dim) > 0;
-    sd_cu_att_args a = {.out = out, .q = q, .kc = kv->k, .vc = kv->v, .meta = im->meta, .part = im->att_part,
-                        .T = T, .nh = sh->n_heads, .nkv = sh->n_kv_heads, .hd = sh->head_dim,
-                        .bs = sh->block_size, .scale = sh->scale, .bf16 = sh->bf16, .kv_bf16 = kvb,
-                        .tiled = tiled, .splits = im->attn_splits};
+    sd_cu_att_args a = {.out = out,
+                        .q = q,
+                        .kc = kv->k,
+                        .vc = kv->v,
+                        .meta = im->meta,
+                        .part = im->att_part,
+                        .T = T,
+                        .nh = sh->n_heads,
+                        .nkv = sh->n_kv_heads,
+                        .hd = sh->head_dim,
+                        .bs = sh->block_size,
+                        .scale = sh->scale,
+                        .bf16 = sh->bf16,
+                        .kv_bf16 = kvb,
+                        .tiled = tiled,
+                        .splits = im->attn_splits};
     SD_CUDA_CHECK(sd_cu_attention_split(im->stream, &a));
     return SD_OK;
 }
@@ -967,8 +990,7 @@ static sd_status cuda_init(cuda_impl *im, char *err, size_t errlen)
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(im->blas, im->stream);
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetWorkspace(im->blas, im->blas_ws, CUBLAS_WORKSPACE);
     if (s != CUBLAS_STATUS_SUCCESS)
-        return sd_seterr(err, errlen, SD_ERR_DEVICE, "cuBLAS on device %d: %s", im->device,
-                         cublasGetStatusString(s));
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "cuBLAS on device %d: %s", im->device, cublasGetStatusString(s));
     const char *g = getenv("SD_CUDA_GRAPHS");
     im->graphs_on = !(g && strcmp(g, "0") == 0);
     const char *a = getenv("SD_CUDA_ATTN_SPLIT");
@@ -1012,10 +1034,7 @@ sd_status sd_backend_cuda_new(int device, sd_backend **out, char *err, size_t er
     return SD_OK;
 }
 
-int sd_backend_is_cuda(const sd_backend *be)
-{
-    return be && be->ops == &cuda_ops;
-}
+int sd_backend_is_cuda(const sd_backend *be) { return be && be->ops == &cuda_ops; }
 
 sd_status sd_cuda_set_batch_invariant(sd_backend *be, int on)
 {
@@ -1113,8 +1132,8 @@ sd_status sd_cuda_argmax(sd_backend *be, const float *logits_dev, int rows, int 
     sd_status st = grow_dev(im, (void **)&im->amax, &im->amax_cap, need);
     if (st != SD_OK) return st;
     SD_CUDA_CHECK(sd_cu_argmax(im->stream, im->amax, logits_dev, rows, vocab));
-    SD_CUDA_CHECK(cudaMemcpyAsync(out_host, im->amax, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                  im->stream));
+    SD_CUDA_CHECK(
+        cudaMemcpyAsync(out_host, im->amax, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost, im->stream));
     SD_CUDA_CHECK(cudaStreamSynchronize(im->stream));
     return SD_OK;
 }

@@ -26,10 +26,7 @@ __device__ __forceinline__ float bf16r(float f)
     return __uint_as_float(u);
 }
 
-__device__ __forceinline__ float bf16_to_f32(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 /* Butterfly sum: every lane ends with the same value (a+b == b+a). */
 __device__ __forceinline__ float warp_sum(float v)

@@ -27,7 +27,6 @@ extern "C" cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const flo
     return cudaGetLastError();
 }
 
-
 /* CPU reference: add_range() in cpu_backend.c. y, x: [n] */
 __global__ void add_kernel(float *y, const float *x, size_t n, int bf16)
 {
@@ -134,4 +133,3 @@ extern "C" cudaError_t sd_cu_read(cudaStream_t stream, void *out, const void *in
     read_kernel<<<(unsigned)(sms > 0 ? sms * 8 : 1024), 256, 0, stream>>>((uint4 *)out, (const uint4 *)in, n);
     return cudaGetLastError();
 }
-

@@ -17,7 +17,6 @@
 
 /* ---------------------------------------------------------- conversion */
 
-
 __global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -91,8 +90,8 @@ __device__ __forceinline__ void load8_f32(const float *p, float *f, int vec)
  * feature n; lane l accumulates the 8-element chunks l, l+32, l+64, ... of
  * the row in order (fma), then lane l < K%8 adds tail element K8+l, then a
  * butterfly warp sum. That order depends on K alone: batch-invariant. */
-__global__ void gemm_bf16_kernel(float *y, const float *x, const uint16_t *w, const float *bias, int T, int N,
-                                 int K, int bf16, int vec)
+__global__ void gemm_bf16_kernel(float *y, const float *x, const uint16_t *w, const float *bias, int T, int N, int K,
+                                 int bf16, int vec)
 {
     int lane = threadIdx.x & 31;
     int n = blockIdx.y * GEMM_WARPS + (threadIdx.x >> 5);
@@ -416,8 +415,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32) gemv_kernel(tc_job job, const f
     }
 }
 
-template <int T>
-static void gemv_run(cudaStream_t stream, const tc_job &job, const float *x, int K, int bf16)
+template <int T> static void gemv_run(cudaStream_t stream, const tc_job &job, const float *x, int K, int bf16)
 {
     unsigned blocks = (unsigned)((job.first[job.n] + GV_WARPS - 1) / GV_WARPS);
     gemv_kernel<T><<<blocks, GV_WARPS * 32, 0, stream>>>(job, x, K, bf16);

@@ -26,19 +26,18 @@ cudaError_t sd_cu_f32_to_bf16(cudaStream_t stream, uint16_t *dst, const float *s
 /* y[T, N] = y + bias[N] (bias may be NULL), rounded to bf16 when bf16:
  * the epilogue of the cuBLAS matmul; then, when res is not NULL,
  * res[T, N] += y, rounded likewise (the add op fused). */
-cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, float *res, int T, int N,
-                             int bf16);
+cudaError_t sd_cu_bias_round(cudaStream_t stream, float *y, const float *bias, float *res, int T, int N, int bf16);
 
 /* Deterministic GEMM: y[T, N] = x[T, K] · W[N, K]^T (+ bias[N]), W bf16.
  * Each output element is reduced in one fixed order that depends on K
  * only, never on T: the batch-invariant matmul. */
-cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const float *x, const uint16_t *w,
-                            const float *bias, int T, int N, int K, int bf16);
+cudaError_t sd_cu_gemm_bf16(cudaStream_t stream, float *y, const float *x, const uint16_t *w, const float *bias, int T,
+                            int N, int K, int bf16);
 
 /* y[T, D] = rmsnorm(x[T, D]) * w[D] (y may equal x); ybf not NULL: y also
  * as bf16 bits [T, D] (sd_cu_f32_to_bf16's, for a matmul that reads y). */
-cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D,
-                          float eps, int bf16, uint16_t *ybf);
+cudaError_t sd_cu_rmsnorm(cudaStream_t stream, float *y, const float *x, const float *w, int T, int D, float eps,
+                          int bf16, uint16_t *ybf);
 
 /* sd_cu_bias_round with res, then sd_cu_rmsnorm of the new res rows by w
  * into yn (and their bf16 bits into ybf when not NULL): one launch, the bits
@@ -165,8 +164,7 @@ typedef struct sd_cu_split {
 cudaError_t sd_cu_split_epilogue(cudaStream_t stream, const sd_cu_split *s, int T, int bf16);
 
 /* out[n] = silu(gate[n]) * up[n]. */
-cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n,
-                           int bf16);
+cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n, int bf16);
 
 /* y[n] += x[n]. */
 cudaError_t sd_cu_add(cudaStream_t stream, float *y, const float *x, size_t n, int bf16);

@@ -91,8 +91,7 @@ __global__ void embed_kernel(float *y, const uint16_t *E, const int32_t *ids, in
     for (int d = threadIdx.x; d < C; d += blockDim.x) yr[d] = bf16_to_f32(row[d]);
 }
 
-extern "C" cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const int32_t *ids, int T,
-                                   int C)
+extern "C" cudaError_t sd_cu_embed(cudaStream_t stream, float *y, const uint16_t *E, const int32_t *ids, int T, int C)
 {
     if (T <= 0) return cudaSuccess;
     embed_kernel<<<T, 256, 0, stream>>>(y, E, ids, C);
@@ -108,8 +107,7 @@ __global__ void rope_kernel(float *x, const float *cs, const float *sn, int T, i
 {
     int half = hd / 2;
     size_t n = (size_t)T * nh * half;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
-         idx += (size_t)gridDim.x * blockDim.x) {
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(idx % half);
         size_t th = idx / half; /* t * nh + h */
         size_t t = th / nh;
@@ -129,11 +127,9 @@ extern "C" cudaError_t sd_cu_rope(cudaStream_t stream, float *x, const float *cs
 
 /* ----------------------------------------------------------- kv_write */
 
-
 /* CPU reference: cpu_kv_write(). k, v: [T, kv_dim]; kc, vc: [slots, kv_dim] */
 template <typename KV>
-__global__ void kv_write_kernel(KV *kc, KV *vc, const float *k, const float *v, const int32_t *slots, int T,
-                                int kv_dim)
+__global__ void kv_write_kernel(KV *kc, KV *vc, const float *k, const float *v, const int32_t *slots, int T, int kv_dim)
 {
     size_t n = (size_t)T * kv_dim;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -151,8 +147,7 @@ extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, c
     if (n == 0) return cudaSuccess;
     if (kv_bf16)
         kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((uint16_t *)kc, (uint16_t *)vc, k, v, slots, T, kv_dim);
-    else
-        kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((float *)kc, (float *)vc, k, v, slots, T, kv_dim);
+    else kv_write_kernel<<<grid_for(n, 256), 256, 0, stream>>>((float *)kc, (float *)vc, k, v, slots, T, kv_dim);
     return cudaGetLastError();
 }
 
@@ -161,8 +156,7 @@ extern "C" cudaError_t sd_cu_kv_write(cudaStream_t stream, void *kc, void *vc, c
  * head h of row t — the q heads, then the k heads (written to the cache
  * too), then the v heads (copied to the cache); the block has the rmsnorm's
  * threads for D = hd, so its sum runs in the same order. */
-template <typename KV>
-__global__ void qk_rope_kv_kernel(sd_cu_qkrk a, KV *kc, KV *vc)
+template <typename KV> __global__ void qk_rope_kv_kernel(sd_cu_qkrk a, KV *kc, KV *vc)
 {
     __shared__ float sh[32];
     __shared__ float xs[SD_CU_MAX_HEAD_DIM];

@@ -16,12 +16,23 @@
 #include "array.h"
 #include "jinja_ast.h"
 
-typedef enum { T_TEXT, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP,
-               T_EOF } t_kind;
+typedef enum {
+    T_TEXT,
+    T_VAR_BEGIN,
+    T_VAR_END,
+    T_BLOCK_BEGIN,
+    T_BLOCK_END,
+    T_NAME,
+    T_STRING,
+    T_INT,
+    T_FLOAT,
+    T_OP,
+    T_EOF
+} t_kind;
 
 typedef struct {
     t_kind k;
-    char *s;       /* T_TEXT, T_NAME, T_STRING, T_OP (malloc'd) */
+    char *s; /* T_TEXT, T_NAME, T_STRING, T_OP (malloc'd) */
     size_t len;
     long long i;
     double f;
@@ -38,8 +49,8 @@ typedef struct {
     char *err;
     size_t errlen;
     bool failed;
-    int depth;                        /* parser recursion (nested expressions / statements) */
-    const char *line_src, *line_pos;  /* line_of's cursor: one pass over the source, not one per token */
+    int depth;                       /* parser recursion (nested expressions / statements) */
+    const char *line_src, *line_pos; /* line_of's cursor: one pass over the source, not one per token */
     int line_no;
 } parser;
 
@@ -104,8 +115,13 @@ static bool lex_string(parser *p, const char **s, int line)
         case 't': buf[n++] = '\t'; break;
         case 'r': buf[n++] = '\r'; break;
         case '0': buf[n++] = '\0'; break;
-        case '\\': case '\'': case '"': buf[n++] = *c; break;
-        default: buf[n++] = '\\'; buf[n++] = *c; break;
+        case '\\':
+        case '\'':
+        case '"': buf[n++] = *c; break;
+        default:
+            buf[n++] = '\\';
+            buf[n++] = *c;
+            break;
         }
     }
     if (*c != q) {
@@ -126,7 +142,8 @@ static bool lex_number(parser *p, const char **s, int line)
     bool real = *c == '.' && isdigit((unsigned char)c[1]);
     if (real) c++;
     while (isdigit((unsigned char)*c)) c++;
-    if ((*c == 'e' || *c == 'E') && (isdigit((unsigned char)c[1]) || ((c[1] == '+' || c[1] == '-') && isdigit((unsigned char)c[2]))))
+    if ((*c == 'e' || *c == 'E') &&
+        (isdigit((unsigned char)c[1]) || ((c[1] == '+' || c[1] == '-') && isdigit((unsigned char)c[2]))))
         real = true;
     if (real) {
         double f = strtod(*s, &end);
@@ -302,7 +319,12 @@ static void node_free(j_node *n)
 /* ---------------------------------------------------------------- expressions */
 
 static tok *peek(parser *p) { return &p->t[p->pos]; }
-static tok *next(parser *p) { tok *t = &p->t[p->pos]; if (t->k != T_EOF) p->pos++; return t; }
+static tok *next(parser *p)
+{
+    tok *t = &p->t[p->pos];
+    if (t->k != T_EOF) p->pos++;
+    return t;
+}
 static bool is_op(const tok *t, const char *op) { return t->k == T_OP && !strcmp(t->s, op); }
 static bool is_name(const tok *t, const char *nm) { return t->k == T_NAME && !strcmp(t->s, nm); }
 
@@ -549,8 +571,10 @@ static j_node *parse_pow(parser *p)
 
 static j_node *parse_math2(parser *p)
 {
-    static const struct { const char *s; j_op op; } OPS[] = {{"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV},
-                                                            {"%", OP_MOD}};
+    static const struct {
+        const char *s;
+        j_op op;
+    } OPS[] = {{"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}};
     j_node *n = parse_pow(p);
     for (bool more = true; n && more;) {
         more = false;
@@ -583,8 +607,10 @@ static j_node *parse_math1(parser *p)
 
 static j_node *parse_compare(parser *p)
 {
-    static const struct { const char *s; j_op op; } OPS[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<", OP_LT},
-                                                            {"<=", OP_LE}, {">", OP_GT}, {">=", OP_GE}};
+    static const struct {
+        const char *s;
+        j_op op;
+    } OPS[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<", OP_LT}, {"<=", OP_LE}, {">", OP_GT}, {">=", OP_GE}};
     j_node *n = parse_math1(p);
     while (n && !p->failed) {
         tok *t = peek(p);

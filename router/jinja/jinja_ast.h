@@ -8,14 +8,49 @@
 
 typedef enum {
     /* statements */
-    J_TEXT, J_OUT, J_IF, J_FOR, J_SET, J_SETBLOCK,
+    J_TEXT,
+    J_OUT,
+    J_IF,
+    J_FOR,
+    J_SET,
+    J_SETBLOCK,
     /* expressions */
-    J_LIT, J_NAME, J_ATTR, J_ITEM, J_SLICE, J_CALL, J_FILTER, J_TEST, J_NOT, J_NEG, J_BIN, J_AND, J_OR, J_COND,
-    J_LIST, J_DICT,
+    J_LIT,
+    J_NAME,
+    J_ATTR,
+    J_ITEM,
+    J_SLICE,
+    J_CALL,
+    J_FILTER,
+    J_TEST,
+    J_NOT,
+    J_NEG,
+    J_BIN,
+    J_AND,
+    J_OR,
+    J_COND,
+    J_LIST,
+    J_DICT,
 } j_kind;
 
-typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT, OP_EQ, OP_NE, OP_LT,
-               OP_LE, OP_GT, OP_GE, OP_IN, OP_NOTIN } j_op;
+typedef enum {
+    OP_ADD,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_CONCAT,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_LE,
+    OP_GT,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN
+} j_op;
 
 typedef struct j_node j_node;
 
@@ -54,9 +89,9 @@ struct j_node {
     json_t *lit;
     j_node *a, *b, *c, *d;
     j_list args, kwargs;
-    char **kw;          /* keyword names of kwargs (J_CALL, J_FILTER) */
+    char **kw; /* keyword names of kwargs (J_CALL, J_FILTER) */
     j_list body, els;
-    int height;         /* expressions: 1 + the tallest operand (bounds eval / free recursion) */
+    int height; /* expressions: 1 + the tallest operand (bounds eval / free recursion) */
 };
 
 struct sd_jinja {

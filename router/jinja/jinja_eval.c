@@ -18,7 +18,7 @@
 #include "strbuf.h"
 
 typedef struct {
-    json_t **scope;    /* variables: innermost last */
+    json_t **scope; /* variables: innermost last */
     size_t n_scope, cap_scope;
     char *err;
     size_t errlen;
@@ -51,7 +51,8 @@ static bool truthy(const json_t *v)
 {
     if (!v) return false;
     switch (json_typeof(v)) {
-    case JSON_NULL: case JSON_FALSE: return false;
+    case JSON_NULL:
+    case JSON_FALSE: return false;
     case JSON_TRUE: return true;
     case JSON_INTEGER: return json_integer_value(v) != 0;
     case JSON_REAL: return json_real_value(v) != 0.0;
@@ -68,8 +69,14 @@ static double num(const json_t *v) { return json_is_integer(v) ? (double)json_in
 /* Python's repr of a float. */
 static void fmt_double(double d, char *b, size_t n)
 {
-    if (isnan(d)) { snprintf(b, n, "nan"); return; }
-    if (isinf(d)) { snprintf(b, n, d > 0 ? "inf" : "-inf"); return; }
+    if (isnan(d)) {
+        snprintf(b, n, "nan");
+        return;
+    }
+    if (isinf(d)) {
+        snprintf(b, n, d > 0 ? "inf" : "-inf");
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(b, n, "%.*g", prec, d);
         if (strtod(b, NULL) == d) break;
@@ -106,8 +113,14 @@ static void str_of(const json_t *v, sd_buf *out, bool repr)
     case JSON_NULL: sd_buf_adds(out, "None"); break;
     case JSON_TRUE: sd_buf_adds(out, "True"); break;
     case JSON_FALSE: sd_buf_adds(out, "False"); break;
-    case JSON_INTEGER: snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v)); sd_buf_adds(out, b); break;
-    case JSON_REAL: fmt_double(json_real_value(v), b, sizeof b); sd_buf_adds(out, b); break;
+    case JSON_INTEGER:
+        snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v));
+        sd_buf_adds(out, b);
+        break;
+    case JSON_REAL:
+        fmt_double(json_real_value(v), b, sizeof b);
+        sd_buf_adds(out, b);
+        break;
     case JSON_STRING:
         if (repr) repr_string(json_string_value(v), json_string_length(v), out);
         else sd_buf_add(out, json_string_value(v), json_string_length(v));
@@ -126,7 +139,8 @@ static void str_of(const json_t *v, sd_buf *out, bool repr)
         json_t *x;
         bool first = true;
         sd_buf_adds(out, "{");
-        json_object_foreach((json_t *)v, k, x) {
+        json_object_foreach((json_t *)v, k, x)
+        {
             if (!first) sd_buf_adds(out, ", ");
             first = false;
             repr_string(k, strlen(k), out);
@@ -210,7 +224,8 @@ static json_t *split(const json_t *s, const json_t *sep, long long maxsplit)
             if (p >= end) break;
             const char *q = p;
             if (maxsplit >= 0 && (long long)json_array_size(out) >= maxsplit) q = end;
-            else while (q < end && !isspace((unsigned char)*q)) q++;
+            else
+                while (q < end && !isspace((unsigned char)*q)) q++;
             json_array_append_new(out, json_stringn(p, (size_t)(q - p)));
             p = q;
         }
@@ -223,7 +238,8 @@ static json_t *split(const json_t *s, const json_t *sep, long long maxsplit)
         return NULL;
     }
     for (;;) {
-        const char *q = maxsplit >= 0 && (long long)json_array_size(out) >= maxsplit ? NULL : memmem(p, (size_t)(end - p), d, dl);
+        const char *q =
+            maxsplit >= 0 && (long long)json_array_size(out) >= maxsplit ? NULL : memmem(p, (size_t)(end - p), d, dl);
         if (!q) {
             json_array_append_new(out, json_stringn(p, (size_t)(end - p)));
             return out;
@@ -315,7 +331,10 @@ static void dump(const json_t *v, sd_buf *out, int indent, int level)
     if (json_is_string(v)) {
         dump_string(json_string_value(v), json_string_length(v), out);
     } else if (json_is_array(v)) {
-        if (!json_array_size(v)) { sd_buf_adds(out, "[]"); return; }
+        if (!json_array_size(v)) {
+            sd_buf_adds(out, "[]");
+            return;
+        }
         sd_buf_adds(out, "[");
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (i) sd_buf_adds(out, sep);
@@ -325,12 +344,16 @@ static void dump(const json_t *v, sd_buf *out, int indent, int level)
         newline(out, indent, level);
         sd_buf_adds(out, "]");
     } else if (json_is_object(v)) {
-        if (!json_object_size(v)) { sd_buf_adds(out, "{}"); return; }
+        if (!json_object_size(v)) {
+            sd_buf_adds(out, "{}");
+            return;
+        }
         const char *k;
         json_t *x;
         bool first = true;
         sd_buf_adds(out, "{");
-        json_object_foreach((json_t *)v, k, x) {
+        json_object_foreach((json_t *)v, k, x)
+        {
             if (!first) sd_buf_adds(out, sep);
             first = false;
             newline(out, indent, level + 1);
@@ -424,8 +447,10 @@ static void pop_scope(ctx *c) { json_decref(c->scope[--c->n_scope]); }
 static json_t *item(ctx *c, const j_node *n, json_t *obj, json_t *key)
 {
     if (!obj) return fail(c, n, "cannot index an undefined value");
-    if (json_is_object(obj)) return json_is_string(key) ? json_incref(json_object_get(obj, json_string_value(key))) : NULL;
-    if (!json_is_integer(key)) return json_is_array(obj) || json_is_string(obj) ? fail(c, n, "indices must be integers") : NULL;
+    if (json_is_object(obj))
+        return json_is_string(key) ? json_incref(json_object_get(obj, json_string_value(key))) : NULL;
+    if (!json_is_integer(key))
+        return json_is_array(obj) || json_is_string(obj) ? fail(c, n, "indices must be integers") : NULL;
     long long i = json_integer_value(key);
     if (json_is_array(obj)) {
         long long len = (long long)json_array_size(obj);
@@ -532,8 +557,14 @@ static json_t *arith(ctx *c, const j_node *n, j_op op, json_t *a, json_t *b)
     case OP_MOD:
         if (y == 0) return fail(c, n, "modulo by zero");
         if (ints && j == -1) return json_integer(0); /* LLONG_MIN % -1 traps */
-        if (ints) { long long m = i % j; return json_integer(m != 0 && ((m < 0) != (j < 0)) ? m + j : m); }
-        { double m = fmod(x, y); return json_real(m != 0 && ((m < 0) != (y < 0)) ? m + y : m); }
+        if (ints) {
+            long long m = i % j;
+            return json_integer(m != 0 && ((m < 0) != (j < 0)) ? m + j : m);
+        }
+        {
+            double m = fmod(x, y);
+            return json_real(m != 0 && ((m < 0) != (y < 0)) ? m + y : m);
+        }
     case OP_POW:
         if (ints && j >= 0 && fabs(pow(x, y)) >= 9.2e18) return fail(c, n, "integer overflow");
         return ints && j >= 0 ? json_integer((long long)llround(pow(x, y))) : json_real(pow(x, y));
@@ -544,9 +575,8 @@ static json_t *arith(ctx *c, const j_node *n, j_op op, json_t *a, json_t *b)
 static bool contains(const json_t *hay, const json_t *needle)
 {
     if (json_is_string(hay))
-        return json_is_string(needle) &&
-               memmem(json_string_value(hay), json_string_length(hay), json_string_value(needle),
-                      json_string_length(needle)) != NULL;
+        return json_is_string(needle) && memmem(json_string_value(hay), json_string_length(hay),
+                                                json_string_value(needle), json_string_length(needle)) != NULL;
     if (json_is_array(hay)) {
         for (size_t i = 0; i < json_array_size(hay); i++)
             if (eq(json_array_get(hay, i), needle)) return true;
@@ -562,14 +592,24 @@ static json_t *binop(ctx *c, const j_node *n)
     switch (n->op) {
     case OP_EQ: r = json_boolean(eq(a, b)); break;
     case OP_NE: r = json_boolean(!eq(a, b)); break;
-    case OP_LT: case OP_LE: case OP_GT: case OP_GE: {
+    case OP_LT:
+    case OP_LE:
+    case OP_GT:
+    case OP_GE: {
         int o = order(a, b);
-        if (o == 2) { fail(c, n, "these values cannot be compared"); break; }
+        if (o == 2) {
+            fail(c, n, "these values cannot be compared");
+            break;
+        }
         r = json_boolean(n->op == OP_LT ? o < 0 : n->op == OP_LE ? o <= 0 : n->op == OP_GT ? o > 0 : o >= 0);
         break;
     }
-    case OP_IN: case OP_NOTIN:
-        if (!b) { fail(c, n, "'in' needs a defined container"); break; }
+    case OP_IN:
+    case OP_NOTIN:
+        if (!b) {
+            fail(c, n, "'in' needs a defined container");
+            break;
+        }
         r = json_boolean(contains(b, a) == (n->op == OP_IN));
         break;
     case OP_CONCAT: {
@@ -593,9 +633,9 @@ out:
 /* ---------------------------------------------------------------- calls */
 
 typedef struct {
-    json_t *v[8];      /* positional arguments (evaluated) */
+    json_t *v[8]; /* positional arguments (evaluated) */
     size_t n;
-    json_t *kv[8];     /* keyword argument values, by name in kn */
+    json_t *kv[8]; /* keyword argument values, by name in kn */
     const char *kn[8];
     size_t nk;
 } args;
@@ -958,8 +998,7 @@ static json_t *filter(ctx *c, const j_node *n, json_t *v, const char *f, const a
     if (!strcmp(f, "map") || !strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") ||
         !strcmp(f, "rejectattr"))
         return map_select(c, n, v, f, a);
-    if (!strcmp(f, "first") || !strcmp(f, "last") || !strcmp(f, "list") || !strcmp(f, "reverse") ||
-        !strcmp(f, "join"))
+    if (!strcmp(f, "first") || !strcmp(f, "last") || !strcmp(f, "list") || !strcmp(f, "reverse") || !strcmp(f, "join"))
         return seq_filter(c, n, v, f, a);
     json_t *s = !v ? json_string("") : json_is_string(v) ? json_incref(v) : to_string(v);
     json_t *r = NULL;
@@ -1029,7 +1068,8 @@ static json_t *eval(ctx *c, const j_node *n)
         json_decref(o);
         return r;
     }
-    case J_ITEM: case J_SLICE: {
+    case J_ITEM:
+    case J_SLICE: {
         json_t *o = eval(c, n->a), *b = eval(c, n->b), *x = eval(c, n->c), *y = eval(c, n->d), *r = NULL;
         if (!c->failed) r = n->kind == J_ITEM ? item(c, n, o, b) : slice(c, n, o, b, x, y);
         json_decref(o);
@@ -1039,8 +1079,14 @@ static json_t *eval(ctx *c, const j_node *n)
         return r;
     }
     case J_CALL: return call(c, n);
-    case J_FILTER: case J_TEST: return eval_filter_or_test(c, n);
-    case J_NOT: { json_t *v = eval(c, n->a); bool t = truthy(v); json_decref(v); return c->failed ? NULL : json_boolean(!t); }
+    case J_FILTER:
+    case J_TEST: return eval_filter_or_test(c, n);
+    case J_NOT: {
+        json_t *v = eval(c, n->a);
+        bool t = truthy(v);
+        json_decref(v);
+        return c->failed ? NULL : json_boolean(!t);
+    }
     case J_NEG: {
         json_t *v = eval(c, n->a), *z = json_integer(0), *r = c->failed ? NULL : arith(c, n, OP_SUB, z, v);
         json_decref(v);
@@ -1048,7 +1094,8 @@ static json_t *eval(ctx *c, const j_node *n)
         return r;
     }
     case J_BIN: return binop(c, n);
-    case J_AND: case J_OR: { /* Python: the operand that decides */
+    case J_AND:
+    case J_OR: { /* Python: the operand that decides */
         json_t *a = eval(c, n->a);
         if (c->failed || truthy(a) == (n->kind == J_OR)) return a;
         json_decref(a);
@@ -1060,7 +1107,8 @@ static json_t *eval(ctx *c, const j_node *n)
         json_decref(t);
         return c->failed ? NULL : eval(c, yes ? n->b : n->c);
     }
-    case J_LIST: case J_DICT: return eval_collection(c, n);
+    case J_LIST:
+    case J_DICT: return eval_collection(c, n);
     default: return fail(c, n, "not an expression");
     }
 }
@@ -1088,7 +1136,8 @@ static bool bind_target(ctx *c, const j_node *n, json_t *x)
 static json_t *loop_object(json_t *items, size_t i)
 {
     size_t len = json_array_size(items);
-    json_t *prev = i > 0 ? json_array_get(items, i - 1) : NULL, *next = i + 1 < len ? json_array_get(items, i + 1) : NULL;
+    json_t *prev = i > 0 ? json_array_get(items, i - 1) : NULL,
+           *next = i + 1 < len ? json_array_get(items, i + 1) : NULL;
     json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:b, s:b, s:I}", "index", (json_int_t)i + 1, "index0", (json_int_t)i,
                           "revindex", (json_int_t)(len - i), "revindex0", (json_int_t)(len - i - 1), "first", i == 0,
                           "last", i + 1 == len, "length", (json_int_t)len);
@@ -1106,7 +1155,8 @@ static bool render_for(ctx *c, const j_node *n, sd_buf *out)
         json_decref(items);
         return false;
     }
-    for (size_t i = 0; i < json_array_size(all) && !c->failed; i++) { /* the `if` filter first: loop counts what passes */
+    for (size_t i = 0; i < json_array_size(all) && !c->failed;
+         i++) { /* the `if` filter first: loop counts what passes */
         if (!n->b) {
             json_array_append(items, json_array_get(all, i));
             continue;

@@ -90,18 +90,18 @@ typedef struct serve_opts {
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
     const char *spec_fallback;
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
-    const char *quant;       /* --quant none|int8: the target's weights (the verifier's --quant) */
-    const char *draft_device; /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
-    const char *kv_dtype;    /* --kv-dtype auto|f32|bf16: both workers' KV caches */
-    const char *gpu_mem;     /* --gpu-memory-fraction F: the verifier's share of its GPU */
+    const char *quant;         /* --quant none|int8: the target's weights (the verifier's --quant) */
+    const char *draft_device;  /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
+    const char *kv_dtype;      /* --kv-dtype auto|f32|bf16: both workers' KV caches */
+    const char *gpu_mem;       /* --gpu-memory-fraction F: the verifier's share of its GPU */
     const char *draft_gpu_mem; /* --draft-gpu-memory-fraction F: the drafter's share of its GPU */
     const char *max_model_len; /* --max-model-len N: the verifier's positions per sequence */
-    const char *served_name; /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
+    const char *served_name;   /* --served-model-name NAME[,ALIAS...]; default: basename of --target */
     int drain_s;
     bool ngram, ngram_drafter, no_spec, metrics_auth, no_prefix_cache, batch_invariant, random_weights;
-    bool draft_in_verifier;  /* --draft-in-verifier: --draft's model runs in the verifier (--draft-model) */
+    bool draft_in_verifier; /* --draft-in-verifier: --draft's model runs in the verifier (--draft-model) */
     int port;
-    int lanes;               /* --lanes N: verifier + drafter pairs (default 1) */
+    int lanes;                                /* --lanes N: verifier + drafter pairs (default 1) */
     const char *router_args[MAX_ROUTER_ARGS]; /* --router-arg ARG: passed to the router as they are */
     int n_router_args;
 } serve_opts;
@@ -181,7 +181,8 @@ static const sd_flag g_flags[] = {
      "no drafter process or messages)"},
     {"Speculation", "spec-adaptive", 'A', "on|off", "on",
      "choose each request's draft length every step from measured step cost and acceptance (off: --num-draft always)"},
-    {"Speculation", "spec-max-draft", 'X', "N", "12", "the most drafts the adaptive choice considers per request and step"},
+    {"Speculation", "spec-max-draft", 'X', "N", "12",
+     "the most drafts the adaptive choice considers per request and step"},
     {"Speculation", "num-draft", 'K', "K", "6", "drafts per request and step with --spec-adaptive off (0..16)"},
     {"Speculation", "spec-pipeline", 'L', "auto|on|off", "auto",
      "pipelined speculation: the drafter drafts the next span while the verifier verifies (auto: unless the "
@@ -194,8 +195,7 @@ static const sd_flag g_flags[] = {
     {"Speculation", "draft-p-min", 'P', "P", "0.3",
      "the draft model stops drafting after a token it gives probability below P (0: always the full length)"},
     {"Speculation", "spec-max-batch", 'S', "N", "no limit", "no drafts in a step of more than N active requests"},
-    {"Speculation", "spec-max-batch-sampled", 'Z', "N", "no limit",
-     "the same for requests with temperature > 0"},
+    {"Speculation", "spec-max-batch-sampled", 'Z', "N", "no limit", "the same for requests with temperature > 0"},
     {"Scheduling", "prefill-budget", 'G', "N", "512",
      "prompt tokens prefilled per step over all requests (long prompts go in chunks between decode steps)"},
     {"Scheduling", "no-prefix-cache", 'C', NULL, NULL,
@@ -254,16 +254,16 @@ static const struct {
     int code;
     size_t off;
 } g_as_given[] = {
-    {'q', offsetof(serve_opts, quant)}, {'G', offsetof(serve_opts, prefill_budget)},
-    {'V', offsetof(serve_opts, kv_blocks)}, {'Y', offsetof(serve_opts, curve_keys)},
-    {'W', offsetof(serve_opts, served_name)}, {'j', offsetof(serve_opts, threads)},
-    {'K', offsetof(serve_opts, num_draft)}, {'D', offsetof(serve_opts, device)},
-    {'E', offsetof(serve_opts, draft_device)}, {'T', offsetof(serve_opts, kv_dtype)},
-    {'g', offsetof(serve_opts, gpu_mem)}, {'H', offsetof(serve_opts, draft_gpu_mem)},
-    {'Q', offsetof(serve_opts, draft_quant)}, {'P', offsetof(serve_opts, draft_p_min)},
+    {'q', offsetof(serve_opts, quant)},          {'G', offsetof(serve_opts, prefill_budget)},
+    {'V', offsetof(serve_opts, kv_blocks)},      {'Y', offsetof(serve_opts, curve_keys)},
+    {'W', offsetof(serve_opts, served_name)},    {'j', offsetof(serve_opts, threads)},
+    {'K', offsetof(serve_opts, num_draft)},      {'D', offsetof(serve_opts, device)},
+    {'E', offsetof(serve_opts, draft_device)},   {'T', offsetof(serve_opts, kv_dtype)},
+    {'g', offsetof(serve_opts, gpu_mem)},        {'H', offsetof(serve_opts, draft_gpu_mem)},
+    {'Q', offsetof(serve_opts, draft_quant)},    {'P', offsetof(serve_opts, draft_p_min)},
     {'S', offsetof(serve_opts, spec_max_batch)}, {'Z', offsetof(serve_opts, spec_max_batch_sampled)},
     {'B', offsetof(serve_opts, draft_branches)}, {'X', offsetof(serve_opts, spec_max_draft)},
-    {'m', offsetof(serve_opts, max_model_len)}, {'b', offsetof(serve_opts, spec_fallback)},
+    {'m', offsetof(serve_opts, max_model_len)},  {'b', offsetof(serve_opts, spec_fallback)},
 };
 
 /* Stores arg in o's field for code c when c is an option kept as given. */
@@ -455,8 +455,8 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     add_opt(ver, "--kv-dtype", o->kv_dtype);
     add_opt(ver, "--max-model-len", o->max_model_len);
     char ddev[64];
-    bool shared = o->draft && !o->draft_in_verifier &&
-                  same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
+    bool shared =
+        o->draft && !o->draft_in_verifier && same_gpu(vdev, lane_device(o->draft_device, i, ddev, sizeof ddev));
     /* a drafter on the verifier's GPU takes its default 0.1: the verifier leaves room for it */
     add_opt(ver, "--gpu-memory-fraction", o->gpu_mem ? o->gpu_mem : shared ? SERVE_SHARED_GPU_FRACTION : NULL);
     snprintf(path, sizeof path, "%s/specd-drafter", dir);
@@ -715,8 +715,10 @@ int main(int argc, char **argv)
                         "keep the key out of it\n");
     free(key);
     if (o.draft && !o.draft_in_verifier && o.device && strncmp(o.device, "cpu", 3) && !o.draft_device)
-        fprintf(stderr, "specd serve: the verifier runs on %s, the drafter on the CPU (--draft-device puts it on a "
-                        "GPU)\n", o.device);
+        fprintf(stderr,
+                "specd serve: the verifier runs on %s, the drafter on the CPU (--draft-device puts it on a "
+                "GPU)\n",
+                o.device);
     remove_stale_sock_dirs();
     char dir[PATH_MAX], tmp[64];
     snprintf(tmp, sizeof tmp, "/tmp/specd-%ld-XXXXXX", (long)getpid());

@@ -74,8 +74,9 @@ START_TEST(detect_from_config_text)
     ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": \"{{'<|im_start|>' + m}}\"}"), SD_CHAT_CHATML);
     ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": \"<|start_header_id|>\"}"), SD_CHAT_LLAMA3);
     ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": \"[INST] x [/INST]\"}"), SD_CHAT_LLAMA2);
-    ck_assert_int_eq(sd_chat_detect(NULL, "{\"chat_template\": [{\"name\": \"default\", \"template\": \"<|im_start|>\"}]}"),
-                     SD_CHAT_CHATML);
+    ck_assert_int_eq(
+        sd_chat_detect(NULL, "{\"chat_template\": [{\"name\": \"default\", \"template\": \"<|im_start|>\"}]}"),
+        SD_CHAT_CHATML);
     ck_assert_int_eq(sd_chat_detect(NULL, "{}"), SD_CHAT_PLAIN);
     ck_assert_int_eq(sd_chat_detect(NULL, "not json"), SD_CHAT_PLAIN);
     ck_assert_int_eq(sd_chat_detect(NULL, NULL), SD_CHAT_PLAIN);
@@ -151,8 +152,10 @@ START_TEST(templates_load_and_apply)
     ck_assert_int_eq(sd_chat_load(&c, NULL, tcfg, NULL, warn, sizeof warn, err, sizeof err), SD_OK);
     json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]", 0, NULL);
     sd_chat_msg tm[] = {{"user", "w?", NULL},
-                        {"assistant", "", json_loads("{\"tool_calls\": [{\"type\": \"function\", \"function\": "
-                                                     "{\"name\": \"get_weather\", \"arguments\": {}}}]}", 0, NULL)},
+                        {"assistant", "",
+                         json_loads("{\"tool_calls\": [{\"type\": \"function\", \"function\": "
+                                    "{\"name\": \"get_weather\", \"arguments\": {}}}]}",
+                                    0, NULL)},
                         {"tool", "sunny", json_loads("{\"tool_call_id\": \"c1\"}", 0, NULL)}};
     ck_assert_int_eq(sd_chat_apply(&c, tm, 3, tools, &out, &add_special, err, sizeof err), SD_OK);
     ck_assert_str_eq(out, "T=get_weather;<user>w?<assistant>[get_weather]<tool>sunny(c1)");

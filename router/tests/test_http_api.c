@@ -42,10 +42,13 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"seed\": \"s\"}", "seed", "integer"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop\": 5}", "stop", "string or an array"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", 1]}", "stop", "string or an array"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
-                        "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "stop", "at most 16"},
+    {SD_API_COMPLETION,
+     "{\"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+     "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+     "stop", "at most 16"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream", "boolean"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options", "only allowed when"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options",
+     "only allowed when"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}", "stream_options", "object"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
      "stream_options.include_usage", "boolean"},
@@ -57,19 +60,24 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3, \"stream\": true}", "best_of", "cannot be streamed"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"best_of\": 2}", "best_of",
      "completions only"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", "echo", "completions only"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"echo\": true}", "echo",
+     "completions only"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", "echo", "boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs", "between 0 and 20"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs", "not a boolean"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 3}", "logprobs", "boolean"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 2}", "top_logprobs",
      "needs 'logprobs'"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 30}",
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, \"top_logprobs\": 30}",
      "top_logprobs", "between 0 and 20"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": 3}", "speculative", "object"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"enabled\": \"no\"}}", "speculative.enabled", "boolean"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"num_draft\": 99}}", "speculative.num_draft", "between 0 and 64"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"verify\": \"maybe\"}}", "speculative.verify", "one of"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"enabled\": \"no\"}}", "speculative.enabled",
+     "boolean"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"num_draft\": 99}}", "speculative.num_draft",
+     "between 0 and 64"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"speculative\": {\"verify\": \"maybe\"}}", "speculative.verify",
+     "one of"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"stop_token_ids\": [-1]}", "stop_token_ids", "non-negative"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"prompt\": \"y\"}", NULL, "duplicate"},
     {SD_API_CHAT, "{}", "messages", "'messages' is required"},
@@ -78,14 +86,17 @@ static const bad_case BAD[] = {
     {SD_API_CHAT, "{\"messages\": [5]}", "messages[0].role", "must be an object"},
     {SD_API_CHAT, "{\"messages\": [{\"content\": \"a\"}]}", "messages[0].role", "must be one of"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"a\"}]}", "messages[0].role", "must be one of"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "messages[0].content", "string or an array"},
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "messages[0].content",
+     "string or an array"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
      "messages[0].content", "parts must be"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_completion_tokens\": 0}",
      "max_completion_tokens", "between 1"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"max_completion_tokens\": 0}", "max_completion_tokens", "between 1"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"\"}}]}", "tools", "'tools[0]' must be"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"\"}}]}",
+     "tools", "'tools[0]' must be"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"retrieval\"}]}",
      "tools", "'tools[0]' must be"},
     {SD_API_COMPLETION, "{\"prompt\": \"a\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
@@ -94,39 +105,51 @@ static const bad_case BAD[] = {
      "must be an array"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]}",
      "messages[0].tool_calls", "assistant"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": "
-                  "{\"arguments\": 1}}]}]}", "messages[0].tool_calls", "name"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": "
+     "{\"arguments\": 1}}]}]}",
+     "messages[0].tool_calls", "name"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 5}]}",
      "messages[0].tool_call_id", "string"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}",
      "tool_choice", "needs 'tools'"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": {\"type\": \"function\"}}",
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": {\"type\": \"function\"}}",
      "tool_choice", "must be \"none\""},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"any\"}",
-     "tool_choice", "must be \"none\""},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": "
-                  "{\"name\": \"g\"}}}", "tool_choice", "'g', which is not among"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": "
-                  "{\"type\": \"string\", \"pattern\": \"a\"}}}}}], \"tool_choice\": \"required\"}", "tools",
-     "#/items/anyOf/0/properties/parameters/properties/x: the keyword 'pattern'"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"response_format\": {\"type\": "
-                  "\"json_object\"}}", "tool_choice", "cannot come with JSON or regex output"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
-                  "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"guided_regex\": \"a\"}",
+    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": \"any\"}", "tool_choice",
+     "must be \"none\""},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": "
+     "{\"name\": \"g\"}}}",
+     "tool_choice", "'g', which is not among"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": "
+     "{\"type\": \"string\", \"pattern\": \"a\"}}}}}], \"tool_choice\": \"required\"}",
+     "tools", "#/items/anyOf/0/properties/parameters/properties/x: the keyword 'pattern'"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"response_format\": {\"type\": "
+     "\"json_object\"}}",
+     "tool_choice", "cannot come with JSON or regex output"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", \"guided_regex\": \"a\"}",
      "tool_choice", "cannot come with JSON or regex output"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"functions\": [{\"name\": \"f\"}]}",
      "functions", "not supported"},
     {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"function_call\": {\"name\": \"f\"}}",
      "function_call", "use 'tools'"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
-                  "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"string\", "
-                  "\"pattern\": \"a+\"}}}}", "response_format", "the keyword 'pattern' is not supported"},
-    {SD_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
-                  "{\"type\": \"json_schema\", \"json_schema\": {\"name\": 3, \"schema\": {}}}}", "response_format",
-     "a string 'name'"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
+     "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"string\", "
+     "\"pattern\": \"a+\"}}}}",
+     "response_format", "the keyword 'pattern' is not supported"},
+    {SD_API_CHAT,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
+     "{\"type\": \"json_schema\", \"json_schema\": {\"name\": 3, \"schema\": {}}}}",
+     "response_format", "a string 'name'"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}", "response_format",
      "schema in 'schema'"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"yaml\"}}", "response_format",
@@ -148,14 +171,15 @@ static const bad_case BAD[] = {
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": []}", "guided_choice", "array of 1 to 1024 strings"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\", 2]}", "guided_choice",
      "'guided_choice[1]' must be a string"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}",
-     "guided_json", "give one of"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_grammar\": \"root ::= x\"}", "guided_grammar",
-     "not supported"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}", "guided_json",
+     "give one of"},
+    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"guided_grammar\": \"root ::= x\"}", "guided_grammar", "not supported"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"disable_any_whitespace\": true}}",
      "structured_outputs", "applies to JSON output"},
-    {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\", \"disable_any_whitespace\": "
-                        "true}}", "structured_outputs", "applies to JSON output"},
+    {SD_API_COMPLETION,
+     "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"a\", \"disable_any_whitespace\": "
+     "true}}",
+     "structured_outputs", "applies to JSON output"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {}, \"disable_any_whitespace\": 1}}",
      "structured_outputs", "must be a boolean"},
     {SD_API_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": {\"$ref\": \"#/x\"}}}",
@@ -476,8 +500,10 @@ START_TEST(forced_tool_choice)
     char b[1024];
     sd_api_req r;
     sd_api_err e;
-    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
-             "\"required\"}", tools);
+    snprintf(b, sizeof b,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
+             "\"required\"}",
+             tools);
     ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
     ck_assert(r.tools_forced && !r.tool_name && json_array_size(r.tools) == 2);
     ck_assert(schema_accepts(&r, "[{\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}, {\"name\": \"now\", "
@@ -486,15 +512,19 @@ START_TEST(forced_tool_choice)
     ck_assert(!schema_accepts(&r, "[{\"parameters\": {}, \"name\": \"now\"}]")); /* the name first */
     ck_assert(!schema_accepts(&r, "[]"));
     sd_api_req_clear(&r);
-    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
-             "\"required\", \"parallel_tool_calls\": false}", tools);
+    snprintf(b, sizeof b,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
+             "\"required\", \"parallel_tool_calls\": false}",
+             tools);
     ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
     ck_assert(schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}]"));
     ck_assert(!schema_accepts(&r, "[{\"name\": \"now\", \"parameters\": {}}, "
                                   "{\"name\": \"now\", \"parameters\": {}}]"));
     sd_api_req_clear(&r);
-    snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
-             "{\"type\": \"function\", \"function\": {\"name\": \"get\"}}}", tools);
+    snprintf(b, sizeof b,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}], %s, \"tool_choice\": "
+             "{\"type\": \"function\", \"function\": {\"name\": \"get\"}}}",
+             tools);
     ck_assert_int_eq(sd_api_parse(SD_API_CHAT, b, strlen(b), &r, &e), SD_OK);
     ck_assert(r.tools_forced);
     ck_assert_str_eq(r.tool_name, "get");
@@ -529,15 +559,17 @@ START_TEST(tool_fields)
     ck_assert_ptr_null(r.tools);
     sd_api_req_clear(&r);
     json_t *calls = json_loads("[{\"id\": \"call_1-0\", \"type\": \"function\", \"function\": {\"name\": \"get\", "
-                               "\"arguments\": \"{}\"}}]", 0, NULL);
+                               "\"arguments\": \"{}\"}}]",
+                               0, NULL);
     sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 4, NULL, NULL, 0, 0, NULL};
     sd_api_choice ch = {"", 0, "tool_calls", NULL, calls};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     json_t *c0 = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c0, "message");
     ck_assert_str_eq(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
     ck_assert(json_is_null(json_object_get(msg, "content")));
-    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(msg,
-                     "tool_calls"), 0), "function"), "name")), "get");
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0), "function"), "name")),
+                     "get");
     json_decref(o);
     res.tool_calls = calls;
     char *ev = sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, false, false);
@@ -567,7 +599,8 @@ START_TEST(completion_response_shape)
     ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), 0);
     json_t *u = json_object_get(o, "usage");
     ck_assert_int_eq(json_integer_value(json_object_get(u, "total_tokens")), 7);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")),
+                     2);
     json_t *sp = json_object_get(o, "speculative");
     ck_assert_int_eq(json_integer_value(json_object_get(sp, "steps")), 10);
     ck_assert_float_eq_tol(json_real_value(json_object_get(sp, "mean_accepted_per_step")), 0.8, 1e-9);
@@ -616,8 +649,8 @@ START_TEST(logprobs_fields)
     sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL};
     sd_api_choice ch = {"hi", 2, "stop", lp, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
-    ck_assert(json_is_array(json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
-                                                            "logprobs"), "content")));
+    ck_assert(json_is_array(
+        json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs"), "content")));
     json_decref(o);
     res.logprobs = NULL;
     o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "x", 1, false, false));

@@ -18,10 +18,7 @@ static void setup(void)
     ck_assert_int_eq(sd_tok_load(path, &tok, err, sizeof err), SD_OK);
 }
 
-static void teardown(void)
-{
-    sd_tok_free(tok);
-}
+static void teardown(void) { sd_tok_free(tok); }
 
 /* A TokenLogprob with value v and alternatives ids[0..n) at v, v-1, ... */
 typedef struct lp_fix {
@@ -93,7 +90,7 @@ START_TEST(completion_shape_and_offsets)
     lp_fix f;
     sd_lp *acc;
     ck_assert_int_eq(sd_lp_new(tok, SD_API_COMPLETION, 2, &acc, NULL, 0), SD_OK);
-    sd_lp_add(acc, a, NULL); /* an echoed prompt's first token */
+    sd_lp_add(acc, a, NULL);                   /* an echoed prompt's first token */
     sd_lp_add(acc, a, mk(&f, -2.0f, alts, 1)); /* the chosen token is not among the top one: added */
     json_t *o = sd_lp_take(acc);
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(o, "tokens"), 1)), "def");

@@ -20,7 +20,9 @@ START_TEST(input_forms)
     sd_api_err e;
     ck_assert_int_eq(parse("{\"model\": \"m\", \"input\": \"hi\", \"instructions\": \"be brief\", "
                            "\"max_output_tokens\": 9, \"temperature\": 0.5, \"stream\": true, \"store\": true, "
-                           "\"reasoning\": null, \"metadata\": {\"a\": \"b\"}}", &r, &e), SD_OK);
+                           "\"reasoning\": null, \"metadata\": {\"a\": \"b\"}}",
+                           &r, &e),
+                     SD_OK);
     ck_assert(r.responses && r.kind == SD_API_CHAT && r.stream);
     ck_assert_uint_eq(r.n_messages, 2);
     ck_assert_str_eq(r.messages[0].role, "system");
@@ -31,10 +33,13 @@ START_TEST(input_forms)
     ck_assert_float_eq_tol(r.sampling.temperature, 0.5, 1e-6);
     ck_assert_str_eq(r.model, "m");
     sd_api_req_clear(&r);
-    ck_assert_int_eq(parse("{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"a\"},"
-                           "{\"type\": \"input_text\", \"text\": \"b\"}]}, {\"type\": \"message\", \"role\": "
-                           "\"assistant\", \"content\": [{\"type\": \"output_text\", \"text\": \"c\"}]}, "
-                           "{\"role\": \"user\", \"content\": \"d\"}]}", &r, &e), SD_OK);
+    ck_assert_int_eq(
+        parse("{\"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"a\"},"
+              "{\"type\": \"input_text\", \"text\": \"b\"}]}, {\"type\": \"message\", \"role\": "
+              "\"assistant\", \"content\": [{\"type\": \"output_text\", \"text\": \"c\"}]}, "
+              "{\"role\": \"user\", \"content\": \"d\"}]}",
+              &r, &e),
+        SD_OK);
     ck_assert_uint_eq(r.n_messages, 3);
     ck_assert_str_eq(r.messages[0].content, "ab");
     ck_assert_str_eq(r.messages[1].role, "assistant");
@@ -44,7 +49,9 @@ START_TEST(input_forms)
 }
 END_TEST
 
-static const struct { const char *body, *param, *msg; } BAD[] = {
+static const struct {
+    const char *body, *param, *msg;
+} BAD[] = {
     {"{}", "input", "required"},
     {"{\"input\": 3}", "input", "string or a non-empty array"},
     {"{\"input\": []}", "input", "string or a non-empty array"},
@@ -55,8 +62,7 @@ static const struct { const char *body, *param, *msg; } BAD[] = {
     {"{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}", "tools", "web_search tools are not supported"},
     {"{\"input\": \"x\", \"tools\": {\"type\": \"function\"}}", "tools", "must be an array"},
     {"{\"input\": \"x\", \"tool_choice\": \"required\"}", "tool_choice", "needs 'tools'"},
-    {"{\"input\": [{\"type\": \"function_call\", \"name\": \"f\", \"arguments\": \"{}\"}]}", "input[0]",
-     "call_id"},
+    {"{\"input\": [{\"type\": \"function_call\", \"name\": \"f\", \"arguments\": \"{}\"}]}", "input[0]", "call_id"},
     {"{\"input\": [{\"type\": \"function_call_output\", \"call_id\": \"c\"}]}", "input[0]", "string 'output'"},
     {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\"}}}", "text.format", "schema in 'schema'"},
     {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"xml\"}}}", "text.format", "must be \"text\""},
@@ -128,7 +134,9 @@ START_TEST(object_and_events)
     sd_api_req_clear(&q);
     /* text.format json_schema: the schema goes on, and comes back in the response */
     ck_assert_int_eq(parse("{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"n\", "
-                           "\"strict\": true, \"schema\": {\"type\": \"integer\"}}}}", &q, &e), SD_OK);
+                           "\"strict\": true, \"schema\": {\"type\": \"integer\"}}}}",
+                           &q, &e),
+                     SD_OK);
     ck_assert_str_eq(q.sampling.json_schema, "{\"type\":\"integer\"}");
     r.req = &q;
     o = sd_resp_object(&r);
@@ -154,10 +162,13 @@ START_TEST(function_tools)
                            "{\"type\": \"function_call_output\", \"call_id\": \"call_1\", \"output\": \"sunny\"}], "
                            "\"tools\": [{\"type\": \"function\", \"name\": \"get\", \"description\": \"d\", "
                            "\"parameters\": {\"type\": \"object\"}}, {\"type\": \"function\", \"name\": \"now\"}], "
-                           "\"tool_choice\": {\"type\": \"function\", \"name\": \"now\"}}", &q, &e), SD_OK);
+                           "\"tool_choice\": {\"type\": \"function\", \"name\": \"now\"}}",
+                           &q, &e),
+                     SD_OK);
     ck_assert_uint_eq(json_array_size(q.tools), 2);
-    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(q.tools, 0), "function"),
-                                                       "description")), "d");
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(json_array_get(q.tools, 0), "function"), "description")),
+        "d");
     ck_assert(q.tools_forced);
     ck_assert_str_eq(q.tool_name, "now");
     ck_assert_uint_eq(q.n_messages, 3); /* user, assistant with two calls, tool */
@@ -166,7 +177,8 @@ START_TEST(function_tools)
     ck_assert_str_eq(q.messages[2].role, "tool");
     ck_assert_str_eq(json_string_value(json_object_get(q.messages[2].fields, "tool_call_id")), "call_1");
     json_t *calls = json_loads("[{\"id\": \"call_9-0\", \"type\": \"function\", \"function\": {\"name\": \"now\", "
-                               "\"arguments\": \"{}\"}}]", 0, NULL);
+                               "\"arguments\": \"{}\"}}]",
+                               0, NULL);
     sd_resp r = {"resp_1", "msg_1", "tiny", 7, "completed", false, 3, 4, 0, &q, "", 0, calls, false};
     json_t *o = sd_resp_object(&r);
     json_t *out = json_object_get(o, "output"), *fc = json_array_get(out, 0);

@@ -13,10 +13,7 @@
 #include "testutil.h"
 #include "tool_calls.h"
 
-static json_t *parse(const char *t)
-{
-    return sd_tool_calls_parse(t, strlen(t), "call_x");
-}
+static json_t *parse(const char *t) { return sd_tool_calls_parse(t, strlen(t), "call_x"); }
 
 START_TEST(parses_blocks)
 {
@@ -46,11 +43,11 @@ END_TEST
 START_TEST(malformed_is_no_call)
 {
     static const char *const bad[] = {
-        "<tool_call>{\"name\": \"f\", \"arguments\": {}</tool_call>",         /* JSON cut */
-        "<tool_call>{\"arguments\": {}}</tool_call>",                          /* no name */
-        "<tool_call>{\"name\": \"\", \"arguments\": {}}</tool_call>",          /* empty name */
-        "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",        /* arguments not an object */
-        "<tool_call>{\"name\": \"f\", \"arguments\": \"x\"}</tool_call>",      /* ... nor a string holding one */
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}</tool_call>",           /* JSON cut */
+        "<tool_call>{\"arguments\": {}}</tool_call>",                           /* no name */
+        "<tool_call>{\"name\": \"\", \"arguments\": {}}</tool_call>",           /* empty name */
+        "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",         /* arguments not an object */
+        "<tool_call>{\"name\": \"f\", \"arguments\": \"x\"}</tool_call>",       /* ... nor a string holding one */
         "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> and then", /* text after */
         "<tool_call></tool_call>",
         "",
@@ -166,8 +163,8 @@ START_TEST(json_format)
         json_t *c = sd_tool_calls_json(t, strlen(t), "id");
         ck_assert_msg((int)json_array_size(c) == cases[i].calls, "%s", t);
         if (cases[i].calls == 2)
-            ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(c, 1), "function"),
-                                                               "name")), "put");
+            ck_assert_str_eq(
+                json_string_value(json_object_get(json_object_get(json_array_get(c, 1), "function"), "name")), "put");
         json_decref(c);
         /* through the splitter, fed a byte at a time: calls, or the text back as content */
         sd_tool_split sp = {.fmt = SD_TOOL_FMT_JSON};

@@ -48,8 +48,8 @@ static void send_env(void *sock, const sd_msg_id *peer, Specd__Envelope *env)
     if (sd_msg_send(sock, peer, env, err, sizeof err) != SD_OK) fprintf(stderr, "fake-verifier: %s\n", err);
 }
 
-static void on_health(void *sock, const sd_msg_id *peer, const Specd__HealthRequest *h, const char *model,
-                      unsigned ctx, unsigned vocab)
+static void on_health(void *sock, const sd_msg_id *peer, const Specd__HealthRequest *h, const char *model, unsigned ctx,
+                      unsigned vocab)
 {
     Specd__Stats st = SPECD__STATS__INIT;
     Specd__HealthReply r = SPECD__HEALTH_REPLY__INIT;
@@ -95,8 +95,8 @@ static void on_submit(void *sock, const sd_msg_id *peer, const Specd__Submit *s)
         r->max_tokens = s->max_tokens ? s->max_tokens : 16;
         r->ignore_eos = s->ignore_eos;
         r->spec = s->spec && s->spec->enabled;
-        fprintf(stderr, "fake-verifier: submit request %llu (%zu prompt tokens, max %u)\n",
-                (unsigned long long)r->id, r->n_prompt, r->max_tokens);
+        fprintf(stderr, "fake-verifier: submit request %llu (%zu prompt tokens, max %u)\n", (unsigned long long)r->id,
+                r->n_prompt, r->max_tokens);
         return;
     }
     Specd__ErrorEvent e = SPECD__ERROR_EVENT__INIT;
@@ -174,8 +174,8 @@ static void step(void *sock, freq *r)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"listen", 1, 0, 'l'}, {"model", 1, 0, 'm'}, {"max-context", 1, 0, 'c'},
-                                       {"vocab", 1, 0, 'v'}, {"delay-ms", 1, 0, 'd'}, {"eos", 1, 0, 'e'},
+    static const struct option lo[] = {{"listen", 1, 0, 'l'}, {"model", 1, 0, 'm'},    {"max-context", 1, 0, 'c'},
+                                       {"vocab", 1, 0, 'v'},  {"delay-ms", 1, 0, 'd'}, {"eos", 1, 0, 'e'},
                                        {0, 0, 0, 0}};
     const char *listen = NULL, *model = "fake";
     unsigned ctx = 4096, vocab = 8192;

@@ -29,7 +29,8 @@ int main(int argc, char **argv)
     char *out = NULL;
     int rc = 1;
     if (!vars) snprintf(err, sizeof err, "%s: %s", argv[2], je.text);
-    else if (sd_jinja_parse(src, &t, err, sizeof err) == SD_OK && sd_jinja_render(t, vars, &out, err, sizeof err) == SD_OK)
+    else if (sd_jinja_parse(src, &t, err, sizeof err) == SD_OK &&
+             sd_jinja_render(t, vars, &out, err, sizeof err) == SD_OK)
         rc = 0;
     if (rc == 0) fputs(out, stdout);
     else printf("error: %s\n", err);

@@ -42,7 +42,10 @@ static float frand(void)
 
 static uint16_t bf16_bits(float f)
 {
-    union { float f; uint32_t u; } v = {.f = sd_round_bf16(f)};
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = sd_round_bf16(f)};
     return (uint16_t)(v.u >> 16);
 }
 
@@ -70,17 +73,17 @@ START_TEST(amx_tiles_batch_invariant)
                     sd_amx_tile(y1, R, w, x + (size_t)t * K, K, R, 1); /* one token: its row is its packing */
                     for (int r = 0; r < R; r++) {
                         ck_assert_msg(memcmp(&y[(size_t)t * R + r], &y1[r], 4) == 0,
-                                      "K %d R %d span %d: token %d row %d differs from the one-token tile", K, R, u,
-                                      t, r);
+                                      "K %d R %d span %d: token %d row %d differs from the one-token tile", K, R, u, t,
+                                      r);
                         double ref = 0, mag = 0;
                         for (int k = 0; k < K; k++) {
-                            double p = (double)sd_bf16_to_f32(w[(size_t)r * K + k]) *
-                                       sd_bf16_to_f32(x[(size_t)t * K + k]);
+                            double p =
+                                (double)sd_bf16_to_f32(w[(size_t)r * K + k]) * sd_bf16_to_f32(x[(size_t)t * K + k]);
                             ref += p;
                             mag += fabs(p);
                         }
-                        ck_assert_msg(fabs(y1[r] - ref) <= 1e-5 * mag + 1e-6, "K %d R %d token %d row %d: %g vs %g",
-                                      K, R, t, r, y1[r], ref);
+                        ck_assert_msg(fabs(y1[r] - ref) <= 1e-5 * mag + 1e-6, "K %d R %d token %d row %d: %g vs %g", K,
+                                      R, t, r, y1[r], ref);
                     }
                 }
             }
@@ -197,7 +200,10 @@ static uint16_t *bf16_copy(const float *x, size_t n)
 {
     uint16_t *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } c = {.f = x[i]};
+        union {
+            float f;
+            uint32_t u;
+        } c = {.f = x[i]};
         h[i] = (uint16_t)(c.u >> 16);
     }
     return h;
@@ -238,8 +244,8 @@ static void attention_case(int level, int hd, int bf16)
         double tol = bf16 ? 2e-2 : 2e-5;
         for (int d = 0; d < hd; d++)
             ck_assert_msg(fabs(out_r[d] - ref[d]) <= tol * (1.0 + fabs(ref[d])),
-                          "level %d hd %d bf16 %d query %d dim %d: %g vs reference %g", level, hd, bf16, i, d,
-                          out_r[d], ref[d]);
+                          "level %d hd %d bf16 %d query %d dim %d: %g vs reference %g", level, hd, bf16, i, d, out_r[d],
+                          ref[d]);
     }
     if (bf16) { /* the same K/V in a bf16 cache: bit for bit the f32 cache's results, row and group */
         uint16_t *kh = bf16_copy(k, slots * stride), *vh = bf16_copy(v, slots * stride);
@@ -284,8 +290,8 @@ END_TEST
 START_TEST(q8_quantize_rows)
 {
     float w[3 * 5] = {0.5f, -1.0f, 0.25f, 0.0f, 0.75f, /* max 1 */
-                      0, 0, 0, 0, 0,                   /* zero row */
-                      2.0f, 4.0f, -3.0f, 1.0f, 0.1f};
+                      0,    0,     0,     0,    0,     /* zero row */
+                      2.0f, 4.0f,  -3.0f, 1.0f, 0.1f};
     int8_t q[15];
     float sc[3];
     int32_t sum[3];
@@ -336,17 +342,17 @@ START_TEST(q8_paths_exact_and_close)
             for (int u = 1; u <= U; u++) {
                 const int8_t *packed = sd_q8_wants_packed(K, u) ? (sd_q8_pack(xp, xq, K, u), xp) : NULL;
                 if (level == 3 && u > 1 && K % 64 == 0) ck_assert_msg(packed, "K %d span %d: AMX not used", K, u);
-                for (int pass = 0; pass < 2; pass++)  /* all rows at once, then 5 at a time */
-                for (int r0 = 0, chunk = pass ? 5 : R; r0 < R; r0 += chunk) {
-                    int rn = R - r0 < chunk ? R - r0 : chunk;
-                    memset(y, 0xff, sizeof y);
-                    sd_q8_tile(y + r0, R, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, packed, xs, K, rn, u);
-                    for (int t = 0; t < u; t++)
-                        for (int r = r0; r < r0 + rn; r++)
-                            ck_assert_msg(memcmp(&y[t * R + r], &ref[t * R + r], 4) == 0,
-                                          "path %d K %d span %d: token %d row %d: %g vs %g", level, K, u, t, r,
-                                          y[t * R + r], ref[t * R + r]);
-                }
+                for (int pass = 0; pass < 2; pass++) /* all rows at once, then 5 at a time */
+                    for (int r0 = 0, chunk = pass ? 5 : R; r0 < R; r0 += chunk) {
+                        int rn = R - r0 < chunk ? R - r0 : chunk;
+                        memset(y, 0xff, sizeof y);
+                        sd_q8_tile(y + r0, R, wq + (size_t)r0 * K, ws + r0, wsum + r0, xq, packed, xs, K, rn, u);
+                        for (int t = 0; t < u; t++)
+                            for (int r = r0; r < r0 + rn; r++)
+                                ck_assert_msg(memcmp(&y[t * R + r], &ref[t * R + r], 4) == 0,
+                                              "path %d K %d span %d: token %d row %d: %g vs %g", level, K, u, t, r,
+                                              y[t * R + r], ref[t * R + r]);
+                    }
             }
         }
         /* close to the f32 product: error of two 8-bit roundings */
@@ -357,8 +363,8 @@ START_TEST(q8_paths_exact_and_close)
                     exact += (double)w[(size_t)r * K + k] * x[(size_t)t * K + k];
                     mag += fabs((double)w[(size_t)r * K + k] * x[(size_t)t * K + k]);
                 }
-                ck_assert_msg(fabs(ref[t * R + r] - exact) <= 0.02 * mag + 1e-6, "K %d: %g vs f32 %g (sum |wx| %g)",
-                              K, ref[t * R + r], exact, mag);
+                ck_assert_msg(fabs(ref[t * R + r] - exact) <= 0.02 * mag + 1e-6, "K %d: %g vs f32 %g (sum |wx| %g)", K,
+                              ref[t * R + r], exact, mag);
             }
         free(w);
         free(x);
@@ -417,7 +423,7 @@ START_TEST(argmax_first_max_nan_ignored)
             int n = 1 + trial * 5;
             for (int i = 0; i < n; i++) x[i] = (float)(int)(frand() * 20.0f); /* many ties */
             for (int i = trial % 7; i < n; i += 7 + trial % 5) x[i] = NAN;
-            if (trial % 11 == 0) x[n - 1] = 1e9f;                            /* max in the tail */
+            if (trial % 11 == 0) x[n - 1] = 1e9f; /* max in the tail */
             if (trial % 13 == 0) x[0] = NAN;
             ck_assert_msg(sd_argmax_f32(x, n) == argmax_ref(x, n), "level %d n %d: %d vs %d", level, n,
                           sd_argmax_f32(x, n), argmax_ref(x, n));

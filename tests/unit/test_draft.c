@@ -122,10 +122,7 @@ static void plain_greedy_q(const int32_t *ctx, int n, int k, int32_t *out, int q
     sd_backend_free(be);
 }
 
-static void plain_greedy(const int32_t *ctx, int n, int k, int32_t *out)
-{
-    plain_greedy_q(ctx, n, k, out, 0);
-}
+static void plain_greedy(const int32_t *ctx, int n, int k, int32_t *out) { plain_greedy_q(ctx, n, k, out, 0); }
 
 START_TEST(greedy_equals_plain)
 {
@@ -268,8 +265,7 @@ START_TEST(batch_equals_single)
     sd_proposer *p = make(4, 256);
     sd_propose_item it[3];
     for (int i = 0; i < 3; i++)
-        it[i] = (sd_propose_item){
-            .seq_id = 100 + (uint64_t)i, .context = ctx[i], .n_context = n[i], .k = k[i]};
+        it[i] = (sd_propose_item){.seq_id = 100 + (uint64_t)i, .context = ctx[i], .n_context = n[i], .k = k[i]};
     sd_proposal out[3], one;
     char err[512];
     ck_assert_msg(p->ops->propose(p, it, 3, out, err, sizeof err) == SD_OK, "%s", err);
@@ -310,8 +306,8 @@ END_TEST
 
 static void sampled(sd_proposer *p, const int32_t *ctx, int n, const sd_sampling *s, sd_proposal *out)
 {
-    sd_propose_item it = {.seq_id = 5, .context = ctx, .n_context = n, .k = 6, .sampling = s, .want_q = true,
-                          .out_pos = 11};
+    sd_propose_item it = {
+        .seq_id = 5, .context = ctx, .n_context = n, .k = 6, .sampling = s, .want_q = true, .out_pos = 11};
     char err[512];
     ck_assert_msg(p->ops->propose(p, &it, 1, out, err, sizeof err) == SD_OK, "%s", err);
 }
@@ -579,8 +575,13 @@ static void draft_after(sd_proposer *p, const sd_tok *tok, const char *prompt, c
     memcpy(ctx + n, pre, np * sizeof *ctx);
     s->temperature = c < 3 ? 0.0f : 1.0f;
     s->seed = 9;
-    sd_propose_item it = {.seq_id = 1, .context = ctx, .n_context = (int)(n + np), .k = 8, .sampling = s,
-                          .want_q = c >= 3, .out_pos = np};
+    sd_propose_item it = {.seq_id = 1,
+                          .context = ctx,
+                          .n_context = (int)(n + np),
+                          .k = 8,
+                          .sampling = s,
+                          .want_q = c >= 3,
+                          .out_pos = np};
     ck_assert(p->ops->propose(p, &it, 1, o, err, sizeof err) == SD_OK);
     ck_assert_int_gt(o->n, 0);
     free(ids);
@@ -620,12 +621,14 @@ START_TEST(json_drafts_keep_to_the_schema)
             for (size_t j = 0; c >= 3 && j < o.nq[t]; j++) { /* every token q holds is allowed */
                 int32_t q = o.q[t][j].token;
                 sd_json_state b = st;
-                ck_assert_msg(sd_json_feed(&b, bytes + off[q], off[q + 1] - off[q]), "config %d: q holds %d at %d",
-                              c, q, t);
+                ck_assert_msg(sd_json_feed(&b, bytes + off[q], off[q + 1] - off[q]), "config %d: q holds %d at %d", c,
+                              q, t);
             }
             int32_t d = o.tokens[t];
-            ck_assert_msg(sd_json_feed(&st, bytes + off[d], off[d + 1] - off[d]), "config %d: draft %d (%d) leaves "
-                          "the schema", c, t, d);
+            ck_assert_msg(sd_json_feed(&st, bytes + off[d], off[d + 1] - off[d]),
+                          "config %d: draft %d (%d) leaves "
+                          "the schema",
+                          c, t, d);
         }
         p->ops->release(p, 1);
     }

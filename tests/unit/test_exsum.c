@@ -33,8 +33,7 @@ static double sum_floats(const float *f, int n)
 {
     sd_exsum s;
     sd_exsum_init(&s);
-    for (int i = 0; i < n; i++)
-        sd_exsum_add_float(&s, f[i]);
+    for (int i = 0; i < n; i++) sd_exsum_add_float(&s, f[i]);
     return sd_exsum_value(&s);
 }
 
@@ -72,8 +71,7 @@ START_TEST(test_rounds_once)
     /* subnormals count: 2^23 terms of the smallest is 2^-126 */
     sd_exsum s;
     sd_exsum_init(&s);
-    for (int i = 0; i < (1 << 23); i++)
-        sd_exsum_add_float(&s, 0x1.0p-149f);
+    for (int i = 0; i < (1 << 23); i++) sd_exsum_add_float(&s, 0x1.0p-149f);
     ck_assert(sd_exsum_value(&s) == 0x1.0p-126);
     float z[] = {0.0f, 0.0f};
     ck_assert(sum_floats(z, 2) == 0.0);
@@ -85,8 +83,7 @@ START_TEST(test_order_free)
     enum { N = 5000 };
     float f[N];
     uint64_t x = 99;
-    for (int i = 0; i < N; i++)
-        f[i] = i % 7 == 0 ? ldexpf(1.0f + (float)(i % 13) / 16.0f, -140) : rand_float(&x, 126);
+    for (int i = 0; i < N; i++) f[i] = i % 7 == 0 ? ldexpf(1.0f + (float)(i % 13) / 16.0f, -140) : rand_float(&x, 126);
     double first = sum_floats(f, N);
     for (int rep = 0; rep < 10; rep++) {
         for (int i = N - 1; i > 0; i--) { /* Fisher-Yates */
@@ -143,8 +140,7 @@ START_TEST(test_doubles_on_the_grid)
     ck_assert_msg(memcmp(&want, &got, sizeof got) == 0, "%a against %a", got, want);
     /* large counts: 2^20 ones */
     sd_exsum_init(&s);
-    for (int i = 0; i < (1 << 20); i++)
-        sd_exsum_add_float(&s, 1.0f);
+    for (int i = 0; i < (1 << 20); i++) sd_exsum_add_float(&s, 1.0f);
     ck_assert(sd_exsum_value(&s) == 1048576.0);
 }
 END_TEST
@@ -162,7 +158,4 @@ static Suite *exsum_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run_suite(exsum_suite());
-}
+int main(void) { return tu_run_suite(exsum_suite()); }

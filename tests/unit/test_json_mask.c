@@ -52,11 +52,38 @@ START_TEST(documents_and_prefixes)
 END_TEST
 
 static const char *const BAD[] = {
-    "[1]", "\"s\"", "1", "x", "{,}", "{\"a\" 1}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1 \"b\":2}", "{1:2}",
-    "{\"a\":01}", "{\"a\":1.}", "{\"a\":-}", "{\"a\":.5}", "{\"a\":1e}", "{\"a\":+1}", "{\"a\":tru}", "{\"a\":nul1}",
-    "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12g4\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\uDC00\"}",
-    "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}", "{\"a\":\"\xff\"}",
-    "{\"a\":1]", "{\"a\":[1}", "{} ", "{}{}", "{\"a\":1}}",
+    "[1]",
+    "\"s\"",
+    "1",
+    "x",
+    "{,}",
+    "{\"a\" 1}",
+    "{\"a\":}",
+    "{\"a\":1,}",
+    "{\"a\":1 \"b\":2}",
+    "{1:2}",
+    "{\"a\":01}",
+    "{\"a\":1.}",
+    "{\"a\":-}",
+    "{\"a\":.5}",
+    "{\"a\":1e}",
+    "{\"a\":+1}",
+    "{\"a\":tru}",
+    "{\"a\":nul1}",
+    "{\"a\":\"\x01\"}",
+    "{\"a\":\"\\x\"}",
+    "{\"a\":\"\\u12g4\"}",
+    "{\"a\":\"\\ud800\"}",
+    "{\"a\":\"\\uDC00\"}",
+    "{\"a\":\"\xc0\xaf\"}",
+    "{\"a\":\"\xed\xa0\x80\"}",
+    "{\"a\":\"\xf4\x90\x80\x80\"}",
+    "{\"a\":\"\xff\"}",
+    "{\"a\":1]",
+    "{\"a\":[1}",
+    "{} ",
+    "{}{}",
+    "{\"a\":1}}",
 };
 
 START_TEST(refused)
@@ -121,8 +148,13 @@ static json_t *random_value(unsigned *seed, int depth)
     case 3: return json_null();
     case 4:
     case 5: {
-        static const char *const words[] = {"", "plain", "quote \" back \\ slash", "tab\tnew\nline", "caf\xc3\xa9",
-                                            "\xe2\x82\xac \xf0\x9f\x98\x80", "ctl \x01 \x1f"};
+        static const char *const words[] = {"",
+                                            "plain",
+                                            "quote \" back \\ slash",
+                                            "tab\tnew\nline",
+                                            "caf\xc3\xa9",
+                                            "\xe2\x82\xac \xf0\x9f\x98\x80",
+                                            "ctl \x01 \x1f"};
         return json_string(words[rand_r(seed) % 7]);
     }
     case 6: {
@@ -307,8 +339,8 @@ START_TEST(token_mask)
      * literal, deep in whitespace */
     char deep[64] = "{";
     memset(deep + 1, '\n', 60);
-    const char *const texts[] = {"{\"n\": 12", "{\"n\": -0.5e1", "{\"a\": [1, 2, 0", "{\"s\": \"x\\", "{\"t\": tr",
-                                 "{\"u\": \"\\u00", deep};
+    const char *const texts[] = {
+        "{\"n\": 12", "{\"n\": -0.5e1", "{\"a\": [1, 2, 0", "{\"s\": \"x\\", "{\"t\": tr", "{\"u\": \"\\u00", deep};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
@@ -347,9 +379,18 @@ START_TEST(schema_token_mask)
     ck_assert_msg(s, "%s", err);
     float *logits = malloc((size_t)d.vocab * sizeof *logits);
     ck_assert_int_eq(mask_walks(&d, s, 10, 11, logits), 10);
-    const char *const texts[] = {"{\"na", "{\"name\": \"abcde", "{\"name\": \"ab\\", "{\"n\": 12", "{\"age\": 1",
-                                 "{\"age\": 12", "{\"age\": 99", "{\"p\": 0", "{\"p\": 0.5",
-                                 "{\"kind\": 1", "{\"kind\": \"c", "{\"tags\": [\"a\", \"b\"",
+    const char *const texts[] = {"{\"na",
+                                 "{\"name\": \"abcde",
+                                 "{\"name\": \"ab\\",
+                                 "{\"n\": 12",
+                                 "{\"age\": 1",
+                                 "{\"age\": 12",
+                                 "{\"age\": 99",
+                                 "{\"p\": 0",
+                                 "{\"p\": 0.5",
+                                 "{\"kind\": 1",
+                                 "{\"kind\": \"c",
+                                 "{\"tags\": [\"a\", \"b\"",
                                  "{\"sub\": {\"sub\": {"};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
         int32_t *ids = NULL;

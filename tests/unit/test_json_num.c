@@ -19,7 +19,7 @@ START_TEST(whole_numbers)
     long long x = 0;
     ck_assert(whole("16", &x) && x == 16);
     ck_assert(whole("-3", &x) && x == -3);
-    ck_assert(whole("16.0", &x) && x == 16);          /* Python writes floats so */
+    ck_assert(whole("16.0", &x) && x == 16); /* Python writes floats so */
     ck_assert(whole("1e3", &x) && x == 1000);
     ck_assert(whole("9007199254740991.0", &x) && x == 9007199254740991LL);
     ck_assert(whole("9223372036854775807", &x) && x == 9223372036854775807LL); /* an integer: exact */

@@ -39,11 +39,14 @@ static const struct {
     {"{\"$ref\": \"#/nope\"}", "points nowhere"},
     {"{\"anyOf\": [{\"type\": \"object\"}, {\"properties\": {\"a\": {}}}]}", "need a discriminator"},
     {"{\"anyOf\": [{\"properties\": {\"t\": {\"const\": \"a\"}}, \"required\": [\"t\"]}, {\"properties\": {\"t\": "
-     "{\"enum\": [\"b\", \"a\"]}}, \"required\": [\"t\"]}]}", "need a discriminator"},
+     "{\"enum\": [\"b\", \"a\"]}}, \"required\": [\"t\"]}]}",
+     "need a discriminator"},
     {"{\"anyOf\": [{\"properties\": {\"t\": {\"const\": \"a\"}}, \"required\": [\"t\"]}, {\"properties\": {\"t\": "
-     "{\"const\": \"b\"}}}]}", "need a discriminator"},
+     "{\"const\": \"b\"}}}]}",
+     "need a discriminator"},
     {"{\"anyOf\": [{\"properties\": {\"t\": {\"const\": \"a\"}}, \"required\": [\"t\"]}, {\"properties\": {\"t\": "
-     "{\"const\": 2}}, \"required\": [\"t\"]}]}", "need a discriminator"},
+     "{\"const\": 2}}, \"required\": [\"t\"]}]}",
+     "need a discriminator"},
     {"{\"anyOf\": [{}, {\"properties\": {\"t\": {\"const\": \"a\"}}, \"required\": [\"t\"]}]}", "may begin with '{'"},
     {"{\"anyOf\": [{\"type\": \"string\"}, {\"enum\": [\"x\"]}]}", "may begin with '\"'"},
     {"{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#\"}}, \"required\": [\"a\"]}", "within 32"},
@@ -152,31 +155,35 @@ static const struct {
     bool good;
 } DOCS[] = {
     {PERSON, "{\"name\":\"Al\",\"age\":3,\"kind\":\"person\"}", true},
-    {PERSON, "{ \"kind\" : \"person\", \"age\": -0, \"name\": \"\\u00e9x\\n\", \"score\": 1.5e3, "
-             "\"ok\": false }", true},
-    {PERSON, "{\"name\":\"x\",\"age\":1,\"kind\":\"person\",\"tags\":[\"a\\\"c\", \"bb\"],\"nick\":null,"
-             "\"addr\":{\"zip\":7,\"street\":\"\"},\"when\":\"today\"}", true},
-    {PERSON, "{\"name\":\"Al\",\"age\":3}", false},                        /* kind required */
-    {PERSON, "{\"name\":\"\",", false},                                     /* minLength */
-    {PERSON, "{\"name\":\"123456789\"", false},                             /* maxLength */
+    {PERSON,
+     "{ \"kind\" : \"person\", \"age\": -0, \"name\": \"\\u00e9x\\n\", \"score\": 1.5e3, "
+     "\"ok\": false }",
+     true},
+    {PERSON,
+     "{\"name\":\"x\",\"age\":1,\"kind\":\"person\",\"tags\":[\"a\\\"c\", \"bb\"],\"nick\":null,"
+     "\"addr\":{\"zip\":7,\"street\":\"\"},\"when\":\"today\"}",
+     true},
+    {PERSON, "{\"name\":\"Al\",\"age\":3}", false}, /* kind required */
+    {PERSON, "{\"name\":\"\",", false},             /* minLength */
+    {PERSON, "{\"name\":\"123456789\"", false},     /* maxLength */
     {PERSON, "{\"name\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", false},
-    {PERSON, "{\"age\":1.5", false},                                        /* integer */
+    {PERSON, "{\"age\":1.5", false}, /* integer */
     {PERSON, "{\"age\":1e3", false},
-    {PERSON, "{\"name\":\"a\",\"name\"", false},                            /* once */
-    {PERSON, "{\"zzz\"", false},                                            /* undeclared */
-    {PERSON, "{\"tags\":[]", false},                                        /* minItems */
-    {PERSON, "{\"tags\":[\"a\",\"a\",\"a\",", false},                       /* maxItems */
-    {PERSON, "{\"tags\":[3", false},                                        /* enum value not of the type */
+    {PERSON, "{\"name\":\"a\",\"name\"", false},      /* once */
+    {PERSON, "{\"zzz\"", false},                      /* undeclared */
+    {PERSON, "{\"tags\":[]", false},                  /* minItems */
+    {PERSON, "{\"tags\":[\"a\",\"a\",\"a\",", false}, /* maxItems */
+    {PERSON, "{\"tags\":[3", false},                  /* enum value not of the type */
     {PERSON, "{\"nick\":1", false},
     {PERSON, "{\"kind\":\"persona\"", false},
-    {PERSON, "{\"addr\":{\"zip\":1}", false},                               /* street required */
-    {PERSON, " {", false},                                                  /* nothing before the value */
+    {PERSON, "{\"addr\":{\"zip\":1}", false}, /* street required */
+    {PERSON, " {", false},                    /* nothing before the value */
     {PERSON, "[", false},
     {TREE, "{\"v\":1,\"kids\":[{\"v\":2},{\"kids\":[],\"v\":3}]}", true},
     {TREE, "{\"kids\":[{\"v\":2}]}", false},
     {ENUMS, "[1,12,123,-4.5,true]", true},
     {ENUMS, "[ {\"a\":[1]} , \"x\" , null, \"\xc3\xa9t\xc3\xa9\"]", true},
-    {ENUMS, "[{\"a\": [1]}", false},                                        /* enum values are compact */
+    {ENUMS, "[{\"a\": [1]}", false}, /* enum values are compact */
     {ENUMS, "[1,2", false},
     {ENUMS, "[1,1234", false},
     {ENUMS, "[null,\"x\",1,1,1,", false},
@@ -184,7 +191,7 @@ static const struct {
     {EXTRA, "{\"x\":\"y\"}", false},
     {EXTRA, "{\"id\":1,\"x\":2", false},
     {EXTRA, "{\"id\":1,\"id\"", false},
-    {EXTRA, "{\"i\\u0064\"", false},                                        /* equal names: equal texts */
+    {EXTRA, "{\"i\\u0064\"", false}, /* equal names: equal texts */
     {EXTRA, "{\"\\/\"", false},
     {TYPES, "null", true},
     {TYPES, "{\"a\":1}", true},
@@ -199,9 +206,9 @@ static const struct {
     {PREFIX, "{\"a\":1,\"a\"", false},
     {PETS, "[{\"type\":\"cat\",\"lives\":9},{ \"type\" : \"do\" , \"bark\":true},null,{\"type\":\"dog\"}]", true},
     {PETS, "[{\"type\":\"dog\",\"pups\":[{\"type\":\"do\",\"pups\":[]}]}]", true},
-    {PETS, "[{\"lives\"", false},                                         /* the discriminator first */
+    {PETS, "[{\"lives\"", false}, /* the discriminator first */
     {PETS, "[{\"type\":\"cat\",\"bark\"", false},
-    {PETS, "[{\"type\":\"cat\"}", false},                                 /* lives required */
+    {PETS, "[{\"type\":\"cat\"}", false}, /* lives required */
     {PETS, "[{\"type\":\"cow\"", false},
     {PETS, "[{\"type\":\"dog\",\"type\"", false},
     {PETS, "[{}", false},
@@ -217,17 +224,17 @@ static const struct {
     {BOUNDS, "{\"age\":18,\"t\":-4,\"big\":1000000,\"neg\":-9}", true},
     {BOUNDS, "{\"age\": 120 , \"t\":5,\"big\":null,\"neg\":-3}", true},
     {BOUNDS, "{\"age\":99,\"t\":-0,\"big\":9223372036854775807}", true},
-    {BOUNDS, "{\"age\":17", false},                                 /* refused at the 7: no 17x fits */
+    {BOUNDS, "{\"age\":17", false}, /* refused at the 7: no 17x fits */
     {BOUNDS, "{\"age\":121", false},
     {BOUNDS, "{\"age\":0", false},
     {BOUNDS, "{\"age\":-", false},
-    {BOUNDS, "{\"age\":1}", false},                                 /* 1 cannot end */
+    {BOUNDS, "{\"age\":1}", false}, /* 1 cannot end */
     {BOUNDS, "{\"age\":1 ", false},
     {BOUNDS, "{\"age\":20,\"t\":-5", false},
     {BOUNDS, "{\"age\":20,\"t\":6", false},
     {BOUNDS, "{\"age\":20,\"t\":10", false},
     {BOUNDS, "{\"age\":20,\"big\":999999}", false},
-    {BOUNDS, "{\"age\":20,\"big\":92233720368547758070", false},  /* beyond int64 */
+    {BOUNDS, "{\"age\":20,\"big\":92233720368547758070", false}, /* beyond int64 */
     {BOUNDS, "{\"age\":20,\"neg\":-2", false},
     {BOUNDS, "{\"age\":20,\"neg\":-10", false},
     {BOUNDS, "{\"age\":20,\"neg\":3", false},
@@ -236,12 +243,12 @@ static const struct {
     {FLOATS, "{\"p\":1.0,\"q\":2.999,\"r\":-0.001}", true},
     {FLOATS, "{\"p\":0.25,\"q\":0.0001,\"r\":-1.5}", true},
     {FLOATS, "{\"p\":1.000,\"r\":-2.00}", true},
-    {FLOATS, "{\"p\":1.5", false},                                  /* refused at the 5 */
+    {FLOATS, "{\"p\":1.5", false}, /* refused at the 5 */
     {FLOATS, "{\"p\":1.0001", false},
     {FLOATS, "{\"p\":2", false},
     {FLOATS, "{\"p\":-", false},
-    {FLOATS, "{\"p\":0.5e", false},                                 /* no exponent under bounds */
-    {FLOATS, "{\"q\":0}", false},                                   /* 0 excluded */
+    {FLOATS, "{\"p\":0.5e", false}, /* no exponent under bounds */
+    {FLOATS, "{\"q\":0}", false},   /* 0 excluded */
     {FLOATS, "{\"q\":0.00}", false},
     {FLOATS, "{\"q\":3", false},
     {FLOATS, "{\"r\":0", false},
@@ -320,9 +327,10 @@ static bool object_ok(const json_t *root, const json_t *sch, const json_t *v)
     json_t *props = json_object_get(sch, "properties"), *extra = json_object_get(sch, "additionalProperties"), *x;
     const char *k;
     size_t i;
-    json_array_foreach(json_object_get(sch, "required"), i, x)
-        if (!json_object_get(v, json_string_value(x))) return false;
-    json_object_foreach((json_t *)v, k, x) {
+    json_array_foreach(json_object_get(sch, "required"), i,
+                       x) if (!json_object_get(v, json_string_value(x))) return false;
+    json_object_foreach((json_t *)v, k, x)
+    {
         json_t *p = json_object_get(props, k);
         if (p && !valid(root, p, x)) return false;
         if (!p && props && (!extra || json_is_false(extra))) return false;
@@ -452,8 +460,8 @@ START_TEST(walks_validate)
         parsed++;
         ck_assert_msg(valid(sch, sch, v), "walk %d is not valid: %.400s", w, buf);
         int d = 0, dmax = 0;
-        for (size_t i = 0; i < n; i++) dmax = (d += buf[i] == '{' || buf[i] == '[') > dmax ? d : dmax,
-                                       d -= buf[i] == '}' || buf[i] == ']';
+        for (size_t i = 0; i < n; i++)
+            dmax = (d += buf[i] == '{' || buf[i] == '[') > dmax ? d : dmax, d -= buf[i] == '}' || buf[i] == ']';
         deep += dmax >= SD_JSON_MAX_DEPTH - 2;
         json_decref(v);
     }

@@ -20,16 +20,16 @@
 START_TEST(plan_arithmetic)
 {
     /* alone on 80 GiB: 16 GiB of weights loaded, 1 GiB still to come: 72 - 16 - 1 */
-    sd_mem_plan a = {.total = 80 * GIB, .free_at_start = 79 * GIB, .free_now = 63 * GIB, .fraction = 0.9,
-                     .reserve = GIB};
+    sd_mem_plan a = {
+        .total = 80 * GIB, .free_at_start = 79 * GIB, .free_now = 63 * GIB, .fraction = 0.9, .reserve = GIB};
     ck_assert_uint_eq(sd_mem_kv_bytes(&a), 55 * GIB);
     /* another process holds 59 GiB: only what is free counts */
-    sd_mem_plan b = {.total = 80 * GIB, .free_at_start = 20 * GIB, .free_now = 19 * GIB, .fraction = 0.9,
-                     .reserve = GIB};
+    sd_mem_plan b = {
+        .total = 80 * GIB, .free_at_start = 20 * GIB, .free_now = 19 * GIB, .fraction = 0.9, .reserve = GIB};
     ck_assert_uint_eq(sd_mem_kv_bytes(&b), 18 * GIB);
     /* a share smaller than the weights: nothing */
-    sd_mem_plan c = {.total = 80 * GIB, .free_at_start = 79 * GIB, .free_now = 63 * GIB, .fraction = 0.1,
-                     .reserve = GIB};
+    sd_mem_plan c = {
+        .total = 80 * GIB, .free_at_start = 79 * GIB, .free_now = 63 * GIB, .fraction = 0.1, .reserve = GIB};
     ck_assert_uint_eq(sd_mem_kv_bytes(&c), 0);
     /* free memory below the reserve: nothing */
     sd_mem_plan d = {.total = 80 * GIB, .free_at_start = GIB, .free_now = GIB / 2, .fraction = 1.0, .reserve = GIB};
@@ -80,31 +80,33 @@ START_TEST(model_blocks_from_free_memory)
     /* 1 GiB device, 900 MiB free at start, 100 MiB loaded since, fraction 0.5: 512 - 100 MiB - reserve */
     g_total = GIB, g_free = 800 * MIB;
     long n = 0;
-    ck_assert_msg(sd_mem_kv_blocks(m, 0.5, 900 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err,
-                                   sizeof err) == SD_OK, "%s", err);
+    ck_assert_msg(sd_mem_kv_blocks(m, 0.5, 900 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err, sizeof err) ==
+                      SD_OK,
+                  "%s", err);
     long want = (long)((512 * MIB - 100 * MIB - reserve) / per_block);
     ck_assert_int_eq(n, want);
     ck_assert_ptr_nonnull(strstr(how, "fraction 0.50"));
     /* capped */
-    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.5, 900 * MIB, rows, n_out, bs, 1, 10, &n, how, sizeof how, err,
-                                      sizeof err), SD_OK);
+    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.5, 900 * MIB, rows, n_out, bs, 1, 10, &n, how, sizeof how, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(n, 10);
     /* f32 KV: each block twice the bytes */
     sd_model_set_kv_dtype(m, SD_KV_F32);
-    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.5, 900 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err,
-                                      sizeof err), SD_OK);
+    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.5, 900 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(n, (long)((512 * MIB - 100 * MIB - reserve) / (2 * per_block)));
     /* other processes leave 300 MiB free: that bounds it */
     g_free = 300 * MIB;
-    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.9, 400 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err,
-                                      sizeof err), SD_OK);
+    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.9, 400 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(n, (long)((300 * MIB - reserve) / (2 * per_block)));
     /* too little for one full sequence: an error that says what to change */
-    ck_assert_int_eq(sd_mem_kv_blocks(m, 0.9, 400 * MIB, rows, n_out, bs, n + 1, 0, &n, how, sizeof how, err,
-                                      sizeof err), SD_ERR_NOMEM);
+    ck_assert_int_eq(
+        sd_mem_kv_blocks(m, 0.9, 400 * MIB, rows, n_out, bs, n + 1, 0, &n, how, sizeof how, err, sizeof err),
+        SD_ERR_NOMEM);
     ck_assert_ptr_nonnull(strstr(err, "raise the memory fraction"));
-    ck_assert_int_eq(sd_mem_kv_blocks(m, 1.5, 400 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err,
-                                      sizeof err), SD_ERR_ARG);
+    ck_assert_int_eq(sd_mem_kv_blocks(m, 1.5, 400 * MIB, rows, n_out, bs, 1, 0, &n, how, sizeof how, err, sizeof err),
+                     SD_ERR_ARG);
     sd_model_free(m);
     sd_backend_free(be);
 

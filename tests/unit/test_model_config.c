@@ -27,6 +27,8 @@ typedef struct {
     const char *dtype;
 } expect;
 
+/* one configuration a row */
+/* clang-format off */
 static const expect k_expect[] = {
     {"models/qwen3-tiny/config.json", SD_ARCH_QWEN3, 512, 64, 160, 3, 4, 2, 16, 2048, 1e-6f, true, false, false, true,
      SD_ROPE_DEFAULT, 1e6, 0, 0, 0, 0, 1, 2, "float32"},
@@ -51,6 +53,7 @@ static const expect k_expect[] = {
     {"configs/llama-3.2-1b.json", SD_ARCH_LLAMA, 128256, 2048, 8192, 16, 32, 8, 64, 131072, 1e-5f, true, false, false,
      false, SD_ROPE_LLAMA3, 500000, 32, 1, 4, 8192, 128000, 128001, "bfloat16"},
 };
+/* clang-format on */
 #define N_EXPECT ((int)(sizeof k_expect / sizeof k_expect[0]))
 
 static char *read_config(const char *rel)
@@ -111,8 +114,8 @@ START_TEST(test_load_dir_fixtures)
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         char path[1024], err[256] = "";
         sd_model_config c;
-        ck_assert_msg(sd_config_load_dir(tu_fixture(path, sizeof path, dirs[i]), &c, err, sizeof err) == SD_OK,
-                      "%s", err);
+        ck_assert_msg(sd_config_load_dir(tu_fixture(path, sizeof path, dirs[i]), &c, err, sizeof err) == SD_OK, "%s",
+                      err);
         ck_assert_int_eq(c.bos_token_id, 1);
         ck_assert_int_eq(c.n_eos, 1);
         ck_assert_int_eq(c.eos_token_ids[0], 2);
@@ -185,11 +188,13 @@ static const bad_case k_bad[] = {
     {QWEN3, "{\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 10000}}", NULL,
      SD_ERR_UNSUPPORTED, "linear"},
     {QWEN3, "{\"rope_parameters\": {\"rope_type\": \"longrope\"}}", NULL, SD_ERR_UNSUPPORTED, "longrope"},
-    {LLAMA, "{\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"low_freq_factor\": 1.0, "
-            "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 128}}",
+    {LLAMA,
+     "{\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"low_freq_factor\": 1.0, "
+     "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 128}}",
      NULL, SD_ERR_FORMAT, "factor"},
-    {LLAMA, "{\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 4.0, "
-            "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 128}}",
+    {LLAMA,
+     "{\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 4.0, "
+     "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 128}}",
      NULL, SD_ERR_FORMAT, "high_freq_factor"},
     {QWEN3, "{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -1}}", NULL, SD_ERR_FORMAT,
      "rope_theta"},
@@ -240,8 +245,14 @@ END_TEST
 
 START_TEST(test_malformed_json)
 {
-    static const char *texts[] = {"", "{", "{\"model_type\": ", "[1, 2]", "42", "null",
-                                  "{\"model_type\": \"qwen2\", \"model_type\": \"qwen3\"}", "{\"a\": nan}"};
+    static const char *texts[] = {"",
+                                  "{",
+                                  "{\"model_type\": ",
+                                  "[1, 2]",
+                                  "42",
+                                  "null",
+                                  "{\"model_type\": \"qwen2\", \"model_type\": \"qwen3\"}",
+                                  "{\"a\": nan}"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         sd_model_config c;
         char err[256] = "";
@@ -259,9 +270,11 @@ START_TEST(test_defaults)
     sd_model_config c;
     char err[256];
     /* absent head_dim / kv heads / tie / rope: family defaults */
-    ck_assert_int_eq(parse_patched(QWEN3, NULL, "head_dim,num_key_value_heads,tie_word_embeddings,rope_parameters,"
-                                                "max_position_embeddings,rms_norm_eps,bos_token_id,eos_token_id,dtype",
-                                   &c, err, sizeof err), SD_OK);
+    ck_assert_int_eq(parse_patched(QWEN3, NULL,
+                                   "head_dim,num_key_value_heads,tie_word_embeddings,rope_parameters,"
+                                   "max_position_embeddings,rms_norm_eps,bos_token_id,eos_token_id,dtype",
+                                   &c, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(c.head_dim, 16);
     ck_assert_int_eq(c.n_kv_heads, 4);
     ck_assert(!c.tie_embeddings);
@@ -273,9 +286,11 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.n_eos, 0);
     ck_assert_str_eq(c.torch_dtype, "");
     /* head_dim null, rope_scaling null, eos null, hidden_act null */
-    ck_assert_int_eq(parse_patched(QWEN2, "{\"head_dim\": null, \"rope_scaling\": null, \"eos_token_id\": null, "
-                                          "\"hidden_act\": null, \"num_key_value_heads\": null}",
-                                   NULL, &c, err, sizeof err), SD_OK);
+    ck_assert_int_eq(parse_patched(QWEN2,
+                                   "{\"head_dim\": null, \"rope_scaling\": null, \"eos_token_id\": null, "
+                                   "\"hidden_act\": null, \"num_key_value_heads\": null}",
+                                   NULL, &c, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(c.head_dim, 16);
     ck_assert_int_eq(c.n_kv_heads, 4);
     ck_assert_int_eq(c.n_eos, 0);
@@ -298,10 +313,12 @@ START_TEST(test_rope_variants)
     sd_model_config c;
     char err[256];
     /* older style llama3 with "type" instead of "rope_type" */
-    ck_assert_int_eq(parse_patched(QWEN2, "{\"rope_theta\": 500000, \"rope_scaling\": {\"type\": \"llama3\", "
-                                          "\"factor\": 16, \"low_freq_factor\": 2, \"high_freq_factor\": 8, "
-                                          "\"original_max_position_embeddings\": 4096}}",
-                                   NULL, &c, err, sizeof err), SD_OK);
+    ck_assert_int_eq(parse_patched(QWEN2,
+                                   "{\"rope_theta\": 500000, \"rope_scaling\": {\"type\": \"llama3\", "
+                                   "\"factor\": 16, \"low_freq_factor\": 2, \"high_freq_factor\": 8, "
+                                   "\"original_max_position_embeddings\": 4096}}",
+                                   NULL, &c, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(c.rope_type, SD_ROPE_LLAMA3);
     ck_assert_double_eq(c.rope_theta, 500000);
     ck_assert_double_eq(c.rope_factor, 16);
@@ -309,21 +326,25 @@ START_TEST(test_rope_variants)
     ck_assert_double_eq(c.rope_high_freq_factor, 8);
     ck_assert_int_eq(c.rope_orig_max_position, 4096);
     /* rope_scaling {"rope_type": "default"} */
-    ck_assert_int_eq(parse_patched(QWEN2, "{\"rope_scaling\": {\"rope_type\": \"default\"}}", NULL, &c, err,
-                                   sizeof err), SD_OK);
+    ck_assert_int_eq(
+        parse_patched(QWEN2, "{\"rope_scaling\": {\"rope_type\": \"default\"}}", NULL, &c, err, sizeof err), SD_OK);
     ck_assert_int_eq(c.rope_type, SD_ROPE_DEFAULT);
     /* rope_parameters without rope_theta falls back to the top-level one */
     ck_assert_int_eq(parse_patched(QWEN3, "{\"rope_theta\": 12345, \"rope_parameters\": {\"rope_type\": \"default\"}}",
-                                   NULL, &c, err, sizeof err), SD_OK);
+                                   NULL, &c, err, sizeof err),
+                     SD_OK);
     ck_assert_double_eq(c.rope_theta, 12345);
     /* rope_parameters keyed by layer type */
-    ck_assert_int_eq(parse_patched(QWEN3, "{\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\", "
-                                          "\"rope_theta\": 5000}}}",
-                                   NULL, &c, err, sizeof err), SD_OK);
+    ck_assert_int_eq(parse_patched(QWEN3,
+                                   "{\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\", "
+                                   "\"rope_theta\": 5000}}}",
+                                   NULL, &c, err, sizeof err),
+                     SD_OK);
     ck_assert_double_eq(c.rope_theta, 5000);
     /* a list of EOS ids (Llama 3 instruct style) */
     ck_assert_int_eq(parse_patched(LLAMA, "{\"eos_token_id\": [128001, 128008, 128009], \"bos_token_id\": null}", NULL,
-                                   &c, err, sizeof err), SD_OK);
+                                   &c, err, sizeof err),
+                     SD_OK);
     ck_assert_int_eq(c.n_eos, 3);
     ck_assert(sd_config_is_eos(&c, 128008) && sd_config_is_eos(&c, 128009) && !sd_config_is_eos(&c, 2));
     ck_assert_int_eq(c.bos_token_id, -1);
@@ -405,7 +426,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run_suite(suite());
-}
+int main(void) { return tu_run_suite(suite()); }

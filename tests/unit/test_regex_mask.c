@@ -70,8 +70,8 @@ END_TEST
 START_TEST(accepted_lookalikes)
 {
     /* escaped, or in a class: not the constructs above */
-    static const char *const ok[] = {"\\(*x",        "[(*]+",     "\\\\K",     "\\Q(*\\E", "[\\b]",  "[a+]+b",
-                                     "(?<name>ab)c", "(?i:ab)c", "(?x) a b", "a\\++",   "\\\\A", "(?|(a)|b)"};
+    static const char *const ok[] = {"\\(*x",        "[(*]+",    "\\\\K",    "\\Q(*\\E", "[\\b]", "[a+]+b",
+                                     "(?<name>ab)c", "(?i:ab)c", "(?x) a b", "a\\++",    "\\\\A", "(?|(a)|b)"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) sd_regex_free(compile_ok(ok[i]));
     char err[128], *big = malloc(SD_MAX_REGEX + 2);
     memset(big, 'a', SD_MAX_REGEX + 1);
@@ -113,8 +113,8 @@ static int oracle(const char *pattern, const char *text, size_t n)
     snprintf(wrapped, sizeof wrapped, "(?:%s)\\z", pattern);
     int code;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)wrapped, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_ANCHORED, &code,
-                                   &off, NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)wrapped, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_ANCHORED, &code, &off, NULL);
     ck_assert(re != NULL);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     int whole = pcre2_match(re, (PCRE2_SPTR)text, n, 0, 0, md, NULL);
@@ -160,8 +160,8 @@ static void check_text(const char *pattern, const char *text, size_t step)
             continue; /* inside a character: compared at the next boundary */
         }
         int want = oracle(pattern, text, at);
-        ck_assert_msg(alive == (want > 0), "/%s/ after %zu bytes of \"%s\" (pieces of %zu): alive %d, want %d",
-                      pattern, at, text, step, alive, want);
+        ck_assert_msg(alive == (want > 0), "/%s/ after %zu bytes of \"%s\" (pieces of %zu): alive %d, want %d", pattern,
+                      at, text, step, alive, want);
         if (!alive) break;
         ck_assert_msg(sd_regex_state_complete(st) == (want == 2), "/%s/ after %zu bytes of \"%s\": complete %d",
                       pattern, at, text, sd_regex_state_complete(st));
@@ -185,20 +185,20 @@ START_TEST(unfinished_characters)
     sd_regex_state *g, *a, *s, *c;
     ck_assert(sd_regex_state_new(greek, &g, NULL, 0) == SD_OK && sd_regex_state_new(any, &a, NULL, 0) == SD_OK &&
               sd_regex_state_new(ascii, &s, NULL, 0) == SD_OK && sd_regex_state_new(cjk, &c, NULL, 0) == SD_OK);
-    ck_assert(sd_regex_state_accepts(g, "\xce", 1));        /* α .. ο */
-    ck_assert(sd_regex_state_accepts(g, "\xcf", 1));        /* π .. ω */
-    ck_assert(!sd_regex_state_accepts(g, "\xd0", 1));       /* Cyrillic */
-    ck_assert(!sd_regex_state_accepts(g, "\xce\x91", 2));   /* Α, finished: refused */
+    ck_assert(sd_regex_state_accepts(g, "\xce", 1));      /* α .. ο */
+    ck_assert(sd_regex_state_accepts(g, "\xcf", 1));      /* π .. ω */
+    ck_assert(!sd_regex_state_accepts(g, "\xd0", 1));     /* Cyrillic */
+    ck_assert(!sd_regex_state_accepts(g, "\xce\x91", 2)); /* Α, finished: refused */
     ck_assert(sd_regex_state_accepts(a, "\xf0\x9f", 2));
     ck_assert(!sd_regex_state_accepts(s, "\xc3", 1));
-    ck_assert(!sd_regex_state_accepts(a, "\x80", 1));       /* not a character's start */
-    ck_assert(sd_regex_state_accepts(c, "\xe4", 1));        /* 一 (U+4E00) is named */
-    ck_assert(sd_regex_state_accepts(c, "\xe9\xbe", 2));    /* U+9F80 .. U+9FBF: its lowest is in the range */
-    ck_assert(!sd_regex_state_accepts(c, "\xe9\xbf", 2));   /* U+9FC0 .. beyond 9FA5 */
-    sd_regex *few = compile_ok("[\\x{4e00}-\\x{4e10}]");       /* neither bound of E4's U+4000 .. U+4FFF */
+    ck_assert(!sd_regex_state_accepts(a, "\x80", 1));     /* not a character's start */
+    ck_assert(sd_regex_state_accepts(c, "\xe4", 1));      /* 一 (U+4E00) is named */
+    ck_assert(sd_regex_state_accepts(c, "\xe9\xbe", 2));  /* U+9F80 .. U+9FBF: its lowest is in the range */
+    ck_assert(!sd_regex_state_accepts(c, "\xe9\xbf", 2)); /* U+9FC0 .. beyond 9FA5 */
+    sd_regex *few = compile_ok("[\\x{4e00}-\\x{4e10}]");  /* neither bound of E4's U+4000 .. U+4FFF */
     sd_regex_state *f;
     ck_assert_int_eq(sd_regex_state_new(few, &f, NULL, 0), SD_OK);
-    ck_assert(sd_regex_state_accepts(f, "\xe4", 1));        /* ... but 一 is named */
+    ck_assert(sd_regex_state_accepts(f, "\xe4", 1)); /* ... but 一 is named */
     ck_assert(sd_regex_state_accepts(f, "\xe4\xb8", 2));
     ck_assert(!sd_regex_state_accepts(f, "\xe4\xb9", 2));
     sd_regex_state_free(f);
@@ -207,9 +207,9 @@ START_TEST(unfinished_characters)
     ck_assert(sd_regex_state_feed(g, "\xce", 1));
     ck_assert(!sd_regex_state_complete(g));
     ck_assert(!sd_regex_state_accepts(g, "a", 1));
-    ck_assert(!sd_regex_state_accepts(g, "\x91", 1));       /* Α */
-    ck_assert(sd_regex_state_feed(g, "\xb1\xce", 2));       /* α, then half of the next */
-    ck_assert(sd_regex_state_feed(g, "\xb2", 1));           /* β */
+    ck_assert(!sd_regex_state_accepts(g, "\x91", 1)); /* Α */
+    ck_assert(sd_regex_state_feed(g, "\xb1\xce", 2)); /* α, then half of the next */
+    ck_assert(sd_regex_state_feed(g, "\xb2", 1));     /* β */
     ck_assert(sd_regex_state_complete(g));
     sd_regex_state_free(g);
     sd_regex_state_free(a);
@@ -237,12 +237,12 @@ START_TEST(choices)
         ck_assert_msg(sd_regex_state_feed(st, ch[i], lens[i]) && sd_regex_state_complete(st), "choice %d", i);
         sd_regex_state_free(st);
     }
-    static const char *const not[] = {"axb", "x", "c+", "c+++", "naive", "back", "newline", "ab", ""};
-    for (size_t i = 0; i < sizeof not / sizeof *not; i++) {
+    static const char *const not [] = {"axb", "x", "c+", "c+++", "naive", "back", "newline", "ab", ""};
+    for (size_t i = 0; i < sizeof not / sizeof *not ; i++) {
         sd_regex_state *st;
         ck_assert_int_eq(sd_regex_state_new(rx, &st, NULL, 0), SD_OK);
-        sd_regex_state_feed(st, not[i], strlen(not[i]));
-        ck_assert_msg(!sd_regex_state_complete(st), "\"%s\" complete", not[i]);
+        sd_regex_state_feed(st, not [i], strlen(not [i]));
+        ck_assert_msg(!sd_regex_state_complete(st), "\"%s\" complete", not [i]);
         sd_regex_state_free(st);
     }
     sd_regex_free(rx);
@@ -287,10 +287,7 @@ typedef struct demo {
     int eos;
 } demo;
 
-static void open_demo(demo *d)
-{
-    d->v = tu_demo_vocab(&d->tok, &d->vocab, &d->eos);
-}
+static void open_demo(demo *d) { d->v = tu_demo_vocab(&d->tok, &d->vocab, &d->eos); }
 
 static void close_demo(demo *d)
 {
@@ -320,7 +317,7 @@ static void check_mask(const demo *d, const char *pattern, const sd_regex *rx, c
         size_t k;
         int kind = sd_json_vocab_token(d->v, t, &p, &k);
         bool want = kind == SD_JSON_TOKEN_EOS ? sd_regex_state_complete(st)
-                    : kind == SD_JSON_TOKEN_TEXT && sd_regex_state_accepts(st, p, k);
+                                              : kind == SD_JSON_TOKEN_TEXT && sd_regex_state_accepts(st, p, k);
         ck_assert_msg(want == (logits[t] == 0.0f), "/%s/ after \"%.*s\": token %d passes %d, want %d", pattern,
                       (int)len, text, t, logits[t] == 0.0f, want);
         bool ascii = kind == SD_JSON_TOKEN_TEXT && len + k < sizeof buf;
@@ -335,8 +332,11 @@ static void check_mask(const demo *d, const char *pattern, const sd_regex *rx, c
 }
 
 static const char *const WALKS[] = {
-    "\\d{4}-\\d{2}-\\d{2}", "(red|green|blue)( and (red|green|blue)){0,2}", "[a-z ]{1,30}\\.",
-    "def [a-z_]{1,12}\\(\\):\\n    return \\d{1,4}", "\\{\"name\": \"[A-Za-z ]{1,16}\", \"age\": \\d{1,3}\\}",
+    "\\d{4}-\\d{2}-\\d{2}",
+    "(red|green|blue)( and (red|green|blue)){0,2}",
+    "[a-z ]{1,30}\\.",
+    "def [a-z_]{1,12}\\(\\):\\n    return \\d{1,4}",
+    "\\{\"name\": \"[A-Za-z ]{1,16}\", \"age\": \\d{1,3}\\}",
 };
 
 START_TEST(token_mask_walks)

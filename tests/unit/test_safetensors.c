@@ -80,9 +80,10 @@ static void expect_open(const char *name, sd_status want, const char *needle)
     sd_st_free(st);
 }
 
-#define GOOD_HDR "{\"__metadata__\": {\"format\": \"pt\"}, " \
-                 "\"w\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [0, 24]}, " \
-                 "\"b\": {\"dtype\": \"BF16\", \"shape\": [4], \"data_offsets\": [24, 32]}}"
+#define GOOD_HDR                                                                  \
+    "{\"__metadata__\": {\"format\": \"pt\"}, "                                   \
+    "\"w\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [0, 24]}, " \
+    "\"b\": {\"dtype\": \"BF16\", \"shape\": [4], \"data_offsets\": [24, 32]}}"
 
 /* --- fixture checkpoints ------------------------------------------------------------ */
 
@@ -281,9 +282,11 @@ static const hdr_case k_hdr[] = {
     {"{\"w\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [0, 16]}}", 16, SD_ERR_FORMAT, "\"w\""},
     {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [2, 10]}}", 16, SD_ERR_UNSUPPORTED, "aligned"},
     {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
-     "\"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 16, SD_ERR_FORMAT, "overlap"},
+     "\"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+     16, SD_ERR_FORMAT, "overlap"},
     {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
-     "\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}", 16, SD_ERR_FORMAT, "JSON"},
+     "\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
+     16, SD_ERR_FORMAT, "JSON"},
 };
 #define N_HDR ((int)(sizeof k_hdr / sizeof k_hdr[0]))
 
@@ -358,8 +361,9 @@ START_TEST(test_sharded_errors)
     write_index("{\"x\": \"a.safetensors\", ");
     expect_open_dir(SD_ERR_FORMAT, "index.json");
     /* the same tensor in two shards */
-    write_st("b.safetensors", "{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
-                              "\"y\": {\"dtype\": \"BF16\", \"shape\": [4], \"data_offsets\": [8, 16]}}",
+    write_st("b.safetensors",
+             "{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+             "\"y\": {\"dtype\": \"BF16\", \"shape\": [4], \"data_offsets\": [8, 16]}}",
              true, UINT64_MAX, 16, 0);
     write_index("{\"x\": \"a.safetensors\", \"y\": \"b.safetensors\"}");
     expect_open_dir(SD_ERR_FORMAT, "twice");
@@ -424,9 +428,9 @@ START_TEST(test_f16)
     ck_assert(isinf(out[4]) && out[4] > 0);
     ck_assert(isinf(out[5]) && out[5] < 0);
     ck_assert(isnan(out[6]));
-    ck_assert_float_eq(out[7], ldexpf(1.0f, -24));    /* smallest subnormal */
+    ck_assert_float_eq(out[7], ldexpf(1.0f, -24));        /* smallest subnormal */
     ck_assert_float_eq(out[8], 1023 * ldexpf(1.0f, -24)); /* largest subnormal */
-    ck_assert_float_eq(out[9], ldexpf(1.0f, -14));    /* smallest normal */
+    ck_assert_float_eq(out[9], ldexpf(1.0f, -14));        /* smallest normal */
     ck_assert_float_eq(out[10], 65504.0f);
     ck_assert_float_eq(out[11], 0.333251953125f);
     ck_assert_float_eq(out[12], -ldexpf(1.0f, -24));
@@ -486,7 +490,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run_suite(suite());
-}
+int main(void) { return tu_run_suite(suite()); }

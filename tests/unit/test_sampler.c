@@ -39,14 +39,12 @@ static void softmax_ref(const float *l, int n, double T, double *p)
 {
     double mx = -INFINITY, sum = 0.0;
     for (int i = 0; i < n; i++)
-        if (l[i] > mx)
-            mx = l[i];
+        if (l[i] > mx) mx = l[i];
     for (int i = 0; i < n; i++) {
         p[i] = l[i] == -INFINITY ? 0.0 : exp((l[i] - mx) / T);
         sum += p[i];
     }
-    for (int i = 0; i < n; i++)
-        p[i] /= sum;
+    for (int i = 0; i < n; i++) p[i] /= sum;
 }
 
 /* The sampler's own numerators (float, sd_exp_weights; their accuracy
@@ -58,15 +56,13 @@ static void softmax_ref_f(const float *l, int n, double T, double *p)
     float mx = -INFINITY, *w = malloc((size_t)n * sizeof *w);
     double sum = 0.0;
     for (int i = 0; i < n; i++)
-        if (l[i] > mx)
-            mx = l[i];
+        if (l[i] > mx) mx = l[i];
     sd_exp_weights(l, n, mx, (float)T, w);
     for (int i = 0; i < n; i++) {
         p[i] = l[i] == -INFINITY ? 0.0 : l[i] == mx ? 1.0 : (double)w[i];
         sum += p[i];
     }
-    for (int i = 0; i < n; i++)
-        p[i] /= sum;
+    for (int i = 0; i < n; i++) p[i] /= sum;
     free(w);
 }
 
@@ -76,17 +72,14 @@ static void check_sorted(const sd_tokprob *d, size_t n)
 {
     size_t bad = 0;
     for (size_t i = 1; i < n; i++)
-        if (d[i - 1].prob < d[i].prob ||
-            (d[i - 1].prob == d[i].prob && d[i - 1].token >= d[i].token))
-            bad++;
+        if (d[i - 1].prob < d[i].prob || (d[i - 1].prob == d[i].prob && d[i - 1].token >= d[i].token)) bad++;
     ck_assert_msg(bad == 0, "%zu entries out of order", bad);
 }
 
 static void check_sums_to_one(const sd_tokprob *d, size_t n)
 {
     double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += d[i].prob;
+    for (size_t i = 0; i < n; i++) s += d[i].prob;
     ck_assert_double_eq_tol(s, 1.0, 1e-5);
 }
 
@@ -132,8 +125,7 @@ START_TEST(test_softmax_analytic)
     ck_assert_int_eq(d[1].token, 1);
     ck_assert_int_eq(d[2].token, 0);
     ck_assert_int_eq(d[3].token, 3);
-    for (size_t i = 0; i < n; i++)
-        ck_assert_double_eq_tol(d[i].prob, want[d[i].token], EPS);
+    for (size_t i = 0; i < n; i++) ck_assert_double_eq_tol(d[i].prob, want[d[i].token], EPS);
     ck_assert_double_eq_tol(sd_sparse_prob(d, n, 1), want[1], EPS);
     ck_assert_float_eq(sd_sparse_prob(d, n, 7), 0.0f);
 }
@@ -151,8 +143,7 @@ START_TEST(test_temperature_scaling)
         size_t n = dist_of(&s, l, 5, d);
         ck_assert_uint_eq(n, 5);
         check_sorted(d, n);
-        for (size_t i = 0; i < n; i++)
-            ck_assert_double_eq_tol(d[i].prob, p[d[i].token], EPS);
+        for (size_t i = 0; i < n; i++) ck_assert_double_eq_tol(d[i].prob, p[d[i].token], EPS);
     }
     /* Higher temperature flattens: max prob at T=0.5 > at T=2. */
     sd_sampling lo = sampled(0.5f), hi = sampled(2.0f);
@@ -289,8 +280,7 @@ END_TEST
 START_TEST(test_uniform_ties)
 {
     float l[8];
-    for (int i = 0; i < 8; i++)
-        l[i] = 0.25f;
+    for (int i = 0; i < 8; i++) l[i] = 0.25f;
     sd_sampling s = sampled(0.7f);
     sd_tokprob d[8];
     ck_assert_uint_eq(dist_of(&s, l, 8, d), 8);
@@ -366,8 +356,7 @@ typedef struct ref_ent {
 static int ref_cmp(const void *pa, const void *pb)
 {
     const ref_ent *a = pa, *b = pb;
-    if (a->p != b->p)
-        return a->p > b->p ? -1 : 1;
+    if (a->p != b->p) return a->p > b->p ? -1 : 1;
     return a->token < b->token ? -1 : 1;
 }
 
@@ -380,30 +369,27 @@ static size_t ref_chain(const float *l, int V, const sd_sampling *s, double *p, 
     }
     qsort(o, (size_t)V, sizeof *o, ref_cmp);
     size_t n = (size_t)V;
-    if (s->top_k > 0 && (size_t)s->top_k < n)
-        n = (size_t)s->top_k;
+    if (s->top_k > 0 && (size_t)s->top_k < n) n = (size_t)s->top_k;
     double tot = 0.0;
-    for (size_t i = 0; i < n; i++)
-        tot += o[i].p;
+    for (size_t i = 0; i < n; i++) tot += o[i].p;
     if (s->top_p < 1.0f) {
         double cum = 0.0;
         size_t i = 0;
-        for (; i < n && (i == 0 || cum < s->top_p * tot); i++)
-            cum += o[i].p;
+        for (; i < n && (i == 0 || cum < s->top_p * tot); i++) cum += o[i].p;
         n = i;
     }
-    while (n > 1 && o[n - 1].p < s->min_p * o[0].p)
-        n--;
+    while (n > 1 && o[n - 1].p < s->min_p * o[0].p) n--;
     return n;
 }
 
-static void check_chain_against_reference(sd_sampler *sp, const float *l, int V, double *p,
-                                          ref_ent *ref, sd_tokprob *d)
+static void check_chain_against_reference(sd_sampler *sp, const float *l, int V, double *p, ref_ent *ref, sd_tokprob *d)
 {
-    const struct { int k; float p, minp; } cfg[] = {
-        {0, 1.0f, 0.0f}, {50, 1.0f, 0.0f}, {0, 0.9f, 0.0f}, {0, 0.999f, 0.0f},
-        {0, 0.5f, 0.0f}, {0, 1.0f, 0.05f}, {100, 0.8f, 0.0f}, {0, 0.95f, 0.001f},
-        {0, 0.9999f, 1e-6f}, {5000, 0.99f, 0.0f},
+    const struct {
+        int k;
+        float p, minp;
+    } cfg[] = {
+        {0, 1.0f, 0.0f},  {50, 1.0f, 0.0f},  {0, 0.9f, 0.0f},    {0, 0.999f, 0.0f},   {0, 0.5f, 0.0f},
+        {0, 1.0f, 0.05f}, {100, 0.8f, 0.0f}, {0, 0.95f, 0.001f}, {0, 0.9999f, 1e-6f}, {5000, 0.99f, 0.0f},
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         sd_sampling s = sampled(0.8f);
@@ -416,12 +402,10 @@ static void check_chain_against_reference(sd_sampler *sp, const float *l, int V,
         check_sorted(d, n);
         check_sums_to_one(d, n);
         double tot = 0.0;
-        for (size_t i = 0; i < rn; i++)
-            tot += ref[i].p;
+        for (size_t i = 0; i < rn; i++) tot += ref[i].p;
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)
-            if (d[i].token != ref[i].token || fabs(d[i].prob - ref[i].p / tot) > EPS)
-                bad++;
+            if (d[i].token != ref[i].token || fabs(d[i].prob - ref[i].p / tot) > EPS) bad++;
         ck_assert_msg(bad == 0, "config %zu: %zu entries differ", c, bad);
     }
 }
@@ -440,8 +424,7 @@ START_TEST(test_large_vocab_matches_reference)
          * many bands; set 1: only 5 distinct values, so large tie groups
          * straddle every cut (ties must go to the lowest ids). */
         for (int i = 0; i < V; i++)
-            l[i] = set == 0 ? (float)(-40.0 * sd_rng_uniform(7, (uint64_t)i, 3))
-                            : -0.5f * (float)((i * 7) % 5);
+            l[i] = set == 0 ? (float)(-40.0 * sd_rng_uniform(7, (uint64_t)i, 3)) : -0.5f * (float)((i * 7) % 5);
         check_chain_against_reference(sp, l, V, p, ref, d);
     }
     sd_sampler_free(sp);
@@ -457,8 +440,7 @@ START_TEST(test_vocab_150k_deterministic)
     enum { V = 151936 };
     float *l = malloc(V * sizeof *l);
     sd_tokprob *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
-    for (int i = 0; i < V; i++)
-        l[i] = (float)(8.0 * sd_rng_uniform(11, (uint64_t)i, 0));
+    for (int i = 0; i < V; i++) l[i] = (float)(8.0 * sd_rng_uniform(11, (uint64_t)i, 0));
     sd_sampler *sp;
     ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(1.0f);
@@ -648,23 +630,56 @@ START_TEST(test_validate)
     ck_assert_float_eq(d.top_p, 1.0f);
     ck_assert_float_eq(d.repetition_penalty, 1.0f);
     sd_sampling s;
-    s = d; s.temperature = -0.1f; expect_invalid(s, "temperature");
-    s = d; s.temperature = NAN; expect_invalid(s, "temperature");
-    s = d; s.temperature = INFINITY; expect_invalid(s, "temperature");
-    s = d; s.top_k = -1; expect_invalid(s, "top_k");
-    s = d; s.top_p = 0.0f; expect_invalid(s, "top_p");
-    s = d; s.top_p = 1.01f; expect_invalid(s, "top_p");
-    s = d; s.top_p = NAN; expect_invalid(s, "top_p");
-    s = d; s.min_p = -0.01f; expect_invalid(s, "min_p");
-    s = d; s.min_p = 1.5f; expect_invalid(s, "min_p");
-    s = d; s.repetition_penalty = 0.0f; expect_invalid(s, "repetition_penalty");
-    s = d; s.repetition_penalty = -1.0f; expect_invalid(s, "repetition_penalty");
-    s = d; s.presence_penalty = 2.5f; expect_invalid(s, "presence_penalty");
-    s = d; s.frequency_penalty = -2.01f; expect_invalid(s, "frequency_penalty");
-    s = d; s.frequency_penalty = NAN; expect_invalid(s, "frequency_penalty");
     s = d;
-    s.temperature = 0.7f; s.top_k = 50; s.top_p = 0.9f; s.min_p = 0.05f;
-    s.repetition_penalty = 1.1f; s.presence_penalty = -2.0f; s.frequency_penalty = 2.0f;
+    s.temperature = -0.1f;
+    expect_invalid(s, "temperature");
+    s = d;
+    s.temperature = NAN;
+    expect_invalid(s, "temperature");
+    s = d;
+    s.temperature = INFINITY;
+    expect_invalid(s, "temperature");
+    s = d;
+    s.top_k = -1;
+    expect_invalid(s, "top_k");
+    s = d;
+    s.top_p = 0.0f;
+    expect_invalid(s, "top_p");
+    s = d;
+    s.top_p = 1.01f;
+    expect_invalid(s, "top_p");
+    s = d;
+    s.top_p = NAN;
+    expect_invalid(s, "top_p");
+    s = d;
+    s.min_p = -0.01f;
+    expect_invalid(s, "min_p");
+    s = d;
+    s.min_p = 1.5f;
+    expect_invalid(s, "min_p");
+    s = d;
+    s.repetition_penalty = 0.0f;
+    expect_invalid(s, "repetition_penalty");
+    s = d;
+    s.repetition_penalty = -1.0f;
+    expect_invalid(s, "repetition_penalty");
+    s = d;
+    s.presence_penalty = 2.5f;
+    expect_invalid(s, "presence_penalty");
+    s = d;
+    s.frequency_penalty = -2.01f;
+    expect_invalid(s, "frequency_penalty");
+    s = d;
+    s.frequency_penalty = NAN;
+    expect_invalid(s, "frequency_penalty");
+    s = d;
+    s.temperature = 0.7f;
+    s.top_k = 50;
+    s.top_p = 0.9f;
+    s.min_p = 0.05f;
+    s.repetition_penalty = 1.1f;
+    s.presence_penalty = -2.0f;
+    s.frequency_penalty = 2.0f;
     ck_assert_int_eq(sd_sampling_validate(&s, NULL, 0), SD_OK);
 }
 END_TEST
@@ -679,8 +694,7 @@ START_TEST(test_reproducible_sampling)
     sd_sampling s = sampled(1.0f);
     s.seed = 1234;
     float base[V];
-    for (int i = 0; i < V; i++)
-        base[i] = (float)(i % 7) * 0.3f; /* fairly flat: many likely tokens */
+    for (int i = 0; i < V; i++) base[i] = (float)(i % 7) * 0.3f; /* fairly flat: many likely tokens */
     int32_t first[32];
     int differs = 0;
     for (uint64_t pos = 0; pos < 32; pos++) {
@@ -690,16 +704,14 @@ START_TEST(test_reproducible_sampling)
         ck_assert(first[pos] >= 0 && first[pos] < V);
         memcpy(l, base, sizeof l);
         ck_assert_int_eq(sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, pos), first[pos]);
-        if (pos > 0 && first[pos] != first[pos - 1])
-            differs = 1;
+        if (pos > 0 && first[pos] != first[pos - 1]) differs = 1;
     }
     ck_assert(differs); /* positions draw different uniforms */
     /* In any order, same answer (pure function of seed and position). */
     for (int pos = 31; pos >= 0; pos--) {
         float l[V];
         memcpy(l, base, sizeof l);
-        ck_assert_int_eq(sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, (uint64_t)pos),
-                         first[pos]);
+        ck_assert_int_eq(sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, (uint64_t)pos), first[pos]);
     }
     /* Another seed gives another sequence. */
     s.seed = 1235;
@@ -707,8 +719,7 @@ START_TEST(test_reproducible_sampling)
     for (uint64_t pos = 0; pos < 32; pos++) {
         float l[V];
         memcpy(l, base, sizeof l);
-        if (sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, pos) != first[pos])
-            other = 1;
+        if (sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, pos) != first[pos]) other = 1;
     }
     ck_assert(other);
     sd_sampler_free(sp);
@@ -723,8 +734,7 @@ START_TEST(test_sample_equals_distribution_draw)
     enum { V = 3000 };
     float *base = malloc(V * sizeof *base), *l = malloc(V * sizeof *l);
     sd_tokprob *d = malloc(V * sizeof *d);
-    for (int i = 0; i < V; i++)
-        base[i] = (float)(6.0 * sd_rng_uniform(3, (uint64_t)i, 2));
+    for (int i = 0; i < V; i++) base[i] = (float)(6.0 * sd_rng_uniform(3, (uint64_t)i, 2));
     sd_sampler *sp;
     ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(0.9f);
@@ -735,8 +745,7 @@ START_TEST(test_sample_equals_distribution_draw)
         memcpy(l, base, V * sizeof *l);
         int32_t t = sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, pos);
         size_t n = sd_sampler_distribution(sp, &s, base, V, d, V);
-        if (t != sd_sample_sparse(d, n, sd_rng_uniform(s.seed, pos, 0)))
-            bad++;
+        if (t != sd_sample_sparse(d, n, sd_rng_uniform(s.seed, pos, 0))) bad++;
     }
     ck_assert_uint_eq(bad, 0);
     sd_sampler_free(sp);
@@ -750,10 +759,8 @@ END_TEST
  * equal probabilities by id matters), -inf and NaN entries, a peak. */
 static void draw_logits(float *l, int V, uint64_t seed)
 {
-    for (int i = 0; i < V; i++)
-        l[i] = (float)(8.0 * sd_rng_uniform(seed, (uint64_t)i, 2) - 4.0);
-    for (int i = 0; i < V; i += 5)
-        l[i] = l[i / 2]; /* ties */
+    for (int i = 0; i < V; i++) l[i] = (float)(8.0 * sd_rng_uniform(seed, (uint64_t)i, 2) - 4.0);
+    for (int i = 0; i < V; i += 5) l[i] = l[i / 2]; /* ties */
     l[V / 3] = -INFINITY;
     l[V / 4] = NAN;
     l[V - 1] += 9.0f;
@@ -786,13 +793,15 @@ START_TEST(test_draw_and_prob_equal_sorted)
                 for (int k = 0; k < 400; k++) {
                     double u = k == 399 ? 0x1.fffffffffffffp-1 : k / 399.0;
                     int32_t want = sd_sample_sparse(d, n, u), got = sd_sampler_draw(sp, &s, l, V, u);
-                    ck_assert_msg(got == want, "V %d T %g filter %d u %a: %d, sorted %d", V, temps[ti], f, u,
-                                  got, want);
+                    ck_assert_msg(got == want, "V %d T %g filter %d u %a: %d, sorted %d", V, temps[ti], f, u, got,
+                                  want);
                 }
-                for (int t = 0; t < V; t += V > 1000 ? 7 : 1) {
+                for (int t = 0; t<V; t += V> 1000 ? 7 : 1) {
                     float want = sd_sparse_prob(d, n, t), got = sd_sampler_prob(sp, &s, l, V, t);
-                    ck_assert_msg(memcmp(&want, &got, sizeof got) == 0, "V %d T %g filter %d token %d: %a, "
-                                  "sorted %a", V, temps[ti], f, t, got, want);
+                    ck_assert_msg(memcmp(&want, &got, sizeof got) == 0,
+                                  "V %d T %g filter %d token %d: %a, "
+                                  "sorted %a",
+                                  V, temps[ti], f, t, got, want);
                 }
             }
         sd_sampler_free(sp);
@@ -808,25 +817,20 @@ END_TEST
 static int32_t residual_ref(const sd_tokprob *p, size_t np, const sd_tokprob *q, size_t nq, int V, double u)
 {
     double *r = calloc((size_t)V, sizeof *r);
-    for (size_t j = 0; j < np; j++)
-        r[p[j].token] = p[j].prob;
+    for (size_t j = 0; j < np; j++) r[p[j].token] = p[j].prob;
     for (size_t j = 0; j < nq; j++)
-        if (q[j].token >= 0 && q[j].token < V && q[j].prob > 0.0f)
-            r[q[j].token] -= q[j].prob;
+        if (q[j].token >= 0 && q[j].token < V && q[j].prob > 0.0f) r[q[j].token] -= q[j].prob;
     sd_exsum m;
     sd_exsum_init(&m);
     for (size_t j = 0; j < np; j++)
-        if (r[p[j].token] > 0.0)
-            sd_exsum_add_double(&m, r[p[j].token]);
+        if (r[p[j].token] > 0.0) sd_exsum_add_double(&m, r[p[j].token]);
     double total = sd_exsum_value(&m), cum = 0.0;
     int32_t x = -1;
     for (size_t j = 0; j < np && total > 0.0; j++) {
-        if (!(r[p[j].token] > 0.0))
-            continue;
+        if (!(r[p[j].token] > 0.0)) continue;
         x = p[j].token;
         cum += r[p[j].token];
-        if (cum > u * total)
-            break;
+        if (cum > u * total) break;
     }
     free(r);
     return total > 0.0 ? x : sd_sample_sparse(p, np, u);
@@ -852,8 +856,7 @@ START_TEST(test_residual_equals_sorted)
                 else if (qk == 1) /* q equal to p's head: little residual mass there */
                     for (size_t j = 0; j < n && nq < 64; j++) q[nq++] = d[j];
                 else if (qk == 2) { /* spread, a duplicate, a token outside, one p leaves out */
-                    for (int j = 0; j < 40; j++)
-                        q[nq++] = (sd_tokprob){(int32_t)((j * 7919) % V), 0.02f};
+                    for (int j = 0; j < 40; j++) q[nq++] = (sd_tokprob){(int32_t)((j * 7919) % V), 0.02f};
                     q[nq++] = q[3];
                     q[nq++] = (sd_tokprob){V + 5, 0.3f};
                     q[nq++] = (sd_tokprob){V / 3, 0.1f}; /* -inf logit */
@@ -881,16 +884,13 @@ START_TEST(test_draw_and_prob_edges)
     sd_sampler *sp;
     ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
     sd_sampling s = sampled(1.0f);
-    for (int i = 0; i < V; i++)
-        l[i] = -INFINITY;
+    for (int i = 0; i < V; i++) l[i] = -INFINITY;
     ck_assert_int_eq(sd_sampler_draw(sp, &s, l, V, 0.5), -1); /* no token with probability */
     ck_assert(sd_sampler_prob(sp, &s, l, V, 3) < 0.0f);
-    for (int i = 0; i < V; i++)
-        l[i] = NAN;
+    for (int i = 0; i < V; i++) l[i] = NAN;
     ck_assert_int_eq(sd_sampler_draw(sp, &s, l, V, 0.5), -1);
     ck_assert(sd_sampler_prob(sp, &s, l, V, 3) < 0.0f);
-    for (int i = 0; i < V; i++)
-        l[i] = (float)i;
+    for (int i = 0; i < V; i++) l[i] = (float)i;
     l[4] = l[9] = INFINITY; /* the +inf logits share all the mass */
     for (int k = 0; k < 10; k++) {
         int32_t x = sd_sampler_draw(sp, &s, l, V, k / 10.0);
@@ -947,8 +947,7 @@ static void check_uniform_stream(int axis)
     ck_assert_double_eq_tol(mean, 0.5, 2e-3);
     ck_assert_double_eq_tol(var, 1.0 / 12.0, 5e-4);
     double e = (double)N / BINS, chi2 = 0.0;
-    for (int b = 0; b < BINS; b++)
-        chi2 += (bins[b] - e) * (bins[b] - e) / e;
+    for (int b = 0; b < BINS; b++) chi2 += (bins[b] - e) * (bins[b] - e) / e;
     ck_assert_msg(chi2 < 148.23, "axis %d: chi2 %.2f >= 148.23 (df 99, 99.9%%)", axis, chi2);
 }
 
@@ -997,10 +996,8 @@ START_TEST(test_empirical_sampling)
     long cnt[K] = {0}, bad = 0;
     for (uint64_t i = 0; i < N; i++) {
         int32_t t = sd_sample_sparse(d, K, sd_rng_uniform(2024, i, 1));
-        if (t >= 100 && t < 100 + K)
-            cnt[t - 100]++;
-        else
-            bad++;
+        if (t >= 100 && t < 100 + K) cnt[t - 100]++;
+        else bad++;
     }
     ck_assert_int_eq(bad, 0);
     double chi2 = 0.0;
@@ -1032,10 +1029,8 @@ START_TEST(test_chain_sampling_distribution)
         float l[V];
         memcpy(l, base, sizeof l);
         int32_t t = sd_sampler_sample(sp, &s, l, V, NULL, 0, NULL, 0, pos);
-        if (t >= 0 && t < V)
-            cnt[t]++;
-        else
-            bad++;
+        if (t >= 0 && t < V) cnt[t]++;
+        else bad++;
     }
     ck_assert_int_eq(bad, 0);
     ck_assert_int_eq(cnt[0] + cnt[3], 0);
@@ -1099,7 +1094,4 @@ static Suite *sampler_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run_suite(sampler_suite());
-}
+int main(void) { return tu_run_suite(sampler_suite()); }

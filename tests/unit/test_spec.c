@@ -26,7 +26,6 @@
 
 #define PROMPTS SD_CODE_PROMPTS
 
-
 typedef struct fixture {
     sd_backend *be;
     sd_model *target;
@@ -108,10 +107,9 @@ static sd_proposer *demo_drafter_q(fixture *f, int max_seqs, int quant, float p_
 {
     char dir[512], err[512];
     sd_proposer *pr = NULL;
-    sd_draft_opts o = {.be = f->be, .max_seqs = max_seqs, .max_context = 512, .block_size = 16, .quant = quant,
-                       .p_min = p_min};
-    ck_assert_msg(sd_draft_new(tu_model(dir, sizeof dir, "tinycode-3m"), &o, &pr, err, sizeof err) == SD_OK, "%s",
-                  err);
+    sd_draft_opts o = {
+        .be = f->be, .max_seqs = max_seqs, .max_context = 512, .block_size = 16, .quant = quant, .p_min = p_min};
+    ck_assert_msg(sd_draft_new(tu_model(dir, sizeof dir, "tinycode-3m"), &o, &pr, err, sizeof err) == SD_OK, "%s", err);
     return pr;
 }
 
@@ -205,8 +203,8 @@ static void self_draft(const char *name)
     fixture f;
     open_fixture(&f, dir, 128);
     sd_proposer *pr;
-    sd_draft_opts o = {.n_threads = 1, .max_seqs = 1, .max_context = 128, .block_size = 16,
-                       .quant = SD_DRAFT_QUANT_NONE};
+    sd_draft_opts o = {
+        .n_threads = 1, .max_seqs = 1, .max_context = 128, .block_size = 16, .quant = SD_DRAFT_QUANT_NONE};
     ck_assert_msg(sd_draft_new(dir, &o, &pr, err, sizeof err) == SD_OK, "%s", err);
     snprintf(rel, sizeof rel, "models/%s/reference.json", name);
     json_t *root = json_load_file(tu_fixture(dir, sizeof dir, rel), 0, NULL);
@@ -247,7 +245,11 @@ START_TEST(sampled_match_equals_plain)
     fixture f;
     open_demo(&f);
     sd_proposer *pr = demo_drafter(&f, 1);
-    struct { float t; int k; float p, minp, rep, pres; } cfg[4] = {
+    struct {
+        float t;
+        int k;
+        float p, minp, rep, pres;
+    } cfg[4] = {
         {0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f},
         {1.0f, 40, 1.0f, 0.0f, 1.0f, 0.0f},
         {0.7f, 0, 1.0f, 0.05f, 1.2f, 0.0f},
@@ -453,7 +455,7 @@ START_TEST(shared_prefixes_equal_alone)
     f.eng = on;
     uint64_t q0, h0, q1, h1;
     sd_engine_prefix_stats(off, &q0, &h0);
-    ck_assert_int_eq((int)(q0 + h0), 0); /* off: nothing looked up */
+    ck_assert_int_eq((int)(q0 + h0), 0);                                      /* off: nothing looked up */
     ck_assert_int_eq(sd_kv_pool_cached_count(sd_model_kv_pool(f.target)), 0); /* nor registered */
     sd_req *reqs[N];
     for (int i = 0; i < N; i++)
@@ -608,8 +610,8 @@ START_TEST(logits_processors_exact)
         int32_t *a = gen(&f, NULL, ids, n, &p, &na, NULL);
         ck_assert_int_ge(na, 20);
         for (int i = 0; i < na; i++) {
-            ck_assert_msg(a[i] != ref[0] && a[i] != ref[7], "config %d: token %d is %d, biased / not allowed", c,
-                          i, a[i]);
+            ck_assert_msg(a[i] != ref[0] && a[i] != ref[7], "config %d: token %d is %d, biased / not allowed", c, i,
+                          a[i]);
             ck_assert_msg(i >= 20 || a[i] != ref[2], "config %d: the stop id came at %d, before min_tokens", c, i);
         }
         p.speculate = true;
@@ -896,8 +898,7 @@ START_TEST(prompt_logprobs_match_decoding)
     ck_assert_int_eq(sd_engine_run(small, NULL, &r, 1, NULL, NULL, err, sizeof err), SD_OK);
     for (int j = 0; j < a.n; j++) {
         const sd_token_lp *x = &r->prompt_lp[n + j], *y = &a.lp[j];
-        ck_assert_msg(fabsf(x->lp - y->lp) < 1e-4f, "token %d: prompt %g, decoded %g", j, (double)x->lp,
-                      (double)y->lp);
+        ck_assert_msg(fabsf(x->lp - y->lp) < 1e-4f, "token %d: prompt %g, decoded %g", j, (double)x->lp, (double)y->lp);
         for (int t = 0; t < 3; t++) ck_assert(fabsf(x->top_lp[t] - y->top_lp[t]) < 1e-4f);
     }
     for (int j = 1; j < n; j++) ck_assert(r->prompt_lp[j].lp <= 0.0f && r->prompt_lp[j].lp > -50.0f);

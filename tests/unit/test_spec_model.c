@@ -197,7 +197,8 @@ START_TEST(speed_drift)
     one_and_eight(&c);
     for (int i = 0; i < 30; i++) sd_cost_forward(&c, 1, 1, 1.5);
     ck_assert_double_eq_tol(sd_cost_forward_ms(&c, 1, 1), 1.5, 0.05);
-    ck_assert(sd_cost_forward_ms(&c, 8, 1) > 2.7 && sd_cost_forward_ms(&c, 8, 1) < 3.1); /* not the 2.0 of the fast spell */
+    ck_assert(sd_cost_forward_ms(&c, 8, 1) > 2.7 &&
+              sd_cost_forward_ms(&c, 8, 1) < 3.1); /* not the 2.0 of the fast spell */
 }
 END_TEST
 
@@ -307,7 +308,7 @@ START_TEST(fade)
     sd_accept_init(&a, NULL, 0);
     sd_accept_init(&to, NULL, 0);
     for (int i = 0; i < 20; i++) {
-        sd_accept_observe(&a, 2, 2, 0, 0.1, false); /* position 1 rejected every time */
+        sd_accept_observe(&a, 2, 2, 0, 0.1, false);  /* position 1 rejected every time */
         sd_accept_observe(&to, 2, 2, 2, 0.1, false); /* both accepted */
     }
     a.a[2] = 0.3;

@@ -44,10 +44,7 @@ static void uniform(sd_accept *a, double p)
     }
 }
 
-static sd_sched_step step_of(const sd_cost *c)
-{
-    return (sd_sched_step){.cost = c, .kv_free = -1, .block_size = 16};
-}
+static sd_sched_step step_of(const sd_cost *c) { return (sd_sched_step){.cost = c, .kv_free = -1, .block_size = 16}; }
 
 static sd_sched_req req_of(const sd_accept *a, int kmax)
 {
@@ -84,7 +81,7 @@ START_TEST(acceptance_drives_k)
     sd_cost f;
     flat_cost(&f);
     ck_assert_int_eq(k_alone(&f, 0.5, 12), 12); /* extra rows free: all of them */
-    ck_assert_int_eq(k_alone(&f, 0.5, 5), 5);    /* never beyond kmax */
+    ck_assert_int_eq(k_alone(&f, 0.5, 5), 5);   /* never beyond kmax */
 }
 END_TEST
 
@@ -156,7 +153,8 @@ START_TEST(sampled_pays_per_token)
     ck_assert_double_eq_tol(sd_cost_accept_ms(&c, 0, 1), 0.5, 1e-2);
     ck_assert_double_eq_tol(sd_sched_step_ms(&st, &r, 1, &k), fw + sd_cost_accept_ms(&c, 0, e), 1e-9);
     uniform(&a, 0.0);
-    ck_assert_double_eq_tol(sd_sched_step_ms(&st, &r, 1, &k), fw + sd_cost_accept_ms(&c, 0, 1), 1e-9); /* one position */
+    ck_assert_double_eq_tol(sd_sched_step_ms(&st, &r, 1, &k), fw + sd_cost_accept_ms(&c, 0, 1),
+                            1e-9); /* one position */
     sd_cost drafter;
     sd_cost_init(&drafter);
     for (int i = 0; i < 5; i++) sd_cost_forward(&drafter, 1, 1, 0.1);

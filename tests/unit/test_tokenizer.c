@@ -22,7 +22,8 @@
 
 static const char *const NAMES[] = {"qwen3", "llama3", "llama2"};
 
-static sd_tok *load_named(const char *name) {
+static sd_tok *load_named(const char *name)
+{
     char rel[128], path[1024], err[256];
     sd_tok *tok = NULL;
     snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
@@ -32,7 +33,8 @@ static sd_tok *load_named(const char *name) {
     return tok;
 }
 
-static sd_tok *load_tiny(void) {
+static sd_tok *load_tiny(void)
+{
     char path[1024], err[256];
     sd_tok *tok = NULL;
     tu_model(path, sizeof path, "tinycode-16m/tokenizer.json");
@@ -41,7 +43,8 @@ static sd_tok *load_tiny(void) {
 }
 
 /* The fixture's case list for one tokenizer; caller decrefs the root. */
-static json_t *cases_of(const char *name, json_t **root) {
+static json_t *cases_of(const char *name, json_t **root)
+{
     char path[1024];
     json_error_t je;
     tu_fixture(path, sizeof path, "tokenizer_cases.json");
@@ -52,18 +55,21 @@ static json_t *cases_of(const char *name, json_t **root) {
     return list;
 }
 
-static int32_t *ids_of(const json_t *arr, size_t *n) {
+static int32_t *ids_of(const json_t *arr, size_t *n)
+{
     *n = json_array_size(arr);
     int32_t *ids = malloc((*n + 1) * sizeof *ids);
     for (size_t i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, i));
     return ids;
 }
 
-static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
     return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
 }
 
-static bool valid_utf8(const char *s, size_t n) {
+static bool valid_utf8(const char *s, size_t n)
+{
     json_t *j = json_stringn(s, n); /* jansson validates UTF-8 for us */
     bool ok = j != NULL;
     json_decref(j);
@@ -73,20 +79,24 @@ static bool valid_utf8(const char *s, size_t n) {
 /* ---- golden cases ------------------------------------------------------------- */
 
 /* Encodes text and compares with the expected array; prints a diff line. */
-static int check_encode(const sd_tok *tok, const char *name, const char *text, const json_t *exp, bool special) {
+static int check_encode(const sd_tok *tok, const char *name, const char *text, const json_t *exp, bool special)
+{
     int32_t *got = NULL;
     size_t ng = 0, ne;
     char err[256];
     sd_status st = sd_tok_encode(tok, text, strlen(text), special, &got, &ng, err, sizeof err);
     int32_t *want = ids_of(exp, &ne);
     int bad = st != SD_OK || !same_ids(got, ng, want, ne);
-    if (bad) fprintf(stderr, "%s: encode(special=%d) mismatch for %s (got %zu ids, want %zu)\n", name, special, text, ng, ne);
+    if (bad)
+        fprintf(stderr, "%s: encode(special=%d) mismatch for %s (got %zu ids, want %zu)\n", name, special, text, ng,
+                ne);
     free(got);
     free(want);
     return bad;
 }
 
-static int check_decode(const sd_tok *tok, const char *name, const json_t *ids, bool skip, const char *exp) {
+static int check_decode(const sd_tok *tok, const char *name, const json_t *ids, bool skip, const char *exp)
+{
     size_t n, len;
     int32_t *v = ids_of(ids, &n);
     char *text = NULL, err[256];
@@ -98,13 +108,15 @@ static int check_decode(const sd_tok *tok, const char *name, const json_t *ids, 
     return bad;
 }
 
-START_TEST(test_golden_cases) {
+START_TEST(test_golden_cases)
+{
     const char *name = NAMES[_i];
     sd_tok *tok = load_named(name);
     json_t *root, *c, *list = cases_of(name, &root);
     size_t i;
     int bad = 0;
-    json_array_foreach(list, i, c) {
+    json_array_foreach(list, i, c)
+    {
         const char *text = json_string_value(json_object_get(c, "text"));
         const char *dec = json_string_value(json_object_get(c, "decoded"));
         const char *dskip = json_string_value(json_object_get(c, "decoded_skip_special"));
@@ -128,7 +140,8 @@ END_TEST
 
 /* Pushes ids one by one; every piece must be valid UTF-8 and the pieces plus
  * the flush must equal sd_tok_decode. Returns 0 when all holds. */
-static int stream_matches(const sd_tok *tok, const int32_t *ids, size_t n, bool skip) {
+static int stream_matches(const sd_tok *tok, const int32_t *ids, size_t n, bool skip)
+{
     char *full = NULL, err[256];
     size_t flen, k;
     const char *p;
@@ -154,13 +167,15 @@ static int stream_matches(const sd_tok *tok, const int32_t *ids, size_t n, bool 
     return bad;
 }
 
-START_TEST(test_stream_cases) {
+START_TEST(test_stream_cases)
+{
     const char *name = NAMES[_i];
     sd_tok *tok = load_named(name);
     json_t *root, *c, *list = cases_of(name, &root);
     size_t i;
     int bad = 0;
-    json_array_foreach(list, i, c) {
+    json_array_foreach(list, i, c)
+    {
         for (int w = 0; w < 2; w++) {
             size_t n;
             int32_t *ids = ids_of(json_object_get(c, w ? "ids_with_special" : "ids"), &n);
@@ -178,7 +193,8 @@ START_TEST(test_stream_cases) {
 }
 END_TEST
 
-static char *decode_str(const sd_tok *tok, const int32_t *ids, size_t n) {
+static char *decode_str(const sd_tok *tok, const int32_t *ids, size_t n)
+{
     char *text = NULL, err[256];
     size_t len;
     ck_assert_msg(sd_tok_decode(tok, ids, n, false, &text, &len, err, sizeof err) == SD_OK, "%s", err);
@@ -187,13 +203,15 @@ static char *decode_str(const sd_tok *tok, const int32_t *ids, size_t n) {
 
 /* Broken UTF-8 becomes U+FFFD like Rust's from_utf8_lossy (ByteLevel) and one
  * U+FFFD per byte (ByteFallback); streams agree and never emit a broken piece. */
-START_TEST(test_invalid_utf8_decode) {
+START_TEST(test_invalid_utf8_decode)
+{
     sd_tok *q = load_named("qwen3");
     /* byte-level characters for bytes E4 B8 ('中' without its last byte), then "a" */
     int32_t ids[] = {sd_tok_token_id(q, "ä"), sd_tok_token_id(q, "¸"), sd_tok_token_id(q, "a")};
     ck_assert(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0);
     char *t = decode_str(q, ids, 3);
-    ck_assert_str_eq(t, "\xEF\xBF\xBD" "a");
+    ck_assert_str_eq(t, "\xEF\xBF\xBD"
+                        "a");
     free(t);
     t = decode_str(q, ids, 2); /* unfinished at the end */
     ck_assert_str_eq(t, "\xEF\xBF\xBD");
@@ -201,7 +219,8 @@ START_TEST(test_invalid_utf8_decode) {
     int32_t lone[] = {sd_tok_token_id(q, "Ģ"), ids[2]}; /* byte 0x80 can never start a character */
     ck_assert(lone[0] >= 0);
     t = decode_str(q, lone, 2);
-    ck_assert_str_eq(t, "\xEF\xBF\xBD" "a");
+    ck_assert_str_eq(t, "\xEF\xBF\xBD"
+                        "a");
     free(t);
     ck_assert_int_eq(stream_matches(q, ids, 3, false), 0);
     ck_assert_int_eq(stream_matches(q, ids, 2, false), 0);
@@ -221,14 +240,16 @@ END_TEST
 
 /* ---- demo tokenizer ------------------------------------------------------------- */
 
-static int32_t *enc(const sd_tok *tok, const char *text, size_t *n) {
+static int32_t *enc(const sd_tok *tok, const char *text, size_t *n)
+{
     int32_t *ids = NULL;
     char err[256];
     ck_assert_msg(sd_tok_encode(tok, text, strlen(text), false, &ids, n, err, sizeof err) == SD_OK, "%s", err);
     return ids;
 }
 
-START_TEST(test_tiny_round_trip) {
+START_TEST(test_tiny_round_trip)
+{
     static const char *const texts[] = {
         "def foo(x):\n    return x + 1\n",
         "#include <stdio.h>\nint main(void) { printf(\"hi\\n\"); return 0; }\n",
@@ -258,7 +279,8 @@ END_TEST
 /* GPT-2 regex pre-tokens of "def foo(x):\n    return x + 1\n" are "def", " foo",
  * "(", "x", "):", "\n   " (\s+(?!\S) leaves the last space to " return"),
  * " return", " x", " +", " 1", "\n"; each is one vocab entry. */
-START_TEST(test_tiny_hand_checked) {
+START_TEST(test_tiny_hand_checked)
+{
     static const char *const toks[] = {"def", "Ġfoo", "(", "x", "):", "ĊĠĠĠ", "Ġreturn", "Ġx", "Ġ+", "Ġ1", "Ċ"};
     sd_tok *tok = load_tiny();
     size_t n;
@@ -279,7 +301,8 @@ START_TEST(test_tiny_hand_checked) {
 }
 END_TEST
 
-START_TEST(test_accessors) {
+START_TEST(test_accessors)
+{
     sd_tok *q = load_named("qwen3"), *l = load_named("llama2"), *q2 = load_named("qwen3");
     ck_assert_int_eq(sd_tok_vocab_size(q), 151669);
     ck_assert_int_eq(sd_tok_vocab_size(l), 32000);
@@ -305,7 +328,8 @@ END_TEST
 /* ---- added-token flags, through a modified demo tokenizer ---------------------------- */
 
 /* Writes root to a temporary file and loads it; NULL with *st set on failure. */
-static sd_tok *load_json(json_t *root, sd_status *st, char *err, size_t errlen) {
+static sd_tok *load_json(json_t *root, sd_status *st, char *err, size_t errlen)
+{
     char path[] = "/tmp/test_tokenizer_XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
@@ -317,7 +341,8 @@ static sd_tok *load_json(json_t *root, sd_status *st, char *err, size_t errlen) 
     return tok;
 }
 
-static json_t *tiny_json(void) {
+static json_t *tiny_json(void)
+{
     char path[1024];
     json_error_t je;
     json_t *root = json_load_file(tu_model(path, sizeof path, "tinycode-16m/tokenizer.json"), 0, &je);
@@ -325,20 +350,23 @@ static json_t *tiny_json(void) {
     return root;
 }
 
-static void add_token(json_t *root, int id, const char *content, bool lstrip, bool rstrip, bool single) {
-    json_t *a = json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", id, "content", content, "single_word",
-                          single, "lstrip", lstrip, "rstrip", rstrip, "normalized", 0, "special", 1);
+static void add_token(json_t *root, int id, const char *content, bool lstrip, bool rstrip, bool single)
+{
+    json_t *a = json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", id, "content", content, "single_word", single,
+                          "lstrip", lstrip, "rstrip", rstrip, "normalized", 0, "special", 1);
     json_array_append_new(json_object_get(root, "added_tokens"), a);
 }
 
-static void expect_ids(const sd_tok *tok, const char *text, const int32_t *want, size_t nw) {
+static void expect_ids(const sd_tok *tok, const char *text, const int32_t *want, size_t nw)
+{
     size_t n;
     int32_t *got = enc(tok, text, &n);
     ck_assert_msg(same_ids(got, n, want, nw), "unexpected ids for \"%s\"", text);
     free(got);
 }
 
-START_TEST(test_added_token_flags) {
+START_TEST(test_added_token_flags)
+{
     json_t *root = tiny_json();
     add_token(root, 9000, "<mask>", true, false, false);
     add_token(root, 9001, "<r>", false, true, false);
@@ -371,13 +399,14 @@ END_TEST
 /* normalized=true: the token's content goes through the normaliser too (for
  * Llama 2: Prepend("▁") + Replace(" " → "▁") makes "hi there" "▁hi▁there")
  * and is matched in the normalised text. */
-START_TEST(test_normalized_added_token) {
+START_TEST(test_normalized_added_token)
+{
     char path[1024], err[256];
     json_error_t je;
     json_t *root = json_load_file(tu_fixture_bin(path, sizeof path, "tokenizers/llama2/tokenizer.json"), 0, &je);
     ck_assert_ptr_nonnull(root);
-    json_t *a = json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 32000, "content", "hi there", "single_word",
-                          0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0);
+    json_t *a = json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 32000, "content", "hi there", "single_word", 0,
+                          "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0);
     json_array_append_new(json_object_get(root, "added_tokens"), a);
     sd_status st;
     sd_tok *tok = load_json(root, &st, err, sizeof err);
@@ -397,7 +426,8 @@ END_TEST
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-static sd_status load_text(const char *text, char *err, size_t errlen) {
+static sd_status load_text(const char *text, char *err, size_t errlen)
+{
     char path[] = "/tmp/test_tokenizer_XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
@@ -411,7 +441,8 @@ static sd_status load_text(const char *text, char *err, size_t errlen) {
     return st;
 }
 
-START_TEST(test_load_errors) {
+START_TEST(test_load_errors)
+{
     char err[256] = "";
     sd_tok *tok = (sd_tok *)1;
     ck_assert_int_eq(sd_tok_load("/nonexistent/tokenizer.json", &tok, err, sizeof err), SD_ERR_IO);
@@ -425,20 +456,21 @@ START_TEST(test_load_errors) {
     ck_assert_int_eq(load_text("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", err, sizeof err),
                      SD_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "Unigram"));
-    ck_assert_int_eq(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}",
-                               err, sizeof err),
-                     SD_ERR_FORMAT);
+    ck_assert_int_eq(
+        load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}", err, sizeof err),
+        SD_ERR_FORMAT);
     ck_assert_int_eq(load_text("{\"normalizer\": {\"type\": \"BertNormalizer\"}, \"model\": {\"type\": \"BPE\", "
                                "\"vocab\": {\"a\": 0}, \"merges\": []}}",
                                err, sizeof err),
                      SD_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "BertNormalizer"));
-    ck_assert_int_eq(load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", err, sizeof err),
-                     SD_OK);
+    ck_assert_int_eq(
+        load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", err, sizeof err), SD_OK);
 }
 END_TEST
 
-START_TEST(test_call_errors) {
+START_TEST(test_call_errors)
+{
     sd_tok *tok = load_tiny();
     char err[256] = "", *text = NULL;
     int32_t *ids = NULL;
@@ -480,7 +512,8 @@ START_TEST(test_call_errors) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);

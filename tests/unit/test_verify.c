@@ -32,8 +32,8 @@ static sd_sampling sampled(float temperature)
     return s;
 }
 
-static sd_verify_in base_in(float *logits, int vocab, int k, const int32_t *draft,
-                            const sd_sampling *s, sd_verify_mode mode)
+static sd_verify_in base_in(float *logits, int vocab, int k, const int32_t *draft, const sd_sampling *s,
+                            sd_verify_mode mode)
 {
     sd_verify_in in;
     memset(&in, 0, sizeof in);
@@ -49,22 +49,19 @@ static sd_verify_in base_in(float *logits, int vocab, int k, const int32_t *draf
 /* The token plain decoding emits at output position out_pos + i from row i
  * of rows (V, vocab) (not modified): sd_sampler_sample on a copy with history
  * output[0..n_output) + prev[0..i). */
-static int32_t plain_at(const sd_sampling *s, const float *rows, int vocab, int i,
-                        const int32_t *prompt, size_t n_prompt, const int32_t *output,
-                        size_t n_output, const int32_t *prev, uint64_t out_pos)
+static int32_t plain_at(const sd_sampling *s, const float *rows, int vocab, int i, const int32_t *prompt,
+                        size_t n_prompt, const int32_t *output, size_t n_output, const int32_t *prev, uint64_t out_pos)
 {
     int32_t hist[128];
     float row[64];
     ck_assert(n_output + (size_t)i <= 128 && vocab <= 64);
-    if (n_output > 0)
-        memcpy(hist, output, n_output * sizeof *hist);
-    if (i > 0)
-        memcpy(hist + n_output, prev, (size_t)i * sizeof *hist);
+    if (n_output > 0) memcpy(hist, output, n_output * sizeof *hist);
+    if (i > 0) memcpy(hist + n_output, prev, (size_t)i * sizeof *hist);
     memcpy(row, rows + (size_t)i * (size_t)vocab, (size_t)vocab * sizeof *row);
     sd_sampler *sp;
     ck_assert_int_eq(sd_sampler_new(vocab, &sp, NULL, 0), SD_OK);
-    int32_t x = sd_sampler_sample(sp, s, row, vocab, prompt, n_prompt, hist, n_output + (size_t)i,
-                                  out_pos + (uint64_t)i);
+    int32_t x =
+        sd_sampler_sample(sp, s, row, vocab, prompt, n_prompt, hist, n_output + (size_t)i, out_pos + (uint64_t)i);
     sd_sampler_free(sp);
     return x;
 }
@@ -220,8 +217,7 @@ START_TEST(test_greedy_penalty_history_includes_drafts)
     ck_assert_int_eq(out[0], 4);
     ck_assert_int_eq(out[1], 5);
     ck_assert_int_eq(out[2], 4); /* 4 -> 1.5, 5 -> 1.25, 0 stays 1.0 */
-    for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(out[i], plain_at(&s, &base[0][0], PV, i, NULL, 0, NULL, 0, out, 0));
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(out[i], plain_at(&s, &base[0][0], PV, i, NULL, 0, NULL, 0, out, 0));
     sd_verifier_free(v);
 }
 END_TEST
@@ -230,37 +226,27 @@ END_TEST
 
 enum { MV = 20, MK = 5 };
 
-static float urand(uint64_t seed, uint64_t i, uint32_t stream)
-{
-    return (float)sd_rng_uniform(seed, i, stream);
-}
+static float urand(uint64_t seed, uint64_t i, uint32_t stream) { return (float)sd_rng_uniform(seed, i, stream); }
 
 /* One random trial: random rows, output, out_pos; drafts that agree with
  * plain decoding for a random prefix of m tokens, then differ. Returns 1 when
  * sd_verify commits exactly x_0..x_m (m+1 tokens). */
-static int plain_equality_trial(sd_verifier *v, const sd_sampling *s0, sd_verify_mode mode,
-                                uint64_t seed)
+static int plain_equality_trial(sd_verifier *v, const sd_sampling *s0, sd_verify_mode mode, uint64_t seed)
 {
     sd_sampling s = *s0;
     s.seed = seed;
     float rows[(MK + 1) * MV], work[(MK + 1) * MV];
-    for (int j = 0; j < (MK + 1) * MV; j++)
-        rows[j] = urand(seed, (uint64_t)j, 7) * 6.0f - 3.0f;
+    for (int j = 0; j < (MK + 1) * MV; j++) rows[j] = urand(seed, (uint64_t)j, 7) * 6.0f - 3.0f;
     int k = (int)(urand(seed, 0, 8) * (MK + 1));
     int m = (int)(urand(seed, 1, 8) * (k + 1));
     size_t n_output = (size_t)(urand(seed, 2, 8) * 7);
     int32_t output[8], prompt[4] = {1, 3, 3, 9}, d[MK], x[MK + 1], out[MK + 1];
-    for (size_t j = 0; j < n_output; j++)
-        output[j] = (int32_t)(urand(seed, 10 + j, 8) * MV);
-    for (int i = 0; i <= m; i++)
-        x[i] = plain_at(&s, rows, MV, i, prompt, 4, output, n_output, x, n_output);
+    for (size_t j = 0; j < n_output; j++) output[j] = (int32_t)(urand(seed, 10 + j, 8) * MV);
+    for (int i = 0; i <= m; i++) x[i] = plain_at(&s, rows, MV, i, prompt, 4, output, n_output, x, n_output);
     for (int i = 0; i < k; i++) {
-        if (i < m)
-            d[i] = x[i];
-        else if (i == m)
-            d[i] = (x[i] + 1 + (int32_t)(urand(seed, 20 + i, 8) * (MV - 1))) % MV;
-        else
-            d[i] = (int32_t)(urand(seed, 20 + i, 8) * MV);
+        if (i < m) d[i] = x[i];
+        else if (i == m) d[i] = (x[i] + 1 + (int32_t)(urand(seed, 20 + i, 8) * (MV - 1))) % MV;
+        else d[i] = (int32_t)(urand(seed, 20 + i, 8) * MV);
     }
     memcpy(work, rows, sizeof work);
     sd_verify_in in = base_in(work, MV, k, d, &s, mode);
@@ -270,8 +256,7 @@ static int plain_equality_trial(sd_verifier *v, const sd_sampling *s0, sd_verify
     in.n_output = n_output;
     in.out_pos = n_output;
     int n = sd_verify(v, &in, out);
-    if (n != m + 1)
-        return 0;
+    if (n != m + 1) return 0;
     return memcmp(out, x, (size_t)n * sizeof *out) == 0;
 }
 
@@ -280,8 +265,7 @@ static int equality_failures(const sd_sampling *s, sd_verify_mode mode, int tria
     sd_verifier *v;
     ck_assert_int_eq(sd_verifier_new(MV, &v, NULL, 0), SD_OK);
     int bad = 0;
-    for (int t = 0; t < trials; t++)
-        bad += !plain_equality_trial(v, s, mode, (uint64_t)t * 7919u + 1);
+    for (int t = 0; t < trials; t++) bad += !plain_equality_trial(v, s, mode, (uint64_t)t * 7919u + 1);
     sd_verifier_free(v);
     return bad;
 }
@@ -309,8 +293,7 @@ END_TEST
 START_TEST(test_match_equals_plain_random)
 {
     sd_sampling set[7];
-    for (int i = 0; i < 7; i++)
-        set[i] = sampled(i % 2 ? 0.7f : 1.0f);
+    for (int i = 0; i < 7; i++) set[i] = sampled(i % 2 ? 0.7f : 1.0f);
     set[2].top_k = 5;
     set[3].top_p = 0.8f;
     set[4].min_p = 0.1f;
@@ -321,8 +304,7 @@ START_TEST(test_match_equals_plain_random)
     set[6].top_p = 0.9f;
     set[6].min_p = 0.05f;
     set[6].repetition_penalty = 0.8f; /* < 1 boosts seen tokens */
-    for (int i = 0; i < 7; i++)
-        ck_assert_msg(equality_failures(&set[i], SD_VERIFY_MATCH, 400) == 0, "setting %d", i);
+    for (int i = 0; i < 7; i++) ck_assert_msg(equality_failures(&set[i], SD_VERIFY_MATCH, 400) == 0, "setting %d", i);
     sd_sampling p = sampled(0.9f); /* logits processors, alone and with filters and penalties */
     with_processors(&p, 3);
     ck_assert_int_eq(equality_failures(&p, SD_VERIFY_MATCH, 400), 0);
@@ -377,8 +359,7 @@ START_TEST(test_rejection_qzero_and_residual)
         /* q = p without token 2, d = 2: rejects, residual is exactly {2} */
         size_t j = 0;
         for (size_t i = 0; i < np; i++)
-            if (p[i].token != 2)
-                q[j++] = p[i];
+            if (p[i].token != 2) q[j++] = p[i];
         nq[0] = j;
         d = 2;
         memcpy(work, row, sizeof work);
@@ -407,8 +388,7 @@ START_TEST(test_rejection_full_accept_bonus_is_plain)
     for (uint64_t seed = 1; seed <= 300; seed++) {
         s.seed = seed;
         float rows[(K + 1) * MV], work[(K + 1) * MV];
-        for (int j = 0; j < (K + 1) * MV; j++)
-            rows[j] = urand(seed, (uint64_t)j, 9) * 4.0f - 2.0f;
+        for (int j = 0; j < (K + 1) * MV; j++) rows[j] = urand(seed, (uint64_t)j, 9) * 4.0f - 2.0f;
         int32_t output[3] = {2, 5, 5}, hist[3 + K], d[K], out[K + 1];
         memcpy(hist, output, sizeof output);
         sd_tokprob q[K][MV];
@@ -516,8 +496,17 @@ static void set_rows(rcase *c, const float *r0, const float *r1)
     memcpy(c->rows[2], r0, sizeof c->rows[2]);
 }
 
-enum { CASE_Q_EQ_P, CASE_DISJOINT, CASE_Q_TOPK, CASE_Q_TOPP, CASE_P_FILTERED, CASE_P_PEAKED,
-       CASE_Q_ONE_HOT, CASE_P_PROCESSED, NCASES };
+enum {
+    CASE_Q_EQ_P,
+    CASE_DISJOINT,
+    CASE_Q_TOPK,
+    CASE_Q_TOPP,
+    CASE_P_FILTERED,
+    CASE_P_PEAKED,
+    CASE_Q_ONE_HOT,
+    CASE_P_PROCESSED,
+    NCASES
+};
 
 static void build_case(rcase *c, int which)
 {
@@ -535,10 +524,8 @@ static void build_case(rcase *c, int which)
         float r0[SV], r1[SV];
         memcpy(r0, T0, sizeof r0);
         memcpy(r1, T1, sizeof r1);
-        for (int i = 5; i < SV; i++)
-            r0[i] = -INFINITY;
-        for (int i = 0; i < 5; i++)
-            r1[i] = -INFINITY;
+        for (int i = 5; i < SV; i++) r0[i] = -INFINITY;
+        for (int i = 0; i < 5; i++) r1[i] = -INFINITY;
         set_rows(c, r0, r1);
         for (int i = 0; i < 5; i++) { /* q_0 on 5..9, q_1 on 0..4 */
             c->q[0][i] = (sd_tokprob){5 + i, 0.2f};
@@ -594,10 +581,8 @@ static void exact_p(const rcase *c, int row, double *p)
     sd_sampler_process_logits(sp, &c->s, r, SV, NULL, 0, NULL, (size_t)row);
     sd_sampler_free(sp);
     size_t n = dist_of(&c->s, r, SV, d);
-    for (int i = 0; i < SV; i++)
-        p[i] = 0.0;
-    for (size_t j = 0; j < n; j++)
-        p[d[j].token] = d[j].prob;
+    for (int i = 0; i < SV; i++) p[i] = 0.0;
+    for (size_t j = 0; j < n; j++) p[d[j].token] = d[j].prob;
 }
 
 /* Wrong rule (b), first row only: accept as the real rule does, but on a
@@ -607,8 +592,7 @@ static int32_t no_residual_first(const rcase *c, const sd_sampling *s, int32_t d
     sd_tokprob p[SV];
     size_t np = dist_of(s, c->rows[0], SV, p);
     double pd = sd_sparse_prob(p, np, d), qd = sd_sparse_prob(c->q[0], c->nq[0], d);
-    if (qd > 0.0 && sd_rng_uniform(s->seed, 0, SD_RNG_STREAM_ACCEPT) < pd / qd)
-        return d;
+    if (qd > 0.0 && sd_rng_uniform(s->seed, 0, SD_RNG_STREAM_ACCEPT) < pd / qd) return d;
     return sd_sample_sparse(p, np, sd_rng_uniform(s->seed, 0, SD_RNG_STREAM_RESIDUAL));
 }
 
@@ -632,8 +616,7 @@ static long run_trials(const rcase *c, int k, rule r, long *first, long *second)
         for (int i = 0; i < k; i++)
             d[i] = r == RULE_ARGMAX_PROPOSAL
                        ? c->q[i][0].token /* q lists are sorted, most probable first */
-                       : sd_sample_sparse(c->q[i], c->nq[i],
-                                          sd_rng_uniform(s.seed, (uint64_t)i, SD_RNG_STREAM_DRAFT));
+                       : sd_sample_sparse(c->q[i], c->nq[i], sd_rng_uniform(s.seed, (uint64_t)i, SD_RNG_STREAM_DRAFT));
         if (r == RULE_NO_RESIDUAL) {
             first[no_residual_first(c, &s, d[0])]++;
             continue;
@@ -673,25 +656,19 @@ static void check_case(int which, int k)
     ck_assert_msg(n2 >= 0, "%s: sd_verify failed", c.name);
     int df;
     double x = tu_chi2_stat(first, p0, SV, NTRIALS, &df);
-    printf("verify chi2 [%s, k=%d] first: %.2f (df %d, crit %.3f)", c.name, k, x, df,
-           tu_chi2_crit(df));
-    ck_assert_msg(x < tu_chi2_crit(df), "%s k=%d: first token chi2 %.2f >= %.3f", c.name, k, x,
-                  tu_chi2_crit(df));
+    printf("verify chi2 [%s, k=%d] first: %.2f (df %d, crit %.3f)", c.name, k, x, df, tu_chi2_crit(df));
+    ck_assert_msg(x < tu_chi2_crit(df), "%s k=%d: first token chi2 %.2f >= %.3f", c.name, k, x, tu_chi2_crit(df));
     if (n2 >= 1000) {
         int df2;
         double x2 = tu_chi2_stat(second, p1, SV, n2, &df2);
-        printf("; second | accepted (n %ld): %.2f (df %d, crit %.3f)", n2, x2, df2,
-               tu_chi2_crit(df2));
-        ck_assert_msg(x2 < tu_chi2_crit(df2), "%s k=%d: second token chi2 %.2f >= %.3f", c.name, k,
-                      x2, tu_chi2_crit(df2));
+        printf("; second | accepted (n %ld): %.2f (df %d, crit %.3f)", n2, x2, df2, tu_chi2_crit(df2));
+        ck_assert_msg(x2 < tu_chi2_crit(df2), "%s k=%d: second token chi2 %.2f >= %.3f", c.name, k, x2,
+                      tu_chi2_crit(df2));
     }
     printf("\n");
 }
 
-START_TEST(test_rejection_matches_target)
-{
-    check_case(_i / 2, 1 + _i % 2);
-}
+START_TEST(test_rejection_matches_target) { check_case(_i / 2, 1 + _i % 2); }
 END_TEST
 
 /* The wrong rules must be rejected by the same statistic. */
@@ -725,10 +702,9 @@ START_TEST(test_rejection_discriminates)
         build_case(&c, wrong[i].which);
         int df;
         double x = wrong_stat(wrong[i].which, wrong[i].r, &df);
-        printf("verify chi2 WRONG rule '%s' [%s]: %.1f (df %d, crit %.3f)\n", wrong[i].what,
-               c.name, x, df, tu_chi2_crit(df));
-        ck_assert_msg(x > tu_chi2_crit(df), "'%s' on %s not detected: chi2 %.2f", wrong[i].what,
-                      c.name, x);
+        printf("verify chi2 WRONG rule '%s' [%s]: %.1f (df %d, crit %.3f)\n", wrong[i].what, c.name, x, df,
+               tu_chi2_crit(df));
+        ck_assert_msg(x > tu_chi2_crit(df), "'%s' on %s not detected: chi2 %.2f", wrong[i].what, c.name, x);
     }
 }
 END_TEST
@@ -757,7 +733,4 @@ static Suite *verify_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return tu_run_suite(verify_suite());
-}
+int main(void) { return tu_run_suite(verify_suite()); }

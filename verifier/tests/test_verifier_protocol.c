@@ -44,14 +44,14 @@ static int g_fail;
 static int g_spec; /* --drafter */
 static uint64_t g_drafted;
 static float g_temp; /* temperature of the next Submits */
-#define CHECK(cond, ...)                                                                                      \
-    do {                                                                                                      \
-        if (!(cond)) {                                                                                        \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                              \
-            fprintf(stderr, __VA_ARGS__);                                                                     \
-            fprintf(stderr, "\n");                                                                            \
-            g_fail = 1;                                                                                       \
-        }                                                                                                     \
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fprintf(stderr, "\n");                               \
+            g_fail = 1;                                          \
+        }                                                        \
     } while (0)
 
 static const char *env_or(const char *name, const char *def)
@@ -64,9 +64,11 @@ static const char *env_or(const char *name, const char *def)
 static int reference_tokens(const char *bin, const char *model, int32_t *out, int cap)
 {
     char cmd[4096];
-    int off = snprintf(cmd, sizeof cmd, "%s/specd-generate --model %s --max-tokens %d --ignore-eos --json --prompt-ids ",
-                       bin, model, N_TOK);
-    for (int i = 0; i < N_PROMPT; i++) off += snprintf(cmd + off, sizeof cmd - (size_t)off, "%s%d", i ? "," : "", PROMPT[i]);
+    int off =
+        snprintf(cmd, sizeof cmd, "%s/specd-generate --model %s --max-tokens %d --ignore-eos --json --prompt-ids ", bin,
+                 model, N_TOK);
+    for (int i = 0; i < N_PROMPT; i++)
+        off += snprintf(cmd + off, sizeof cmd - (size_t)off, "%s%d", i ? "," : "", PROMPT[i]);
     FILE *f = popen(cmd, "r");
     if (!f) return -1;
     json_error_t je;
@@ -177,7 +179,8 @@ static void test_tokens(void *sock, const int32_t *ref, int n_ref)
     for (int i = 0; same && i < n; i++) same = got[i] == ref[i];
     CHECK(same, "tokens differ from specd-generate's");
     if (g_spec) CHECK(g_drafted > 0, "no drafts with a drafter");
-    printf("tokens: %d drafted, %d events, %d tokens, %s\n", (int)g_drafted, events, n, same ? "identical to specd-generate" : "DIFFERENT");
+    printf("tokens: %d drafted, %d events, %d tokens, %s\n", (int)g_drafted, events, n,
+           same ? "identical to specd-generate" : "DIFFERENT");
 }
 
 /* With a drafter: a sampled request (rejection rule with q) runs to length. */
@@ -302,8 +305,7 @@ static void test_oversized(void *ctx, const char *ep, pid_t pid, void *sock)
     CHECK(h != NULL, "no HealthReply after an oversized frame");
     sd_msg_free(h);
     long after = peak_kib(pid);
-    CHECK(after - before < 32 * 1024, "the verifier's peak memory grew by %ld KiB with a 96 MiB frame",
-          after - before);
+    CHECK(after - before < 32 * 1024, "the verifier's peak memory grew by %ld KiB with a 96 MiB frame", after - before);
 }
 
 /* 4. Cancel mid-generation; the KV pool is whole again afterwards. */

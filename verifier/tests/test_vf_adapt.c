@@ -20,8 +20,8 @@
 /* 1 ms + 0.1 ms per row beyond the first, verification 0.01 ms per row. */
 static sd_step_timing timing_of(int rows)
 {
-    return (sd_step_timing){.rows = rows, .greedy_rows = rows, .forward_ms = 1.0 + 0.1 * (rows - 1),
-                            .accept_ms = 0.01 * rows};
+    return (sd_step_timing){
+        .rows = rows, .greedy_rows = rows, .forward_ms = 1.0 + 0.1 * (rows - 1), .accept_ms = 0.01 * rows};
 }
 
 static sd_req make_req(float temperature)
@@ -90,7 +90,8 @@ static int sim_step(sim *s, const int *budget_in)
     int rows = 0;
     s->calls++;
     for (int i = 0; i < s->n; i++) budgets[i] = budget_in ? budget_in[i] : 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, NULL, false), SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, NULL, false),
+                     SD_OK);
     for (int i = 0; i < s->n; i++) {
         offered[i] = budgets[i];
         accepted[i] = 0;
@@ -104,8 +105,7 @@ static int sim_step(sim *s, const int *budget_in)
     wall += s->once;
     s->once = 0;
     double cycle = s->cycle ? wall + 0.05 + s->between + (s->ad.maxk > 0 ? s->hidden : 0) : 0;
-    sd_vf_adapt_done(&s->ad, &t, wall, cycle, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n,
-                     false);
+    sd_vf_adapt_done(&s->ad, &t, wall, cycle, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n, false);
     return budgets[0];
 }
 
@@ -118,8 +118,8 @@ START_TEST(follows_acceptance)
     for (int i = 0; i < 300; i++) k = sim_step(&s, NULL);
     ck_assert_int_ge(k, 4);
     ck_assert(s.ad.pred_us > 0 && s.ad.meas_us > 0);
-    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 10, "prediction error %llu of %llu us",
-                  (unsigned long long)s.ad.err_us, (unsigned long long)s.ad.meas_us);
+    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 10, "prediction error %llu of %llu us", (unsigned long long)s.ad.err_us,
+                  (unsigned long long)s.ad.meas_us);
     /* the drafts turn useless: no drafts within a few steps */
     s.p_accept = 0;
     int steps = 0;
@@ -245,8 +245,7 @@ static int resume_k(int into, int max_tokens)
         sd_vf_regime_note(&s.ad.rg, 2.0, 1.0, true);
     }
     int budgets[2] = {12, 0}, catchup[2] = {100, 0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, catchup, NULL, 2, -1, 16, NULL, false),
-                     SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, catchup, NULL, 2, -1, 16, NULL, false), SD_OK);
     sd_vf_adapt_free(&s.ad);
     return budgets[0];
 }
@@ -322,8 +321,8 @@ static void catchup_step(sim *s, int behind, double drafter_ms)
     ck_assert_int_eq(budgets[0], 12);
     offered[0] = budgets[0];
     sd_step_timing t = timing_of(1 + budgets[0]);
-    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + drafter_ms, 0, s->rp, s->qp, offered, accepted, had_q, catchup,
-                     dms, ready, 1, false);
+    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + drafter_ms, 0, s->rp, s->qp, offered, accepted, had_q, catchup, dms,
+                     ready, 1, false);
 }
 
 /* The drafter's catching up priced per token over the tokens caught up on:
@@ -465,8 +464,8 @@ START_TEST(late_spans_teach_nothing)
         while (accepted[0] < k && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
         ready[0] = k > 0;
         sd_step_timing t = timing_of(1 + k);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
-                         catchup, dms, ready, 1, true);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                         dms, ready, 1, true);
     }
     ck_assert_int_ge(k, 4);
     sd_vf_adapt_free(&s.ad);
@@ -525,8 +524,8 @@ START_TEST(probe_span_past_the_guess)
         offered[0] = budgets[0];
         accepted[0] = 0; /* useless drafts: the request soon drafts only in probes */
         sd_step_timing t = timing_of(1 + budgets[0]);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
-                         catchup, dms, ready, 1, true);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                         dms, ready, 1, true);
     }
     ck_assert_int_ge(probes, 2);
     ck_assert_int_ge(told, probes - 1); /* each probe told the step before (the first one perhaps not) */
@@ -558,13 +557,13 @@ START_TEST(late_drafts_priced_at_their_yield)
         bool ready[2] = {k0 > 0, false};
         sd_step_timing t = timing_of(2 + k0);
         t.seqs = 2;
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
-                         catchup, dms, ready, 2, true);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                         dms, ready, 2, true);
     }
     ck_assert_int_ge(k0, 4);
     ck_assert(s.ad.late_real < 0.1 * s.ad.late_pred);
-    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 20, "prediction error %llu of %llu us",
-                  (unsigned long long)s.ad.err_us, (unsigned long long)s.ad.meas_us);
+    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 20, "prediction error %llu of %llu us", (unsigned long long)s.ad.err_us,
+                  (unsigned long long)s.ad.meas_us);
     sd_vf_adapt_free(&s.ad);
 }
 END_TEST
@@ -591,8 +590,8 @@ static double supply_after(bool dry)
         ready[0] = k > 0;
         if (i >= 100 && dry) sd_vf_adapt_dry(&s.ad, s.rp[0], s.qp[0]); /* the answer for the state told */
         sd_step_timing t = timing_of(1 + k);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
-                         catchup, dms, ready, 1, true);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                         dms, ready, 1, true);
         if (i == 99) ck_assert_double_gt(sd_accept_offered(&s.q[0].acc, 1), 0.9);
     }
     double off = sd_accept_offered(&s.q[0].acc, 1);
@@ -640,8 +639,8 @@ static double fallback_k(double p_fb, bool fixed)
         }
         if (i >= 100) sum += k[1];
         sd_step_timing t = timing_of(2 + k[0] + k[1]);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q,
-                         catchup, dms, ready, 2, true);
+        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                         dms, ready, 2, true);
         ck_assert_int_eq(s.q[1].fb_k, 0);
     }
     ck_assert_uint_eq(s.q[1].acc.steps, 0); /* the drafter's estimate: nothing learnt from the fallback */
@@ -672,8 +671,8 @@ START_TEST(pipelined_predictions_by_kind)
         sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + (ready[0] ? 0.05 : 0.5), 0, s.rp, s.qp, offered,
                          accepted, had_q, catchup, dms, ready, 1, true);
     }
-    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 50, "prediction error %llu of %llu us",
-                  (unsigned long long)s.ad.err_us, (unsigned long long)s.ad.meas_us);
+    ck_assert_msg(s.ad.err_us < s.ad.meas_us / 50, "prediction error %llu of %llu us", (unsigned long long)s.ad.err_us,
+                  (unsigned long long)s.ad.meas_us);
     sd_vf_adapt_free(&s.ad);
 }
 END_TEST
@@ -692,8 +691,7 @@ START_TEST(drafts_at_hand_priced_in_full)
     s.ad.ready_ms = 0.05;
     s.ad.n_ready = 10;
     int catchup[1] = {0}, budgets[1] = {4}, avail[1] = {4}, tell[1] = {0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
-                     SD_OK);
+    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
     double want = sd_cost_forward_ms(&s.ad.cost, 5, 1) + sd_cost_accept_ms(&s.ad.cost, 5, 0) + 0.05;
     ck_assert_msg(fabs(s.ad.pred_ms - want) < 0.01, "predicted %.3f ms, five rows take %.3f", s.ad.pred_ms, want);
     sd_vf_adapt_free(&s.ad);
@@ -744,8 +742,7 @@ START_TEST(regime_blocks)
      * resumes where it was */
     uint64_t plain = g.plain_steps;
     memset(seq, 0, sizeof seq);
-    for (int b = 0; b < 20; b++)
-        seq[b] = block_at(&g, sd_vf_regime_key(1, false), 1.0, 1.5) == SD_VF_PLAIN ? 'p' : 'd';
+    for (int b = 0; b < 20; b++) seq[b] = block_at(&g, sd_vf_regime_key(1, false), 1.0, 1.5) == SD_VF_PLAIN ? 'p' : 'd';
     ck_assert_str_eq(seq, "dpdddddddddddddddddd");
     ck_assert_uint_eq(g.plain_steps, plain + SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS);
     ck_assert_int_eq(block(&g, 1.0, 1.3), SD_VF_DRAFTING);
@@ -911,8 +908,8 @@ static int lookup_step(sim *s, int match)
     offered[0] = budgets[0];
     while (accepted[0] < offered[0] && (double)rand_r(&s->seed) / RAND_MAX < p) accepted[0]++;
     sd_step_timing t = timing_of(1 + budgets[0]);
-    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s->rp, s->qp, offered, accepted, had_q,
-                     catchup, dms, ready, 1, false);
+    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s->rp, s->qp, offered, accepted, had_q, catchup,
+                     dms, ready, 1, false);
     return budgets[0];
 }
 
@@ -960,8 +957,8 @@ static bool lookup_first_step(sim *s, int match, double p_lookup)
     dms[0] = used || offered[0] == 0 ? 0 : 0.3 + 0.05 * offered[0];
     sd_step_timing t = timing_of(1 + offered[0]);
     uint64_t drafter_steps = s->q[0].acc.steps;
-    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05 + dms[0], 0, s->rp, s->qp, offered, accepted,
-                     had_q, catchup, dms, ready, 1, false);
+    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05 + dms[0], 0, s->rp, s->qp, offered, accepted, had_q,
+                     catchup, dms, ready, 1, false);
     if (used) ck_assert_uint_eq(s->q[0].acc.steps, drafter_steps);
     ck_assert(!s->q[0].lookup && !s->ad.step_lookup);
     return used;

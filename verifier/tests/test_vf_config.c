@@ -42,11 +42,42 @@ END_TEST
 
 START_TEST(all_options)
 {
-    char *argv[] = {"v", "--model", "m", "--listen", "ipc:///tmp/x", "--drafter", "ipc:///tmp/d", "--num-draft",
-                    "40", "--threads", "3", "--device", "cpu", "--max-batch", "8", "--kv-blocks", "100",
-                    "--prefill-chunk", "64", "--draft-timeout-ms", "50", "--log-level", "debug",
-                    "--spec-max-batch", "0", "--spec-max-batch-sampled", "3", "--spec-adaptive", "off",
-                    "--spec-max-draft", "5", "--kv-dtype", "f32", "--gpu-memory-fraction", "0.5", NULL};
+    char *argv[] = {"v",
+                    "--model",
+                    "m",
+                    "--listen",
+                    "ipc:///tmp/x",
+                    "--drafter",
+                    "ipc:///tmp/d",
+                    "--num-draft",
+                    "40",
+                    "--threads",
+                    "3",
+                    "--device",
+                    "cpu",
+                    "--max-batch",
+                    "8",
+                    "--kv-blocks",
+                    "100",
+                    "--prefill-chunk",
+                    "64",
+                    "--draft-timeout-ms",
+                    "50",
+                    "--log-level",
+                    "debug",
+                    "--spec-max-batch",
+                    "0",
+                    "--spec-max-batch-sampled",
+                    "3",
+                    "--spec-adaptive",
+                    "off",
+                    "--spec-max-draft",
+                    "5",
+                    "--kv-dtype",
+                    "f32",
+                    "--gpu-memory-fraction",
+                    "0.5",
+                    NULL};
     sd_vf_config c;
     char err[256];
     ck_assert_int_eq(parse(&c, err, 35, argv), SD_OK);

@@ -199,7 +199,7 @@ END_TEST
 
 typedef struct fake_drafter {
     void *ctx;
-    atomic_int answer;   /* 1: reply to batches and health; 0: silent */
+    atomic_int answer; /* 1: reply to batches and health; 0: silent */
     atomic_int stop;
     atomic_int opens, batches, closes;
     pthread_t th;

@@ -126,10 +126,10 @@ START_TEST(latency_and_timeouts)
     ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.3, 1e-9);
     sd_vf_pace_waited(&p, 0.4, 0.3); /* a wait measures the latency itself */
     ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.4, 1e-9);
-    sd_vf_pace_span(&p, 0.1);          /* the drafter's time no longer moves it */
+    sd_vf_pace_span(&p, 0.1); /* the drafter's time no longer moves it */
     sd_vf_pace_waited(&p, 0.6, 0.3);
     ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.5, 1e-9); /* plain mean of the first waits */
-    for (int i = 0; i < 100; i++) sd_vf_pace_span(&p, 0.1); /* steps pass: no discount */
+    for (int i = 0; i < 100; i++) sd_vf_pace_span(&p, 0.1);     /* steps pass: no discount */
     ck_assert_double_eq_tol(sd_vf_pace_latency(&p), 0.5, 1e-9);
     ck_assert(sd_vf_pace_should_wait(&p, 0.55));
     sd_vf_pace_timeout(&p, 0.55);

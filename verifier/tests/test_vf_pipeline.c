@@ -156,10 +156,19 @@ static void trial(sd_verifier *ver, uint64_t seed, variant v, int32_t *out, stat
             memcpy(logits + i * V, TL[prev], sizeof TL[prev]);
             if (i < prop.n) prev = prop.tokens[i];
         }
-        sd_verify_in in = {.logits = logits, .vocab = V, .k = prop.n, .draft = prop.tokens,
-                           .q = (const sd_tokprob *const *)prop.q, .nq = prop.nq, .sampling = &s,
-                           .prompt = c, .n_prompt = 1, .output = c + 1, .n_output = (size_t)(L - 1),
-                           .out_pos = (uint64_t)(L - 1), .mode = SD_VERIFY_REJECTION};
+        sd_verify_in in = {.logits = logits,
+                           .vocab = V,
+                           .k = prop.n,
+                           .draft = prop.tokens,
+                           .q = (const sd_tokprob *const *)prop.q,
+                           .nq = prop.nq,
+                           .sampling = &s,
+                           .prompt = c,
+                           .n_prompt = 1,
+                           .output = c + 1,
+                           .n_output = (size_t)(L - 1),
+                           .out_pos = (uint64_t)(L - 1),
+                           .mode = SD_VERIFY_REJECTION};
         int32_t got[K + 1];
         int m = sd_verify(ver, &in, got);
         ck_assert_int_ge(m, 1);

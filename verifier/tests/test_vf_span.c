@@ -64,8 +64,7 @@ START_TEST(hashes_match_the_chain)
     sd_vf_spans_init(&sp);
     ck_assert_int_eq(sd_vf_spans_sync(&sp, C, 4), SD_OK);
     ck_assert_int_eq(sd_vf_spans_sync(&sp, C, 12), SD_OK); /* extended, not recomputed */
-    for (int n = 0; n <= 12; n++)
-        ck_assert(sd_vf_spans_hash(&sp, n) == sd_span_hash(SD_SPAN_HASH_SEED, C, (size_t)n));
+    for (int n = 0; n <= 12; n++) ck_assert(sd_vf_spans_hash(&sp, n) == sd_span_hash(SD_SPAN_HASH_SEED, C, (size_t)n));
     ck_assert(sd_span_hash(sd_span_hash(SD_SPAN_HASH_SEED, C, 5), C + 5, 7) == sd_vf_spans_hash(&sp, 12));
     sd_vf_spans_release(&sp);
 }

@@ -94,7 +94,10 @@ static void make_weight(wpair *w, int rows, int cols, int matrix, uint32_t seed,
     for (size_t i = 0; i < n; i++) w->h32[i] = sd_round_bf16(w->h32[i] + offset);
     w->h16 = malloc(n * sizeof *w->h16);
     for (size_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } v = {.f = w->h32[i]};
+        union {
+            float f;
+            uint32_t u;
+        } v = {.f = w->h32[i]};
         w->h16[i] = (uint16_t)(v.u >> 16);
     }
     sd_tensor t = {.name = "w", .dtype = matrix ? SD_DTYPE_BF16 : SD_DTYPE_F32, .ndim = matrix ? 2 : 1};
@@ -151,8 +154,8 @@ START_TEST(matmul_vs_cpu)
 {
     /* (T, N, K); K a multiple of 32 takes the tensor-core kernel in invariant bf16 mode: one chunk a warp or
      * fewer (64, 96), several (1024), a partial last round (2080), two token groups (T = 70) */
-    static const int shapes[][3] = {{1, 37, 64},    {5, 129, 96},  {17, 300, 200}, {3, 1000, 33},
-                                    {9, 512, 64},   {3, 160, 1024}, {2, 64, 2080},  {70, 48, 128}};
+    static const int shapes[][3] = {{1, 37, 64},  {5, 129, 96},   {17, 300, 200}, {3, 1000, 33},
+                                    {9, 512, 64}, {3, 160, 1024}, {2, 64, 2080},  {70, 48, 128}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int mode = 0; mode < 12; mode++) /* 8 .. 11: the default mode with the GEMV kernel (T <= 8, bf16) */
             check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], mode & 1, (mode >> 1) & 1, (mode >> 2) & 1,
@@ -586,7 +589,7 @@ END_TEST
 /* ----------------------------------------------------------- attention */
 
 #define NB 300 /* blocks in the test cache (4800 positions: past 32 splits x 128 for every hd) */
-#define BS 16 /* positions per block */
+#define BS 16  /* positions per block */
 
 /* Disjoint block tables: sequence s gets blocks perm[off..off+need). */
 static void make_tables(sd_attn_seq *seqs, int n_seqs, int32_t *store)
@@ -609,7 +612,10 @@ static void *kv_on(sd_backend *be, const float *h, size_t n, sd_dtype dt)
     if (dt == SD_DTYPE_F32) return on(be, h, n);
     uint16_t *b = malloc(n * sizeof *b);
     for (size_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } c = {.f = sd_round_bf16(h[i])};
+        union {
+            float f;
+            uint32_t u;
+        } c = {.f = sd_round_bf16(h[i])};
         b[i] = (uint16_t)(c.u >> 16);
     }
     void *d = be->ops->alloc(be, n * sizeof *b);
@@ -692,8 +698,8 @@ static void check_attention(sd_attn_seq *seqs, int n_seqs, int nh, int nkv, int 
 START_TEST(attention_vs_cpu)
 {
     /* (nh, nkv, hd): G = 1, 4, 6, 2, 8 with the split kernels; hd 16 and G = 12 run the single kernel */
-    static const int heads[][3] = {{4, 4, 64}, {8, 2, 128}, {6, 1, 64}, {2, 1, 256}, {16, 2, 128}, {4, 2, 16},
-                                   {12, 1, 32}};
+    static const int heads[][3] = {{4, 4, 64},   {8, 2, 128}, {6, 1, 64}, {2, 1, 256},
+                                   {16, 2, 128}, {4, 2, 16},  {12, 1, 32}};
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
         for (int b16 = 0; b16 < 2; b16++) {
             /* prefill from 0, a K+1 verify span, a decode step, a first token */
@@ -766,8 +772,9 @@ START_TEST(qk_rope_kv_is_composed)
             g_gpu->ops->rope(g_gpu, qg[0], cg, sg, T, nh, hd, b16);
             g_gpu->ops->rope(g_gpu, kg[0], cg, sg, T, nkv, hd, b16);
             g_gpu->ops->kv_write(g_gpu, &kv[0], kg[0], vg, slg, T, (int)kvd);
-            sd_qk_rope_kv a = {qg[1], kg[1], vg, norm ? &qw.g : NULL, norm ? &kw.g : NULL, 1e-6f, cg, sg, &kv[1],
-                               slg, T, nh, nkv, hd, b16};
+            sd_qk_rope_kv a = {
+                qg[1], kg[1], vg, norm ? &qw.g : NULL, norm ? &kw.g : NULL, 1e-6f, cg, sg, &kv[1], slg, T, nh,
+                nkv,   hd,    b16};
             g_gpu->ops->qk_rope_kv(g_gpu, &a);
             size_t esz = dt == SD_DTYPE_BF16 ? 2 : 4;
             const void *pa[4] = {qg[0], kg[0], kv[0].k, kv[0].v}, *pb[4] = {qg[1], kg[1], kv[1].k, kv[1].v};
@@ -807,10 +814,10 @@ START_TEST(argmax_vs_cpu)
 {
     int rows = 4, V = 50257;
     float *l = rand_vec((size_t)rows * V, 99u, 10.0f, 0);
-    l[7] = l[50000] = 20.0f;                   /* row 0: tie, lowest id wins */
+    l[7] = l[50000] = 20.0f;                    /* row 0: tie, lowest id wins */
     for (int i = 0; i < V; i++) l[V + i] = NAN; /* row 1: all NaN -> -1 */
-    l[2 * V + V - 1] = 50.0f;                  /* row 2: last id */
-    l[3 * V] = NAN;                            /* row 3: NaN skipped */
+    l[2 * V + V - 1] = 50.0f;                   /* row 2: last id */
+    l[3 * V] = NAN;                             /* row 3: NaN skipped */
     float *lg = on(g_gpu, l, (size_t)rows * V);
     int32_t got[4];
     ck_assert_int_eq(sd_cuda_argmax(g_gpu, lg, rows, V, got), SD_OK);
@@ -834,8 +841,7 @@ static int32_t *prompt(int n, int vocab)
 
 /* Logits of every position of ids[n] on be; the model is a fixture name, or
  * with `demo` a directory under SD_MODELS. *bf16: its activations are bf16. */
-static float *logits_on(sd_backend *be, const char *name, bool demo, const int32_t *ids, int n, int *vocab,
-                        bool *bf16)
+static float *logits_on(sd_backend *be, const char *name, bool demo, const int32_t *ids, int n, int *vocab, bool *bf16)
 {
     sd_model *m = NULL;
     if (demo) {
@@ -864,9 +870,14 @@ static float *logits_on(sd_backend *be, const char *name, bool demo, const int32
  * GPU run of this test: the printed maxima are the measurement). */
 START_TEST(model_logits_vs_cpu)
 {
-    static const struct { const char *name; bool demo; } models[] = {
-        {"qwen3-tiny", false}, {"llama3-tiny", false}, {"qwen2-tiny", false},
-        {"qwen3-tiny-bf16-sharded", false}, {"tinycode-16m", true}};
+    static const struct {
+        const char *name;
+        bool demo;
+    } models[] = {{"qwen3-tiny", false},
+                  {"llama3-tiny", false},
+                  {"qwen2-tiny", false},
+                  {"qwen3-tiny-bf16-sharded", false},
+                  {"tinycode-16m", true}};
     int n = 120;
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         int V = 0;
@@ -879,8 +890,7 @@ START_TEST(model_logits_vs_cpu)
             double maxd = 0;
             int same = 0;
             for (size_t i = 0; i < (size_t)n * V; i++) maxd = fmax(maxd, fabs((double)got[i] - ref[i]));
-            for (int r = 0; r < n; r++)
-                same += sd_argmax(got + (size_t)r * V, V) == sd_argmax(ref + (size_t)r * V, V);
+            for (int r = 0; r < n; r++) same += sd_argmax(got + (size_t)r * V, V) == sd_argmax(ref + (size_t)r * V, V);
             fprintf(stderr, "%s (invariant=%d, %s): max |gpu - cpu| logit = %.3g, same argmax at %d of %d\n",
                     models[mi].name, inv, b16 ? "bf16" : "f32", maxd, same, n);
             char what[128];

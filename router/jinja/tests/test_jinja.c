@@ -78,8 +78,11 @@ END_TEST
 START_TEST(deep_nesting)
 {
     /* parentheses, not, lists: the parser's depth; a + chain (built by a loop): the tree's height */
-    static const struct { const char *pre; int n; const char *mid, *post; } deep[] = {
-        {"(", 20000, "1", ")"}, {"not ", 50000, "1", ""}, {"1+", 50000, "1", ""}, {"[", 20000, "", "]"}};
+    static const struct {
+        const char *pre;
+        int n;
+        const char *mid, *post;
+    } deep[] = {{"(", 20000, "1", ")"}, {"not ", 50000, "1", ""}, {"1+", 50000, "1", ""}, {"[", 20000, "", "]"}};
     for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) {
         char *s = repeat(deep[i].pre, deep[i].n, deep[i].mid, deep[i].post), *t = repeat("{{ ", 1, s, " }}");
         expect_err(t, "nested too deeply");
