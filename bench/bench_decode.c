@@ -5,7 +5,7 @@
  *                      [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]
  *                      [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]
  *                      [--graphs on|off|ab] [--fuse on|off|ab] [--context N]
- *                      [--kv-dtype auto|f32|bf16]
+ *                      [--kv-dtype auto|f32|bf16] [--tensor-parallel-size N]
  *
  * Prints decode tokens/s (greedy, one sequence, after a prompt; each step's
  * token is the argmax on the backend, as the verifier takes greedy rows), the bytes of
@@ -36,7 +36,10 @@
  * --context N decodes after a prompt of N tokens (default 32), so that
  * attention over a long context is in the step (its cost: the difference
  * from a short context), and prints the prompt's prefill tokens/s (chunks of
- * 256, best run); --kv-dtype chooses the KV cache's element type. */
+ * 256, best run); --kv-dtype chooses the KV cache's element type;
+ * --tensor-parallel-size N splits the model over N ranks of --device
+ * (model.h: N CPU ranks of --threads / N threads each, or one GPU a rank) and
+ * prints each rank's share of the weights. */
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -318,8 +321,12 @@ static void device_roofline(sd_backend *be, double achieved, size_t wb)
 static void report(sd_model *m, sd_backend *be, const char *name, const char *device, bool int8, bool random,
                    double best, int runs, int n_tokens)
 {
-    int nt = sd_backend_cpu_threads(be);
-    size_t wb = sd_model_weight_bytes(m);
+    int nt = 0;
+    size_t wb = 0; /* every rank's: what a step reads in all */
+    for (int r = 0; r < sd_model_tp_size(m); r++) {
+        nt += sd_backend_cpu_threads(sd_model_backend(sd_model_rank(m, r)));
+        wb += sd_model_weight_bytes(sd_model_rank(m, r));
+    }
     double tps = n_tokens / best, achieved = tps * (double)wb / 1e9;
     printf("model                      %s (%s weights, %s activations; %s %s)\n", name,
            int8     ? "int8"
@@ -363,12 +370,12 @@ static void usage(void)
                     "                          [--tokens N] [--runs N] [--quant none|int8] [--device cpu|cuda:N]\n"
                     "                          [--isa auto|amx|avx512|avx2|scalar] [--batch-invariant]\n"
                     "                          [--graphs on|off|ab] [--fuse on|off|ab] [--context N]\n"
-                    "                          [--kv-dtype auto|f32|bf16]\n");
+                    "                          [--kv-dtype auto|f32|bf16] [--tensor-parallel-size N]\n");
 }
 
 typedef struct bd_opts {
     const char *dir, *random_cfg, *device;
-    int threads, n_tokens, runs, isa, ctx, kv_dtype;
+    int threads, n_tokens, runs, isa, ctx, kv_dtype, tp;
     int graphs; /* CUDA: 0 off, 1 on, 2 both (interleaved runs) */
     int fuse;   /* likewise */
     bool int8, invariant;
@@ -400,6 +407,7 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
                                        {"context", 1, 0, 'c'},
                                        {"kv-dtype", 1, 0, 'k'},
                                        {"fuse", 1, 0, 'f'},
+                                       {"tensor-parallel-size", 1, 0, 'p'},
                                        {0, 0, 0, 0}};
     static const char *const graph_modes[] = {"off", "on", "ab"};
     *o = (bd_opts){.dir = "models/tinycode-16m",
@@ -409,7 +417,8 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
                    .isa = -1,
                    .ctx = 32,
                    .graphs = 1,
-                   .fuse = 1};
+                   .fuse = 1,
+                   .tp = 1};
     char err[512];
     sd_status st = SD_OK;
     int c, dev_index, bad = 0;
@@ -421,6 +430,8 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
         else if (c == 'n') st = sd_opt_int(optarg, "--tokens", 1, 1 << 20, &o->n_tokens, err, sizeof err);
         else if (c == 'r') st = sd_opt_int(optarg, "--runs", 1, 1000, &o->runs, err, sizeof err);
         else if (c == 'c') st = sd_opt_int(optarg, "--context", 1, 1 << 20, &o->ctx, err, sizeof err);
+        else if (c == 'p')
+            st = sd_opt_int(optarg, "--tensor-parallel-size", 1, SD_COMM_MAX_RANKS, &o->tp, err, sizeof err);
         else if (c == 'q' && (!strcmp(optarg, "int8") || !strcmp(optarg, "none"))) o->int8 = !strcmp(optarg, "int8");
         else if (c == 'b') o->invariant = true;
         else if (c == 'g') bad = (o->graphs = pick(optarg, graph_modes, 3)) < 0;
@@ -433,7 +444,10 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
         usage();
         return 2;
     }
-    int kind = st == SD_OK ? sd_device_parse(o->device, &dev_index, err, sizeof err) : 0;
+    char first[64];
+    int kind = st == SD_OK
+                   ? sd_device_parse(sd_tp_device_name(o->device, 0, first, sizeof first), &dev_index, err, sizeof err)
+                   : 0;
     if (st == SD_OK && kind > 0 && o->isa >= 0) st = sd_seterr(err, sizeof err, SD_ERR_ARG, "--isa applies to the CPU");
     if (st != SD_OK || kind < 0) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
@@ -442,19 +456,23 @@ static int parse_opts(int argc, char **argv, bd_opts *o)
     return 0;
 }
 
-/* Opens the backend and the model of o with its KV pool. Returns 0, or 1 after a message. */
-static int open_model(const bd_opts *o, sd_backend **be, sd_model **m)
+/* Opens the backends (one a rank) and the model of o with its KV pool.
+ * Returns 0, or 1 after a message. */
+static int open_model(const bd_opts *o, sd_tp_group *g, sd_model **m)
 {
     char err[512];
-    sd_status st = sd_backend_open(o->device, o->threads, be, err, sizeof err);
+    sd_status st = sd_tp_group_open(o->device, o->tp, o->threads, g, err, sizeof err);
     if (st == SD_OK && o->isa >= 0 && sd_cpu_set_isa_level(o->isa) != o->isa) {
         fprintf(stderr, "specd-bench-decode: this CPU has no %s\n", g_isas[o->isa]);
         return 1;
     }
-    if (st != SD_OK ||
-        (o->random_cfg ? sd_model_random(o->random_cfg, 1, *be, m, err, sizeof err)
-                       : sd_model_load(o->dir, *be, m, err, sizeof err)) != SD_OK ||
-        (o->int8 && sd_model_quantize_q8(*m, err, sizeof err) != SD_OK)) {
+    /* --batch-invariant: split (or not) and summed in fixed chunks, as the verifier runs it */
+    sd_tp_opts tp = {.size = o->tp, .bes = g->be, .comms = g->comm, .chunked = o->invariant};
+    if (st == SD_OK)
+        st = o->random_cfg ? sd_model_random_tp(o->random_cfg, 1, &tp, m, err, sizeof err)
+                           : sd_model_load_tp(o->dir, &tp, m, err, sizeof err);
+    if (st == SD_OK && o->int8) st = sd_model_quantize_q8(*m, err, sizeof err);
+    if (st != SD_OK) {
         fprintf(stderr, "specd-bench-decode: %s\n", err);
         return 1;
     }
@@ -467,16 +485,37 @@ static int open_model(const bd_opts *o, sd_backend **be, sd_model **m)
     return 0;
 }
 
+/* A split model's ranks: devices, threads, each one's share of the weights. */
+static void report_ranks(const sd_model *m, const sd_tp_group *g)
+{
+    int n = sd_model_tp_size(m);
+    if (n < 2) return;
+    printf("tensor parallel            %d ranks, exchanging through %s\n", n, sd_model_comm_name(m));
+    for (int r = 0; r < n; r++) {
+        const sd_model *k = sd_model_rank(m, r);
+        int t = sd_backend_cpu_threads(sd_model_backend(k));
+        char how[64] = "";
+        if (t) snprintf(how, sizeof how, " (%d threads)", t);
+        printf("  rank %d                   %s%s, weights read a token %.2f MB, KV %.1f KiB a position\n", r,
+               g->device[r], how, sd_model_weight_bytes(k) / 1e6, sd_model_kv_bytes_per_position(k) / 1024.0);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bd_opts o;
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc;
-    sd_backend *be = NULL;
+    sd_tp_group g;
     sd_model *m = NULL;
-    if (open_model(&o, &be, &m)) return 1;
+    if (open_model(&o, &g, &m)) return 1;
+    sd_backend *be = g.be[0];
     char err[512];
-    if (o.invariant) printf("batch-invariant            %s\n", sd_backend_set_batch_invariant(be, true) ? "yes" : "no");
+    if (o.invariant) {
+        bool yes = true;
+        for (int r = 0; r < g.n; r++) yes &= sd_backend_set_batch_invariant(g.be[r], true);
+        printf("batch-invariant            %s\n", yes ? "yes" : "no");
+    }
     /* best[1]: the configuration reported (as asked, ab's on); best[0]: ab's off (1 graphs, 2 fusions) */
     int ab = o.graphs == 2 ? 1 : o.fuse == 2 ? 2 : 0;
     double best[2] = {1e30, 1e30}, best_prefill = 1e30;
@@ -505,9 +544,10 @@ int main(int argc, char **argv)
            sd_dtype_name(sd_model_kv_dtype(m)));
     printf("prefill tokens/s           %.1f  (the %d-token prompt in chunks of 256, best of %d)\n",
            o.ctx / best_prefill, o.ctx, o.runs * (ab ? 2 : 1));
+    report_ranks(m, &g);
     report(m, be, o.random_cfg ? o.random_cfg : o.dir, o.device, o.int8, o.random_cfg != NULL, best[1], o.runs,
            o.n_tokens);
     sd_model_free(m);
-    sd_backend_free(be);
+    sd_tp_group_close(&g);
     return 0;
 }

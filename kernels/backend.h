@@ -77,6 +77,9 @@ typedef enum sd_mm_kind {
     SD_MM_RESIDUAL = 1, /* y[0] = x·w[0]^T (+ bias[0]), then res += y[0] (as add): o, down */
     SD_MM_SWIGLU = 2,   /* y[0] = x·w[0]^T, y[1] = x·w[1]^T, then y[0] = silu(y[0]) * y[1]
                          * (as silu_mul); w[0], w[1] of one shape: gate, up */
+    SD_MM_PARTIAL = 3,  /* y[i] = x·w[i]^T as SHARED but never rounded and without bias, even in bf16 mode
+                         * (x is read as in it): a partial sum of a row-parallel matmul (tensor
+                         * parallelism), added to the others' by reduce_parts */
 } sd_mm_kind;
 
 typedef struct sd_mm_fused {
@@ -159,6 +162,16 @@ typedef struct sd_backend_ops {
      * k head by q_norm / k_norm (when given), rope on q and k, then kv_write
      * of k and v — the bits of those ops one after the other. */
     void (*qk_rope_kv)(sd_backend *be, const sd_qk_rope_kv *a);
+    /* Tensor parallelism (optional: NULL where a backend does not offer it).
+     * copy_cols: dst[T, n] = columns [c0, c0 + n) of src[T, ld]. reduce_parts:
+     * y[T, N] = the sum of parts[p][T, N] over p < n_parts (1..8) in one fixed
+     * order — pairwise, the first half's sum plus the second's, recursively —
+     * then + bias[N] (NULL: none), rounded to bf16 when bf16: the epilogue of
+     * a row-parallel matmul whose partial sums came from the ranks (or from
+     * fixed chunks of its inputs). */
+    void (*copy_cols)(sd_backend *be, float *dst, const float *src, int T, int ld, int c0, int n);
+    void (*reduce_parts)(sd_backend *be, float *y, const float *parts, int n_parts, int T, int N, const sd_weight *bias,
+                         int bf16);
     /* Optional (NULL: not offered): replaces a 2-D weight by int8 rows with
      * per-row scales (an approximation, for drafters only); matmul then
      * quantises its input per row (kernels/cpu/cpu_q8.h). */

@@ -124,6 +124,9 @@ static void on_health_reply(sd_lanes *l, lane *ln, const Specd__HealthReply *h)
     ln->info.max_context = h->max_context;
     ln->info.vocab_size = h->vocab_size;
     snprintf(ln->info.model, sizeof ln->info.model, "%s", h->model ? h->model : "");
+    ln->info.tp_size = h->n_rank_devices > 0 ? (int)h->n_rank_devices : 1;
+    for (size_t r = 0; r < h->n_rank_devices && r < 8; r++)
+        snprintf(ln->info.rank_device[r], sizeof ln->info.rank_device[r], "%s", h->rank_devices[r]);
     const Specd__Stats *s = h->stats;
     if (s) {
         ln->info.active = s->active_requests;

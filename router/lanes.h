@@ -63,6 +63,8 @@ typedef struct sd_lane_info {
     uint64_t prefix_queries, prefix_hits;             /* prompt positions looked up / taken from the prefix cache */
     uint64_t prefix_evictions;                        /* cached blocks reused for new work */
     uint32_t prefix_cached;                           /* blocks cached that no request holds */
+    int tp_size;                                      /* tensor parallelism: the verifier's ranks (1: not split) */
+    char rank_device[8][32];                          /* ... each rank's device */
     sd_lane_accept accept[SD_LANE_MAX_ACCEPT];        /* adaptive: the verifier's acceptance estimates */
     size_t n_accept;
     char model[128];

@@ -124,6 +124,7 @@ static long long lane_value(const sd_lane_info *in, int which)
     case 10: return (long long)in->prefix_hits;
     case 11: return in->prefix_cached;
     case 12: return (long long)in->prefix_evictions;
+    case 13: return in->tp_size > 0 ? in->tp_size : 1;
     default: return (long long)in->preemptions;
     }
 }
@@ -247,6 +248,15 @@ static void render_lanes(FILE *f, const sd_lanes *l)
                 "KV blocks the lane's verifier keeps for its prefix cache that no request holds.", 11);
     lane_series(f, l, "specd_prefix_evictions_total", "counter",
                 "Cached KV blocks the lane's verifier gave to new work, least recently used first.", 12);
+    lane_series(f, l, "specd_lane_tensor_parallel_size", "gauge",
+                "Ranks the lane's verifier splits its target over (--tensor-parallel-size; 1: not split).", 13);
+    header(f, "specd_lane_rank_info", "gauge", "1 for each rank of a split target, naming its device.");
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        for (int r = 0; in->tp_size > 1 && r < in->tp_size && r < 8; r++)
+            fprintf(f, "specd_lane_rank_info{lane=\"%s\",rank=\"%d\",device=\"%s\"} 1\n", in->endpoint, r,
+                    in->rank_device[r]);
+    }
     uint64_t steps = 0, drafted = 0, accepted = 0, pos[64] = {0};
     size_t npos = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {

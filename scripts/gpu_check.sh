@@ -43,8 +43,10 @@
 #   7. (hf) Hugging Face transformers on the same GPU (scripts/hf_decode.py): greedy decode of
 #      the demo target (batch 1, 16; assisted generation with the demo drafter) and of
 #      Qwen3-8B's shapes, beside specd's figures of steps 3 and 6.
+#   8. (tp) tensor parallelism: the demo target at TP 2 with both ranks on this GPU (greedy and
+#      --batch-invariant against TP 1), and with two GPUs the 8B shapes at TP 1 and TP 2 (NCCL).
 # SD_GPU_CHECK_STEPS="NAME ..." runs only the steps named (gpu_tests exact decode serve
-# decode8b context profile pair hf; default all), e.g. 'gpu_tests exact decode serve
+# decode8b context profile pair hf tp; default all), e.g. 'gpu_tests exact decode serve
 # decode8b' in a first call and 'context pair profile hf' in a second. SD_GPU_CHECK_DEVICE=cpu
 # rehearses steps 2-4 and 6 (with the demo models' shapes) on the CPU (no GPU needed). A step
 # that fails is recorded and the others still run; the exit status is the number of failed
@@ -105,6 +107,29 @@ step() {
 
 # exactness DEVICE [ARGS...]: greedy plain vs speculative on the demo prompts (ARGS to both),
 # every prompt equal.
+# tp_one_gpu: specd-generate on the demo target at TP 2, both ranks on cuda:0, against TP 1 on the
+# same GPU — greedy (the fast default: differences at near-ties counted) and --batch-invariant
+# (chunked sums: must be equal).
+tp_one_gpu() {
+  local p i=0 diff=0
+  for p in "def fib(n):" "import numpy as np" "class Stack:"; do
+    for mode in "" --batch-invariant; do
+      "$BIN/specd-generate" --model "$ROOT/models/tinycode-16m" --prompt "$p" --max-tokens 128 --ignore-eos --json \
+        --device cuda:0 $mode >"$WORK/tp1.$i.json" || return 1
+      "$BIN/specd-generate" --model "$ROOT/models/tinycode-16m" --prompt "$p" --max-tokens 128 --ignore-eos --json \
+        --device cuda:0,cuda:0 -tp 2 $mode >"$WORK/tp2.$i.json" || return 1
+      if ! cmp -s <(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'])" "$WORK/tp1.$i.json") \
+                  <(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'])" "$WORK/tp2.$i.json"); then
+        echo "differs: '$p' ${mode:-default}"
+        [ -n "$mode" ] && return 1
+        diff=$((diff + 1))
+      fi
+      i=$((i + 1))
+    done
+  done
+  echo "tp_one_gpu: TP 2 (both ranks on cuda:0) == TP 1 with --batch-invariant; $diff of 3 prompts differ without"
+}
+
 exactness() {
   local dev=$1 n=0 same=0 tag
   shift
@@ -294,6 +319,16 @@ run() {
     fi
     OPTIONAL=1 step decode_qwen3_8b_ctx32k 180 "$BIN/specd-bench-decode" --device "$dev" "${q8[@]}" --context 32768 \
       --runs 1
+  fi
+  if [ "$dev" != cpu ] && want tp; then
+    # tensor parallelism: two ranks on this one GPU (host exchanges: NCCL takes one rank a device), the demo
+    # target, greedy against TP 1 (the GPU tests compare the logits); and where there are two GPUs, the 8B
+    # shapes at TP 1 and 2 over NCCL
+    step tp_one_gpu 120 tp_one_gpu
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+      step decode_qwen3_8b_tp1 180 "$BIN/specd-bench-decode" --device cuda:0 "${q8[@]}"
+      step decode_qwen3_8b_tp2 180 "$BIN/specd-bench-decode" --device cuda:0,cuda:1 --tensor-parallel-size 2 "${q8[@]}"
+    fi
   fi
   [ "$dev" != cpu ] && want profile && OPTIONAL=1 step profile 120 "$ROOT/scripts/gpu_profile.sh" "" "$WORK/profile"
   want pair && step serve_pair 360 serve_pair "$dev"

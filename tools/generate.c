@@ -34,6 +34,7 @@ typedef struct gen_opts {
     const char *dump_logits;
     int max_tokens;
     int threads;
+    int tp_size; /* --tensor-parallel-size */
     const char *draft_dir;
     const char *device;
     bool ngram;
@@ -64,9 +65,15 @@ static const sd_flag g_flags[] = {
     {"Model", "model", 'm', "DIR", NULL, "the model: a Hugging Face checkpoint directory (required)"},
     {"Model", "quant", 'q', "none|int8", "none", "the model's weights: as in the checkpoint, or int8 (CPU)"},
     {"Model", "batch-invariant", 'I', NULL, NULL,
-     "GPU: deterministic matmuls, so greedy speculative output equals plain bit for bit"},
+     "results that depend neither on the batch nor on --tensor-parallel-size: on a GPU deterministic matmuls "
+     "(greedy speculative output then equals plain bit for bit; the CPU always is batch-invariant), and on every "
+     "device the o and down sums over 8 fixed chunks (slower; the logits of TP = 1, 2, 4, 8 alike)"},
     {"Model", "device", 'X', "cpu|cuda|cuda:N", "cpu", "where the model runs"},
-    {"Model", "threads", 'T', "N", "0 (all cores)", "CPU threads"},
+    {"Model", "threads", 'T', "N", "0 (all cores)",
+     "CPU threads (with --tensor-parallel-size, split between the ranks)"},
+    {"Model", "tensor-parallel-size", 'Y', "N", "1",
+     "split the model over N ranks (-tp N): --device names one device a rank (cuda:0,cuda:1), or cpu for N CPU "
+     "ranks"},
     {"Input and output", "prompt", 'p', "TEXT", NULL,
      "the prompt, encoded with the model's tokenizer.json and its special tokens"},
     {"Input and output", "prompt-ids", 'i', "1,2,3", NULL, "the prompt as token ids"},
@@ -195,6 +202,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     sd_flags_options(g_flags, N_FLAGS, lo);
     memset(o, 0, sizeof *o);
     o->max_tokens = 128;
+    o->tp_size = 1;
+    sd_flags_alias(argc, argv, "-tp", "--tensor-parallel-size");
     o->num_draft = SD_NUM_DRAFT_DEFAULT;
     o->draft_quant = SD_DRAFT_QUANT_AUTO;
     o->draft_p_min = SD_DRAFT_P_MIN_DEFAULT;
@@ -214,6 +223,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         case 'j': o->json = true; break;
         case 'n': st = sd_opt_int(optarg, "--max-tokens", 0, 1000000000, &o->max_tokens, err, sizeof err); break;
         case 'T': st = sd_opt_int(optarg, "--threads", 0, 1024, &o->threads, err, sizeof err); break;
+        case 'Y':
+            st = sd_opt_int(optarg, "--tensor-parallel-size", 1, SD_COMM_MAX_RANKS, &o->tp_size, err, sizeof err);
+            break;
         case 't': st = sd_opt_float(optarg, "--temperature", 0, 1e6, &o->sampling.temperature, err, sizeof err); break;
         case 'k': st = sd_opt_int(optarg, "--top-k", 0, 1000000000, &o->sampling.top_k, err, sizeof err); break;
         case 'P': st = sd_opt_float(optarg, "--top-p", -1e9, 1e9, &o->sampling.top_p, err, sizeof err); break;
@@ -589,6 +601,23 @@ static int make_engine(const gen_opts *o, sd_model *m, const sd_tok *tok, sd_eng
     return 0;
 }
 
+/* The target over --tensor-parallel-size ranks of --device (one backend
+ * unsplit), --batch-invariant on each, int8 with --quant int8. Returns 0,
+ * or 1 with the message printed. */
+static int open_target(const gen_opts *o, sd_tp_group *g, sd_model **m)
+{
+    char err[512];
+    sd_status st = sd_tp_group_open(o->device, o->tp_size, o->threads, g, err, sizeof err);
+    for (int r = 0; st == SD_OK && r < g->n; r++) sd_backend_set_batch_invariant(g->be[r], o->batch_invariant);
+    /* split, and under --batch-invariant summed in fixed chunks at any size (model.h) */
+    sd_tp_opts tp = {.size = g->n, .bes = g->be, .comms = g->comm, .chunked = o->batch_invariant};
+    if (st == SD_OK) st = sd_model_load_tp(o->model_dir, &tp, m, err, sizeof err);
+    if (st == SD_OK && o->quant_int8) st = sd_model_quantize_q8(*m, err, sizeof err);
+    if (st == SD_OK) return 0;
+    fprintf(stderr, "specd-generate: %s\n", err);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     gen_opts o;
@@ -604,17 +633,9 @@ int main(int argc, char **argv)
     sd_proposer *pr = NULL;
     sd_json_vocab *jv = NULL;
     sd_tok *tok = load_tokenizer(o.model_dir, o.prompt != NULL);
-    sd_backend *be = NULL;
-    if (sd_backend_open(o.device, o.threads, &be, err, sizeof err) != SD_OK)
-        fprintf(stderr, "specd-generate: %s\n", err);
-    else sd_backend_set_batch_invariant(be, o.batch_invariant);
-    if ((o.prompt && !tok) || !be) goto out;
-    if (prompt_ids(&o, tok, &ids, &np) != 0) goto out;
-    if (sd_model_load(o.model_dir, be, &m, err, sizeof err) != SD_OK ||
-        (o.quant_int8 && sd_model_quantize_q8(m, err, sizeof err) != SD_OK)) {
-        fprintf(stderr, "specd-generate: %s\n", err);
-        goto out;
-    }
+    sd_tp_group g = {0};
+    if ((o.prompt && !tok) || prompt_ids(&o, tok, &ids, &np) != 0 || open_target(&o, &g, &m) != 0) goto out;
+    sd_backend *be = g.be[0];
     const sd_model_config *c = sd_model_cfg(m);
     for (size_t i = 0; i < np; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab_size) {
@@ -662,7 +683,7 @@ out:
     sd_json_vocab_free(jv);
     sd_proposer_free(pr);
     sd_model_free(m);
-    sd_backend_free(be);
+    sd_tp_group_close(&g);
     sd_tok_free(tok);
     return rc;
 }

@@ -47,7 +47,7 @@ static void install_signals(void)
 /* KV blocks: --kv-blocks, else what fits the device's memory under
  * --gpu-memory-fraction, else (host memory) sd_vf_default_kv_blocks.
  * Returns 0 or 1 (message logged). */
-static int kv_blocks(const sd_vf_config *cfg, sd_model *m, size_t free_at_start, int *blocks)
+static int kv_blocks(const sd_vf_config *cfg, sd_model *m, const size_t *free_at_start, int *blocks)
 {
     const sd_model_config *c = sd_model_cfg(m);
     if (cfg->kv_blocks > 0) {
@@ -56,19 +56,24 @@ static int kv_blocks(const sd_vf_config *cfg, sd_model *m, size_t free_at_start,
     }
     char err[512], how[512];
     int rows = cfg->prefill_budget + cfg->max_batch * (SD_MAX_DRAFT + 1); /* the largest pass */
-    long full = c->max_position / SD_VF_BLOCK_SIZE + 1, n = 0;
-    sd_status st = sd_mem_kv_blocks(m, cfg->gpu_mem_fraction, free_at_start, rows, rows, SD_VF_BLOCK_SIZE, full,
-                                    INT_MAX / 2, &n, how, sizeof how, err, sizeof err);
-    if (st == SD_ERR_UNSUPPORTED) {
-        *blocks = sd_vf_default_kv_blocks(cfg->max_batch, c->max_position);
-        return 0;
+    long full = c->max_position / SD_VF_BLOCK_SIZE + 1, least = -1;
+    for (int r = 0; r < sd_model_tp_size(m); r++) { /* each rank's device: the pool is what fits on all */
+        long n = 0;
+        sd_status st = sd_mem_kv_blocks(sd_model_rank(m, r), cfg->gpu_mem_fraction, free_at_start[r], rows, rows,
+                                        SD_VF_BLOCK_SIZE, full, INT_MAX / 2, &n, how, sizeof how, err, sizeof err);
+        if (st == SD_ERR_UNSUPPORTED) {
+            *blocks = sd_vf_default_kv_blocks(cfg->max_batch, c->max_position);
+            return 0;
+        }
+        if (st != SD_OK) {
+            SD_ERROR("--gpu-memory-fraction %.2f: %s%s (or lower --max-model-len)", cfg->gpu_mem_fraction, err,
+                     sd_model_tp_size(m) > 1 ? " on a rank" : "");
+            return 1;
+        }
+        SD_INFO("device memory%s: %s", sd_model_tp_size(m) > 1 ? (r ? " (a rank)" : " (rank 0)") : "", how);
+        if (least < 0 || n < least) least = n;
     }
-    if (st != SD_OK) {
-        SD_ERROR("--gpu-memory-fraction %.2f: %s (or lower --max-model-len)", cfg->gpu_mem_fraction, err);
-        return 1;
-    }
-    SD_INFO("device memory: %s", how);
-    *blocks = (int)n;
+    *blocks = (int)least;
     return 0;
 }
 
@@ -115,12 +120,15 @@ static int load_draft(const sd_vf_config *cfg, sd_backend *be, size_t free_at_st
 }
 
 /* Loads the model and sizes its KV pool. Returns 0 or 1 (message logged). */
-static int load_model(const sd_vf_config *cfg, sd_backend *be, size_t free_at_start, sd_model **m)
+static int load_model(const sd_vf_config *cfg, sd_tp_group *g, const size_t *free_at_start, sd_model **m)
 {
     char err[512], path[4096];
     snprintf(path, sizeof path, "%s/config.json", cfg->model_dir);
-    if ((cfg->random_weights ? sd_model_random(path, 1, be, m, err, sizeof err)
-                             : sd_model_load(cfg->model_dir, be, m, err, sizeof err)) != SD_OK) {
+    /* split over the ranks, and under --batch-invariant summed in fixed chunks at any size (model.h) */
+    sd_tp_opts tp = {.size = g->n, .bes = g->be, .comms = g->comm, .chunked = cfg->batch_invariant};
+    sd_status st = cfg->random_weights ? sd_model_random_tp(path, 1, &tp, m, err, sizeof err)
+                                       : sd_model_load_tp(cfg->model_dir, &tp, m, err, sizeof err);
+    if (st != SD_OK) {
         SD_ERROR("cannot load %s: %s", cfg->model_dir, err);
         return 1;
     }
@@ -151,6 +159,22 @@ static int load_model(const sd_vf_config *cfg, sd_backend *be, size_t free_at_st
     return 0;
 }
 
+/* The ranks of a split target, in the log. */
+static void log_ranks(const sd_tp_group *g)
+{
+    if (g->n < 2) return;
+    char line[512];
+    int n = 0;
+    for (int r = 0; r < g->n; r++) {
+        int threads = sd_backend_cpu_threads(g->be[r]);
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s rank %d on %s", r ? "," : "", r, g->device[r]);
+        if (threads > 0 && n < (int)sizeof line)
+            n += snprintf(line + n, sizeof line - (size_t)n, " (%d threads)", threads);
+        if (n >= (int)sizeof line) break;
+    }
+    SD_INFO("tensor parallel over %d ranks, exchanging through %s:%s", g->n, g->comm_name, line);
+}
+
 int main(int argc, char **argv)
 {
     sd_vf_config cfg;
@@ -173,26 +197,31 @@ int main(int argc, char **argv)
     sd_proposer *draft = NULL; /* --draft-model's, until the server takes it */
     sd_json_vocab *jv = NULL;  /* the token table of JSON output (the engine borrows it) */
     void *zctx = NULL;
-    sd_backend *be = NULL;
-    if (sd_backend_open(cfg.device, cfg.threads, &be, err, sizeof err) != SD_OK) {
+    sd_tp_group g = {0};
+    if (sd_tp_group_open(cfg.device, cfg.tp_size, cfg.threads, &g, err, sizeof err) != SD_OK) {
         SD_ERROR("%s", err);
         goto out;
     }
-    if (sd_backend_set_batch_invariant(be, cfg.batch_invariant))
+    sd_backend *be = g.be[0];
+    bool invariant = true;
+    for (int r = 0; r < g.n; r++) invariant &= sd_backend_set_batch_invariant(g.be[r], cfg.batch_invariant);
+    if (invariant)
         SD_INFO("batch-invariant: a sequence's results do not depend on its batch (greedy speculation bit-exact)");
     else
         SD_WARN("not batch-invariant (%s without --batch-invariant): greedy speculative output may differ from plain "
                 "decoding where two tokens' logits nearly tie",
                 cfg.device);
-    size_t free_at_start = sd_mem_free_now(be);
-    if (cfg.draft_model && load_draft(&cfg, be, free_at_start, &draft) != 0) goto out;
+    log_ranks(&g);
+    size_t free_at_start[SD_COMM_MAX_RANKS];
+    for (int r = 0; r < g.n; r++) free_at_start[r] = sd_mem_free_now(g.be[r]);
+    if (cfg.draft_model && load_draft(&cfg, be, free_at_start[0], &draft) != 0) goto out;
     if (cfg.draft_model && be->ops->mem_info) { /* the process's share: the draft model's comes out of it */
         double f = cfg.gpu_mem_fraction;
         cfg.gpu_mem_fraction = f > 2 * SD_DRAFT_GPU_MEM_FRACTION ? f - SD_DRAFT_GPU_MEM_FRACTION : f / 2;
         SD_INFO("--gpu-memory-fraction %.2f: %.2f for the target, the rest for the draft model", f,
                 cfg.gpu_mem_fraction);
     }
-    if (load_model(&cfg, be, free_at_start, &m) != 0) goto out;
+    if (load_model(&cfg, &g, free_at_start, &m) != 0) goto out;
     sd_engine_opts eo = {.prefill_chunk = cfg.prefill_chunk,
                          .prefill_budget = cfg.prefill_budget,
                          .no_prefix_sharing = cfg.no_prefix_cache};
@@ -221,6 +250,6 @@ out:
     sd_engine_free(e);
     sd_json_vocab_free(jv);
     sd_model_free(m);
-    sd_backend_free(be);
+    sd_tp_group_close(&g);
     return rc;
 }

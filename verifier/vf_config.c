@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend_open.h"
+#include "comm.h"
 #include "draft.h"
 #include "flags.h"
 #include "model.h"
@@ -48,10 +49,15 @@ static const sd_flag g_flags[] = {
     {"Scheduling", "prefill-budget", 'u', "N", "512", "prompt tokens prefilled per step over all requests"},
     {"Scheduling", "no-prefix-cache", 'C', NULL, NULL, "no KV reuse between requests"},
     {"Scheduling", "batch-invariant", 'I', NULL, NULL,
-     "GPU: deterministic matmuls whose results do not depend on the batch, so greedy speculative output equals "
-     "plain bit for bit (the CPU is always batch-invariant)"},
+     "results that depend neither on the batch nor on --tensor-parallel-size: on a GPU deterministic matmuls "
+     "(greedy speculative output then equals plain bit for bit; the CPU always is batch-invariant), and on every "
+     "device the o and down sums over 8 fixed chunks (slower; the logits of TP = 1, 2, 4, 8 alike)"},
     {"Devices", "device", 'D', "cpu|cuda|cuda:N", "cpu", "where the target runs"},
-    {"Devices", "threads", 't', "N", "0 (all cores)", "CPU threads"},
+    {"Devices", "threads", 't', "N", "0 (all cores)",
+     "CPU threads (with --tensor-parallel-size, split between the ranks)"},
+    {"Devices", "tensor-parallel-size", 'N', "N", "1",
+     "split the target over N ranks (-tp N): --device names one device a rank (cuda:0,cuda:1), or cpu for N CPU "
+     "ranks; each holds 1/N of the weights and KV heads"},
     {"Memory", "kv-blocks", 'B', "N", "from device memory, or max-batch x 1024 positions on the CPU",
      "the KV pool in blocks of 16 positions"},
     {"Memory", "gpu-memory-fraction", 'G', "F", "0.9",
@@ -96,6 +102,7 @@ static void set_defaults(sd_vf_config *c)
     c->spec_adaptive = true;
     c->spec_max_draft = SD_VF_SPEC_MAX_DRAFT_DEFAULT;
     c->max_batch = 32;
+    c->tp_size = 1;
     c->gpu_mem_fraction = SD_VF_GPU_MEM_FRACTION;
     c->prefill_chunk = 256;
     c->prefill_budget = 512;
@@ -117,6 +124,7 @@ static sd_status numeric_opt(int c, const char *arg, sd_vf_config *cfg, char *er
         return st;
     }
     case 't': return sd_opt_int(arg, "--threads", 0, 4096, &cfg->threads, err, errlen);
+    case 'N': return sd_opt_int(arg, "--tensor-parallel-size", 1, SD_COMM_MAX_RANKS, &cfg->tp_size, err, errlen);
     case 'b': return sd_opt_int(arg, "--max-batch", 1, 4096, &cfg->max_batch, err, errlen);
     case 'B': return sd_opt_int(arg, "--kv-blocks", 1, 1 << 24, &cfg->kv_blocks, err, errlen);
     case 'G': return sd_opt_double(arg, "--gpu-memory-fraction", 0.01, 1.0, &cfg->gpu_mem_fraction, err, errlen);
@@ -137,6 +145,7 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
     struct option lo[N_FLAGS + 1];
     sd_flags_options(g_flags, N_FLAGS, lo);
     set_defaults(cfg);
+    sd_flags_alias(argc, argv, "-tp", "--tensor-parallel-size");
     optind = 0; /* glibc: full re-initialisation */
     opterr = 0;
     int c;
@@ -198,7 +207,13 @@ sd_status sd_vf_config_parse(int argc, char **argv, sd_vf_config *cfg, char *err
     if ((cfg->ngram != 0) + (cfg->drafter != NULL) + (cfg->draft_model != NULL) > 1)
         return sd_seterr(err, errlen, SD_ERR_ARG,
                          "--drafter, --ngram and --draft-model (where the drafts come from) exclude each other");
-    int index;
-    if (sd_device_parse(cfg->device, &index, err, errlen) < 0) return SD_ERR_UNSUPPORTED;
+    int index, n = 0;
+    char name[64];
+    for (; sd_device_nth(cfg->device, n, name, sizeof name); n++)
+        if (sd_device_parse(name, &index, err, errlen) < 0) return SD_ERR_UNSUPPORTED;
+    if (n == 0) return sd_seterr(err, errlen, SD_ERR_ARG, "--device '%s': no device", cfg->device);
+    if (n > 1 && n != cfg->tp_size)
+        return sd_seterr(err, errlen, SD_ERR_ARG,
+                         "--device names %d devices: one a rank of --tensor-parallel-size (%d)", n, cfg->tp_size);
     return SD_OK;
 }

@@ -43,6 +43,7 @@ typedef struct sd_vf_config {
     int spec_max_batch;         /* --spec-max-batch N: no drafts in a step of more active requests (0 = no limit) */
     int spec_max_batch_sampled; /* --spec-max-batch-sampled N: the same for requests with temperature > 0 */
     int threads;                /* --threads N, 0 = all cores */
+    int tp_size;                /* --tensor-parallel-size N (-tp): ranks the target is split over */
     int max_batch;              /* --max-batch N: active requests */
     int kv_blocks;              /* --kv-blocks N, 0 = automatic (device memory, else sd_vf_default_kv_blocks) */
     int kv_dtype;               /* --kv-dtype auto|f32|bf16: sd_kv_dtype */

@@ -4,6 +4,8 @@
  * vf_server_impl.h lists. */
 #include "vf_server_impl.h"
 
+#include "backend_open.h"
+
 #define IDLE_POLL_MS 100
 #define PUBLISH_MS 20       /* health published to the front thread at most this often */
 #define LINK_POLL_MS 20     /* while requests run, the drafter link is read between steps at most this often */
@@ -140,6 +142,14 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     rep.device = (char *)s->cfg->device;
     rep.threads = (uint32_t)s->threads;
     rep.instance = s->instance;
+    char devs[SD_COMM_MAX_RANKS][64], *devp[SD_COMM_MAX_RANKS];
+    int tp = sd_model_tp_size(sd_engine_model(s->e));
+    for (int r = 0; tp > 1 && r < tp; r++) {
+        devp[r] = sd_tp_device_name(s->cfg->device, r, devs[r], sizeof devs[r]) ? devs[r] : (char *)"?";
+        rep.n_rank_devices = (size_t)r + 1;
+    }
+    rep.rank_devices = devp;
+    rep.comm = (char *)sd_model_comm_name(sd_engine_model(s->e));
     env.body_case = SPECD__ENVELOPE__BODY_HEALTH_REPLY;
     env.health_reply = &rep;
     if (peer) sd_vfs_send_to(s, peer, &env);
@@ -317,7 +327,9 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     gethostname(s->host, sizeof s->host - 1);
     if (getrandom(&s->instance, sizeof s->instance, 0) != (ssize_t)sizeof s->instance || !s->instance)
         s->instance = ((uint64_t)getpid() << 32) ^ (uint64_t)(sd_now_ms() * 1e3) ^ 1;
-    s->threads = sd_backend_cpu_threads(sd_model_backend(sd_engine_model(e)));
+    const sd_model *m = sd_engine_model(e);
+    for (int r = 0; r < sd_model_tp_size(m); r++)
+        s->threads += sd_backend_cpu_threads(sd_model_backend(sd_model_rank(m, r)));
     s->ncpu = sd_cpu_count();
     s->pipe_on = -1;
     if (!s->active || !s->queue || !s->reqs || !s->slots || !s->props || !s->budgets || !s->tell || !s->sampled ||

@@ -77,7 +77,7 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     double t0 = sd_now_ms();
     if (sd_engine_step(s->e, s->reqs, n, sd_vfs_speculates(s) ? s->props : NULL, err, sizeof err) != SD_OK) {
         SD_ERROR("engine step failed: %s", err);
-        if (sd_backend_lost(sd_model_backend(sd_engine_model(s->e)))) {
+        if (sd_model_lost(sd_engine_model(s->e))) {
             /* no token events: the requests are not failed but left to the router, which resumes them
              * on a verifier that works (as after a crash) */
             SD_ERROR("the device is lost (a sticky error): exiting, so that a supervisor starts a new verifier");

@@ -79,3 +79,9 @@ void sd_flags_usage_error(FILE *f, const char *usage, const char *prog)
 {
     fprintf(f, "%s(%s --help lists every flag)\n", usage, prog);
 }
+
+void sd_flags_alias(int argc, char **argv, const char *alias, const char *name)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], alias)) argv[i] = (char *)name;
+}

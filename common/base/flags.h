@@ -37,6 +37,11 @@ void sd_flags_options(const sd_flag *t, size_t n, struct option *lo);
  * in brackets. */
 void sd_flags_help(FILE *f, const char *usage, const char *about, const sd_flag *t, size_t n);
 
+/* Rewrites argv[1 .. argc) in place: each argument equal to `alias` becomes
+ * `name` (a short spelling getopt_long cannot take, vLLM's -tp for
+ * --tensor-parallel-size). */
+void sd_flags_alias(int argc, char **argv, const char *alias, const char *name);
+
 /* After a usage error: `usage` and a line saying that `prog --help` lists
  * every flag. */
 void sd_flags_usage_error(FILE *f, const char *usage, const char *prog);

@@ -1,4 +1,5 @@
-/* model.c — Llama / Qwen2 / Qwen3 forward pass over a backend (see model.h).
+/* model.c — Llama / Qwen2 / Qwen3 forward pass over a backend (see model.h;
+ * loading in model_load.c, the state in model_impl.h).
  *
  * Numerics follow Hugging Face transformers: RMSNorm in f32
  * (x * rsqrt(mean(x²) + eps) * w), rotate-half RoPE with inv_freq computed in
@@ -7,347 +8,20 @@
  *
  * Ownership: the model owns its weights' backend copies, the mapped
  * checkpoint, the KV storage + pool and all scratch buffers. */
-#include "model.h"
-
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "array.h"
-#include "safetensors.h"
+#include "model_impl.h"
+#include "ranks.h"
 #include "vecmath.h"
-
-typedef struct layer_w {
-    sd_weight in_norm, post_norm;
-    sd_weight wq, wk, wv, wo;
-    sd_weight bq, bk, bv, bo; /* rows == 0 when absent */
-    sd_weight q_norm, k_norm; /* qwen3 */
-    sd_weight gate, up, down;
-} layer_w;
-
-/* Activation scratch in backend memory, sized for cap rows; the LM head's
- * input and output only for cap_out rows (the rows that want logits: a
- * prompt chunk of 256 rows needs one, and a row of logits is the vocabulary
- * wide — 0.6 MB for 152k ids). */
-typedef struct scratch {
-    int cap, cap_out;
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *head_in, *logits;
-    float *cos, *sin;
-    int32_t *ids, *slots;
-} scratch;
-
-struct sd_model {
-    sd_model_config cfg;
-    sd_backend *be;
-    sd_st *st;     /* the checkpoint; NULL for random weights */
-    uint64_t seed; /* random weights: their seed */
-    void **host;   /* random weights the backend references in place (owned) */
-    size_t n_host, cap_host;
-    sd_weight embed, final_norm, lm_head;
-    const sd_weight *head; /* &lm_head or &embed when tied */
-    layer_w *layers;
-    float *inv_freq; /* [head_dim/2], host */
-    int act_bf16;    /* bf16 activation emulation (see backend.h) */
-    size_t weight_bytes;
-    /* KV */
-    sd_kv_layer *kv;
-    sd_kv_pool *pool;
-    int block_size;
-    sd_kv_dtype kv_want; /* what the next sd_model_kv_init allocates */
-    /* scratch */
-    scratch s;
-    int32_t *h_ids, *h_slots, *h_rows;
-    float *h_cos, *h_sin;
-    sd_attn_seq *aseqs;
-    size_t cap_seqs;
-    int32_t *h_amax; /* [cap_amax] argmax rows of a pass (host) */
-    size_t cap_amax;
-};
-
-/* ------------------------------------------------------------ loading */
-
-/* splitmix64: a well-mixed 64-bit value from x. */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* One thread's share of fill_random: values [i0, i1) of a tensor whose
- * name hashed to h. */
-typedef struct fill_job {
-    uint64_t h;
-    bool norm, bias, bf16;
-    void *data;
-    size_t i0, i1;
-    pthread_t tid;
-} fill_job;
-
-static void *fill_range(void *arg)
-{
-    const fill_job *j = arg;
-    uint64_t bits = 0;
-    for (size_t i = j->i0; i < j->i1; i++) {
-        if (i % 4 == 0 || i == j->i0) bits = mix64(j->h + i / 4);
-        float u = (float)((bits >> (16 * (i % 4))) & 0xffffu) * (1.0f / 32768.0f) - 1.0f; /* [-1, 1) */
-        float v = j->norm ? 1.0f : j->bias ? 0.0f : u * 0.0346410f;
-        if (j->bf16) {
-            float r = sd_round_bf16(v);
-            uint32_t b;
-            memcpy(&b, &r, sizeof b);
-            ((uint16_t *)j->data)[i] = (uint16_t)(b >> 16);
-        } else {
-            ((float *)j->data)[i] = v;
-        }
-    }
-    return NULL;
-}
-
-/* Fills n values of a random tensor named name: norm weights 1, biases 0,
- * others uniform in ±0.02·√3 (standard deviation 0.02, as the published
- * models' initialisers; 65536 levels, four values from each 64-bit hash),
- * from the model's seed, the name and the index only — so a large tensor is
- * filled by up to FILL_THREADS threads (an 8B-parameter model in seconds)
- * with the same values as by one. */
-#define FILL_THREADS 16
-#define FILL_MIN (1u << 22) /* values worth a thread of their own */
-static void fill_random(const sd_model *m, const char *name, sd_dtype dt, void *data, size_t n)
-{
-    size_t len = strlen(name);
-    fill_job base = {.h = m->seed, .data = data, .bf16 = dt == SD_DTYPE_BF16};
-    base.norm = len >= 11 && !strcmp(name + len - 11, "norm.weight");
-    base.bias = len >= 4 && !strcmp(name + len - 4, "bias");
-    for (const char *c = name; *c; c++) base.h = mix64(base.h ^ (uint8_t)*c);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t nt = n / FILL_MIN + 1, started = 0;
-    if (nt > FILL_THREADS) nt = FILL_THREADS;
-    if (cpus > 0 && nt > (size_t)cpus) nt = (size_t)cpus;
-    fill_job jobs[FILL_THREADS];
-    for (size_t t = 0; t < nt; t++) {
-        jobs[t] = base;
-        jobs[t].i0 = n / nt * t;
-        jobs[t].i1 = t + 1 == nt ? n : n / nt * (t + 1);
-    }
-    for (size_t t = 1; t < nt; t++, started++) /* job 0 runs here; a thread that fails to start too */
-        if (pthread_create(&jobs[t].tid, NULL, fill_range, &jobs[t]) != 0) break;
-    fill_range(&jobs[0]);
-    for (size_t t = started + 1; t < nt; t++) fill_range(&jobs[t]);
-    for (size_t t = 1; t <= started; t++) pthread_join(jobs[t].tid, NULL);
-}
-
-/* A random weight of the given shape in the checkpoint's dtype (bf16 or
- * f32), uploaded; the host copy is kept while the backend references it. */
-static sd_status random_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w, char *err,
-                          size_t errlen)
-{
-    sd_dtype dt = strcmp(m->cfg.torch_dtype, "bfloat16") ? SD_DTYPE_F32 : SD_DTYPE_BF16;
-    size_t n = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1), nbytes = n * sd_dtype_size(dt);
-    void *data = malloc(nbytes ? nbytes : 1);
-    if (!data || sd_grow(&m->host, &m->cap_host, m->n_host + 1, sizeof *m->host) != SD_OK) {
-        free(data);
-        return sd_seterr(err, errlen, SD_ERR_NOMEM, "tensor %s: out of memory for random weights", name);
-    }
-    fill_random(m, name, dt, data, n);
-    sd_tensor t = {.name = name, .dtype = dt, .ndim = ndim, .shape = {d0, d1}, .data = data, .nbytes = nbytes};
-    sd_status st = m->be->ops->upload(m->be, &t, w, err, errlen);
-    if (st == SD_OK && w->data == data) m->host[m->n_host++] = data; /* referenced in place */
-    else free(data);
-    if (st == SD_OK) m->weight_bytes += nbytes;
-    return st;
-}
-
-static sd_status load_w(sd_model *m, const char *name, int ndim, int64_t d0, int64_t d1, sd_weight *w, char *err,
-                        size_t errlen)
-{
-    if (!m->st) return random_w(m, name, ndim, d0, d1, w, err, errlen);
-    const sd_tensor *t;
-    int64_t shape[2] = {d0, d1};
-    sd_status st = sd_st_get(m->st, name, ndim, shape, &t, err, errlen);
-    if (st != SD_OK) return st;
-    st = m->be->ops->upload(m->be, t, w, err, errlen);
-    if (st == SD_OK) m->weight_bytes += t->nbytes;
-    return st;
-}
-
-static sd_status load_layer(sd_model *m, int i, char *err, size_t errlen)
-{
-    const sd_model_config *c = &m->cfg;
-    layer_w *L = &m->layers[i];
-    int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    char n[160];
-    sd_status st = SD_OK;
-#define LW(field, suffix, nd, a, b)                                                    \
-    do {                                                                               \
-        snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix);                        \
-        if ((st = load_w(m, n, nd, a, b, &L->field, err, errlen)) != SD_OK) return st; \
-    } while (0)
-    LW(in_norm, "input_layernorm.weight", 1, C, 0);
-    LW(post_norm, "post_attention_layernorm.weight", 1, C, 0);
-    LW(wq, "self_attn.q_proj.weight", 2, qd, C);
-    LW(wk, "self_attn.k_proj.weight", 2, kvd, C);
-    LW(wv, "self_attn.v_proj.weight", 2, kvd, C);
-    LW(wo, "self_attn.o_proj.weight", 2, C, qd);
-    if (c->qkv_bias) {
-        LW(bq, "self_attn.q_proj.bias", 1, qd, 0);
-        LW(bk, "self_attn.k_proj.bias", 1, kvd, 0);
-        LW(bv, "self_attn.v_proj.bias", 1, kvd, 0);
-    }
-    if (c->o_bias) LW(bo, "self_attn.o_proj.bias", 1, C, 0);
-    if (c->qk_norm) {
-        LW(q_norm, "self_attn.q_norm.weight", 1, hd, 0);
-        LW(k_norm, "self_attn.k_norm.weight", 1, hd, 0);
-    }
-    LW(gate, "mlp.gate_proj.weight", 2, F, C);
-    LW(up, "mlp.up_proj.weight", 2, F, C);
-    LW(down, "mlp.down_proj.weight", 2, C, F);
-#undef LW
-    if (c->mlp_bias) return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "%s: mlp_bias is not supported", c->model_type);
-    if (!m->be->ops->pack) return SD_OK;
-    sd_weight *const qkv[3] = {&L->wq, &L->wk, &L->wv}, *const gu[2] = {&L->gate, &L->up};
-    st = m->be->ops->pack(m->be, qkv, 3, err, errlen);
-    return st == SD_OK ? m->be->ops->pack(m->be, gu, 2, err, errlen) : st;
-}
-
-/* inv_freq exactly as transformers computes it in float32. */
-static void compute_inv_freq(const sd_model_config *c, float *inv)
-{
-    int hd = c->head_dim, half = hd / 2;
-    float base = (float)c->rope_theta;
-    for (int i = 0; i < half; i++) {
-        float e = (float)(2 * i) / (float)hd;
-        inv[i] = 1.0f / powf(base, e);
-    }
-    if (c->rope_type != SD_ROPE_LLAMA3) return;
-    float factor = (float)c->rope_factor, lo = (float)c->rope_low_freq_factor;
-    float hi = (float)c->rope_high_freq_factor, old = (float)c->rope_orig_max_position;
-    float lo_wl = old / lo, hi_wl = old / hi;
-    for (int i = 0; i < half; i++) {
-        float f = inv[i];
-        float wl = (float)(2.0 * M_PI) / f;
-        float scaled = wl > lo_wl ? f / factor : f;
-        if (!(wl < hi_wl) && !(wl > lo_wl)) {
-            float smooth = (old / wl - lo) / (hi - lo);
-            scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
-        }
-        inv[i] = scaled;
-    }
-}
-
-static sd_status load_weights(sd_model *m, char *err, size_t errlen)
-{
-    const sd_model_config *c = &m->cfg;
-    sd_status st = load_w(m, "model.embed_tokens.weight", 2, c->vocab_size, c->hidden_size, &m->embed, err, errlen);
-    if (st != SD_OK) return st;
-    /* only one embedding row is read per token */
-    m->weight_bytes -= (size_t)c->vocab_size * c->hidden_size * (m->embed.dtype == SD_DTYPE_BF16 ? 2 : 4);
-    for (int i = 0; i < c->n_layers && st == SD_OK; i++) st = load_layer(m, i, err, errlen);
-    if (st == SD_OK) st = load_w(m, "model.norm.weight", 1, c->hidden_size, 0, &m->final_norm, err, errlen);
-    if (st != SD_OK) return st;
-    if (c->tie_embeddings && (!m->st || !sd_st_find(m->st, "lm_head.weight"))) {
-        m->head = &m->embed;
-        m->weight_bytes += (size_t)c->vocab_size * c->hidden_size * (m->embed.dtype == SD_DTYPE_BF16 ? 2 : 4);
-        return SD_OK;
-    }
-    st = load_w(m, "lm_head.weight", 2, c->vocab_size, c->hidden_size, &m->lm_head, err, errlen);
-    m->head = &m->lm_head;
-    return st;
-}
-
-/* Loads a model: dir's checkpoint, or (dir NULL) random weights of the
- * shapes config_path describes. */
-static sd_status model_open(const char *dir, const char *config_path, uint64_t seed, sd_backend *be, sd_model **out,
-                            char *err, size_t errlen)
-{
-    *out = NULL;
-    sd_model *m = calloc(1, sizeof *m);
-    if (!m) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
-    m->be = be;
-    m->seed = seed;
-    sd_status st =
-        dir ? sd_config_load_dir(dir, &m->cfg, err, errlen) : sd_config_load_file(config_path, &m->cfg, err, errlen);
-    if (st == SD_OK && (m->cfg.head_dim % 2 != 0 || m->cfg.head_dim > 512))
-        st = sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "head_dim %d is not supported", m->cfg.head_dim);
-    if (st == SD_OK && dir) st = sd_st_open_dir(dir, &m->st, err, errlen);
-    if (st == SD_OK) {
-        m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
-        m->inv_freq = calloc((size_t)m->cfg.head_dim / 2, sizeof(float));
-        if (!m->layers || !m->inv_freq) st = sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
-    }
-    if (st == SD_OK) st = load_weights(m, err, errlen);
-    if (st != SD_OK) {
-        sd_model_free(m);
-        return st;
-    }
-    compute_inv_freq(&m->cfg, m->inv_freq);
-    m->act_bf16 = strcmp(m->cfg.torch_dtype, "bfloat16") == 0;
-    *out = m;
-    return SD_OK;
-}
-
-sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *err, size_t errlen)
-{
-    return model_open(dir, NULL, 0, be, out, err, errlen);
-}
-
-sd_status sd_model_random(const char *config_path, uint64_t seed, sd_backend *be, sd_model **out, char *err,
-                          size_t errlen)
-{
-    return model_open(NULL, config_path, seed, be, out, err, errlen);
-}
-
-/* Bytes a forward pass reads from w. */
-static size_t w_bytes(const sd_weight *w)
-{
-    size_t n = (size_t)w->rows * w->cols;
-    switch (w->dtype) {
-    case SD_DTYPE_F32: return n * 4;
-    case SD_DTYPE_Q8: return n + (size_t)w->rows * (sizeof(float) + sizeof(int32_t));
-    default: return n * 2;
-    }
-}
-
-static sd_status quantize_w(sd_model *m, sd_weight *w, char *err, size_t errlen)
-{
-    size_t before = w_bytes(w);
-    sd_status st = m->be->ops->quantize_q8(m->be, w, err, errlen);
-    if (st == SD_OK) m->weight_bytes = m->weight_bytes - before + w_bytes(w);
-    return st;
-}
-
-sd_status sd_model_quantize_q8(sd_model *m, char *err, size_t errlen)
-{
-    const sd_model_config *c = &m->cfg;
-    if (!m->be->ops->quantize_q8)
-        return sd_seterr(err, errlen, SD_ERR_UNSUPPORTED, "the %s backend cannot quantise weights to int8",
-                         m->be->ops->name);
-    sd_status st = SD_OK;
-    if (m->head == &m->embed) {
-        /* tied: the embedding rows stay exact, the head gets its own copy */
-        size_t before = m->weight_bytes;
-        st = load_w(m, "model.embed_tokens.weight", 2, c->vocab_size, c->hidden_size, &m->lm_head, err, errlen);
-        if (st != SD_OK) return st;
-        m->weight_bytes = before;
-        m->head = &m->lm_head;
-    }
-    for (int i = 0; i < c->n_layers && st == SD_OK; i++) {
-        layer_w *L = &m->layers[i];
-        sd_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (size_t j = 0; j < sizeof ws / sizeof ws[0] && st == SD_OK; j++) st = quantize_w(m, ws[j], err, errlen);
-    }
-    if (st == SD_OK) st = quantize_w(m, &m->lm_head, err, errlen);
-    return st;
-}
 
 /* ------------------------------------------------------------ teardown */
 
-static void release_w(sd_model *m, sd_weight *w)
+void sd_model_release_w(sd_model *m, sd_weight *w)
 {
     if (w->data) m->be->ops->release(m->be, w);
 }
@@ -355,8 +29,8 @@ static void release_w(sd_model *m, sd_weight *w)
 static void free_scratch(sd_model *m)
 {
     scratch *s = &m->s;
-    float *bufs[] = {s->x,    s->xn, s->q,       s->k,      s->v,   s->att, s->o,
-                     s->gate, s->up, s->head_in, s->logits, s->cos, s->sin};
+    float *bufs[] = {s->x,  s->xn,      s->q,      s->k,   s->v,   s->att,   s->o,   s->gate, s->up,
+                     s->xc, s->head_in, s->logits, s->cos, s->sin, s->parts, s->red, s->gath};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
     m->be->ops->free(m->be, s->ids);
     m->be->ops->free(m->be, s->slots);
@@ -380,24 +54,30 @@ static void free_kv(sd_model *m)
     }
     free(m->kv);
     m->kv = NULL;
-    sd_kv_pool_free(m->pool);
+    if (!m->root) sd_kv_pool_free(m->pool); /* a peer's is rank 0's */
     m->pool = NULL;
 }
 
 void sd_model_free(sd_model *m)
 {
     if (!m) return;
+    sd_ranks_free(m->ranks); /* the peers' threads first: nothing runs on them any more */
+    for (int r = 1; r < SD_COMM_MAX_RANKS; r++) sd_model_free(m->peer[r]);
     if (m->layers) {
         for (int i = 0; i < m->cfg.n_layers; i++) {
             layer_w *L = &m->layers[i];
             sd_weight *ws[] = {&L->in_norm, &L->post_norm, &L->wq,     &L->wk,     &L->wv,   &L->wo, &L->bq,  &L->bk,
                                &L->bv,      &L->bo,        &L->q_norm, &L->k_norm, &L->gate, &L->up, &L->down};
-            for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) release_w(m, ws[j]);
+            for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) sd_model_release_w(m, ws[j]);
+            for (int j = 0; j < SD_TP_CHUNKS; j++) {
+                sd_model_release_w(m, &L->wo_c[j]);
+                sd_model_release_w(m, &L->down_c[j]);
+            }
         }
     }
-    release_w(m, &m->embed);
-    release_w(m, &m->final_norm);
-    release_w(m, &m->lm_head);
+    sd_model_release_w(m, &m->embed);
+    sd_model_release_w(m, &m->final_norm);
+    sd_model_release_w(m, &m->lm_head);
     free_kv(m);
     free_scratch(m);
     free(m->aseqs);
@@ -417,7 +97,27 @@ sd_backend *sd_model_backend(const sd_model *m) { return m->be; }
 size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
 int sd_model_act_bf16(const sd_model *m) { return m->act_bf16; }
 sd_kv_pool *sd_model_kv_pool(const sd_model *m) { return m->pool; }
-void sd_model_set_kv_dtype(sd_model *m, sd_kv_dtype t) { m->kv_want = t; }
+int sd_model_tp_size(const sd_model *m) { return m->tp_size; }
+const char *sd_model_comm_name(const sd_model *m) { return m->comm ? m->comm->ops->name : ""; }
+
+const sd_model *sd_model_rank(const sd_model *m, int r)
+{
+    return r == 0 ? m : r > 0 && r < m->tp_size ? m->peer[r] : NULL;
+}
+
+bool sd_model_lost(const sd_model *m)
+{
+    for (int r = 0; r < m->tp_size; r++) {
+        const sd_model *k = sd_model_rank(m, r);
+        if (k->failed || sd_backend_lost(k->be)) return true;
+    }
+    return false;
+}
+
+void sd_model_set_kv_dtype(sd_model *m, sd_kv_dtype t)
+{
+    for (int r = 0; r < m->tp_size; r++) ((sd_model *)sd_model_rank(m, r))->kv_want = t;
+}
 
 sd_status sd_model_cap_context(sd_model *m, int n, char *err, size_t errlen)
 {
@@ -425,7 +125,7 @@ sd_status sd_model_cap_context(sd_model *m, int n, char *err, size_t errlen)
         return sd_seterr(err, errlen, SD_ERR_ARG,
                          "a context of %d positions: the model's is %d (max_position_embeddings)", n,
                          m->cfg.max_position);
-    m->cfg.max_position = n;
+    for (int r = 0; r < m->tp_size; r++) ((sd_model *)sd_model_rank(m, r))->cfg.max_position = n;
     return SD_OK;
 }
 
@@ -446,19 +146,20 @@ int sd_kv_dtype_parse(const char *s)
 
 size_t sd_model_kv_bytes_per_position(const sd_model *m)
 {
-    return (size_t)m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim * sd_dtype_size(sd_model_kv_dtype(m));
+    return (size_t)m->cfg.n_layers * 2 * m->n_kv_heads * m->cfg.head_dim * sd_dtype_size(sd_model_kv_dtype(m));
 }
 
-sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err, size_t errlen)
+/* One rank's KV storage for its KV heads; rank 0 makes the pool (pool NULL),
+ * a peer takes rank 0's (its block tables are the ranks'). */
+static sd_status kv_rank(sd_model *m, int n_blocks, int block_size, sd_kv_pool *pool, char *err, size_t errlen)
 {
     free_kv(m);
-    if (n_blocks <= 0 || block_size <= 0)
-        return sd_seterr(err, errlen, SD_ERR_ARG, "KV pool needs a positive block count and size");
     sd_dtype dt = sd_model_kv_dtype(m);
-    size_t per_layer = (size_t)n_blocks * block_size * m->cfg.n_kv_heads * m->cfg.head_dim * sd_dtype_size(dt);
+    size_t per_layer = (size_t)n_blocks * block_size * m->n_kv_heads * m->cfg.head_dim * sd_dtype_size(dt);
     m->kv = calloc((size_t)m->cfg.n_layers, sizeof *m->kv);
+    m->pool = pool;
     /* the pool's only failure left is memory: the message below names the whole pool */
-    if (sd_kv_pool_new(n_blocks, block_size, &m->pool, NULL, 0) != SD_OK || !m->kv) goto nomem;
+    if ((!pool && sd_kv_pool_new(n_blocks, block_size, &m->pool, NULL, 0) != SD_OK) || !m->kv) goto nomem;
     for (int i = 0; i < m->cfg.n_layers; i++) {
         m->kv[i].dtype = dt;
         m->kv[i].k = m->be->ops->alloc(m->be, per_layer);
@@ -469,24 +170,46 @@ sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err,
     return SD_OK;
 nomem:
     free_kv(m);
-    return sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot allocate a KV pool of %d blocks x %d positions (%.1f MiB)",
-                     n_blocks, block_size, (double)per_layer * 2 * m->cfg.n_layers / (1 << 20));
+    return sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot allocate a KV pool of %d blocks x %d positions (%.1f MiB)%s",
+                     n_blocks, block_size, (double)per_layer * 2 * m->cfg.n_layers / (1 << 20),
+                     m->tp_size > 1 ? " on a rank" : "");
+}
+
+sd_status sd_model_kv_init(sd_model *m, int n_blocks, int block_size, char *err, size_t errlen)
+{
+    if (n_blocks <= 0 || block_size <= 0)
+        return sd_seterr(err, errlen, SD_ERR_ARG, "KV pool needs a positive block count and size");
+    sd_status st = kv_rank(m, n_blocks, block_size, NULL, err, errlen);
+    for (int r = 1; r < m->tp_size && st == SD_OK; r++)
+        st = kv_rank(m->peer[r], n_blocks, block_size, m->pool, err, errlen);
+    return st;
 }
 
 /* ------------------------------------------------------------ scratch */
 
+/* Floats a row of the split buffers takes (model_impl.h scratch: xc, parts,
+ * red, gath); 0 for a model that is not split. */
+static size_t split_floats(const sd_model *m)
+{
+    if (m->tp_chunks == 0) return 0;
+    size_t C = m->cfg.hidden_size, qd = (size_t)m->n_heads * m->cfg.head_dim, F = m->ffn;
+    size_t in = m->tp_chunks > 1 ? (qd > F ? qd : F) / m->tp_chunks : 0;
+    size_t red = m->tp_size > 1 && m->tp_chunks > 1 ? C : 0, gath = m->tp_size > 1 ? C * m->tp_size : 0;
+    return in + C * m->tp_chunks + red + gath;
+}
+
 size_t sd_model_scratch_bytes(const sd_model *m, int rows, int n_out)
 {
     const sd_model_config *c = &m->cfg;
-    size_t R = (size_t)rows, C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-    size_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, big = qd > C ? qd : C;
+    size_t R = (size_t)rows, C = c->hidden_size, F = m->ffn, hd = c->head_dim;
+    size_t qd = m->n_heads * hd, kvd = m->n_kv_heads * hd, big = qd > C ? qd : C;
     size_t per_row = 3 * C + qd + 2 * kvd + big + 2 * F + hd; /* x xn o, q, k v, att, gate up, cos sin */
     /* the backend's own, grown by 1/4 over a pass's need (CUDA): a packed group's f32 GEMM result and a
      * matmul input's bf16 copy */
     size_t group = qd + 2 * kvd > 2 * F ? qd + 2 * kvd : 2 * F, in = big > F ? big : F;
-    per_row += (group + in / 2) * 5 / 4;
-    return R * per_row * sizeof(float) + R * 2 * sizeof(int32_t) +
-           (size_t)n_out * ((size_t)C + (size_t)c->vocab_size) * sizeof(float);
+    per_row += (group + in / 2) * 5 / 4 + split_floats(m);
+    size_t out = m->tp_rank == 0 ? (size_t)n_out * ((size_t)C + (size_t)c->vocab_size) * sizeof(float) : 0;
+    return R * per_row * sizeof(float) + R * 2 * sizeof(int32_t) + out;
 }
 
 /* Room for n_out rows of logits (kept apart from the per-row buffers). */
@@ -504,20 +227,36 @@ static sd_status ensure_out(sd_model *m, int n_out)
     return s->cap_out ? SD_OK : SD_ERR_NOMEM;
 }
 
+/* The split buffers (model_impl.h) for R rows. */
+static bool alloc_split(sd_model *m, size_t R)
+{
+    if (m->tp_chunks == 0) return true;
+    sd_backend *be = m->be;
+    scratch *s = &m->s;
+    size_t C = m->cfg.hidden_size, qd = (size_t)m->n_heads * m->cfg.head_dim, F = m->ffn;
+#define A(p, n) ((p) = be->ops->alloc(be, (n) * sizeof *(p)))
+    bool ok = A(s->parts, R * C * m->tp_chunks) != NULL;
+    if (m->tp_chunks > 1) ok = ok && A(s->xc, R * (qd > F ? qd : F) / m->tp_chunks);
+    if (m->tp_size > 1) ok = ok && A(s->gath, R * C * m->tp_size);
+    if (m->tp_size > 1 && m->tp_chunks > 1) ok = ok && A(s->red, R * C);
+#undef A
+    return ok;
+}
+
 static sd_status ensure_scratch(sd_model *m, int rows, int n_seqs, int n_out)
 {
     if (sd_grow(&m->aseqs, &m->cap_seqs, (size_t)n_seqs, sizeof *m->aseqs) != SD_OK) return SD_ERR_NOMEM;
     if (rows <= m->s.cap) return ensure_out(m, n_out);
     free_scratch(m);
     const sd_model_config *c = &m->cfg;
-    size_t R = (size_t)rows, C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-    size_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, big = qd > C ? qd : C;
+    size_t R = (size_t)rows, C = c->hidden_size, F = m->ffn, hd = c->head_dim;
+    size_t qd = m->n_heads * hd, kvd = m->n_kv_heads * hd, big = qd > C ? qd : C;
     sd_backend *be = m->be;
     scratch *s = &m->s;
 #define A(p, n) ((p) = be->ops->alloc(be, (n) * sizeof *(p)))
     int ok = A(s->x, R * C) && A(s->xn, R * C) && A(s->q, R * qd) && A(s->k, R * kvd) && A(s->v, R * kvd) &&
              A(s->att, R * big) && A(s->o, R * C) && A(s->gate, R * F) && A(s->up, R * F) && A(s->cos, R * hd / 2) &&
-             A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R);
+             A(s->sin, R * hd / 2) && A(s->ids, R) && A(s->slots, R) && alloc_split(m, R);
 #undef A
     m->h_ids = malloc(R * sizeof(int32_t));
     m->h_slots = malloc(R * sizeof(int32_t));
@@ -583,7 +322,9 @@ static void fused(sd_model *m, const sd_mm_fused *f, const float *x, int T)
         op->matmul_fused(be, f, x, T, b16);
         return;
     }
-    for (int i = 0; i < f->n; i++) op->matmul(be, f->y[i], x, f->w[i], f->bias[i], T, b16);
+    bool partial = f->kind == SD_MM_PARTIAL; /* raw sums: no bias, not rounded */
+    for (int i = 0; i < f->n; i++)
+        op->matmul(be, f->y[i], x, f->w[i], partial ? NULL : f->bias[i], T, partial ? 0 : b16);
     int N = f->w[0]->rows;
     size_t n = (size_t)T * N;
     if (f->kind == SD_MM_RESIDUAL) op->add(be, f->res, f->y[0], n, b16);
@@ -609,6 +350,46 @@ static void qk_rope_kv(sd_backend *be, const sd_qk_rope_kv *a)
     op->kv_write(be, a->kv, a->k, a->v, a->slots, a->T, a->n_kv_heads * hd);
 }
 
+/* A row-parallel residual group (o, down) of a split model: the partial sum
+ * of each of this rank's column chunks of w (x[T, K], this rank's columns),
+ * then (tp_size > 1) every rank's sum exchanged, and all added in the fixed
+ * pairwise order of reduce_parts with the bias and the rounding of the
+ * unsplit matmul; then the residual add and the next norm (norm: NULL for
+ * none), as the fused group does. */
+static sd_status tp_residual(sd_model *m, const sd_weight *chunks, const sd_weight *bias, const float *x, int K,
+                             const sd_weight *norm, int T)
+{
+    const sd_backend_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    scratch *s = &m->s;
+    int C = m->cfg.hidden_size, n = m->tp_chunks, Kc = K / n, b16 = m->act_bf16;
+    size_t TC = (size_t)T * C;
+    for (int j = 0; j < n; j++) {
+        const float *in = x;
+        if (n > 1) {
+            op->copy_cols(be, s->xc, x, T, K, j * Kc, Kc);
+            in = s->xc;
+        }
+        sd_mm_fused f = {.kind = SD_MM_PARTIAL, .n = 1, .w = {&chunks[j]}, .y = {s->parts + j * TC}};
+        fused(m, &f, in, T);
+    }
+    if (m->tp_size == 1) {
+        op->reduce_parts(be, s->o, s->parts, n, T, C, bias, b16);
+    } else {
+        const float *mine = s->parts;
+        if (n > 1) { /* this rank's chunks first: a subtree of the pairwise order over all of them */
+            op->reduce_parts(be, s->red, s->parts, n, T, C, NULL, 0);
+            mine = s->red;
+        }
+        sd_status st = m->comm->ops->allgather(m->comm, mine, s->gath, TC);
+        if (st != SD_OK) return st;
+        op->reduce_parts(be, s->o, s->gath, m->tp_size, T, C, bias, b16);
+    }
+    op->add(be, s->x, s->o, TC, b16);
+    if (norm) op->rmsnorm(be, s->xn, s->x, norm, T, C, m->cfg.rms_eps, b16);
+    return SD_OK;
+}
+
 static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
 {
     const sd_model_config *c = &m->cfg;
@@ -619,41 +400,46 @@ static sd_status layer_forward(sd_model *m, int li, int T, int n_seqs)
     int hd = c->head_dim, C = c->hidden_size;
     int b16 = m->act_bf16;
     if (li == 0) op->rmsnorm(be, s->xn, s->x, &L->in_norm, T, C, c->rms_eps, b16); /* else the down group before */
-    sd_mm_fused qkv = {SD_MM_SHARED,
-                       3,
-                       {&L->wq, &L->wk, &L->wv},
-                       {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
-                       {s->q, s->k, s->v},
-                       NULL,
-                       NULL,
-                       NULL,
-                       0.0f};
+    sd_mm_fused qkv = {.kind = SD_MM_SHARED,
+                       .n = 3,
+                       .w = {&L->wq, &L->wk, &L->wv},
+                       .bias = {opt_w(&L->bq), opt_w(&L->bk), opt_w(&L->bv)},
+                       .y = {s->q, s->k, s->v}};
     fused(m, &qkv, s->xn, T);
-    sd_qk_rope_kv qr = {s->q,
-                        s->k,
-                        s->v,
-                        c->qk_norm ? &L->q_norm : NULL,
-                        c->qk_norm ? &L->k_norm : NULL,
-                        c->rms_eps,
-                        s->cos,
-                        s->sin,
-                        &m->kv[li],
-                        s->slots,
-                        T,
-                        c->n_heads,
-                        c->n_kv_heads,
-                        hd,
-                        b16};
+    sd_qk_rope_kv qr = {.q = s->q,
+                        .k = s->k,
+                        .v = s->v,
+                        .eps = c->rms_eps,
+                        .cos = s->cos,
+                        .sin = s->sin,
+                        .kv = &m->kv[li],
+                        .slots = s->slots,
+                        .T = T,
+                        .n_heads = m->n_heads,
+                        .n_kv_heads = m->n_kv_heads,
+                        .head_dim = hd,
+                        .bf16 = b16};
+    if (c->qk_norm) {
+        qr.q_norm = &L->q_norm;
+        qr.k_norm = &L->k_norm;
+    }
     qk_rope_kv(be, &qr);
-    sd_attn_shape shape = {c->n_heads, c->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
-    sd_status st = op->attention(be, s->att, s->q, &m->kv[li], m->aseqs, n_seqs, &shape);
+    sd_attn_shape shape = {m->n_heads, m->n_kv_heads, hd, m->block_size, 1.0f / sqrtf((float)hd), b16};
+    const sd_attn_seq *seqs = m->root ? m->root->aseqs : m->aseqs; /* a peer's pass is rank 0's */
+    sd_status st = op->attention(be, s->att, s->q, &m->kv[li], seqs, n_seqs, &shape);
     if (st != SD_OK) return st;
-    sd_mm_fused o = {SD_MM_RESIDUAL, 1, {&L->wo}, {opt_w(&L->bo)}, {s->o}, s->x, &L->post_norm, s->xn, c->rms_eps};
-    fused(m, &o, s->att, T);
-    sd_mm_fused mlp = {SD_MM_SWIGLU, 2, {&L->gate, &L->up}, {NULL, NULL}, {s->gate, s->up}, NULL, NULL, NULL, 0.0f};
-    fused(m, &mlp, s->xn, T);
     /* the next layer's input norm with the residual add (the last layer's rows get the final norm) */
     const sd_weight *next = li + 1 < c->n_layers ? &m->layers[li + 1].in_norm : NULL;
+    sd_mm_fused mlp = {.kind = SD_MM_SWIGLU, .n = 2, .w = {&L->gate, &L->up}, .y = {s->gate, s->up}};
+    if (m->tp_chunks > 0) {
+        int qd = m->n_heads * hd;
+        if ((st = tp_residual(m, L->wo_c, opt_w(&L->bo), s->att, qd, &L->post_norm, T)) != SD_OK) return st;
+        fused(m, &mlp, s->xn, T);
+        return tp_residual(m, L->down_c, NULL, s->gate, m->ffn, next, T);
+    }
+    sd_mm_fused o = {SD_MM_RESIDUAL, 1, {&L->wo}, {opt_w(&L->bo)}, {s->o}, s->x, &L->post_norm, s->xn, c->rms_eps};
+    fused(m, &o, s->att, T);
+    fused(m, &mlp, s->xn, T);
     sd_mm_fused down = {SD_MM_RESIDUAL, 1, {&L->down}, {NULL}, {s->o}, s->x, next, s->xn, c->rms_eps};
     fused(m, &down, s->gate, T);
     return SD_OK;
@@ -675,7 +461,8 @@ static sd_status layers(sd_model *m, int T, int n_seqs, char *err, size_t errlen
 static sd_status run_layers(sd_model *m, int T, int n_seqs, char *err, size_t errlen)
 {
     const sd_backend_ops *op = m->be->ops;
-    int mode = op->graph_begin ? op->graph_begin(m->be, m, T) : SD_GRAPH_EAGER;
+    /* split over ranks: eager (a rank that replays while another records would exchange out of step) */
+    int mode = op->graph_begin && m->tp_size == 1 ? op->graph_begin(m->be, m, T) : SD_GRAPH_EAGER;
     if (mode == SD_GRAPH_REPLAYED) return SD_OK;
     sd_status st = layers(m, T, n_seqs, err, errlen);
     if (mode != SD_GRAPH_RECORD) return st;
@@ -760,6 +547,72 @@ void sd_model_logits_free(const sd_model *m, float *buf)
     else free(buf);
 }
 
+/* One rank's layers of a pass whose batch rank 0 prepared (root: its host
+ * arrays and attention descriptors): its copies to its backend, then the
+ * layers. */
+static sd_status rank_layers(sd_model *m, const sd_model *root, int T, int n_seqs, char *err, size_t errlen)
+{
+    const sd_backend_ops *op = m->be->ops;
+    sd_backend *be = m->be;
+    scratch *s = &m->s;
+    size_t half = (size_t)m->cfg.head_dim / 2;
+    if (m != root && ensure_scratch(m, T, n_seqs, 0) != SD_OK)
+        return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory for a batch of %d rows", T);
+    op->to_backend(be, s->ids, root->h_ids, (size_t)T * sizeof(int32_t));
+    op->to_backend(be, s->slots, root->h_slots, (size_t)T * sizeof(int32_t));
+    op->to_backend(be, s->cos, root->h_cos, (size_t)T * half * sizeof(float));
+    op->to_backend(be, s->sin, root->h_sin, (size_t)T * half * sizeof(float));
+    sd_status st = SD_OK;
+    if (op->attn_stage && (st = op->attn_stage(be, root->aseqs, n_seqs, m->block_size)) != SD_OK)
+        return sd_seterr(err, errlen, st, "attention tables: %s", sd_status_str(st));
+    if ((st = run_layers(m, T, n_seqs, err, errlen)) != SD_OK) return st;
+    if (m != root) op->sync(be); /* its part is done when the call returns (rank 0 syncs after its head) */
+    if (op->take_error && (st = op->take_error(be)) != SD_OK)
+        return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));
+    return SD_OK;
+}
+
+/* A pass over the ranks of a split model (sd_ranks_run): each rank's status
+ * and message. */
+typedef struct tp_pass {
+    sd_model *root;
+    int T, n_seqs;
+    sd_status st[SD_COMM_MAX_RANKS];
+    char err[SD_COMM_MAX_RANKS][256];
+} tp_pass;
+
+static void tp_rank_task(void *ctx, int r)
+{
+    tp_pass *p = ctx;
+    sd_model *m = r ? p->root->peer[r] : p->root;
+    if (p->root->fault_rank == r && ++m->passes >= p->root->fault_after) {
+        p->st[r] = sd_seterr(p->err[r], sizeof p->err[r], SD_ERR_DEVICE, "rank %d lost (SD_FAULT_TP_RANK_LOST)", r);
+    } else {
+        p->st[r] = rank_layers(m, p->root, p->T, p->n_seqs, p->err[r], sizeof p->err[r]);
+    }
+    if (p->st[r] != SD_OK) {
+        m->failed = p->st[r] == SD_ERR_DEVICE || sd_backend_lost(m->be);
+        if (m->comm) m->comm->ops->abort(m->comm); /* no rank waits for this one for ever */
+    }
+}
+
+/* Every rank's layers at once; the first failure's status and message (the
+ * failing rank's own, not the aborted exchanges of the others). */
+static sd_status tp_layers(sd_model *m, int T, int n_seqs, char *err, size_t errlen)
+{
+    tp_pass p = {.root = m, .T = T, .n_seqs = n_seqs};
+    if (m->comm->ops->aborted(m->comm))
+        return sd_seterr(err, errlen, SD_ERR_DEVICE, "the tensor-parallel group is down (a rank failed before)");
+    sd_ranks_run(m->ranks, tp_rank_task, &p);
+    int bad = -1;
+    for (int r = 0; r < m->tp_size; r++)
+        if (p.st[r] != SD_OK && (bad < 0 || (p.st[bad] == SD_ERR_DEVICE && p.st[r] != SD_ERR_DEVICE))) bad = r;
+    for (int r = 0; r < m->tp_size && bad >= 0; r++) /* the rank that failed first aborted the others' exchanges */
+        if (p.st[r] != SD_OK && !strstr(p.err[r], "allgather") && sd_model_rank(m, r)->failed) bad = r;
+    if (bad < 0) return SD_OK;
+    return sd_seterr(err, errlen, p.st[bad], "rank %d: %s", bad, p.err[bad]);
+}
+
 sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err, size_t errlen)
 {
     const sd_model_config *c = &m->cfg;
@@ -775,23 +628,12 @@ sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, fl
     if (rows <= 0 || rows > (1 << 20)) return sd_seterr(err, errlen, SD_ERR_ARG, "bad batch size %ld", rows);
     if (ensure_scratch(m, (int)rows, n_seqs, outs > 0 ? (int)outs : 1) != SD_OK)
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory for a batch of %ld rows", rows);
-    int T = (int)rows, n_out = 0, half = c->head_dim / 2, C = c->hidden_size;
+    int T = (int)rows, n_out = 0, C = c->hidden_size;
     sd_status st = prepare_batch(m, seqs, n_seqs, &n_out, err, errlen);
     if (st != SD_OK) return st;
     scratch *s = &m->s;
-    op->to_backend(be, s->ids, m->h_ids, (size_t)T * sizeof(int32_t));
-    op->to_backend(be, s->slots, m->h_slots, (size_t)T * sizeof(int32_t));
-    op->to_backend(be, s->cos, m->h_cos, (size_t)T * half * sizeof(float));
-    op->to_backend(be, s->sin, m->h_sin, (size_t)T * half * sizeof(float));
-    if (op->attn_stage && (st = op->attn_stage(be, m->aseqs, n_seqs, m->block_size)) != SD_OK)
-        return sd_seterr(err, errlen, st, "attention tables: %s", sd_status_str(st));
-    st = run_layers(m, T, n_seqs, err, errlen);
-    if (st != SD_OK) return st;
-    if (n_out == 0) {
-        if (op->take_error && (st = op->take_error(be)) != SD_OK)
-            return sd_seterr(err, errlen, st, "%s backend: %s", op->name, sd_status_str(st));
-        return SD_OK;
-    }
+    st = m->tp_size > 1 ? tp_layers(m, T, n_seqs, err, errlen) : rank_layers(m, m, T, n_seqs, err, errlen);
+    if (st != SD_OK || n_out == 0) return st;
     for (int r = 0, k; r < n_out; r += k) { /* the final norm, a run of consecutive rows of x a call */
         for (k = 1; r + k < n_out && m->h_rows[r + k] == m->h_rows[r] + k;) k++;
         op->rmsnorm(be, s->head_in + (size_t)r * C, s->x + (size_t)m->h_rows[r] * C, &m->final_norm, k, C, c->rms_eps,

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "kv_pool.h"
 #include "model_config.h"
 #include "status.h"
@@ -44,6 +45,51 @@ sd_status sd_model_load(const char *dir, sd_backend *be, sd_model **out, char *e
  * checkpoints (the logits mean nothing). Errors as sd_model_load. */
 sd_status sd_model_random(const char *config_path, uint64_t seed, sd_backend *be, sd_model **out, char *err,
                           size_t errlen);
+
+/* Tensor parallelism (Megatron): one model over the ranks of a group, each
+ * with its own backend (a GPU, or CPU threads). q/k/v and gate/up are split
+ * by columns (heads, intermediate rows), o and down by rows, their partial
+ * sums exchanged through the group's communicator and added in one fixed
+ * order (kernels/comm.h, backend.h reduce_parts); norms, the embedding and
+ * the residual stream are on every rank, the final norm and the LM head on
+ * rank 0. Each rank holds 1/size of the split weights and of the KV heads;
+ * the KV pool (block tables, commit, rollback) is rank 0's. A pass runs on
+ * every rank at once (ranks.h); its caller sees one model.
+ *
+ * chunked (--batch-invariant): every row-parallel matmul is summed over
+ * SD_TP_CHUNKS fixed chunks of its inputs, each rank computing the chunks
+ * of its share, and the chunk sums are added pairwise in one order — so the
+ * logits are bit-identical at TP = 1, 2, 4 and 8 on backends whose other ops
+ * are batch-invariant. size 1 without chunked is the plain model. */
+#define SD_TP_CHUNKS 8
+typedef struct sd_tp_opts {
+    int size;               /* ranks, 1 .. SD_COMM_MAX_RANKS */
+    sd_backend *const *bes; /* [size] rank r's backend (borrowed; outlive the model) */
+    sd_comm *const *comms;  /* [size] a communicator group over them (borrowed; NULL for size 1) */
+    bool chunked;           /* row-parallel sums over SD_TP_CHUNKS chunks (above) */
+} sd_tp_opts;
+
+/* sd_model_load / sd_model_random split over the ranks of tp. Besides their
+ * errors: SD_ERR_UNSUPPORTED, saying which, when the heads, the KV heads or
+ * the intermediate size do not divide by tp->size, when chunked and size
+ * does not divide SD_TP_CHUNKS (or the row-parallel inputs by it), or when a
+ * backend lacks the ops tensor parallelism needs (copy_cols, reduce_parts). */
+sd_status sd_model_load_tp(const char *dir, const sd_tp_opts *tp, sd_model **out, char *err, size_t errlen);
+sd_status sd_model_random_tp(const char *config_path, uint64_t seed, const sd_tp_opts *tp, sd_model **out, char *err,
+                             size_t errlen);
+
+/* The ranks the model is split over (1: none), and rank r's shard (rank 0:
+ * m itself; its backend, KV and scratch bytes are that rank's — for sizing
+ * each device's cache). */
+int sd_model_tp_size(const sd_model *m);
+/* How the ranks exchange: the communicator's name ("host", "nccl"), "" unsplit. */
+const char *sd_model_comm_name(const sd_model *m);
+const sd_model *sd_model_rank(const sd_model *m, int r);
+
+/* True once a pass failed on a rank in a way only a new process recovers
+ * from: a backend of the group is lost (sd_backend_lost), or a rank failed
+ * and the group's communicator was aborted. The worker should exit then. */
+bool sd_model_lost(const sd_model *m);
 
 /* Frees the model, its KV storage and pool; NULL is a no-op. */
 void sd_model_free(sd_model *m);

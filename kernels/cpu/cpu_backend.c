@@ -198,6 +198,7 @@ static void mm_part(const mm_ctx *c, int i, int lo, int hi)
     const sd_weight *w = c->f->w[i];
     float *y = c->f->y[i];
     mm_rows(c, y, w, lo, hi);
+    if (c->f->kind == SD_MM_PARTIAL) return; /* a partial sum: no bias, never rounded */
     const float *b = c->f->bias[i] ? c->f->bias[i]->data : NULL;
     for (int t = 0; t < c->T; t++) {
         float *yr = y + (size_t)t * w->rows;
@@ -215,7 +216,7 @@ static void mm_task(void *ctx, int i, int n)
     const mm_ctx *c = ctx;
     const sd_mm_fused *f = c->f;
     int lo, hi;
-    if (f->kind == SD_MM_SHARED) {
+    if (f->kind == SD_MM_SHARED || f->kind == SD_MM_PARTIAL) {
         int total = 0;
         for (int k = 0; k < f->n; k++) total += f->w[k]->rows;
         sd_split_range(total, 16, i, n, &lo, &hi);
@@ -346,13 +347,14 @@ static void cpu_matmul(sd_backend *be, float *y, const float *x, const sd_weight
 /* Elementwise ops run in parallel over contiguous ranges of rows or
  * elements; each element's arithmetic is independent of the split. */
 typedef struct ew_ctx {
-    int kind; /* 0 rmsnorm, 1 silu_mul, 2 add */
+    int kind; /* 0 rmsnorm, 1 silu_mul, 2 add, 3 reduce_parts */
     float *y;
     const float *x, *x2;
     const float *g;
     int T, D, bf16;
     float eps;
     size_t n;
+    int n_parts; /* reduce_parts: x holds n_parts parts of n floats */
 } ew_ctx;
 
 static void rmsnorm_rows(const ew_ctx *c, int t0, int t1)
@@ -368,10 +370,38 @@ static void silu_range(const ew_ctx *c, size_t i0, size_t i1)
 
 static void add_range(const ew_ctx *c, size_t i0, size_t i1) { sd_add_n(c->y + i0, c->x + i0, i1 - i0, c->bf16); }
 
+/* The sum of parts[lo .. hi) (each `stride` floats apart) in the fixed order
+ * of backend.h's reduce_parts: the first half's sum plus the second's. */
+static float tree_sum(const float *parts, size_t stride, int lo, int hi)
+{
+    if (hi - lo == 1) return parts[(size_t)lo * stride];
+    int mid = lo + (hi - lo) / 2;
+    return tree_sum(parts, stride, lo, mid) + tree_sum(parts, stride, mid, hi);
+}
+
+/* reduce_parts over the rows [t0, t1). */
+static void reduce_rows(const ew_ctx *c, int t0, int t1)
+{
+    for (int t = t0; t < t1; t++) {
+        float *yr = c->y + (size_t)t * c->D;
+        for (int j = 0; j < c->D; j++) {
+            size_t e = (size_t)t * c->D + j;
+            float v = tree_sum(c->x + e, c->n, 0, c->n_parts);
+            if (c->g) v += c->g[j];
+            yr[j] = c->bf16 ? sd_round_bf16(v) : v;
+        }
+    }
+}
+
 static void ew_task(void *ctx, int i, int n)
 {
     const ew_ctx *c = ctx;
     int lo, hi;
+    if (c->kind == 3) {
+        sd_split_range(c->T, 1, i, n, &lo, &hi);
+        reduce_rows(c, lo, hi);
+        return;
+    }
     if (c->kind == 0) {
         sd_split_range(c->T, 1, i, n, &lo, &hi);
         rmsnorm_rows(c, lo, hi);
@@ -448,6 +478,28 @@ static void cpu_add(sd_backend *be, float *y, const float *x, size_t n, int bf16
 {
     ew_ctx c = {.kind = 2, .y = y, .x = x, .bf16 = bf16, .n = n};
     ew_run(be, &c, n);
+}
+
+static void cpu_copy_cols(sd_backend *be, float *dst, const float *src, int T, int ld, int c0, int n)
+{
+    (void)be;
+    for (int t = 0; t < T; t++) memcpy(dst + (size_t)t * n, src + (size_t)t * ld + c0, (size_t)n * sizeof *dst);
+}
+
+static void cpu_reduce_parts(sd_backend *be, float *y, const float *parts, int n_parts, int T, int N,
+                             const sd_weight *bias, int bf16)
+{
+    if (n_parts < 1) return;
+    ew_ctx c = {.kind = 3,
+                .y = y,
+                .x = parts,
+                .g = bias ? bias->data : NULL,
+                .T = T,
+                .D = N,
+                .bf16 = bf16,
+                .n = (size_t)T * N,
+                .n_parts = n_parts};
+    ew_run(be, &c, (size_t)T * N * (size_t)n_parts);
 }
 
 static sd_status cpu_argmax(sd_backend *be, int32_t *out, const float *logits, int rows, int vocab)
@@ -595,6 +647,8 @@ static const sd_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
     .add = cpu_add,
+    .copy_cols = cpu_copy_cols,
+    .reduce_parts = cpu_reduce_parts,
     .matmul_fused = cpu_matmul_fused,
     .quantize_q8 = cpu_quantize_q8,
     .argmax = cpu_argmax,

@@ -541,6 +541,10 @@ static void cuda_matmul_fused(sd_backend *be, const sd_mm_fused *f, const float 
 {
     cuda_impl *im = cu_keep(be);
     if (T <= 0) return;
+    if (f->kind == SD_MM_PARTIAL) { /* partial sums of a row-parallel matmul: raw f32, no bias */
+        for (int i = 0; i < f->n; i++) cuda_matmul(be, f->y[i], x, f->w[i], NULL, T, 0);
+        return;
+    }
     for (int i = 0; i < f->n; i++)
         if (!uploaded(im, f->w[i])) return;
     float *res = f->kind == SD_MM_RESIDUAL ? f->res : NULL;
@@ -676,6 +680,26 @@ static void cuda_add(sd_backend *be, float *y, const float *x, size_t n, int bf1
 {
     cuda_impl *im = cu(be);
     launched(im, sd_cu_add(im->stream, y, x, n, bf16), "add", __LINE__);
+}
+
+static void cuda_copy_cols(sd_backend *be, float *dst, const float *src, int T, int ld, int c0, int n)
+{
+    cuda_impl *im = cu_keep(be);
+    if (T <= 0 || n <= 0) return;
+    launched(im,
+             cudaMemcpy2DAsync(dst, (size_t)n * sizeof *dst, src + c0, (size_t)ld * sizeof *src,
+                               (size_t)n * sizeof *dst, (size_t)T, cudaMemcpyDeviceToDevice, im->stream),
+             "copy_cols", __LINE__);
+    xbf_written(im, dst, (size_t)T * n);
+}
+
+static void cuda_reduce_parts(sd_backend *be, float *y, const float *parts, int n_parts, int T, int N,
+                              const sd_weight *bias, int bf16)
+{
+    cuda_impl *im = cu_keep(be);
+    launched(im, sd_cu_reduce_parts(im->stream, y, parts, n_parts, T, N, bias ? bias->data : NULL, bf16),
+             "reduce_parts", __LINE__);
+    xbf_written(im, y, (size_t)T * N);
 }
 
 static void cuda_sync(sd_backend *be)
@@ -952,6 +976,8 @@ static const sd_backend_ops cuda_ops = {
     .attention = cuda_attention,
     .silu_mul = cuda_silu_mul,
     .add = cuda_add,
+    .copy_cols = cuda_copy_cols,
+    .reduce_parts = cuda_reduce_parts,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .attn_stage = cuda_attn_stage,
@@ -1182,4 +1208,11 @@ sd_status sd_cuda_read_bandwidth(sd_backend *be, size_t bytes, int reps, double 
     if (st == SD_OK && best <= 0.0) st = SD_ERR_DEVICE;
     if (st == SD_OK) *gbps = (double)(bytes / 16 * 16) / (best * 1e-3) / 1e9;
     return st;
+}
+
+int sd_cuda_device_of(sd_backend *be) { return sd_backend_is_cuda(be) ? ((cuda_impl *)be->impl)->device : -1; }
+
+void *sd_cuda_stream_of(sd_backend *be)
+{
+    return sd_backend_is_cuda(be) ? (void *)((cuda_impl *)be->impl)->stream : NULL;
 }

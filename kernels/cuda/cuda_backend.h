@@ -41,6 +41,12 @@ extern "C" {
  * error is swallowed, never fatal). */
 int sd_cuda_device_count(void);
 
+/* The device and stream of a CUDA backend (for its communicator: NCCL's
+ * exchanges run on the backend's stream, in order with its kernels); -1 /
+ * NULL for another backend. */
+int sd_cuda_device_of(sd_backend *be);
+void *sd_cuda_stream_of(sd_backend *be);
+
 /* Creates a backend on device `device` (its own stream and cuBLAS handle) in
  * *out; the caller frees it with sd_backend_free. Returns SD_OK, or
  * SD_ERR_DEVICE (the device does not exist or CUDA fails) or SD_ERR_NOMEM

@@ -474,3 +474,42 @@ extern "C" cudaError_t sd_cu_split_epilogue(cudaStream_t stream, const sd_cu_spl
     split_epilogue_kernel<<<grid_for(n, 256), 256, 0, stream>>>(*s, T, Ntot, bf16);
     return cudaGetLastError();
 }
+
+/* CPU reference: reduce_rows() in cpu_backend.c, whose tree_sum(lo, hi) is
+ * tree_sum(lo, mid) + tree_sum(mid, hi) with mid = lo + (hi - lo) / 2:
+ * written out here for each count. parts: [n_parts][T, N], stride T * N */
+__device__ __forceinline__ float tree_sum(const float *p, size_t s, int n)
+{
+#define P(k) p[(size_t)(k)*s]
+    switch (n) {
+    case 1: return P(0);
+    case 2: return P(0) + P(1);
+    case 3: return P(0) + (P(1) + P(2));
+    case 4: return (P(0) + P(1)) + (P(2) + P(3));
+    case 5: return (P(0) + P(1)) + (P(2) + (P(3) + P(4)));
+    case 6: return (P(0) + (P(1) + P(2))) + (P(3) + (P(4) + P(5)));
+    case 7: return (P(0) + (P(1) + P(2))) + ((P(3) + P(4)) + (P(5) + P(6)));
+    default: return ((P(0) + P(1)) + (P(2) + P(3))) + ((P(4) + P(5)) + (P(6) + P(7)));
+    }
+#undef P
+}
+
+__global__ void reduce_parts_kernel(float *y, const float *parts, int n_parts, int T, int N, const float *bias,
+                                    int bf16)
+{
+    size_t n = (size_t)T * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = tree_sum(parts + i, n, n_parts);
+        y[i] = bias_round1(v, bias, (int)(i % (size_t)N), bf16);
+    }
+}
+
+extern "C" cudaError_t sd_cu_reduce_parts(cudaStream_t stream, float *y, const float *parts, int n_parts, int T, int N,
+                                          const float *bias, int bf16)
+{
+    if (n_parts < 1 || n_parts > 8) return cudaErrorInvalidValue;
+    size_t n = (size_t)T * N;
+    if (n == 0) return cudaSuccess;
+    reduce_parts_kernel<<<grid_for(n, 256), 256, 0, stream>>>(y, parts, n_parts, T, N, bias, bf16);
+    return cudaGetLastError();
+}

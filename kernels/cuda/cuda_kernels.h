@@ -163,6 +163,13 @@ typedef struct sd_cu_split {
 } sd_cu_split;
 cudaError_t sd_cu_split_epilogue(cudaStream_t stream, const sd_cu_split *s, int T, int bf16);
 
+/* Tensor parallelism's epilogue of a row-parallel matmul (backend.h
+ * reduce_parts): y[T, N] = the sum of parts[p][T, N], p < n_parts (1..8), in
+ * the pairwise order (the first half's sum plus the second's), + bias[N]
+ * (NULL: none), rounded to bf16 when bf16. */
+cudaError_t sd_cu_reduce_parts(cudaStream_t stream, float *y, const float *parts, int n_parts, int T, int N,
+                               const float *bias, int bf16);
+
 /* out[n] = silu(gate[n]) * up[n]. */
 cudaError_t sd_cu_silu_mul(cudaStream_t stream, float *out, const float *gate, const float *up, size_t n, int bf16);
 

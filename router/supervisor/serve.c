@@ -71,6 +71,7 @@
 #define MAX_ARGS 96
 #define MAX_LANES 16
 #define MAX_ROUTER_ARGS 32
+#define SD_TP_MAX 8 /* the verifier's most ranks (kernels/comm.h SD_COMM_MAX_RANKS) */
 /* The verifier's --gpu-memory-fraction when its drafter shares the GPU
  * (the drafter's default is 0.1). */
 #define SERVE_SHARED_GPU_FRACTION "0.8"
@@ -90,7 +91,9 @@ typedef struct serve_opts {
     const char *spec_max_batch, *spec_max_batch_sampled, *spec_pipeline, *draft_branches, *spec_adaptive;
     const char *spec_fallback;
     const char *spec_max_draft, *api_key_file, *prefill_budget, *drain_timeout, *kv_blocks, *curve_keys;
-    const char *quant;         /* --quant none|int8: the target's weights (the verifier's --quant) */
+    const char *quant; /* --quant none|int8: the target's weights (the verifier's --quant) */
+    const char *tp;    /* --tensor-parallel-size N: the verifier's ranks (as given) */
+    int tp_size;
     const char *draft_device;  /* --draft-device D[,D...]: the drafters' devices (default: the CPU) */
     const char *kv_dtype;      /* --kv-dtype auto|f32|bf16: both workers' KV caches */
     const char *gpu_mem;       /* --gpu-memory-fraction F: the verifier's share of its GPU */
@@ -201,12 +204,16 @@ static const sd_flag g_flags[] = {
     {"Scheduling", "no-prefix-cache", 'C', NULL, NULL,
      "no KV reuse between requests (the prefix cache of the verifier and the drafter's mirrors)"},
     {"Scheduling", "batch-invariant", 'I', NULL, NULL,
-     "GPU: deterministic matmuls whose results do not depend on the batch, so greedy speculative output equals "
-     "plain bit for bit (slower; the CPU is always batch-invariant)"},
+     "results that depend neither on the batch nor on --tensor-parallel-size: on a GPU deterministic matmuls "
+     "(greedy speculative output then equals plain bit for bit; the CPU always is batch-invariant), and on every "
+     "device the o and down sums over 8 fixed chunks (slower; the logits of TP = 1, 2, 4, 8 alike)"},
     {"Devices", "device", 'D', "D[,D...]", "cpu",
      "the verifier's device: cpu, cuda or cuda:N; with --lanes, lane i takes the i-th of the list (cyclically)"},
     {"Devices", "draft-device", 'E', "D[,D...]", "cpu", "the drafters' devices, as --device"},
     {"Devices", "threads", 'j', "N", "all cores (verifier), 1 (drafter)", "CPU threads of each worker"},
+    {"Devices", "tensor-parallel-size", 'z', "N", "1",
+     "split each lane's target over N ranks (-tp N): lane i's verifier takes the i-th N devices of --device "
+     "(cuda:0,cuda:1,...), or N CPU ranks with --device cpu"},
     {"Devices", "lanes", 'l', "N", "1",
      "verifier + drafter pairs, each supervised on its own; the router balances requests over them (1..16)"},
     {"Memory", "kv-blocks", 'V', "N", "from device memory, or max-batch x 1024 positions on the CPU",
@@ -254,16 +261,27 @@ static const struct {
     int code;
     size_t off;
 } g_as_given[] = {
-    {'q', offsetof(serve_opts, quant)},          {'G', offsetof(serve_opts, prefill_budget)},
-    {'V', offsetof(serve_opts, kv_blocks)},      {'Y', offsetof(serve_opts, curve_keys)},
-    {'W', offsetof(serve_opts, served_name)},    {'j', offsetof(serve_opts, threads)},
-    {'K', offsetof(serve_opts, num_draft)},      {'D', offsetof(serve_opts, device)},
-    {'E', offsetof(serve_opts, draft_device)},   {'T', offsetof(serve_opts, kv_dtype)},
-    {'g', offsetof(serve_opts, gpu_mem)},        {'H', offsetof(serve_opts, draft_gpu_mem)},
-    {'Q', offsetof(serve_opts, draft_quant)},    {'P', offsetof(serve_opts, draft_p_min)},
-    {'S', offsetof(serve_opts, spec_max_batch)}, {'Z', offsetof(serve_opts, spec_max_batch_sampled)},
-    {'B', offsetof(serve_opts, draft_branches)}, {'X', offsetof(serve_opts, spec_max_draft)},
-    {'m', offsetof(serve_opts, max_model_len)},  {'b', offsetof(serve_opts, spec_fallback)},
+    {'q', offsetof(serve_opts, quant)},
+    {'G', offsetof(serve_opts, prefill_budget)},
+    {'V', offsetof(serve_opts, kv_blocks)},
+    {'Y', offsetof(serve_opts, curve_keys)},
+    {'W', offsetof(serve_opts, served_name)},
+    {'j', offsetof(serve_opts, threads)},
+    {'K', offsetof(serve_opts, num_draft)},
+    {'D', offsetof(serve_opts, device)},
+    {'E', offsetof(serve_opts, draft_device)},
+    {'T', offsetof(serve_opts, kv_dtype)},
+    {'g', offsetof(serve_opts, gpu_mem)},
+    {'H', offsetof(serve_opts, draft_gpu_mem)},
+    {'Q', offsetof(serve_opts, draft_quant)},
+    {'P', offsetof(serve_opts, draft_p_min)},
+    {'S', offsetof(serve_opts, spec_max_batch)},
+    {'Z', offsetof(serve_opts, spec_max_batch_sampled)},
+    {'B', offsetof(serve_opts, draft_branches)},
+    {'X', offsetof(serve_opts, spec_max_draft)},
+    {'m', offsetof(serve_opts, max_model_len)},
+    {'b', offsetof(serve_opts, spec_fallback)},
+    {'z', offsetof(serve_opts, tp)},
 };
 
 /* Stores arg in o's field for code c when c is an option kept as given. */
@@ -287,6 +305,12 @@ static int check_opts(serve_opts *o)
         return -1;
     }
     if (!o->no_spec && !o->draft && !o->ngram_drafter) o->ngram = true;
+    char err[256];
+    o->tp_size = 1;
+    if (o->tp && sd_opt_int(o->tp, "--tensor-parallel-size", 1, SD_TP_MAX, &o->tp_size, err, sizeof err) != SD_OK) {
+        fprintf(stderr, "specd serve: %s\n", err);
+        return -1;
+    }
     return 0;
 }
 
@@ -295,6 +319,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o)
     struct option lo[N_FLAGS + 1];
     sd_flags_options(g_flags, N_FLAGS, lo);
     memset(o, 0, sizeof *o);
+    sd_flags_alias(argc, argv, "-tp", "--tensor-parallel-size");
     o->lanes = 1;
     o->host = "127.0.0.1";
     o->port = 8000;
@@ -408,6 +433,22 @@ static const char *lane_device(const char *list, int i, char *buf, size_t n)
     return buf;
 }
 
+/* Lane i's n devices for a verifier split over n ranks: the list's entries
+ * i*n .. i*n+n-1 (cyclically), comma-separated; a single name as it is (the
+ * verifier expands "cuda" to cuda:0 .. cuda:n-1, "cpu" to n CPU ranks). */
+static const char *lane_devices(const char *list, int i, int n, char *buf, size_t len)
+{
+    if (!list || !strchr(list, ',')) return list;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < n; r++) {
+        char one[64];
+        lane_device(list, i * n + r, one, sizeof one);
+        used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s", r ? "," : "", one);
+    }
+    return buf;
+}
+
 /* True when a and b name the same CUDA device ("cuda" is "cuda:0"). */
 static bool same_gpu(const char *a, const char *b)
 {
@@ -419,7 +460,7 @@ static bool same_gpu(const char *a, const char *b)
 /* Fills lane i's two command lines. dir: binaries; tmp: socket directory. */
 static void build_lane(const serve_opts *o, const char *dir, const char *tmp, int i, child *ver, child *dra)
 {
-    char path[PATH_MAX + 32], vep[PATH_MAX + 32], dep[PATH_MAX + 32], dev[64];
+    char path[PATH_MAX + 32], vep[PATH_MAX + 32], dep[PATH_MAX + 32], dev[512];
     snprintf(vep, sizeof vep, "ipc://%s/verifier-%d.sock", tmp, i);
     snprintf(dep, sizeof dep, "ipc://%s/drafter-%d.sock", tmp, i);
     snprintf(path, sizeof path, "%s/specd-verifier", dir);
@@ -450,8 +491,10 @@ static void build_lane(const serve_opts *o, const char *dir, const char *tmp, in
     if (o->batch_invariant) add_arg(ver, "--batch-invariant");
     if (o->random_weights) add_arg(ver, "--random-weights");
     add_opt(ver, "--threads", o->threads);
-    const char *vdev = lane_device(o->device, i, dev, sizeof dev);
+    const char *vdev = o->tp_size > 1 ? lane_devices(o->device, i, o->tp_size, dev, sizeof dev)
+                                      : lane_device(o->device, i, dev, sizeof dev);
     add_opt(ver, "--device", vdev);
+    add_opt(ver, "--tensor-parallel-size", o->tp);
     add_opt(ver, "--kv-dtype", o->kv_dtype);
     add_opt(ver, "--max-model-len", o->max_model_len);
     char ddev[64];

@@ -102,7 +102,8 @@ assert b["accepted_tokens"] > 0
 PY
 done
 
-# --batch-invariant (the CPU backend always is; on a GPU it selects the deterministic matmuls):
+# --batch-invariant (the CPU backend always is batch-invariant; the flag selects a GPU's deterministic matmuls and,
+# everywhere, the o and down sums in fixed chunks):
 # accepted, and speculative == plain with it
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "$P" --max-tokens 64 --ignore-eos --batch-invariant \
     --json >"$tmp/bip.json"

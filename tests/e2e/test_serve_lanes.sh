@@ -37,8 +37,9 @@ check "no --gpu-memory-fraction for verifiers on the CPU" \
 
 P1='def fibonacci(n):'
 P2='class Stack:'
-reference "$P1" "$WORK/r1" --max-tokens 64 --ignore-eos
-reference "$P2" "$WORK/r2" --max-tokens 64 --ignore-eos
+# --batch-invariant: the sums in fixed chunks (the same at any --tensor-parallel-size): the reference too
+reference "$P1" "$WORK/r1" --max-tokens 64 --ignore-eos --batch-invariant
+reference "$P2" "$WORK/r2" --max-tokens 64 --ignore-eos --batch-invariant
 post /v1/completions "$(body "$P1" 64 0)" "$WORK/a.json" >/dev/null &
 pa=$!
 post /v1/completions "$(body "$P2" 64 0)" "$WORK/b.json" >/dev/null &

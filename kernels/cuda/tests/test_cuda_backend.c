@@ -23,7 +23,11 @@
 #include <string.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "cuda_backend.h"
+#ifdef SD_HAVE_NCCL
+#include "cuda_comm.h"
+#endif
 #include "kv_pool.h"
 #include "model.h"
 #include "sampler.h"
@@ -1025,6 +1029,107 @@ START_TEST(bad_device_rejected)
 }
 END_TEST
 
+/* Tensor parallelism's ops (backend.h copy_cols, reduce_parts): the same
+ * bits as the CPU's — columns copied, and the parts added in one pairwise
+ * order, + bias, rounded — for every count of parts 1..8. */
+START_TEST(tp_ops_vs_cpu)
+{
+    int T = 5, ld = 48, c0 = 16, n = 24, N = 40;
+    float *src = rand_vec((size_t)T * ld, 91, 1.0f, 0);
+    float *sc = on(g_cpu, src, (size_t)T * ld), *sg = on(g_gpu, src, (size_t)T * ld);
+    float *dc = on(g_cpu, NULL, (size_t)T * n), *dg = on(g_gpu, NULL, (size_t)T * n);
+    g_cpu->ops->copy_cols(g_cpu, dc, sc, T, ld, c0, n);
+    g_gpu->ops->copy_cols(g_gpu, dg, sg, T, ld, c0, n);
+    float *got = gpu_read(dg, (size_t)T * n);
+    ck_assert(!memcmp(got, dc, (size_t)T * n * sizeof *got));
+    free(got);
+    wpair bias;
+    make_weight(&bias, 1, N, 0, 92, 0.5f, 0.0f);
+    float *parts = rand_vec((size_t)8 * T * N, 93, 3.0f, 0);
+    float *pc = on(g_cpu, parts, (size_t)8 * T * N), *pg = on(g_gpu, parts, (size_t)8 * T * N);
+    float *yc = on(g_cpu, NULL, (size_t)T * N), *yg = on(g_gpu, NULL, (size_t)T * N);
+    for (int np = 1; np <= 8; np++)
+        for (int b16 = 0; b16 < 2; b16++) {
+            g_cpu->ops->reduce_parts(g_cpu, yc, pc, np, T, N, np % 2 ? &bias.c : NULL, b16);
+            g_gpu->ops->reduce_parts(g_gpu, yg, pg, np, T, N, np % 2 ? &bias.g : NULL, b16);
+            got = gpu_read(yg, (size_t)T * N);
+            ck_assert_msg(!memcmp(got, yc, (size_t)T * N * sizeof *got), "reduce_parts of %d parts (bf16 %d)", np, b16);
+            free(got);
+        }
+    free(src);
+    free(parts);
+}
+END_TEST
+
+/* The model split over two ranks on this one GPU (two backends, two
+ * streams; NCCL refuses two ranks on a device, so they exchange through the
+ * host), against the unsplit model on the same GPU: logits within the
+ * tolerance of the bf16 GEMMs; with chunked sums in batch-invariant mode,
+ * the same bits as TP = 1 chunked. */
+START_TEST(tp_two_ranks_on_one_gpu)
+{
+    char path[600], err[512];
+    sd_backend *b2 = NULL;
+    ck_assert_int_eq(sd_backend_cuda_new(0, &b2, err, sizeof err), SD_OK);
+    sd_backend *bes[2] = {g_gpu, b2};
+    sd_comm *comm[2];
+    ck_assert_int_eq(sd_comm_host_group(bes, 2, comm, err, sizeof err), SD_OK);
+    tu_fixture(path, sizeof path, "configs/qwen3-tp8-tiny.json");
+    int n = 24;
+    float *ref[2] = {0};
+    for (int chunked = 0; chunked < 2; chunked++)
+        for (int size = 1; size <= 2; size++) {
+            ck_assert_int_eq(sd_cuda_set_batch_invariant(g_gpu, chunked), SD_OK);
+            ck_assert_int_eq(sd_cuda_set_batch_invariant(b2, chunked), SD_OK);
+            sd_tp_opts tp = {.size = size, .bes = bes, .comms = comm, .chunked = chunked};
+            sd_model *m = NULL;
+            ck_assert_msg(sd_model_random_tp(path, 3, &tp, &m, err, sizeof err) == SD_OK, "%s", err);
+            ck_assert_int_eq(sd_model_kv_init(m, 16, 16, err, sizeof err), SD_OK);
+            int V = sd_model_cfg(m)->vocab_size;
+            int32_t *ids = prompt(n, V);
+            float *lg = malloc((size_t)n * V * sizeof *lg);
+            sd_kv_seq sq;
+            sd_kv_seq_init(&sq);
+            tu_forward(m, &sq, ids, n, 0, lg);
+            sd_kv_seq_release(sd_model_kv_pool(m), &sq);
+            if (size == 1) ref[chunked] = lg;
+            else {
+                if (chunked) ck_assert_msg(!memcmp(lg, ref[1], (size_t)n * V * sizeof *lg), "chunked TP 2 != TP 1");
+                else expect_close("TP 2 logits", lg, ref[0], (size_t)n * V, 0.05, 0.02);
+                free(lg);
+            }
+            free(ids);
+            sd_model_free(m);
+        }
+    sd_cuda_set_batch_invariant(g_gpu, 0);
+    free(ref[0]);
+    free(ref[1]);
+    sd_comm_free(comm[0]);
+    sd_comm_free(comm[1]);
+    sd_backend_free(b2);
+}
+END_TEST
+
+#ifdef SD_HAVE_NCCL
+/* NCCL at N = 1, where one GPU is all there is: the group comes up, an
+ * allgather copies the rank's buffer, and the model runs over it. */
+START_TEST(nccl_one_rank)
+{
+    char err[512];
+    sd_comm *c = NULL;
+    ck_assert_msg(sd_comm_nccl_group(&g_gpu, 1, &c, err, sizeof err) == SD_OK, "%s", err);
+    float *h = rand_vec(64, 7, 1.0f, 0), *d = on(g_gpu, h, 64), *r = on(g_gpu, NULL, 64);
+    ck_assert_int_eq(c->ops->allgather(c, d, r, 64), SD_OK);
+    float *got = gpu_read(r, 64);
+    ck_assert(!memcmp(got, h, 64 * sizeof *got));
+    ck_assert_int_eq(c->ops->barrier(c), SD_OK);
+    free(got);
+    free(h);
+    sd_comm_free(c);
+}
+END_TEST
+#endif
+
 int main(void)
 {
     if (sd_cuda_device_count() == 0) {
@@ -1059,6 +1164,11 @@ int main(void)
     tcase_add_test(tc, read_bandwidth);
     tcase_add_test(tc, host_buffers);
     tcase_add_test(tc, residual_norm_is_composed);
+    tcase_add_test(tc, tp_ops_vs_cpu);
+    tcase_add_test(tc, tp_two_ranks_on_one_gpu);
+#ifdef SD_HAVE_NCCL
+    tcase_add_test(tc, nccl_one_rank);
+#endif
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
