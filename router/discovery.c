@@ -159,12 +159,24 @@ sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *cons
     return SD_OK;
 }
 
+void sd_disc_stop(sd_disc *d)
+{
+    if (!d || d->closing) return;
+    d->closing = true;
+    if (d->timer) evtimer_del(d->timer);
+    /* a lookup still waiting on a nameserver that never answers is cancelled while the loop runs: its
+     * callback is deferred to the loop, and evdns_base_free would leave it (and its reply, 1.5 KB a name)
+     * allocated for ever — as it does, in libevent 2.1, with a lookup it fails itself */
+    for (size_t i = 0; i < d->n; i++)
+        if (d->names[i].pending) evdns_getaddrinfo_cancel(d->names[i].pending); /* its callback clears it */
+}
+
 void sd_disc_free(sd_disc *d)
 {
     if (!d) return;
+    sd_disc_stop(d);
     if (d->timer) event_free(d->timer);
-    d->closing = true;
-    if (d->dns) evdns_base_free(d->dns, 1); /* pending lookups fail now (their callbacks run): nothing leaks */
+    if (d->dns) evdns_base_free(d->dns, 1);
     for (size_t i = 0; i < d->n; i++) {
         free(d->names[i].host);
         free(d->names[i].port);

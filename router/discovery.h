@@ -25,6 +25,11 @@ typedef struct sd_disc sd_disc;
 sd_status sd_disc_new(struct event_base *base, sd_lanes *lanes, const char *const *names, size_t n, double interval_s,
                       const char *dns_server, sd_disc **out, char *err, size_t errlen);
 
+/* Stops resolving, and cancels the lookups still waiting for an answer (their
+ * callbacks run later on the loop, which must run a little after: a drain's
+ * flush). The lanes stay as they are. NULL or a second call: no-op. */
+void sd_disc_stop(sd_disc *d);
+
 void sd_disc_free(sd_disc *d);
 
 #endif

@@ -11,6 +11,8 @@
  * event-loop thread. */
 #include "gen.h"
 
+#include "conncap.h"
+
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -110,8 +112,9 @@ struct sd_gen {
     int vocab;
     const sd_chat *chat;
     sd_metrics *metrics;
-    gen *live;          /* list of live generations */
-    gen *qhead, *qtail; /* waiting generations */
+    struct sd_conncap *const *conncap; /* sd_gen_env's */
+    gen *live;                         /* list of live generations */
+    gen *qhead, *qtail;                /* waiting generations */
     int nqueued;
     size_t n_jobs; /* requests admitted and not finished */
     uint64_t next_id;
@@ -1078,7 +1081,11 @@ void sd_gen_fail_all(sd_gen *s, int status, const char *msg)
     while (s->live) job_fail(s->live->j, NULL, status, "server_error", "shutdown", msg);
 }
 
-void sd_gen_drain(sd_gen *s) { s->draining = true; }
+void sd_gen_drain(sd_gen *s)
+{
+    s->draining = true;
+    sd_disc_stop(s->disc); /* while the loop runs: the cancelled lookups' callbacks free their replies */
+}
 
 size_t sd_gen_live(const sd_gen *s) { return s->n_jobs; }
 
@@ -1228,7 +1235,7 @@ static void job_admit(sd_gen *s, job *j)
     /* the connection's short timeout (reading a request, idling) must not cut a
      * generation: --request-timeout bounds it; back to short once answered */
     evhttp_connection_set_timeout(conn, s->o.request_timeout_s > 0 ? (int)s->o.request_timeout_s + 5 : 3600);
-    evhttp_request_set_on_complete_cb(j->http, on_answered, s);
+    sd_conncap_on_complete(s->conncap ? *s->conncap : NULL, j->http, on_answered, s);
     watch_client(j);
     for (unsigned i = 0; i < j->n_gens; i++) {
         gen *g = j->gens[i];
@@ -1286,6 +1293,7 @@ sd_status sd_gen_new(const sd_gen_opts *opts, const sd_gen_env *env, sd_gen **ou
     s->vocab = sd_tok_vocab_size(env->tok);
     s->chat = env->chat;
     s->metrics = env->metrics;
+    s->conncap = env->conncap;
     s->next_id = ((uint64_t)time(NULL) << 20) | 1;
     sd_lanes_opts lo = {s->o.health_interval_ms, s->o.max_missed, s->o.lane_capacity, env->curve};
     sd_lane_cbs cbs = {gen_on_event, gen_on_lane_state, s};

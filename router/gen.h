@@ -54,6 +54,7 @@ typedef struct sd_gen_env {
     const sd_tok *tok;
     const sd_chat *chat; /* how messages become a prompt */
     sd_metrics *metrics;
+    struct sd_conncap *const *conncap; /* the connections' admission (conncap.h; *conncap set later, may be NULL) */
 } sd_gen_env;
 
 typedef struct sd_gen sd_gen;

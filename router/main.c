@@ -51,9 +51,16 @@ static const sd_flag g_flags[] = {
     {"Network", "max-headers", 'R', "BYTES", "65536",
      "bytes of request line and headers; beyond them the connection is refused before more is read"},
     {"Network", "header-timeout", 'W', "S", "30",
-     "seconds to send a request's headers and body, and for a keep-alive connection to idle"},
+     "seconds a request may take to arrive, headers and body; past it a 408"},
     {"Network", "max-connections", 'N', "N", "1024",
-     "open HTTP connections; at the cap new ones wait in the kernel's backlog until one closes"},
+     "open HTTP connections; at the cap the oldest idle one is closed for each new one (new ones wait in the "
+     "kernel's backlog only while every one has a request in flight)"},
+    {"Network", "max-connections-per-client", 'O', "N", "256 (at most --max-connections)",
+     "open HTTP connections of one client address; beyond it its newest idle ones are closed"},
+    {"Network", "first-byte-timeout", 'F', "S", "10", "seconds a connection may stay open without sending a byte"},
+    {"Network", "keepalive-timeout", 'e', "S", "5", "seconds a keep-alive connection may idle after an answer"},
+    {"Network", "body-timeout", 'B', "S", "10",
+     "seconds a request may go without a byte arriving (headers or body) before it gets a 408"},
     {"Network", "drain-timeout", 'G', "S", "30",
      "on SIGTERM / SIGINT, seconds the requests in flight may take to finish (new ones get a 503)"},
     {"Security", "api-key", 'k', "KEY", NULL,
@@ -185,6 +192,10 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         case 'Y': o->curve_keys = optarg; break;
         case 'G': o->drain_timeout_s = (int)num_arg("--drain-timeout", optarg, 86400); break;
         case 'N': o->max_connections = (int)num_arg("--max-connections", optarg, 1 << 20); break;
+        case 'O': o->max_per_client = (int)num_arg("--max-connections-per-client", optarg, 1 << 20); break;
+        case 'F': o->first_byte_s = (double)num_arg("--first-byte-timeout", optarg, 86400); break;
+        case 'e': o->keepalive_s = (double)num_arg("--keepalive-timeout", optarg, 86400); break;
+        case 'B': o->body_s = (double)num_arg("--body-timeout", optarg, 86400); break;
         case 'P': o->resume_wait_s = (int)num_arg("--resume-wait", optarg, 86400); break;
         case 'q': o->max_queue = (int)num_arg("--max-queue", optarg, INT_MAX); break;
         case 'b': o->max_body = (size_t)num_arg("--max-body", optarg, (long long)1 << 40); break;

@@ -105,6 +105,14 @@ static void render_router(FILE *f, const sd_metrics *m)
     header(f, "specd_http_connection_cap_reached_total", "counter",
            "Times --max-connections connections were open and accepting paused.");
     fprintf(f, "specd_http_connection_cap_reached_total %llu\n", (unsigned long long)m->connection_cap_reached);
+    header(f, "specd_http_connections_closed_total", "counter",
+           "Connections the router closed: silent (nothing sent in --first-byte-timeout), keepalive (idle "
+           "--keepalive-timeout after an answer), per_client (over --max-connections-per-client), evicted (the "
+           "oldest idle one at --max-connections), timeout (a request that stalled: 408).");
+    static const char *const reason[5] = {"silent", "keepalive", "per_client", "evicted", "timeout"};
+    for (int r = 0; r < 5; r++)
+        fprintf(f, "specd_http_connections_closed_total{reason=\"%s\"} %llu\n", reason[r],
+                (unsigned long long)m->connections_closed[r]);
     header(f, "specd_auth_failures_total", "counter", "Requests refused for a missing or wrong API key.");
     fprintf(f, "specd_auth_failures_total %llu\n", (unsigned long long)m->auth_failures);
 }

@@ -63,6 +63,7 @@ typedef struct sd_metrics {
     uint64_t failovers;              /* requests resumed on another lane when theirs died */
     int connections;                 /* open HTTP connections (set before rendering) */
     uint64_t connection_cap_reached; /* times --max-connections paused accepting (likewise) */
+    uint64_t connections_closed[5];  /* connections closed by the router, by reason (conncap.h; likewise) */
     const char *model_name;          /* the model_name label of the vllm: series (NULL: "") */
     sd_hist ttft, tpot, itl, e2e, prompt_len, gen_len, queue, prefill, decode, inference;
     uint64_t finished_stop, finished_length;

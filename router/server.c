@@ -283,6 +283,7 @@ static void handle_metrics(sd_server *s, struct evhttp_request *req)
 {
     s->metrics.connections = sd_conncap_open(s->conncap);
     s->metrics.connection_cap_reached = sd_conncap_reached(s->conncap);
+    for (int r = 0; r < SD_CONNCAP_REASONS; r++) s->metrics.connections_closed[r] = sd_conncap_closed(s->conncap, r);
     char *text = sd_metrics_render(&s->metrics, sd_gen_lanes(s->gen));
     struct evbuffer *b = evbuffer_new();
     if (b && text) evbuffer_add(b, text, strlen(text));
@@ -304,6 +305,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     bool post = m == EVHTTP_REQ_POST, get = m == EVHTTP_REQ_GET;
     sd_api_err e;
+    sd_conncap_begin(s->conncap, req); /* in flight until answered: never closed as idle */
     bool tok = !strcmp(path, "/tokenize") || !strcmp(path, "/detokenize");
     bool model = !strncmp(path, "/v1/models/", 11) && path[11] && !strchr(path + 11, '/');
     bool keyed = !strncmp(path, "/v1/", 4) || tok || (s->o.metrics_auth && !strcmp(path, "/metrics"));
@@ -412,12 +414,18 @@ static sd_status open_http(sd_server *s, char *err, size_t errlen)
                                             EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_max_headers_size(s->http, (ev_ssize_t)s->o.max_headers);
     evhttp_set_gencb(s->http, on_request, s);
-    /* reading a request and idling on keep-alive get header_timeout_s; a
-     * generation's connection gets --request-timeout (gen.c) */
-    evhttp_set_timeout(s->http, s->o.header_timeout_s);
+    /* conncap.h times a request's arrival and idle connections; evhttp's own timeout is a backstop past
+     * them; a generation's connection gets --request-timeout (gen.c) */
+    evhttp_set_timeout(s->http, sd_server_idle_backstop_s(&s->o));
     s->bound = evhttp_bind_socket_with_handle(s->http, s->o.host, (ev_uint16_t)s->o.port);
     if (!s->bound) return sd_seterr(err, errlen, SD_ERR_IO, "cannot listen on %s:%d", s->o.host, s->o.port);
-    sd_status st = sd_conncap_new(s->base, s->http, &s->bound, s->o.max_connections, &s->conncap, err, errlen);
+    sd_conncap_opts co = {.max = s->o.max_connections,
+                          .per_client = s->o.max_per_client,
+                          .first_byte_s = s->o.first_byte_s,
+                          .keepalive_s = s->o.keepalive_s,
+                          .body_s = s->o.body_s,
+                          .request_s = s->o.header_timeout_s};
+    sd_status st = sd_conncap_new(s->base, s->http, &s->bound, &co, &s->conncap, err, errlen);
     if (st != SD_OK) return st;
     struct sockaddr_storage ss;
     ev_socklen_t sl = sizeof ss;
@@ -426,6 +434,15 @@ static sd_status open_http(sd_server *s, char *err, size_t errlen)
         s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     return SD_OK;
+}
+
+int sd_server_idle_backstop_s(const sd_server_opts *o)
+{
+    double t = o->header_timeout_s;
+    if (o->first_byte_s > t) t = o->first_byte_s;
+    if (o->keepalive_s > t) t = o->keepalive_s;
+    if (o->body_s > t) t = o->body_s;
+    return (int)t + 5;
 }
 
 static void apply_defaults(sd_server_opts *o)
@@ -439,6 +456,10 @@ static void apply_defaults(sd_server_opts *o)
     if (o->header_timeout_s <= 0) o->header_timeout_s = 30;
     if (o->drain_timeout_s < 0) o->drain_timeout_s = 30;
     if (o->max_connections <= 0) o->max_connections = 1024;
+    if (o->max_per_client <= 0) o->max_per_client = o->max_connections < 256 ? o->max_connections : 256;
+    if (o->first_byte_s <= 0) o->first_byte_s = 10;
+    if (o->keepalive_s <= 0) o->keepalive_s = 5;
+    if (o->body_s <= 0) o->body_s = 10;
     if (o->resume_wait_s < 0) o->resume_wait_s = 0;
 }
 
@@ -457,12 +478,26 @@ sd_status sd_server_new(const sd_server_opts *opts, sd_server **out, char *err, 
         st = sd_seterr(err, errlen, SD_ERR_NOMEM, "cannot create the event base / ZeroMQ context");
     if (st == SD_OK && s->o.curve_keys) st = sd_curve_load(s->zctx, s->o.curve_keys, false, &s->curve, err, errlen);
     if (st == SD_OK) {
-        sd_gen_opts go = {s->o.verifiers,        s->o.n_verifiers,        s->o.model_name,   s->o.aliases,
-                          s->o.n_aliases,        s->o.max_queue,          s->o.max_body,     s->o.request_timeout_s,
-                          s->o.lane_capacity,    s->o.health_interval_ms, s->o.max_missed,   s->o.default_max_tokens,
-                          s->o.header_timeout_s, s->o.resume_wait_s,      s->o.verifier_dns, s->o.n_verifier_dns,
-                          s->o.dns_interval_s,   s->o.dns_server,         s->o.tool_parser};
-        sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, &s->chat, &s->metrics};
+        sd_gen_opts go = {s->o.verifiers,
+                          s->o.n_verifiers,
+                          s->o.model_name,
+                          s->o.aliases,
+                          s->o.n_aliases,
+                          s->o.max_queue,
+                          s->o.max_body,
+                          s->o.request_timeout_s,
+                          s->o.lane_capacity,
+                          s->o.health_interval_ms,
+                          s->o.max_missed,
+                          s->o.default_max_tokens,
+                          sd_server_idle_backstop_s(&s->o),
+                          s->o.resume_wait_s,
+                          s->o.verifier_dns,
+                          s->o.n_verifier_dns,
+                          s->o.dns_interval_s,
+                          s->o.dns_server,
+                          s->o.tool_parser};
+        sd_gen_env ge = {s->base, s->zctx, s->curve, s->tok, &s->chat, &s->metrics, &s->conncap};
         st = sd_gen_new(&go, &ge, &s->gen, err, errlen);
     }
     if (st == SD_OK) st = open_http(s, err, errlen);

@@ -35,7 +35,11 @@ typedef struct sd_server_opts {
     bool metrics_auth;        /* /metrics needs the key too */
     size_t max_headers;       /* bytes of request line + headers; default 64 KiB */
     int header_timeout_s;     /* reading a request, and a keep-alive connection idle; default 30 */
-    int max_connections;      /* open HTTP connections; at the cap accepting pauses; default 1024 */
+    int max_connections;      /* open HTTP connections; at the cap the oldest idle one closes; default 1024 */
+    int max_per_client;       /* open connections of one client address; default 256 (at most max_connections) */
+    double first_byte_s;      /* a connection that sent nothing is closed after; default 10 */
+    double keepalive_s;       /* a connection idle after an answer is closed after; default 5 */
+    double body_s;            /* a request with no byte arriving for this long gets a 408; default 10 */
     int drain_timeout_s;      /* SIGTERM: how long requests in flight may take to finish; default 30 */
     int resume_wait_s;        /* a lane died, no other can take its requests: how long they wait for one
                                       * (a restarted verifier) to resume on; 0 = they fail at once (main: 30) */
@@ -50,6 +54,10 @@ typedef struct sd_server_opts {
 } sd_server_opts;
 
 typedef struct sd_server sd_server;
+
+/* evhttp's own timeout for reading and idling: past every timeout of
+ * conncap.h, a backstop for what it does not see (seconds). */
+int sd_server_idle_backstop_s(const sd_server_opts *o);
 
 /* Loads the tokenizer, opens the lanes and binds the HTTP socket.
  * SD_ERR_* with a message on failure. *out owned by the caller. */

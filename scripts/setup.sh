@@ -21,6 +21,7 @@ PKGS=(build-essential cmake pkg-config xz-utils
 if [ $tests -eq 1 ]; then
   PKGS+=(check python3 curl   # Check: the unit suites; python3 and curl: the end-to-end scripts
          clang-format         # tests/e2e/test_format.sh: the tree keeps the house style
+         valgrind             # tests/e2e/test_dns_exit_leak.sh: nothing leaks at exit
          gnuplot-nox          # specd-bench's plots (tests/e2e/test_bench_client.sh)
          python3-jinja2       # the reference renderer of tests/e2e/test_chat_templates.sh
          buildah debootstrap systemd-container)  # tests/e2e/test_image.sh and test_systemd_boot.sh
