@@ -156,7 +156,9 @@ def one_request(port, rng, refs, tally, kind):
             extra = []
             if kind == "sampled":
                 seed = rng.randrange(1, 1000)
-                body.update({"temperature": 0.8, "seed": seed, "top_p": 1, "top_k": 0, "ignore_eos": True})
+                # "match" verification reproduces plain sampling with the seed (rejection is exact in distribution)
+                body.update({"temperature": 0.8, "seed": seed, "top_p": 1, "top_k": 0, "ignore_eos": True,
+                             "speculative": {"verify": "match"}})
                 extra = ["--temperature", "0.8", "--seed", str(seed), "--ignore-eos"]
             else:
                 body.update(greedy)
