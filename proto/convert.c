@@ -54,6 +54,13 @@ void sd_pb_sampling_set(const sd_sampling *s, Specd__SamplingParams *out)
     out->json_compact = s->json_compact;
 }
 
+double sd_pipe_stats_hidden(const sd_pipe_stats *ps)
+{
+    if (!ps->draft_us) return 0.0;
+    double h = 1.0 - (double)ps->wait_us / (double)ps->draft_us;
+    return h < 0.0 ? 0.0 : h > 1.0 ? 1.0 : h;
+}
+
 void sd_pipe_stats_add(sd_pipe_stats *a, const sd_pipe_stats *b, int sign)
 {
     for (int i = 0; i < SD_PIPE_STATS_N; i++) a->v[i] += sign > 0 ? b->v[i] : -b->v[i];

@@ -31,6 +31,12 @@ typedef union sd_pipe_stats {
     uint64_t v[SD_PIPE_STATS_N];
 } sd_pipe_stats;
 
+/* draft_time_hidden: of the drafter's time behind the spans used, the
+ * fraction the verifier did not spend waiting for drafts, 1 - wait / draft
+ * clamped to [0, 1] (0 without drafter time): 1 when drafting is wholly
+ * hidden behind verification, 0 when the verifier waited as long as the
+ * drafter worked (serial speculation). */
+double sd_pipe_stats_hidden(const sd_pipe_stats *ps);
 /* a += sign * b, counter by counter (sign 1 or -1). */
 void sd_pipe_stats_add(sd_pipe_stats *a, const sd_pipe_stats *b, int sign);
 /* The proto form of ps (no allocation). */

@@ -32,6 +32,7 @@
 #include "log.h"
 #include "logprobs.h"
 #include "prompt.h"
+#include "provenance.h"
 #include "reply.h"
 #include "responses.h"
 #include "stop_match.h"
@@ -64,6 +65,7 @@ typedef struct gen {
     json_t *tool_calls;    /* ... and parsed into these at the end (NULL: none) */
     struct evbuffer *text; /* non-stream: all output; stream: this event's output */
     sd_lp *lp;             /* logprobs: the entries not yet sent (non-stream: all) */
+    sd_prov prov;          /* speculative.provenance: likewise, each token's source (provenance.h) */
     double cum_logprob;    /* best_of: the output tokens' summed log-probabilities */
     bool prompt_lp_done;   /* echo + logprobs: the prompt's entries are in lp */
     struct event *park;    /* --resume-wait: how long a generation whose lane died waits for another */
@@ -187,6 +189,7 @@ static void gen_free(gen *g)
     json_decref(g->tool_calls);
     if (g->text) evbuffer_free(g->text);
     sd_lp_free(g->lp);
+    sd_prov_clear(&g->prov);
     free(g);
 }
 
@@ -303,6 +306,7 @@ static sd_api_result job_result(const job *j, const char *finish, sd_api_spec *s
                        NULL,
                        0,
                        j->gens[0]->cached_tokens,
+                       NULL,
                        NULL};
     return r;
 }
@@ -318,9 +322,18 @@ static sd_api_result gen_result(const gen *g, const char *finish, sd_api_spec *s
     spec->drafting = g->has_drafting ? &g->drafting : NULL;
     spec->adapt = g->has_adapt ? &g->adapt : NULL;
     const job *j = g->j;
-    sd_api_result r = {
-        j->cid, job_model(j), (long long)j->created, finish, (unsigned)j->n_prompt, g->completion_tokens, spec,
-        NULL,   g->index,     g->cached_tokens,      NULL};
+    sd_api_result r = {j->cid,
+                       job_model(j),
+                       (long long)j->created,
+                       finish,
+                       (unsigned)j->n_prompt,
+                       g->completion_tokens,
+                       spec,
+                       NULL,
+                       g->index,
+                       g->cached_tokens,
+                       NULL,
+                       NULL};
     return r;
 }
 
@@ -443,14 +456,21 @@ static char *final_body(job *j)
         rank_choices(j, order);
         for (unsigned i = 0; i < j->p.n; i++) {
             gen *g = order[i];
-            ch[i] = (sd_api_choice){(const char *)evbuffer_pullup(g->text, -1), evbuffer_get_length(g->text), g->finish,
-                                    g->lp ? sd_lp_take(g->lp) : NULL, g->tool_calls};
+            ch[i] = (sd_api_choice){(const char *)evbuffer_pullup(g->text, -1),
+                                    evbuffer_get_length(g->text),
+                                    g->finish,
+                                    g->lp ? sd_lp_take(g->lp) : NULL,
+                                    g->tool_calls,
+                                    g->prov.tokens ? sd_prov_take(&g->prov) : NULL};
         }
         sd_api_spec spec;
         job_stats t;
         sd_api_result r = job_result(j, NULL, &spec, &t);
         body = sd_api_response_json(j->p.kind, &r, ch, j->p.n);
-        for (unsigned i = 0; i < j->p.n; i++) json_decref(ch[i].logprobs);
+        for (unsigned i = 0; i < j->p.n; i++) {
+            json_decref(ch[i].logprobs);
+            json_decref(ch[i].provenance);
+        }
     }
     free(order);
     free(ch);
@@ -893,8 +913,9 @@ static void flush_chunk(gen *g)
 {
     size_t n = evbuffer_get_length(g->text);
     bool lp = g->lp && sd_lp_pending(g->lp) > 0;
+    bool prov = g->prov.tokens && sd_prov_pending(&g->prov);
     job *j = g->j;
-    if (!j->stream_started || (n == 0 && !lp)) return;
+    if (!j->stream_started || (n == 0 && !lp && !prov)) return;
     if (j->p.responses) {
         const char *t = (const char *)evbuffer_pullup(g->text, -1);
         send_sse(j, sd_resp_event("response.output_text.delta",
@@ -908,9 +929,11 @@ static void flush_chunk(gen *g)
     sd_api_spec spec;
     sd_api_result r = gen_result(g, NULL, &spec);
     r.logprobs = lp ? sd_lp_take(g->lp) : NULL;
+    r.provenance = prov ? sd_prov_take(&g->prov) : NULL;
     send_sse(j,
              sd_api_chunk_sse(j->p.kind, &r, (const char *)evbuffer_pullup(g->text, -1), n, false, j->p.include_usage));
     json_decref(r.logprobs);
+    json_decref(r.provenance);
     evbuffer_drain(g->text, n);
 }
 
@@ -958,10 +981,11 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
         if (!g->j->t_first) g->j->t_first = now;
         if (g->t_last) sd_metrics_observe_itl(g->j->svc->metrics, now - g->t_last);
         g->t_last = now;
+        if (g->prov.tokens) sd_prov_step(&g->prov, ev->step);
     }
     for (size_t i = 0; i < ev->n_tokens && !hit; i++) {
-        const char *t;
-        size_t n;
+        const char *t = NULL;
+        size_t n = 0;
         g->completion_tokens++;
         if (g->n_out == g->cap_out) {
             size_t cap = g->cap_out ? 2 * g->cap_out : 64;
@@ -976,7 +1000,9 @@ static void on_tokens(gen *g, const Specd__TokenEvent *ev)
             g->cum_logprob += ev->logprobs[i]->logprob;
             if (g->lp) sd_lp_add(g->lp, ev->tokens[i], ev->logprobs[i]);
         }
-        if (sd_tok_stream_push(g->dec, ev->tokens[i], &t, &n) == SD_OK && n) hit = gen_text(g, t, n);
+        if (sd_tok_stream_push(g->dec, ev->tokens[i], &t, &n) != SD_OK) n = 0;
+        if (g->prov.tokens) sd_prov_token(&g->prov, ev->tokens[i], t, n);
+        if (n) hit = gen_text(g, t, n);
     }
     if (hit) {
         send_cancel(g);
@@ -1165,7 +1191,8 @@ static gen *gen_new(sd_gen *s, job *j, unsigned i)
     if (j->p.tools_forced) sd_tool_split_force(&g->split, j->p.tool_name);
     else g->split.fmt = (uint8_t)s->o.tool_parser;
     bool lp_ok = !j->p.logprobs || sd_lp_new(s->tok, j->p.kind, j->p.top_logprobs, &g->lp, NULL, 0) == SD_OK;
-    if (!g->text || !ok || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok) {
+    bool prov_ok = !j->p.provenance || sd_prov_init(&g->prov) == SD_OK;
+    if (!g->text || !ok || (s->o.resume_wait_s > 0 && !g->park) || !lp_ok || !prov_ok) {
         gen_free(g);
         return NULL;
     }

@@ -302,6 +302,9 @@ static sd_status parse_spec(json_t *o, sd_api_req *r, sd_api_err *e)
         return st;
     }
     if (given) r->num_draft = (unsigned)k;
+    json_t *pv = field(s, "provenance");
+    if (pv && !json_is_boolean(pv)) return BADF("speculative.provenance", "'speculative.provenance' must be a boolean");
+    r->provenance = json_is_true(pv);
     json_t *v = field(s, "verify");
     if (!v) return SD_OK;
     for (int i = 0; json_is_string(v) && i < 4; i++)
@@ -813,7 +816,7 @@ json_t *sd_api_spec_json(const sd_api_spec *s)
     const sd_pipe_stats *d = s->drafting;
     if (o && d) {
         double hit = d->spec_steps ? (double)d->spans_ready / (double)d->spec_steps : 0.0;
-        double hidden = d->draft_us ? 1.0 - ((double)d->step_us - (double)d->verify_us) / (double)d->draft_us : 0.0;
+        double hidden = sd_pipe_stats_hidden(d);
         json_object_set_new(o, "drafting",
                             json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "spans_used",
                                       (json_int_t)d->spans_used, "spans_stale", (json_int_t)d->spans_stale,
@@ -873,6 +876,7 @@ char *sd_api_response_json(sd_api_kind kind, const sd_api_result *res, const sd_
         } else {
             json_object_set_new(choice, "text", t);
         }
+        if (ch[i].provenance) json_object_set(choice, "provenance", ch[i].provenance);
         json_array_append_new(choices, choice);
     }
     json_object_set_new(o, "choices", choices);
@@ -926,6 +930,7 @@ char *sd_api_chunk_sse(sd_api_kind kind, const sd_api_result *res, const char *t
     } else {
         json_object_set_new(choice, "text", text_json(text, len));
     }
+    if (res->provenance) json_object_set(choice, "provenance", res->provenance);
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     if (res->finish) json_object_set_new(o, "speculative", sd_api_spec_json(res->spec));
     if (with_usage_null) json_object_set_new(o, "usage", json_null());

@@ -83,6 +83,7 @@ typedef struct sd_api_req {
     bool spec_enabled;    /* speculative.enabled (default true) */
     unsigned num_draft;   /* speculative.num_draft (0 = server default) */
     sd_api_verify verify; /* speculative.verify */
+    bool provenance;      /* speculative.provenance: each token's source and step (gen.c) */
 } sd_api_req;
 
 /* Fills e and returns SD_ERR_ARG (so callers can `return sd_api_fail(...)`).
@@ -137,6 +138,7 @@ typedef struct sd_api_result {
     unsigned index;            /* a chunk's choice index */
     unsigned cached_tokens;    /* usage.prompt_tokens_details.cached_tokens: prompt tokens from the prefix cache */
     struct json_t *tool_calls; /* a chat chunk's delta.tool_calls (borrowed; tool_calls.h; NULL: none) */
+    struct json_t *provenance; /* a chunk's choice's "provenance" (borrowed; NULL: none) */
 } sd_api_result;
 
 /* One choice of a non-streamed response. */
@@ -146,6 +148,7 @@ typedef struct sd_api_choice {
     const char *finish;        /* "stop" | "length" | "tool_calls" */
     struct json_t *logprobs;   /* borrowed; NULL: null */
     struct json_t *tool_calls; /* chat: message.tool_calls (borrowed; NULL: none), content null when empty */
+    struct json_t *provenance; /* "provenance" (borrowed; NULL: none) */
 } sd_api_choice;
 
 /* Non-streaming response body: text_completion or chat.completion with
@@ -168,7 +171,7 @@ char *sd_api_usage_sse(sd_api_kind kind, const sd_api_result *res);
  * mean_accepted_per_step, acceptance_rate, accepted_per_position and, when
  * reported, "drafting": spans_used, spans_stale, pre_draft_hit_rate
  * (spans_ready / spec_steps), wait_ms, draft_ms, step_ms, verify_ms and
- * draft_time_hidden (1 - (step - verify) / draft), and "draft_length":
+ * draft_time_hidden (sd_pipe_stats_hidden), and "draft_length":
  * mean (drafts chosen per decode step), steps_without_drafts and
  * acceptance_estimate (per position). New ref. */
 struct json_t *sd_api_spec_json(const sd_api_spec *s);

@@ -68,6 +68,8 @@ static const sd_flag g_flags[] = {
      "SPECD_API_KEY)"},
     {"Security", "api-key-file", 'K', "FILE", "SPECD_API_KEY from the environment", "the API key: FILE's first line"},
     {"Security", "metrics-auth", 'A', NULL, NULL, "/metrics needs the API key too"},
+    {"Security", "no-playground", 'g', NULL, NULL,
+     "do not serve the browser playground at / and /playground (the API alone)"},
     {"Security", "curve-keys", 'Y', "DIR", NULL,
      "CURVE authentication and encryption of the lane sockets, with the keys of specd keygen DIR"},
     {"Other", "log-level", 'l', "debug|info|warn|error", "info", "the least severe messages logged"},
@@ -187,6 +189,7 @@ static int parse_args(int argc, char **argv, sd_server_opts *o, cli *c)
         case 'k': c->key_arg = optarg; break;
         case 'K': c->key_file = optarg; break;
         case 'A': o->metrics_auth = true; break;
+        case 'g': o->no_playground = true; break;
         case 'R': o->max_headers = (size_t)num_arg("--max-headers", optarg, (long long)1 << 30); break;
         case 'W': o->header_timeout_s = (int)num_arg("--header-timeout", optarg, 86400); break;
         case 'Y': o->curve_keys = optarg; break;

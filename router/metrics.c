@@ -166,7 +166,8 @@ static void render_pipe(FILE *f, const sd_lanes *l)
         "Steps that verified the verifier's n-gram lookup drafts instead of the drafter's (no span in time, or "
         "chosen first; --spec-fallback).",
         "Drafts of those steps accepted."};
-    uint64_t sum[SD_PIPE_STATS_N] = {0};
+    sd_pipe_stats all = {.v = {0}};
+    uint64_t *sum = all.v;
     for (size_t i = 0; i < sd_lanes_count(l); i++)
         for (int k = 0; k < SD_PIPE_STATS_N; k++) sum[k] += sd_lanes_info(l, (int)i)->pipe.v[k];
     for (int k = 0; k < SD_PIPE_STATS_N; k++) {
@@ -178,9 +179,8 @@ static void render_pipe(FILE *f, const sd_lanes *l)
     }
     header(f, "specd_spec_pre_draft_hit_rate", "gauge", "spans_ready / decode_steps since start.");
     fprintf(f, "specd_spec_pre_draft_hit_rate %.6f\n", sum[3] ? (double)sum[2] / (double)sum[3] : 0.0);
-    header(f, "specd_spec_draft_time_hidden", "gauge", "1 - (step - verify) / draft since start.");
-    fprintf(f, "specd_spec_draft_time_hidden %.6f\n",
-            sum[5] ? 1.0 - ((double)sum[6] - (double)sum[7]) / (double)sum[5] : 0.0);
+    header(f, "specd_spec_draft_time_hidden", "gauge", "1 - wait / draft since start, clamped to [0, 1].");
+    fprintf(f, "specd_spec_draft_time_hidden %.6f\n", sd_pipe_stats_hidden(&all));
 }
 
 /* Adaptive speculation: the draft lengths chosen (summed over lanes), the

@@ -241,6 +241,11 @@ sd_status sd_api_parse_responses(const char *body, size_t len, sd_api_req *r, sd
     if (!text) return sd_api_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     st = sd_api_parse(SD_API_CHAT, text, strlen(text), r, e);
     free(text);
+    if (st == SD_OK && r->provenance) {
+        sd_api_req_clear(r);
+        return sd_api_fail(e, 400, "invalid_request_error", "speculative.provenance", "unsupported",
+                           "'speculative.provenance' is available on /v1/chat/completions and /v1/completions");
+    }
     if (st == SD_OK) r->responses = true;
     return st;
 }

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "conncap.h"
 #include "metrics.h"
+#include "playground.h"
 #include "prompt.h"
 #include "reply.h"
 #include "server.h"
@@ -320,9 +321,12 @@ static void on_request(struct evhttp_request *req, void *arg)
     else if (!strcmp(path, "/version") && get) handle_version(s, req);
     else if (!strcmp(path, "/health") && get) handle_health(s, req);
     else if (!strcmp(path, "/metrics") && get) handle_metrics(s, req);
+    else if (sd_playground_path(path) && (get || m == EVHTTP_REQ_HEAD) && !s->o.no_playground)
+        sd_playground_serve(req, path, &s->metrics);
     else if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions") ||
              !strcmp(path, "/v1/responses") || tok || model || !strcmp(path, "/v1/models") ||
-             !strcmp(path, "/version") || !strcmp(path, "/health") || !strcmp(path, "/metrics")) {
+             !strcmp(path, "/version") || !strcmp(path, "/health") || !strcmp(path, "/metrics") ||
+             (sd_playground_path(path) && !s->o.no_playground)) {
         sd_api_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "Method not allowed on %s", path);
         sd_reply_error(req, &e, &s->metrics);
     } else {

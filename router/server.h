@@ -33,6 +33,7 @@ typedef struct sd_server_opts {
     size_t n_aliases;
     const char *api_key;      /* NULL: no auth */
     bool metrics_auth;        /* /metrics needs the key too */
+    bool no_playground;       /* / and /playground are not served (playground.h) */
     size_t max_headers;       /* bytes of request line + headers; default 64 KiB */
     int header_timeout_s;     /* reading a request, and a keep-alive connection idle; default 30 */
     int max_connections;      /* open HTTP connections; at the cap the oldest idle one closes; default 1024 */

@@ -27,6 +27,8 @@ if [ $tests -eq 1 ]; then
          buildah debootstrap systemd-container)  # tests/e2e/test_image.sh and test_systemd_boot.sh
   # Node.js + npm: the tests that drive the official `openai` npm client and the AI SDK.
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
+  # headless Chromium (and a font for its screenshots): tests/e2e/test_playground_browser.sh.
+  PKGS+=(chromium fonts-dejavu-core)
   # promtool + Prometheus: tests/e2e/test_prometheus.sh.
   command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || PKGS+=(prometheus)
   # systemd-analyze: tests/e2e/test_deploy_units.sh.

@@ -54,7 +54,7 @@ static void attach_logprobs(const sd_req *r, int n, Specd__TokenEvent *ev, void 
  * log-probabilities go with the tokens. */
 static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, const int32_t *tokens, int n,
                         sd_finish fin, int n_prompt, int n_output, const sd_spec_stats *st, int n_at,
-                        const sd_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *r)
+                        const sd_pipe_stats *ps, Specd__AdaptStats *as, const sd_req *r, Specd__StepInfo *step)
 {
     void *blocks[2];
     static const sd_spec_stats zero;
@@ -75,6 +75,7 @@ static void send_tokens(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, co
     ev.prompt_tokens = (uint32_t)n_prompt;
     ev.completion_tokens = (uint32_t)n_output;
     ev.stats = &ss;
+    if (n > 0) ev.step = step;
     if (r) ev.cached_tokens = (uint32_t)(r->shared < r->n_prompt ? r->shared : r->n_prompt);
     attach_logprobs(r, n, &ev, blocks);
     env.body_case = SPECD__ENVELOPE__BODY_TOKEN_EVENT;
@@ -94,8 +95,12 @@ void sd_vfs_send_req_event(sd_vf_server *s, const vf_req *vr, bool with_new)
     Specd__AdaptStats as;
     float acc[SD_MAX_DRAFT];
     sd_vf_adapt_stats_to_proto(&vr->aq, acc, &as);
+    Specd__StepInfo step = SPECD__STEP_INFO__INIT;
+    step.drafted = (uint32_t)(vr->step_drafted > 0 ? vr->step_drafted : 0);
+    step.accepted = (uint32_t)(vr->step_accepted > 0 ? vr->step_accepted : 0);
+    step.source = (Specd__DraftSource)vr->step_source;
     send_tokens(s, &vr->peer, vr->rid, r->tokens + r->n_tokens - n, n, r->finish, r->n_prompt, sd_req_n_output(r),
-                &r->stats, n_at, r->p.speculate ? &ps : NULL, r->p.speculate ? &as : NULL, r);
+                &r->stats, n_at, r->p.speculate ? &ps : NULL, r->p.speculate ? &as : NULL, r, &step);
 }
 
 /* A request that never got an engine request: ErrorEvent + final event. */
@@ -104,7 +109,7 @@ void sd_vfs_reject(sd_vf_server *s, const sd_msg_id *peer, uint64_t rid, int n_p
 {
     SD_INFO("request %llu rejected: %s: %s", (unsigned long long)rid, code, msg);
     sd_vfs_send_error(s, peer, rid, code, msg);
-    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL, NULL, NULL);
+    send_tokens(s, peer, rid, NULL, 0, SD_FINISH_ERROR, n_prompt, 0, NULL, 0, NULL, NULL, NULL, NULL);
 }
 
 static bool same_peer(const sd_msg_id *a, const sd_msg_id *b)

@@ -41,6 +41,9 @@ typedef struct vf_req {
     sd_spec_stats seen;      /* part of slot.r->stats already in the totals */
     sd_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
     sd_vf_areq aq;           /* adaptive speculation: its acceptance, the drafts chosen */
+    int step_drafted;        /* the last step: the drafts it verified, */
+    int step_accepted;       /* ... those it accepted */
+    int step_source;         /* ... and where they came from (Specd__DraftSource) */
 } vf_req;
 
 struct sd_vf_server {

@@ -66,6 +66,20 @@ static void note_step(sd_vf_server *s, double wall_ms, double cycle_ms, bool pip
                      s->draft_ms, s->ready, n, pipelined);
 }
 
+/* What request i's last step verified, for its token event (StepInfo):
+ * the lookup's drafts (--ngram, the fallback, the lookup asked first) or
+ * the drafter's. */
+static void note_source(sd_vf_server *s, int i)
+{
+    vf_req *vr = s->active[i];
+    vr->step_drafted = s->offered[i];
+    vr->step_accepted = s->accepted[i];
+    bool lookup = s->cfg->ngram || (s->budgets[i] > 0 && s->fb_avail[i] > 0 && s->fb_k[i] > 0);
+    vr->step_source = s->offered[i] <= 0 ? SPECD__DRAFT_SOURCE__DRAFT_NONE
+                      : lookup           ? SPECD__DRAFT_SOURCE__DRAFT_NGRAM
+                                         : SPECD__DRAFT_SOURCE__DRAFT_DRAFTER;
+}
+
 /* Runs the engine step with the slots' proposals, then the bookkeeping of
  * the requests that took drafts (wait_ms: spent waiting for them) and the
  * token events. */
@@ -89,6 +103,7 @@ static void run_step(sd_vf_server *s, double wait_ms, bool pipelined)
     note_step(s, t1 - s->step_begin_ms, s->last_step_end_ms > 0 ? t1 - s->last_step_end_ms : 0, pipelined);
     for (int i = 0; i < n; i++) {
         sd_vf_slot *sl = s->slots[i];
+        note_source(s, i);
         if (s->budgets[i] <= 0) continue; /* no drafts wanted this step */
         sd_pipe_stats *ps = &sl->ps;
         ps->spec_steps++;

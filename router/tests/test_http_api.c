@@ -454,8 +454,9 @@ START_TEST(choices_fields)
     ck_assert(r.n == 4 && r.best_of == 4);
     sd_api_req_clear(&r);
     /* a response with several choices: index i, each its text and finish reason */
-    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0, 0, NULL};
-    sd_api_choice ch[3] = {{"a", 1, "stop", NULL, NULL}, {"bb", 2, "length", NULL, NULL}, {"", 0, "stop", NULL, NULL}};
+    sd_api_result res = {"cmpl-2", "tiny", 1, NULL, 3, 9, NULL, NULL, 0, 0, NULL, NULL};
+    sd_api_choice ch[3] = {
+        {"a", 1, "stop", NULL, NULL, NULL}, {"bb", 2, "length", NULL, NULL, NULL}, {"", 0, "stop", NULL, NULL, NULL}};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, ch, 3));
     json_t *cs = json_object_get(o, "choices");
     ck_assert_int_eq(json_array_size(cs), 3);
@@ -561,8 +562,8 @@ START_TEST(tool_fields)
     json_t *calls = json_loads("[{\"id\": \"call_1-0\", \"type\": \"function\", \"function\": {\"name\": \"get\", "
                                "\"arguments\": \"{}\"}}]",
                                0, NULL);
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 4, NULL, NULL, 0, 0, NULL};
-    sd_api_choice ch = {"", 0, "tool_calls", NULL, calls};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 4, NULL, NULL, 0, 0, NULL, NULL};
+    sd_api_choice ch = {"", 0, "tool_calls", NULL, calls, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     json_t *c0 = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c0, "message");
     ck_assert_str_eq(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
@@ -587,8 +588,8 @@ END_TEST
 
 START_TEST(completion_response_shape)
 {
-    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0, 2, NULL};
-    sd_api_choice ch = {"a\"b", 3, "length", NULL, NULL};
+    sd_api_result res = {"cmpl-1", "tiny", 1700000000, NULL, 3, 4, &SPEC, NULL, 0, 2, NULL, NULL};
+    sd_api_choice ch = {"a\"b", 3, "length", NULL, NULL, NULL};
     json_t *o = load(sd_api_response_json(SD_API_COMPLETION, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     ck_assert_str_eq(json_string_value(json_object_get(o, "id")), "cmpl-1");
@@ -611,7 +612,7 @@ START_TEST(completion_response_shape)
     ck_assert_int_eq(json_integer_value(json_object_get(d, "spans_stale")), 3);
     ck_assert_float_eq_tol(json_real_value(json_object_get(d, "pre_draft_hit_rate")), 0.8, 1e-9);
     ck_assert_float_eq_tol(json_real_value(json_object_get(d, "wait_ms")), 0.5, 1e-9);
-    ck_assert_float_eq_tol(json_real_value(json_object_get(d, "draft_time_hidden")), 0.25, 1e-9);
+    ck_assert_float_eq_tol(json_real_value(json_object_get(d, "draft_time_hidden")), 0.875, 1e-9);
     ck_assert_int_eq(json_integer_value(json_object_get(d, "fallback_used")), 1);
     ck_assert_int_eq(json_integer_value(json_object_get(d, "fallback_accepted")), 2);
     json_t *dl = json_object_get(sp, "draft_length");
@@ -646,8 +647,8 @@ START_TEST(logprobs_fields)
     sd_api_req_clear(&r);
     /* the choice carries the object it is given, else null */
     json_t *lp = json_pack("{s:[]}", "content");
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL};
-    sd_api_choice ch = {"hi", 2, "stop", lp, NULL};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL, NULL};
+    sd_api_choice ch = {"hi", 2, "stop", lp, NULL, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert(json_is_array(
         json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs"), "content")));
@@ -662,8 +663,8 @@ END_TEST
 
 START_TEST(chat_response_shape)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL};
-    sd_api_choice ch = {"hi", 2, "stop", NULL, NULL};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, "stop", 3, 4, NULL, NULL, 0, 0, NULL, NULL};
+    sd_api_choice ch = {"hi", 2, "stop", NULL, NULL, NULL};
     json_t *o = load(sd_api_response_json(SD_API_CHAT, &res, &ch, 1));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *m = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
@@ -678,7 +679,7 @@ END_TEST
 
 START_TEST(sse_chunk_shapes)
 {
-    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0, 0, NULL};
+    sd_api_result res = {"chatcmpl-1", "tiny", 1, NULL, 3, 0, &SPEC, NULL, 0, 0, NULL, NULL};
     json_t *o = load_sse(sd_api_chunk_sse(SD_API_CHAT, &res, "", 0, true, true));
     ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);

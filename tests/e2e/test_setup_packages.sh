@@ -17,7 +17,7 @@ printf '#!/bin/sh\necho "$*" >> "%s/cmake.log"\n' "$tmp" > "$tmp/bin/cmake"
 printf '#!/bin/sh\nexec "$@"\n' > "$tmp/bin/sudo"
 chmod +x "$tmp/bin/"*
 
-TEST_ONLY="check python3-jinja2 gnuplot-nox buildah debootstrap systemd-container nodejs npm prometheus systemd"
+TEST_ONLY="check python3-jinja2 gnuplot-nox buildah debootstrap systemd-container nodejs npm prometheus systemd chromium"
 run_setup() { # $1: log suffix, $2...: setup.sh arguments
     local tag=$1; shift
     rm -f "$tmp/apt.log" "$tmp/cmake.log"
@@ -43,7 +43,7 @@ fi
 
 run_setup tests --tests
 missing=""
-for p in check python3-jinja2 gnuplot-nox buildah debootstrap systemd-container libzmq3-dev; do
+for p in check python3-jinja2 gnuplot-nox buildah debootstrap systemd-container chromium libzmq3-dev; do
     grep -qw -- "$p" <<<"$install" || missing="$missing $p"
 done
 if [ -z "$missing" ]; then

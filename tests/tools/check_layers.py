@@ -10,7 +10,9 @@ on the built objects.
      side: neither includes the other)  <-  common/constrain  <-
      common/sample  <-  common/spec  <-  proto  <-  the programs (router,
      verifier, drafter, tools, bench, bench/client, router/supervisor);
-     router/jinja is a library on common/base that only the router uses.
+     router/jinja is a library on common/base that only the router uses;
+     router/playground (the embedded page's table) includes nothing and
+     only the router uses it.
    A program includes no other program's headers; kernels/cpu/*.h and
    kernels/cuda/*.h(.cuh) private headers stay in their folder. Tests are on
    top and exempt.
@@ -35,11 +37,12 @@ ROOMS = {
     "common/spec": ["kernels"] + _COMMON[:5],
     "proto": ["kernels"] + _COMMON,
     "router/jinja": ["kernels", "common/base"],
+    "router/playground": [],
 }
 PROGRAM_BASE = ["kernels"] + _COMMON + ["proto"]
 PROGRAMS = ["router", "router/supervisor", "verifier", "drafter", "tools", "bench", "bench/client"]
 for _p in PROGRAMS:
-    ROOMS[_p] = PROGRAM_BASE + (["router/jinja"] if _p == "router" else [])
+    ROOMS[_p] = PROGRAM_BASE + (["router/jinja", "router/playground"] if _p == "router" else [])
 PRIVATE = {"kernels/cpu": "kernels/cpu", "kernels/cuda/cuda_kernels.h": "kernels/cuda",
            "kernels/cuda/cuda_common.cuh": "kernels/cuda"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

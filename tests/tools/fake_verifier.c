@@ -154,8 +154,16 @@ static void step(void *sock, freq *r)
     ss.accepted_tokens = r->spec ? r->emitted - r->steps : 0;
     ss.accepted_at = at;
     ss.n_accepted_at = r->spec ? 1 : 0;
+    Specd__StepInfo si = SPECD__STEP_INFO__INIT; /* speculating: 4 drafted (alternately the drafter's and
+                                                   * the lookup's), n - 1 accepted */
+    si.drafted = r->spec ? 4 : 0;
+    si.accepted = r->spec ? (uint32_t)n - 1 : 0;
+    si.source = !r->spec       ? SPECD__DRAFT_SOURCE__DRAFT_NONE
+                : r->steps % 2 ? SPECD__DRAFT_SOURCE__DRAFT_DRAFTER
+                               : SPECD__DRAFT_SOURCE__DRAFT_NGRAM;
     Specd__TokenEvent ev = SPECD__TOKEN_EVENT__INIT;
     Specd__Envelope env = SPECD__ENVELOPE__INIT;
+    ev.step = &si;
     ev.request_id = r->id;
     ev.tokens = toks;
     ev.n_tokens = n;
