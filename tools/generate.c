@@ -23,6 +23,7 @@
 #include "ngram.h"
 #include "opt.h"
 #include "regex_mask.h"
+#include "spec_run.h"
 #include "sampler.h"
 #include "strbuf.h"
 #include "tokenizer.h"
@@ -38,9 +39,10 @@ typedef struct gen_opts {
     const char *draft_dir;
     const char *device;
     bool ngram;
-    int num_draft;
-    int draft_quant; /* SD_DRAFT_QUANT_* */
-    bool quant_int8; /* --quant int8: the target's weights int8 (sd_model_quantize_q8) */
+    int num_draft;      /* -1: auto (the adaptive choice, spec_run.h) */
+    int spec_max_draft; /* auto: the most drafts considered */
+    int draft_quant;    /* SD_DRAFT_QUANT_* */
+    bool quant_int8;    /* --quant int8: the target's weights int8 (sd_model_quantize_q8) */
     float draft_p_min;
     int verify; /* sd_verify_mode or SD_VERIFY_AUTO */
     bool ignore_eos;
@@ -103,7 +105,10 @@ static const sd_flag g_flags[] = {
     {"Structured output", "choice", 'C', "TEXT", NULL, "output that is one of the choices (repeatable)"},
     {"Speculation", "draft", 'D', "DIR", NULL, "speculative decoding with this draft model (the same tokenizer)"},
     {"Speculation", "ngram", 'G', NULL, NULL, "speculative decoding with n-gram lookup drafts"},
-    {"Speculation", "num-draft", 'K', "K", "6", "drafts per step (0..16)"},
+    {"Speculation", "num-draft", 'K', "auto|K", "auto",
+     "drafts per step: auto, the server's adaptive choice each step (0 .. --spec-max-draft, none where drafting "
+     "costs more than it makes), or a static K (0..16)"},
+    {"Speculation", "spec-max-draft", 'L', "N", "12", "the most drafts the adaptive choice considers (1..16)"},
     {"Speculation", "verify", 'V', "greedy|match|rejection", "greedy at T = 0, rejection with q, else match",
      "the accept rule (each keeps the target's output exact)"},
     {"Speculation", "draft-quant", 'Q', "auto|int8|none", "auto", "the draft model's weights"},
@@ -167,7 +172,11 @@ static int spec_opt(gen_opts *o, int c, sd_status *st, char *err, size_t errlen)
     case 'D': o->draft_dir = optarg; break;
     case 'X': o->device = optarg; break;
     case 'G': o->ngram = true; break;
-    case 'K': *st = sd_opt_int(optarg, "--num-draft", 0, SD_MAX_DRAFT, &o->num_draft, err, errlen); break;
+    case 'K':
+        if (strcmp(optarg, "auto") == 0) o->num_draft = -1;
+        else *st = sd_opt_int(optarg, "--num-draft", 0, SD_MAX_DRAFT, &o->num_draft, err, errlen);
+        break;
+    case 'L': *st = sd_opt_int(optarg, "--spec-max-draft", 1, SD_MAX_DRAFT, &o->spec_max_draft, err, errlen); break;
     case 'Q':
         if ((o->draft_quant = sd_draft_quant_parse(optarg)) < 0) {
             fprintf(stderr, "specd-generate: --draft-quant must be auto, int8 or none\n");
@@ -204,7 +213,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     o->max_tokens = 128;
     o->tp_size = 1;
     sd_flags_alias(argc, argv, "-tp", "--tensor-parallel-size");
-    o->num_draft = SD_NUM_DRAFT_DEFAULT;
+    o->num_draft = -1; /* auto */
+    o->spec_max_draft = 12;
     o->draft_quant = SD_DRAFT_QUANT_AUTO;
     o->draft_p_min = SD_DRAFT_P_MIN_DEFAULT;
     o->verify = SD_VERIFY_AUTO;
@@ -466,7 +476,7 @@ static int run_engine(sd_engine *e, sd_proposer *pr, const gen_opts *o, const in
     p.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     p.ignore_eos = o->ignore_eos;
     p.speculate = pr != NULL;
-    p.num_draft = o->num_draft;
+    p.num_draft = o->num_draft < 0 ? o->spec_max_draft : o->num_draft;
     p.verify = o->verify;
     sd_req *r = NULL;
     char err[256];
@@ -475,7 +485,10 @@ static int run_engine(sd_engine *e, sd_proposer *pr, const gen_opts *o, const in
         return -1;
     }
     stream_ctx sc = {ts, res, sd_now_s()};
-    if (sd_engine_run(e, pr, &r, 1, on_step, &sc, err, sizeof err) != SD_OK)
+    /* auto: the engine's step cost is measured first (its time counts in prefill_seconds, not in the decode
+     * rate), as the verifier does at start-up */
+    sd_spec_run_opts so = {.adaptive = o->num_draft < 0, .calibrate_ms = 2000.0};
+    if (sd_spec_run(e, pr, &r, 1, &so, on_step, &sc, err, sizeof err) != SD_OK)
         fprintf(stderr, "specd-generate: %s\n", err);
     res->decode_s = sd_now_s() - sc.t0 - res->prefill_s;
     if (r->finish == SD_FINISH_ERROR) fprintf(stderr, "specd-generate: %s\n", r->error);

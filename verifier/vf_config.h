@@ -38,7 +38,7 @@ typedef struct sd_vf_config {
     const char *curve_keys;     /* --curve-keys DIR: CURVE on both sockets (proto/curve.h), NULL = plain */
     const char *device;         /* --device: "cpu", "cuda" or "cuda:N" (backend_open.h) */
     int num_draft;              /* --num-draft K, 0..SD_MAX_DRAFT: drafts per step without --spec-adaptive */
-    bool spec_adaptive;         /* --spec-adaptive: drafts chosen per request and step (vf_adapt.h) */
+    bool spec_adaptive;         /* --spec-adaptive: drafts chosen per request and step (adapt.h) */
     int spec_max_draft;         /* --spec-max-draft N: the most the adaptive choice considers */
     int spec_max_batch;         /* --spec-max-batch N: no drafts in a step of more active requests (0 = no limit) */
     int spec_max_batch_sampled; /* --spec-max-batch-sampled N: the same for requests with temperature > 0 */
@@ -60,7 +60,7 @@ typedef struct sd_vf_config {
     bool spec_fallback;         /* --spec-fallback ngram|missing|off: a request without the drafter's drafts
                                    * when its step runs verifies n-gram lookup drafts instead (default ngram) */
     bool spec_lookup_first;     /* ... and (ngram) a serial step verifies the lookup's drafts without asking the
-                                   * drafter where they are expected to pay more (vf_adapt.h) */
+                                   * drafter where they are expected to pay more (adapt.h) */
     sd_log_level log_level;     /* --log-level */
     bool help;                  /* --help was given */
 } sd_vf_config;

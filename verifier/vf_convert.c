@@ -109,3 +109,38 @@ Specd__TokenLogprob **sd_vf_logprobs_to_proto(const sd_token_lp *lp, size_t n, i
     }
     return ptr;
 }
+
+int sd_vf_accept_estimates(const sd_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap)
+{
+    static const char *const mode[3] = {"greedy", "match", "rejection"};
+    static const char *const temp[SD_ADAPT_TEMP_BUCKETS] = {"0", "0..0.5", "0.5..1", "1..1.5", "1.5.."};
+    int m = 0;
+    for (int k = 0; k < SD_ADAPT_ACCEPT_KEYS && m < cap; k++) {
+        const sd_accept *a = &ad->prior[k];
+        if (a->steps == 0) continue;
+        int np = 0;
+        while (np < SD_MAX_DRAFT && a->n[np] > 1) np++; /* positions observed (beyond the seed) */
+        for (int i = 0; i < np; i++) bufs[m][i] = (float)a->a[i];
+        specd__accept_estimate__init(&out[m]);
+        out[m].mode = (char *)mode[k / SD_ADAPT_TEMP_BUCKETS];
+        out[m].temperature = (char *)temp[k % SD_ADAPT_TEMP_BUCKETS];
+        out[m].accept = bufs[m];
+        out[m].n_accept = (size_t)np;
+        out[m].steps = a->steps;
+        m++;
+    }
+    return m;
+}
+
+void sd_vf_adapt_stats_to_proto(const sd_areq *q, float acc[SD_MAX_DRAFT], Specd__AdaptStats *out)
+{
+    specd__adapt_stats__init(out);
+    out->k_sum = q->st.k_sum;
+    out->k_steps = q->st.k_steps;
+    out->k_zero = q->st.k_zero;
+    int np = 0;
+    while (np < SD_MAX_DRAFT && q->acc.n[np] > 1) np++; /* positions observed (beyond the seed) */
+    for (int i = 0; i < np; i++) acc[i] = (float)q->acc.a[i];
+    out->accept = acc;
+    out->n_accept = (size_t)np;
+}

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "adapt.h"
 #include "engine.h"
 #include "specd.pb-c.h"
 
@@ -36,5 +37,13 @@ Specd__TokenLogprob **sd_vf_logprobs_to_proto(const sd_token_lp *lp, size_t n, i
 /* The ErrorEvent code for a request that finished with SD_FINISH_ERROR:
  * "kv_exhausted" when its message mentions KV, else "internal". */
 const char *sd_vf_error_code(const char *msg);
+
+/* The acceptance estimates to report: fills up to cap entries (names and
+ * buffers owned by ad / bufs) of the kinds observed. Returns how many. */
+int sd_vf_accept_estimates(const sd_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap);
+
+/* A request's figures as specd.AdaptStats (acc: room for its estimate,
+ * which out borrows). */
+void sd_vf_adapt_stats_to_proto(const sd_areq *q, float acc[SD_MAX_DRAFT], Specd__AdaptStats *out);
 
 #endif

@@ -74,10 +74,10 @@ int sd_vfs_look_up(sd_vf_server *s)
     return m;
 }
 
-/* The fallback (--spec-fallback, vf_adapt.h): each decoding request that was
+/* The fallback (--spec-fallback, adapt.h): each decoding request that was
  * to verify drafts but has none from the drafter as the step runs gets the
  * n-gram lookup's over its committed tokens (one-hot q where it samples
- * with q), as many as sd_vf_adapt_fallback chooses. Exact as any drafts:
+ * with q), as many as sd_adapt_fallback chooses. Exact as any drafts:
  * the engine verifies them. */
 void sd_vfs_fallback_drafts(sd_vf_server *s)
 {
@@ -92,13 +92,13 @@ void sd_vfs_fallback_drafts(sd_vf_server *s)
         if (s->fb_items[j].seq_id == s->slots[i]->id) s->fb_avail[i] = s->fb_out[j++].n;
     int *k = s->fb_k;
     for (int i = 0; i < n; i++) k[i] = s->fb_avail[i] > 0 ? s->budgets[i] : s->slots[i]->prop.n;
-    sd_vf_adapt_fallback(&s->ad, s->reqs, s->aqs, k, s->fb_avail, n, s->chunk);
+    sd_adapt_fallback(&s->ad, s->reqs, s->aqs, k, s->fb_avail, n, s->chunk);
     for (int i = 0; i < n; i++) k[i] = s->fb_avail[i] > 0 ? k[i] : 0;
     sd_vfs_lookup_props(s, m, k, false);
 }
 
 /* Serial, the lookup asked before the drafter (m requests, look_up): when
- * its drafts make a better step than the plan's (sd_vf_adapt_lookup), the
+ * its drafts make a better step than the plan's (sd_adapt_lookup), the
  * requests verify them and the drafter is not asked. Counted as the
  * fallback's drafts. Returns whether they do. */
 bool sd_vfs_lookup_first(sd_vf_server *s, int m)
@@ -106,8 +106,8 @@ bool sd_vfs_lookup_first(sd_vf_server *s, int m)
     int n = s->n_active, *k = s->fb_k;
     int free = sd_kv_pool_free_count(s->pool) - sd_vfs_promised_blocks(s);
     memset(k, 0, (size_t)n * sizeof *k);
-    if (!sd_vf_adapt_lookup(&s->ad, s->reqs, s->aqs, k, s->avail, s->lk_match, n, free, sd_kv_pool_block_size(s->pool),
-                            s->chunk))
+    if (!sd_adapt_lookup(&s->ad, s->reqs, s->aqs, k, s->avail, s->lk_match, n, free, sd_kv_pool_block_size(s->pool),
+                         s->chunk))
         return false;
     for (int i = 0; i < n; i++) {
         if (s->aqs[i]->k >= 0) s->budgets[i] = k[i];
@@ -140,8 +140,8 @@ void sd_vfs_pick_spans(sd_vf_server *s, double now)
         const sd_vf_span *used = NULL;
         if (sd_vf_spans_sync(&sl->spans, r->tokens, r->n_tokens) == SD_OK)
             sd_vf_spans_pick(&sl->spans, r->tokens, r->n_tokens, s->budgets[i], sd_vf_wants_q(r), &sl->prop, &used);
-        if (sl->spans.dry) { /* the proposer had nothing (vf_adapt.h): its supply, not a late drafter */
-            sd_vf_adapt_dry(&s->ad, r, s->aqs[i]);
+        if (sl->spans.dry) { /* the proposer had nothing (adapt.h): its supply, not a late drafter */
+            sd_adapt_dry(&s->ad, r, s->aqs[i]);
             sl->spans.dry = 0;
         }
         if (used) sl->prop_draft_us = used->draft_us;

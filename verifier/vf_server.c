@@ -51,7 +51,7 @@ static void on_submit(sd_vf_server *s, const sd_msg_id *peer, const Specd__Submi
     }
     vr->slot.id = vr->slot.r->id;
     /* a request that set its own num_draft keeps it; otherwise the scheduler chooses */
-    sd_vf_areq_init(&vr->aq, !s->cfg->spec_adaptive || (sub->spec && sub->spec->num_draft > 0));
+    sd_areq_init(&vr->aq, !s->cfg->spec_adaptive || (sub->spec && sub->spec->num_draft > 0));
     vr->peer = *peer;
     vr->rid = sub->request_id;
     s->queue[s->n_queue++] = vr;
@@ -124,12 +124,12 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     st.step_measured_us = s->ad.meas_us;
     st.step_error_us = s->ad.err_us;
     st.regime_plain_steps = s->ad.rg.plain_steps;
-    double rd = sd_vf_regime_rate(&s->ad.rg, SD_VF_DRAFTING), rp = sd_vf_regime_rate(&s->ad.rg, SD_VF_PLAIN);
+    double rd = sd_regime_rate(&s->ad.rg, SD_VF_DRAFTING), rp = sd_regime_rate(&s->ad.rg, SD_VF_PLAIN);
     st.regime_rate_drafting = rd > 0 ? (float)rd : 0;
     st.regime_rate_plain = rp > 0 ? (float)rp : 0;
-    Specd__AcceptEstimate est[SD_VF_ACCEPT_KEYS], *estp[SD_VF_ACCEPT_KEYS];
-    float est_buf[SD_VF_ACCEPT_KEYS][SD_MAX_DRAFT];
-    st.n_accept = (size_t)sd_vf_adapt_estimates(&s->ad, est, est_buf, SD_VF_ACCEPT_KEYS);
+    Specd__AcceptEstimate est[SD_ADAPT_ACCEPT_KEYS], *estp[SD_ADAPT_ACCEPT_KEYS];
+    float est_buf[SD_ADAPT_ACCEPT_KEYS][SD_MAX_DRAFT];
+    st.n_accept = (size_t)sd_vf_accept_estimates(&s->ad, est, est_buf, SD_ADAPT_ACCEPT_KEYS);
     for (size_t i = 0; i < st.n_accept; i++) estp[i] = &est[i];
     st.accept = estp;
     rep.nonce = nonce;
@@ -240,11 +240,11 @@ sd_status sd_vf_server_run(sd_vf_server *s, volatile sig_atomic_t *stop)
 {
     publish_health(s);
     sd_vf_front_busy(s->front, true); /* health answered during the calibration too */
-    if (sd_vfs_speculates(s)) {       /* the cost model starts from this machine's measured curve (vf_adapt.h) */
+    if (sd_vfs_speculates(s)) {       /* the cost model starts from this machine's measured curve (adapt.h) */
         char err[256];
         double t0 = sd_now_ms();
         int kmax = s->cfg->spec_adaptive ? s->cfg->spec_max_draft : s->cfg->num_draft;
-        if (sd_vf_adapt_calibrate(&s->ad, s->e, kmax, s->cfg->max_batch, CALIBRATE_MS, err, sizeof err) != SD_OK)
+        if (sd_adapt_calibrate(&s->ad, s->e, kmax, s->cfg->max_batch, CALIBRATE_MS, err, sizeof err) != SD_OK)
             SD_WARN("calibration stopped: %s", err);
         SD_INFO("step cost measured in %.0f ms: %.3f ms for 1 row, %.3f ms for %d", sd_now_ms() - t0,
                 sd_cost_forward_ms(&s->ad.cost, 1, 1), sd_cost_forward_ms(&s->ad.cost, kmax + 1, 1), kmax + 1);
@@ -322,7 +322,7 @@ sd_status sd_vf_server_new(const sd_vf_config *cfg, sd_engine *e, void *zctx, sd
     s->fb_items = calloc(nb, sizeof *s->fb_items);
     s->fb_out = calloc(nb, sizeof *s->fb_out);
     s->lk_match = calloc(nb, sizeof *s->lk_match);
-    sd_vf_adapt_init(&s->ad);
+    sd_adapt_init(&s->ad);
     sd_vf_pace_init(&s->pace, &s->ad.cost);
     gethostname(s->host, sizeof s->host - 1);
     if (getrandom(&s->instance, sizeof s->instance, 0) != (ssize_t)sizeof s->instance || !s->instance)
@@ -398,6 +398,6 @@ void sd_vf_server_free(sd_vf_server *s)
     free(s->catchup);
     free(s->chunk);
     free(s->draft_ms);
-    sd_vf_adapt_free(&s->ad);
+    sd_adapt_free(&s->ad);
     free(s);
 }

@@ -25,7 +25,7 @@
 #include "curve.h"
 #include "msg.h"
 #include "ngram.h"
-#include "vf_adapt.h"
+#include "adapt.h"
 #include "vf_convert.h"
 #include "vf_draft.h"
 #include "vf_front.h"
@@ -40,7 +40,7 @@ typedef struct vf_req {
     uint64_t rid;            /* router's request id */
     sd_spec_stats seen;      /* part of slot.r->stats already in the totals */
     sd_pipe_stats seen_pipe; /* likewise for the slot's drafting statistics */
-    sd_vf_areq aq;           /* adaptive speculation: its acceptance, the drafts chosen */
+    sd_areq aq;              /* adaptive speculation: its acceptance, the drafts chosen */
     int step_drafted;        /* the last step: the drafts it verified, */
     int step_accepted;       /* ... those it accepted */
     int step_source;         /* ... and where they came from (Specd__DraftSource) */
@@ -76,7 +76,7 @@ struct sd_vf_server {
     int *tell;                       /* pipelined: the budget the drafter is told (pre-drafts during prefill too) */
     bool *sampled;                   /* per active request: temperature > 0 */
     bool *ready;                     /* pipelined: had a span when the step began */
-    sd_vf_areq **aqs;                /* step scratch for vf_adapt: the requests' adaptive states */
+    sd_areq **aqs;                   /* step scratch for vf_adapt: the requests' adaptive states */
     int *avail, *offered, *accepted; /* drafts at hand; verified and accepted by the step */
     bool *had_q;                     /* those drafts came with q */
     int *catchup;                    /* tokens the drafter must first take in for the request (opened, or far behind) */
@@ -91,7 +91,7 @@ struct sd_vf_server {
     sd_proposal *fb_out;
     int *lk_match;           /* serial, the lookup asked before the drafter: the n-gram length that matched */
     uint32_t lk_us;          /* ... and its time per request (µs) */
-    sd_vf_adapt ad;          /* adaptive speculation: measured cost and acceptance, the scheduler */
+    sd_adapt ad;             /* adaptive speculation: measured cost and acceptance, the scheduler */
     sd_vf_pace pace;         /* pipelined: when waiting for drafts pays */
     char host[256];          /* gethostname */
     int threads, ncpu;       /* the CPU backend's threads (0: not on the CPU), CPUs of this process */

@@ -1,5 +1,5 @@
 /* vf_step.c — one step of the verifier server: plan the active set,
- * choose each request's drafts (vf_adapt.h), get them (the drafter, serial
+ * choose each request's drafts (adapt.h), get them (the drafter, serial
  * or pipelined; the lookup; the draft model in this process), run the engine
  * step and its bookkeeping (see vf_server_impl.h). */
 #include "vf_server_impl.h"
@@ -34,14 +34,14 @@ static void plan_step(sd_vf_server *s)
         sd_vf_limit_budgets(s->budgets, s->sampled, n, s->cfg->spec_max_batch, s->cfg->spec_max_batch_sampled);
 }
 
-/* Chooses the drafts each request verifies this step (vf_adapt.h): budgets
+/* Chooses the drafts each request verifies this step (adapt.h): budgets
  * become the choice; avail (NULL: serial) the drafts at hand; tell (NULL:
  * serial) how far ahead the drafter drafts. Returns the requests with drafts. */
 static int choose_drafts(sd_vf_server *s, const int *avail, int *tell, bool pipelined)
 {
     int n = s->n_active, free = sd_kv_pool_free_count(s->pool) - sd_vfs_promised_blocks(s), drafting = 0;
-    if (sd_vf_adapt_plan(&s->ad, s->reqs, s->aqs, s->budgets, avail, s->catchup, tell, n, free,
-                         sd_kv_pool_block_size(s->pool), s->chunk, pipelined) != SD_OK)
+    if (sd_adapt_plan(&s->ad, s->reqs, s->aqs, s->budgets, avail, s->catchup, tell, n, free,
+                      sd_kv_pool_block_size(s->pool), s->chunk, pipelined) != SD_OK)
         SD_WARN("out of memory choosing draft lengths: drafting as many as allowed");
     for (int i = 0; i < n; i++) drafting += s->budgets[i] > 0;
     return drafting;
@@ -62,8 +62,8 @@ static void note_step(sd_vf_server *s, double wall_ms, double cycle_ms, bool pip
     }
     const sd_step_timing *tm = sd_engine_last_timing(s->e);
     if ((uint32_t)tm->rows > s->step_rows_max) s->step_rows_max = (uint32_t)tm->rows;
-    sd_vf_adapt_done(&s->ad, tm, wall_ms, cycle_ms, s->reqs, s->aqs, s->offered, s->accepted, s->had_q, s->catchup,
-                     s->draft_ms, s->ready, n, pipelined);
+    sd_adapt_done(&s->ad, tm, wall_ms, cycle_ms, s->reqs, s->aqs, s->offered, s->accepted, s->had_q, s->catchup,
+                  s->draft_ms, s->ready, n, pipelined);
 }
 
 /* What request i's last step verified, for its token event (StepInfo):
@@ -148,7 +148,7 @@ static void step_serial(sd_vf_server *s)
 
 /* --ngram: the verifier's own n-gram lookup drafts (no drafter: no messages, no waits, nothing to catch
  * up on). Each decoding request that may verify drafts looks up as many; the plan then chooses how many
- * of those at hand it verifies (vf_adapt.h), the lookup's time counting as the drafter's. */
+ * of those at hand it verifies (adapt.h), the lookup's time counting as the drafter's. */
 static void step_local(sd_vf_server *s)
 {
     int n = s->n_active;
@@ -160,7 +160,7 @@ static void step_local(sd_vf_server *s)
         s->fb_avail[i] = 0;
     }
     int m = sd_vfs_look_up(s);
-    for (int i = 0; i < n; i++) s->aqs[i]->match = s->lk_match[i]; /* priced by the n-gram length (vf_adapt.h) */
+    for (int i = 0; i < n; i++) s->aqs[i]->match = s->lk_match[i]; /* priced by the n-gram length (adapt.h) */
     choose_drafts(s, s->avail, NULL, false);
     sd_vfs_lookup_props(s, m, s->budgets, true);
     run_step(s, sd_now_ms() - t, false);

@@ -44,7 +44,7 @@ PY
 # speculative with a draft model: same text as plain, and the stats fields
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt "def f(x):" --max-tokens 48 --json > "$tmp/plain.json"
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
-    --json > "$tmp/spec.json"
+    --num-draft 6 --json > "$tmp/spec.json"
 python3 - "$tmp/plain.json" "$tmp/spec.json" <<'PY' || fail "speculative JSON"
 import json, sys
 a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
@@ -58,7 +58,7 @@ PY
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
     --draft-quant none --draft-p-min 0 --num-draft 4 --json > "$tmp/spec2.json"
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
-    --draft-quant int8 --draft-p-min 0.9 --json > "$tmp/spec3.json"
+    --draft-quant int8 --draft-p-min 0.9 --num-draft 6 --json > "$tmp/spec3.json"
 python3 - "$tmp/plain.json" "$tmp/spec2.json" "$tmp/spec3.json" <<'PY' || fail "drafter options changed the output"
 import json, sys
 a, b, c = (json.load(open(f)) for f in sys.argv[1:4])
@@ -66,6 +66,23 @@ assert a["tokens"] == b["tokens"] == c["tokens"]
 assert 4 * (b["steps"] - 3) <= b["draft_tokens"] <= 4 * b["steps"], (b["draft_tokens"], b["steps"])
 assert c["draft_tokens"] < 6 * c["steps"], "p_min 0.9 never stopped drafting"
 PY
+
+# --num-draft auto (the default): the adaptive choice every step (how many it takes depends on the costs
+# measured), the same output; the draft model and the n-gram lookup, at most --spec-max-draft a step
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
+    --json > "$tmp/auto.json"
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --ngram --num-draft auto --spec-max-draft 3 --prompt "def f(x):" \
+    --max-tokens 48 --json > "$tmp/auto_ng.json"
+python3 - "$tmp/plain.json" "$tmp/auto.json" "$tmp/auto_ng.json" <<'PY' || fail "--num-draft auto changed the output"
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:4])
+assert a["tokens"] == b["tokens"] == c["tokens"]
+assert c["draft_tokens"] <= 3 * c["steps"], (c["draft_tokens"], c["steps"])
+PY
+if "$BIN/specd-generate" --model "$MOD/tinycode-16m" --prompt x --num-draft lots 2> "$tmp/nd.err"; then
+  fail "--num-draft lots accepted"
+fi
+grep -q "num-draft" "$tmp/nd.err" || fail "--num-draft lots: no message naming the flag ($(cat "$tmp/nd.err"))"
 
 # --quant int8 (the target's weights): its logits differ from bf16 by little
 # (KL < 0.02 nats a position), and greedy speculation over the quantised

@@ -20,6 +20,7 @@
 #include "json_mask.h"
 #include "ngram.h"
 #include "regex_mask.h"
+#include "spec_run.h"
 #include "testutil.h"
 #include "tokenizer.h"
 #include "../../bench/code_prompts.h"
@@ -282,6 +283,62 @@ START_TEST(sampled_match_equals_plain)
             free(ids);
         }
     }
+    sd_proposer_free(pr);
+    close_fixture(&f);
+}
+END_TEST
+
+/* In-process adaptive speculation (spec_run.h): six greedy requests and two
+ * seeded sampled ones (verify "match") decoded together, each choosing its
+ * drafts every step, equal their plain outputs alone. */
+START_TEST(adaptive_run_equals_plain)
+{
+    fixture f;
+    open_demo(&f);
+    sd_proposer *pr = demo_drafter(&f, 8);
+    sd_req *reqs[8];
+    int32_t *alone[8];
+    int nalone[8];
+    for (int i = 0; i < 8; i++) {
+        int n;
+        int32_t *ids = encode(&f, PROMPTS[i + 3], &n);
+        sd_req_params p = sd_req_params_default();
+        p.max_tokens = 96;
+        p.ignore_eos = true;
+        if (i >= 6) {
+            p.sampling.temperature = 0.8f;
+            p.sampling.top_p = 0.95f;
+            p.sampling.seed = (uint64_t)i;
+            p.verify = SD_VERIFY_MATCH;
+        }
+        alone[i] = gen(&f, NULL, ids, n, &p, &nalone[i], NULL);
+        p.speculate = true;
+        p.num_draft = 12; /* the most the choice may take */
+        char err[256];
+        ck_assert_msg(sd_req_new(f.eng, 100 + (uint64_t)i, ids, n, &p, &reqs[i], err, sizeof err) == SD_OK, "%s", err);
+        free(ids);
+    }
+    char err[256];
+    sd_spec_run_opts o = {.adaptive = true, .calibrate_ms = 300};
+    ck_assert_msg(sd_spec_run(f.eng, pr, reqs, 8, &o, NULL, NULL, err, sizeof err) == SD_OK, "%s", err);
+    uint64_t offered = 0, accepted = 0;
+    for (int i = 0; i < 8; i++) {
+        ck_assert_msg(reqs[i]->finish != SD_FINISH_ERROR, "request %d failed: %s", i, reqs[i]->error);
+        int nb;
+        sd_spec_stats st;
+        int32_t *b = take_output(&f, reqs[i], &nb, &st);
+        ck_assert_int_eq(nb, nalone[i]);
+        for (int j = 0; j < nb; j++)
+            ck_assert_msg(alone[i][j] == b[j], "request %d: token %d differs (plain %d, adaptive %d)", i, j,
+                          alone[i][j], b[j]);
+        offered += st.draft_tokens;
+        accepted += st.accepted_tokens;
+        free(alone[i]);
+        free(b);
+    }
+    /* how many drafts the choice took depends on the step costs measured (no assertion on it) */
+    fprintf(stderr, "adaptive run: %llu drafts verified, %llu accepted over 8 requests\n", (unsigned long long)offered,
+            (unsigned long long)accepted);
     sd_proposer_free(pr);
     close_fixture(&f);
 }
@@ -919,6 +976,7 @@ int main(void)
     tcase_add_test(tc, greedy_ngram_20x256);
     tcase_add_test(tc, self_draft_reference_models);
     tcase_add_test(tc, sampled_match_equals_plain);
+    tcase_add_test(tc, adaptive_run_equals_plain);
     tcase_add_test(tc, batched_requests_equal_single);
     tcase_add_test(tc, sampled_batch_verified_in_parallel_equals_alone);
     tcase_add_test(tc, shared_prefixes_equal_alone);

@@ -1,4 +1,4 @@
-/* test_vf_adapt.c — the verifier's adaptive speculation loop (vf_adapt.c)
+/* test_vf_adapt.c — the verifier's adaptive speculation loop (adapt.c)
  * on a synthetic engine: a CPU-like step cost and drafts accepted with a
  * chosen probability. Good drafts get long spans; a sudden drop to useless
  * drafts is followed within a few steps (K = 0), probes then cost little and
@@ -15,7 +15,8 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "vf_adapt.h"
+#include "adapt.h"
+#include "vf_convert.h"
 
 /* 1 ms + 0.1 ms per row beyond the first, verification 0.01 ms per row. */
 static sd_step_timing timing_of(int rows)
@@ -40,11 +41,11 @@ static sd_req make_req(float temperature)
 }
 
 typedef struct sim {
-    sd_vf_adapt ad;
+    sd_adapt ad;
     sd_req r[4];
     sd_req *rp[4];
-    sd_vf_areq q[4];
-    sd_vf_areq *qp[4];
+    sd_areq q[4];
+    sd_areq *qp[4];
     int n;
     double p_accept;
     unsigned seed;
@@ -60,13 +61,13 @@ typedef struct sim {
 static void sim_init(sim *s, int n, bool fixed)
 {
     memset(s, 0, sizeof *s);
-    sd_vf_adapt_init(&s->ad);
+    sd_adapt_init(&s->ad);
     s->n = n;
     s->seed = 7;
     for (int i = 0; i < n; i++) {
         s->r[i] = make_req(0);
         s->rp[i] = &s->r[i];
-        sd_vf_areq_init(&s->q[i], fixed);
+        sd_areq_init(&s->q[i], fixed);
         s->qp[i] = &s->q[i];
     }
 }
@@ -90,8 +91,7 @@ static int sim_step(sim *s, const int *budget_in)
     int rows = 0;
     s->calls++;
     for (int i = 0; i < s->n; i++) budgets[i] = budget_in ? budget_in[i] : 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, NULL, false),
-                     SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, s->n, -1, 16, NULL, false), SD_OK);
     for (int i = 0; i < s->n; i++) {
         offered[i] = budgets[i];
         accepted[i] = 0;
@@ -105,7 +105,7 @@ static int sim_step(sim *s, const int *budget_in)
     wall += s->once;
     s->once = 0;
     double cycle = s->cycle ? wall + 0.05 + s->between + (s->ad.maxk > 0 ? s->hidden : 0) : 0;
-    sd_vf_adapt_done(&s->ad, &t, wall, cycle, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n, false);
+    sd_adapt_done(&s->ad, &t, wall, cycle, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready, s->n, false);
     return budgets[0];
 }
 
@@ -137,7 +137,7 @@ START_TEST(follows_acceptance)
     ck_assert_int_lt(steps, 150);
     ck_assert_uint_gt(s.q[0].st.k_zero, 0);
     ck_assert_uint_eq(s.q[0].st.k_steps, (uint64_t)s.calls);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -164,7 +164,7 @@ START_TEST(drafting_resumes_after_a_spell)
     while (sim_step(&s, NULL) < 4 && steps < 300) steps++;
     ck_assert_msg(steps < 120, "drafting resumed after %d steps (bias %.3f, overhead %.3f ms)", steps, s.ad.bias_draft,
                   s.ad.draft_ms);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -206,8 +206,8 @@ static int plan_with(double call_ms, int plain_n, double plain_ms, int older)
     for (int i = 0; i < plain_n; i++) sd_cost_forward(&s.ad.cost, 1, 1, plain_ms);
     for (int i = 0; i < older; i++) sd_cost_forward(&s.ad.cost, 13, 1, timing_of(13).forward_ms);
     int budget = 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, &budget, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
-    sd_vf_adapt_free(&s.ad);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, &budget, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
+    sd_adapt_free(&s.ad);
     return budget;
 }
 
@@ -241,12 +241,12 @@ static int resume_k(int into, int max_tokens)
     s.ad.n_catch = s.ad.n_run = 10;
     s.r[1].finish = SD_FINISH_LENGTH; /* out of the schedule */
     for (int i = 0; i < into; i++) {
-        ck_assert(!sd_vf_regime_plain(&s.ad.rg, sd_vf_regime_key(1, false)));
-        sd_vf_regime_note(&s.ad.rg, 2.0, 1.0, true);
+        ck_assert(!sd_regime_plain(&s.ad.rg, sd_regime_key(1, false)));
+        sd_regime_note(&s.ad.rg, 2.0, 1.0, true);
     }
     int budgets[2] = {12, 0}, catchup[2] = {100, 0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, catchup, NULL, 2, -1, 16, NULL, false), SD_OK);
-    sd_vf_adapt_free(&s.ad);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, catchup, NULL, 2, -1, 16, NULL, false), SD_OK);
+    sd_adapt_free(&s.ad);
     return budgets[0];
 }
 
@@ -261,7 +261,7 @@ START_TEST(catching_up_spread_over_the_block)
 {
     ck_assert_int_gt(resume_k(0, 16), 0);
     ck_assert_int_gt(resume_k(10, 16), 0);
-    ck_assert_int_eq(resume_k(SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - 1, 16), 0); /* its last step */
+    ck_assert_int_eq(resume_k(SD_REGIME_WARM + SD_REGIME_STEPS - 1, 16), 0); /* its last step */
 }
 END_TEST
 
@@ -273,7 +273,7 @@ END_TEST
  * adaptive at 1.01x plain where drafting 6 a step made 1.26x). */
 START_TEST(catching_up_spread_over_the_request)
 {
-    int last = SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS - 1;
+    int last = SD_REGIME_WARM + SD_REGIME_STEPS - 1;
     ck_assert_int_gt(resume_k(last, 400), 0);
     ck_assert_int_eq(resume_k(last, 12), 0); /* a few tokens left: not worth it */
 }
@@ -292,8 +292,8 @@ static void catchup_plan(int n_catch, int k[3])
     s.ad.n_catch = (unsigned)n_catch;
     int catchup[3] = {50, 30, 0};
     k[0] = k[1] = k[2] = 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, k, NULL, catchup, NULL, 3, -1, 16, NULL, false), SD_OK);
-    sd_vf_adapt_free(&s.ad);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, k, NULL, catchup, NULL, 3, -1, 16, NULL, false), SD_OK);
+    sd_adapt_free(&s.ad);
 }
 
 /* The price of catching up is unknown until measured: one request (the
@@ -317,12 +317,12 @@ static void catchup_step(sim *s, int behind, double drafter_ms)
     int budgets[1] = {12}, offered[1], accepted[1] = {3}, catchup[1] = {behind};
     bool had_q[1] = {false}, ready[1] = {false};
     double dms[1] = {drafter_ms};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
     ck_assert_int_eq(budgets[0], 12);
     offered[0] = budgets[0];
     sd_step_timing t = timing_of(1 + budgets[0]);
-    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + drafter_ms, 0, s->rp, s->qp, offered, accepted, had_q, catchup, dms,
-                     ready, 1, false);
+    sd_adapt_done(&s->ad, &t, t.forward_ms + drafter_ms, 0, s->rp, s->qp, offered, accepted, had_q, catchup, dms, ready,
+                  1, false);
 }
 
 /* The drafter's catching up priced per token over the tokens caught up on:
@@ -333,13 +333,13 @@ START_TEST(catching_up_priced_by_its_tokens)
 {
     sim s;
     sim_measured(&s, 1, 0.2);
-    sd_vf_areq_init(&s.q[0], true);
+    sd_areq_init(&s.q[0], true);
     for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.drafter, 1, 1, 0.1);
     for (int i = 0; i < 10; i++) catchup_step(&s, 20, 1.3); /* 13 passes of 0.1 ms: nothing beyond them */
     ck_assert(s.ad.n_catch == 10 && s.ad.catch_ms < 1e-6);
     catchup_step(&s, 1600, 1.3 + 100);
     ck_assert_msg(s.ad.catch_ms > 0.04 && s.ad.catch_ms < 0.065, "%.4f ms a token", s.ad.catch_ms);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -351,13 +351,13 @@ START_TEST(catching_up_teaches_no_bias)
 {
     sim s;
     sim_measured(&s, 1, 0.2);
-    sd_vf_areq_init(&s.q[0], true);
+    sd_areq_init(&s.q[0], true);
     for (int i = 0; i < 3; i++) sd_cost_forward(&s.ad.drafter, 1, 1, 0.1);
     catchup_step(&s, 400, 1.3 + 20); /* 20 ms of catching up */
     ck_assert_double_eq_tol(s.ad.bias_draft, 0, 1e-12);
     catchup_step(&s, 0, 1.3 + 20); /* as slow, nothing caught up on: drafting is dearer than predicted */
     ck_assert_double_gt(s.ad.bias_draft, 0.5);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -370,25 +370,25 @@ START_TEST(new_requests_start_from_their_kind)
     /* a second greedy request: long spans at its first step */
     s.r[1] = make_req(0);
     s.rp[1] = &s.r[1];
-    sd_vf_areq_init(&s.q[1], false);
+    sd_areq_init(&s.q[1], false);
     s.qp[1] = &s.q[1];
     s.n = 2;
     int budgets[2] = {12, 12};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, NULL, false), SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, NULL, false), SD_OK);
     ck_assert_int_ge(budgets[1], 3);
     /* a sampled request is another kind: nothing known of it yet, tried (an optimistic start), not beyond
      * the kind known to be good */
     s.r[1] = make_req(0.8f);
-    sd_vf_areq_init(&s.q[1], false);
+    sd_areq_init(&s.q[1], false);
     budgets[0] = budgets[1] = 12;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, NULL, false), SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 2, -1, 16, NULL, false), SD_OK);
     ck_assert_int_gt(budgets[1], 0);
     ck_assert_int_le(budgets[1], budgets[0]);
     ck_assert_int_ne(s.q[1].key, s.q[0].key);
     /* the report: greedy observed, with a high first-position estimate */
-    Specd__AcceptEstimate est[SD_VF_ACCEPT_KEYS];
-    float buf[SD_VF_ACCEPT_KEYS][SD_MAX_DRAFT];
-    int m = sd_vf_adapt_estimates(&s.ad, est, buf, SD_VF_ACCEPT_KEYS);
+    Specd__AcceptEstimate est[SD_ADAPT_ACCEPT_KEYS];
+    float buf[SD_ADAPT_ACCEPT_KEYS][SD_MAX_DRAFT];
+    int m = sd_vf_accept_estimates(&s.ad, est, buf, SD_ADAPT_ACCEPT_KEYS);
     ck_assert_int_eq(m, 1);
     ck_assert_str_eq(est[0].mode, "greedy");
     ck_assert_str_eq(est[0].temperature, "0");
@@ -396,7 +396,7 @@ START_TEST(new_requests_start_from_their_kind)
     ck_assert(est[0].accept[0] > 0.8f);
     ck_assert_uint_le(est[0].steps, 200); /* the steps that offered drafts */
     ck_assert_uint_ge(est[0].steps, 190);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -410,7 +410,7 @@ START_TEST(fixed_and_budgets)
     ck_assert_uint_eq(s.q[1].st.k_sum, 20 * 3);
     ck_assert_uint_eq(s.ad.k_hist[6], 20);
     ck_assert_uint_eq(s.ad.k_hist[3], 20);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
     /* adaptive: never beyond the budget, 0 for a request that takes no drafts */
     sim_init(&s, 2, false);
     s.p_accept = 0.99;
@@ -420,11 +420,11 @@ START_TEST(fixed_and_budgets)
     ck_assert_uint_eq(s.q[1].st.k_steps, 0);
     /* pipelined: spans at hand bound the choice; the drafter is told a little more */
     int budgets[2] = {12, 12}, avail[2] = {3, -1}, tell[2] = {0, 0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, NULL, tell, 2, -1, 16, NULL, true), SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, NULL, tell, 2, -1, 16, NULL, true), SD_OK);
     ck_assert_int_le(budgets[0], 3);
     ck_assert_int_gt(budgets[0], 0);
     ck_assert_int_eq(tell[0], budgets[0] + 2);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -442,12 +442,11 @@ START_TEST(late_spans_teach_nothing)
     int asked = 0;
     for (int i = 0; i < 12; i++) {
         int budgets[1] = {12}, avail[1] = {-1}, tell[1] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
         asked += budgets[0] > 0;
         sd_step_timing t = timing_of(1);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.5, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
-                         dms, ready, 1, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.5, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                      dms, ready, 1, true);
     }
     ck_assert_int_ge(asked, 2);
     ck_assert_uint_eq(s.q[0].acc.steps, 0);
@@ -457,18 +456,17 @@ START_TEST(late_spans_teach_nothing)
     int k = 0;
     for (int i = 0; i < 100; i++) {
         int budgets[1] = {12}, avail[1] = {12}, tell[1] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
         k = offered[0] = budgets[0];
         accepted[0] = 0;
         while (accepted[0] < k && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
         ready[0] = k > 0;
         sd_step_timing t = timing_of(1 + k);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
-                         dms, ready, 1, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                      dms, ready, 1, true);
     }
     ck_assert_int_ge(k, 4);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -482,21 +480,21 @@ START_TEST(new_request_probes_at_kinds_interval)
     sim s;
     sim_one(&s, 0, 0);
     for (int i = 0; i < 600; i++) sim_step(&s, NULL); /* useless drafts: probes rejected */
-    ck_assert_int_eq(s.ad.probe_every[s.q[0].key], SD_VF_PROBE_MAX);
-    sd_vf_areq_init(&s.q[0], false);
+    ck_assert_int_eq(s.ad.probe_every[s.q[0].key], SD_ADAPT_PROBE_MAX);
+    sd_areq_init(&s.q[0], false);
     int probes = 0;
     for (int i = 0; i < 60; i++) probes += sim_step(&s, NULL) > 0;
     ck_assert_int_eq(probes, 0);
     s.p_accept = 1; /* the drafts recover: a probe notices, the request drafts again */
     for (int i = 0; i < 300; i++) sim_step(&s, NULL);
-    ck_assert_int_lt(s.ad.probe_every[s.q[0].key], SD_VF_PROBE_MAX);
-    sd_vf_areq_init(&s.q[0], false);
+    ck_assert_int_lt(s.ad.probe_every[s.q[0].key], SD_ADAPT_PROBE_MAX);
+    sd_areq_init(&s.q[0], false);
     s.p_accept = 0;
     int first = -1;
     for (int i = 0; i < 8 && first < 0; i++)
         if (sim_step(&s, NULL) > 0) first = i;
     ck_assert_int_ge(first, 0);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -514,8 +512,7 @@ START_TEST(probe_span_past_the_guess)
     double dms[1] = {0};
     for (int i = 0; i < 200; i++) {
         int budgets[1] = {12}, avail[1] = {12}, tell[1] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
         if (budgets[0] == 0 && tell[0] > 0) {
             ck_assert_int_eq(tell[0], 2);
             told++;
@@ -524,12 +521,12 @@ START_TEST(probe_span_past_the_guess)
         offered[0] = budgets[0];
         accepted[0] = 0; /* useless drafts: the request soon drafts only in probes */
         sd_step_timing t = timing_of(1 + budgets[0]);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
-                         dms, ready, 1, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                      dms, ready, 1, true);
     }
     ck_assert_int_ge(probes, 2);
     ck_assert_int_ge(told, probes - 1); /* each probe told the step before (the first one perhaps not) */
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -549,22 +546,21 @@ START_TEST(late_drafts_priced_at_their_yield)
     double dms[2] = {0.1, 0.1};
     for (int i = 0; i < 200; i++) {
         int budgets[2] = {12, 12}, avail[2] = {12, -1}, tell[2] = {0}, offered[2] = {0}, accepted[2] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 2, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 2, -1, 16, NULL, true), SD_OK);
         k0 = offered[0] = budgets[0];
         while (accepted[0] < k0 && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
         if (i == 150) s.ad.pred_us = s.ad.meas_us = s.ad.err_us = 0; /* the last 50 steps */
         bool ready[2] = {k0 > 0, false};
         sd_step_timing t = timing_of(2 + k0);
         t.seqs = 2;
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
-                         dms, ready, 2, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                      dms, ready, 2, true);
     }
     ck_assert_int_ge(k0, 4);
     ck_assert(s.ad.late_real < 0.1 * s.ad.late_pred);
     ck_assert_msg(s.ad.err_us < s.ad.meas_us / 20, "prediction error %llu of %llu us", (unsigned long long)s.ad.err_us,
                   (unsigned long long)s.ad.meas_us);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -582,20 +578,19 @@ static double supply_after(bool dry)
     s.p_accept = 0.9;
     for (int i = 0; i < 160; i++) {
         int budgets[1] = {12}, avail[1] = {i < 100 ? 12 : -1}, tell[1] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
         int k = offered[0] = i < 100 ? budgets[0] : 0;
         accepted[0] = 0;
         while (accepted[0] < k && (double)rand_r(&s.seed) / RAND_MAX < s.p_accept) accepted[0]++;
         ready[0] = k > 0;
-        if (i >= 100 && dry) sd_vf_adapt_dry(&s.ad, s.rp[0], s.qp[0]); /* the answer for the state told */
+        if (i >= 100 && dry) sd_adapt_dry(&s.ad, s.rp[0], s.qp[0]); /* the answer for the state told */
         sd_step_timing t = timing_of(1 + k);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
-                         dms, ready, 1, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                      dms, ready, 1, true);
         if (i == 99) ck_assert_double_gt(sd_accept_offered(&s.q[0].acc, 1), 0.9);
     }
     double off = sd_accept_offered(&s.q[0].acc, 1);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
     return off;
 }
 
@@ -624,10 +619,9 @@ static double fallback_k(double p_fb, bool fixed)
     double dms[2] = {0.3, 0};
     for (int i = 0; i < 150; i++) {
         int budgets[2] = {12, 12}, avail[2] = {6, -1}, tell[2] = {0}, offered[2], accepted[2] = {0};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 2, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 2, -1, 16, NULL, true), SD_OK);
         int planned = budgets[1], k[2] = {budgets[0], planned}, fb_avail[2] = {0, 8};
-        ck_assert_int_eq(sd_vf_adapt_fallback(&s.ad, s.rp, s.qp, k, fb_avail, 2, NULL), SD_OK);
+        ck_assert_int_eq(sd_adapt_fallback(&s.ad, s.rp, s.qp, k, fb_avail, 2, NULL), SD_OK);
         ck_assert_int_eq(k[0], budgets[0]);
         ck_assert_int_le(k[1], planned < 8 ? planned : 8);
         ck_assert_int_eq(s.q[1].fb_k, k[1]);
@@ -639,13 +633,13 @@ static double fallback_k(double p_fb, bool fixed)
         }
         if (i >= 100) sum += k[1];
         sd_step_timing t = timing_of(2 + k[0] + k[1]);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
-                         dms, ready, 2, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s.rp, s.qp, offered, accepted, had_q, catchup,
+                      dms, ready, 2, true);
         ck_assert_int_eq(s.q[1].fb_k, 0);
     }
     ck_assert_uint_eq(s.q[1].acc.steps, 0); /* the drafter's estimate: nothing learnt from the fallback */
     ck_assert_uint_gt(s.q[1].fb_acc.steps, 0);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
     return sum / 50.0;
 }
 
@@ -663,17 +657,16 @@ START_TEST(pipelined_predictions_by_kind)
     for (int i = 0; i < 400; i++) {
         bool ready[1] = {i % 2 == 0};
         int budgets[1] = {4}, avail[1] = {ready[0] ? 4 : -1}, tell[1] = {0}, offered[1] = {4}, accepted[1] = {2};
-        ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true),
-                         SD_OK);
+        ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
         ck_assert_int_eq(budgets[0], 4);
         if (i == 200) s.ad.pred_us = s.ad.meas_us = s.ad.err_us = 0; /* the second half only */
         sd_step_timing t = timing_of(5);
-        sd_vf_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + (ready[0] ? 0.05 : 0.5), 0, s.rp, s.qp, offered,
-                         accepted, had_q, catchup, dms, ready, 1, true);
+        sd_adapt_done(&s.ad, &t, t.forward_ms + t.accept_ms + (ready[0] ? 0.05 : 0.5), 0, s.rp, s.qp, offered, accepted,
+                      had_q, catchup, dms, ready, 1, true);
     }
     ck_assert_msg(s.ad.err_us < s.ad.meas_us / 50, "prediction error %llu of %llu us", (unsigned long long)s.ad.err_us,
                   (unsigned long long)s.ad.meas_us);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -691,49 +684,49 @@ START_TEST(drafts_at_hand_priced_in_full)
     s.ad.ready_ms = 0.05;
     s.ad.n_ready = 10;
     int catchup[1] = {0}, budgets[1] = {4}, avail[1] = {4}, tell[1] = {0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, avail, catchup, tell, 1, -1, 16, NULL, true), SD_OK);
     double want = sd_cost_forward_ms(&s.ad.cost, 5, 1) + sd_cost_accept_ms(&s.ad.cost, 5, 0) + 0.05;
     ck_assert_msg(fabs(s.ad.pred_ms - want) < 0.01, "predicted %.3f ms, five rows take %.3f", s.ad.pred_ms, want);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
-/* The regime test alone (vf_regime.h): drafting's block first, the two
+/* The regime test alone (regime.h): drafting's block first, the two
  * alternating until each has its three, then the better one with the
  * other's block after 4, 8, 16, 32 of its own — back to 4 when the winner changes;
  * none of plain's (after its first) while drafting makes 1.4 times plain's rate; each load its own
  * figures. */
-static int block_at(sd_vf_regime *g, int key, double plain_rate, double draft_rate)
+static int block_at(sd_regime *g, int key, double plain_rate, double draft_rate)
 {
-    int r = sd_vf_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING;
-    for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
-        ck_assert_int_eq(sd_vf_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING, r);
+    int r = sd_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING;
+    for (int i = 0; i < SD_REGIME_WARM + SD_REGIME_STEPS; i++) {
+        ck_assert_int_eq(sd_regime_plain(g, key) ? SD_VF_PLAIN : SD_VF_DRAFTING, r);
         double rate = r == SD_VF_PLAIN ? plain_rate : draft_rate;
-        sd_vf_regime_note(g, rate, 1.0, r == SD_VF_DRAFTING);
+        sd_regime_note(g, rate, 1.0, r == SD_VF_DRAFTING);
     }
     return r;
 }
 
-static int block(sd_vf_regime *g, double plain_rate, double draft_rate)
+static int block(sd_regime *g, double plain_rate, double draft_rate)
 {
-    return block_at(g, sd_vf_regime_key(16, false), plain_rate, draft_rate);
+    return block_at(g, sd_regime_key(16, false), plain_rate, draft_rate);
 }
 
 START_TEST(regime_blocks)
 {
-    sd_vf_regime g;
-    sd_vf_regime_init(&g);
+    sd_regime g;
+    sd_regime_init(&g);
     char seq[64] = {0};
     for (int b = 0; b < 40; b++) seq[b] = block(&g, 1.2, 1.0) == SD_VF_PLAIN ? 'p' : 'd';
     ck_assert_str_eq(seq, "dpdpdpppppdppppppppdppppppppppppppppdppp");
-    ck_assert_double_eq_tol(sd_vf_regime_rate(&g, SD_VF_PLAIN), 1.2, 1e-9);
-    ck_assert_uint_eq(g.plain_steps, 34 * (SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS));
+    ck_assert_double_eq_tol(sd_regime_rate(&g, SD_VF_PLAIN), 1.2, 1e-9);
+    ck_assert_uint_eq(g.plain_steps, 34 * (SD_REGIME_WARM + SD_REGIME_STEPS));
     /* the load changes, drafting now better: noticed at drafting's next block (at most 32 of plain's
      * later), then its turn */
     memset(seq, 0, sizeof seq);
     for (int b = 0; b < 40; b++) seq[b] = block(&g, 1.0, 1.3) == SD_VF_PLAIN ? 'p' : 'd';
     const char *d = strchr(seq, 'd');
-    ck_assert_msg(d != NULL && d - seq <= SD_VF_REGIME_GAP_MAX, "%s", seq);
+    ck_assert_msg(d != NULL && d - seq <= SD_REGIME_GAP_MAX, "%s", seq);
     int after = 0;
     for (const char *c = d; *c; c++) after += *c == 'p';
     ck_assert_msg(after <= 2, "%s", seq);
@@ -742,18 +735,18 @@ START_TEST(regime_blocks)
      * resumes where it was */
     uint64_t plain = g.plain_steps;
     memset(seq, 0, sizeof seq);
-    for (int b = 0; b < 20; b++) seq[b] = block_at(&g, sd_vf_regime_key(1, false), 1.0, 1.5) == SD_VF_PLAIN ? 'p' : 'd';
+    for (int b = 0; b < 20; b++) seq[b] = block_at(&g, sd_regime_key(1, false), 1.0, 1.5) == SD_VF_PLAIN ? 'p' : 'd';
     ck_assert_str_eq(seq, "dpdddddddddddddddddd");
-    ck_assert_uint_eq(g.plain_steps, plain + SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS);
+    ck_assert_uint_eq(g.plain_steps, plain + SD_REGIME_WARM + SD_REGIME_STEPS);
     ck_assert_int_eq(block(&g, 1.0, 1.3), SD_VF_DRAFTING);
-    ck_assert_double_eq_tol(sd_vf_regime_rate(&g, SD_VF_PLAIN), 1.0, 0.01);
+    ck_assert_double_eq_tol(sd_regime_rate(&g, SD_VF_PLAIN), 1.0, 0.01);
     /* an unknown cycle time measures nothing */
-    sd_vf_regime_init(&g);
+    sd_regime_init(&g);
     for (int i = 0; i < 100; i++) {
-        ck_assert(!sd_vf_regime_plain(&g, 0));
-        sd_vf_regime_note(&g, 1.0, 0, true);
+        ck_assert(!sd_regime_plain(&g, 0));
+        sd_regime_note(&g, 1.0, 0, true);
     }
-    ck_assert_double_lt(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 0);
+    ck_assert_double_lt(sd_regime_rate(&g, SD_VF_DRAFTING), 0);
 }
 END_TEST
 
@@ -765,8 +758,8 @@ END_TEST
  * plain's blocks later, was needed). */
 START_TEST(regime_figures_age_with_the_load)
 {
-    sd_vf_regime g;
-    sd_vf_regime_init(&g);
+    sd_regime g;
+    sd_regime_init(&g);
     const double d0[3] = {2.6, 2.6, 2.6}, p0[3] = {2.8, 2.8, 3.5};
     for (int b = 0; b < 3; b++) {
         ck_assert_int_eq(block(&g, p0[b], d0[b]), SD_VF_DRAFTING);
@@ -775,7 +768,7 @@ START_TEST(regime_figures_age_with_the_load)
     int r, plains = 0;
     while ((r = block(&g, 3.0, 3.2)) == SD_VF_PLAIN && plains < 40) plains++;
     ck_assert_int_eq(r, SD_VF_DRAFTING); /* the test of drafting after 4 of plain's */
-    ck_assert_int_le(plains, SD_VF_REGIME_GAP_FIRST);
+    ck_assert_int_le(plains, SD_REGIME_GAP_FIRST);
     ck_assert_int_eq(block(&g, 3.0, 3.2), SD_VF_DRAFTING); /* and it won */
 }
 END_TEST
@@ -785,22 +778,22 @@ END_TEST
  * one that drafted in a step counts. */
 START_TEST(a_drafting_block_without_drafts_measures_nothing)
 {
-    sd_vf_regime g;
-    sd_vf_regime_init(&g);
-    int key = sd_vf_regime_key(4, false);
+    sd_regime g;
+    sd_regime_init(&g);
+    int key = sd_regime_key(4, false);
     for (int b = 0; b < 3; b++)
-        for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
-            ck_assert(!sd_vf_regime_plain(&g, key));
-            sd_vf_regime_note(&g, 1.0, 1.0, false);
+        for (int i = 0; i < SD_REGIME_WARM + SD_REGIME_STEPS; i++) {
+            ck_assert(!sd_regime_plain(&g, key));
+            sd_regime_note(&g, 1.0, 1.0, false);
         }
-    ck_assert_double_lt(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 0);
+    ck_assert_double_lt(sd_regime_rate(&g, SD_VF_DRAFTING), 0);
     ck_assert_uint_eq(g.load[key].blocks[SD_VF_DRAFTING], 0);
-    for (int i = 0; i < SD_VF_REGIME_WARM + SD_VF_REGIME_STEPS; i++) {
-        ck_assert(!sd_vf_regime_plain(&g, key));
-        sd_vf_regime_note(&g, 2.0, 1.0, i == SD_VF_REGIME_WARM + 3);
+    for (int i = 0; i < SD_REGIME_WARM + SD_REGIME_STEPS; i++) {
+        ck_assert(!sd_regime_plain(&g, key));
+        sd_regime_note(&g, 2.0, 1.0, i == SD_REGIME_WARM + 3);
     }
-    ck_assert_double_eq_tol(sd_vf_regime_rate(&g, SD_VF_DRAFTING), 2.0, 1e-9);
-    ck_assert(sd_vf_regime_plain(&g, key)); /* then plain's first block */
+    ck_assert_double_eq_tol(sd_regime_rate(&g, SD_VF_DRAFTING), 2.0, 1e-9);
+    ck_assert(sd_regime_plain(&g, key)); /* then plain's first block */
 }
 END_TEST
 
@@ -819,7 +812,7 @@ static uint64_t plain_share(bool cycle, double hidden)
     uint64_t p0 = s.ad.rg.plain_steps;
     uint64_t drafted = 0;
     for (int i = 0; i < 1000; i++) drafted += sim_step(&s, NULL) > 0;
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
     return cycle ? s.ad.rg.plain_steps - p0 : 1000 - drafted;
 }
 
@@ -855,7 +848,7 @@ START_TEST(one_slow_step_is_a_hiccup)
     for (int i = 0; i < 30; i++) plain += sim_step(&s, NULL) == 0;
     ck_assert_msg(plain <= before + 3, "%d of 30 steps after the hiccup without drafts, %d before (overhead %.3f ms)",
                   plain, before, s.ad.draft_ms);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -879,7 +872,7 @@ START_TEST(the_work_between_steps_counts)
     drafted = 0;
     for (int i = 0; i < 1000; i++) drafted += sim_step(&s, NULL) > 0;
     ck_assert_msg(drafted < 200, "%d of 1000 steps drafted", drafted);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -887,8 +880,8 @@ START_TEST(fallback_follows_its_own_acceptance)
 {
     double good = fallback_k(0.9, false), useless = fallback_k(0.0, false), fixed = fallback_k(0.0, true);
     ck_assert_msg(good >= 2, "good fallback drafts: %g a step", good);
-    /* useless ones: a one-draft probe every SD_VF_FB_PROBE steps, nothing else */
-    ck_assert_msg(useless > 0 && useless <= 1.5 / SD_VF_FB_PROBE, "useless fallback drafts: %g a step", useless);
+    /* useless ones: a one-draft probe every SD_ADAPT_FB_PROBE steps, nothing else */
+    ck_assert_msg(useless > 0 && useless <= 1.5 / SD_ADAPT_FB_PROBE, "useless fallback drafts: %g a step", useless);
     ck_assert_msg(fixed >= 1, "a request with its own num_draft verifies what the fallback has: %g", fixed);
 }
 END_TEST
@@ -902,19 +895,18 @@ static int lookup_step(sim *s, int match)
     bool had_q[1] = {0}, ready[1] = {0};
     double dms[1] = {0};
     s->q[0].match = match;
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, avail, catchup, NULL, 1, -1, 16, NULL, false),
-                     SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s->ad, s->rp, s->qp, budgets, avail, catchup, NULL, 1, -1, 16, NULL, false), SD_OK);
     double p = match >= 4 ? 0.97 : 0.0;
     offered[0] = budgets[0];
     while (accepted[0] < offered[0] && (double)rand_r(&s->seed) / RAND_MAX < p) accepted[0]++;
     sd_step_timing t = timing_of(1 + budgets[0]);
-    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s->rp, s->qp, offered, accepted, had_q, catchup,
-                     dms, ready, 1, false);
+    sd_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05, 0, s->rp, s->qp, offered, accepted, had_q, catchup,
+                  dms, ready, 1, false);
     return budgets[0];
 }
 
 /* A lookup's drafts are priced by the length of the n-gram that found them
- * (vf_adapt.h): long runs after 4-grams, none after 1-grams, where one
+ * (adapt.h): long runs after 4-grams, none after 1-grams, where one
  * estimate for both would choose alike for either. */
 START_TEST(lookup_drafts_priced_by_their_match)
 {
@@ -930,7 +922,7 @@ START_TEST(lookup_drafts_priced_by_their_match)
     ck_assert_msg(k1 <= 20, "after 1-grams: %d drafts in 100 steps", k1);
     /* a request without a match length (another proposer's drafts) keeps its own estimate */
     ck_assert(s.q[0].acc.steps > 0);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -946,9 +938,8 @@ static bool lookup_first_step(sim *s, int match, double p_lookup)
     int catchup[1] = {0};
     bool had_q[1] = {0}, ready[1] = {0};
     double dms[1] = {0};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, catchup, NULL, 1, -1, 16, NULL, false),
-                     SD_OK);
-    bool used = sd_vf_adapt_lookup(&s->ad, s->rp, s->qp, k, avail, mt, 1, -1, 16, NULL);
+    ck_assert_int_eq(sd_adapt_plan(&s->ad, s->rp, s->qp, budgets, NULL, catchup, NULL, 1, -1, 16, NULL, false), SD_OK);
+    bool used = sd_adapt_lookup(&s->ad, s->rp, s->qp, k, avail, mt, 1, -1, 16, NULL);
     if (used) ck_assert_int_gt(k[0], 0);
     ck_assert(s->q[0].lookup == used);
     offered[0] = used ? k[0] : budgets[0];
@@ -957,8 +948,8 @@ static bool lookup_first_step(sim *s, int match, double p_lookup)
     dms[0] = used || offered[0] == 0 ? 0 : 0.3 + 0.05 * offered[0];
     sd_step_timing t = timing_of(1 + offered[0]);
     uint64_t drafter_steps = s->q[0].acc.steps;
-    sd_vf_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05 + dms[0], 0, s->rp, s->qp, offered, accepted, had_q,
-                     catchup, dms, ready, 1, false);
+    sd_adapt_done(&s->ad, &t, t.forward_ms + t.accept_ms + 0.05 + dms[0], 0, s->rp, s->qp, offered, accepted, had_q,
+                  catchup, dms, ready, 1, false);
     if (used) ck_assert_uint_eq(s->q[0].acc.steps, drafter_steps);
     ck_assert(!s->q[0].lookup && !s->ad.step_lookup);
     return used;
@@ -979,7 +970,7 @@ START_TEST(lookup_first_where_it_pays)
     for (int i = 0; i < 400; i++) won += lookup_first_step(&s, 1, 0.0) && i >= 200;
     ck_assert_msg(won <= 20, "lookup drafts after 1-grams ran in %d of 200 steps", won);
     ck_assert_uint_gt(s.q[0].acc.steps, 150); /* the drafter drafted meanwhile */
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 
@@ -991,15 +982,15 @@ START_TEST(lookup_first_not_against_the_rules)
     sim_one(&s, 0.8, 0);
     for (int i = 0; i < 50; i++) lookup_first_step(&s, 4, 0.97);
     int budgets[1] = {12}, k[1] = {0}, avail[1] = {12}, mt[1] = {4};
-    ck_assert_int_eq(sd_vf_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
+    ck_assert_int_eq(sd_adapt_plan(&s.ad, s.rp, s.qp, budgets, NULL, NULL, NULL, 1, -1, 16, NULL, false), SD_OK);
     s.ad.step_plain = true;
-    ck_assert(!sd_vf_adapt_lookup(&s.ad, s.rp, s.qp, k, avail, mt, 1, -1, 16, NULL));
+    ck_assert(!sd_adapt_lookup(&s.ad, s.rp, s.qp, k, avail, mt, 1, -1, 16, NULL));
     ck_assert_int_eq(k[0], 0);
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
     sim_init(&s, 1, true);
     s.p_accept = 0.8;
     for (int i = 0; i < 50; i++) ck_assert(!lookup_first_step(&s, 4, 0.97));
-    sd_vf_adapt_free(&s.ad);
+    sd_adapt_free(&s.ad);
 }
 END_TEST
 

@@ -1,6 +1,8 @@
-/* vf_adapt.h — adaptive speculation in the verifier: every step, how many
- * drafts each request verifies (0 included), from what the verifier
- * measures (common/spec/spec_model.h, common/spec/spec_sched.h).
+/* adapt.h — adaptive speculation: every step, how many drafts each request
+ * verifies (0 included), from what the verifier measures (spec_model.h,
+ * spec_sched.h). The verifier's server runs it (serial, pipelined, the
+ * n-gram lookup, a draft model in its process), and so does the in-process
+ * loop of specd-generate (spec_run.h).
  *
  * Measured online, nothing tuned for one machine:
  *   - the engine's step cost by rows (forward pass) and by verified rows
@@ -25,7 +27,7 @@
  *   - per request, the acceptance per draft position, seeded from the
  *     server-wide estimate for its kind (verification mode and temperature
  *     bucket), which every request's steps update; for the drafts of an
- *     n-gram lookup (sd_vf_areq.match) one such estimate per length of the
+ *     n-gram lookup (sd_areq.match) one such estimate per length of the
  *     n-gram that matched.
  * The scheduler then maximises expected committed tokens per second of the
  * whole step within the free KV blocks; the plan with drafts is then
@@ -57,17 +59,17 @@
  * of a request left without drafts fade towards its kind's (2% a step).
  * Serial, the plan's step is also priced against one that verifies the
  * verifier's own lookup drafts and asks the drafter nothing
- * (sd_vf_adapt_lookup): the faster runs.
- * Above all this, the regime test (vf_regime.h) runs blocks of steps
+ * (sd_adapt_lookup): the faster runs.
+ * Above all this, the regime test (regime.h) runs blocks of steps
  * without drafts against blocks as the scheduler chooses, and keeps the
  * regime whose measured rate is higher: it catches what the step model
  * leaves out.
  * A request that set its own num_draft always verifies that many (kmin =
  * kmax); --spec-max-batch caps still apply when given.
  *
- * Pure (no I/O); one thread owns an sd_vf_adapt. */
-#ifndef SD_VF_ADAPT_H
-#define SD_VF_ADAPT_H
+ * Pure (no I/O); one thread owns an sd_adapt. */
+#ifndef SD_ADAPT_H
+#define SD_ADAPT_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,25 +77,24 @@
 #include "engine.h"
 #include "spec_model.h"
 #include "spec_sched.h"
-#include "specd.pb-c.h"
-#include "vf_regime.h"
+#include "regime.h"
 
-#define SD_VF_TEMP_BUCKETS 5                       /* temperature 0, (0, 0.5], (0.5, 1], (1, 1.5], > 1.5 */
-#define SD_VF_ACCEPT_KEYS (3 * SD_VF_TEMP_BUCKETS) /* x verification mode */
-#define SD_VF_PROBE_FIRST 4
-#define SD_VF_PROBE_MAX 64
-#define SD_VF_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
-#define SD_VF_MATCH_CLASSES 4   /* n-gram lookup drafts by the length that matched: 1, 2, 3, 4 or more */
-#define SD_VF_CALIB_MAX 16      /* the largest batch of the start-up calibration */
-#define SD_VF_FB_PROBE 8        /* fallback drafts declined this many times in a row: one is verified (a probe) */
+#define SD_ADAPT_TEMP_BUCKETS 5                          /* temperature 0, (0, 0.5], (0.5, 1], (1, 1.5], > 1.5 */
+#define SD_ADAPT_ACCEPT_KEYS (3 * SD_ADAPT_TEMP_BUCKETS) /* x verification mode */
+#define SD_ADAPT_PROBE_FIRST 4
+#define SD_ADAPT_PROBE_MAX 64
+#define SD_ADAPT_PROBE_REFRESH 256 /* plain steps after which a probe re-measures even what looks too dear */
+#define SD_ADAPT_MATCH_CLASSES 4   /* n-gram lookup drafts by the length that matched: 1, 2, 3, 4 or more */
+#define SD_ADAPT_CALIB_MAX 16      /* the largest batch of the start-up calibration */
+#define SD_ADAPT_FB_PROBE 8        /* fallback drafts declined this many times in a row: one is verified (a probe) */
 
 /* Adaptive figures (specd.AdaptStats), per request or summed. */
-typedef struct sd_vf_adapt_stats {
+typedef struct sd_adapt_stats {
     uint64_t k_sum, k_steps, k_zero;
-} sd_vf_adapt_stats;
+} sd_adapt_stats;
 
 /* One request's adaptive state. */
-typedef struct sd_vf_areq {
+typedef struct sd_areq {
     sd_accept acc;    /* its acceptance estimate */
     int key;          /* the kind it was seeded from (-1: not yet) */
     bool fixed;       /* it set its own num_draft: never adapted */
@@ -110,12 +111,12 @@ typedef struct sd_vf_areq {
     int match;        /* set by the caller before the plan: this step's drafts are an n-gram lookup's whose
                           * n-gram of this length matched (0: not, or unknown) */
     bool lookup;      /* this step's drafts are the verifier's lookup's, chosen instead of asking the drafter */
-    sd_accept m_acc[SD_VF_MATCH_CLASSES]; /* its acceptance of such drafts by the length that matched */
-    unsigned m_seeded;                    /* bit c: m_acc[c] seeded */
-    sd_vf_adapt_stats st;
-} sd_vf_areq;
+    sd_accept m_acc[SD_ADAPT_MATCH_CLASSES]; /* its acceptance of such drafts by the length that matched */
+    unsigned m_seeded;                       /* bit c: m_acc[c] seeded */
+    sd_adapt_stats st;
+} sd_areq;
 
-typedef struct sd_vf_adapt {
+typedef struct sd_adapt {
     sd_cost cost;
     double plain_ms, draft_ms, hit; /* overheads, pipelined hit rate */
     unsigned n_plain, n_draft, n_hit;
@@ -134,29 +135,29 @@ typedef struct sd_vf_adapt {
     sd_cost drafter;                     /* the drafter's ms per pass by requests drafted for at once */
     double drafter_fixed;                /* a drafter call's fixed work, in passes */
     unsigned n_drafter_fixed;
-    sd_accept prior[SD_VF_ACCEPT_KEYS];
-    sd_accept fb_prior[SD_VF_ACCEPT_KEYS];                     /* the same for the fallback proposer's drafts */
-    sd_accept m_prior[SD_VF_ACCEPT_KEYS][SD_VF_MATCH_CLASSES]; /* the same for lookup drafts by match length */
-    int probe_every[SD_VF_ACCEPT_KEYS]; /* per kind: the probe interval a new request starts with */
-    bool drafter_q;                     /* the drafter answered a q request with q */
-    uint64_t k_hist[SD_MAX_DRAFT + 1];  /* request-steps by drafts chosen */
-    uint64_t pred_us, meas_us, err_us;  /* planned steps: predicted, measured, |difference| */
-    double pred_ms;                     /* this step's prediction (0: none) */
-    sd_sched_plan plan;                 /* this step's plan as chosen (step_ms: pred_ms) */
-    bool step_lookup;                   /* this step verifies lookup drafts instead of the drafter's */
-    sd_vf_regime rg;                    /* the regime test (vf_regime.h) */
-    bool step_plain, step_test;         /* this step: the test's plain block; a step the test measures */
-    double alt_ms, alt_tok, alt_rows;   /* this step's plain alternative: predicted time, tokens, rows */
-    int maxk;                           /* this step's longest span chosen */
-    sd_sched_req *sr;                   /* scratch */
-    sd_accept *known;                   /* estimates of requests whose drafts are at hand (supply known) */
+    sd_accept prior[SD_ADAPT_ACCEPT_KEYS];
+    sd_accept fb_prior[SD_ADAPT_ACCEPT_KEYS];                        /* the same for the fallback proposer's drafts */
+    sd_accept m_prior[SD_ADAPT_ACCEPT_KEYS][SD_ADAPT_MATCH_CLASSES]; /* the same for lookup drafts by match length */
+    int probe_every[SD_ADAPT_ACCEPT_KEYS]; /* per kind: the probe interval a new request starts with */
+    bool drafter_q;                        /* the drafter answered a q request with q */
+    uint64_t k_hist[SD_MAX_DRAFT + 1];     /* request-steps by drafts chosen */
+    uint64_t pred_us, meas_us, err_us;     /* planned steps: predicted, measured, |difference| */
+    double pred_ms;                        /* this step's prediction (0: none) */
+    sd_sched_plan plan;                    /* this step's plan as chosen (step_ms: pred_ms) */
+    bool step_lookup;                      /* this step verifies lookup drafts instead of the drafter's */
+    sd_regime rg;                          /* the regime test (regime.h) */
+    bool step_plain, step_test;            /* this step: the test's plain block; a step the test measures */
+    double alt_ms, alt_tok, alt_rows;      /* this step's plain alternative: predicted time, tokens, rows */
+    int maxk;                              /* this step's longest span chosen */
+    sd_sched_req *sr;                      /* scratch */
+    sd_accept *known;                      /* estimates of requests whose drafts are at hand (supply known) */
     sd_sched_cand *cand;
     int *kk, *map, *k0;
     int cap;
-} sd_vf_adapt;
+} sd_adapt;
 
-void sd_vf_adapt_init(sd_vf_adapt *ad);
-void sd_vf_adapt_free(sd_vf_adapt *ad);
+void sd_adapt_init(sd_adapt *ad);
+void sd_adapt_free(sd_adapt *ad);
 
 /* Measures the engine before serving: a throwaway request verifies spans of
  * 0..kmax drafts (greedy, then sampled), three passes each, then batches of
@@ -165,11 +166,11 @@ void sd_vf_adapt_free(sd_vf_adapt *ad);
  * cold, requests (and the weights are paged in); it stops after budget_ms
  * (a large model on a slow device gets fewer sizes measured). Returns
  * SD_OK, or the error that stopped it (the model then starts emptier). */
-sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, int max_batch, double budget_ms, char *err,
-                                size_t errlen);
+sd_status sd_adapt_calibrate(sd_adapt *ad, sd_engine *e, int kmax, int max_batch, double budget_ms, char *err,
+                             size_t errlen);
 
 /* A new request; fixed: it chose its own num_draft. */
-void sd_vf_areq_init(sd_vf_areq *q, bool fixed);
+void sd_areq_init(sd_areq *q, bool fixed);
 
 /* Chooses this step's drafts. For each of reqs[0..n): budgets[i] is the
  * most drafts it may verify (0: none — prefilling, finished, speculation off
@@ -183,8 +184,8 @@ void sd_vf_areq_init(sd_vf_areq *q, bool fixed);
  * KV blocks (< 0: no limit), bs: block size, chunk[i] (NULL: none): the prompt tokens
  * reqs[i] prefills this step (sd_engine_prefill_plan), pipelined: the
  * step's protocol. Returns SD_OK or SD_ERR_NOMEM (budgets then unchanged). */
-sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets, const int *avail,
-                           const int *catchup, int *tell, int n, int kv_free, int bs, const int *chunk, bool pipelined);
+sd_status sd_adapt_plan(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, int *budgets, const int *avail,
+                        const int *catchup, int *tell, int n, int kv_free, int bs, const int *chunk, bool pipelined);
 
 /* The fallback (vf_server.c, --spec-fallback): after the plan, and the
  * wait for spans, some requests that were to verify drafts have none (a
@@ -198,21 +199,21 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
  * set its own num_draft verifies them all (at most its choice). The
  * estimate is a plain EMA (n-gram matches come and go: a short run of
  * rejections is no change of regime), and a request declined
- * SD_VF_FB_PROBE times in a row verifies one (a probe), so an estimate
+ * SD_ADAPT_FB_PROBE times in a row verifies one (a probe), so an estimate
  * that fell is measured again. On return
  * k[i] = the fallback's drafts the candidates verify, aq[i]->fb_k the same
  * (0 for the others). kv: no block beyond the plan's (a candidate verifies
  * at most the drafts it was given). Returns SD_OK or SD_ERR_NOMEM (k then
  * 0 for the candidates). */
-sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *fb_avail,
-                               int n, const int *chunk);
+sd_status sd_adapt_fallback(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, int *k, const int *fb_avail, int n,
+                            const int *chunk);
 
 /* Serial, after the plan and before the drafter is asked (vf_server.c,
  * --spec-fallback ngram): the verifier's own n-gram lookup has lk_avail[i]
  * drafts for request i (at most its budget; 0: none), found by an n-gram of
  * length match[i]. Prices the step in which the requests with such drafts
  * verify as many of them as pay (each by its estimate for that match
- * length, vf_adapt.h), the others none, and the drafter is not asked (the
+ * length, adapt.h), the others none, and the drafter is not asked (the
  * step's time outside the engine that of a step without drafts) — and
  * compares it with the plan's step (ad->plan, both predictions corrected by
  * their kind's average error). A lookup step costs no drafter time, and on
@@ -226,15 +227,15 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
  * engine counts as a plain step's (the drafter's figures do not fade), and
  * for the regime test it is a drafting step. False: the step runs as
  * planned, k untouched (the lookup's estimates may have been seeded). */
-bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
-                        const int *match, int n, int kv_free, int bs, const int *chunk);
+bool sd_adapt_lookup(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, int *k, const int *lk_avail,
+                     const int *match, int n, int kv_free, int bs, const int *chunk);
 
 /* Pipelined: the drafter answered for a state of r with a dry span (no
  * drafts past the committed tokens it continues): the proposer's supply
  * there was nothing — observed as a step that asked one draft and was
  * offered none. (A step without a span teaches nothing: the drafter may
  * only be late.) Not for a request whose num_draft is its own. */
-void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
+void sd_adapt_dry(sd_adapt *ad, const sd_req *r, sd_areq *q);
 
 /* After the step: t is the engine's timing, wall_ms the step's wall time
  * (from the start of its planning — drafter exchange and waits included,
@@ -249,19 +250,11 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q);
  * the step began. A request whose drafts were the fallback's (aq[i]->fb_k
  * > 0) teaches its estimate of the fallback, and the drafter's figures as a
  * step without the drafter's drafts. */
-void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
-                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
-                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined);
-
-/* The acceptance estimates to report: fills up to cap entries (names and
- * buffers owned by ad / bufs) of the kinds observed. Returns how many. */
-int sd_vf_adapt_estimates(const sd_vf_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap);
-
-/* A request's figures as specd.AdaptStats (acc: room for its estimate,
- * which out borrows). */
-void sd_vf_adapt_stats_to_proto(const sd_vf_areq *q, float acc[SD_MAX_DRAFT], Specd__AdaptStats *out);
+void sd_adapt_done(sd_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
+                   sd_areq *const *aq, const int *offered, const int *accepted, const bool *had_q, const int *catchup,
+                   const double *draft_ms, const bool *ready, int n, bool pipelined);
 
 /* The kind of request r (its verification mode and temperature bucket). */
-int sd_vf_adapt_key(const sd_vf_adapt *ad, const sd_req *r);
+int sd_adapt_key(const sd_adapt *ad, const sd_req *r);
 
 #endif

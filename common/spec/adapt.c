@@ -1,5 +1,5 @@
-/* vf_adapt.c — see vf_adapt.h. */
-#include "vf_adapt.h"
+/* adapt.c — see adapt.h. */
+#include "adapt.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,21 +20,21 @@
 #define CATCH_SPREAD_MAX 64 /* steps at most that one catching up is spread over (a request's steps left) */
 #define LATE_MIN 8          /* requests given drafts without their span measured before their yield discounts plans */
 
-void sd_vf_adapt_init(sd_vf_adapt *ad)
+void sd_adapt_init(sd_adapt *ad)
 {
     memset(ad, 0, sizeof *ad);
     sd_cost_init(&ad->cost);
     sd_cost_init(&ad->drafter);
-    sd_vf_regime_init(&ad->rg);
-    for (int k = 0; k < SD_VF_ACCEPT_KEYS; k++) {
+    sd_regime_init(&ad->rg);
+    for (int k = 0; k < SD_ADAPT_ACCEPT_KEYS; k++) {
         sd_accept_init(&ad->prior[k], NULL, 0);
         sd_accept_init(&ad->fb_prior[k], NULL, 0);
-        for (int c = 0; c < SD_VF_MATCH_CLASSES; c++) sd_accept_init(&ad->m_prior[k][c], NULL, 0);
-        ad->probe_every[k] = SD_VF_PROBE_FIRST;
+        for (int c = 0; c < SD_ADAPT_MATCH_CLASSES; c++) sd_accept_init(&ad->m_prior[k][c], NULL, 0);
+        ad->probe_every[k] = SD_ADAPT_PROBE_FIRST;
     }
 }
 
-void sd_vf_adapt_free(sd_vf_adapt *ad)
+void sd_adapt_free(sd_adapt *ad)
 {
     free(ad->sr);
     free(ad->cand);
@@ -49,21 +49,21 @@ void sd_vf_adapt_free(sd_vf_adapt *ad)
     ad->cap = 0;
 }
 
-void sd_vf_areq_init(sd_vf_areq *q, bool fixed)
+void sd_areq_init(sd_areq *q, bool fixed)
 {
     memset(q, 0, sizeof *q);
     sd_accept_init(&q->acc, NULL, 0);
     sd_accept_init(&q->fb_acc, NULL, 0);
-    for (int c = 0; c < SD_VF_MATCH_CLASSES; c++) sd_accept_init(&q->m_acc[c], NULL, 0);
+    for (int c = 0; c < SD_ADAPT_MATCH_CLASSES; c++) sd_accept_init(&q->m_acc[c], NULL, 0);
     q->key = -1;
     q->fixed = fixed;
-    q->probe_every = SD_VF_PROBE_FIRST;
+    q->probe_every = SD_ADAPT_PROBE_FIRST;
     q->k = -1;
     q->late_gain = -1;
 }
 
-/* Calibration with n throwaway requests at temperature t (n <= SD_VF_CALIB_MAX). */
-static sd_status calibrate_n(sd_vf_adapt *ad, sd_engine *e, int kmax, int n, float t, double until_ms, char *err,
+/* Calibration with n throwaway requests at temperature t (n <= SD_ADAPT_CALIB_MAX). */
+static sd_status calibrate_n(sd_adapt *ad, sd_engine *e, int kmax, int n, float t, double until_ms, char *err,
                              size_t errlen)
 {
     int32_t prompt[16];
@@ -74,8 +74,8 @@ static sd_status calibrate_n(sd_vf_adapt *ad, sd_engine *e, int kmax, int n, flo
     p.ignore_eos = true;
     p.speculate = true;
     p.num_draft = kmax;
-    sd_req *r[SD_VF_CALIB_MAX];
-    sd_proposal prop[SD_VF_CALIB_MAX];
+    sd_req *r[SD_ADAPT_CALIB_MAX];
+    sd_proposal prop[SD_ADAPT_CALIB_MAX];
     memset(prop, 0, sizeof prop);
     sd_status st = SD_OK;
     int m = 0;
@@ -108,8 +108,8 @@ static sd_status calibrate_n(sd_vf_adapt *ad, sd_engine *e, int kmax, int n, flo
     return st;
 }
 
-sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, int max_batch, double budget_ms, char *err,
-                                size_t errlen)
+sd_status sd_adapt_calibrate(sd_adapt *ad, sd_engine *e, int kmax, int max_batch, double budget_ms, char *err,
+                             size_t errlen)
 {
     if (kmax > SD_MAX_DRAFT) kmax = SD_MAX_DRAFT;
     double until = sd_now_ms() + budget_ms;
@@ -118,7 +118,7 @@ sd_status sd_vf_adapt_calibrate(sd_vf_adapt *ad, sd_engine *e, int kmax, int max
     /* batches: the rows of many sequences cost more than one sequence's (CPU, 1 thread: 16 rows of 16
      * requests 4.4 ms, 13 of one 2.4); measured only from serving, the counts beyond the plain step of a
      * full batch were priced from one or two passes or not at all */
-    for (int b = 4; b <= max_batch && b <= SD_VF_CALIB_MAX && st == SD_OK; b *= 4)
+    for (int b = 4; b <= max_batch && b <= SD_ADAPT_CALIB_MAX && st == SD_OK; b *= 4)
         st = calibrate_n(ad, e, kmax, b, 0.0f, until, err, errlen);
     return st;
 }
@@ -128,7 +128,7 @@ static int temp_bucket(float t) { return t <= 0 ? 0 : t <= 0.5f ? 1 : t <= 1.0f 
 static int key_of(sd_verify_mode m, float temperature)
 {
     int mi = m == SD_VERIFY_GREEDY ? 0 : m == SD_VERIFY_MATCH ? 1 : 2;
-    return mi * SD_VF_TEMP_BUCKETS + temp_bucket(temperature);
+    return mi * SD_ADAPT_TEMP_BUCKETS + temp_bucket(temperature);
 }
 
 static bool wants_q(const sd_req *r)
@@ -136,12 +136,12 @@ static bool wants_q(const sd_req *r)
     return r->p.sampling.temperature > 0 && (r->p.verify == SD_VERIFY_AUTO || r->p.verify == SD_VERIFY_REJECTION);
 }
 
-int sd_vf_adapt_key(const sd_vf_adapt *ad, const sd_req *r)
+int sd_adapt_key(const sd_adapt *ad, const sd_req *r)
 {
     return key_of(sd_req_verify_mode(r, ad->drafter_q && wants_q(r)), r->p.sampling.temperature);
 }
 
-static sd_status fit(sd_vf_adapt *ad, int n)
+static sd_status fit(sd_adapt *ad, int n)
 {
     if (n <= ad->cap) return SD_OK;
     size_t cap = (size_t)ad->cap, want = (size_t)n;
@@ -154,19 +154,19 @@ static sd_status fit(sd_vf_adapt *ad, int n)
 }
 
 /* A request's estimate, seeded from its kind's at its first use. */
-static void seed(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
+static void seed(sd_adapt *ad, const sd_req *r, sd_areq *q)
 {
     if (q->key >= 0) return;
-    q->key = sd_vf_adapt_key(ad, r);
+    q->key = sd_adapt_key(ad, r);
     q->probe_every = ad->probe_every[q->key];
     const sd_accept *prior = &ad->prior[q->key];
     if (prior->steps > 0) sd_accept_init(&q->acc, prior, SEED_WEIGHT);
 }
 
 /* The class of q->match (> 0): its index in m_acc. */
-static int match_class(const sd_vf_areq *q)
+static int match_class(const sd_areq *q)
 {
-    return (q->match < SD_VF_MATCH_CLASSES ? q->match : SD_VF_MATCH_CLASSES) - 1;
+    return (q->match < SD_ADAPT_MATCH_CLASSES ? q->match : SD_ADAPT_MATCH_CLASSES) - 1;
 }
 
 /* The estimate q's drafts of this step are priced and judged by: its own,
@@ -177,7 +177,7 @@ static int match_class(const sd_vf_areq *q)
  * 1-gram matches had their first draft accepted 34% of the time, 4-gram
  * matches 96%, each later one 97% — one estimate for both drafted 3.8
  * after 1-grams and 5.1 after 4-grams, with 10 at hand. After seed(). */
-static sd_accept *estimate(sd_vf_adapt *ad, sd_vf_areq *q)
+static sd_accept *estimate(sd_adapt *ad, sd_areq *q)
 {
     if (q->match <= 0 || q->key < 0) return &q->acc;
     int c = match_class(q);
@@ -198,7 +198,7 @@ static sd_accept *estimate(sd_vf_adapt *ad, sd_vf_areq *q)
  * not at hand (pipelined) — its drafts come only as often as such requests'
  * drafts were measured to (the span during a wait, the fallback's): plans
  * priced as if every span came promised 16% more tokens than steps gave. */
-static const sd_accept *supply_of(sd_vf_adapt *ad, int j, const sd_accept *acc, int n)
+static const sd_accept *supply_of(sd_adapt *ad, int j, const sd_accept *acc, int n)
 {
     if (n == 0 || (n < 0 && ad->n_late < LATE_MIN)) return acc;
     ad->known[j] = *acc;
@@ -209,8 +209,8 @@ static const sd_accept *supply_of(sd_vf_adapt *ad, int j, const sd_accept *acc, 
 
 /* A decoding request's place in the schedule (slot j): its estimate (seeded
  * from its kind's at its first decode step), and the drafts it may verify. */
-static sd_sched_req sched_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_areq *q, int budget, int avail,
-                              double resume_ms, bool pipelined)
+static sd_sched_req sched_req(sd_adapt *ad, int j, const sd_req *r, sd_areq *q, int budget, int avail, double resume_ms,
+                              bool pipelined)
 {
     seed(ad, r, q);
     int kmax = avail >= 0 && avail < budget ? avail : budget;
@@ -249,7 +249,7 @@ static bool stale(const sd_cost *c, int rows)
  * a CPU, 2 cores, 16 requests: 16 rows kept 4.9 ms from one step after the
  * prompts while they took 3.6, and steps drafted at 3.2 tokens a ms against
  * plain's 4.3). */
-static sd_sched_plan debiased(sd_vf_adapt *ad, int m, sd_sched_plan plan)
+static sd_sched_plan debiased(sd_adapt *ad, int m, sd_sched_plan plan)
 {
     bool extra = false;
     for (int j = 0; j < m; j++) extra |= ad->kk[j] > ad->k0[j];
@@ -265,7 +265,7 @@ static sd_sched_plan debiased(sd_vf_adapt *ad, int m, sd_sched_plan plan)
 
 /* The plan without drafts beyond the fixed ones, in ad->k0: its predicted
  * time (ad->alt_ms, 0: unknown), tokens and rows. */
-static void plain_alt(sd_vf_adapt *ad, const sd_sched_step *st, int m)
+static void plain_alt(sd_adapt *ad, const sd_sched_step *st, int m)
 {
     double tokens = st->fixed_tokens, rows = st->fixed_rows;
     for (int j = 0; j < m; j++) {
@@ -279,9 +279,9 @@ static void plain_alt(sd_vf_adapt *ad, const sd_sched_step *st, int m)
     ad->alt_rows = rows;
 }
 
-/* This step's plan: the regime test's plain block (vf_regime.h) runs the
+/* This step's plan: the regime test's plain block (regime.h) runs the
  * plain alternative; otherwise the scheduler's choice, debiased. */
-static sd_sched_plan choose(sd_vf_adapt *ad, sd_sched_step *st, int m)
+static sd_sched_plan choose(sd_adapt *ad, sd_sched_step *st, int m)
 {
     plain_alt(ad, st, m);
     if (ad->step_plain) {
@@ -296,11 +296,11 @@ static sd_sched_plan choose(sd_vf_adapt *ad, sd_sched_step *st, int m)
  * accepted could pay for its cost beside this plan (otherwise the cost,
  * not the acceptance, keeps it plain, and only a refresh is due now and
  * then, to re-measure that cost). Returns the request's index or -1. */
-static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq, int m, sd_sched_plan plan)
+static int probe(sd_adapt *ad, const sd_sched_step *st, sd_areq *const *aq, int m, sd_sched_plan plan)
 {
     int best = -1;
     for (int j = 0; j < m; j++) {
-        const sd_vf_areq *q = aq[ad->map[j]];
+        const sd_areq *q = aq[ad->map[j]];
         if (ad->kk[j] == 0 && ad->sr[j].kmax > 0 && q->zero_run >= q->probe_every &&
             (best < 0 || q->zero_run > aq[ad->map[best]]->zero_run))
             best = j;
@@ -308,7 +308,7 @@ static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq
     if (best < 0 || plan.step_ms <= 0) return -1;
     ad->kk[best] = 1;
     double t = sd_sched_step_ms(st, ad->sr, m, ad->kk);
-    if (aq[ad->map[best]]->zero_run < SD_VF_PROBE_REFRESH &&
+    if (aq[ad->map[best]]->zero_run < SD_ADAPT_PROBE_REFRESH &&
         !sd_sched_beats(&plan, plan.tokens + 1, t, plan.tokens, plan.step_ms)) {
         ad->kk[best] = 0;
         return -1;
@@ -322,7 +322,7 @@ static int probe(sd_vf_adapt *ad, const sd_sched_step *st, sd_vf_areq *const *aq
  * that the first measure does not cost a step of every request's backlog
  * (on a CPU, 2 cores, 16 requests 49-67 tokens behind after the regime
  * test's plain blocks: one step of 78 ms where 4 were usual). */
-static void explore_catchup(sd_vf_adapt *ad, const sd_sched_step *st, const int *catchup, int m)
+static void explore_catchup(sd_adapt *ad, const sd_sched_step *st, const int *catchup, int m)
 {
     if (ad->n_catch > 0 || !catchup) return;
     int keep = -1;
@@ -360,7 +360,7 @@ static void add_chunk(sd_sched_step *st, const sd_req *r, int chunk)
  * fallback's lookup), and the one of this step's kind counts in full. Until
  * that kind is measured, the drafter's time counts by the share of steps
  * without their span (1 - hit). */
-static void pipe_overhead(sd_vf_adapt *ad, sd_req *const *reqs, const int *budgets, const int *avail, int n,
+static void pipe_overhead(sd_adapt *ad, sd_req *const *reqs, const int *budgets, const int *avail, int n,
                           sd_sched_step *st)
 {
     bool ready = true;
@@ -379,7 +379,7 @@ static void pipe_overhead(sd_vf_adapt *ad, sd_req *const *reqs, const int *budge
 /* The regime test's choice for this step (ad->step_plain), by the load of
  * its decoding requests. Returns whether the step is one the test may
  * measure: a request whose drafts the scheduler chooses could draft. */
-static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, const int *budgets, int n)
+static bool regime_step(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, const int *budgets, int n)
 {
     int m = 0;
     bool testable = false, sampled = false;
@@ -390,7 +390,7 @@ static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
         sampled |= r->p.sampling.temperature > 0;
         testable |= !aq[i]->fixed && budgets[i] > 0;
     }
-    ad->step_plain = testable && sd_vf_regime_plain(&ad->rg, sd_vf_regime_key(m, sampled));
+    ad->step_plain = testable && sd_regime_plain(&ad->rg, sd_regime_key(m, sampled));
     return testable;
 }
 
@@ -402,7 +402,7 @@ static bool regime_step(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
  * it first had to catch up on, spread over runs of 2-4 steps (probes are
  * runs of one), cost more than its drafts gained; the backlog grew each
  * plain step, and its drafts never paid (CPU, 2 cores, 4 greedy requests). */
-static double catch_spread(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int budget, double spread)
+static double catch_spread(sd_adapt *ad, const sd_req *r, sd_areq *q, int budget, double spread)
 {
     seed(ad, r, q);
     double e = budget > 0 ? sd_accept_expected(estimate(ad, q), budget) : 1;
@@ -411,8 +411,8 @@ static double catch_spread(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int 
     return steps > spread ? steps : spread;
 }
 
-sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *budgets, const int *avail,
-                           const int *catchup, int *tell, int n, int kv_free, int bs, const int *chunk, bool pipelined)
+sd_status sd_adapt_plan(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, int *budgets, const int *avail,
+                        const int *catchup, int *tell, int n, int kv_free, int bs, const int *chunk, bool pipelined)
 {
     if (fit(ad, n) != SD_OK) return SD_ERR_NOMEM;
     sd_sched_step st = {.cost = &ad->cost,
@@ -427,7 +427,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
     bool testable = regime_step(ad, reqs, aq, budgets, n);
     /* the drafter's catching up is paid once and serves the steps the request then keeps drafting: spread
      * over their measured number, or the drafting block's steps left if more (it drafts through them) */
-    double left = sd_vf_regime_left(&ad->rg), spread = ad->run_steps > left ? ad->run_steps : left;
+    double left = sd_regime_left(&ad->rg), spread = ad->run_steps > left ? ad->run_steps : left;
     if (spread < 1) spread = 1;
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -453,7 +453,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
     ad->maxk = 0;
     for (int j = 0; j < m; j++) {
         int i = ad->map[j], k = ad->kk[j];
-        sd_vf_areq *q = aq[i];
+        sd_areq *q = aq[i];
         bool eligible = budgets[i] > 0;
         if (eligible) {
             q->k = k;
@@ -479,7 +479,7 @@ sd_status sd_vf_adapt_plan(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *con
 
 /* The lookup step's place in the schedule for request i (slot j): its
  * lookup drafts priced by its estimate for the match length, or none. */
-static sd_sched_req lookup_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_areq *q, int avail, int match)
+static sd_sched_req lookup_req(sd_adapt *ad, int j, const sd_req *r, sd_areq *q, int avail, int match)
 {
     seed(ad, r, q);
     const sd_accept *acc = &q->acc;
@@ -491,8 +491,8 @@ static sd_sched_req lookup_req(sd_vf_adapt *ad, int j, const sd_req *r, sd_vf_ar
     return (sd_sched_req){acc, 0, avail > 0 ? avail : 0, r->p.sampling.temperature > 0, r->kv.len, r->kv.n_blocks, 0};
 }
 
-bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *lk_avail,
-                        const int *match, int n, int kv_free, int bs, const int *chunk)
+bool sd_adapt_lookup(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, int *k, const int *lk_avail,
+                     const int *match, int n, int kv_free, int bs, const int *chunk)
 {
     if (ad->step_plain || ad->plan.step_ms <= 0 || fit(ad, n) != SD_OK) return false;
     sd_sched_step st = {
@@ -518,7 +518,7 @@ bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
         return false;
     for (int j = 0; j < m; j++) {
         int i = ad->map[j];
-        sd_vf_areq *q = aq[i];
+        sd_areq *q = aq[i];
         k[i] = ad->kk[j];
         if (q->k < 0) continue;
         q->k = k[i];
@@ -533,8 +533,8 @@ bool sd_vf_adapt_lookup(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const 
     return true;
 }
 
-sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq *const *aq, int *k, const int *fb_avail,
-                               int n, const int *chunk)
+sd_status sd_adapt_fallback(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, int *k, const int *fb_avail, int n,
+                            const int *chunk)
 {
     for (int i = 0; i < n; i++) aq[i]->fb_k = 0;
     if (fit(ad, n) != SD_OK) {
@@ -547,7 +547,7 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
     int m = 0;
     for (int i = 0; i < n; i++) {
         const sd_req *r = reqs[i];
-        sd_vf_areq *q = aq[i];
+        sd_areq *q = aq[i];
         if (r->finish != SD_FINISH_NONE) continue;
         if (sd_req_prefilling(r)) {
             add_chunk(&st, r, chunk ? chunk[i] : 0);
@@ -573,11 +573,11 @@ sd_status sd_vf_adapt_fallback(sd_vf_adapt *ad, sd_req *const *reqs, sd_vf_areq 
     if (plan.step_ms > 0 && ad->pred_ms > 0) ad->pred_ms = plan.step_ms; /* the step that runs */
     for (int j = 0; j < m; j++) {
         int i = ad->map[j];
-        sd_vf_areq *q = aq[i];
+        sd_areq *q = aq[i];
         if (fb_avail[i] <= 0) continue;
         k[i] = ad->kk[j];
         if (k[i] > 0) q->fb_zero_run = 0;
-        else if (++q->fb_zero_run >= SD_VF_FB_PROBE && ad->sr[j].kmax > 0) k[i] = 1, q->fb_zero_run = 0;
+        else if (++q->fb_zero_run >= SD_ADAPT_FB_PROBE && ad->sr[j].kmax > 0) k[i] = 1, q->fb_zero_run = 0;
         q->fb_k = k[i];
     }
     return SD_OK;
@@ -598,7 +598,7 @@ static double over_update(double avg, double x, unsigned *n)
  * where the cycle is unknown) feeds the overhead estimates; drafter_ms: the
  * drafter's time behind this step's drafts; catching_up: that call first
  * took in tokens it was behind on (the step's error is then not drafting's). */
-static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, double drafter_ms, bool catching_up,
+static void note_overhead(sd_adapt *ad, double engine_ms, double step_ms, double drafter_ms, bool catching_up,
                           bool pipelined)
 {
     if (step_ms <= 0 || engine_ms <= 0) return;
@@ -641,7 +641,7 @@ static void note_overhead(sd_vf_adapt *ad, double engine_ms, double step_ms, dou
  * its base in time (the drafter late, still catching up, or its span stale):
  * that is the drafter's pace, priced by the hit rate and the wait, not the
  * proposer's supply nor a failed probe — it teaches the estimate nothing. */
-static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int offered, int accepted, bool had_q,
+static void note_request(sd_adapt *ad, const sd_req *r, sd_areq *q, int offered, int accepted, bool had_q,
                          bool pipelined)
 {
     int k = q->k;
@@ -680,31 +680,31 @@ static void note_request(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q, int of
         q->zero_run = q->probe_every;
     } else if (q->probing && accepted == 0) { /* a probe that failed: wait longer for the next */
         q->zero_run = 0;
-        q->probe_every = q->probe_every * 2 < SD_VF_PROBE_MAX ? q->probe_every * 2 : SD_VF_PROBE_MAX;
+        q->probe_every = q->probe_every * 2 < SD_ADAPT_PROBE_MAX ? q->probe_every * 2 : SD_ADAPT_PROBE_MAX;
     } else {
         q->zero_run = 0;
-        q->probe_every = SD_VF_PROBE_FIRST;
+        q->probe_every = SD_ADAPT_PROBE_FIRST;
     }
     if (q->probing && !late && q->key >= 0) { /* the kind's interval, for its new requests */
         int *e = &ad->probe_every[q->key];
-        *e = accepted == 0 ? (*e * 2 < SD_VF_PROBE_MAX ? *e * 2 : SD_VF_PROBE_MAX)
-                           : (*e / 2 > SD_VF_PROBE_FIRST ? *e / 2 : SD_VF_PROBE_FIRST);
+        *e = accepted == 0 ? (*e * 2 < SD_ADAPT_PROBE_MAX ? *e * 2 : SD_ADAPT_PROBE_MAX)
+                           : (*e / 2 > SD_ADAPT_PROBE_FIRST ? *e / 2 : SD_ADAPT_PROBE_FIRST);
     }
 }
 
-/* The regime test's measure of a decode step (vf_regime.h): the tokens it
+/* The regime test's measure of a decode step (regime.h): the tokens it
  * committed. */
-static void note_regime(sd_vf_adapt *ad, sd_vf_areq *const *aq, const int *accepted, int n, double cycle_ms)
+static void note_regime(sd_adapt *ad, sd_areq *const *aq, const int *accepted, int n, double cycle_ms)
 {
     if (!ad->step_test) return;
     int got = 0;
     for (int i = 0; i < n; i++)
         if (aq[i]->k >= 0) got += 1 + accepted[i];
-    sd_vf_regime_note(&ad->rg, got, cycle_ms, ad->maxk > 0 || ad->step_lookup);
+    sd_regime_note(&ad->rg, got, cycle_ms, ad->maxk > 0 || ad->step_lookup);
     ad->step_test = false;
 }
 
-void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
+void sd_adapt_dry(sd_adapt *ad, const sd_req *r, sd_areq *q)
 {
     if (q->fixed) return;
     seed(ad, r, q);
@@ -712,9 +712,9 @@ void sd_vf_adapt_dry(sd_vf_adapt *ad, const sd_req *r, sd_vf_areq *q)
     sd_accept_observe(&ad->prior[q->key], 1, 0, 0, PRIOR_ALPHA, false);
 }
 
-void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
-                      sd_vf_areq *const *aq, const int *offered, const int *accepted, const bool *had_q,
-                      const int *catchup, const double *draft_ms, const bool *ready, int n, bool pipelined)
+void sd_adapt_done(sd_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
+                   sd_areq *const *aq, const int *offered, const int *accepted, const bool *had_q, const int *catchup,
+                   const double *draft_ms, const bool *ready, int n, bool pipelined)
 {
     /* the drafter's call behind this step: the requests asked, its passes (one per position of the
      * longest span, one to take in the committed tokens, pipelined one for the guess of the next),
@@ -763,7 +763,7 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
         }
     }
     for (int i = 0; i < n; i++) {
-        sd_vf_areq *q = aq[i];
+        sd_areq *q = aq[i];
         if (q->k < 0) continue;
         if (q->fb_k > 0) { /* the fallback's drafts: its estimates; for the drafter's, a step without its drafts */
             sd_accept_observe(&q->fb_acc, q->fb_k, offered[i], accepted[i], ACC_ALPHA, false);
@@ -785,39 +785,4 @@ void sd_vf_adapt_done(sd_vf_adapt *ad, const sd_step_timing *t, double wall_ms, 
     note_regime(ad, aq, accepted, n, cycle_ms);
     ad->pred_ms = 0;
     ad->step_lookup = false;
-}
-
-int sd_vf_adapt_estimates(const sd_vf_adapt *ad, Specd__AcceptEstimate *out, float (*bufs)[SD_MAX_DRAFT], int cap)
-{
-    static const char *const mode[3] = {"greedy", "match", "rejection"};
-    static const char *const temp[SD_VF_TEMP_BUCKETS] = {"0", "0..0.5", "0.5..1", "1..1.5", "1.5.."};
-    int m = 0;
-    for (int k = 0; k < SD_VF_ACCEPT_KEYS && m < cap; k++) {
-        const sd_accept *a = &ad->prior[k];
-        if (a->steps == 0) continue;
-        int np = 0;
-        while (np < SD_MAX_DRAFT && a->n[np] > 1) np++; /* positions observed (beyond the seed) */
-        for (int i = 0; i < np; i++) bufs[m][i] = (float)a->a[i];
-        specd__accept_estimate__init(&out[m]);
-        out[m].mode = (char *)mode[k / SD_VF_TEMP_BUCKETS];
-        out[m].temperature = (char *)temp[k % SD_VF_TEMP_BUCKETS];
-        out[m].accept = bufs[m];
-        out[m].n_accept = (size_t)np;
-        out[m].steps = a->steps;
-        m++;
-    }
-    return m;
-}
-
-void sd_vf_adapt_stats_to_proto(const sd_vf_areq *q, float acc[SD_MAX_DRAFT], Specd__AdaptStats *out)
-{
-    specd__adapt_stats__init(out);
-    out->k_sum = q->st.k_sum;
-    out->k_steps = q->st.k_steps;
-    out->k_zero = q->st.k_zero;
-    int np = 0;
-    while (np < SD_MAX_DRAFT && q->acc.n[np] > 1) np++; /* positions observed (beyond the seed) */
-    for (int i = 0; i < np; i++) acc[i] = (float)q->acc.a[i];
-    out->accept = acc;
-    out->n_accept = (size_t)np;
 }
