@@ -13,10 +13,14 @@ verifier for 2 s.
 
 Checks, written to DIR/report.md (and report.json, rss.svg: each process's resident memory over time):
   - every completed greedy or seeded response equals specd-generate's output for it (computed first);
+  - a response whose reference specd-generate could not give is counted apart (unchecked: the harness's
+    failure, e.g. the binary being rebuilt beside the soak), never as exact;
   - every failure is clean: an HTTP error with the OpenAI-shaped JSON error, or a stream that ends with an
     error event and [DONE]; anything else (no answer, a broken stream, a wrong output) is counted as lost;
   - each process's RSS and open fds after the warm-up (the first fifth of the run, at least 60 s) against
-    the end, per process that lived through both;
+    the end, per process that lived through both, the RSS growth split into the large buffers allocated at
+    start-up (anonymous mappings of 64 MiB or more: KV pools, weights; first touched as they fill) and the
+    rest (the heap, where a leak would show);
   - the lanes' KV pools are all free once the traffic stops;
   - every counter of /metrics (names ending in _total) only grows.
 Run by hand, not in CI (it takes its --minutes). Exit status: 0 when nothing was lost or inexact."""
@@ -69,6 +73,10 @@ def reference(bin_dir, prompt, max_tokens, extra):
     return json.loads(out)["text"]
 
 
+class RefError(Exception):
+    """specd-generate could not give a reference (the harness's failure, not the server's)."""
+
+
 class Refs:
     """References computed once per (prompt, max_tokens, kind), shared by the workers."""
 
@@ -79,7 +87,10 @@ class Refs:
         key = (prompt, max_tokens, tuple(extra))
         with self.lock:
             if key not in self.cache:
-                self.cache[key] = reference(self.bin, prompt, max_tokens, extra)
+                try:
+                    self.cache[key] = reference(self.bin, prompt, max_tokens, extra)
+                except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as e:
+                    raise RefError(repr(e)) from e
             return self.cache[key]
 
 
@@ -135,7 +146,8 @@ def stream(port, body, cancel_after=None):
 class Tally:
     def __init__(self):
         self.lock = threading.Lock()
-        self.n = {"requests": 0, "exact": 0, "ok": 0, "cancelled": 0, "failed_cleanly": 0, "lost": 0, "inexact": 0}
+        self.n = {"requests": 0, "exact": 0, "ok": 0, "cancelled": 0, "failed_cleanly": 0, "lost": 0, "inexact": 0,
+                  "unchecked": 0}
         self.notes = []
 
     def add(self, what, note=None):
@@ -212,6 +224,8 @@ def one_request(port, rng, refs, tally, kind):
                 tally.add("ok")
             else:
                 tally.add("inexact", "tools: %r" % calls)
+    except RefError as e:  # answered, but its reference could not be computed: counted apart
+        tally.add("unchecked", "%s: reference: %s" % (kind, e))
     except (OSError, http.client.HTTPException, ValueError) as e:
         tally.add("lost", "%s: %r" % (kind, e))
 
@@ -245,12 +259,31 @@ def children(pid):
     return out
 
 
+BIG_KB = 64 * 1024  # an anonymous mapping this large is a buffer sized at start-up: a KV pool, weights
+
+
+def big_rss_kb(pid):
+    """The resident kB of the process's large anonymous mappings (its KV pool, its weights): memory that is
+    allocated once at start and first touched as it is used, apart from the rest (the heap), where a leak
+    would show."""
+    big, size, anon = 0, 0, False
+    for l in open("/proc/%d/smaps" % pid):
+        f = l.split()
+        if not f[0].endswith(":"):  # a mapping's header: range perms offset dev inode [path]
+            anon = len(f) < 6
+        elif f[0] == "Size:":
+            size = int(f[1])
+        elif f[0] == "Rss:" and anon and size >= BIG_KB:
+            big += int(f[1])
+    return big
+
+
 def proc_stats(pid):
     try:
         rss = next(int(l.split()[1]) for l in open("/proc/%d/status" % pid) if l.startswith("VmRSS:"))
         fds = len(os.listdir("/proc/%d/fd" % pid))
-        return rss, fds
-    except (OSError, StopIteration):
+        return rss, fds, big_rss_kb(pid)
+    except (OSError, StopIteration, ValueError):
         return None
 
 
@@ -396,7 +429,7 @@ def main():
             for role, pid in roles.items():
                 st = proc_stats(pid)
                 if st:
-                    snap[role] = (pid, st[0], st[1])
+                    snap[role] = (pid,) + st
                     series.setdefault(role, []).append((now, st[0] / 1024))
             samples.append((now, snap))
             m = metrics(port)
@@ -414,10 +447,11 @@ def main():
         end_snap = {role: (pid,) + proc_stats(pid) for role, pid in children(serve.pid).items() if proc_stats(pid)}
         warm_snap = next((s for t, s in samples if t >= warm), samples[-1][1] if samples else {})
         growth = {}
-        for role, (pid, rss, fds) in end_snap.items():
+        for role, (pid, rss, fds, big) in end_snap.items():
             w = warm_snap.get(role)
             if w and w[0] == pid:
-                growth[role] = {"pid": pid, "rss_kb_warm": w[1], "rss_kb_end": rss, "fds_warm": w[2], "fds_end": fds}
+                growth[role] = {"pid": pid, "rss_kb_warm": w[1], "rss_kb_end": rss, "fds_warm": w[2], "fds_end": fds,
+                                "big_kb_warm": w[3], "big_kb_end": big}
         svg(series, os.path.join(out, "rss.svg"), t0)
         rep = {"minutes": a.minutes, "lanes": a.lanes, "workers": a.workers, "tally": tally.n, "notes": tally.notes,
                "faults": [(round(t - t0), f) for t, f in fault_log], "kv_idle": idle_ok, "kv_total": tot,
@@ -425,18 +459,21 @@ def main():
         json.dump(rep, open(os.path.join(out, "report.json"), "w"), indent=1)
         lines = ["# Soak: %.0f minutes, %d lanes, %d workers, a fault every %.0f s" % (a.minutes, a.lanes, a.workers,
                                                                                       a.fault_every), "",
-                 "| requests | exact | ok (tools) | cancelled | failed cleanly | lost | inexact |", "|---|---|---|---|---|---|---|",
-                 "| %(requests)d | %(exact)d | %(ok)d | %(cancelled)d | %(failed_cleanly)d | %(lost)d | %(inexact)d |"
+                 "| requests | exact | ok (tools) | cancelled | failed cleanly | lost | inexact | unchecked (no reference) |",
+                 "|---|---|---|---|---|---|---|---|",
+                 "| %(requests)d | %(exact)d | %(ok)d | %(cancelled)d | %(failed_cleanly)d | %(lost)d | %(inexact)d | "
+                 "%(unchecked)d |"
                  % tally.n, "", "Faults injected: %d (%s)." % (len(fault_log), ", ".join(sorted(set(f for _, f in fault_log)))),
                  "", "KV pools all free at the end: %s (total %s, free %s)." % (idle_ok, tot, free),
                  "Counters that decreased: %d." % len(decreased), "",
-                 "| process | pid | RSS after warm-up (MB) | RSS at the end (MB) | growth (MB) | fds after warm-up | fds at the end |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| process | pid | RSS after warm-up (MB) | RSS at the end (MB) | growth (MB) | of it, in buffers "
+                 "≥ 64 MiB (MB) | of it, the rest (MB) | fds after warm-up | fds at the end |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for role, g in sorted(growth.items()):
-            lines.append("| %s | %d | %.1f | %.1f | %+.1f | %d | %d |" % (role, g["pid"], g["rss_kb_warm"] / 1024,
-                                                                       g["rss_kb_end"] / 1024,
-                                                                       (g["rss_kb_end"] - g["rss_kb_warm"]) / 1024,
-                                                                       g["fds_warm"], g["fds_end"]))
+            grow, grow_big = g["rss_kb_end"] - g["rss_kb_warm"], g["big_kb_end"] - g["big_kb_warm"]
+            lines.append("| %s | %d | %.1f | %.1f | %+.1f | %+.1f | %+.1f | %d | %d |" % (
+                role, g["pid"], g["rss_kb_warm"] / 1024, g["rss_kb_end"] / 1024, grow / 1024, grow_big / 1024,
+                (grow - grow_big) / 1024, g["fds_warm"], g["fds_end"]))
         lines += ["", "RSS over time: rss.svg. Notes (first 50): " + "; ".join(tally.notes[:10])]
         open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
         print("\n".join(lines))
