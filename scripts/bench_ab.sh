@@ -88,7 +88,8 @@ for i, cfg in enumerate(cfgs):
     ds = g("decode_steps_total") or 1
     used = g("spans_used_total")
     fb, fba = g("fallback_used_total"), g("fallback_accepted_total")
-    hid = 1 - (g("step_seconds_total") - g("verify_seconds_total")) / g("draft_seconds_total") if g("draft_seconds_total") else 0
+    # draft time hidden as the router reports it: 1 - wait / draft, clamped to [0, 1]
+    hid = min(1, max(0, 1 - g("wait_seconds_total") / g("draft_seconds_total"))) if g("draft_seconds_total") else 0
     print(f"c{i} [{cfg or 'defaults'}] tok/s {tps:.0f} ({tps / base:.3f}) hit {g('spans_ready_total') / ds:.2f} "
           f"acc/step {g('accepted_tokens_total') / max(1, g('steps_total')):.2f} | per decode step ms: "
           f"step {g('step_seconds_total') / ds * 1e3:.3f} verify {g('verify_seconds_total') / ds * 1e3:.3f} "

@@ -22,10 +22,10 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = [
     "bf16 plain=",
-    "bf16 draft auto=--draft models/tinycode-3m",
+    "bf16 draft auto=--draft models/tinycode-3m --num-draft auto",
     "bf16 draft K6=--draft models/tinycode-3m --num-draft 6",
     "int8 plain=--quant int8",
-    "int8 draft auto=--quant int8 --draft models/tinycode-3m",
+    "int8 draft auto=--quant int8 --draft models/tinycode-3m --num-draft auto",
     "int8 draft K6=--quant int8 --draft models/tinycode-3m --num-draft 6",
 ]
 

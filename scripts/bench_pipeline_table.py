@@ -20,7 +20,7 @@ def cell(cfg, th, c, t):
     out = {"tps": tok / dur}
     out["acc"] = g("accepted_tokens") / g("steps") if g("steps") else None
     out["hit"] = g("spans_ready") / g("decode_steps") if g("decode_steps") else None
-    out["hidden"] = 1 - (g("step_seconds") - g("verify_seconds")) / g("draft_seconds") if g("draft_seconds") else None
+    out["hidden"] = min(1, max(0, 1 - g("wait_seconds") / g("draft_seconds"))) if g("draft_seconds") else None
     return out
 
 f = lambda x, fmt: "—" if x is None else format(x, fmt)
@@ -39,5 +39,5 @@ for th in threads:
                   f"{nb['tps']/s['tps']:.2f}×, {f(nb['hit'], '.2f')} |")
 print()
 print("tok/s: output tokens / wall time of the measured phase, summed over the rounds; accepted/step: accepted drafts per verify step;")
-print("pre-draft hit rate: decode steps whose span was there when the step began; draft time hidden: 1 - (step - verify) / draft,")
-print("from the verifier's counters (/metrics) over the cell (serial: negative, as the step pays the whole draft and the messages).")
+print("pre-draft hit rate: decode steps whose span was there when the step began; draft time hidden: 1 - wait / draft in [0, 1],")
+print("from the verifier's counters (/metrics) over the cell (serial: 0, as the step waits for the whole draft).")

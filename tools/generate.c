@@ -105,10 +105,11 @@ static const sd_flag g_flags[] = {
     {"Structured output", "choice", 'C', "TEXT", NULL, "output that is one of the choices (repeatable)"},
     {"Speculation", "draft", 'D', "DIR", NULL, "speculative decoding with this draft model (the same tokenizer)"},
     {"Speculation", "ngram", 'G', NULL, NULL, "speculative decoding with n-gram lookup drafts"},
-    {"Speculation", "num-draft", 'K', "auto|K", "auto",
-     "drafts per step: auto, the server's adaptive choice each step (0 .. --spec-max-draft, none where drafting "
-     "costs more than it makes), or a static K (0..16)"},
-    {"Speculation", "spec-max-draft", 'L', "N", "12", "the most drafts the adaptive choice considers (1..16)"},
+    {"Speculation", "num-draft", 'K', "K|auto", "6",
+     "drafts per step: a static K (0..16), or auto, the server's adaptive choice each step (0 .. "
+     "--spec-max-draft, none where drafting costs more than it makes; it learns the costs anew each run: "
+     "ahead of K6 over 512 tokens, behind it over 128)"},
+    {"Speculation", "spec-max-draft", 'L', "N", "12", "with --num-draft auto: the most drafts it considers (1..16)"},
     {"Speculation", "verify", 'V', "greedy|match|rejection", "greedy at T = 0, rejection with q, else match",
      "the accept rule (each keeps the target's output exact)"},
     {"Speculation", "draft-quant", 'Q', "auto|int8|none", "auto", "the draft model's weights"},
@@ -213,7 +214,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     o->max_tokens = 128;
     o->tp_size = 1;
     sd_flags_alias(argc, argv, "-tp", "--tensor-parallel-size");
-    o->num_draft = -1; /* auto */
+    o->num_draft = SD_NUM_DRAFT_DEFAULT; /* auto learns too slowly for short runs to be the default yet */
     o->spec_max_draft = 12;
     o->draft_quant = SD_DRAFT_QUANT_AUTO;
     o->draft_p_min = SD_DRAFT_P_MIN_DEFAULT;

@@ -67,10 +67,10 @@ assert 4 * (b["steps"] - 3) <= b["draft_tokens"] <= 4 * b["steps"], (b["draft_to
 assert c["draft_tokens"] < 6 * c["steps"], "p_min 0.9 never stopped drafting"
 PY
 
-# --num-draft auto (the default): the adaptive choice every step (how many it takes depends on the costs
+# --num-draft auto: the adaptive choice every step (how many it takes depends on the costs
 # measured), the same output; the draft model and the n-gram lookup, at most --spec-max-draft a step
-"$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --prompt "def f(x):" --max-tokens 48 \
-    --json > "$tmp/auto.json"
+"$BIN/specd-generate" --model "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --num-draft auto --prompt "def f(x):" \
+    --max-tokens 48 --json > "$tmp/auto.json"
 "$BIN/specd-generate" --model "$MOD/tinycode-16m" --ngram --num-draft auto --spec-max-draft 3 --prompt "def f(x):" \
     --max-tokens 48 --json > "$tmp/auto_ng.json"
 python3 - "$tmp/plain.json" "$tmp/auto.json" "$tmp/auto_ng.json" <<'PY' || fail "--num-draft auto changed the output"
