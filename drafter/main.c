@@ -440,6 +440,10 @@ static int collect_items(drafter *d, const sd_msg_id *peer, const Specd__DraftBa
             d->need_open[i] = 1;
             continue;
         }
+        /* a serial step (the verifier's pipelining test runs serial blocks between pipelined ones): what a
+         * pipelined word left owed would continue a state the verifier has left */
+        r->pipe.dirty = r->pipe.branches_owed = false;
+        r->pipe.n_in_flight = 0;
         int k = it->num_draft < SD_MAX_DRAFT ? (int)it->num_draft : SD_MAX_DRAFT;
         if (r->n_ctx == 0 || r->n_ctx > INT_MAX || k == 0) continue;
         d->items[n] = (sd_propose_item){.seq_id = r->id,

@@ -67,6 +67,9 @@ static void copy_adapt(sd_lane_info *in, const Specd__Stats *s)
     in->regime_plain = s->regime_plain_steps;
     in->regime_rate[0] = s->regime_rate_drafting;
     in->regime_rate[1] = s->regime_rate_plain;
+    in->pipe_serial = s->pipe_serial_steps;
+    in->pipe_rate[0] = s->pipe_rate_pipelined;
+    in->pipe_rate[1] = s->pipe_rate_serial;
     in->step_rows_max = s->step_rows_max;
     in->preemptions = s->preemptions;
     in->prefix_queries = s->prefix_queries;
@@ -100,6 +103,7 @@ static void add_counters(sd_lane_info *in, const sd_lane_info *base)
     in->step_meas_us += base->step_meas_us;
     in->step_err_us += base->step_err_us;
     in->regime_plain += base->regime_plain;
+    in->pipe_serial += base->pipe_serial;
     in->preemptions += base->preemptions;
     in->prefix_queries += base->prefix_queries;
     in->prefix_hits += base->prefix_hits;

@@ -58,6 +58,8 @@ typedef struct sd_lane_info {
     uint64_t step_pred_us, step_meas_us, step_err_us; /* adaptive: planned steps, predicted / measured / |diff| */
     uint64_t regime_plain;                            /* adaptive: steps the regime test ran plain */
     float regime_rate[2];                             /* ... its rates (drafting, plain; 0: not measured) */
+    uint64_t pipe_serial;                             /* the pipelining test: steps it ran serial */
+    float pipe_rate[2];                               /* ... its rates (pipelined, serial; 0: not measured) */
     uint32_t step_rows_max;                           /* the most rows one of its engine steps had */
     uint64_t preemptions;                             /* requests its verifier preempted (KV short) */
     uint64_t prefix_queries, prefix_hits;             /* prompt positions looked up / taken from the prefix cache */

@@ -1,6 +1,7 @@
 /* metrics.c — see metrics.h. Rendering appends to an open_memstream. */
 #include "metrics.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,12 +184,59 @@ static void render_pipe(FILE *f, const sd_lanes *l)
     fprintf(f, "specd_spec_draft_time_hidden %.6f\n", sd_pipe_stats_hidden(&all));
 }
 
+/* A test of two regimes (common/spec/regime.h): the steps it ran in the
+ * second one (summed over lanes), and each lane's measured rates of both.
+ * steps_off, rate_off: where sd_lane_info keeps them (uint64_t, float[2]). */
+typedef struct two_regimes {
+    const char *steps, *steps_help, *rate, *rate_help, *label, *name[2];
+    size_t steps_off, rate_off;
+} two_regimes;
+
+static void render_two_regimes(FILE *f, const sd_lanes *l, const two_regimes *t)
+{
+    uint64_t steps = 0;
+    for (size_t i = 0; i < sd_lanes_count(l); i++)
+        steps += *(const uint64_t *)((const char *)sd_lanes_info(l, (int)i) + t->steps_off);
+    header(f, t->steps, "counter", t->steps_help);
+    fprintf(f, "%s %llu\n", t->steps, (unsigned long long)steps);
+    header(f, t->rate, "gauge", t->rate_help);
+    for (size_t i = 0; i < sd_lanes_count(l); i++) {
+        const sd_lane_info *in = sd_lanes_info(l, (int)i);
+        const float *rate = (const float *)((const char *)in + t->rate_off);
+        for (int r = 0; r < 2; r++)
+            fprintf(f, "%s{lane=\"%s\",%s=\"%s\"} %.4f\n", t->rate, in->endpoint, t->label, t->name[r], rate[r]);
+    }
+}
+
+static const two_regimes REGIME_TEST = {
+    "specd_spec_regime_plain_steps_total",
+    "Steps the regime test ran without drafts (blocks of plain decoding measured against drafting).",
+    "specd_spec_regime_rate",
+    "The regime test's measured rate of drafting and of plain decoding under the load last tested: tokens "
+    "committed per ms (0: not measured).",
+    "regime",
+    {"drafting", "plain"},
+    offsetof(sd_lane_info, regime_plain),
+    offsetof(sd_lane_info, regime_rate)};
+
+static const two_regimes PIPELINING_TEST = {
+    "specd_spec_pipeline_serial_steps_total",
+    "Steps the pipelining test (--spec-pipeline auto) ran with the serial protocol, in blocks measured against "
+    "pipelined ones.",
+    "specd_spec_pipeline_rate",
+    "The pipelining test's measured rate of the pipelined and of the serial protocol under the load last tested: "
+    "tokens committed per ms (0: not measured).",
+    "protocol",
+    {"pipelined", "serial"},
+    offsetof(sd_lane_info, pipe_serial),
+    offsetof(sd_lane_info, pipe_rate)};
+
 /* Adaptive speculation: the draft lengths chosen (summed over lanes), the
  * scheduler's predicted against measured step time, and each lane's
  * acceptance estimates. */
 static void render_adapt(FILE *f, const sd_lanes *l)
 {
-    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0, plain = 0;
+    uint64_t k[SD_LANE_MAX_K + 1] = {0}, pred = 0, meas = 0, errs = 0;
     size_t nk = 0;
     for (size_t i = 0; i < sd_lanes_count(l); i++) {
         const sd_lane_info *in = sd_lanes_info(l, (int)i);
@@ -197,7 +245,6 @@ static void render_adapt(FILE *f, const sd_lanes *l)
         pred += in->step_pred_us;
         meas += in->step_meas_us;
         errs += in->step_err_us;
-        plain += in->regime_plain;
     }
     header(f, "specd_spec_draft_length_total", "counter",
            "Decode steps by the number of drafts the scheduler chose (k), summed over requests and lanes.");
@@ -209,18 +256,8 @@ static void render_adapt(FILE *f, const sd_lanes *l)
     fprintf(f, "specd_spec_step_measured_seconds_total %.6f\n", meas / 1e6);
     header(f, "specd_spec_step_prediction_error", "gauge", "Mean |predicted - measured| / measured step time.");
     fprintf(f, "specd_spec_step_prediction_error %.6f\n", meas ? (double)errs / (double)meas : 0.0);
-    header(f, "specd_spec_regime_plain_steps_total", "counter",
-           "Steps the regime test ran without drafts (blocks of plain decoding measured against drafting).");
-    fprintf(f, "specd_spec_regime_plain_steps_total %llu\n", (unsigned long long)plain);
-    header(f, "specd_spec_regime_rate", "gauge",
-           "The regime test's measured rate of drafting and of plain decoding under the load last tested: tokens "
-           "committed per ms (0: not measured).");
-    for (size_t i = 0; i < sd_lanes_count(l); i++) {
-        const sd_lane_info *in = sd_lanes_info(l, (int)i);
-        for (int r = 0; r < 2; r++)
-            fprintf(f, "specd_spec_regime_rate{lane=\"%s\",regime=\"%s\"} %.4f\n", in->endpoint,
-                    r ? "plain" : "drafting", in->regime_rate[r]);
-    }
+    render_two_regimes(f, l, &REGIME_TEST);
+    render_two_regimes(f, l, &PIPELINING_TEST);
     header(f, "specd_spec_acceptance_estimate", "gauge",
            "P(draft pos accepted | the drafts before it were), by kind of request (verification mode, temperature).");
     for (size_t i = 0; i < sd_lanes_count(l); i++) {

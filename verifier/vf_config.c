@@ -36,7 +36,8 @@ static const sd_flag g_flags[] = {
     {"Speculation", "spec-max-draft", 'X', "N", "12", "the most drafts the adaptive choice considers (1..16)"},
     {"Speculation", "num-draft", 'k', "K", "6", "drafts per request and step with --spec-adaptive off (0..16)"},
     {"Speculation", "spec-pipeline", 'P', "auto|on|off", "auto",
-     "pipelined speculation with the drafter (auto: unless it runs on this verifier's cores or GPU)"},
+     "pipelined speculation with the drafter (auto: serial where it runs on this verifier's cores or GPU, else "
+     "blocks of both measured and the faster kept)"},
     {"Speculation", "spec-fallback", 'F', "ngram|missing|off", "ngram",
      "n-gram lookup drafts for a step the drafter left without (missing), and also instead of asking the drafter "
      "where they pay more (ngram)"},

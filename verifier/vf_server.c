@@ -127,6 +127,10 @@ static void health(sd_vf_server *s, const sd_msg_id *peer, uint64_t nonce)
     double rd = sd_regime_rate(&s->ad.rg, SD_VF_DRAFTING), rp = sd_regime_rate(&s->ad.rg, SD_VF_PLAIN);
     st.regime_rate_drafting = rd > 0 ? (float)rd : 0;
     st.regime_rate_plain = rp > 0 ? (float)rp : 0;
+    st.pipe_serial_steps = s->ad.pipe_rg.plain_steps;
+    double pp = sd_regime_rate(&s->ad.pipe_rg, SD_PIPE_PIPELINED), ps = sd_regime_rate(&s->ad.pipe_rg, SD_PIPE_SERIAL);
+    st.pipe_rate_pipelined = pp > 0 ? (float)pp : 0;
+    st.pipe_rate_serial = ps > 0 ? (float)ps : 0;
     Specd__AcceptEstimate est[SD_ADAPT_ACCEPT_KEYS], *estp[SD_ADAPT_ACCEPT_KEYS];
     float est_buf[SD_ADAPT_ACCEPT_KEYS][SD_MAX_DRAFT];
     st.n_accept = (size_t)sd_vf_accept_estimates(&s->ad, est, est_buf, SD_ADAPT_ACCEPT_KEYS);

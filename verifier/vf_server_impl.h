@@ -95,7 +95,8 @@ struct sd_vf_server {
     sd_vf_pace pace;         /* pipelined: when waiting for drafts pays */
     char host[256];          /* gethostname */
     int threads, ncpu;       /* the CPU backend's threads (0: not on the CPU), CPUs of this process */
-    int pipe_on;             /* the last pipelining decision, -1 before the first (for the log) */
+    int pipe_on;             /* the last pipelining decision, -1 before the first */
+    const char *pipe_why;    /* ... and its reason (for the log) */
     bool lost;               /* the device is lost (sd_backend_lost): the serving loop ends */
     double last_step_end_ms; /* 0 after an idle spell */
     double step_begin_ms;    /* when this step's planning began */

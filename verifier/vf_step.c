@@ -255,9 +255,30 @@ static bool shares_compute(const sd_vf_server *s, const sd_vf_drafter_stats *d)
     return !strcmp(d->device, s->cfg->device);
 }
 
+/* The pipelining test's choice for this step (adapt.h sd_adapt_pipelines),
+ * by the load of the requests decoding. */
+static bool pipe_test(sd_vf_server *s)
+{
+    int decoding = 0;
+    bool sampled = false;
+    for (int i = 0; i < s->n_active; i++) {
+        const sd_req *r = s->active[i]->slot.r;
+        if (r->finish != SD_FINISH_NONE || sd_req_prefilling(r)) continue;
+        decoding++;
+        sampled |= r->p.sampling.temperature > 0.0f;
+    }
+    bool on = sd_adapt_pipelines(&s->ad, decoding, sampled);
+    if (on != s->pipe_on)
+        SD_DEBUG("the pipelining test runs a %s block (measured: pipelined %.3f, serial %.3f tokens a ms)",
+                 on ? "pipelined" : "serial", sd_regime_rate(&s->ad.pipe_rg, SD_PIPE_PIPELINED),
+                 sd_regime_rate(&s->ad.pipe_rg, SD_PIPE_SERIAL));
+    return on;
+}
+
 /* Whether this step runs the pipelined protocol (--spec-pipeline; in auto
  * mode not before the drafter said where it runs, nor when it shares this
- * verifier's cores). Logs each change of mind. */
+ * verifier's cores, and else as the pipelining test finds faster). Logs
+ * each change of reason. */
 static bool pipelined(sd_vf_server *s)
 {
     if (!s->link || s->cfg->spec_pipeline == SD_VF_PIPE_OFF) return false;
@@ -265,16 +286,18 @@ static bool pipelined(sd_vf_server *s)
     const char *why = "--spec-pipeline on";
     sd_vf_drafter_stats d = sd_vf_link_drafter_stats(s->link);
     if (s->cfg->spec_pipeline == SD_VF_PIPE_AUTO) {
-        on = d.known && !shares_compute(s, &d);
+        bool own = d.known && !shares_compute(s, &d);
+        on = own && pipe_test(s);
         why = !d.known ? "the drafter has not said where it runs"
-              : on     ? "the drafter has cores or a device of its own"
+              : own    ? "the drafter has cores or a device of its own: measuring pipelined against serial"
                        : "the drafter shares this verifier's cores or device";
     }
-    if (on != s->pipe_on) {
+    if (why != s->pipe_why) {
         SD_INFO("pipelined speculation %s: %s (verifier %d threads on %s, drafter %u on %s %s, %d CPUs)",
                 on ? "on" : "off", why, s->threads, s->cfg->device, d.threads, d.host, d.device, s->ncpu);
-        s->pipe_on = on;
+        s->pipe_why = why;
     }
+    s->pipe_on = on;
     return on;
 }
 

@@ -26,6 +26,7 @@ void sd_adapt_init(sd_adapt *ad)
     sd_cost_init(&ad->cost);
     sd_cost_init(&ad->drafter);
     sd_regime_init(&ad->rg);
+    sd_regime_init(&ad->pipe_rg);
     for (int k = 0; k < SD_ADAPT_ACCEPT_KEYS; k++) {
         sd_accept_init(&ad->prior[k], NULL, 0);
         sd_accept_init(&ad->fb_prior[k], NULL, 0);
@@ -446,6 +447,10 @@ sd_status sd_adapt_plan(sd_adapt *ad, sd_req *const *reqs, sd_areq *const *aq, i
         st.seqs++;
     }
     ad->step_test = testable && st.fixed_rows == 0;
+    bool may_draft = false;
+    for (int j = 0; j < m; j++) may_draft |= budgets[ad->map[j]] > 0;
+    ad->pipe_measure = ad->pipe_asked && may_draft && st.fixed_rows == 0 && !ad->step_plain;
+    ad->pipe_rows = m;
     sd_sched_plan plan = choose(ad, &st, m);
     ad->pred_ms = plan.step_ms;
     explore_catchup(ad, &st, catchup, m);
@@ -704,6 +709,12 @@ static void note_regime(sd_adapt *ad, sd_areq *const *aq, const int *accepted, i
     ad->step_test = false;
 }
 
+bool sd_adapt_pipelines(sd_adapt *ad, int decoding, bool sampled)
+{
+    ad->pipe_asked = true;
+    return !sd_regime_plain(&ad->pipe_rg, sd_regime_key(decoding, sampled));
+}
+
 void sd_adapt_dry(sd_adapt *ad, const sd_req *r, sd_areq *q)
 {
     if (q->fixed) return;
@@ -783,6 +794,12 @@ void sd_adapt_done(sd_adapt *ad, const sd_step_timing *t, double wall_ms, double
         q->lookup = false;
     }
     note_regime(ad, aq, accepted, n, cycle_ms);
+    if (ad->pipe_measure) { /* the pipelining test: every decoding request's tokens, drafted or not */
+        int got = ad->pipe_rows;
+        for (int i = 0; i < n; i++) got += aq[i]->k >= 0 ? accepted[i] : 0;
+        sd_regime_note(&ad->pipe_rg, got, cycle_ms, true);
+    }
+    ad->pipe_asked = ad->pipe_measure = false;
     ad->pred_ms = 0;
     ad->step_lookup = false;
 }

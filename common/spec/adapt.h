@@ -147,6 +147,9 @@ typedef struct sd_adapt {
     bool step_lookup;                      /* this step verifies lookup drafts instead of the drafter's */
     sd_regime rg;                          /* the regime test (regime.h) */
     bool step_plain, step_test;            /* this step: the test's plain block; a step the test measures */
+    sd_regime pipe_rg;                     /* the pipelining test (sd_adapt_pipelines) */
+    bool pipe_asked, pipe_measure;         /* this step: its protocol came from that test; a step it measures */
+    int pipe_rows;                         /* ... and its decode rows (requests decoding) */
     double alt_ms, alt_tok, alt_rows;      /* this step's plain alternative: predicted time, tokens, rows */
     int maxk;                              /* this step's longest span chosen */
     sd_sched_req *sr;                      /* scratch */
@@ -253,6 +256,24 @@ void sd_adapt_dry(sd_adapt *ad, const sd_req *r, sd_areq *q);
 void sd_adapt_done(sd_adapt *ad, const sd_step_timing *t, double wall_ms, double cycle_ms, sd_req *const *reqs,
                    sd_areq *const *aq, const int *offered, const int *accepted, const bool *had_q, const int *catchup,
                    const double *draft_ms, const bool *ready, int n, bool pipelined);
+
+/* --spec-pipeline auto with a drafter on compute of its own (its own cores
+ * or device): whether the next step runs the pipelined protocol or the
+ * serial one, by the pipelining test — the regime test of regime.h with
+ * pipelined blocks against serial ones (SD_PIPE_PIPELINED, SD_PIPE_SERIAL),
+ * compared by tokens committed per ms over whole cycles, the figures kept
+ * apart by load (decoding: the requests decoding, sampled: whether any
+ * samples). Neither protocol is known to be faster: drafting ahead hides
+ * the drafter's time only when the span drafted for the likeliest outcome
+ * (every draft in flight accepted, the guess of the next token right) is
+ * the one needed, and the adaptive choice drafts long enough that a
+ * rejection is likely (CPU, demo pair, --threads 1 each, C = 1, T = 0:
+ * pipelined 0.90x serial in one benchmark, 1.10x in another;
+ * docs/BENCHMARKS.md). Call
+ * before sd_adapt_plan; a step is measured when it decodes only (no prompt
+ * chunks), some request may draft, and the regime test does not run it
+ * plain. */
+bool sd_adapt_pipelines(sd_adapt *ad, int decoding, bool sampled);
 
 /* The kind of request r (its verification mode and temperature bucket). */
 int sd_adapt_key(const sd_adapt *ad, const sd_req *r);

@@ -63,6 +63,11 @@
 
 enum { SD_VF_DRAFTING = 0, SD_VF_PLAIN = 1 };
 
+/* The same test compares the two protocols of a drafter on compute of its
+ * own (--spec-pipeline auto, adapt.h sd_adapt_pipelines): pipelined blocks
+ * in the first regime's place, serial ones in the second's. */
+enum { SD_PIPE_PIPELINED = SD_VF_DRAFTING, SD_PIPE_SERIAL = SD_VF_PLAIN };
+
 /* The test's figures for one load. */
 typedef struct sd_regime_load {
     double tok[2], ms[2]; /* per regime, over its blocks (faded): tokens committed, ms taken */

@@ -188,8 +188,8 @@ static const sd_flag g_flags[] = {
      "the most drafts the adaptive choice considers per request and step"},
     {"Speculation", "num-draft", 'K', "K", "6", "drafts per request and step with --spec-adaptive off (0..16)"},
     {"Speculation", "spec-pipeline", 'L', "auto|on|off", "auto",
-     "pipelined speculation: the drafter drafts the next span while the verifier verifies (auto: unless the "
-     "drafter shares the verifier's CPU cores or GPU)"},
+     "pipelined speculation: the drafter drafts the next span while the verifier verifies (auto: serial where "
+     "the drafter shares the verifier's CPU cores or GPU, else blocks of both measured and the faster kept)"},
     {"Speculation", "draft-branches", 'B', "N", "3",
      "pipelined: other outcomes the drafter drafts for per request and step (0..3)"},
     {"Speculation", "spec-fallback", 'b', "ngram|missing|off", "ngram",

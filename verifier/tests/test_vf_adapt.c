@@ -11,6 +11,7 @@
  * drafts without a span at hand at what such drafts gave. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -691,6 +692,52 @@ START_TEST(drafts_at_hand_priced_in_full)
 }
 END_TEST
 
+/* The pipelining test (sd_adapt_pipelines): steps run through the sim, each
+ * cycle extra_ms dearer when the test chose the pipelined protocol for it.
+ * Returns the share of pipelined steps over the second half of n steps. */
+static double pipelined_share(double extra_ms, int n, sim *s)
+{
+    sim_one(s, 0.8, 0);
+    s->cycle = true;
+    int piped = 0;
+    for (int i = 0; i < n; i++) {
+        bool on = sd_adapt_pipelines(&s->ad, 1, false);
+        s->between = on ? extra_ms : 0;
+        sim_step(s, NULL);
+        if (i >= n / 2) piped += on;
+    }
+    return (double)piped / (n - n / 2);
+}
+
+START_TEST(the_pipelining_test_keeps_the_faster_protocol)
+{
+    sim s;
+    double slow = pipelined_share(0.6, 1200, &s); /* pipelined steps dearer: serial wins */
+    printf("pipelining test, pipelined 0.6 ms dearer a step: %.2f of the steps pipelined, rates %.3f / %.3f\n", slow,
+           sd_regime_rate(&s.ad.pipe_rg, SD_PIPE_PIPELINED), sd_regime_rate(&s.ad.pipe_rg, SD_PIPE_SERIAL));
+    ck_assert_double_lt(slow, 0.25);
+    ck_assert_double_lt(sd_regime_rate(&s.ad.pipe_rg, SD_PIPE_PIPELINED),
+                        sd_regime_rate(&s.ad.pipe_rg, SD_PIPE_SERIAL));
+    ck_assert_uint_gt(s.ad.pipe_rg.plain_steps, 600);
+    sd_adapt_free(&s.ad);
+    double fast = pipelined_share(0.0, 1200, &s); /* the same: either may win, both are measured */
+    ck_assert_uint_gt(s.ad.pipe_rg.plain_steps, 0);
+    ck_assert_double_gt(fast, 0.0);
+    sd_adapt_free(&s.ad);
+    double faster = pipelined_share(-0.3, 1200, &s); /* pipelined cheaper: it wins */
+    printf("pipelining test, pipelined 0.3 ms cheaper a step: %.2f of the steps pipelined\n", faster);
+    ck_assert_double_gt(faster, 0.75);
+    sd_adapt_free(&s.ad);
+    /* steps whose protocol the test did not choose measure nothing */
+    sim_one(&s, 0.8, 0);
+    s.cycle = true;
+    for (int i = 0; i < 200; i++) sim_step(&s, NULL);
+    ck_assert_uint_eq(s.ad.pipe_rg.load[sd_regime_key(1, false)].blocks[0], 0);
+    ck_assert_uint_eq(s.ad.pipe_rg.load[sd_regime_key(1, false)].blocks[1], 0);
+    sd_adapt_free(&s.ad);
+}
+END_TEST
+
 /* The regime test alone (regime.h): drafting's block first, the two
  * alternating until each has its three, then the better one with the
  * other's block after 4, 8, 16, 32 of its own — back to 4 when the winner changes;
@@ -1025,6 +1072,7 @@ int main(void)
     tcase_add_test(tc, catching_up_priced_by_its_tokens);
     tcase_add_test(tc, one_slow_step_is_a_hiccup);
     tcase_add_test(tc, the_work_between_steps_counts);
+    tcase_add_test(tc, the_pipelining_test_keeps_the_faster_protocol);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
