@@ -124,6 +124,17 @@ sd_status sd_adapt_calibrate(sd_adapt *ad, sd_engine *e, int kmax, int max_batch
     return st;
 }
 
+bool sd_adapt_seed_plain(sd_adapt *ad, int decoding, bool sampled)
+{
+    if (decoding < 1 || sd_cost_samples(&ad->cost, decoding) == 0) return false;
+    double ms = sd_cost_forward_ms(&ad->cost, decoding, decoding) +
+                sd_cost_accept_ms(&ad->cost, sampled ? 0 : decoding, sampled ? decoding : 0);
+    if (!(ms > 0)) return false;
+    sd_regime_seed(&ad->rg, sd_regime_key(decoding, sampled), SD_VF_PLAIN, (double)decoding * SD_REGIME_STEPS,
+                   ms * SD_REGIME_STEPS);
+    return true;
+}
+
 static int temp_bucket(float t) { return t <= 0 ? 0 : t <= 0.5f ? 1 : t <= 1.0f ? 2 : t <= 1.5f ? 3 : 4; }
 
 static int key_of(sd_verify_mode m, float temperature)

@@ -172,6 +172,14 @@ void sd_adapt_free(sd_adapt *ad);
 sd_status sd_adapt_calibrate(sd_adapt *ad, sd_engine *e, int kmax, int max_batch, double budget_ms, char *err,
                              size_t errlen);
 
+/* After sd_adapt_calibrate, for a loop with nothing between its steps (the
+ * in-process loop, spec_run.h): the regime test's plain figures for the
+ * load of `decoding` requests (sampled: any samples) from the calibrated
+ * price of a plain step, so that its plain block need not run where
+ * drafting's first block beats it by far (sd_regime_seed). False when the
+ * calibration did not price that step. */
+bool sd_adapt_seed_plain(sd_adapt *ad, int decoding, bool sampled);
+
 /* A new request; fixed: it chose its own num_draft. */
 void sd_areq_init(sd_areq *q, bool fixed);
 

@@ -88,6 +88,17 @@ void sd_regime_note(sd_regime *g, double tokens, double cycle_ms, bool drafted)
     g->open = false;
 }
 
+void sd_regime_seed(sd_regime *g, int key, int regime, double tokens, double ms)
+{
+    if (key < 0 || key >= SD_REGIME_KEYS || (regime != SD_VF_DRAFTING && regime != SD_VF_PLAIN) || !(tokens > 0) ||
+        !(ms > 0))
+        return;
+    sd_regime_load *l = &g->load[key];
+    l->tok[regime] += tokens;
+    l->ms[regime] += ms;
+    l->blocks[regime]++;
+}
+
 int sd_regime_left(const sd_regime *g)
 {
     return g->open && g->now == SD_VF_DRAFTING ? SD_REGIME_WARM + SD_REGIME_STEPS - g->steps : 0;

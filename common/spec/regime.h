@@ -112,6 +112,14 @@ void sd_regime_note(sd_regime *g, double tokens, double cycle_ms, bool drafted);
  * running, or a plain one). */
 int sd_regime_left(const sd_regime *g);
 
+/* Figures measured elsewhere for a regime under load key — tokens
+ * committed in ms — counted as one of its blocks: the in-process loop
+ * (spec_run.h) seeds plain's from its calibrated step, since there no work
+ * between steps makes a plain step dearer than the engine's (the reason the
+ * server measures it), and a 128-token run once spent 18 of its 42 steps in
+ * the plain block that measured it. */
+void sd_regime_seed(sd_regime *g, int key, int regime, double tokens, double ms);
+
 /* A regime's measured rate under the load of the block running (tokens
  * per ms; < 0: not measured). */
 double sd_regime_rate(const sd_regime *g, int regime);

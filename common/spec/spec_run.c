@@ -99,6 +99,9 @@ static sd_status run_adaptive(run_state *s, sd_engine *e, sd_proposer *pr, sd_re
     if (pr && o->calibrate_ms > 0 && kmax > 0) {
         char cerr[256]; /* a calibration cut short only leaves more to learn online */
         sd_adapt_calibrate(&s->ad, e, kmax, n, o->calibrate_ms, cerr, sizeof cerr);
+        bool sampled = false;
+        for (int i = 0; i < n; i++) sampled |= reqs[i]->p.sampling.temperature > 0;
+        sd_adapt_seed_plain(&s->ad, n, sampled);
     }
     double last_end = 0;
     for (;;) {

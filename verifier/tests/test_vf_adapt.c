@@ -759,6 +759,39 @@ static int block(sd_regime *g, double plain_rate, double draft_rate)
     return block_at(g, sd_regime_key(16, false), plain_rate, draft_rate);
 }
 
+/* A seeded plain rate (sd_regime_seed, the in-process loop's calibrated
+ * plain step) stands for plain's first block: where drafting's first block
+ * beats it by far, no plain block runs; where it does not, the test goes on
+ * measuring plain. sd_adapt_seed_plain seeds from the calibrated cost only. */
+START_TEST(a_seeded_plain_rate_spares_the_plain_block)
+{
+    sd_regime g;
+    sd_regime_init(&g);
+    int key = sd_regime_key(1, false);
+    sd_regime_seed(&g, key, SD_VF_PLAIN, 16.0, 16.0); /* 1 token a ms */
+    char seq[16] = {0};
+    for (int b = 0; b < 10; b++) seq[b] = block_at(&g, key, 1.0, 2.0) == SD_VF_PLAIN ? 'p' : 'd';
+    ck_assert_str_eq(seq, "dddddddddd");
+    ck_assert_uint_eq(g.plain_steps, 0);
+    sd_regime_init(&g);
+    sd_regime_seed(&g, key, SD_VF_PLAIN, 16.0, 16.0);
+    for (int b = 0; b < 6; b++) seq[b] = block_at(&g, key, 1.0, 1.1) == SD_VF_PLAIN ? 'p' : 'd';
+    seq[6] = 0;
+    ck_assert_msg(strchr(seq, 'p') != NULL, "%s", seq);
+    sd_regime_seed(&g, -1, SD_VF_PLAIN, 16.0, 16.0); /* out of range: ignored */
+    sd_regime_seed(&g, key, SD_VF_PLAIN, 16.0, 0.0);
+    /* from the adaptive model: nothing without a calibrated plain step, the step's price with one */
+    sd_adapt ad;
+    sd_adapt_init(&ad);
+    ck_assert(!sd_adapt_seed_plain(&ad, 1, false));
+    for (int i = 0; i < 3; i++) sd_cost_forward(&ad.cost, 1, 1, 2.0);
+    ck_assert(sd_adapt_seed_plain(&ad, 1, false));
+    ck_assert_uint_eq(ad.rg.load[key].blocks[SD_VF_PLAIN], 1);
+    ck_assert_double_eq_tol(ad.rg.load[key].tok[SD_VF_PLAIN] / ad.rg.load[key].ms[SD_VF_PLAIN], 0.5, 0.05);
+    sd_adapt_free(&ad);
+}
+END_TEST
+
 START_TEST(regime_blocks)
 {
     sd_regime g;
@@ -1073,6 +1106,7 @@ int main(void)
     tcase_add_test(tc, one_slow_step_is_a_hiccup);
     tcase_add_test(tc, the_work_between_steps_counts);
     tcase_add_test(tc, the_pipelining_test_keeps_the_faster_protocol);
+    tcase_add_test(tc, a_seeded_plain_rate_spares_the_plain_block);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
