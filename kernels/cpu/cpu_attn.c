@@ -99,6 +99,45 @@ static void attn_row_scalar(float *out, const float *q, const sd_kv_rows *k, con
         for (int d = 0; d < hd; d++) out[d] = sd_round_bf16(out[d] / sum);
 }
 
+/* Eight accumulators -> their eight hsum1 values, in order: a transposed
+ * tree that performs, lane by lane, hsum1's additions (the same bits). */
+SD_AVX2 __attribute__((always_inline)) static inline __m256 hsum8x(__m256 y0, __m256 y1, __m256 y2, __m256 y3,
+                                                                   __m256 y4, __m256 y5, __m256 y6, __m256 y7)
+{
+    __m256 v01 = _mm256_add_ps(_mm256_permute2f128_ps(y0, y1, 0x20), _mm256_permute2f128_ps(y0, y1, 0x31));
+    __m256 v23 = _mm256_add_ps(_mm256_permute2f128_ps(y2, y3, 0x20), _mm256_permute2f128_ps(y2, y3, 0x31));
+    __m256 v45 = _mm256_add_ps(_mm256_permute2f128_ps(y4, y5, 0x20), _mm256_permute2f128_ps(y4, y5, 0x31));
+    __m256 v67 = _mm256_add_ps(_mm256_permute2f128_ps(y6, y7, 0x20), _mm256_permute2f128_ps(y6, y7, 0x31));
+    __m256 h0 = _mm256_add_ps(_mm256_shuffle_ps(v01, v23, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(v01, v23, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 h1 = _mm256_add_ps(_mm256_shuffle_ps(v45, v67, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(v45, v67, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(h0, h1, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Scores of eight positions at once (hd a multiple of 8): eight chains,
+ * each the canonical dot1_f32 sequence (one accumulator, chunks in order,
+ * hsum1 — through hsum8x — and no tail), so the same bits as scores4's. */
+SD_AVX2 __attribute__((always_inline)) static inline void scores8(float *sc, const float *q, const float *kb, size_t rs,
+                                                                  int hd, float scale)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < hd; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + d), qv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + rs + d), qv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + 2 * rs + d), qv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + 3 * rs + d), qv, a3);
+        a4 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + 4 * rs + d), qv, a4);
+        a5 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + 5 * rs + d), qv, a5);
+        a6 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + 6 * rs + d), qv, a6);
+        a7 = _mm256_fmadd_ps(_mm256_loadu_ps(kb + 7 * rs + d), qv, a7);
+    }
+    _mm256_storeu_ps(sc, _mm256_mul_ps(hsum8x(a0, a1, a2, a3, a4, a5, a6, a7), _mm256_set1_ps(scale)));
+}
+
 /* Scores of four positions at once: four independent chains, each the
  * canonical dot1_f32 sequence (one accumulator, chunks in order, hsum1,
  * tail), so a score never depends on how positions were grouped. */
@@ -118,6 +157,18 @@ SD_AVX2 static void scores4(float *sc, const float *q, const float *k0, const fl
     sc[1] = tail_f32(hsum1(a1), k1, q, d, hd) * scale;
     sc[2] = tail_f32(hsum1(a2), k2, q, d, hd) * scale;
     sc[3] = tail_f32(hsum1(a3), k3, q, d, hd) * scale;
+}
+
+/* Scores of positions kb[0 .. m) (rs floats apart) for one query: eight,
+ * then four at a time, then one by one; every score the same sequence. */
+SD_AVX2 static void scores_avx2(float *sc, const float *q, const float *kb, size_t rs, int m, int hd, float scale)
+{
+    int i = 0;
+    if (hd % 8 == 0)
+        for (; i + 8 <= m; i += 8) scores8(sc + i, q, kb + i * rs, rs, hd, scale);
+    for (; i + 4 <= m; i += 4)
+        scores4(sc + i, q, kb + i * rs, kb + (i + 1) * rs, kb + (i + 2) * rs, kb + (i + 3) * rs, hd, scale);
+    for (; i < m; i++) sc[i] = dot1_f32(kb + i * rs, q, hd) * scale;
 }
 
 /* Softmax weights in place: sc[j] = exp(sc[j] − max) (one exp8_nonpos per
@@ -235,10 +286,7 @@ SD_AVX2 static void attn_row_avx2(float *out, const float *q, const sd_kv_rows *
     for (int j = 0, m; j < n; j += m) {
         m = kv_span(n, j, bs, ch);
         const float *kb = kv_f32(k, blocks[j / bs], bs, j % bs, m, 0, hd, buf, &rs);
-        int i = 0;
-        for (; i + 4 <= m; i += 4)
-            scores4(sc + j + i, q, kb + i * rs, kb + (i + 1) * rs, kb + (i + 2) * rs, kb + (i + 3) * rs, hd, scale);
-        for (; i < m; i++) sc[j + i] = dot1_f32(kb + i * rs, q, hd) * scale;
+        scores_avx2(sc + j, q, kb, rs, m, hd, scale);
     }
     float sum = softmax_avx2(sc, n), inv = 1.0f / sum;
     attn_weights_avx2(sc, n, inv, bf16);
@@ -252,14 +300,27 @@ SD_AVX2 static void pv_rows_avx2(float *acc, const float *w, const float *vr, si
 {
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) {
-        __m256 a[8];
-        for (int c = 0; c < 8; c++) a[c] = _mm256_loadu_ps(acc + d0 + 8 * c);
+        /* named accumulators: as an array GCC kept them in memory, each FMA a load and a store, and the
+         * chains ran at the store-to-load latency (AVX2 PV was half of the attention time) */
+        float *o = acc + d0;
+        __m256 a0 = _mm256_loadu_ps(o), a1 = _mm256_loadu_ps(o + 8), a2 = _mm256_loadu_ps(o + 16),
+               a3 = _mm256_loadu_ps(o + 24), a4 = _mm256_loadu_ps(o + 32), a5 = _mm256_loadu_ps(o + 40),
+               a6 = _mm256_loadu_ps(o + 48), a7 = _mm256_loadu_ps(o + 56);
         for (int i = 0; i < m; i++) {
             __m256 pv = _mm256_broadcast_ss(w + i);
             const float *r = vr + i * rs + d0;
-            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 8 * c), a[c]);
+            a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 24), a3);
+            a4 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 32), a4);
+            a5 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 40), a5);
+            a6 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 48), a6);
+            a7 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r + 56), a7);
         }
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc + d0 + 8 * c, a[c]);
+        _mm256_storeu_ps(o, a0), _mm256_storeu_ps(o + 8, a1), _mm256_storeu_ps(o + 16, a2);
+        _mm256_storeu_ps(o + 24, a3), _mm256_storeu_ps(o + 32, a4), _mm256_storeu_ps(o + 40, a5);
+        _mm256_storeu_ps(o + 48, a6), _mm256_storeu_ps(o + 56, a7);
     }
     for (; d0 + 8 <= hd; d0 += 8) {
         __m256 a = _mm256_loadu_ps(acc + d0);
@@ -284,14 +345,9 @@ SD_AVX2 static void attn_group_avx2(const sd_attn_query *qs, int nq, const sd_kv
     for (int j = 0, m; j < nmax; j += m) {
         m = kv_span(nmax, j, bs, ch);
         const float *kb = kv_f32(k, blocks[j / bs], bs, j % bs, m, 0, hd, buf, &rs);
-        for (int q = 0; q < nq; q++) {
-            int mi = qs[q].n - j < m ? qs[q].n - j : m, i = 0;
-            float *s = sc + (size_t)q * nmax + j;
-            for (; i + 4 <= mi; i += 4)
-                scores4(s + i, qs[q].q, kb + i * rs, kb + (i + 1) * rs, kb + (i + 2) * rs, kb + (i + 3) * rs, hd,
-                        scale);
-            for (; i < mi; i++) s[i] = dot1_f32(kb + i * rs, qs[q].q, hd) * scale;
-        }
+        for (int q = 0; q < nq; q++)
+            if (j < qs[q].n)
+                scores_avx2(sc + (size_t)q * nmax + j, qs[q].q, kb, rs, qs[q].n - j < m ? qs[q].n - j : m, hd, scale);
     }
     for (int q = 0; q < nq; q++) {
         float *s = sc + (size_t)q * nmax;
@@ -328,23 +384,6 @@ SD_AVX2 static void attn_group_avx2(const sd_attn_query *qs, int nq, const sd_kv
 SD_AVX512 static inline __m256 fold16(__m512 a)
 {
     return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-}
-
-/* Eight folded accumulators -> their eight hsum1 values, in order. */
-SD_AVX512 static inline __m256 hsum8x(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256 y4, __m256 y5, __m256 y6,
-                                      __m256 y7)
-{
-    __m256 v01 = _mm256_add_ps(_mm256_permute2f128_ps(y0, y1, 0x20), _mm256_permute2f128_ps(y0, y1, 0x31));
-    __m256 v23 = _mm256_add_ps(_mm256_permute2f128_ps(y2, y3, 0x20), _mm256_permute2f128_ps(y2, y3, 0x31));
-    __m256 v45 = _mm256_add_ps(_mm256_permute2f128_ps(y4, y5, 0x20), _mm256_permute2f128_ps(y4, y5, 0x31));
-    __m256 v67 = _mm256_add_ps(_mm256_permute2f128_ps(y6, y7, 0x20), _mm256_permute2f128_ps(y6, y7, 0x31));
-    __m256 h0 = _mm256_add_ps(_mm256_shuffle_ps(v01, v23, _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm256_shuffle_ps(v01, v23, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m256 h1 = _mm256_add_ps(_mm256_shuffle_ps(v45, v67, _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm256_shuffle_ps(v45, v67, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(h0, h1, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm256_shuffle_ps(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 /* 16 K/V elements from element i of p as f32: f32 loads, or bf16 widened
