@@ -18,7 +18,11 @@
  * (every row's argmax on the backend, as a greedy verify pass).
  * Then attention alone at the model's shape and KV element type (random keys
  * and values, scattered blocks): one layer's call for T = 1 and 8 rows at a
- * context of 300, 1024 and 4096 positions, and that times the layers. On a
+ * context of 300, 1024 and 4096 positions, and that times the layers; and
+ * the same call over as many caches as the model has layers (at most 8)
+ * called in turn, as a decode step meets them — each layer's K/V no longer
+ * in the caches nearest the core (at 4,096 positions of the demo target, 16
+ * MB: 2.2-3.1x the time of one cache called again and again). On a
  * device, logits rows (1, 16, 144) copied to the host into pageable memory and
  * into the backend's host buffer (page-locked), alternating.
  * --quant int8 measures the int8 weights (sd_model_quantize_q8); --isa caps
@@ -207,6 +211,25 @@ static double attn_time(sd_backend *be, const sd_kv_layer *kv, const int32_t *bt
     return best;
 }
 
+/* The same over `n` caches of one layer's size called in turn, as a step
+ * calls its layers (each layer's K/V has left the caches nearest the core
+ * when its turn comes): best time of a round over n. */
+static double attn_time_cold(sd_backend *be, const sd_kv_layer *kvs, int n, const int32_t *bt, const float *q,
+                             float *out, const sd_attn_shape *sh, int ctx, int T, int reps)
+{
+    sd_attn_seq s = {0, T, ctx - T, bt};
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = sd_now_s();
+        for (int l = 0; l < n; l++)
+            if (be->ops->attention(be, out, q, &kvs[l], &s, 1, sh) != SD_OK) return -1;
+        if (be->ops->sync) be->ops->sync(be);
+        double dt = (sd_now_s() - t0) / n;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return best;
+}
+
 /* Attention alone, at the model's shape and KV element type over random
  * keys and values: one layer's call for T = 1 and 8 query rows at several
  * context lengths, and the layers' sum per pass. */
@@ -214,7 +237,7 @@ static void attention_table(sd_model *m)
 {
     const sd_model_config *c = sd_model_cfg(m);
     sd_backend *be = sd_model_backend(m);
-    enum { BS = 16, MAXCTX = 4096, TMAX = 8 };
+    enum { BS = 16, MAXCTX = 4096, TMAX = 8, COLD = 8 };
     const int ctxs[] = {300, 1024, MAXCTX}, Ts[] = {1, TMAX};
     int hd = c->head_dim, nblk = MAXCTX / BS;
     sd_dtype dt = sd_model_kv_dtype(m);
@@ -239,16 +262,32 @@ static void attention_table(sd_model *m)
         }
         be->ops->to_backend(be, kv.k, host, kv_n * el);
         be->ops->to_backend(be, kv.v, host, kv_n * el);
+        /* as many more caches as the model has layers (at most COLD): the step's layers in turn */
+        sd_kv_layer cold[COLD];
+        int n_cold = 0;
+        for (; n_cold < c->n_layers && n_cold < COLD; n_cold++) {
+            cold[n_cold] = (sd_kv_layer){be->ops->alloc(be, kv_n * el), be->ops->alloc(be, kv_n * el), dt};
+            if (!cold[n_cold].k || !cold[n_cold].v) {
+                be->ops->free(be, cold[n_cold].k), be->ops->free(be, cold[n_cold].v);
+                break;
+            }
+            be->ops->to_backend(be, cold[n_cold].k, host, kv_n * el);
+            be->ops->to_backend(be, cold[n_cold].v, host, kv_n * el);
+        }
         for (size_t i = 0; i < q_n; i++) host[i] = (float)((int)(i % 17) - 8) / 8.0f;
         be->ops->to_backend(be, q, host, q_n * sizeof *q);
         sd_attn_shape sh = {c->n_heads, c->n_kv_heads, hd, BS, 1.0f / sqrtf((float)hd), sd_model_act_bf16(m)};
-        printf("attention alone   context   T   us/layer   ms/pass (%d layers; %s cache, best of 20)\n", c->n_layers,
-               sd_dtype_name(dt));
+        printf("attention alone   context   T   us/layer   ms/pass   us/layer, %d caches in turn (%d layers; %s cache, "
+               "best of 20)\n",
+               n_cold, c->n_layers, sd_dtype_name(dt));
         for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++)
             for (size_t j = 0; j < sizeof Ts / sizeof Ts[0]; j++) {
                 double t = attn_time(be, &kv, bt, q, out, &sh, ctxs[i], Ts[j], 20);
-                if (t >= 0) printf("%25d %3d %10.1f %9.3f\n", ctxs[i], Ts[j], t * 1e6, t * 1e3 * c->n_layers);
+                double tc = n_cold > 1 ? attn_time_cold(be, cold, n_cold, bt, q, out, &sh, ctxs[i], Ts[j], 20) : -1;
+                if (t >= 0)
+                    printf("%25d %3d %10.1f %9.3f %10.1f\n", ctxs[i], Ts[j], t * 1e6, t * 1e3 * c->n_layers, tc * 1e6);
             }
+        for (int l = 0; l < n_cold; l++) be->ops->free(be, cold[l].k), be->ops->free(be, cold[l].v);
     }
     free(host);
     be->ops->free(be, kv.k), be->ops->free(be, kv.v), be->ops->free(be, q), be->ops->free(be, out);
