@@ -109,7 +109,7 @@ static sd_status prefill(sd_model *m, sd_kv_seq *seq, int n, float *logits, char
     for (int p = 0; p < n; p += 256) {
         int k = n - p < 256 ? n - p : 256;
         for (int i = 0; i < k; i++) chunk[i] = (int32_t)(((p + i) * 7919 + 13) % c->vocab_size);
-        sd_batch_seq b = {chunk, k, p, seq, p + k == n, NULL};
+        sd_batch_seq b = {chunk, k, p, seq, p + k == n, NULL, NULL, NULL};
         sd_status st = sd_kv_reserve(pool, seq, k);
         if (st == SD_OK) st = sd_model_forward(m, &b, 1, logits, err, errlen);
         if (st != SD_OK) return st;
@@ -135,7 +135,7 @@ static double decode_run(sd_model *m, int ctx, int n_tokens, double *prefill_s, 
     t0 = sd_now_s();
     for (int i = 0; i < n_tokens; i++) { /* as the verifier decodes greedy rows: the argmax on the backend */
         if (sd_kv_reserve(pool, &seq, 1) != SD_OK) goto out;
-        sd_batch_seq d = {&tok, 1, ctx + i, &seq, 1, &next};
+        sd_batch_seq d = {&tok, 1, ctx + i, &seq, 1, &next, NULL, NULL};
         if (sd_model_forward(m, &d, 1, NULL, err, errlen) != SD_OK) goto out;
         sd_kv_commit(pool, &seq, 1);
         tok = next;
@@ -158,7 +158,7 @@ static double span_time(sd_model *m, sd_kv_seq *seq, const int32_t *toks, int po
     if (T > 16) return -1;
     for (int r = 0; r < reps; r++) {
         if (sd_kv_reserve(pool, seq, T) != SD_OK) return -1;
-        sd_batch_seq b = {toks + pos0, T, pos0, seq, T, am};
+        sd_batch_seq b = {toks + pos0, T, pos0, seq, T, am, NULL, NULL};
         double t0 = sd_now_s();
         if (sd_model_forward(m, &b, 1, NULL, err, sizeof err) != SD_OK) return -1;
         double dt = sd_now_s() - t0;
@@ -178,7 +178,7 @@ static void span_table(sd_model *m)
     sd_kv_seq seq;
     sd_kv_seq_init(&seq);
     char err[256];
-    sd_batch_seq pre = {toks, 300, 0, &seq, 0, NULL};
+    sd_batch_seq pre = {toks, 300, 0, &seq, 0, NULL, NULL, NULL};
     if (sd_kv_reserve(pool, &seq, 300) != SD_OK || sd_model_forward(m, &pre, 1, NULL, err, sizeof err) != SD_OK) {
         sd_kv_seq_release(pool, &seq);
         return;

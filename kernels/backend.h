@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "status.h"
+#include "rowdraw.h"
 #include "tensor.h"
 
 typedef struct sd_backend sd_backend;
@@ -203,6 +204,14 @@ typedef struct sd_backend_ops {
      * of logits [rows, vocab] (backend memory), NaNs ignored, -1 for a row of
      * NaNs — sd_argmax_f32's answer, without the rows crossing to the host. */
     sd_status (*argmax)(sd_backend *be, int32_t *out, const float *logits, int rows, int vocab);
+    /* Optional (NULL: the caller copies the rows and draws on the host):
+     * out[r] (host memory) = the row draw of row r of logits [rows, vocab]
+     * (backend memory) with rows[r] (host memory; rowdraw.h): the row
+     * masked and edited in place by its logits processors, then the token
+     * the sampler draws from its filtered distribution (or its residual draw
+     * after a rejected draft) and p(rows[r].token) — the host sampler's
+     * answer, bit for bit, without the row crossing to the host. */
+    sd_status (*draw_rows)(sd_backend *be, sd_draw_out *out, float *logits, const sd_draw_row *rows, int n, int vocab);
     /* Optional (NULL: host memory, nothing to plan): the device's free and
      * total memory in bytes now (all processes' allocations counted). */
     sd_status (*mem_info)(sd_backend *be, size_t *free_bytes, size_t *total_bytes);

@@ -13,7 +13,8 @@
 int sd_argmax_f32(const float *x, int n);
 
 /* w[i] = exp((x[i] - mx) / temp) in float, vectorised (softmax numerators
- * for sampling); NaN inputs give 0; within 2 ulp of expf. */
+ * for sampling); NaN inputs give 0; within 2 ulp of expf. The same bits
+ * on every instruction set and on the device: rowdraw.h sd_rd_exp_weight. */
 void sd_exp_weights(const float *x, int n, float mx, float temp, float *w);
 
 /* The sampler's softmax weights, in place, from sd_exp_weights' w for

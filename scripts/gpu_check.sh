@@ -32,6 +32,9 @@
 #      mode's passes of up to 8 rows on the GEMV kernel (SD_CUDA_GEMV=1), the 8k context
 #      with the prefill rows' attention not tiled (SD_CUDA_ATTN_TILE=0) and with 128 blocks
 #      a row in the split attention (SD_CUDA_ATTN_SPLITS=128);
+#   3b. (sampler) specd-bench-sampler on the GPU: a sampled row of 151,936 tokens copied to
+#      the host and drawn there against drawn on the device (draw_rows, 1 and 8 rows a call),
+#      at T = 0.8 and at T = 3 (a flat row: the draw walks far), the tokens checked;
 #   4. specd serve through specd-bench (C = 1, 4 and 16): plain, the drafter on the GPU, the
 #      drafter on the CPU, the drafter on the GPU without lookup first (--spec-fallback missing),
 #      the draft model inside the verifier on the GPU (--draft-in-verifier);
@@ -45,7 +48,7 @@
 #      Qwen3-8B's shapes, beside specd's figures of steps 3 and 6.
 #   8. (tp) tensor parallelism: the demo target at TP 2 with both ranks on this GPU (greedy and
 #      --batch-invariant against TP 1), and with two GPUs the 8B shapes at TP 1 and TP 2 (NCCL).
-# SD_GPU_CHECK_STEPS="NAME ..." runs only the steps named (gpu_tests exact decode serve
+# SD_GPU_CHECK_STEPS="NAME ..." runs only the steps named (gpu_tests exact decode sampler serve
 # decode8b context profile pair hf tp; default all), e.g. 'gpu_tests exact decode serve
 # decode8b' in a first call and 'context pair profile hf' in a second. SD_GPU_CHECK_DEVICE=cpu
 # rehearses steps 2-4 and 6 (with the demo models' shapes) on the CPU (no GPU needed). A step
@@ -297,6 +300,14 @@ run() {
       "${ab[@]}"
     step decode_demo_inv 90 "$BIN/specd-bench-decode" --device "$dev" --model "$ROOT/models/tinycode-16m" \
       --runs 3 --batch-invariant
+  fi
+  if want sampler; then # on the CPU (a rehearsal) a smaller vocabulary: the CPU's draw_rows is the reference
+    local sv=()
+    [ "$dev" = cpu ] && sv=(--vocab 32000)
+    step sampler_device 90 "$BIN/specd-bench-sampler" --device "$dev" --draws 100 --rounds 5 "${sv[@]}"
+    if [ "$dev" != cpu ]; then
+      step sampler_device_flat 90 "$BIN/specd-bench-sampler" --device "$dev" --draws 20 --rounds 3 --temperature 3
+    fi
   fi
   want serve && step serve_demo 260 serve_bench "$dev"
   local q8=(--random-weights "$ROOT/bench/configs/qwen3-8b.json" --tokens 64 --runs 2)

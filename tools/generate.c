@@ -406,7 +406,7 @@ static int dump_logits(sd_model *m, const int32_t *ids, size_t n, const char *pa
         fprintf(stderr, "specd-generate: prompt does not fit the KV pool\n");
         goto out;
     }
-    sd_batch_seq b = {ids, (int)n, 0, &seq, (int)n, NULL};
+    sd_batch_seq b = {ids, (int)n, 0, &seq, (int)n, NULL, NULL, NULL};
     if (sd_model_forward(m, &b, 1, logits, err, sizeof err) != SD_OK) {
         fprintf(stderr, "specd-generate: %s\n", err);
         goto out;

@@ -82,6 +82,8 @@ void sd_model_free(sd_model *m)
     free_scratch(m);
     free(m->aseqs);
     free(m->h_amax);
+    free(m->h_draw);
+    free(m->h_drawn);
     free(m->layers);
     free(m->inv_freq);
     sd_st_free(m->st);
@@ -501,19 +503,43 @@ static sd_status run_argmax(sd_model *m, const sd_batch_seq *seqs, int i0, int i
     return st;
 }
 
+/* The row draws of a run of sequences [i0, i1) with draws whose rows start
+ * at row o of the pass: one call, then each sequence's share. */
+static sd_status run_draw(sd_model *m, const sd_batch_seq *seqs, int i0, int i1, int o)
+{
+    int n = 0;
+    for (int i = i0; i < i1; i++) n += seqs[i].n_logits;
+    if (n == 0) return SD_OK;
+    if (!m->be->ops->draw_rows) return SD_ERR_ARG;
+    if (sd_grow(&m->h_draw, &m->cap_draw, (size_t)n, sizeof *m->h_draw) != SD_OK ||
+        sd_grow(&m->h_drawn, &m->cap_drawn, (size_t)n, sizeof *m->h_drawn) != SD_OK)
+        return SD_ERR_NOMEM;
+    for (int i = i0, k = 0; i < i1; k += seqs[i++].n_logits)
+        memcpy(m->h_draw + k, seqs[i].draw, (size_t)seqs[i].n_logits * sizeof *m->h_draw);
+    sd_status st = m->be->ops->draw_rows(m->be, m->h_drawn, m->s.logits + (size_t)o * m->cfg.vocab_size, m->h_draw, n,
+                                         m->cfg.vocab_size);
+    for (int i = i0, k = 0; st == SD_OK && i < i1; k += seqs[i++].n_logits)
+        memcpy(seqs[i].drawn, m->h_drawn + k, (size_t)seqs[i].n_logits * sizeof *m->h_drawn);
+    return st;
+}
+
+/* What becomes of a sequence's rows: 0 to logits, 1 argmax, 2 drawn. */
+static int head_kind(const sd_batch_seq *b) { return b->argmax ? 1 : b->draw ? 2 : 0; }
+
 /* Sends the logits rows of the pass where they go: the argmax of the
- * sequences with an argmax array to it, the others' rows to logits — each
- * run of sequences of one kind in one call. */
+ * sequences with an argmax array to it, the draws of those with a draw to
+ * theirs, the others' rows to logits — each run of sequences of one kind in
+ * one call. */
 static sd_status head_out(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits)
 {
     size_t V = (size_t)m->cfg.vocab_size;
     int o = 0, w = 0; /* rows of the pass done; rows written to logits */
     for (int i = 0, j; i < n_seqs; i = j) {
-        bool am = seqs[i].argmax != NULL;
+        int kind = head_kind(&seqs[i]);
         int rows = 0;
-        for (j = i; j < n_seqs && (seqs[j].argmax != NULL) == am; j++) rows += seqs[j].n_logits;
-        if (am) {
-            sd_status st = run_argmax(m, seqs, i, j, o);
+        for (j = i; j < n_seqs && head_kind(&seqs[j]) == kind; j++) rows += seqs[j].n_logits;
+        if (kind) {
+            sd_status st = kind == 1 ? run_argmax(m, seqs, i, j, o) : run_draw(m, seqs, i, j, o);
             if (st != SD_OK) return st;
         } else if (rows > 0) {
             m->be->ops->to_host(m->be, logits + (size_t)w * V, m->s.logits + (size_t)o * V,

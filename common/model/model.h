@@ -24,13 +24,15 @@ typedef struct sd_model sd_model;
 
 /* One sequence's part of a forward batch. */
 typedef struct sd_batch_seq {
-    const int32_t *tokens; /* [n] token ids of the span */
-    int n;                 /* span length, >= 1 */
-    int pos0;              /* position of tokens[0]; positions pos0..pos0+n-1 */
-    const sd_kv_seq *kv;   /* blocks covering at least pos0 + n positions */
-    int n_logits;          /* logits wanted for the last n_logits rows (0..n) */
-    int32_t *argmax;       /* non-NULL: those rows' argmax tokens [n_logits] go here instead of
+    const int32_t *tokens;   /* [n] token ids of the span */
+    int n;                   /* span length, >= 1 */
+    int pos0;                /* position of tokens[0]; positions pos0..pos0+n-1 */
+    const sd_kv_seq *kv;     /* blocks covering at least pos0 + n positions */
+    int n_logits;            /* logits wanted for the last n_logits rows (0..n) */
+    int32_t *argmax;         /* non-NULL: those rows' argmax tokens [n_logits] go here instead of
                              * their logits (on a GPU the rows never cross to the host) */
+    const sd_draw_row *draw; /* non-NULL (not with argmax): those rows are drawn on the backend with */
+    sd_draw_out *drawn;      /* ... draw[n_logits] (its draw_rows op), the results [n_logits] here */
 } sd_batch_seq;
 
 /* Loads the model in dir onto be (which the model borrows; it must outlive
@@ -162,7 +164,8 @@ void sd_model_logits_free(const sd_model *m, float *buf);
  * float32 rows [sum of n_logits, vocab] into logits (host memory), sequences
  * in order, but for the sequences with an argmax array: their rows' argmax
  * (sd_argmax: first maximum, NaNs ignored) goes there and they take no rows
- * of logits. Token ids out of range, positions beyond max_position or the
+ * of logits; likewise the sequences with a draw (rowdraw.h; SD_ERR_ARG where
+ * the backend has no draw_rows). Token ids out of range, positions beyond max_position or the
  * block table, are SD_ERR_ARG with a message; nothing is written then. */
 sd_status sd_model_forward(sd_model *m, const sd_batch_seq *seqs, int n_seqs, float *logits, char *err, size_t errlen);
 

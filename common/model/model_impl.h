@@ -60,6 +60,10 @@ struct sd_model {
     size_t cap_seqs;
     int32_t *h_amax; /* [cap_amax] argmax rows of a pass (host) */
     size_t cap_amax;
+    sd_draw_row *h_draw; /* [cap_draw] the row draws of a pass, gathered */
+    size_t cap_draw;
+    sd_draw_out *h_drawn; /* [cap_drawn] their results */
+    size_t cap_drawn;
     /* tensor parallelism (model.h): this shard's place in its group */
     int tp_rank, tp_size;
     int tp_chunks;                     /* o and down are split: their chunks on this rank (SD_TP_CHUNKS / tp_size when

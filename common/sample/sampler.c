@@ -31,13 +31,16 @@ typedef struct cand {
 
 struct sd_sampler {
     int vocab;
-    int *counts;      /* (vocab) zero between calls; only touched entries reset */
-    cand *cands;      /* (vocab) candidates of the current distribution */
-    cand *tmp;        /* (vocab) radix-sort buffer */
-    sd_tokprob *dist; /* (vocab) the filtered distribution sd_sampler_sample draws from */
-    float *wf;        /* (vocab) softmax numerators, float */
-    int *ids;         /* (vocab) a band's token ids (banded_walk) */
-    double *rd;       /* (vocab) residuals p - q of q's tokens; zero between calls */
+    int *counts;          /* (vocab) zero between calls; only touched entries reset */
+    cand *cands;          /* (vocab) candidates of the current distribution */
+    cand *tmp;            /* (vocab) radix-sort buffer */
+    sd_tokprob *dist;     /* (vocab) the filtered distribution sd_sampler_sample draws from */
+    float *wf;            /* (vocab) softmax numerators, float */
+    int *ids;             /* (vocab) a band's token ids (banded_walk) */
+    double *rd;           /* (vocab) residuals p - q of q's tokens; zero between calls */
+    sd_logit_edit *edits; /* (cap_edits) the logits processors' edits of a row (sd_sampler_edits) */
+    size_t cap_edits;
+    uint32_t *bits; /* ((vocab + 31) / 32) an allowed-token mask */
 };
 
 /* ---- settings --------------------------------------------------------- */
@@ -206,7 +209,11 @@ sd_status sd_sampler_new(int vocab, sd_sampler **out, char *err, size_t errlen)
     sp->wf = malloc((size_t)vocab * sizeof *sp->wf);
     sp->ids = malloc((size_t)vocab * sizeof *sp->ids);
     sp->rd = calloc((size_t)vocab, sizeof *sp->rd);
-    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf || !sp->ids || !sp->rd) {
+    sp->cap_edits = 3 * (size_t)vocab + SD_MAX_LOGIT_BIAS; /* bans, biases, repetition and penalties */
+    sp->edits = malloc(sp->cap_edits * sizeof *sp->edits);
+    sp->bits = malloc(((size_t)vocab + 31) / 32 * sizeof *sp->bits);
+    if (!sp->counts || !sp->cands || !sp->tmp || !sp->dist || !sp->wf || !sp->ids || !sp->rd || !sp->edits ||
+        !sp->bits) {
         sd_sampler_free(sp);
         return sd_seterr(err, errlen, SD_ERR_NOMEM, "sampler: out of memory for a vocabulary of %d", vocab);
     }
@@ -224,54 +231,79 @@ void sd_sampler_free(sd_sampler *sp)
     free(sp->wf);
     free(sp->ids);
     free(sp->rd);
+    free(sp->edits);
+    free(sp->bits);
     free(sp);
 }
 
-/* ---- penalties ---------------------------------------------------------- */
+/* ---- logits processors ---------------------------------------------------- */
 
-/* HF RepetitionPenaltyLogitsProcessor over the distinct tokens of toks:
- * counts[] marks tokens already penalised (set to 1), so each is hit once.
- * The caller clears the marks. */
-static void repetition_mark(int *counts, float *logits, int nv, const int32_t *toks, size_t n, float r)
-{
-    for (size_t i = 0; i < n; i++) {
-        int32_t t = toks[i];
-        if (t < 0 || t >= nv || counts[t]) continue;
-        counts[t] = 1;
-        logits[t] = logits[t] > 0.0f ? logits[t] / r : logits[t] * r;
-    }
-}
-
+/* Marks in counts[] the tokens already edited (each is edited once); the
+ * caller clears them. */
 static void clear_marks(int *counts, int nv, const int32_t *toks, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (toks[i] >= 0 && toks[i] < nv) counts[toks[i]] = 0;
 }
 
-/* allowed_token_ids: every token not in the list gets -inf (counts[] marks
- * the allowed ones and is cleared after). */
-static void allow_only(int *counts, float *logits, int nv, const int32_t *ids, size_t n)
+/* Appends an edit (op, v) of each distinct token of toks not yet marked. */
+static size_t edit_distinct(int *counts, sd_logit_edit *e, size_t k, int nv, const int32_t *toks, size_t n, int32_t op,
+                            float v)
 {
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] >= 0 && ids[i] < nv) counts[ids[i]] = 1;
-    for (int t = 0; t < nv; t++)
-        if (!counts[t]) logits[t] = -INFINITY;
-    clear_marks(counts, nv, ids, n);
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = toks[i];
+        if (t < 0 || t >= nv || counts[t]) continue;
+        counts[t] = 1;
+        e[k++] = (sd_logit_edit){t, op, v};
+    }
+    return k;
 }
 
-/* The processors that come before the penalties: JSON output, allowed
- * tokens, min_tokens, logit bias. */
-static void apply_processors(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, const int32_t *output,
-                             size_t n_output)
+void sd_sampling_allow_bits(const sd_sampling *s, int vocab, uint32_t *bits)
 {
-    sd_sampling_constrain(s, output, n_output, logits, nv);
-    if (s->n_allowed > 0 && s->allowed) allow_only(sp->counts, logits, nv, s->allowed, s->n_allowed);
-    if (n_output < s->min_tokens && s->early_ban)
-        for (uint32_t i = 0; i < s->n_early_ban; i++)
-            if (s->early_ban[i] >= 0 && s->early_ban[i] < nv) logits[s->early_ban[i]] = -INFINITY;
-    if (s->bias_ids && s->bias_values)
-        for (uint32_t i = 0; i < s->n_bias; i++)
-            if (s->bias_ids[i] >= 0 && s->bias_ids[i] < nv) logits[s->bias_ids[i]] += s->bias_values[i];
+    memset(bits, 0, ((size_t)vocab + 31) / 32 * sizeof *bits);
+    for (uint32_t i = 0; i < s->n_allowed; i++)
+        if (s->allowed[i] >= 0 && s->allowed[i] < vocab) bits[s->allowed[i] >> 5] |= 1u << (s->allowed[i] & 31);
+}
+
+size_t sd_sampler_edits(sd_sampler *sp, const sd_sampling *s, int vocab, const int32_t *prompt, size_t n_prompt,
+                        const int32_t *output, size_t n_output, const sd_logit_edit **out)
+{
+    int nv = vocab < sp->vocab ? vocab : sp->vocab;
+    int *counts = sp->counts;
+    sd_logit_edit *e = sp->edits;
+    size_t k = 0;
+    *out = e;
+    if (n_output < s->min_tokens && s->early_ban) { /* min_tokens: the stop tokens banned */
+        k = edit_distinct(counts, e, k, nv, s->early_ban, s->n_early_ban, SD_EDIT_BAN, 0.0f);
+        clear_marks(counts, nv, s->early_ban, s->n_early_ban);
+    }
+    if (s->bias_ids && s->bias_values) /* logit_bias, in its order */
+        for (uint32_t i = 0; i < s->n_bias && i < SD_MAX_LOGIT_BIAS; i++)
+            if (s->bias_ids[i] >= 0 && s->bias_ids[i] < nv)
+                e[k++] = (sd_logit_edit){s->bias_ids[i], SD_EDIT_BIAS, s->bias_values[i]};
+    if (!prompt) n_prompt = 0;
+    if (!output) n_output = 0;
+    float r = s->repetition_penalty; /* HF: every distinct token of prompt and output, once */
+    if (r != 1.0f && r > 0.0f) {
+        k = edit_distinct(counts, e, k, nv, prompt, n_prompt, SD_EDIT_REP, r);
+        k = edit_distinct(counts, e, k, nv, output, n_output, SD_EDIT_REP, r);
+        clear_marks(counts, nv, prompt, n_prompt);
+        clear_marks(counts, nv, output, n_output);
+    }
+    float pres = s->presence_penalty, freq = s->frequency_penalty;
+    if (pres == 0.0f && freq == 0.0f) return k;
+    for (size_t i = 0; i < n_output; i++)
+        if (output[i] >= 0 && output[i] < nv) counts[output[i]]++;
+    /* OpenAI: logit -= frequency * count + presence, at a token's first
+     * occurrence, which resets its count: the scratch ends clean. */
+    for (size_t i = 0; i < n_output; i++) {
+        int32_t t = output[i];
+        if (t < 0 || t >= nv || counts[t] == 0) continue;
+        e[k++] = (sd_logit_edit){t, SD_EDIT_SUB, freq * (float)counts[t] + pres};
+        counts[t] = 0;
+    }
+    return k;
 }
 
 /* Tokens outside [0, min(vocab, sampler vocab)) are ignored. The scratch
@@ -281,31 +313,15 @@ void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logi
 {
     if (!sp || !s || !logits || vocab <= 0) return;
     int nv = vocab < sp->vocab ? vocab : sp->vocab;
-    int *counts = sp->counts;
-    apply_processors(sp, s, logits, nv, output, n_output);
-    if (!prompt) n_prompt = 0;
-    if (!output) n_output = 0;
-
-    float r = s->repetition_penalty;
-    if (r != 1.0f && r > 0.0f) {
-        repetition_mark(counts, logits, nv, prompt, n_prompt, r);
-        repetition_mark(counts, logits, nv, output, n_output, r);
-        clear_marks(counts, nv, prompt, n_prompt);
-        clear_marks(counts, nv, output, n_output);
+    sd_sampling_constrain(s, output, n_output, logits, nv);
+    if (s->n_allowed > 0 && s->allowed) { /* allowed_token_ids: every other token -inf */
+        sd_sampling_allow_bits(s, nv, sp->bits);
+        for (int t = 0; t < nv; t++)
+            if (!sd_rd_allowed(sp->bits, t)) logits[t] = -INFINITY;
     }
-
-    float pres = s->presence_penalty, freq = s->frequency_penalty;
-    if (pres == 0.0f && freq == 0.0f) return;
-    for (size_t i = 0; i < n_output; i++)
-        if (output[i] >= 0 && output[i] < nv) counts[output[i]]++;
-    /* The first occurrence applies the whole penalty and resets the count,
-     * so each distinct token is penalised once and the scratch ends clean. */
-    for (size_t i = 0; i < n_output; i++) {
-        int32_t t = output[i];
-        if (t < 0 || t >= nv || counts[t] == 0) continue;
-        logits[t] -= freq * (float)counts[t] + pres;
-        counts[t] = 0;
-    }
+    const sd_logit_edit *e;
+    size_t n = sd_sampler_edits(sp, s, vocab, prompt, n_prompt, output, n_output, &e);
+    for (size_t i = 0; i < n; i++) logits[e[i].token] = sd_rd_edit(logits[e[i].token], e[i].op, e[i].v);
 }
 
 /* ---- ordering helpers ------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rowdraw.h" /* sd_tokprob */
 #include "status.h"
 
 /* Per-request sampling settings. Neutral values switch a stage off. */
@@ -52,11 +53,6 @@ typedef struct sd_sampling {
 
 #define SD_MAX_LOGIT_BIAS 4096
 #define SD_MAX_JSON_SCHEMA (256 * 1024) /* bytes of a schema's text */
-
-typedef struct sd_tokprob {
-    int32_t token;
-    float prob;
-} sd_tokprob;
 
 /* Neutral settings: greedy, every filter off, seed 0. */
 sd_sampling sd_sampling_default(void);
@@ -115,6 +111,19 @@ void sd_sampling_constrain(const sd_sampling *s, const int32_t *output, size_t n
  * NULL with n_output the count when no penalty is on. */
 void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
                                size_t n_prompt, const int32_t *output, size_t n_output);
+
+/* sd_sampler_process_logits' work past the output restriction and
+ * allowed_token_ids, as edits of single logits (rowdraw.h) for the position
+ * after output[0..n_output): min_tokens' bans, logit_bias, the repetition
+ * penalty, presence and frequency, in that order; *out points at them in
+ * sp's scratch (valid until sp's next call). Returns their count. A device
+ * applies them where the logits are (sd_draw_row). */
+size_t sd_sampler_edits(sd_sampler *sp, const sd_sampling *s, int vocab, const int32_t *prompt, size_t n_prompt,
+                        const int32_t *output, size_t n_output, const sd_logit_edit **out);
+
+/* allowed_token_ids as a mask of (vocab + 31) / 32 words: bit t set for an
+ * allowed token t < vocab. */
+void sd_sampling_allow_bits(const sd_sampling *s, int vocab, uint32_t *bits);
 
 /* The filtered distribution of already-penalised logits: softmax(logits/T),
  * then top-k, top-p, min-p (in that order, as HF's warpers), renormalised

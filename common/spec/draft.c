@@ -318,6 +318,8 @@ static sd_status run_pass(draft_impl *d, const sd_propose_item *items, int n, sd
         b->kv = &d->seqs[st->seq].kv;
         b->n_logits = 1;
         b->argmax = NULL; /* the drafter needs the rows' distributions */
+        b->draw = NULL;
+        b->drawn = NULL;
         d->rows[nb++] = i;
     }
     if (nb == 0) return SD_OK;

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "array.h"
+#include "backend.h"
 #include "clock.h"
+#include "log.h"
 #include "json_schema.h"
 #include "regex_mask.h"
 
@@ -25,18 +27,29 @@ struct sd_engine {
     int n_vers;
     float *logits; /* [cap_rows, vocab] */
     size_t cap_rows;
-    sd_batch_seq *batch; /* per step */
-    int *slot;           /* batch index -> request index */
-    int *span_k;         /* drafts used per request this step (-1: not in batch) */
-    int *chunk;          /* prompt tokens per request this step */
-    size_t cap;          /* entries of batch, slot, span_k, chunk and spans */
-    int32_t *spans;      /* [cap][SD_MAX_DRAFT + 1] decode spans */
-    int32_t *amax;       /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
+    sd_batch_seq *batch;  /* per step */
+    int *slot;            /* batch index -> request index */
+    int *span_k;          /* drafts used per request this step (-1: not in batch) */
+    int *chunk;           /* prompt tokens per request this step */
+    size_t cap;           /* entries of batch, slot, span_k, chunk and spans */
+    int32_t *spans;       /* [cap][SD_MAX_DRAFT + 1] decode spans */
+    int32_t *amax;        /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
                              * serve them: their logits stay on the device) */
-    float *raw;          /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
-    float **rowp;        /* per batch entry: its logits rows */
-    verified *pre;       /* per batch entry: verified ahead */
-    int32_t *match;      /* prefix cache matches (sd_kv_cache_match) */
+    sd_draw_row *draw;    /* [cap][SD_MAX_DRAFT + 1] the rows' draws of sampled requests on the device */
+    sd_draw_out *drawn;   /* [cap][SD_MAX_DRAFT + 1] ... their results (the logits stay there) */
+    bool draw_on;         /* sampled rows drawn on the backend (draw_rows; default where it is not the CPU) */
+    bool drew;            /* ... and some were (logged once) */
+    uint32_t *allow;      /* [cap][(vocab + 31) / 32] the drawn entries' allowed-token masks */
+    size_t *eoff;         /* [cap][SD_MAX_DRAFT + 1] where a drawn row's edits start in edits */
+    sd_logit_edit *edits; /* [cap_edits] the drawn rows' logits processors this step */
+    size_t n_edits, cap_edits;
+    int32_t *hist; /* [cap_hist] a request's output and drafts (its rows' penalty history) */
+    size_t cap_hist;
+    sd_sampler *esp; /* builds the edits (created with the first) */
+    float *raw;      /* [SD_MAX_DRAFT + 1, vocab]: a span's logits before verification (logprobs) */
+    float **rowp;    /* per batch entry: its logits rows */
+    verified *pre;   /* per batch entry: verified ahead */
+    int32_t *match;  /* prefix cache matches (sd_kv_cache_match) */
     size_t cap_match;
     sd_step_timing timing;                /* of the last step */
     uint64_t prefix_queries, prefix_hits; /* sd_engine_prefix_stats */
@@ -51,6 +64,9 @@ sd_status sd_engine_new(sd_model *m, const sd_engine_opts *opts, sd_engine **out
     e->opts.prefill_chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 256;
     e->opts.prefill_budget = opts && opts->prefill_budget > 0 ? opts->prefill_budget : 512;
     e->opts.no_prefix_sharing = opts && opts->no_prefix_sharing;
+    sd_backend *be = sd_model_backend(m);
+    const char *dr = getenv("SD_DRAW_ROWS"); /* 1 / 0: on / off whatever the backend (tests, A/B) */
+    e->draw_on = be->ops->draw_rows && (dr && *dr ? strcmp(dr, "0") != 0 : sd_backend_cpu_threads(be) == 0);
     int nt = sd_backend_host_threads(sd_model_backend(m));
     e->vers = calloc((size_t)nt, sizeof *e->vers);
     sd_status st = e->vers ? SD_OK : sd_seterr(err, errlen, SD_ERR_NOMEM, "engine: out of memory");
@@ -82,6 +98,13 @@ void sd_engine_free(sd_engine *e)
     free(e->chunk);
     free(e->spans);
     free(e->amax);
+    free(e->draw);
+    free(e->drawn);
+    free(e->allow);
+    free(e->eoff);
+    free(e->edits);
+    free(e->hist);
+    sd_sampler_free(e->esp);
     free(e->raw);
     free(e->match);
     free(e);
@@ -310,9 +333,13 @@ static sd_status grow(sd_engine *e, int n, int rows)
                                     SD_GROW_ITEM(e->chunk),
                                     {&e->spans, (SD_MAX_DRAFT + 1) * sizeof *e->spans},
                                     {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax},
+                                    {&e->draw, (SD_MAX_DRAFT + 1) * sizeof *e->draw},
+                                    {&e->drawn, (SD_MAX_DRAFT + 1) * sizeof *e->drawn},
+                                    {&e->allow, (V + 31) / 32 * sizeof *e->allow},
+                                    {&e->eoff, (SD_MAX_DRAFT + 1) * sizeof *e->eoff},
                                     SD_GROW_ITEM(e->rowp),
                                     SD_GROW_ITEM(e->pre)};
-    if (sd_grow_all(per_req, 8, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
+    if (sd_grow_all(per_req, 12, &e->cap, (size_t)n) != SD_OK) return SD_ERR_NOMEM;
     if (!e->raw && !(e->raw = malloc((SD_MAX_DRAFT + 1) * V * sizeof *e->raw))) return SD_ERR_NOMEM;
     return sd_model_logits_grow(e->m, &e->logits, &e->cap_rows, (size_t)rows);
 }
@@ -441,6 +468,8 @@ int sd_engine_prefill_plan(const sd_engine *e, sd_req *const *reqs, int n, int *
     return total;
 }
 
+static void plan_draws(sd_engine *e, const sd_req *r, int bi, const sd_proposal *d, int k);
+
 /* Adds request r to the batch: a prompt chunk of `chunk` tokens or a verify
  * span with up to `k` drafts. Returns the number of logits rows it needs, or
  * -1 if it could not get KV (then it is failed). */
@@ -454,8 +483,9 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
             return -1;
         }
         int rows = wants_prompt_lp(r) ? chunk : sd_req_prefill_samples(r, chunk);
-        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, rows, NULL};
+        *b = (sd_batch_seq){r->tokens + r->n_prefilled, chunk, r->n_prefilled, &r->kv, rows, NULL, NULL, NULL};
         if (argmax_serves(r)) b->argmax = e->amax + (size_t)bi * (SD_MAX_DRAFT + 1); /* rows <= 1 here */
+        else if (rows == 1) plan_draws(e, r, bi, NULL, 0);
         e->span_k[bi] = -1;
         return rows;
     }
@@ -470,7 +500,9 @@ static int plan_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *d, int c
     span[0] = r->tokens[r->n_tokens - 1];
     for (int i = 0; i < k; i++) span[1 + i] = d->tokens[i];
     *b = (sd_batch_seq){span,   k + 1, r->n_tokens - 1,
-                        &r->kv, k + 1, argmax_serves(r) ? e->amax + (size_t)bi * (SD_MAX_DRAFT + 1) : NULL};
+                        &r->kv, k + 1, argmax_serves(r) ? e->amax + (size_t)bi * (SD_MAX_DRAFT + 1) : NULL,
+                        NULL,   NULL};
+    if (!b->argmax) plan_draws(e, r, bi, d, k);
     e->span_k[bi] = k;
     return k + 1;
 }
@@ -505,17 +537,19 @@ static void prompt_logprobs(sd_engine *e, sd_req *r, const sd_batch_seq *b, cons
     }
 }
 
-/* Verifies r's rows of batch entry bi (k drafts; a prompt chunk: its last
- * row, k = 0) with v's scratch; the committed tokens to out. */
-static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int bi, const sd_proposal *d, float *logits,
-                       int k, int32_t *out)
+/* The verification input of r's rows of batch entry bi (k drafts; a prompt
+ * chunk: its last row, k = 0). */
+static sd_verify_in verify_input(const sd_engine *e, const sd_req *r, int bi, const sd_proposal *d, float *logits,
+                                 int k)
 {
     const sd_batch_seq *b = &e->batch[bi];
     const int32_t *amax = b->argmax ? b->argmax + (b->n_logits - 1 - k) : NULL; /* a prompt chunk: its last row */
+    const sd_draw_out *drawn = b->drawn ? b->drawn + (b->n_logits - 1 - k) : NULL;
     bool have_q = k > 0 && d && d->q[0] != NULL;
-    sd_verify_in in = {
-        .logits = amax ? NULL : logits,
+    return (sd_verify_in){
+        .logits = amax || drawn ? NULL : logits,
         .argmax = amax,
+        .drawn = drawn,
         .vocab = sd_model_cfg(e->m)->vocab_size,
         .k = k,
         .draft = k > 0 ? b->tokens + 1 : NULL,
@@ -529,7 +563,86 @@ static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int 
         .out_pos = (uint64_t)sd_req_n_output(r),
         .mode = sd_req_verify_mode(r, have_q),
     };
+}
+
+/* Verifies r's rows of batch entry bi with v's scratch; the committed tokens
+ * to out. */
+static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int bi, const sd_proposal *d, float *logits,
+                       int k, int32_t *out)
+{
+    sd_verify_in in = verify_input(e, r, bi, d, logits, k);
     return sd_verify(v, &in, out);
+}
+
+/* True when draws on the backend serve r's sampled rows (sd_verify_draws):
+ * no top-k, top-p or output restriction (JSON, regex), no log-probabilities. */
+static bool draws_serve(const sd_engine *e, const sd_req *r)
+{
+    const sd_sampling *s = &r->p.sampling;
+    int V = sd_model_cfg(e->m)->vocab_size;
+    return e->draw_on && s->temperature > 0.0f && (s->top_k <= 0 || s->top_k >= V) && !(s->top_p < 1.0f) &&
+           !sd_sampling_constrained(s) && !r->lp && !wants_prompt_lp(r);
+}
+
+/* The logits processors of r's rows (draw[0..k], k drafts d) as their
+ * allowed-token mask (the entry's) and edits (appended to e->edits, where
+ * e->eoff says; sd_engine_step binds them once every entry's are in). */
+static sd_status plan_edits(sd_engine *e, const sd_req *r, int bi, const sd_proposal *d, int k, sd_draw_row *draw)
+{
+    const sd_sampling *s = &r->p.sampling;
+    int V = sd_model_cfg(e->m)->vocab_size;
+    size_t words = ((size_t)V + 31) / 32, no = (size_t)sd_req_n_output(r);
+    uint32_t *allow = NULL;
+    if (s->n_allowed > 0 && s->allowed) {
+        allow = e->allow + (size_t)bi * words;
+        sd_sampling_allow_bits(s, V, allow);
+    }
+    if (!e->esp && sd_sampler_new(V, &e->esp, NULL, 0) != SD_OK) return SD_ERR_NOMEM;
+    if (sd_grow(&e->hist, &e->cap_hist, no + (size_t)k, sizeof *e->hist) != SD_OK) return SD_ERR_NOMEM;
+    if (no > 0) memcpy(e->hist, r->tokens + r->n_prompt, no * sizeof *e->hist);
+    for (int i = 0; i < k; i++) e->hist[no + (size_t)i] = d->tokens[i];
+    for (int i = 0; i <= k; i++) {
+        const sd_logit_edit *ed;
+        size_t n = sd_sampler_edits(e->esp, s, V, r->tokens, (size_t)r->n_prompt, e->hist, no + (size_t)i, &ed);
+        if (sd_grow(&e->edits, &e->cap_edits, e->n_edits + n, sizeof *e->edits) != SD_OK) return SD_ERR_NOMEM;
+        memcpy(e->edits + e->n_edits, ed, n * sizeof *ed);
+        e->eoff[(size_t)bi * (SD_MAX_DRAFT + 1) + (size_t)i] = e->n_edits;
+        e->n_edits += n;
+        draw[i].allow = allow;
+        draw[i].n_edits = (int32_t)n;
+    }
+    return SD_OK;
+}
+
+/* Points the drawn rows of the step's nb entries at their edits. */
+static void bind_edits(sd_engine *e, int nb)
+{
+    for (int j = 0; j < nb; j++) {
+        const sd_batch_seq *b = &e->batch[j];
+        if (!b->draw) continue;
+        sd_draw_row *draw = e->draw + (size_t)j * (SD_MAX_DRAFT + 1);
+        for (int i = 0; i < b->n_logits; i++)
+            draw[i].edits = e->edits + e->eoff[(size_t)j * (SD_MAX_DRAFT + 1) + (size_t)i];
+    }
+}
+
+/* Batch entry bi's rows drawn on the backend when that serves r (k drafts;
+ * its last k + 1 rows). */
+static void plan_draws(sd_engine *e, const sd_req *r, int bi, const sd_proposal *d, int k)
+{
+    sd_batch_seq *b = &e->batch[bi];
+    if (!draws_serve(e, r) || b->n_logits != k + 1) return;
+    sd_verify_in in = verify_input(e, r, bi, d, NULL, k);
+    if (in.mode == SD_VERIFY_GREEDY) return;
+    sd_draw_row *draw = e->draw + (size_t)bi * (SD_MAX_DRAFT + 1);
+    sd_verify_draws(&in, draw);
+    if (sd_sampling_processes(&r->p.sampling) && plan_edits(e, r, bi, d, k, draw) != SD_OK)
+        return;   /* no memory for them: the host processes the rows */
+    if (!e->drew) /* once: which path sampled rows take */
+        sd_log(SD_LOG_INFO, "sampled rows are drawn on the backend (draw_rows): their logits stay there");
+    e->drew = true;
+    b->draw = draw;
+    b->drawn = e->drawn + (size_t)bi * (SD_MAX_DRAFT + 1);
 }
 
 /* The rows verified ahead, in parallel on the backend's host threads:
@@ -546,7 +659,7 @@ typedef struct ahead {
 
 static bool verifies_ahead(const sd_engine *e, const sd_req *r, int j)
 {
-    return e->span_k[j] >= 0 && !r->lp && !e->batch[j].argmax && r->p.sampling.temperature > 0;
+    return e->span_k[j] >= 0 && !r->lp && !e->batch[j].argmax && !e->batch[j].drawn && r->p.sampling.temperature > 0;
 }
 
 static void ahead_task(void *ctx, int t, int nt)
@@ -586,7 +699,7 @@ static sd_status finish_req(sd_engine *e, sd_req *r, int bi, const sd_proposal *
         register_blocks(e, r);
         if (b->n_logits == b->n && wants_prompt_lp(r)) prompt_logprobs(e, r, b, logits);
         if (!sd_req_prefill_samples(r, 0)) return SD_OK;
-        if (!b->argmax) /* the last row samples */
+        if (!b->argmax && !b->drawn) /* the last row samples */
             logits += (size_t)(b->n_logits - 1) * (size_t)sd_model_cfg(e->m)->vocab_size;
         k = 0;
     }
@@ -622,6 +735,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
     if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     sd_engine_share_prefixes(e, reqs, n);
     sd_engine_prefill_plan(e, reqs, n, e->chunk);
+    e->n_edits = 0;
     for (int i = 0; i < n; i++) {
         sd_req *r = reqs[i];
         r->n_new = 0;
@@ -630,6 +744,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
         if (plan_req(e, r, nb, drafts ? &drafts[i] : NULL, e->chunk[i]) < 0) continue;
         e->slot[nb++] = i;
     }
+    bind_edits(e, nb);
     e->timing = (sd_step_timing){0};
     if (nb == 0) return SD_OK;
     double t0 = sd_now_ms();
@@ -643,7 +758,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
     float *row = e->logits;
     for (int j = 0; j < nb; j++) { /* each entry's logits rows */
         e->rowp[j] = row;
-        if (!e->batch[j].argmax) row += (size_t)e->batch[j].n_logits * V;
+        if (!e->batch[j].argmax && !e->batch[j].drawn) row += (size_t)e->batch[j].n_logits * V;
     }
     verify_ahead(e, reqs, nb, drafts);
     sd_step_timing *tm = &e->timing;

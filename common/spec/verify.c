@@ -73,7 +73,8 @@ static int is_greedy(const sd_verify_in *in)
 /* SD_OK when the input is usable by the rule it selects. */
 static sd_status check_input(const sd_verifier *v, const sd_verify_in *in, const int32_t *out)
 {
-    if (!v || !in || !out || !in->sampling || !in->logits == !in->argmax) return SD_ERR_ARG;
+    if (!v || !in || !out || !in->sampling || (!!in->logits + !!in->argmax + !!in->drawn) != 1) return SD_ERR_ARG;
+    if (in->drawn && is_greedy(in)) return SD_ERR_ARG; /* sampled rows only */
     if (in->argmax && (!is_greedy(in) || penalties_on(in->sampling)))
         return SD_ERR_ARG; /* tokens alone serve greedy rows without penalties only */
     if (in->vocab <= 0 || in->vocab > v->vocab) return SD_ERR_ARG;
@@ -205,6 +206,55 @@ static int verify_rejection(sd_verifier *v, const sd_verify_in *in, int32_t *out
     return SD_ERR_ARG; /* unreachable: the loop returns at i == k */
 }
 
+/* ---- drawn rows ------------------------------------------------------------ */
+
+void sd_verify_draws(const sd_verify_in *in, sd_draw_row *draw)
+{
+    const sd_sampling *s = in->sampling;
+    bool rej = in->mode == SD_VERIFY_REJECTION && in->k > 0;
+    for (int i = 0; i <= in->k; i++) {
+        uint64_t pos = in->out_pos + (uint64_t)i;
+        bool res = rej && i < in->k;
+        draw[i] = (sd_draw_row){.temperature = s->temperature,
+                                .min_p = s->min_p,
+                                .u = sd_rng_uniform(s->seed, pos, res ? SD_RNG_STREAM_RESIDUAL : SD_RNG_STREAM_SAMPLE),
+                                .token = res ? in->draft[i] : -1,
+                                .nq = res && in->q[i] ? (int32_t)in->nq[i] : 0,
+                                .q = res ? in->q[i] : NULL,
+                                .allow = NULL,
+                                .edits = NULL,
+                                .n_edits = 0};
+    }
+}
+
+/* The rules of verify_plain (match) and verify_rejection over drawn rows:
+ * the same tokens, since each row's draw is the sampler's (a row with no
+ * token of positive probability fails, as one of NaNs does on the host). */
+static int verify_drawn(const sd_verify_in *in, int32_t *out)
+{
+    const sd_draw_out *dr = in->drawn;
+    bool rej = in->mode == SD_VERIFY_REJECTION;
+    for (int i = 0; i <= in->k; i++) {
+        if (dr[i].token < 0) return SD_ERR_ARG;
+        out[i] = dr[i].token;
+        if (i == in->k) return i + 1;
+        int32_t d = in->draft[i];
+        if (!rej) {
+            if (out[i] != d) return i + 1;
+            continue;
+        }
+        size_t nq = in->q[i] ? in->nq[i] : 0;
+        double qd = sd_sparse_prob(in->q[i], nq, d);
+        double u = sd_rng_uniform(in->sampling->seed, in->out_pos + (uint64_t)i, SD_RNG_STREAM_ACCEPT);
+        if (qd > 0.0 && u < (double)dr[i].prob / qd) {
+            out[i] = d;
+            continue;
+        }
+        return i + 1;
+    }
+    return SD_ERR_ARG; /* unreachable: the loop returns at i == k */
+}
+
 /* ---- entry point ------------------------------------------------------------ */
 
 /* Errors: SD_ERR_ARG for NULL pointers, vocab outside (0, verifier vocab],
@@ -219,6 +269,7 @@ int sd_verify(sd_verifier *v, const sd_verify_in *in, int32_t *out)
     if (st != SD_OK) return st;
     st = build_history(v, in);
     if (st != SD_OK) return st;
+    if (in->drawn) return verify_drawn(in, out);
     if (is_greedy(in)) return verify_plain(v, in, out, 1);
     if (in->mode == SD_VERIFY_MATCH) return verify_plain(v, in, out, 0);
     return verify_rejection(v, in, out);

@@ -43,9 +43,11 @@ enum {
 };
 
 typedef struct sd_verify_in {
-    float *logits;         /* [k+1, vocab]; penalties are applied in place */
-    const int32_t *argmax; /* instead of logits (NULL there): the rows' argmax [k+1], for greedy
+    float *logits;            /* [k+1, vocab]; penalties are applied in place */
+    const int32_t *argmax;    /* instead of logits (NULL there): the rows' argmax [k+1], for greedy
                                  * rows without penalties (sd_model_forward's argmax rows) */
+    const sd_draw_out *drawn; /* instead of logits and argmax: the rows' draws [k+1] (sd_model_forward's
+                               * draw rows; sd_verify_draws says what each row's must be) */
     int vocab;
     int k;                      /* number of drafts (0 = plain step) */
     const int32_t *draft;       /* [k] */
@@ -67,6 +69,16 @@ typedef struct sd_verifier sd_verifier;
  * SD_ERR_NOMEM with a message in err; *out is NULL then. */
 sd_status sd_verifier_new(int vocab, sd_verifier **out, char *err, size_t errlen);
 void sd_verifier_free(sd_verifier *v);
+
+/* The row draws (rowdraw.h) that serve in's rows instead of their logits:
+ * in->sampling sampled (temperature > 0, no top-k, no top-p, no output
+ * restriction; its other logits processors are the caller's to add as the
+ * rows' allow and edits: sd_sampler_edits) and in->mode not greedy. In rejection mode with drafts,
+ * row i < k reports p(draft i) and draws the residual of q_i with the
+ * RESIDUAL stream's number of its position; every other row (the bonus
+ * row, every row in match mode) draws from p with the SAMPLE stream's, as
+ * plain decoding. Writes draw[0..k] (q borrowed from in). */
+void sd_verify_draws(const sd_verify_in *in, sd_draw_row *draw);
 
 /* Applies the rule; writes the committed tokens (accepted drafts, then the
  * final token) to out[0..ret) and returns ret in 1..k+1, or a negative

@@ -17,6 +17,7 @@
 #include "cpu_amx.h"
 #include "cpu_attn.h"
 #include "cpu_dot.h"
+#include "cpu_draw.h"
 #include "cpu_elem.h"
 #include "cpu_q8.h"
 #include "threadpool.h"
@@ -37,7 +38,8 @@ typedef struct cpu_impl {
     long lose_after; /* fault injection (SD_FAULT_DEVICE_LOST_AFTER): attention calls before the
                             * "device" is lost; < 0 never */
     bool lost;
-    sd_status error; /* the first failure of an op that returns void (take_error); SD_OK: none */
+    sd_status error;           /* the first failure of an op that returns void (take_error); SD_OK: none */
+    sd_cpu_draw_scratch *draw; /* draw_rows' scratch, for the largest vocabulary yet */
 } cpu_impl;
 
 static cpu_impl *impl_of(sd_backend *be) { return be->impl; }
@@ -509,6 +511,20 @@ static sd_status cpu_argmax(sd_backend *be, int32_t *out, const float *logits, i
     return SD_OK;
 }
 
+static sd_status cpu_draw_rows(sd_backend *be, sd_draw_out *out, float *logits, const sd_draw_row *rows, int n,
+                               int vocab)
+{
+    cpu_impl *impl = impl_of(be);
+    if (n < 0 || vocab < 1 || (n > 0 && (!out || !logits || !rows))) return SD_ERR_ARG;
+    if (!impl->draw || impl->draw->vocab < vocab) {
+        sd_cpu_draw_scratch_free(impl->draw);
+        sd_status st = sd_cpu_draw_scratch_new(vocab, SD_DRAW_CAP, &impl->draw, NULL, 0);
+        if (st != SD_OK) return st;
+    }
+    for (int r = 0; r < n; r++) out[r] = sd_cpu_draw_row(logits + (size_t)r * vocab, vocab, &rows[r], impl->draw);
+    return SD_OK;
+}
+
 static void cpu_sync(sd_backend *be) { (void)be; }
 
 /* ----------------------------------------------------------- attention */
@@ -622,6 +638,7 @@ static void cpu_destroy(sd_backend *be)
     free(impl->xq);
     free(impl->xqp);
     free(impl->xqs);
+    sd_cpu_draw_scratch_free(impl->draw);
     free(impl);
     free(be);
 }
@@ -652,6 +669,7 @@ static const sd_backend_ops cpu_ops = {
     .matmul_fused = cpu_matmul_fused,
     .quantize_q8 = cpu_quantize_q8,
     .argmax = cpu_argmax,
+    .draw_rows = cpu_draw_rows,
     .host_parallel = cpu_host_parallel,
     .sync = cpu_sync,
     .take_error = cpu_take_error,

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "cpu_dot.h"
 #include "cpu_simd.h"
+#include "rowdraw.h"
 
 /* -------------------------------------------------- bf16 rounding helpers */
 
@@ -263,10 +264,7 @@ void sd_exp_weights(const float *x, int n, float mx, float temp, float *w)
         exp_weights_avx2(x, n, mx, temp, w);
         return;
     }
-    for (int i = 0; i < n; i++) {
-        float a = (x[i] - mx) / temp;
-        w[i] = a == a ? expf(a) : 0.0f;
-    }
+    for (int i = 0; i < n; i++) w[i] = sd_rd_exp_weight(x[i], mx, temp);
 }
 
 SD_AVX2 static void keep_weights_avx2(const float *x, int n, float mx, float floor, float *w)
@@ -281,7 +279,7 @@ SD_AVX2 static void keep_weights_avx2(const float *x, int n, float mx, float flo
         __m256 r = _mm256_blendv_ps(_mm256_and_ps(wv, keep), one, _mm256_cmp_ps(xv, mv, _CMP_EQ_OQ));
         _mm256_storeu_ps(w + i, r);
     }
-    for (; i < n; i++) w[i] = x[i] == mx ? 1.0f : x[i] != -INFINITY && w[i] > 0.0f && w[i] >= floor ? w[i] : 0.0f;
+    for (; i < n; i++) w[i] = sd_rd_keep(x[i], mx, w[i], floor);
 }
 
 void sd_keep_weights(const float *x, int n, float mx, float floor, float *w)
@@ -291,8 +289,7 @@ void sd_keep_weights(const float *x, int n, float mx, float floor, float *w)
         keep_weights_avx2(x, n, mx, floor, w);
         return;
     }
-    for (int i = 0; i < n; i++) /* NaN x: every comparison false */
-        w[i] = x[i] == mx ? 1.0f : x[i] != -INFINITY && x[i] == x[i] && w[i] > 0.0f && w[i] >= floor ? w[i] : 0.0f;
+    for (int i = 0; i < n; i++) w[i] = sd_rd_keep(x[i], mx, w[i], floor);
 }
 
 SD_AVX2 static float div_to_f32_avx2(const float *w, int n, double d, float *p)

@@ -89,7 +89,8 @@ SD_AVX2 static inline __m256i rne_bits(__m256 v)
 /* exp(x) as 8 lanes: n = rint(x·log2 e), r = x − n·ln2 (two steps), a
  * degree-6 polynomial, scaled by 2^n; x < −87.3 gives 0 and x is capped at
  * 88. Within 2 ulp of expf; the same operations for every element, so a
- * result depends only on its own input. */
+ * result depends only on its own input: the bits of rowdraw.h sd_rd_exp,
+ * its scalar form (the sampler's scalar path and the device's). */
 SD_AVX2 static inline __m256 exp8(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.3f);

@@ -73,6 +73,23 @@ typedef struct graph_entry {
     cudaGraphExec_t exec;
 } graph_entry;
 
+/* The row draw's buffers (draw_rows): device scratch, and the page-locked
+ * staging of its arguments and results (rows, q, then out). */
+typedef struct draw_bufs {
+    sd_cu_draw_row *rows;
+    sd_tokprob *q;
+    sd_draw_out *out;
+    float *p;             /* [n, vocab] */
+    int32_t *mark;        /* [n, vocab] all -1 between draws */
+    int32_t *qtok;        /* [q entries] */
+    double *rd;           /* [q entries] */
+    uint32_t *allow;      /* the rows' allowed-token masks */
+    sd_logit_edit *edits; /* the rows' edits */
+    size_t rows_cap, q_cap, out_cap, p_cap, mark_cap, qtok_cap, rd_cap, allow_cap, edits_cap;
+    void *host; /* page-locked staging [host_cap] */
+    size_t host_cap;
+} draw_bufs;
+
 typedef struct cuda_impl {
     int device;
     cudaStream_t stream;
@@ -98,6 +115,7 @@ typedef struct cuda_impl {
     size_t last_len; /* elements of h_last (0: meta holds nothing) */
     int32_t *amax;   /* device [amax_cap] argmax results */
     size_t amax_cap;
+    draw_bufs draw;  /* draw_rows' buffers */
     void *blas_ws;   /* device [CUBLAS_WORKSPACE] */
     int graphs_on;   /* record and replay passes (default on; SD_CUDA_GRAPHS=0 off) */
     int attn_split;  /* attention split over the context (default on; SD_CUDA_ATTN_SPLIT=0 off) */
@@ -904,6 +922,17 @@ static void cuda_destroy(sd_backend *be)
     cudaFree(im->meta);
     cudaFree(im->att_part);
     cudaFree(im->amax);
+    draw_bufs *d = &im->draw;
+    cudaFree(d->rows);
+    cudaFree(d->q);
+    cudaFree(d->out);
+    cudaFree(d->p);
+    cudaFree(d->mark);
+    cudaFree(d->qtok);
+    cudaFree(d->rd);
+    cudaFree(d->allow);
+    cudaFree(d->edits);
+    cudaFreeHost(d->host);
     free(im->h_meta);
     free(im->h_last);
     if (im->blas) cublasDestroy(im->blas);
@@ -921,6 +950,97 @@ static sd_status cuda_mem_info(sd_backend *be, size_t *free_bytes, size_t *total
 static sd_status cuda_argmax_op(sd_backend *be, int32_t *out, const float *logits, int rows, int vocab)
 {
     return sd_cuda_argmax(be, logits, rows, vocab, out);
+}
+
+/* What a row draw call moves: q entries, mask words and edits in all. */
+typedef struct draw_sizes {
+    size_t nq, words, edits;
+} draw_sizes;
+
+/* The row draw's buffers for n rows of vocab (each buffer at least one entry). */
+static sd_status draw_grow(cuda_impl *im, int n, int vocab, draw_sizes z)
+{
+    draw_bufs *d = &im->draw;
+    size_t cells = (size_t)n * (size_t)vocab, qn = z.nq + 1, wn = z.words + 1, en = z.edits + 1;
+    sd_status st = grow_dev(im, (void **)&d->rows, &d->rows_cap, (size_t)n * sizeof *d->rows);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->q, &d->q_cap, qn * sizeof *d->q);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->out, &d->out_cap, (size_t)n * sizeof *d->out);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->p, &d->p_cap, cells * sizeof *d->p);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->qtok, &d->qtok_cap, qn * sizeof *d->qtok);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->rd, &d->rd_cap, qn * sizeof *d->rd);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->allow, &d->allow_cap, wn * sizeof *d->allow);
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->edits, &d->edits_cap, en * sizeof *d->edits);
+    size_t had = d->mark_cap;
+    if (st == SD_OK) st = grow_dev(im, (void **)&d->mark, &d->mark_cap, cells * sizeof *d->mark);
+    if (st != SD_OK) return st;
+    if (d->mark_cap != had) SD_CUDA_CHECK(cudaMemsetAsync(d->mark, 0xff, d->mark_cap, im->stream)); /* -1 */
+    size_t host = (size_t)n * (sizeof *d->rows + sizeof *d->out) + qn * sizeof *d->q + wn * sizeof *d->allow +
+                  en * sizeof *d->edits;
+    if (host > d->host_cap) {
+        SD_CUDA_CHECK(cudaStreamSynchronize(im->stream));
+        cudaFreeHost(d->host);
+        d->host = NULL;
+        d->host_cap = 0;
+        SD_CUDA_CHECK(cudaHostAlloc(&d->host, host + host / 4, cudaHostAllocPortable));
+        d->host_cap = host + host / 4;
+    }
+    return SD_OK;
+}
+
+/* The rows' q, masks and edits counted; SD_ERR_ARG for a list that is missing. */
+static sd_status draw_count(const sd_draw_row *rows, int n, int vocab, draw_sizes *z)
+{
+    *z = (draw_sizes){0, 0, 0};
+    for (int r = 0; r < n; r++) {
+        if (rows[r].nq < 0 || (rows[r].nq > 0 && !rows[r].q) || rows[r].n_edits < 0 ||
+            (rows[r].n_edits > 0 && !rows[r].edits))
+            return SD_ERR_ARG;
+        z->nq += (size_t)rows[r].nq;
+        z->words += rows[r].allow ? ((size_t)vocab + 31) / 32 : 0;
+        z->edits += (size_t)rows[r].n_edits;
+    }
+    return SD_OK;
+}
+
+static sd_status cuda_draw_rows(sd_backend *be, sd_draw_out *out, float *logits, const sd_draw_row *rows, int n,
+                                int vocab)
+{
+    if (n < 0 || vocab < 1 || (n > 0 && (!out || !logits || !rows))) return SD_ERR_ARG;
+    if (n == 0) return SD_OK;
+    cuda_impl *im = cu(be);
+    draw_sizes z;
+    sd_status st = draw_count(rows, n, vocab, &z);
+    if (st == SD_OK) st = draw_grow(im, n, vocab, z);
+    if (st != SD_OK) return st;
+    draw_bufs *d = &im->draw;
+    size_t words = ((size_t)vocab + 31) / 32, qo = 0, wo = 0, eo = 0;
+    sd_cu_draw_row *hr = d->host; /* staging: rows, q, masks, edits, then out */
+    sd_tokprob *hq = (sd_tokprob *)(hr + n);
+    uint32_t *hw = (uint32_t *)(hq + z.nq + 1);
+    sd_logit_edit *he = (sd_logit_edit *)(hw + z.words + 1);
+    sd_draw_out *ho = (sd_draw_out *)(he + z.edits + 1);
+    for (int r = 0; r < n; r++) {
+        const sd_draw_row *w = &rows[r];
+        hr[r] =
+            (sd_cu_draw_row){w->temperature, w->min_p,  w->u, w->token, w->nq, (int32_t)qo, w->allow ? (int32_t)wo : -1,
+                             (int32_t)eo,    w->n_edits};
+        if (w->nq > 0) memcpy(hq + qo, w->q, (size_t)w->nq * sizeof *hq);
+        if (w->allow) memcpy(hw + wo, w->allow, words * sizeof *hw);
+        if (w->n_edits > 0) memcpy(he + eo, w->edits, (size_t)w->n_edits * sizeof *he);
+        qo += (size_t)w->nq;
+        wo += w->allow ? words : 0;
+        eo += (size_t)w->n_edits;
+    }
+    SD_CUDA_CHECK(cudaMemcpyAsync(d->rows, hr, (size_t)n * sizeof *hr, cudaMemcpyHostToDevice, im->stream));
+    if (qo) SD_CUDA_CHECK(cudaMemcpyAsync(d->q, hq, qo * sizeof *hq, cudaMemcpyHostToDevice, im->stream));
+    if (wo) SD_CUDA_CHECK(cudaMemcpyAsync(d->allow, hw, wo * sizeof *hw, cudaMemcpyHostToDevice, im->stream));
+    if (eo) SD_CUDA_CHECK(cudaMemcpyAsync(d->edits, he, eo * sizeof *he, cudaMemcpyHostToDevice, im->stream));
+    sd_cu_draw_args a = {d->out, logits, d->rows, d->q, d->allow, d->edits, d->p, d->mark, d->qtok, d->rd};
+    SD_CUDA_CHECK(sd_cu_draw_rows(im->stream, &a, n, vocab));
+    SD_CUDA_CHECK(cudaMemcpyAsync(ho, d->out, (size_t)n * sizeof *ho, cudaMemcpyDeviceToHost, im->stream));
+    SD_CUDA_CHECK(cudaStreamSynchronize(im->stream));
+    memcpy(out, ho, (size_t)n * sizeof *out);
+    return SD_OK;
 }
 
 /* Page-locked host memory: to_host then copies straight into it (one DMA)
@@ -983,6 +1103,7 @@ static const sd_backend_ops cuda_ops = {
     .attn_stage = cuda_attn_stage,
     .mem_info = cuda_mem_info,
     .argmax = cuda_argmax_op,
+    .draw_rows = cuda_draw_rows,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .sync = cuda_sync,

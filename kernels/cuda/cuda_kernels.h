@@ -1,5 +1,5 @@
 /* cuda_kernels.h — host launchers of the CUDA kernels (cuda_gemm.cu,
- * cuda_norm.cu, cuda_attention.cu, cuda_elem.cu).
+ * cuda_norm.cu, cuda_attention.cu, cuda_elem.cu, cuda_draw.cu).
  *
  * Plain C declarations so the backend glue (cuda_backend.c) is compiled by
  * the C compiler with the project's warnings. Every pointer is device memory
@@ -12,6 +12,8 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "rowdraw.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -179,6 +181,34 @@ cudaError_t sd_cu_add(cudaStream_t stream, float *y, const float *x, size_t n, i
 /* out[rows] = argmax of each logits row [rows, vocab] (lowest id on ties,
  * NaN skipped, -1 when the row is all NaN). */
 cudaError_t sd_cu_argmax(cudaStream_t stream, int32_t *out, const float *logits, int rows, int vocab);
+
+/* A row of sd_cu_draw_rows: sd_draw_row with its q in device memory, at
+ * q_off of the call's q array. */
+typedef struct sd_cu_draw_row {
+    float temperature, min_p;
+    double u;
+    int32_t token, nq, q_off; /* q: the call's q[q_off .. + nq) */
+    int32_t allow_off;        /* the allowed-token mask at the call's allow[allow_off ..]; -1: none */
+    int32_t e_off, n_edits;   /* the call's edits[e_off .. + n_edits) */
+} sd_cu_draw_row;
+
+/* The arrays of one sd_cu_draw_rows call (device memory). */
+typedef struct sd_cu_draw_args {
+    sd_draw_out *out;           /* [n] */
+    float *logits;              /* [n, vocab], masked and edited in place */
+    const sd_cu_draw_row *rows; /* [n] */
+    const sd_tokprob *q;
+    const uint32_t *allow;
+    const sd_logit_edit *edits;
+    float *p;      /* scratch [n, vocab] */
+    int32_t *mark; /* scratch [n, vocab], all -1 (as the kernel leaves it) */
+    int32_t *qtok; /* scratch indexed as q */
+    double *rd;    /* scratch indexed as q */
+} sd_cu_draw_args;
+
+/* The row draw of each of n logits rows (rowdraw.h; the CPU's
+ * sd_cpu_draw_row bit for bit). */
+cudaError_t sd_cu_draw_rows(cudaStream_t stream, const sd_cu_draw_args *a, int n, int vocab);
 
 /* Reads `bytes` of device memory at in (16-byte aligned) with 8 blocks an SM
  * (sms) and nothing written but (practically never) out[grid]: the read

@@ -111,7 +111,7 @@ static void plain_greedy_q(const int32_t *ctx, int n, int k, int32_t *out, int q
     for (int pos = 0; pos < n + k - 1; pos++) {
         int32_t in = pos < n ? ctx[pos] : tok;
         ck_assert_int_eq(sd_kv_reserve(pool, &seq, 1), SD_OK);
-        sd_batch_seq b = {&in, 1, pos, &seq, 1, NULL};
+        sd_batch_seq b = {&in, 1, pos, &seq, 1, NULL, NULL, NULL};
         ck_assert_msg(sd_model_forward(m, &b, 1, logits, err, sizeof err) == SD_OK, "%s", err);
         sd_kv_commit(pool, &seq, 1);
         if (pos >= n - 1) out[pos - (n - 1)] = tok = sd_argmax(logits, vocab);

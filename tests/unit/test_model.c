@@ -241,7 +241,7 @@ START_TEST(kv_dtypes)
     sd_kv_seq_init(&s);
     ck_assert_int_eq(sd_kv_reserve(sd_model_kv_pool(m), &s, 10), SD_OK);
     int32_t ten[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    sd_batch_seq past = {ten, 10, 0, &s, 1, NULL};
+    sd_batch_seq past = {ten, 10, 0, &s, 1, NULL, NULL, NULL};
     float *lg = malloc((size_t)sd_model_cfg(m)->vocab_size * sizeof *lg);
     ck_assert_int_eq(sd_model_forward(m, &past, 1, lg, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "beyond the context of 8"));
@@ -274,7 +274,7 @@ START_TEST(argmax_rows)
         for (int q = 0; q < 3; q++) {
             sd_kv_seq_init(&kv[q]);
             ck_assert_int_eq(sd_kv_reserve(pool, &kv[q], 8), SD_OK);
-            b[q] = (sd_batch_seq){ids[q], 8, 0, &kv[q], 4, NULL};
+            b[q] = (sd_batch_seq){ids[q], 8, 0, &kv[q], 4, NULL, NULL, NULL};
         }
         if (pass) b[1].argmax = amax[0], b[2].argmax = amax[1]; /* a run of two */
         ck_assert_msg(sd_model_forward(m, b, 3, pass ? some : all, err, sizeof err) == SD_OK, "%s", err);
@@ -297,7 +297,7 @@ static void last_logits(sd_model *m, const int32_t *ids, int n, float *out)
     sd_kv_seq s;
     sd_kv_seq_init(&s);
     ck_assert_int_eq(sd_kv_reserve(sd_model_kv_pool(m), &s, n), SD_OK);
-    sd_batch_seq b = {ids, n, 0, &s, 1, NULL};
+    sd_batch_seq b = {ids, n, 0, &s, 1, NULL, NULL, NULL};
     ck_assert_msg(sd_model_forward(m, &b, 1, out, err, sizeof err) == SD_OK, "%s", err);
     sd_kv_seq_release(sd_model_kv_pool(m), &s);
 }
@@ -361,11 +361,11 @@ START_TEST(bad_batches_rejected)
     float out[4 * 512];
     char err[256] = "";
     int32_t bad[4] = {1, 2, 512, 3};
-    sd_batch_seq b = {bad, 4, 0, &s, 1, NULL};
+    sd_batch_seq b = {bad, 4, 0, &s, 1, NULL, NULL, NULL};
     ck_assert_int_eq(sd_model_forward(m, &b, 1, out, err, sizeof err), SD_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(err, "512"));
     int32_t ok[4] = {1, 2, 3, 4};
-    sd_batch_seq beyond = {ok, 4, 14, &s, 1, NULL}; /* reserved 16 positions, needs 18 */
+    sd_batch_seq beyond = {ok, 4, 14, &s, 1, NULL, NULL, NULL}; /* reserved 16 positions, needs 18 */
     ck_assert_int_eq(sd_model_forward(m, &beyond, 1, out, err, sizeof err), SD_ERR_ARG);
     sd_kv_seq_release(pool, &s);
     sd_model_free(m);

@@ -274,7 +274,7 @@ START_TEST(failed_rank_takes_the_group_down)
     sd_kv_seq_init(&s);
     sd_kv_pool *pool = sd_model_kv_pool(m);
     ck_assert_int_eq(sd_kv_reserve(pool, &s, 8), SD_OK);
-    sd_batch_seq b = {ids, 8, 0, &s, 8, NULL};
+    sd_batch_seq b = {ids, 8, 0, &s, 8, NULL, NULL, NULL};
     char err[256];
     ck_assert_int_eq(sd_model_forward(m, &b, 1, out, err, sizeof err), SD_ERR_DEVICE);
     ck_assert_ptr_nonnull(strstr(err, "rank 1"));

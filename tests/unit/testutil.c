@@ -126,7 +126,7 @@ void tu_forward(sd_model *m, sd_kv_seq *seq, const int32_t *ids, int n, int pos0
     char err[512];
     sd_kv_pool *pool = sd_model_kv_pool(m);
     ck_assert_int_eq(sd_kv_reserve(pool, seq, n), SD_OK);
-    sd_batch_seq b = {ids, n, pos0, seq, n, NULL};
+    sd_batch_seq b = {ids, n, pos0, seq, n, NULL, NULL, NULL};
     sd_status st = sd_model_forward(m, &b, 1, out, err, sizeof err);
     ck_assert_msg(st == SD_OK, "forward: %s", err);
     sd_kv_commit(pool, seq, n);
@@ -154,7 +154,7 @@ void tu_check_batch_invariance(sd_model *m, const int32_t *ids, const int32_t *o
         int k = span < n - p ? span : n - p;
         ck_assert_int_eq(sd_kv_reserve(pool, &s1, k), SD_OK);
         ck_assert_int_eq(sd_kv_reserve(pool, &s2, k), SD_OK);
-        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k, NULL}, {ids + p, k, p, &s1, k, NULL}};
+        sd_batch_seq bs[2] = {{other + p, k, p, &s2, k, NULL, NULL, NULL}, {ids + p, k, p, &s1, k, NULL, NULL, NULL}};
         ck_assert_int_eq(sd_model_forward(m, bs, 2, c, err, sizeof err), SD_OK);
         ck_assert_msg(memcmp(c + (size_t)k * V, a + (size_t)p * V, (size_t)k * V * sizeof(float)) == 0,
                       "span [%d, %d) batched differs from one pass", p, p + k);

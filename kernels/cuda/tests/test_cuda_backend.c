@@ -812,6 +812,95 @@ START_TEST(qk_rope_kv_is_composed)
 }
 END_TEST
 
+/* ----------------------------------------------------------- row draw */
+
+/* The device's row draw against the CPU backend's and the host sampler's:
+ * the same token and the same bits of p(token), on a Qwen-sized row of
+ * several shapes — peaked, flat (every logit equal: the walk bisects its
+ * slices), mostly -inf — plain and residual (q with a repeated token), some
+ * with logits processors (an allowed-token mask, penalties and biases as
+ * edits, which both backends apply in place). */
+START_TEST(draw_rows_vs_cpu)
+{
+    enum { R = 12, V = 151936 };
+    float *l0 = rand_vec((size_t)R * V, 7u, 4.0f, 0);
+    for (int i = 0; i < V; i++) l0[V + i] = 1.5f;                                   /* row 1: flat */
+    for (int i = 0; i < V; i++) l0[2 * V + i] = i % 97 ? -INFINITY : l0[2 * V + i]; /* row 2: masked */
+    for (int i = 0; i < V; i++) l0[3 * V + i] = (float)(int)(l0[3 * V + i]);        /* row 3: ties */
+    for (int i = 0; i < V; i++) l0[4 * V + i] = i == 5 ? NAN : -INFINITY;           /* row 4: no token */
+    float *l = malloc((size_t)R * V * sizeof *l);
+    memcpy(l, l0, (size_t)R * V * sizeof *l);
+    float *lg = on(g_gpu, l0, (size_t)R * V);
+    sd_tokprob q[3] = {{11, 0.25f}, {11, 0.125f}, {400, 0.5f}};
+    sd_sampler *sp;
+    ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
+    int32_t hist[64], allowed[40], bias_ids[4] = {11, 12, 13, 11};
+    float bias_v[4] = {3.0f, -2.0f, 50.0f, 1.5f};
+    for (int i = 0; i < 64; i++) hist[i] = (int32_t)((i * 7919) % 2000);
+    for (int i = 0; i < 40; i++) allowed[i] = (int32_t)((i * 3701) % V);
+    sd_sampling proc[R];
+    sd_draw_row rows[R];
+    sd_logit_edit *edits[R] = {0};
+    uint32_t *bits = calloc((V + 31) / 32, sizeof *bits);
+    for (int r = 0; r < R; r++) {
+        proc[r] = sd_sampling_default();
+        proc[r].temperature = r % 3 ? 0.8f : 1.3f;
+        proc[r].min_p = r % 4 == 3 ? 0.05f : 0.0f;
+        rows[r] = (sd_draw_row){.temperature = proc[r].temperature,
+                                .min_p = proc[r].min_p,
+                                .u = r == 1 ? 0.999 : (double)(r + 1) / (R + 2),
+                                .token = 11 + r};
+    }
+    rows[5].q = rows[6].q = rows[1].q = q;
+    rows[5].nq = rows[6].nq = rows[1].nq = 3;
+    for (int r = 6; r < R; r++) { /* processors on rows 6.. */
+        proc[r].repetition_penalty = 1.2f;
+        proc[r].presence_penalty = r % 2 ? 0.5f : 0.0f;
+        proc[r].frequency_penalty = 0.25f;
+        proc[r].bias_ids = bias_ids;
+        proc[r].bias_values = bias_v;
+        proc[r].n_bias = 4;
+        const sd_logit_edit *ed;
+        size_t n = sd_sampler_edits(sp, &proc[r], V, hist, 32, hist + 32, 32, &ed);
+        edits[r] = malloc((n + 1) * sizeof *edits[r]);
+        memcpy(edits[r], ed, n * sizeof *ed);
+        rows[r].edits = edits[r];
+        rows[r].n_edits = (int32_t)n;
+    }
+    proc[9].allowed = allowed;
+    proc[9].n_allowed = 40;
+    sd_sampling_allow_bits(&proc[9], V, bits);
+    rows[9].allow = bits;
+    sd_draw_out got[R], want[R];
+    ck_assert_int_eq(g_gpu->ops->draw_rows(g_gpu, got, lg, rows, R, V), SD_OK);
+    ck_assert_int_eq(g_cpu->ops->draw_rows(g_cpu, want, l, rows, R, V), SD_OK); /* l: edited as the device's */
+    float *lgh = gpu_read(lg, (size_t)R * V);
+    ck_assert_msg(memcmp(lgh, l, (size_t)R * V * sizeof *l) == 0, "the device's edits differ from the CPU's");
+    for (int r = 0; r < R; r++) {
+        ck_assert_msg(got[r].token == want[r].token, "row %d: device %d, cpu %d", r, got[r].token, want[r].token);
+        ck_assert_msg(got[r].prob == want[r].prob, "row %d: device p %a, cpu %a", r, got[r].prob, want[r].prob);
+        if (r == 4) continue;
+        const float *x = l + (size_t)r * V; /* processed: the sampler's distribution of it */
+        int32_t t = rows[r].nq ? sd_sampler_residual(sp, &proc[r], x, V, q, 3, rows[r].u)
+                               : sd_sampler_draw(sp, &proc[r], x, V, rows[r].u);
+        ck_assert_int_eq(got[r].token, t);
+    }
+    ck_assert_int_eq(got[4].token, -1);
+    /* again from the same logits: the marks the residual rows set were cleared */
+    g_gpu->ops->to_backend(g_gpu, lg, l0, (size_t)R * V * sizeof *l0);
+    ck_assert_int_eq(g_gpu->ops->draw_rows(g_gpu, got, lg, rows, R, V), SD_OK);
+    for (int r = 0; r < R; r++) ck_assert_int_eq(got[r].token, want[r].token);
+    ck_assert_int_eq(sd_cuda_take_error(g_gpu), SD_OK);
+    for (int r = 0; r < R; r++) free(edits[r]);
+    free(bits);
+    free(lgh);
+    sd_sampler_free(sp);
+    g_gpu->ops->free(g_gpu, lg);
+    free(l);
+    free(l0);
+}
+END_TEST
+
 /* ------------------------------------------------------------- argmax */
 
 START_TEST(argmax_vs_cpu)
@@ -943,7 +1032,7 @@ static void graph_workload(sd_model *m, const int32_t *ids, int n, float *out)
     for (int p = 0; p + 3 <= n; p += 3, o += 6 * (size_t)V) {
         ck_assert_int_eq(sd_kv_reserve(pool, &a, 3), SD_OK);
         ck_assert_int_eq(sd_kv_reserve(pool, &b, 3), SD_OK);
-        sd_batch_seq bs[2] = {{ids + p, 3, n + p, &a, 3, NULL}, {ids + p, 3, p, &b, 3, NULL}};
+        sd_batch_seq bs[2] = {{ids + p, 3, n + p, &a, 3, NULL, NULL, NULL}, {ids + p, 3, p, &b, 3, NULL, NULL, NULL}};
         ck_assert_int_eq(sd_model_forward(m, bs, 2, o, err, sizeof err), SD_OK);
         sd_kv_commit(pool, &a, 3);
         sd_kv_commit(pool, &b, 3);
@@ -1158,6 +1247,7 @@ int main(void)
     tcase_add_test(tc, elementwise_vs_cpu);
     tcase_add_test(tc, attention_vs_cpu);
     tcase_add_test(tc, argmax_vs_cpu);
+    tcase_add_test(tc, draw_rows_vs_cpu);
     tcase_add_test(tc, model_logits_vs_cpu);
     tcase_add_test(tc, model_batch_invariant);
     tcase_add_test(tc, model_graphs_exact);
