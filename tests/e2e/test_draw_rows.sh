@@ -7,7 +7,8 @@
 # with min-p, penalties, logit_bias, min_tokens and allowed_token_ids (the
 # device's edits of the logits), at two temperatures and seeds; the log
 # shows which path ran. Rows with top-k, top-p or an output restriction stay
-# on the host: checked too.
+# on the host: checked too. Then two specd serve instances, one each way, on
+# the same sampled requests (n = 3, penalties, streamed) with the match rule.
 set -euo pipefail
 set -f # the options below hold brackets, not globs
 BIN=${SD_BIN:-build/bin}
@@ -64,4 +65,43 @@ echo "ok   - top-p, top-k and a regular expression stay on the host"
 gen 1 greedy $D
 ! grep -q "$MSG" "$tmp/greedy.1.err" || fail "greedy rows drawn"
 echo "ok   - greedy rows are not drawn"
+# through specd serve (the verifier's engine, batched, pipelined): two servers, the host's draws and the
+# backend's, the same sampled requests with the match rule (its output is plain sampling's, whatever the
+# drafts: comparable across servers) — n = 3, penalties and logit_bias, min-p, streamed
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+for v in 0 1; do
+    P[$v]=$(port)
+    SD_DRAW_ROWS=$v "$BIN/specd" serve --target "$MOD/tinycode-16m" --draft "$MOD/tinycode-3m" --host 127.0.0.1 \
+        --port "${P[$v]}" > "$tmp/serve.$v.log" 2>&1 &
+    PIDS+=($!)
+done
+for v in 0 1; do
+    for _ in $(seq 120); do curl -sf "http://127.0.0.1:${P[$v]}/health" > /dev/null && break; sleep 0.5; done
+done
+M='"speculative":{"verify":"match"}'
+bodies=("{\"prompt\":\"def add(a, b):\",\"max_tokens\":80,\"temperature\":0.9,\"seed\":5,\"n\":3,$M}"
+    "{\"prompt\":\"import os\\n\",\"max_tokens\":60,\"temperature\":1.2,\"seed\":9,\"presence_penalty\":0.5,\"frequency_penalty\":0.3,\"logit_bias\":{\"10\":4},$M}"
+    "{\"prompt\":\"class Stack:\",\"max_tokens\":60,\"temperature\":0.7,\"seed\":2,\"min_p\":0.1,\"stream\":true,$M}")
+for i in "${!bodies[@]}"; do
+    for v in 0 1; do
+        curl -sf "http://127.0.0.1:${P[$v]}/v1/completions" -H 'content-type: application/json' \
+            -d "${bodies[$i]}" > "$tmp/r$i.$v" || fail "request $i to the SD_DRAW_ROWS=$v server"
+    done
+    python3 - "$tmp/r$i.0" "$tmp/r$i.1" <<'PY' || fail "request $i: the servers' texts differ"
+import json, sys
+def texts(path):
+    raw = open(path).read()
+    if raw.startswith("data:"):
+        ev = [json.loads(l[5:]) for l in raw.splitlines() if l.startswith("data:") and "[DONE]" not in l]
+        return ["".join(c["text"] for e in ev for c in e["choices"])]
+    return [c["text"] for c in json.loads(raw)["choices"]]
+a, b = texts(sys.argv[1]), texts(sys.argv[2])
+assert a == b and all(a), (a, b)
+PY
+done
+grep -q "$MSG" "$tmp/serve.1.log" || fail "the SD_DRAW_ROWS=1 server did not draw on the backend"
+! grep -q "$MSG" "$tmp/serve.0.log" || fail "the SD_DRAW_ROWS=0 server drew on the backend"
+echo "ok   - specd serve: ${#bodies[@]} sampled requests, the same texts both ways"
 echo PASS
