@@ -119,7 +119,8 @@ static long device_ways(const bs_opts *o, const sd_sampling *s, sd_sampler *sp, 
                 }
                 int n = way == 1 ? 1 : SPAN;
                 for (int k = 0; k < n; k++)
-                    rows[k] = (sd_draw_row){s->temperature, s->min_p, u, -1, 0, NULL, NULL, NULL, 0};
+                    rows[k] =
+                        (sd_draw_row){s->temperature, s->min_p, u, -1, 0, NULL, NULL, NULL, 0, s->top_k, s->top_p};
                 if (be->ops->draw_rows(be, out, dev, rows, n, o->vocab) != SD_OK) differ = -1;
                 if (differ >= 0 && r == 0 && out[0].token != sd_sampler_draw(sp, s, l, o->vocab, u)) differ++;
             }

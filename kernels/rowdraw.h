@@ -128,8 +128,8 @@ SD_HD int sd_rd_allowed(const uint32_t *bits, int32_t t) { return (int)((bits[t 
 
 /* One row of a row draw (sd_backend_ops.draw_rows): the filtered
  * distribution p of the row's logits — masked and edited first (its logits
- * processors) — at temperature > 0, no top-k and no top-p (min-p is a
- * threshold), as common/sample/sampler.c defines it. */
+ * processors) — at temperature > 0 with top-k, top-p and min-p, as
+ * common/sample/sampler.c defines it. */
 typedef struct sd_draw_row {
     float temperature;          /* > 0 */
     float min_p;                /* 0 = off */
@@ -140,6 +140,8 @@ typedef struct sd_draw_row {
     const uint32_t *allow;      /* NULL, or [(vocab + 31) / 32]: tokens whose bit is clear get -inf */
     const sd_logit_edit *edits; /* [n_edits] then applied to the row (host memory) */
     int32_t n_edits;
+    int32_t top_k; /* 0 = off */
+    float top_p;   /* (0, 1); 0 or 1 = off */
 } sd_draw_row;
 
 /* What a row draw reports: the token drawn (sd_sampler_draw, or

@@ -3,7 +3,7 @@
  * Role: the one sampler chain of specd, shared by plain decoding, by the
  * drafter (which reports its filtered distribution as a sparse list) and by
  * the verifier's match / rejection rules. Everything here is deterministic:
- * the softmax is summed in index order in double, every sort uses the total
+ * the softmax is summed exactly (exsum.h: in any order), every sort uses the total
  * order (probability descending, id ascending), and the random number of an
  * output position is a pure function of (seed, position, stream).
  *
@@ -458,8 +458,17 @@ static size_t cand_partition_ge(cand *c, size_t lo, size_t n, double t)
 
 /* ---- distribution ------------------------------------------------------- */
 
+/* The exact sum of c[0..n)'s weights (floats, or 1.0), rounded once. */
+static double cand_sum(const cand *c, size_t n)
+{
+    sd_exsum e;
+    sd_exsum_init(&e);
+    for (size_t i = 0; i < n; i++) sd_exsum_add_float(&e, (float)c[i].w);
+    return sd_exsum_value(&e);
+}
+
 /* Writes every token with exp((l - max)/T) > 0 into c in id order; sets
- * *wmax and *total (summed in id order). NaN logits are skipped; a +inf
+ * *wmax and *total (their exact sum). NaN logits are skipped; a +inf
  * logit takes all the mass (shared with other +inf logits). */
 /* Softmax numerators exp((l - max) / temp) in float (as PyTorch computes a
  * float32 softmax; vectorised, sd_exp_weights), kept as candidates when
@@ -475,7 +484,6 @@ static size_t softmax_cands(cand *c, float *wf, const float *logits, int vocab, 
     if (mx == -INFINITY) return 0;
     sd_exp_weights(logits, vocab, mx, (float)temp, wf);
     size_t n = 0;
-    double sum = 0.0;
     for (int i = 0; i < vocab; i++) {
         float l = logits[i];
         if (isnan(l) || l == -INFINITY) continue;
@@ -484,11 +492,10 @@ static size_t softmax_cands(cand *c, float *wf, const float *logits, int vocab, 
             c[n].w = w;
             c[n].id = i;
             n++;
-            sum += w;
         }
     }
     *wmax = 1.0;
-    *total = sum;
+    *total = cand_sum(c, n); /* exact: the same on a device that sums in parallel */
     return n;
 }
 
@@ -536,15 +543,6 @@ static void order_float_ties(sd_tokprob *d, size_t n)
         }
         i = j;
     }
-}
-
-/* The exact sum of c[0..n)'s weights (floats, or 1.0), rounded once. */
-static double cand_sum(const cand *c, size_t n)
-{
-    sd_exsum e;
-    sd_exsum_init(&e);
-    for (size_t i = 0; i < n; i++) sd_exsum_add_float(&e, (float)c[i].w);
-    return sd_exsum_value(&e);
 }
 
 /* A candidate's probability: its weight over sum, as a float. */
@@ -600,8 +598,7 @@ size_t sd_sampler_distribution(sd_sampler *sp, const sd_sampling *s, const float
         n = (size_t)s->top_k;
         cand_sort(c, sp->tmp, n);
         sorted = n;
-        total = 0.0;
-        for (size_t i = 0; i < n; i++) total += c[i].w;
+        total = cand_sum(c, n);
     }
     if (s->top_p < 1.0f) {
         double target = (double)s->top_p * total;

@@ -575,13 +575,11 @@ static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int 
 }
 
 /* True when draws on the backend serve r's sampled rows (sd_verify_draws):
- * no top-k, top-p or output restriction (JSON, regex), no log-probabilities. */
+ * no output restriction (JSON, regex), no log-probabilities. */
 static bool draws_serve(const sd_engine *e, const sd_req *r)
 {
     const sd_sampling *s = &r->p.sampling;
-    int V = sd_model_cfg(e->m)->vocab_size;
-    return e->draw_on && s->temperature > 0.0f && (s->top_k <= 0 || s->top_k >= V) && !(s->top_p < 1.0f) &&
-           !sd_sampling_constrained(s) && !r->lp && !wants_prompt_lp(r);
+    return e->draw_on && s->temperature > 0.0f && !sd_sampling_constrained(s) && !r->lp && !wants_prompt_lp(r);
 }
 
 /* The logits processors of r's rows (draw[0..k], k drafts d) as their

@@ -223,7 +223,9 @@ void sd_verify_draws(const sd_verify_in *in, sd_draw_row *draw)
                                 .q = res ? in->q[i] : NULL,
                                 .allow = NULL,
                                 .edits = NULL,
-                                .n_edits = 0};
+                                .n_edits = 0,
+                                .top_k = s->top_k,
+                                .top_p = s->top_p};
     }
 }
 

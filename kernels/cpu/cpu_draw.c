@@ -67,10 +67,11 @@ static float row_max(const float *x, int n)
     return mx;
 }
 
-/* Pass 2: the kept weights into w, and their exact sum. */
-static double row_weights(const float *x, int n, float mx, const sd_draw_row *r, float *w)
+/* Pass 2: the kept weights into w, and their exact sum (min-p's floor
+ * later on the sorted path, as the sampler's). */
+static double row_weights(const float *x, int n, float mx, const sd_draw_row *r, bool sorted, float *w)
 {
-    float floor = r->min_p > 0.0f ? r->min_p : 0.0f;
+    float floor = r->min_p > 0.0f && !sorted ? r->min_p : 0.0f;
     uint64_t acc[LIMBS] = {0};
     for (int i = 0; i < n; i++) {
         w[i] = sd_rd_keep(x[i], mx, sd_rd_exp_weight(x[i], mx, r->temperature), floor);
@@ -158,16 +159,22 @@ static int key_cmp(const void *pa, const void *pb)
     return a < b ? -1 : a > b;
 }
 
-/* The walk's state: the running sum and the last token added. */
+/* The walk's state. A draw adds weights until the sum passes the target
+ * (the token there, else the last live one); top-p's walk adds the kept
+ * weights until, before an entry after the first, the sum reaches the
+ * target (the key of the last entry kept). */
 typedef struct walk {
     double cum, target;
-    int32_t last;
-    bool marks; /* q's tokens weigh their residual */
+    int32_t last, x; /* draw: the last token added; the token drawn (-1: none yet) */
+    bool marks;      /* draw: q's tokens weigh their residual */
+    bool topp;       /* top-p's walk */
+    size_t kept;     /* top-p: entries kept so far */
+    uint64_t last_key;
 } walk;
 
-/* Gathers the slice [lo, hi] (at most cap keys), sorts it and adds its
- * weights in order; the token at which the sum passes the target, or -1. */
-static int32_t slice_walk(const float *p, int n, uint64_t lo, uint64_t hi, sd_cpu_draw_scratch *s, walk *w)
+/* Gathers the slice [lo, hi] (at most cap keys), sorts it and walks it;
+ * true when the walk ends in it. */
+static bool slice_walk(const float *p, int n, uint64_t lo, uint64_t hi, sd_cpu_draw_scratch *s, walk *w)
 {
     size_t m = 0;
     for (int i = 0; i < n; i++) {
@@ -178,13 +185,23 @@ static int32_t slice_walk(const float *p, int n, uint64_t lo, uint64_t hi, sd_cp
     qsort(s->keys, m, sizeof *s->keys, key_cmp);
     for (size_t i = 0; i < m; i++) {
         int32_t id = sd_rd_key_id(s->keys[i]);
+        if (w->topp) {
+            if (w->kept > 0 && w->cum >= w->target) return true;
+            w->cum += (double)p[id];
+            w->last_key = s->keys[i];
+            w->kept++;
+            continue;
+        }
         double x = w->marks && s->mark[id] >= 0 ? s->rd[s->mark[id]] : (double)p[id];
         if (!(x > 0.0)) continue;
         w->cum += x;
-        if (w->cum > w->target) return id;
+        if (w->cum > w->target) {
+            w->x = id;
+            return true;
+        }
         w->last = id;
     }
-    return -1;
+    return false;
 }
 
 /* The key of the last token with p >= t: every key of the band p >= t is at
@@ -196,24 +213,56 @@ static uint64_t band_cut(float t)
     return (uint64_t)(~b) << 32 | 0xffffffffu;
 }
 
-/* The walk over bands of p >= pmax 2^-10, 2^-20, ... (eight, then the
- * rest), each in slices of at most cap tokens. */
-static int32_t row_walk(const float *p, int n, float pmax, sd_cpu_draw_scratch *s, walk *w)
+/* The walk over the keys up to bound in bands of p >= top 2^-10, 2^-20, ...
+ * (eight, then the rest), each in slices of at most cap tokens. */
+static void row_walk(const float *p, int n, float top, uint64_t bound, sd_cpu_draw_scratch *s, walk *w)
 {
     uint64_t lo = 0;
-    float t = pmax;
+    float t = top;
     for (int round = 0;; round++) {
         t = round < 8 ? t * 0x1.0p-10f : 0.0f;
         uint64_t cut = t > 0.0f ? band_cut(t) : UINT64_MAX;
+        if (cut > bound) cut = bound;
         while (lo <= cut) {
             uint64_t hi = cut;
             if (slice_count(p, n, lo, hi) > (size_t)s->cap) hi = slice_select(p, n, lo, (size_t)s->cap);
-            int32_t x = slice_walk(p, n, lo, hi, s, w);
-            if (x >= 0) return x;
-            if (hi == UINT64_MAX) return w->last; /* rounding left the sum <= target: the last live entry */
+            if (slice_walk(p, n, lo, hi, s, w) || hi >= bound) return;
             lo = hi + 1;
         }
     }
+}
+
+/* The exact sum of the positive weights with keys up to bound. */
+static double key_sum(const float *v, int n, uint64_t bound)
+{
+    uint64_t acc[LIMBS] = {0};
+    for (int i = 0; i < n; i++)
+        if (v[i] > 0.0f && sd_rd_key(v[i], i) <= bound) sd_wide_add_float(acc, LIMBS, v[i]);
+    return sd_wide_to_double(acc, LIMBS);
+}
+
+/* Whether r's distribution needs the order (top-k or top-p, as the
+ * sampler's sorted path). */
+static bool row_sorted(const sd_draw_row *r, int vocab)
+{
+    return (r->top_k > 0 && r->top_k < vocab) || (r->top_p > 0.0f && r->top_p < 1.0f);
+}
+
+/* The sorted path's kept set (the weights w in p, floor 0): the top_k
+ * largest (the sum of the kept set then theirs), those at or above min-p,
+ * then top-p's prefix; returns the key of its last token. */
+static uint64_t row_kept(const float *w, int n, double sum, const sd_draw_row *r, sd_cpu_draw_scratch *s)
+{
+    uint64_t bound = UINT64_MAX;
+    if (r->top_k > 0 && (size_t)r->top_k < slice_count(w, n, 0, UINT64_MAX)) {
+        bound = slice_select(w, n, 0, (size_t)r->top_k);
+        sum = key_sum(w, n, bound);
+    }
+    if (r->min_p > 0.0f && band_cut(r->min_p) < bound) bound = band_cut(r->min_p);
+    if (!(r->top_p > 0.0f && r->top_p < 1.0f)) return bound;
+    walk t = {.target = (double)r->top_p * sum, .last = -1, .x = -1, .topp = true};
+    row_walk(w, n, 1.0f, bound, s, &t);
+    return t.last_key;
 }
 
 sd_draw_out sd_cpu_draw_row(float *logits, int vocab, const sd_draw_row *r, sd_cpu_draw_scratch *s)
@@ -223,11 +272,18 @@ sd_draw_out sd_cpu_draw_row(float *logits, int vocab, const sd_draw_row *r, sd_c
     row_edit(logits, vocab, r);
     float mx = row_max(logits, vocab);
     if (mx == -INFINITY) return none;
-    double sum = row_weights(logits, vocab, mx, r, s->p);
+    bool sorted = row_sorted(r, vocab);
+    double sum = row_weights(logits, vocab, mx, r, sorted, s->p);
+    if (sorted) { /* the kept set's weights, the rest 0; their sum */
+        uint64_t bound = row_kept(s->p, vocab, sum, r, s);
+        for (int i = 0; i < vocab; i++)
+            if (s->p[i] > 0.0f && sd_rd_key(s->p[i], i) > bound) s->p[i] = 0.0f;
+        sum = key_sum(s->p, vocab, UINT64_MAX);
+    }
     uint64_t sp[LIMBS] = {0};
     float pmax = row_probs(s->p, vocab, sum, sp);
     sd_draw_out out = {-1, r->token >= 0 && r->token < vocab ? s->p[r->token] : 0.0f};
-    walk w = {0.0, 0.0, -1, false};
+    walk w = {.last = -1, .x = -1};
     int nm = 0;
     if (r->nq > 0) {
         double mass = residual_mass(r, vocab, sp, s, &nm);
@@ -237,7 +293,8 @@ sd_draw_out sd_cpu_draw_row(float *logits, int vocab, const sd_draw_row *r, sd_c
         }
     }
     if (!w.marks) w.target = r->u * sd_wide_to_double(sp, LIMBS);
-    out.token = row_walk(s->p, vocab, pmax, s, &w);
+    row_walk(s->p, vocab, pmax, UINT64_MAX, s, &w);
+    out.token = w.x >= 0 ? w.x : w.last; /* rounding left the sum <= target: the last live entry */
     for (int i = 0; i < nm; i++) s->mark[s->qtok[i]] = -1;
     return out;
 }

@@ -2,8 +2,11 @@
  * reference of the CUDA kernel (kernels/cuda/cuda_draw.cu), step for step.
  *
  * A row's draw in passes over the vocabulary, each of which a GPU block
- * runs in parallel and the host in a loop: the largest logit; the kept
- * softmax weights and their exact sum (exact.h); the probabilities, their
+ * runs in parallel and the host in a loop: the mask and edits of the logits
+ * processors; the largest logit; the kept softmax weights and their exact
+ * sum (exact.h); with top-k or top-p, the kept set (top-k's cut by a radix
+ * select, min-p's by its threshold, top-p's prefix by the walk below over
+ * the weights) and its sum; the probabilities, their
  * largest and their exact sum; the residual's mass (q's tokens weigh
  * p - q); then the walk in the sampler's order — probability descending,
  * id ascending — a slice at a time: the next at most `cap` tokens in that

@@ -1021,9 +1021,9 @@ static sd_status cuda_draw_rows(sd_backend *be, sd_draw_out *out, float *logits,
     sd_draw_out *ho = (sd_draw_out *)(he + z.edits + 1);
     for (int r = 0; r < n; r++) {
         const sd_draw_row *w = &rows[r];
-        hr[r] =
-            (sd_cu_draw_row){w->temperature, w->min_p,  w->u, w->token, w->nq, (int32_t)qo, w->allow ? (int32_t)wo : -1,
-                             (int32_t)eo,    w->n_edits};
+        hr[r] = (sd_cu_draw_row){
+            w->temperature, w->min_p,   w->u,     w->token, w->nq, (int32_t)qo, w->allow ? (int32_t)wo : -1,
+            (int32_t)eo,    w->n_edits, w->top_k, w->top_p};
         if (w->nq > 0) memcpy(hq + qo, w->q, (size_t)w->nq * sizeof *hq);
         if (w->allow) memcpy(hw + wo, w->allow, words * sizeof *hw);
         if (w->n_edits > 0) memcpy(he + eo, w->edits, (size_t)w->n_edits * sizeof *he);

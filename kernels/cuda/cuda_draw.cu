@@ -19,7 +19,7 @@
 #define DRAW_THREADS 512
 #define LIMBS 3
 
-static_assert(sizeof(sd_cu_draw_row) == 40, "sd_cu_draw_row layout");
+static_assert(sizeof(sd_cu_draw_row) == 48, "sd_cu_draw_row layout");
 
 /* The largest of every thread's v (NaN never present: the passes skip them). */
 __device__ float blk_max(float v, float *sh)
@@ -151,12 +151,28 @@ __device__ int slice_gather(const float *p, int n, uint64_t lo, uint64_t hi, uin
 /* band_cut(): the largest key of the band p >= t. */
 __device__ uint64_t band_cut(float t) { return (uint64_t)(~__float_as_uint(t)) << 32 | 0xffffffffu; }
 
-/* The walk's state, in shared memory (thread 0 adds; every thread reads). */
+/* The walk's state, in shared memory (thread 0 adds; every thread reads).
+ * A draw adds weights until the sum passes the target (the token there,
+ * else the last live one); top-p's walk adds the kept weights until, before
+ * an entry after the first, the sum reaches the target (the key of the last
+ * entry kept). */
 struct walk_state {
     double cum, target;
-    uint64_t cut; /* slice_select's result */
+    uint64_t cut;      /* slice_select's result */
+    uint64_t last_key; /* top-p: the last entry kept */
+    unsigned long long kept;
     int32_t last, x;
-    int marks, nm, count;
+    int marks, topp, nm, count, done;
+};
+
+/* The block's shared scratch. */
+struct draw_smem {
+    uint64_t wide[LIMBS][DRAW_THREADS];
+    uint64_t keys[SD_DRAW_CAP];
+    float f[DRAW_THREADS];
+    unsigned long long c[DRAW_THREADS];
+    unsigned int hist[256];
+    walk_state w;
 };
 
 /* residual_mass() (thread 0): q's distinct tokens marked, their residuals
@@ -185,47 +201,96 @@ __device__ double residual_mass(const sd_cu_draw_row &r, const sd_tokprob *q, co
     return sd_wide_to_double(m, LIMBS);
 }
 
-/* slice_walk() (thread 0): the sorted slice's weights added in order. */
+/* slice_walk() (thread 0): the sorted slice walked in order; w->done when
+ * the walk ends in it. */
 __device__ void slice_walk(const float *p, const uint64_t *keys, int m, const int32_t *mark, const double *rd,
                            walk_state *w)
 {
     for (int i = 0; i < m; i++) {
         int32_t id = sd_rd_key_id(keys[i]);
+        if (w->topp) {
+            if (w->kept > 0 && w->cum >= w->target) {
+                w->done = 1;
+                return;
+            }
+            w->cum = __dadd_rn(w->cum, (double)p[id]);
+            w->last_key = keys[i];
+            w->kept++;
+            continue;
+        }
         double x = w->marks && mark[id] >= 0 ? rd[mark[id]] : (double)p[id];
         if (!(x > 0.0)) continue;
         w->cum = __dadd_rn(w->cum, x);
         if (w->cum > w->target) {
             w->x = id;
+            w->done = 1;
             return;
         }
         w->last = id;
     }
 }
 
-/* row_walk(): bands of p >= pmax 2^-10, 2^-20, ... (eight, then the rest),
- * each in slices of at most SD_DRAW_CAP tokens. Every thread returns the
- * token. */
-__device__ int32_t row_walk(const float *p, int n, float pmax, const int32_t *mark, const double *rd, walk_state *w,
-                            uint64_t *keys, unsigned long long *shc, unsigned int *hist)
+/* row_walk(): the keys up to bound in bands of p >= top 2^-10, 2^-20, ...
+ * (eight, then the rest), each in slices of at most SD_DRAW_CAP tokens. */
+__device__ void row_walk(const float *p, int n, float top, uint64_t bound, const int32_t *mark, const double *rd,
+                         draw_smem *sm)
 {
+    walk_state *w = &sm->w;
     uint64_t lo = 0;
-    float t = pmax;
+    float t = top;
     for (int round = 0;; round++) {
         t = round < 8 ? __fmul_rn(t, 0x1.0p-10f) : 0.0f;
         uint64_t cut = t > 0.0f ? band_cut(t) : UINT64_MAX;
+        if (cut > bound) cut = bound;
         while (lo <= cut) {
             uint64_t hi = cut;
-            if (slice_count(p, n, lo, hi, shc) > SD_DRAW_CAP) hi = slice_select(p, n, lo, SD_DRAW_CAP, hist, &w->cut);
-            int m = slice_gather(p, n, lo, hi, keys, &w->count);
-            if (threadIdx.x == 0) slice_walk(p, keys, m, mark, rd, w);
+            if (slice_count(p, n, lo, hi, sm->c) > SD_DRAW_CAP)
+                hi = slice_select(p, n, lo, SD_DRAW_CAP, sm->hist, &w->cut);
+            int m = slice_gather(p, n, lo, hi, sm->keys, &w->count);
+            if (threadIdx.x == 0) slice_walk(p, sm->keys, m, mark, rd, w);
             __syncthreads();
-            int32_t x = w->x;
+            int done = w->done;
             __syncthreads();
-            if (x >= 0) return x;
-            if (hi == UINT64_MAX) return w->last;
+            if (done || hi >= bound) return;
             lo = hi + 1;
         }
     }
+}
+
+/* key_sum(): the exact sum of the positive weights with keys up to bound
+ * (every thread gets it). */
+__device__ double key_sum(const float *v, int n, uint64_t bound, draw_smem *sm)
+{
+    uint64_t acc[LIMBS] = {0, 0, 0};
+    for (int i = threadIdx.x; i < n; i += DRAW_THREADS)
+        if (v[i] > 0.0f && sd_rd_key(v[i], i) <= bound) sd_wide_add_float(acc, LIMBS, v[i]);
+    blk_wide(acc, sm->wide);
+    return sd_wide_to_double(acc, LIMBS);
+}
+
+/* row_kept(): the sorted path's kept set of the weights w (floor 0): the
+ * top_k largest (the sum then theirs), those at or above min-p, then top-p's
+ * prefix; the key of its last token (every thread gets it). */
+__device__ uint64_t row_kept(const float *w, int n, double sum, const sd_cu_draw_row &r, draw_smem *sm)
+{
+    uint64_t bound = UINT64_MAX;
+    if (r.top_k > 0 && (unsigned long long)r.top_k < slice_count(w, n, 0, UINT64_MAX, sm->c)) {
+        bound = slice_select(w, n, 0, (unsigned long long)r.top_k, sm->hist, &sm->w.cut);
+        sum = key_sum(w, n, bound, sm);
+    }
+    if (r.min_p > 0.0f && band_cut(r.min_p) < bound) bound = band_cut(r.min_p);
+    if (!(r.top_p > 0.0f && r.top_p < 1.0f)) return bound;
+    if (threadIdx.x == 0) {
+        sm->w = walk_state{};
+        sm->w.target = __dmul_rn((double)r.top_p, sum);
+        sm->w.topp = 1;
+        sm->w.last = sm->w.x = -1;
+    }
+    __syncthreads();
+    row_walk(w, n, 1.0f, bound, NULL, NULL, sm);
+    uint64_t k = sm->w.last_key;
+    __syncthreads();
+    return k;
 }
 
 /* row_edit(): the allowed-token mask over every token, then the edits an op
@@ -251,12 +316,7 @@ __device__ void row_edit(float *x, int n, const sd_cu_draw_row &r, const uint32_
 /* One block per row; the arrays as sd_cu_draw_args says. */
 __global__ void __launch_bounds__(DRAW_THREADS) draw_kernel(sd_cu_draw_args a, int vocab)
 {
-    __shared__ uint64_t shw[LIMBS][DRAW_THREADS];
-    __shared__ uint64_t keys[SD_DRAW_CAP];
-    __shared__ float shf[DRAW_THREADS];
-    __shared__ unsigned long long shc[DRAW_THREADS];
-    __shared__ walk_state w;
-    __shared__ unsigned int hist[256];
+    __shared__ draw_smem sm;
     const sd_cu_draw_row r = a.rows[blockIdx.x];
     float *x = a.logits + (size_t)blockIdx.x * vocab;
     float *p = a.p + (size_t)blockIdx.x * vocab;
@@ -270,20 +330,28 @@ __global__ void __launch_bounds__(DRAW_THREADS) draw_kernel(sd_cu_draw_args a, i
     float m = -INFINITY; /* row_max() */
     for (int i = threadIdx.x; i < vocab; i += DRAW_THREADS)
         if (x[i] > m) m = x[i];
-    float mx = blk_max(m, shf);
+    float mx = blk_max(m, sm.f);
     if (mx == -INFINITY) {
         if (threadIdx.x == 0) out[blockIdx.x] = sd_draw_out{-1, -1.0f};
         return;
     }
-    float floor = r.min_p > 0.0f ? r.min_p : 0.0f; /* row_weights() */
+    bool sorted = (r.top_k > 0 && r.top_k < vocab) || (r.top_p > 0.0f && r.top_p < 1.0f); /* row_sorted() */
+    float floor = r.min_p > 0.0f && !sorted ? r.min_p : 0.0f;                             /* row_weights() */
     uint64_t acc[LIMBS] = {0, 0, 0};
     for (int i = threadIdx.x; i < vocab; i += DRAW_THREADS) {
         float wi = sd_rd_keep(x[i], mx, sd_rd_exp_weight(x[i], mx, r.temperature), floor);
         p[i] = wi;
         sd_wide_add_float(acc, LIMBS, wi);
     }
-    blk_wide(acc, shw);
+    blk_wide(acc, sm.wide);
     double sum = sd_wide_to_double(acc, LIMBS);
+    if (sorted) { /* the kept set's weights, the rest 0; their sum */
+        uint64_t bound = row_kept(p, vocab, sum, r, &sm);
+        for (int i = threadIdx.x; i < vocab; i += DRAW_THREADS)
+            if (p[i] > 0.0f && sd_rd_key(p[i], i) > bound) p[i] = 0.0f;
+        __syncthreads();
+        sum = key_sum(p, vocab, UINT64_MAX, &sm);
+    }
     uint64_t sp[LIMBS] = {0, 0, 0}; /* row_probs() */
     float pm = 0.0f;
     for (int i = threadIdx.x; i < vocab; i += DRAW_THREADS) {
@@ -292,27 +360,25 @@ __global__ void __launch_bounds__(DRAW_THREADS) draw_kernel(sd_cu_draw_args a, i
         pm = pi > pm ? pi : pm;
         sd_wide_add_float(sp, LIMBS, pi);
     }
-    float pmax = blk_max(pm, shf);
-    blk_wide(sp, shw);
+    float pmax = blk_max(pm, sm.f);
+    blk_wide(sp, sm.wide);
     if (threadIdx.x == 0) {
-        w.cum = 0.0;
-        w.last = -1;
-        w.x = -1;
-        w.marks = 0;
-        w.nm = 0;
+        sm.w = walk_state{};
+        sm.w.last = sm.w.x = -1;
         if (r.nq > 0) {
-            double mass = residual_mass(r, q, p, vocab, sp, mark, qtok, rd, &w.nm);
+            double mass = residual_mass(r, q, p, vocab, sp, mark, qtok, rd, &sm.w.nm);
             if (mass > 0.0) {
-                w.marks = 1;
-                w.target = __dmul_rn(r.u, mass);
+                sm.w.marks = 1;
+                sm.w.target = __dmul_rn(r.u, mass);
             }
         }
-        if (!w.marks) w.target = __dmul_rn(r.u, sd_wide_to_double(sp, LIMBS));
+        if (!sm.w.marks) sm.w.target = __dmul_rn(r.u, sd_wide_to_double(sp, LIMBS));
     }
     __syncthreads();
-    int32_t tok = row_walk(p, vocab, pmax, mark, rd, &w, keys, shc, hist);
+    row_walk(p, vocab, pmax, UINT64_MAX, mark, rd, &sm);
     if (threadIdx.x == 0) {
-        for (int i = 0; i < w.nm; i++) mark[qtok[i]] = -1;
+        for (int i = 0; i < sm.w.nm; i++) mark[qtok[i]] = -1;
+        int32_t tok = sm.w.x >= 0 ? sm.w.x : sm.w.last; /* rounding left the sum <= target: the last live entry */
         out[blockIdx.x] = sd_draw_out{tok, r.token >= 0 && r.token < vocab ? p[r.token] : 0.0f};
     }
 }

@@ -190,6 +190,8 @@ typedef struct sd_cu_draw_row {
     int32_t token, nq, q_off; /* q: the call's q[q_off .. + nq) */
     int32_t allow_off;        /* the allowed-token mask at the call's allow[allow_off ..]; -1: none */
     int32_t e_off, n_edits;   /* the call's edits[e_off .. + n_edits) */
+    int32_t top_k;            /* as sd_draw_row */
+    float top_p;
 } sd_cu_draw_row;
 
 /* The arrays of one sd_cu_draw_rows call (device memory). */

@@ -171,7 +171,15 @@ START_TEST(row_draw_is_the_samplers)
         sd_sampling s = sd_sampling_default();
         s.temperature = temps[round % 4];
         s.min_p = minps[(round / 4) % 3];
-        sd_draw_row r = {.temperature = s.temperature, .min_p = s.min_p, .token = (int32_t)(rnd() % (unsigned)n)};
+        const int ks[] = {0, 0, 1, 5, 50, n - 1, n + 3};
+        const float ps[] = {1.0f, 1.0f, 0.9f, 0.5f, 0.05f};
+        s.top_k = ks[(round / 3) % 7];
+        s.top_p = ps[(round / 5) % 5];
+        sd_draw_row r = {.temperature = s.temperature,
+                         .min_p = s.min_p,
+                         .token = (int32_t)(rnd() % (unsigned)n),
+                         .top_k = s.top_k,
+                         .top_p = s.top_p};
         r.u = round % 7 == 0 ? 0.0 : round % 7 == 1 ? 0.9999999 : unif();
         check_row(&c, x, n, &s, &r);
         /* a residual draw: q of a few tokens (one repeated, one outside, one of p 0) */

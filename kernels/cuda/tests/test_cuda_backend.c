@@ -819,7 +819,7 @@ END_TEST
  * several shapes — peaked, flat (every logit equal: the walk bisects its
  * slices), mostly -inf — plain and residual (q with a repeated token), some
  * with logits processors (an allowed-token mask, penalties and biases as
- * edits, which both backends apply in place). */
+ * edits, which both backends apply in place), some with top-k and top-p. */
 START_TEST(draw_rows_vs_cpu)
 {
     enum { R = 12, V = 151936 };
@@ -866,6 +866,12 @@ START_TEST(draw_rows_vs_cpu)
         memcpy(edits[r], ed, n * sizeof *ed);
         rows[r].edits = edits[r];
         rows[r].n_edits = (int32_t)n;
+    }
+    const int tk[R] = {0, 0, 0, 40, 0, 0, 0, 40, 0, 0, 200, 0}; /* top-k and top-p on some rows */
+    const float tp[R] = {1, 1, 0.9f, 1, 1, 0.8f, 1, 1, 0.9f, 1, 0.5f, 0.95f};
+    for (int r = 0; r < R; r++) {
+        proc[r].top_k = rows[r].top_k = tk[r];
+        proc[r].top_p = rows[r].top_p = tp[r];
     }
     proc[9].allowed = allowed;
     proc[9].n_allowed = 40;
