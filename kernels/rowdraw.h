@@ -146,8 +146,11 @@ typedef struct sd_draw_row {
 
 /* What a row draw reports: the token drawn (sd_sampler_draw, or
  * sd_sampler_residual with q) and p(row.token) (sd_sampler_prob; 0 for a
- * token outside the vocabulary or none). Both -1 when no token of the row
- * has positive probability (every logit -inf or NaN). */
+ * token outside the vocabulary or none). A row with no token of positive
+ * probability (every logit -inf or NaN once processed) is the one-hot
+ * distribution of its argmax, as the verifier falls back on the host: the
+ * token is the first logit that is not NaN, prob 1 for it and 0 for any
+ * other; both -1 when every logit is NaN. */
 typedef struct sd_draw_out {
     int32_t token;
     float prob;

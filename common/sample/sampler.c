@@ -308,17 +308,39 @@ size_t sd_sampler_edits(sd_sampler *sp, const sd_sampling *s, int vocab, const i
 
 /* Tokens outside [0, min(vocab, sampler vocab)) are ignored. The scratch
  * count array is zero on entry and on exit; only touched entries are reset. */
-void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
-                               size_t n_prompt, const int32_t *output, size_t n_output)
+/* The output restriction (JSON, a regular expression) and
+ * allowed_token_ids on logits[0..nv): -inf where they refuse a token. */
+static void mask_row(sd_sampler *sp, const sd_sampling *s, float *logits, int nv, const int32_t *output,
+                     size_t n_output)
 {
-    if (!sp || !s || !logits || vocab <= 0) return;
-    int nv = vocab < sp->vocab ? vocab : sp->vocab;
     sd_sampling_constrain(s, output, n_output, logits, nv);
     if (s->n_allowed > 0 && s->allowed) { /* allowed_token_ids: every other token -inf */
         sd_sampling_allow_bits(s, nv, sp->bits);
         for (int t = 0; t < nv; t++)
             if (!sd_rd_allowed(sp->bits, t)) logits[t] = -INFINITY;
     }
+}
+
+bool sd_sampler_mask_bits(sd_sampler *sp, const sd_sampling *s, int vocab, const int32_t *output, size_t n_output,
+                          uint32_t *bits)
+{
+    if (!sd_sampling_constrained(s) && !(s->n_allowed > 0 && s->allowed)) return false;
+    int nv = vocab < sp->vocab ? vocab : sp->vocab;
+    float *row = sp->wf; /* a row of zeros, masked as a row of logits would be */
+    memset(row, 0, (size_t)nv * sizeof *row);
+    mask_row(sp, s, row, nv, output, n_output);
+    memset(bits, 0, ((size_t)vocab + 31) / 32 * sizeof *bits);
+    for (int t = 0; t < nv; t++)
+        if (row[t] != -INFINITY) bits[t >> 5] |= 1u << (t & 31);
+    return true;
+}
+
+void sd_sampler_process_logits(sd_sampler *sp, const sd_sampling *s, float *logits, int vocab, const int32_t *prompt,
+                               size_t n_prompt, const int32_t *output, size_t n_output)
+{
+    if (!sp || !s || !logits || vocab <= 0) return;
+    int nv = vocab < sp->vocab ? vocab : sp->vocab;
+    mask_row(sp, s, logits, nv, output, n_output);
     const sd_logit_edit *e;
     size_t n = sd_sampler_edits(sp, s, vocab, prompt, n_prompt, output, n_output, &e);
     for (size_t i = 0; i < n; i++) logits[e[i].token] = sd_rd_edit(logits[e[i].token], e[i].op, e[i].v);

@@ -125,6 +125,14 @@ size_t sd_sampler_edits(sd_sampler *sp, const sd_sampling *s, int vocab, const i
  * allowed token t < vocab. */
 void sd_sampling_allow_bits(const sd_sampling *s, int vocab, uint32_t *bits);
 
+/* The tokens the output restriction (JSON, a regular expression; needs
+ * output) and allowed_token_ids leave at the position after
+ * output[0..n_output), as a mask of (vocab + 31) / 32 words — bit t set
+ * where sd_sampler_process_logits leaves logit t as it is. False (bits
+ * untouched) when s restricts neither. */
+bool sd_sampler_mask_bits(sd_sampler *sp, const sd_sampling *s, int vocab, const int32_t *output, size_t n_output,
+                          uint32_t *bits);
+
 /* The filtered distribution of already-penalised logits: softmax(logits/T),
  * then top-k, top-p, min-p (in that order, as HF's warpers), renormalised
  * (the normaliser an exact sum of the weights, exsum.h).

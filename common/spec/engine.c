@@ -27,19 +27,21 @@ struct sd_engine {
     int n_vers;
     float *logits; /* [cap_rows, vocab] */
     size_t cap_rows;
-    sd_batch_seq *batch;  /* per step */
-    int *slot;            /* batch index -> request index */
-    int *span_k;          /* drafts used per request this step (-1: not in batch) */
-    int *chunk;           /* prompt tokens per request this step */
-    size_t cap;           /* entries of batch, slot, span_k, chunk and spans */
-    int32_t *spans;       /* [cap][SD_MAX_DRAFT + 1] decode spans */
-    int32_t *amax;        /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
+    sd_batch_seq *batch; /* per step */
+    int *slot;           /* batch index -> request index */
+    int *span_k;         /* drafts used per request this step (-1: not in batch) */
+    int *chunk;          /* prompt tokens per request this step */
+    size_t cap;          /* entries of batch, slot, span_k, chunk and spans */
+    int32_t *spans;      /* [cap][SD_MAX_DRAFT + 1] decode spans */
+    int32_t *amax;       /* [cap][SD_MAX_DRAFT + 1] the rows' argmax of greedy requests (tokens alone
                              * serve them: their logits stay on the device) */
-    sd_draw_row *draw;    /* [cap][SD_MAX_DRAFT + 1] the rows' draws of sampled requests on the device */
-    sd_draw_out *drawn;   /* [cap][SD_MAX_DRAFT + 1] ... their results (the logits stay there) */
-    bool draw_on;         /* sampled rows drawn on the backend (draw_rows; default where it is not the CPU) */
-    bool drew;            /* ... and some were (logged once) */
-    uint32_t *allow;      /* [cap][(vocab + 31) / 32] the drawn entries' allowed-token masks */
+    sd_draw_row *draw;   /* [cap][SD_MAX_DRAFT + 1] the rows' draws of sampled requests on the device */
+    sd_draw_out *drawn;  /* [cap][SD_MAX_DRAFT + 1] ... their results (the logits stay there) */
+    bool draw_on;        /* sampled rows drawn on the backend (draw_rows; default where it is not the CPU) */
+    bool drew;           /* ... and some were (logged once) */
+    uint32_t *masks;     /* [cap_masks] the drawn rows' token masks this step */
+    size_t n_masks, cap_masks;
+    size_t *moff;         /* [cap][SD_MAX_DRAFT + 1] where a drawn row's mask starts in masks (SIZE_MAX: none) */
     size_t *eoff;         /* [cap][SD_MAX_DRAFT + 1] where a drawn row's edits start in edits */
     sd_logit_edit *edits; /* [cap_edits] the drawn rows' logits processors this step */
     size_t n_edits, cap_edits;
@@ -100,7 +102,8 @@ void sd_engine_free(sd_engine *e)
     free(e->amax);
     free(e->draw);
     free(e->drawn);
-    free(e->allow);
+    free(e->masks);
+    free(e->moff);
     free(e->eoff);
     free(e->edits);
     free(e->hist);
@@ -335,7 +338,7 @@ static sd_status grow(sd_engine *e, int n, int rows)
                                     {&e->amax, (SD_MAX_DRAFT + 1) * sizeof *e->amax},
                                     {&e->draw, (SD_MAX_DRAFT + 1) * sizeof *e->draw},
                                     {&e->drawn, (SD_MAX_DRAFT + 1) * sizeof *e->drawn},
-                                    {&e->allow, (V + 31) / 32 * sizeof *e->allow},
+                                    {&e->moff, (SD_MAX_DRAFT + 1) * sizeof *e->moff},
                                     {&e->eoff, (SD_MAX_DRAFT + 1) * sizeof *e->eoff},
                                     SD_GROW_ITEM(e->rowp),
                                     SD_GROW_ITEM(e->pre)};
@@ -575,52 +578,54 @@ static int verify_rows(const sd_engine *e, sd_verifier *v, const sd_req *r, int 
 }
 
 /* True when draws on the backend serve r's sampled rows (sd_verify_draws):
- * no output restriction (JSON, regex), no log-probabilities. */
+ * no log-probabilities (they need the rows). */
 static bool draws_serve(const sd_engine *e, const sd_req *r)
 {
-    const sd_sampling *s = &r->p.sampling;
-    return e->draw_on && s->temperature > 0.0f && !sd_sampling_constrained(s) && !r->lp && !wants_prompt_lp(r);
+    return e->draw_on && r->p.sampling.temperature > 0.0f && !r->lp && !wants_prompt_lp(r);
 }
 
 /* The logits processors of r's rows (draw[0..k], k drafts d) as their
- * allowed-token mask (the entry's) and edits (appended to e->edits, where
- * e->eoff says; sd_engine_step binds them once every entry's are in). */
+ * token masks (the output restriction and allowed_token_ids) and edits,
+ * appended to e->masks and e->edits where e->moff and e->eoff say;
+ * sd_engine_step binds them once every entry's are in. */
 static sd_status plan_edits(sd_engine *e, const sd_req *r, int bi, const sd_proposal *d, int k, sd_draw_row *draw)
 {
     const sd_sampling *s = &r->p.sampling;
     int V = sd_model_cfg(e->m)->vocab_size;
-    size_t words = ((size_t)V + 31) / 32, no = (size_t)sd_req_n_output(r);
-    uint32_t *allow = NULL;
-    if (s->n_allowed > 0 && s->allowed) {
-        allow = e->allow + (size_t)bi * words;
-        sd_sampling_allow_bits(s, V, allow);
-    }
+    size_t words = ((size_t)V + 31) / 32, no = (size_t)sd_req_n_output(r), at = (size_t)bi * (SD_MAX_DRAFT + 1);
     if (!e->esp && sd_sampler_new(V, &e->esp, NULL, 0) != SD_OK) return SD_ERR_NOMEM;
     if (sd_grow(&e->hist, &e->cap_hist, no + (size_t)k, sizeof *e->hist) != SD_OK) return SD_ERR_NOMEM;
     if (no > 0) memcpy(e->hist, r->tokens + r->n_prompt, no * sizeof *e->hist);
     for (int i = 0; i < k; i++) e->hist[no + (size_t)i] = d->tokens[i];
     for (int i = 0; i <= k; i++) {
+        size_t nh = no + (size_t)i; /* row i's history: the output and the drafts before it */
+        if (sd_grow(&e->masks, &e->cap_masks, e->n_masks + words, sizeof *e->masks) != SD_OK) return SD_ERR_NOMEM;
+        bool masked = sd_sampler_mask_bits(e->esp, s, V, e->hist, nh, e->masks + e->n_masks);
+        e->moff[at + (size_t)i] = masked ? e->n_masks : SIZE_MAX;
+        e->n_masks += masked ? words : 0;
         const sd_logit_edit *ed;
-        size_t n = sd_sampler_edits(e->esp, s, V, r->tokens, (size_t)r->n_prompt, e->hist, no + (size_t)i, &ed);
+        size_t n = sd_sampler_edits(e->esp, s, V, r->tokens, (size_t)r->n_prompt, e->hist, nh, &ed);
         if (sd_grow(&e->edits, &e->cap_edits, e->n_edits + n, sizeof *e->edits) != SD_OK) return SD_ERR_NOMEM;
         memcpy(e->edits + e->n_edits, ed, n * sizeof *ed);
-        e->eoff[(size_t)bi * (SD_MAX_DRAFT + 1) + (size_t)i] = e->n_edits;
+        e->eoff[at + (size_t)i] = e->n_edits;
         e->n_edits += n;
-        draw[i].allow = allow;
         draw[i].n_edits = (int32_t)n;
     }
     return SD_OK;
 }
 
-/* Points the drawn rows of the step's nb entries at their edits. */
+/* Points the drawn rows of the step's nb entries at their masks and edits. */
 static void bind_edits(sd_engine *e, int nb)
 {
     for (int j = 0; j < nb; j++) {
         const sd_batch_seq *b = &e->batch[j];
         if (!b->draw) continue;
         sd_draw_row *draw = e->draw + (size_t)j * (SD_MAX_DRAFT + 1);
-        for (int i = 0; i < b->n_logits; i++)
-            draw[i].edits = e->edits + e->eoff[(size_t)j * (SD_MAX_DRAFT + 1) + (size_t)i];
+        for (int i = 0; i < b->n_logits; i++) {
+            size_t at = (size_t)j * (SD_MAX_DRAFT + 1) + (size_t)i;
+            draw[i].allow = e->moff[at] == SIZE_MAX ? NULL : e->masks + e->moff[at];
+            draw[i].edits = e->eoff[at] == SIZE_MAX ? NULL : e->edits + e->eoff[at];
+        }
     }
 }
 
@@ -634,6 +639,9 @@ static void plan_draws(sd_engine *e, const sd_req *r, int bi, const sd_proposal 
     if (in.mode == SD_VERIFY_GREEDY) return;
     sd_draw_row *draw = e->draw + (size_t)bi * (SD_MAX_DRAFT + 1);
     sd_verify_draws(&in, draw);
+    for (int i = 0; i <= k; i++)
+        e->moff[(size_t)bi * (SD_MAX_DRAFT + 1) + (size_t)i] = e->eoff[(size_t)bi * (SD_MAX_DRAFT + 1) + (size_t)i] =
+            SIZE_MAX; /* none unless planned */
     if (sd_sampling_processes(&r->p.sampling) && plan_edits(e, r, bi, d, k, draw) != SD_OK)
         return;   /* no memory for them: the host processes the rows */
     if (!e->drew) /* once: which path sampled rows take */
@@ -733,7 +741,7 @@ sd_status sd_engine_step(sd_engine *e, sd_req *const *reqs, int n, const sd_prop
     if (grow(e, n, rows > 0 ? rows : 1) != SD_OK) return sd_seterr(err, errlen, SD_ERR_NOMEM, "out of memory");
     sd_engine_share_prefixes(e, reqs, n);
     sd_engine_prefill_plan(e, reqs, n, e->chunk);
-    e->n_edits = 0;
+    e->n_edits = e->n_masks = 0;
     for (int i = 0; i < n; i++) {
         sd_req *r = reqs[i];
         r->n_new = 0;

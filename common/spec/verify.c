@@ -231,7 +231,8 @@ void sd_verify_draws(const sd_verify_in *in, sd_draw_row *draw)
 
 /* The rules of verify_plain (match) and verify_rejection over drawn rows:
  * the same tokens, since each row's draw is the sampler's (a row with no
- * token of positive probability fails, as one of NaNs does on the host). */
+ * token of positive probability is its one-hot argmax, as the host falls
+ * back; a row of NaNs fails, as on the host). */
 static int verify_drawn(const sd_verify_in *in, int32_t *out)
 {
     const sd_draw_out *dr = in->drawn;

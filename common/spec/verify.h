@@ -71,8 +71,8 @@ sd_status sd_verifier_new(int vocab, sd_verifier **out, char *err, size_t errlen
 void sd_verifier_free(sd_verifier *v);
 
 /* The row draws (rowdraw.h) that serve in's rows instead of their logits:
- * in->sampling sampled (temperature > 0, no output restriction; its other
- * logits processors are the caller's to add as the rows' allow and edits:
+ * in->sampling sampled (temperature > 0; its logits processors are the
+ * caller's to add as the rows' allow and edits: sd_sampler_mask_bits,
  * sd_sampler_edits) and in->mode not greedy. In rejection mode with drafts,
  * row i < k reports p(draft i) and draws the residual of q_i with the
  * RESIDUAL stream's number of its position; every other row (the bonus

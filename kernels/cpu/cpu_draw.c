@@ -271,7 +271,12 @@ sd_draw_out sd_cpu_draw_row(float *logits, int vocab, const sd_draw_row *r, sd_c
     if (vocab < 1 || vocab > s->vocab) return none;
     row_edit(logits, vocab, r);
     float mx = row_max(logits, vocab);
-    if (mx == -INFINITY) return none;
+    if (mx == -INFINITY) { /* the one-hot argmax: the first logit that is not NaN */
+        int a = 0;
+        while (a < vocab && logits[a] != logits[a]) a++;
+        if (a == vocab) return none;
+        return (sd_draw_out){a, r->token == a ? 1.0f : 0.0f};
+    }
     bool sorted = row_sorted(r, vocab);
     double sum = row_weights(logits, vocab, mx, r, sorted, s->p);
     if (sorted) { /* the kept set's weights, the rest 0; their sum */

@@ -36,6 +36,20 @@ __device__ float blk_max(float v, float *sh)
     return r;
 }
 
+/* The least of every thread's v. */
+__device__ unsigned long long blk_min(unsigned long long v, unsigned long long *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = DRAW_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s && sh[threadIdx.x + s] < sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    unsigned long long r = sh[0];
+    __syncthreads();
+    return r;
+}
+
 /* The sum of every thread's count. */
 __device__ unsigned long long blk_count(unsigned long long v, unsigned long long *sh)
 {
@@ -331,8 +345,15 @@ __global__ void __launch_bounds__(DRAW_THREADS) draw_kernel(sd_cu_draw_args a, i
     for (int i = threadIdx.x; i < vocab; i += DRAW_THREADS)
         if (x[i] > m) m = x[i];
     float mx = blk_max(m, sm.f);
-    if (mx == -INFINITY) {
-        if (threadIdx.x == 0) out[blockIdx.x] = sd_draw_out{-1, -1.0f};
+    if (mx == -INFINITY) { /* the one-hot argmax: the first logit that is not NaN */
+        unsigned long long first = (unsigned long long)vocab;
+        for (int i = threadIdx.x; i < vocab; i += DRAW_THREADS)
+            if (x[i] == x[i] && (unsigned long long)i < first) first = (unsigned long long)i;
+        first = blk_min(first, sm.c);
+        if (threadIdx.x == 0)
+            out[blockIdx.x] = first == (unsigned long long)vocab
+                                  ? sd_draw_out{-1, -1.0f}
+                                  : sd_draw_out{(int32_t)first, r.token == (int32_t)first ? 1.0f : 0.0f};
         return;
     }
     bool sorted = (r.top_k > 0 && r.top_k < vocab) || (r.top_p > 0.0f && r.top_p < 1.0f); /* row_sorted() */

@@ -131,9 +131,9 @@ static void check_row(cmp_ctx *c, float *x, int n, const sd_sampling *s, const s
         r->nq ? sd_sampler_residual(c->sp, s, x, n, r->q, (size_t)r->nq, r->u) : sd_sampler_draw(c->sp, s, x, n, r->u);
     float wp = r->token >= 0 ? sd_sampler_prob(c->sp, s, x, n, r->token) : 0.0f;
     int a = sd_argmax(x, n);
-    if (a < 0 || x[a] == -INFINITY) { /* no token of positive probability: the caller's case (-1, -1) */
-        want = -1;
-        wp = -1.0f;
+    if (a < 0 || x[a] == -INFINITY) { /* no token of positive probability: the one-hot argmax (the host's fallback) */
+        want = a;
+        wp = a < 0 ? -1.0f : r->token == a ? 1.0f : 0.0f;
     }
     for (int k = 0; k < 3; k++) {
         if (c->scr[k]->cap * 200 < n) continue; /* a slice a token over a large row: slow, the same path */
@@ -198,10 +198,14 @@ START_TEST(row_draw_is_the_samplers)
         r.nq = 1;
         if (n == 1 || shape == 5) check_row(&c, x, n, &s, &r);
     }
-    /* no token of positive probability: -1 and -1 */
+    /* no token of positive probability: the one-hot argmax (the first logit not NaN); every logit NaN: -1, -1 */
     for (int i = 0; i < 10; i++) x[i] = i % 2 ? -INFINITY : NAN;
-    sd_draw_row r = {.temperature = 1.0f, .u = 0.5, .token = 2};
+    sd_draw_row r = {.temperature = 1.0f, .u = 0.5, .token = 1};
     sd_draw_out o = sd_cpu_draw_row(x, 10, &r, c.scr[2]);
+    ck_assert_int_eq(o.token, 1);
+    ck_assert(o.prob == 1.0f);
+    for (int i = 0; i < 10; i++) x[i] = NAN;
+    o = sd_cpu_draw_row(x, 10, &r, c.scr[2]);
     ck_assert_int_eq(o.token, -1);
     ck_assert(o.prob == -1.0f);
     free(x);
