@@ -814,6 +814,53 @@ END_TEST
 
 /* ----------------------------------------------------------- row draw */
 
+/* The draw test's rows: temperatures, min-p, q on rows 1, 5 and 6,
+ * penalties and biases as edits on rows 6.., top-k and top-p on some, an
+ * allowed-token mask on row 9 (proc: the same settings for the sampler). */
+static void draw_test_rows(sd_sampler *sp, int R, int V, const sd_tokprob *q, sd_sampling *proc, sd_draw_row *rows,
+                           sd_logit_edit **edits, uint32_t *bits)
+{
+    static int32_t hist[64], allowed[40], bias_ids[4] = {11, 12, 13, 11};
+    static float bias_v[4] = {3.0f, -2.0f, 50.0f, 1.5f};
+    static const int tk[12] = {0, 0, 0, 40, 0, 0, 0, 40, 0, 0, 200, 0};
+    static const float tp[12] = {1, 1, 0.9f, 1, 1, 0.8f, 1, 1, 0.9f, 1, 0.5f, 0.95f};
+    for (int i = 0; i < 64; i++) hist[i] = (int32_t)((i * 7919) % 2000);
+    for (int i = 0; i < 40; i++) allowed[i] = (int32_t)((i * 3701) % V);
+    for (int r = 0; r < R; r++) {
+        proc[r] = sd_sampling_default();
+        proc[r].temperature = r % 3 ? 0.8f : 1.3f;
+        proc[r].min_p = r % 4 == 3 ? 0.05f : 0.0f;
+        proc[r].top_k = tk[r % 12];
+        proc[r].top_p = tp[r % 12];
+        rows[r] = (sd_draw_row){.temperature = proc[r].temperature,
+                                .min_p = proc[r].min_p,
+                                .u = r == 1 ? 0.999 : (double)(r + 1) / (R + 2),
+                                .token = 11 + r,
+                                .q = r == 1 || r == 5 || r == 6 ? q : NULL,
+                                .nq = r == 1 || r == 5 || r == 6 ? 3 : 0,
+                                .top_k = proc[r].top_k,
+                                .top_p = proc[r].top_p};
+    }
+    for (int r = 6; r < R; r++) { /* processors on rows 6.. */
+        proc[r].repetition_penalty = 1.2f;
+        proc[r].presence_penalty = r % 2 ? 0.5f : 0.0f;
+        proc[r].frequency_penalty = 0.25f;
+        proc[r].bias_ids = bias_ids;
+        proc[r].bias_values = bias_v;
+        proc[r].n_bias = 4;
+        const sd_logit_edit *ed;
+        size_t n = sd_sampler_edits(sp, &proc[r], V, hist, 32, hist + 32, 32, &ed);
+        edits[r] = malloc((n + 1) * sizeof *edits[r]);
+        memcpy(edits[r], ed, n * sizeof *ed);
+        rows[r].edits = edits[r];
+        rows[r].n_edits = (int32_t)n;
+    }
+    proc[9].allowed = allowed;
+    proc[9].n_allowed = 40;
+    sd_sampling_allow_bits(&proc[9], V, bits);
+    rows[9].allow = bits;
+}
+
 /* The device's row draw against the CPU backend's and the host sampler's:
  * the same token and the same bits of p(token), on a Qwen-sized row of
  * several shapes — peaked, flat (every logit equal: the walk bisects its
@@ -834,49 +881,11 @@ START_TEST(draw_rows_vs_cpu)
     sd_tokprob q[3] = {{11, 0.25f}, {11, 0.125f}, {400, 0.5f}};
     sd_sampler *sp;
     ck_assert_int_eq(sd_sampler_new(V, &sp, NULL, 0), SD_OK);
-    int32_t hist[64], allowed[40], bias_ids[4] = {11, 12, 13, 11};
-    float bias_v[4] = {3.0f, -2.0f, 50.0f, 1.5f};
-    for (int i = 0; i < 64; i++) hist[i] = (int32_t)((i * 7919) % 2000);
-    for (int i = 0; i < 40; i++) allowed[i] = (int32_t)((i * 3701) % V);
     sd_sampling proc[R];
     sd_draw_row rows[R];
     sd_logit_edit *edits[R] = {0};
     uint32_t *bits = calloc((V + 31) / 32, sizeof *bits);
-    for (int r = 0; r < R; r++) {
-        proc[r] = sd_sampling_default();
-        proc[r].temperature = r % 3 ? 0.8f : 1.3f;
-        proc[r].min_p = r % 4 == 3 ? 0.05f : 0.0f;
-        rows[r] = (sd_draw_row){.temperature = proc[r].temperature,
-                                .min_p = proc[r].min_p,
-                                .u = r == 1 ? 0.999 : (double)(r + 1) / (R + 2),
-                                .token = 11 + r};
-    }
-    rows[5].q = rows[6].q = rows[1].q = q;
-    rows[5].nq = rows[6].nq = rows[1].nq = 3;
-    for (int r = 6; r < R; r++) { /* processors on rows 6.. */
-        proc[r].repetition_penalty = 1.2f;
-        proc[r].presence_penalty = r % 2 ? 0.5f : 0.0f;
-        proc[r].frequency_penalty = 0.25f;
-        proc[r].bias_ids = bias_ids;
-        proc[r].bias_values = bias_v;
-        proc[r].n_bias = 4;
-        const sd_logit_edit *ed;
-        size_t n = sd_sampler_edits(sp, &proc[r], V, hist, 32, hist + 32, 32, &ed);
-        edits[r] = malloc((n + 1) * sizeof *edits[r]);
-        memcpy(edits[r], ed, n * sizeof *ed);
-        rows[r].edits = edits[r];
-        rows[r].n_edits = (int32_t)n;
-    }
-    const int tk[R] = {0, 0, 0, 40, 0, 0, 0, 40, 0, 0, 200, 0}; /* top-k and top-p on some rows */
-    const float tp[R] = {1, 1, 0.9f, 1, 1, 0.8f, 1, 1, 0.9f, 1, 0.5f, 0.95f};
-    for (int r = 0; r < R; r++) {
-        proc[r].top_k = rows[r].top_k = tk[r];
-        proc[r].top_p = rows[r].top_p = tp[r];
-    }
-    proc[9].allowed = allowed;
-    proc[9].n_allowed = 40;
-    sd_sampling_allow_bits(&proc[9], V, bits);
-    rows[9].allow = bits;
+    draw_test_rows(sp, R, V, q, proc, rows, edits, bits);
     sd_draw_out got[R], want[R];
     ck_assert_int_eq(g_gpu->ops->draw_rows(g_gpu, got, lg, rows, R, V), SD_OK);
     ck_assert_int_eq(g_cpu->ops->draw_rows(g_cpu, want, l, rows, R, V), SD_OK); /* l: edited as the device's */
