@@ -21,47 +21,34 @@
 
 static_assert(sizeof(sd_cu_draw_row) == 48, "sd_cu_draw_row layout");
 
-/* The largest of every thread's v (NaN never present: the passes skip them). */
+/* Every thread's v combined by op (max, min or +: each order-free on
+ * these values — NaNs never reach it), a shared tree; every thread gets it. */
+template <typename T, typename Op> __device__ T blk_reduce(T v, T *sh, Op op)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = DRAW_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    T r = sh[0];
+    __syncthreads();
+    return r;
+}
+
 __device__ float blk_max(float v, float *sh)
 {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = DRAW_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s)
-            sh[threadIdx.x] = sh[threadIdx.x + s] > sh[threadIdx.x] ? sh[threadIdx.x + s] : sh[threadIdx.x];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
+    return blk_reduce(v, sh, [](float a, float b) { return b > a ? b : a; });
 }
 
-/* The least of every thread's v. */
 __device__ unsigned long long blk_min(unsigned long long v, unsigned long long *sh)
 {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = DRAW_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s && sh[threadIdx.x + s] < sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    unsigned long long r = sh[0];
-    __syncthreads();
-    return r;
+    return blk_reduce(v, sh, [](unsigned long long a, unsigned long long b) { return b < a ? b : a; });
 }
 
-/* The sum of every thread's count. */
 __device__ unsigned long long blk_count(unsigned long long v, unsigned long long *sh)
 {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = DRAW_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    unsigned long long r = sh[0];
-    __syncthreads();
-    return r;
+    return blk_reduce(v, sh, [](unsigned long long a, unsigned long long b) { return a + b; });
 }
 
 /* acc (every thread's) becomes the exact sum of all threads' acc: integer
